@@ -1,0 +1,285 @@
+"""Pure post-processing of a raw scan: links, node classification, totals, warnings.
+
+Kept apart from the reads so it can be tested on hand-made inventories and so the
+rules that decide what a node *is* live in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from .model import DaxDevice, Inventory, Memdev, Node, Totals, Warning_
+from .parse import format_size
+
+
+def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
+    return [b.id for b in node.memory_blocks if start <= b.id * bs < start + size]
+
+
+def derive(
+    inv: Inventory,
+    warnings: Sequence[Warning_],
+    notes: Sequence[Tuple[str, str]],
+    vanished: Sequence[str],
+) -> Inventory:
+    w: List[Warning_] = list(warnings)
+    bs = inv.memory_block_size
+    nodes_by_id = {n.id: n for n in inv.nodes}
+
+    # memdev → allocated DPA and regions, from its endpoint decoders
+    alloc: Dict[str, int] = {}
+    mregions: Dict[str, Set[str]] = {}
+    for d in inv.decoders:
+        if d.kind == "endpoint" and d.memdev:
+            alloc[d.memdev] = alloc.get(d.memdev, 0) + (d.dpa_size or 0)
+            if d.region:
+                mregions.setdefault(d.memdev, set()).add(d.region)
+    memdevs = tuple(
+        m._replace(dpa_allocated=alloc.get(m.name, 0), regions=tuple(sorted(mregions.get(m.name, ()))))
+        for m in inv.memdevs
+    )
+
+    # CXL windows (root decoders' HPA ranges; readable as root only)
+    windows = [
+        (d.resource, d.size) for d in inv.decoders if d.kind == "root" and d.resource is not None and d.size
+    ]
+
+    def in_cxl_window(addr: Optional[int]) -> bool:
+        return addr is not None and any(s <= addr < s + z for s, z in windows)
+
+    region_of_dax = {dv: r.name for r in inv.regions for dv in r.dax_devices}
+    cxl_nodes: Dict[int, Set[str]] = {}  # node → regions
+    dax_of_node: Dict[int, List[str]] = {}
+    for dx in inv.dax_devices:
+        if dx.target_node is None:
+            continue
+        dax_of_node.setdefault(dx.target_node, []).append(dx.name)
+        region = dx.region or region_of_dax.get(dx.name)
+        if dx.provider == "cxl" or in_cxl_window(dx.resource):
+            cxl_nodes.setdefault(dx.target_node, set())
+            if region:
+                cxl_nodes[dx.target_node].add(region)
+    # Memory onlined by firmware ("legacy" mode) has no dax device: find it by address.
+    if bs:
+        for n in inv.nodes:
+            for r in inv.regions:
+                if r.resource is not None and r.size and _blocks_in(n, r.resource, r.size, bs):
+                    cxl_nodes.setdefault(n.id, set()).add(r.name)
+            if not n.has_cpu and n.id not in cxl_nodes and any(in_cxl_window(b.id * bs) for b in n.memory_blocks):
+                cxl_nodes.setdefault(n.id, set())
+
+    # dax devices: memory block counts and zones
+    dax_out: List[DaxDevice] = []
+    for dx in inv.dax_devices:
+        node = nodes_by_id.get(dx.target_node) if dx.target_node is not None else None
+        if dx.mode == "system-ram" and node is not None and bs:
+            ids: Optional[List[int]] = None
+            if dx.resource is not None and dx.size:
+                ids = _blocks_in(node, dx.resource, dx.size, bs)
+            elif not node.has_cpu and len(dax_of_node.get(node.id, [])) == 1:
+                ids = [b.id for b in node.memory_blocks]  # the node holds only this device
+            if ids is not None:
+                blocks = [b for b in node.memory_blocks if b.id in set(ids)]
+                online = [b for b in blocks if (b.state or "").startswith("online")]
+                total = dx.size // bs if dx.size else len(blocks)
+                zones = tuple(sorted({b.zone for b in online if b.zone}))
+                dx = dx._replace(online_memblocks=len(online), total_memblocks=total, zones=zones)
+        elif dx.mode == "devdax":
+            dx = dx._replace(online_memblocks=0)
+        dax_out.append(dx)
+
+    # nodes: kind, tier, what lies behind them
+    tier_of: Dict[int, int] = {}
+    for t in inv.tiers:
+        for nid in t.nodes:
+            tier_of[nid] = t.id
+    region_by_name = {r.name: r for r in inv.regions}
+    nodes_out = []
+    for n in inv.nodes:
+        regs = tuple(sorted(cxl_nodes.get(n.id, ())))
+        mds: Set[str] = set()
+        for rn in regs:
+            reg = region_by_name.get(rn)
+            if reg:
+                mds.update(t.memdev for t in reg.targets if t.memdev)
+        kind = "dram" if n.has_cpu else ("cxl" if n.id in cxl_nodes else "other")
+        nodes_out.append(
+            n._replace(
+                kind=kind,
+                tier=tier_of.get(n.id),
+                regions=regs,
+                memdevs=tuple(sorted(mds)),
+                dax_devices=tuple(dax_of_node.get(n.id, ())),
+            )
+        )
+    nodes = tuple(nodes_out)
+    cxl = [n for n in nodes if n.kind == "cxl"]
+    dram = [n for n in nodes if n.kind == "dram"]
+
+    def online_bytes(n: Node) -> int:
+        if bs:
+            return bs * sum(1 for b in n.memory_blocks if (b.state or "").startswith("online"))
+        return n.mem_total or 0
+
+    cap = sum((m.ram_size or 0) + (m.pmem_size or 0) for m in memdevs)
+    totals = Totals(
+        cxl_capacity=cap,
+        cxl_in_regions=sum(r.size or 0 for r in inv.regions),
+        cxl_online=sum(online_bytes(n) for n in cxl),
+        cxl_free=sum(n.mem_free or 0 for n in cxl),
+        cxl_unassigned=sum(max(0, (m.ram_size or 0) + (m.pmem_size or 0) - m.dpa_allocated) for m in memdevs),
+    )
+
+    w.extend(_explain(inv, memdevs, nodes, cxl, dram, dax_out))
+    if any(p for p, why in notes if "permission denied" in why):
+        n_denied = sum(1 for _, why in notes if "permission denied" in why)
+        w.append(
+            Warning_(
+                "not-root",
+                "info",
+                f"{n_denied} root-only attributes were unreadable (decoder start, dax resource): "
+                "addresses and some block counts are unknown; run as root for the full picture",
+            )
+        )
+    return inv._replace(
+        memdevs=memdevs,
+        dax_devices=tuple(dax_out),
+        nodes=nodes,
+        totals=totals,
+        warnings=tuple(w),
+        notes=tuple(notes),
+    )
+
+
+def _knob(inv: Inventory, name: str) -> Optional[str]:
+    for k in inv.knobs:
+        if k.name == name:
+            return k.value
+    return None
+
+
+def _explain(
+    inv: Inventory,
+    memdevs: Sequence[Memdev],
+    nodes: Sequence[Node],
+    cxl: Sequence[Node],
+    dram: Sequence[Node],
+    dax: Sequence[DaxDevice],
+) -> List[Warning_]:
+    """The operator-facing explanations status prints (stable ``code`` values)."""
+    out: List[Warning_] = []
+    if not inv.buses and not inv.memdevs:
+        out.append(
+            Warning_(
+                "no-cxl",
+                "info",
+                "no CXL bus found (/sys/bus/cxl is empty or absent): this host has no CXL memory, "
+                "or the cxl_acpi/cxl_pci/cxl_mem drivers are not loaded",
+            )
+        )
+    dram_tiers = {n.tier for n in dram if n.tier is not None}
+    for n in cxl:
+        if n.tier is not None and n.tier in dram_tiers:
+            out.append(
+                Warning_(
+                    "cxl-in-dram-tier",
+                    "warning",
+                    f"CXL node {n.id} shares memory_tier{n.tier} with DRAM: the kernel got no HMAT/CDAT "
+                    "performance data that sets it apart, so demotion and NUMA-balancing promotion "
+                    "cannot move pages between them; place memory explicitly (weighted interleave or "
+                    "binding, `cxlctl tune recommend`)",
+                    f"node{n.id}",
+                )
+            )
+    for d in dax:
+        if d.provider == "cxl" and "Movable" in d.zones:
+            out.append(
+                Warning_(
+                    "cxl-movable",
+                    "warning",
+                    f"{d.name} (node {d.target_node}) is online in ZONE_MOVABLE: long-term pinned buffers "
+                    "(CUDA pinned host memory, RDMA, KV-offload buffers) are migrated out of movable "
+                    "memory, so they will not stay on CXL; online it in ZONE_NORMAL if the engine pins "
+                    "host memory (keep movable only if you need hot-unplug)",
+                    d.name,
+                )
+            )
+        if d.provider == "cxl" and d.mode == "devdax":
+            out.append(
+                Warning_(
+                    "cxl-devdax",
+                    "info",
+                    f"{d.name} is in devdax mode: its memory is a character device, not a NUMA node; "
+                    "switch it to system-ram to use it as memory",
+                    d.name,
+                )
+            )
+        if d.provider == "cxl" and d.driver is None:
+            out.append(Warning_("dax-unbound", "warning", f"{d.name} is bound to no driver", d.name))
+    zr = _knob(inv, "vm.zone_reclaim_mode")
+    if cxl and zr not in (None, "0"):
+        out.append(
+            Warning_(
+                "zone-reclaim",
+                "warning",
+                f"vm.zone_reclaim_mode={zr} on a host with CXL nodes: allocations reclaim local DRAM "
+                "instead of spilling to CXL; set it to 0",
+                "vm.zone_reclaim_mode",
+            )
+        )
+    nb = _knob(inv, "kernel.numa_balancing")
+    dem = _knob(inv, "demotion_enabled")
+    if cxl and nb is not None and nb.isdigit() and int(nb) & 2 and dem == "false":
+        out.append(
+            Warning_(
+                "tiering-without-demotion",
+                "warning",
+                "kernel.numa_balancing has memory tiering on but demotion_enabled is false: hot pages "
+                "are promoted to DRAM but cold ones are never demoted to CXL",
+                "demotion_enabled",
+            )
+        )
+    for m in memdevs:
+        total = (m.ram_size or 0) + (m.pmem_size or 0)
+        free = total - m.dpa_allocated
+        if m.driver is None:
+            out.append(
+                Warning_(
+                    "memdev-unbound",
+                    "warning",
+                    f"{m.name} is not bound to cxl_mem (no endpoint): its capacity cannot be used; "
+                    "check `modprobe cxl_mem` and dmesg",
+                    m.name,
+                )
+            )
+        elif free > 0:
+            out.append(
+                Warning_(
+                    "memdev-unassigned",
+                    "info",
+                    f"{m.name} has {format_size(free)} of {format_size(total)} in no region",
+                    m.name,
+                )
+            )
+    for r in inv.regions:
+        if r.committed is False:
+            out.append(
+                Warning_(
+                    "region-uncommitted",
+                    "warning",
+                    f"{r.name} is not committed (decoders not programmed): it provides no memory; "
+                    "finish or delete it",
+                    r.name,
+                )
+            )
+        elif r.committed and r.mode == "ram" and not r.dax_region:
+            out.append(
+                Warning_(
+                    "region-no-dax",
+                    "info",
+                    f"{r.name} has no dax region: its range is already System RAM (onlined by firmware) "
+                    "or the region driver is not bound; daxctl cannot manage it",
+                    r.name,
+                )
+            )
+    return out

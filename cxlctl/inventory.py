@@ -1,0 +1,495 @@
+"""One scan of sysfs/procfs → :class:`~cxlctl.model.Inventory`.
+
+The walk follows libcxl's view of the CXL bus (roots → ports → endpoints →
+decoders → regions → dax), but flattened: every object is listed from
+``/sys/bus/cxl/devices`` and placed by the parent directory of its real path,
+which is how the kernel builds the hierarchy.  See docs/model.md.
+
+Robustness contract: a scan never raises on odd content.  Missing attributes are
+``None``; root-only ones are ``None`` plus a note; unparsable ones are ``None``
+plus a warning; a device that vanishes mid-scan is skipped and the whole scan is
+retried once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+
+from .model import (
+    Coordinates,
+    DaxDevice,
+    Decoder,
+    Dport,
+    Inventory,
+    Knob,
+    Memdev,
+    MemoryBlock,
+    Node,
+    Port,
+    Region,
+    RegionTarget,
+    Tier,
+    Totals,
+    Warning_,
+    WeightedInterleave,
+)
+from .parse import U64_MAX, parse_hex, parse_int, parse_meminfo, parse_nodelist
+from .sysfs import Reader, Vanished
+
+CXL_DEVICES = "/sys/bus/cxl/devices"
+DAX_DEVICES = "/sys/bus/dax/devices"
+NODE_DIR = "/sys/devices/system/node"
+MEMORY_DIR = "/sys/devices/system/memory"
+TIER_DIR = "/sys/devices/virtual/memory_tiering"
+WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+OSRELEASE = "/proc/sys/kernel/osrelease"
+
+#: Knobs the tuning engine manages (name, path).  Read here so status shows them.
+KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
+    ("kernel.numa_balancing", "/proc/sys/kernel/numa_balancing"),
+    ("kernel.numa_balancing_promote_rate_limit_MBps", "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps"),
+    ("vm.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode"),
+    ("vm.swappiness", "/proc/sys/vm/swappiness"),
+    ("demotion_enabled", "/sys/kernel/mm/numa/demotion_enabled"),
+    ("auto_online_blocks", "/sys/devices/system/memory/auto_online_blocks"),
+)
+
+_DAX_NAME = re.compile(r"dax\d+\.\d+$")
+_NUM_SUFFIX = re.compile(r"(\d+)$")
+T = TypeVar("T")
+
+_DRIVER_MODE = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}
+
+
+def _is(prefix: str) -> Callable[[str], bool]:
+    pat = re.compile(re.escape(prefix) + r"\d+$")
+    return lambda n: pat.match(n) is not None
+
+
+class _Scan:
+    """State of one scan attempt."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.r = reader
+        self.warnings: List[Warning_] = []
+        self.vanished: List[str] = []
+
+    # -- typed attribute helpers ------------------------------------------------------
+    def _bad(self, path: str, value: str, what: str) -> None:
+        self.warnings.append(
+            Warning_("unparsable", "warning", f"{path}: cannot parse {value!r} as {what}; treated as unknown", path)
+        )
+
+    def num(self, path: str, *, hexa: bool = False, unset_is_none: bool = False) -> Optional[int]:
+        t = self.r.text(path)
+        if t is None or t == "":
+            return None
+        try:
+            v = parse_hex(t) if hexa else parse_int(t)
+        except ValueError:
+            self._bad(path, t, "a hex number" if hexa else "a number")
+            return None
+        if unset_is_none and v == U64_MAX:
+            return None
+        return v
+
+    def flag(self, path: str) -> Optional[bool]:
+        t = self.r.text(path)
+        if t is None or t == "":
+            return None
+        low = t.lower()
+        if low in ("1", "y", "yes", "true", "on"):
+            return True
+        if low in ("0", "n", "no", "false", "off"):
+            return False
+        self._bad(path, t, "a boolean")
+        return None
+
+    def nodelist(self, path: str) -> Optional[Tuple[int, ...]]:
+        t = self.r.text(path)
+        if t is None:
+            return None
+        try:
+            return parse_nodelist(t, limit=1 << 16)
+        except ValueError:
+            self._bad(path, t, "a list")
+            return None
+
+    def guarded(self, what: str, fn: Callable[[], T]) -> Optional[T]:
+        """Run a per-device reader; a device that vanished is skipped, not fatal."""
+        try:
+            return fn()
+        except Vanished as v:
+            self.vanished.append(what)
+            self.r.notes.append((v.path, f"{what} vanished during the scan"))
+            return None
+
+    # -- CXL bus --------------------------------------------------------------------------
+    def cxl(self) -> Tuple[List[Port], List[Decoder], List[Memdev], List[Region]]:
+        names = self.r.listdir(CXL_DEVICES)
+        parents: Dict[str, str] = {}
+        for n in names:
+            if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
+                real = self.guarded(n, lambda n=n: self.r.realpath(f"{CXL_DEVICES}/{n}"))
+                if real is not None:
+                    parents[n] = os.path.basename(os.path.dirname(real))
+        ports: List[Port] = []
+        for n in names:
+            if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
+                p = self.guarded(n, lambda n=n: self.port(n, parents.get(n)))
+                if p is not None:
+                    ports.append(p)
+        kinds = {p.name: p.kind for p in ports}
+        memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
+        decoders: List[Decoder] = []
+        for n in names:
+            if n.startswith("decoder") and n in parents:
+                owner = parents[n]
+                kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
+                d = self.guarded(n, lambda n=n, o=owner, k=kind: self.decoder(n, o, k, memdev_of_ep.get(o)))
+                if d is not None:
+                    decoders.append(d)
+        ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
+        memdevs: List[Memdev] = []
+        for n in names:
+            if _is("mem")(n):
+                m = self.guarded(n, lambda n=n: self.memdev(n, parents.get(n), ep_of_mem.get(n)))
+                if m is not None:
+                    memdevs.append(m)
+        dec_by_name = {d.name: d for d in decoders}
+        regions: List[Region] = []
+        for n in names:
+            if _is("region")(n):
+                rg = self.guarded(n, lambda n=n: self.region(n, parents.get(n), dec_by_name))
+                if rg is not None:
+                    regions.append(rg)
+        ports = self._with_host_bridges(ports)
+        return ports, decoders, memdevs, regions
+
+    def _with_host_bridges(self, ports: List[Port]) -> List[Port]:
+        by_name = {p.name: p for p in ports}
+        out = []
+        for p in ports:
+            hb: Optional[str] = None
+            cur: Optional[Port] = p
+            seen: Set[str] = set()
+            while cur is not None and cur.name not in seen:
+                seen.add(cur.name)
+                if cur.depth == 1:
+                    hb = cur.name
+                    break
+                cur = by_name.get(cur.parent or "")
+            out.append(p._replace(host_bridge=hb))
+        return out
+
+    def port(self, name: str, parent: Optional[str]) -> Port:
+        dev = f"{CXL_DEVICES}/{name}"
+        host = self.r.link(f"{dev}/uport")
+        dports = []
+        for dp in self.r.listdir(dev, _is("dport")):
+            target = self.r.link(f"{dev}/{dp}")
+            if target is None:
+                continue
+            alias = self.r.link(f"{dev}/{dp}/firmware_node")
+            if alias == target:
+                alias = None
+            dports.append(Dport(int(dp[5:]), target, alias))
+        decoders = tuple(self.r.listdir(dev, lambda n: n.startswith("decoder")))
+        if name.startswith("root"):
+            kind, depth, par = "root", 0, None
+        else:
+            kind = "endpoint" if name.startswith("endpoint") else "port"
+            depth, par = -1, parent  # depth fixed up by the caller's tree walk
+        return Port(
+            name=name,
+            kind=kind,
+            depth=depth,
+            parent=par,
+            host=host,
+            parent_dport=None if kind == "root" else self.r.link(f"{dev}/parent_dport"),
+            dports=tuple(dports),
+            decoders=decoders,
+            decoders_committed=self.num(f"{dev}/decoders_committed"),
+            memdev=host if kind == "endpoint" else None,
+            provider=("cxl_test" if host == "cxl_acpi.0" else "ACPI.CXL") if kind == "root" else None,
+        )
+
+    def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
+        dev = f"{CXL_DEVICES}/{name}"
+        targets: Tuple[int, ...] = ()
+        if kind != "endpoint":
+            tl = self.r.text(f"{dev}/target_list")
+            if tl:
+                try:
+                    targets = tuple(int(x) for x in tl.split(",") if x.strip())
+                except ValueError:
+                    self._bad(f"{dev}/target_list", tl, "a comma-separated list")
+        region = self.r.text(f"{dev}/region") if kind != "root" else None
+        return Decoder(
+            name=name,
+            port=port,
+            kind=kind,
+            resource=self.num(f"{dev}/start", unset_is_none=True),
+            size=self.num(f"{dev}/size"),
+            interleave_ways=self.num(f"{dev}/interleave_ways"),
+            interleave_granularity=self.num(f"{dev}/interleave_granularity"),
+            locked=self.flag(f"{dev}/locked"),
+            target_list=targets,
+            region=region or None,
+            cap_pmem=self.flag(f"{dev}/cap_pmem") if kind == "root" else None,
+            cap_ram=self.flag(f"{dev}/cap_ram") if kind == "root" else None,
+            cap_type2=self.flag(f"{dev}/cap_type2") if kind == "root" else None,
+            cap_type3=self.flag(f"{dev}/cap_type3") if kind == "root" else None,
+            qos_class=self.num(f"{dev}/qos_class") if kind == "root" else None,
+            target_type=self.r.text(f"{dev}/target_type") if kind != "root" else None,
+            mode=(self.r.text(f"{dev}/mode") or None) if kind == "endpoint" else None,
+            dpa_resource=self.num(f"{dev}/dpa_resource", unset_is_none=True) if kind == "endpoint" else None,
+            dpa_size=self.num(f"{dev}/dpa_size") if kind == "endpoint" else None,
+            memdev=memdev,
+        )
+
+    def memdev(self, name: str, parent: Optional[str], endpoint: Optional[str]) -> Memdev:
+        dev = f"{CXL_DEVICES}/{name}"
+        numa = self.num(f"{dev}/numa_node")
+        return Memdev(
+            name=name,
+            ram_size=self.num(f"{dev}/ram/size"),
+            pmem_size=self.num(f"{dev}/pmem/size"),
+            ram_qos_class=self.num(f"{dev}/ram/qos_class"),
+            pmem_qos_class=self.num(f"{dev}/pmem/qos_class"),
+            serial=self.num(f"{dev}/serial"),
+            firmware_version=self.r.text(f"{dev}/firmware_version") or None,
+            host=parent,
+            numa_node=numa if numa is not None and numa >= 0 else None,
+            security_state=self.r.text(f"{dev}/security/state"),
+            payload_max=self.num(f"{dev}/payload_max"),
+            label_storage_size=self.num(f"{dev}/label_storage_size"),
+            endpoint=endpoint,
+            driver=self.r.link(f"{dev}/driver"),
+            chardev=self.r.exists(f"{dev}/dev"),
+        )
+
+    def coords(self, base: str) -> Optional[Coordinates]:
+        if not self.r.isdir(base):
+            return None
+        c = Coordinates(
+            read_bandwidth=self.num(f"{base}/read_bandwidth"),
+            write_bandwidth=self.num(f"{base}/write_bandwidth"),
+            read_latency=self.num(f"{base}/read_latency"),
+            write_latency=self.num(f"{base}/write_latency"),
+        )
+        return None if c == Coordinates() else c
+
+    def region(self, name: str, root_decoder: Optional[str], decoders: Dict[str, Decoder]) -> Region:
+        dev = f"{CXL_DEVICES}/{name}"
+        ways = self.num(f"{dev}/interleave_ways")
+        targets = []
+        for i in range(min(ways or 0, 16)):
+            t = self.r.text(f"{dev}/target{i}")
+            if t:
+                d = decoders.get(t)
+                targets.append(RegionTarget(i, t, d.memdev if d else None))
+        dax_regions = self.r.listdir(dev, _is("dax_region"))
+        dax_region = dax_regions[0] if dax_regions else None
+        dax_devs: Tuple[str, ...] = ()
+        if dax_region:
+            dax_devs = tuple(self.r.listdir(f"{dev}/{dax_region}", lambda n: _DAX_NAME.match(n) is not None))
+        commit = self.flag(f"{dev}/commit")
+        return Region(
+            name=name,
+            root_decoder=root_decoder,
+            mode=self.r.text(f"{dev}/mode") or None,
+            size=self.num(f"{dev}/size"),
+            resource=self.num(f"{dev}/resource", unset_is_none=True),
+            interleave_ways=ways,
+            interleave_granularity=self.num(f"{dev}/interleave_granularity"),
+            uuid=self.r.text(f"{dev}/uuid") or None,
+            committed=commit,
+            driver=self.r.link(f"{dev}/driver"),
+            targets=tuple(targets),
+            access0=self.coords(f"{dev}/access0"),
+            access1=self.coords(f"{dev}/access1"),
+            dax_region=dax_region,
+            dax_devices=dax_devs,
+        )
+
+    # -- DAX bus ----------------------------------------------------------------------------
+    def dax(self, name: str) -> DaxDevice:
+        dev = f"{DAX_DEVICES}/{name}"
+        real = self.r.realpath(dev)
+        parent = os.path.dirname(real)
+        pbase = os.path.basename(parent)
+        gbase = os.path.basename(os.path.dirname(parent))
+        region = gbase if _is("region")(gbase) else None
+        provider = "cxl" if region else ("hmem" if pbase.startswith("hmem") else "other")
+        driver = self.r.link(f"{dev}/driver")
+        target = self.num(f"{dev}/target_node")
+        numa = self.num(f"{dev}/numa_node")
+        path = parent[len("/sys/devices"):] if parent.startswith("/sys/devices/") else parent
+        return DaxDevice(
+            name=name,
+            size=self.num(f"{dev}/size"),
+            target_node=target if target is not None and target >= 0 else None,
+            numa_node=numa if numa is not None and numa >= 0 else None,
+            align=self.num(f"{dev}/align"),
+            resource=self.num(f"{dev}/resource"),
+            memmap_on_memory=self.flag(f"{dev}/memmap_on_memory"),
+            driver=driver,
+            mode=_DRIVER_MODE.get(driver or "", driver),
+            region=region,
+            provider=provider,
+            dax_region_path=path,
+        )
+
+    # -- NUMA -------------------------------------------------------------------------------
+    def node(self, nid: int, cpu_nodes: Tuple[int, ...], mem_nodes: Tuple[int, ...]) -> Node:
+        dev = f"{NODE_DIR}/node{nid}"
+        cpus = self.nodelist(f"{dev}/cpulist") or ()
+        mi_text = self.r.text(f"{dev}/meminfo")
+        mi = parse_meminfo(mi_text) if mi_text else {}
+        if mi_text and "MemTotal" not in mi:
+            self._bad(f"{dev}/meminfo", mi_text[:40], "node meminfo")
+        dist_t = self.r.text(f"{dev}/distance")
+        dist: Tuple[int, ...] = ()
+        if dist_t:
+            try:
+                dist = tuple(int(x) for x in dist_t.split())
+            except ValueError:
+                self._bad(f"{dev}/distance", dist_t, "a distance row")
+        blocks = []
+        for b in self.r.listdir(dev, _is("memory")):
+            bid = int(b[6:])
+            blk = self.guarded(b, lambda b=b, bid=bid: self.block(f"{dev}/{b}", bid, nid))
+            if blk is not None:
+                blocks.append(blk)
+        return Node(
+            id=nid,
+            cpus=cpus,
+            has_cpu=nid in cpu_nodes if cpu_nodes else bool(cpus),
+            has_memory=nid in mem_nodes if mem_nodes else bool(mi.get("MemTotal")),
+            mem_total=mi.get("MemTotal"),
+            mem_free=mi.get("MemFree"),
+            distance=dist,
+            access0=self.coords(f"{dev}/access0/initiators"),
+            access1=self.coords(f"{dev}/access1/initiators"),
+            memory_blocks=tuple(blocks),
+            tier=None,
+        )
+
+    def block(self, path: str, bid: int, nid: int) -> MemoryBlock:
+        state = self.r.text(path + "/state")
+        zones = self.r.text(path + "/valid_zones")
+        zone = zones.split()[0] if zones else None
+        return MemoryBlock(bid, nid, state, zone)
+
+    def tiers(self) -> List[Tier]:
+        out = []
+        for t in self.r.listdir(TIER_DIR, _is("memory_tier")):
+            nodes = self.nodelist(f"{TIER_DIR}/{t}/nodelist")
+            if nodes is None:  # the ABI document calls it 'nodes'; accept both
+                nodes = self.nodelist(f"{TIER_DIR}/{t}/nodes")
+            out.append(Tier(int(t[len("memory_tier"):]), nodes or ()))
+        return out
+
+    def weighted_interleave(self) -> WeightedInterleave:
+        if not self.r.isdir(WI_DIR):
+            return WeightedInterleave(False, {}, None)
+        weights = {}
+        for n in self.r.listdir(WI_DIR, _is("node")):
+            w = self.num(f"{WI_DIR}/{n}")
+            if w is not None:
+                weights[int(n[4:])] = w
+        return WeightedInterleave(True, weights, self.flag(f"{WI_DIR}/auto"))
+
+    # -- whole scan -------------------------------------------------------------------------
+    def run(self) -> Inventory:
+        r = self.r
+        kernel = r.text(OSRELEASE)
+        ports, decoders, memdevs, regions = self.cxl()
+        ports = _fix_depths(ports)
+        buses = [p for p in ports if p.kind == "root"]
+        endpoints = [p for p in ports if p.kind == "endpoint"]
+        plain_ports = [p for p in ports if p.kind == "port"]
+
+        dax: List[DaxDevice] = []
+        for n in r.listdir(DAX_DEVICES, lambda n: _DAX_NAME.match(n) is not None):
+            d = self.guarded(n, lambda n=n: self.dax(n))
+            if d is not None:
+                dax.append(d)
+
+        cpu_nodes = self.nodelist(f"{NODE_DIR}/has_cpu") or ()
+        mem_nodes = self.nodelist(f"{NODE_DIR}/has_memory") or ()
+        nodes: List[Node] = []
+        for n in r.listdir(NODE_DIR, _is("node")):
+            nd = self.guarded(n, lambda n=n: self.node(int(n[4:]), cpu_nodes, mem_nodes))
+            if nd is not None:
+                nodes.append(nd)
+        block_size = self.num(f"{MEMORY_DIR}/block_size_bytes", hexa=True)
+        tiers = self.tiers()
+        knobs = []
+        for kname, kpath in KNOB_PATHS:
+            v = r.text(kpath)
+            knobs.append(Knob(kname, kpath, v, v is not None))
+        wi = self.weighted_interleave()
+        inv = Inventory(
+            kernel=kernel,
+            buses=tuple(buses),
+            ports=tuple(plain_ports),
+            endpoints=tuple(endpoints),
+            decoders=tuple(decoders),
+            memdevs=tuple(memdevs),
+            regions=tuple(regions),
+            dax_devices=tuple(dax),
+            nodes=tuple(nodes),
+            tiers=tuple(tiers),
+            knobs=tuple(knobs),
+            weighted_interleave=wi,
+            memory_block_size=block_size,
+            totals=Totals(0, 0, 0, 0, 0),
+            warnings=(),
+            notes=(),
+        )
+        from .derive import derive  # pure post-processing, kept apart from the reads
+
+        return derive(inv, self.warnings, r.notes, self.vanished)
+
+
+def _fix_depths(ports: List[Port]) -> List[Port]:
+    """Depth = distance from the root, as libcxl computes it (root 0, host bridge 1, …)."""
+    by_name = {p.name: p for p in ports}
+    memo: Dict[str, int] = {}
+
+    def depth(p: Port, guard: int = 0) -> int:
+        if p.kind == "root":
+            return 0
+        if p.name in memo:
+            return memo[p.name]
+        parent = by_name.get(p.parent or "")
+        d = 1 if parent is None or guard > 64 else depth(parent, guard + 1) + 1
+        memo[p.name] = d
+        return d
+
+    return [p._replace(depth=depth(p)) for p in ports]
+
+
+def scan(root: str = "/", reader: Optional[Reader] = None) -> Inventory:
+    """Scan the tree under ``root``; retried once when devices vanish mid-scan."""
+    r = reader or Reader(root)
+    s = _Scan(r)
+    inv = s.run()
+    if s.vanished:
+        r.notes.clear()
+        s2 = _Scan(r)
+        inv = s2.run()
+        if s2.vanished:
+            extra = Warning_(
+                "vanished",
+                "warning",
+                "devices changed during two scans in a row ("
+                + ", ".join(sorted(set(s2.vanished)))
+                + "); the result may be incomplete — run again once hot-plug activity settles",
+            )
+            inv = inv._replace(warnings=inv.warnings + (extra,))
+    return inv

@@ -1,0 +1,230 @@
+"""The ``status --json`` document: the inventory in ``cxl list``'s vocabulary.
+
+The schema is documented in docs/json-schema.md; bump ``SCHEMA_VERSION`` on any
+incompatible change (renamed/removed key or changed type).  Keys whose value is
+unknown are present with ``null`` (unlike ``cxl list``, which omits them), so a
+consumer can tell "unknown" from "this cxlctl does not know the key".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from .model import Coordinates, DaxDevice, Decoder, Inventory, Memdev, Node, Port, Region
+
+SCHEMA_VERSION = 1
+
+J = Dict[str, Any]
+
+
+def _coords(c: Optional[Coordinates]) -> Optional[J]:
+    return None if c is None else dict(c._asdict())
+
+
+def _dports(p: Port) -> List[J]:
+    return [{"dport": d.name, "alias": d.alias, "id": d.id} for d in p.dports]
+
+
+def bus(p: Port) -> J:
+    return {
+        "bus": p.name,
+        "provider": p.provider,
+        "host": p.host,
+        "nr_dports": len(p.dports),
+        "dports": _dports(p),
+        "decoders": list(p.decoders),
+    }
+
+
+def port(p: Port) -> J:
+    key = "endpoint" if p.kind == "endpoint" else "port"
+    out: J = {
+        key: p.name,
+        "host": p.host,
+        "parent": p.parent,
+        "parent_dport": p.parent_dport,
+        "depth": p.depth,
+        "host_bridge": p.host_bridge,
+        "decoders_committed": p.decoders_committed,
+        "decoders": list(p.decoders),
+    }
+    if p.kind == "endpoint":
+        out["memdev"] = p.memdev
+    else:
+        out["nr_dports"] = len(p.dports)
+        out["dports"] = _dports(p)
+    return out
+
+
+def decoder(d: Decoder, inv: Optional[Inventory] = None) -> J:
+    out: J = {
+        "decoder": d.name,
+        "port": d.port,
+        "kind": d.kind,
+        "resource": d.resource,
+        "size": d.size,
+        "interleave_ways": d.interleave_ways,
+        "interleave_granularity": d.interleave_granularity,
+        "locked": d.locked,
+    }
+    if d.size == 0:
+        out["state"] = "disabled"
+    if d.kind != "endpoint":
+        dports: Dict[int, Optional[str]] = {}
+        if inv is not None:
+            owner = next((p for p in inv.buses + inv.ports if p.name == d.port), None)
+            if owner is not None:
+                dports = {x.id: x.name for x in owner.dports}
+        out["nr_targets"] = len(d.target_list)
+        out["targets"] = [
+            {"position": i, "id": t, "target": dports.get(t)} for i, t in enumerate(d.target_list)
+        ]
+    if d.kind == "root":
+        out.update(
+            {
+                "volatile_capable": d.cap_ram,
+                "pmem_capable": d.cap_pmem,
+                "accelmem_capable": d.cap_type2,
+                "type3_capable": d.cap_type3,
+                "qos_class": d.qos_class,
+            }
+        )
+    else:
+        out["region"] = d.region
+        out["target_type"] = d.target_type
+    if d.kind == "endpoint":
+        out.update({"mode": d.mode, "dpa_resource": d.dpa_resource, "dpa_size": d.dpa_size, "memdev": d.memdev})
+    return out
+
+
+def memdev(m: Memdev) -> J:
+    total = (m.ram_size or 0) + (m.pmem_size or 0)
+    return {
+        "memdev": m.name,
+        "ram_size": m.ram_size,
+        "pmem_size": m.pmem_size,
+        "ram_qos_class": m.ram_qos_class,
+        "pmem_qos_class": m.pmem_qos_class,
+        "serial": m.serial,
+        "numa_node": m.numa_node,
+        "host": m.host,
+        "firmware_version": m.firmware_version,
+        "security_state": m.security_state,
+        "payload_max": m.payload_max,
+        "label_storage_size": m.label_storage_size,
+        "endpoint": m.endpoint,
+        "driver": m.driver,
+        "state": None if m.driver else "disabled",
+        "chardev": m.chardev,
+        "dpa_allocated": m.dpa_allocated,
+        "unassigned_size": max(0, total - m.dpa_allocated),
+        "regions": list(m.regions),
+    }
+
+
+def region(r: Region, inv: Inventory) -> J:
+    nodes = sorted({d.target_node for d in inv.dax_devices if d.name in r.dax_devices and d.target_node is not None})
+    return {
+        "region": r.name,
+        "decoder": r.root_decoder,
+        "resource": r.resource,
+        "size": r.size,
+        "type": r.mode,
+        "interleave_ways": r.interleave_ways,
+        "interleave_granularity": r.interleave_granularity,
+        "decode_state": None if r.committed is None else ("commit" if r.committed else "reset"),
+        "uuid": r.uuid,
+        "driver": r.driver,
+        "targets": [t.memdev for t in r.targets],
+        "mappings": [{"position": t.position, "memdev": t.memdev, "decoder": t.decoder} for t in r.targets],
+        "dax_region": r.dax_region,
+        "dax_devices": list(r.dax_devices),
+        "nodes": nodes,
+        "access0": _coords(r.access0),
+        "access1": _coords(r.access1),
+    }
+
+
+def dax(d: DaxDevice) -> J:
+    return {
+        "chardev": d.name,
+        "size": d.size,
+        "target_node": d.target_node,
+        "numa_node": d.numa_node,
+        "align": d.align,
+        "resource": d.resource,
+        "mode": d.mode,
+        "driver": d.driver,
+        "memmap_on_memory": d.memmap_on_memory,
+        "region": d.region,
+        "provider": d.provider,
+        "path": d.dax_region_path,
+        "online_memblocks": d.online_memblocks,
+        "total_memblocks": d.total_memblocks,
+        "movable": None if not d.zones else d.zones == ("Movable",),
+        "zones": list(d.zones),
+    }
+
+
+def node(n: Node, inv: Inventory) -> J:
+    zones: Dict[str, int] = {}
+    online = 0
+    for b in n.memory_blocks:
+        if (b.state or "").startswith("online"):
+            online += 1
+            zones[b.zone or "unknown"] = zones.get(b.zone or "unknown", 0) + 1
+    return {
+        "id": n.id,
+        "kind": n.kind,
+        "cpus": list(n.cpus),
+        "has_cpu": n.has_cpu,
+        "has_memory": n.has_memory,
+        "mem_total": n.mem_total,
+        "mem_free": n.mem_free,
+        "tier": n.tier,
+        "distance": list(n.distance),
+        "access0": _coords(n.access0),
+        "access1": _coords(n.access1),
+        "memory_blocks": {"total": len(n.memory_blocks), "online": online, "zones": zones},
+        "weight": inv.weighted_interleave.weights.get(n.id),
+        "regions": list(n.regions),
+        "memdevs": list(n.memdevs),
+        "dax_devices": list(n.dax_devices),
+    }
+
+
+def to_dict(inv: Inventory) -> J:
+    from . import __version__
+
+    wi = inv.weighted_interleave
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "cxlctl_version": __version__,
+        "kernel": inv.kernel,
+        "cxl_present": inv.has_cxl,
+        "buses": [bus(p) for p in inv.buses],
+        "ports": [port(p) for p in inv.ports],
+        "endpoints": [port(p) for p in inv.endpoints],
+        "decoders": [decoder(d, inv) for d in inv.decoders],
+        "memdevs": [memdev(m) for m in inv.memdevs],
+        "regions": [region(r, inv) for r in inv.regions],
+        "dax_devices": [dax(d) for d in inv.dax_devices],
+        "nodes": [node(n, inv) for n in inv.nodes],
+        "tiers": [{"tier": t.id, "name": f"memory_tier{t.id}", "nodes": list(t.nodes)} for t in inv.tiers],
+        "knobs": {k.name: {"value": k.value, "path": k.path, "supported": k.supported} for k in inv.knobs},
+        "weighted_interleave": {
+            "supported": wi.supported,
+            "auto": wi.auto,
+            "weights": {str(k): v for k, v in sorted(wi.weights.items())},
+        },
+        "memory_block_size": inv.memory_block_size,
+        "totals": dict(inv.totals._asdict()),
+        "warnings": [dict(w._asdict()) for w in inv.warnings],
+        "notes": [{"path": p, "note": n} for p, n in inv.notes],
+    }
+
+
+def dumps(inv: Inventory) -> str:
+    import json
+
+    return json.dumps(to_dict(inv), indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,139 @@
+"""Pure parsers and formatters for sysfs values and user input.
+
+Strict by design (see the reference's input-safety notes): node lists and sizes
+reject trailing junk, negatives and overflow instead of guessing, and every
+parser raises ``ValueError`` with a message that names the problem.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, Optional, Tuple
+
+U64_MAX = (1 << 64) - 1
+MAX_NODES = 1 << 10  # the kernel's MAX_NUMNODES is at most 1024
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+def parse_int(text: str) -> int:
+    """Decimal, or hex when prefixed with 0x (sysfs mixes both)."""
+    t = text.strip()
+    if t.lower().startswith(("0x", "-0x")):
+        return int(t, 16)
+    return int(t, 10)
+
+
+def parse_hex(text: str) -> int:
+    """Hex with or without ``0x`` (``block_size_bytes`` has none, ``dpa_size`` is zero-padded)."""
+    t = text.strip()
+    if not t:
+        raise ValueError("empty value")
+    return int(t, 16)
+
+
+def parse_nodelist(text: str, limit: int = MAX_NODES) -> Tuple[int, ...]:
+    """Parse ``0-3,5,7-8`` (the kernel's ``%*pbl`` and numactl's grammar) strictly.
+
+    Returns the sorted, de-duplicated ids.  An empty string is the empty set (the
+    kernel prints that for, e.g., a node without CPUs).
+    """
+    t = text.strip()
+    if not t:
+        return ()
+    out = set()
+    for part in t.split(","):
+        p = part.strip()
+        if not p:
+            raise ValueError(f"empty element in list {text!r}")
+        lo_s, sep, hi_s = p.partition("-")
+        if not lo_s.isdigit() or (sep and not hi_s.isdigit()):
+            raise ValueError(f"bad element {p!r} in list {text!r}: expected N or N-M")
+        lo = int(lo_s)
+        hi = int(hi_s) if sep else lo
+        if hi < lo:
+            raise ValueError(f"bad range {p!r} in list {text!r}: end before start")
+        if hi >= limit:
+            raise ValueError(f"{hi} in list {text!r} is out of range (max {limit - 1})")
+        out.update(range(lo, hi + 1))
+    return tuple(sorted(out))
+
+
+def format_nodelist(ids: Iterable[int]) -> str:
+    """Inverse of :func:`parse_nodelist`, compressing runs: (0,1,2,5) → ``0-2,5``."""
+    s = sorted(set(ids))
+    parts = []
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        parts.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``512M``/``4G``/``1T``/``4096`` (K/M/G/T/P as powers of 1024, like ndctl).
+
+    An optional trailing ``B``/``iB`` is accepted (``4GiB``).  Fractions are accepted
+    when they come out to whole bytes (``1.5G``).
+    """
+    t = text.strip().upper()
+    if not t:
+        raise ValueError("empty size")
+    for tail in ("IB", "B"):
+        if t.endswith(tail) and len(t) > len(tail) and not t[-len(tail) - 1].isdigit():
+            t = t[: -len(tail)]
+            break
+        if tail == "B" and t.endswith("B") and t[:-1].isdigit():
+            t = t[:-1]
+            break
+    unit = t[-1] if t[-1] in _SUFFIX and t[-1] != "" else ""
+    num = t[:-1] if unit else t
+    if not num or not all(c.isdigit() or c == "." for c in num) or num.count(".") > 1 or num in (".",):
+        raise ValueError(f"bad size {text!r}: expected a number with an optional K/M/G/T suffix")
+    mult = _SUFFIX[unit]
+    if "." in num:
+        whole, frac = num.split(".")
+        scaled = int(whole or "0") * mult + (int(frac or "0") * mult) // (10 ** len(frac))
+        if (int(frac or "0") * mult) % (10 ** len(frac)):
+            raise ValueError(f"size {text!r} is not a whole number of bytes")
+        value = scaled
+    else:
+        value = int(num) * mult
+    if value > U64_MAX:
+        raise ValueError(f"size {text!r} is too large")
+    return value
+
+
+def format_size(n: Optional[int]) -> str:
+    """Human size with binary units, as ``cxl list -u`` prints them (``512.00 MiB``)."""
+    if n is None:
+        return "-"
+    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult:
+            v = n / mult
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n} B"
+
+
+def parse_meminfo(text: str) -> Dict[str, int]:
+    """``Node 0 MemTotal:  123 kB`` lines (or ``/proc/meminfo``'s) → {key: bytes}.
+
+    Lines that do not parse are skipped; the caller decides whether a missing key
+    deserves a warning.
+    """
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        key = key.split()[-1] if key.split() else key
+        fields = rest.split()
+        if not fields or not fields[0].isdigit():
+            continue
+        val = int(fields[0])
+        if len(fields) > 1 and fields[1].lower() == "kb":
+            val *= 1024
+        out[key] = val
+    return out

@@ -1,0 +1,112 @@
+"""``cxlctl record DEST``: copy exactly what the inventory reads into a tree.
+
+The recorder runs one scan with access logging on, then re-creates every touched
+path under DEST — directories, files (with the very bytes the scan parsed) and
+symlinks (kept relative, as the kernel makes them) — and writes a manifest plus
+the ``status --json`` of that same scan.  Because the copy holds the bytes the
+scan saw, ``cxlctl --root DEST status --json`` reproduces that document exactly.
+
+Used both to make test fixtures in the QEMU VM and as a bug-report attachment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from typing import Any, Dict, Optional, Set
+
+from .sysfs import Reader
+
+MANIFEST = "cxlctl-record.json"
+STATUS = "cxlctl-status.json"
+
+
+class RecordError(Exception):
+    pass
+
+
+def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen: Set[str], depth: int = 0) -> None:
+    """Re-create ``path`` (absolute-looking, under the root) in ``dest``, links included.
+
+    Walks the path one component at a time, like realpath(3): a component that is a
+    symlink is re-created as the same (relative) link and the walk continues at its
+    target, so ``/sys/bus/cxl/devices/mem0/serial`` brings the link and the real
+    device directory with it.  ``data`` is what the scan read at ``path`` (None for
+    paths that were only listed, link-read or checked for existence).
+    """
+    if depth > 40:
+        return  # link loop; nothing sane to copy
+    parts = [p for p in path.split("/") if p]
+    cur = ""
+    for i, part in enumerate(parts):
+        cand = f"{cur}/{part}"
+        src = src_root.rstrip("/") + cand if src_root != "/" else cand
+        dst = dest + cand
+        last = i == len(parts) - 1
+        if os.path.islink(src):
+            target = os.readlink(src)
+            if os.path.isabs(target):  # keep the copy self-contained: make it relative
+                target = os.path.relpath(target, os.path.dirname(cand) or "/")
+            if not os.path.lexists(dst):
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.symlink(target, dst)
+            resolved = os.path.normpath(os.path.join(os.path.dirname(cand) or "/", target))
+            rest = "/".join(parts[i + 1 :])
+            _copy_path(src_root, dest, resolved + ("/" + rest if rest else ""), data, seen, depth + 1)
+            return
+        if not os.path.lexists(src):
+            return
+        if os.path.isdir(src):
+            os.makedirs(dst, exist_ok=True)
+        elif last and data is not None:
+            seen.add(cand)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst, "wb") as f:
+                f.write(data)
+        cur = cand
+
+
+def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
+    """Scan ``root`` and write the record to ``dest``; returns the manifest."""
+    from . import __version__
+    from .inventory import scan
+    from .jsonview import to_dict
+
+    if os.path.exists(dest) and os.listdir(dest) and not force:
+        raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
+    reader = Reader(root, log=True)
+    inv = scan(root, reader)
+    os.makedirs(dest, exist_ok=True)
+    seen: Set[str] = set()
+    assert reader.log is not None
+    for path in sorted(reader.log):
+        _copy_path(reader.root, os.path.abspath(dest), path, reader.captured(path), seen)
+    manifest: Dict[str, Any] = {
+        "format": 1,
+        "cxlctl_version": __version__,
+        "kernel": inv.kernel,
+        "uname": " ".join(platform.uname()),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "as_root": os.geteuid() == 0,
+        "source_root": reader.root,
+        "files": len(seen),
+        "paths_touched": len(reader.log),
+    }
+    with open(os.path.join(dest, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(dest, STATUS), "w") as f:
+        json.dump(to_dict(inv), f, indent=2)
+        f.write("\n")
+    return manifest
+
+
+def read_manifest(root: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(root, MANIFEST)) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None

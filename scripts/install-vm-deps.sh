@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Install what the VM test tier needs on a Debian 12 (bookworm) machine, as root:
+#   QEMU 10 (bookworm-backports), the guest-side tools (ndctl, daxctl, numactl, udev, kmod),
+#   Debian's 6.12 and 6.1 kernels (extracted, not installed: the host keeps its own kernel),
+#   and virtme-ng.  Idempotent: reruns only do what is missing.  Downloads are cached in
+#   $CXLCTL_VM_CACHE (default /var/cache/cxlctl-vm) so a second run costs nothing.
+# Why a script and not docs: CI runs on a fresh machine and must install everything itself.
+set -euo pipefail
+
+CACHE=${CXLCTL_VM_CACHE:-/var/cache/cxlctl-vm}
+VENV=${1:-}
+mkdir -p "$CACHE"
+export DEBIAN_FRONTEND=noninteractive
+
+if [ ! -f /etc/apt/sources.list.d/backports.sources ] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  cat > /etc/apt/sources.list.d/backports.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+
+need_apt=0
+for cmd in qemu-system-x86_64 cxl daxctl numactl udevadm modprobe busybox; do
+  command -v "$cmd" >/dev/null 2>&1 || need_apt=1
+done
+if [ "$need_apt" = 1 ] || ! qemu-system-x86_64 --version 2>/dev/null | grep -q 'version 1[0-9]'; then
+  apt-get update -qq
+  apt-get install -y -qq -t bookworm-backports qemu-system-x86 >/dev/null
+  apt-get install -y -qq kmod ndctl daxctl numactl udev busybox-static >/dev/null
+fi
+
+# Kernels: newest 6.12 and newest 6.1 Debian builds, unsigned flavour.
+fetch_kernel() {  # $1 = name pattern for apt-cache search
+  local pkg deb k
+  pkg=$(apt-cache search --names-only "$1" | awk '{print $1}' | grep -v -e cloud -e '-rt-' -e dbg | sort -V | tail -n1)
+  if [ -z "$pkg" ]; then apt-get update -qq; pkg=$(apt-cache search --names-only "$1" | awk '{print $1}' | grep -v -e cloud -e '-rt-' -e dbg | sort -V | tail -n1); fi
+  [ -n "$pkg" ] || { echo "no kernel package matches $1" >&2; return 1; }
+  k=${pkg#linux-image-}; k=${k%-unsigned}
+  if [ ! -f "$CACHE/kernels/$k/vmlinuz" ] || [ ! -d "/lib/modules/$k/kernel" ]; then
+    deb=$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)
+    if [ -z "$deb" ]; then (cd "$CACHE" && apt-get download -qq "$pkg"); deb=$(ls "$CACHE"/"${pkg}"_*.deb | head -n1); fi
+    rm -rf "$CACHE/kroot-$k"; dpkg -x "$deb" "$CACHE/kroot-$k"
+    mkdir -p "$CACHE/kernels/$k" "/lib/modules/$k"
+    cp "$CACHE/kroot-$k/boot/vmlinuz-$k" "$CACHE/kernels/$k/vmlinuz"
+    cp -a "$CACHE/kroot-$k/lib/modules/$k/." "/lib/modules/$k/"
+    depmod "$k"
+    rm -rf "$CACHE/kroot-$k"
+  fi
+  echo "$k"
+}
+K612=$(fetch_kernel 'linux-image-6.12.*-amd64-unsigned')
+K61=$(fetch_kernel 'linux-image-6.1.0-.*-amd64-unsigned')
+printf '%s\n' "$K612" > "$CACHE/kernel-6.12"
+printf '%s\n' "$K61" > "$CACHE/kernel-6.1"
+
+PY=${VENV:+$VENV/bin/}python3
+PIP=${VENV:+$VENV/bin/}pip
+if ! ${VENV:+$VENV/bin/}vng --version >/dev/null 2>&1; then
+  "$PIP" install -q 'virtme-ng>=1.30'
+fi
+echo "vm deps ready: kernels $K612 $K61 in $CACHE/kernels"

@@ -1,0 +1,514 @@
+"""Boot a QEMU guest with emulated CXL memory and run a shell script in it.
+
+Why this exists: cxlctl reads the kernel's CXL/DAX/NUMA sysfs, and the only way
+to get a *real* kernel-made tree on a machine without CXL hardware is QEMU's
+CXL emulation.  This module wraps the verified recipe in
+``/work/shared/docs/qemu-cxl.md`` (QEMU 10 + virtme-ng + Debian 6.12/6.1
+kernels, TCG, ``-cpu max,hypervisor=off``) so tests and the fixture recorder
+can say "boot topology X on kernel Y and run this script" in one call.
+
+Boots cost 25-60 s under TCG, so the intended use is *one boot, many checks*:
+put everything a test needs into one guest script and inspect the files it
+leaves in ``$OUT``.
+
+The guest sees the host's root read-only (with overlays), so the checkout and
+the project venv work inside as they are; only the ``--rwdir`` folder writes
+through, and that is where every result (stdout, stderr, exit status) lands:
+the console is unreliable on these kernels.
+
+Guest script environment:
+
+``$OUT``    the write-through results folder (``GuestResult.outdir``)
+``$REPO``   the checkout root (derived from this file's location)
+``$PY``     the host test process's ``sys.executable`` (the venv python)
+``PYTHONDONTWRITEBYTECODE=1`` so nothing tries to write ``__pycache__`` into the
+read-only checkout.  The functions of ``tests/vm/guest-lib.sh`` are defined,
+and the CXL drivers are loaded with all memdevs enumerated.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+#: checkout root: tests/vm/harness.py -> parents[2].  Not hard-coded because CI
+#: runs from a different clone folder.
+REPO = Path(__file__).resolve().parents[2]
+#: the guest-side shell library sourced before every guest script
+GUEST_LIB = Path(__file__).resolve().parent / "guest-lib.sh"
+
+#: drivers the prelude loads, in this order (cxl_acpi first so ports exist
+#: before endpoints probe; kmem last so new dax devices become System RAM)
+GUEST_MODULES = ("cxl_acpi", "cxl_pci", "cxl_mem", "dax_cxl", "device_dax", "kmem")
+
+
+class HarnessError(RuntimeError):
+    """Base class for everything the VM harness raises."""
+
+
+class KernelNotFound(HarnessError):
+    """The requested guest kernel is not in the cache.
+
+    Raised (never skipped) on purpose: CI must install the kernels with
+    ``scripts/install-vm-deps.sh``; a silently skipped VM tier is worse than a
+    red one.
+    """
+
+
+class GuestBootError(HarnessError):
+    """The VM did not boot, did not reach the script, or timed out."""
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A guest kernel extracted by ``scripts/install-vm-deps.sh``."""
+
+    series: str  # "6.12"
+    release: str  # "6.12.117+deb12-amd64" (= uname -r in the guest)
+    vmlinuz: Path
+
+    @property
+    def modules(self) -> Path:
+        """Where virtme-ng expects its modules (the host's own /lib/modules)."""
+        return Path("/lib/modules") / self.release
+
+
+def vm_cache() -> Path:
+    """Cache folder of install-vm-deps.sh (``$CXLCTL_VM_CACHE`` overrides)."""
+    return Path(os.environ.get("CXLCTL_VM_CACHE", "/var/cache/cxlctl-vm"))
+
+
+def kernel(series: str = "6.12") -> Kernel:
+    """Look up the cached kernel of a series ("6.12", "6.1").
+
+    The release name comes from ``<cache>/kernel-<series>``, written by
+    install-vm-deps.sh, so a newer Debian point release needs no code change.
+    """
+    cache = vm_cache()
+    name_file = cache / f"kernel-{series}"
+    hint = "run scripts/install-vm-deps.sh (as root) to install the VM kernels"
+    if not name_file.is_file():
+        raise KernelNotFound(f"no kernel for series {series}: {name_file} is missing; {hint}")
+    release = name_file.read_text().strip()
+    vmlinuz = cache / "kernels" / release / "vmlinuz"
+    if not vmlinuz.is_file():
+        raise KernelNotFound(f"kernel {release}: {vmlinuz} is missing; {hint}")
+    k = Kernel(series=series, release=release, vmlinuz=vmlinuz)
+    if not (k.modules / "modules.dep").is_file():
+        raise KernelNotFound(f"kernel {release}: modules not installed in {k.modules}; {hint}")
+    return k
+
+
+# ------------------------------------------------------------------------ topologies
+
+
+@dataclass(frozen=True)
+class Region:
+    """A RAM region shape a topology can host.
+
+    ``window`` is the index N of ``cxl-fmw.N``; the kernel names its root
+    decoder ``decoder0.N`` (CFMWS entries are parsed in the order QEMU writes
+    them).  ``devices`` are QEMU ``cxl-type3`` ids; the guest finds their
+    memdevs by serial, because memdev names do not follow QEMU's device order.
+    """
+
+    window: int
+    granularity: int
+    devices: Tuple[str, ...]
+
+    @property
+    def ways(self) -> int:
+        return len(self.devices)
+
+    @property
+    def root_decoder(self) -> str:
+        return f"decoder0.{self.window}"
+
+    def create_command(self, topology: "Topology") -> str:
+        """Guest shell command that creates this region and prints its name."""
+        memdevs = " ".join(
+            f"$(memdev_by_serial {topology.serials[d]:#x})" for d in self.devices
+        )
+        return f"create_ram_region {self.root_decoder} {self.granularity} {memdevs}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A named QEMU CXL machine: description plus the qemu device arguments.
+
+    ``args`` is the text after ``-M cxl=on -m ...``; the memdev count and the
+    serials are parsed from it so adding a topology is just writing the args.
+    ``regions`` lists region shapes known to commit on it, widest first.
+    """
+
+    name: str
+    description: str
+    args: str
+    regions: Tuple[Region, ...] = ()
+
+    @property
+    def qemu_args(self) -> List[str]:
+        return shlex.split(self.args)
+
+    @property
+    def device_ids(self) -> List[str]:
+        """QEMU ids of the cxl-type3 devices, in the order of the args."""
+        return [m.group(1) for m in re.finditer(r"cxl-type3,[^\s]*?\bid=([^,\s]+)", self.args)]
+
+    @property
+    def devices(self) -> int:
+        """Number of type-3 devices, i.e. memdevs the guest must enumerate."""
+        return len(self.device_ids)
+
+    @property
+    def serials(self) -> Dict[str, int]:
+        """QEMU device id -> serial (``sn=``) as the kernel reports it."""
+        out: Dict[str, int] = {}
+        for m in re.finditer(r"cxl-type3,([^\s]+)", self.args):
+            opts = dict(kv.split("=", 1) for kv in m.group(1).split(",") if "=" in kv)
+            out[opts["id"]] = int(opts.get("sn", "0"), 0)
+        return out
+
+    @property
+    def widest(self) -> Optional[Region]:
+        """The region with the most ways (what the fixtures record)."""
+        return max(self.regions, key=lambda r: r.ways) if self.regions else None
+
+
+def _vmem(i: int, size: str) -> str:
+    return f"-object memory-backend-ram,id=vmem{i},share=on,size={size} "
+
+
+TOPOLOGIES: Dict[str, Topology] = {}
+
+
+def _add(t: Topology) -> None:
+    TOPOLOGIES[t.name] = t
+
+
+_add(
+    Topology(
+        "single",
+        "one 512 MiB volatile type-3 device behind one host bridge, one 4 GiB window",
+        _vmem(0, "512M")
+        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "-device cxl-rp,port=0,bus=cxl.1,id=root_port13,chassis=0,slot=2 "
+        "-device cxl-type3,bus=root_port13,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x1001 "
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
+        regions=(Region(0, 256, ("cxl-vmem0",)),),
+    )
+)
+
+_add(
+    Topology(
+        "hb2",
+        "two host bridges with one 256 MiB device each; one 4 GiB window interleaved "
+        "2-way across both bridges at 8 KiB",
+        _vmem(0, "256M")
+        + _vmem(1, "256M")
+        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "-device pxb-cxl,bus_nr=222,bus=pcie.0,id=cxl.2 "
+        "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
+        "-device cxl-rp,port=0,bus=cxl.2,id=rp1,chassis=0,slot=3 "
+        "-device cxl-type3,bus=rp0,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x2001 "
+        "-device cxl-type3,bus=rp1,volatile-memdev=vmem1,id=cxl-vmem1,sn=0x2002 "
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.targets.1=cxl.2,cxl-fmw.0.size=4G,"
+        "cxl-fmw.0.interleave-granularity=8k",
+        # the only window interleaves 2-way, so every region on it is 2-way
+        regions=(Region(0, 8192, ("cxl-vmem0", "cxl-vmem1")),),
+    )
+)
+
+_add(
+    Topology(
+        "switch2",
+        "one host bridge (two root ports); a switch (one upstream, two downstream "
+        "ports) on the first with two 256 MiB devices; one 4 GiB window at 4 KiB",
+        _vmem(0, "256M")
+        + _vmem(1, "256M")
+        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=0 "
+        "-device cxl-rp,port=1,bus=cxl.1,id=rp1,chassis=0,slot=1 "
+        "-device cxl-upstream,bus=rp0,id=us0 "
+        "-device cxl-downstream,port=0,bus=us0,id=swport0,chassis=0,slot=4 "
+        "-device cxl-type3,bus=swport0,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x3001 "
+        "-device cxl-downstream,port=1,bus=us0,id=swport1,chassis=0,slot=5 "
+        "-device cxl-type3,bus=swport1,volatile-memdev=vmem1,id=cxl-vmem1,sn=0x3002 "
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G,cxl-fmw.0.interleave-granularity=4k",
+        regions=(
+            Region(0, 4096, ("cxl-vmem0", "cxl-vmem1")),
+            Region(0, 4096, ("cxl-vmem0",)),
+        ),
+    )
+)
+
+_add(
+    Topology(
+        "hb2x2",
+        "two host bridges with two root ports each, one 256 MiB device per root port; "
+        "window 0 interleaves 2-way across both bridges at 8 KiB, windows 1 and 2 "
+        "each target one bridge",
+        "".join(_vmem(i, "256M") for i in range(4))
+        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "-device pxb-cxl,bus_nr=222,bus=pcie.0,id=cxl.2 "
+        "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
+        "-device cxl-rp,port=1,bus=cxl.1,id=rp1,chassis=0,slot=3 "
+        "-device cxl-rp,port=0,bus=cxl.2,id=rp2,chassis=0,slot=4 "
+        "-device cxl-rp,port=1,bus=cxl.2,id=rp3,chassis=0,slot=5 "
+        "-device cxl-type3,bus=rp0,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x4001 "
+        "-device cxl-type3,bus=rp1,volatile-memdev=vmem1,id=cxl-vmem1,sn=0x4002 "
+        "-device cxl-type3,bus=rp2,volatile-memdev=vmem2,id=cxl-vmem2,sn=0x4003 "
+        "-device cxl-type3,bus=rp3,volatile-memdev=vmem3,id=cxl-vmem3,sn=0x4004 "
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.targets.1=cxl.2,cxl-fmw.0.size=4G,"
+        "cxl-fmw.0.interleave-granularity=8k,"
+        "cxl-fmw.1.targets.0=cxl.1,cxl-fmw.1.size=4G,cxl-fmw.1.interleave-granularity=8k,"
+        "cxl-fmw.2.targets.0=cxl.2,cxl-fmw.2.size=4G,cxl-fmw.2.interleave-granularity=8k",
+        regions=(
+            # 4-way: the root interleaves across the bridges, each bridge across its ports
+            Region(0, 8192, ("cxl-vmem0", "cxl-vmem1", "cxl-vmem2", "cxl-vmem3")),
+            # 2-way on the cross-bridge window: one device per bridge
+            Region(0, 8192, ("cxl-vmem0", "cxl-vmem2")),
+            # 2-way inside one bridge (window 1 targets cxl.1 only)
+            Region(1, 8192, ("cxl-vmem0", "cxl-vmem1")),
+            # 1-way on a per-bridge window
+            Region(2, 8192, ("cxl-vmem2",)),
+        ),
+    )
+)
+
+
+def topology(name: Union[str, Topology]) -> Topology:
+    """Accept a name or a Topology; raise a clear error for unknown names."""
+    if isinstance(name, Topology):
+        return name
+    try:
+        return TOPOLOGIES[name]
+    except KeyError:
+        raise HarnessError(f"unknown topology {name!r}; known: {', '.join(TOPOLOGIES)}") from None
+
+
+# ---------------------------------------------------------------------------- guests
+
+
+@dataclass
+class GuestResult:
+    """What a guest run left behind.
+
+    ``stdout``/``stderr`` are the guest script's streams (captured to files in
+    the rwdir, not the console).  ``boot_seconds`` is host wall time from
+    launching vng until the guest script's prelude started; ``wall_seconds``
+    is the whole run.  ``outdir`` is ``$OUT`` on the host; ``console`` is the
+    vng/QEMU console log (kernel messages; handy when something fails).
+    """
+
+    returncode: int
+    stdout: str
+    stderr: str
+    outdir: Path
+    console: Path
+    boot_seconds: float
+    wall_seconds: float
+    kernel: Kernel
+    topology: Topology
+    prelude_log: str = ""
+    extra: Dict[str, str] = field(default_factory=dict)
+
+    def file(self, name: str) -> str:
+        """Text of a file the guest script left in ``$OUT``."""
+        return (self.outdir / name).read_text()
+
+    def check(self) -> "GuestResult":
+        """Raise with the script's output if it exited non-zero; else return self."""
+        if self.returncode != 0:
+            raise HarnessError(
+                f"guest script exited {self.returncode} ({self.topology.name}, "
+                f"{self.kernel.release})\n--- stdout ---\n{_tail(self.stdout)}\n"
+                f"--- stderr ---\n{_tail(self.stderr)}"
+            )
+        return self
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _find_vng() -> str:
+    """virtme-ng may live outside the venv (install-vm-deps.sh puts it in the
+    pyenv python); ``$CXLCTL_VNG`` overrides, then the venv, then PATH."""
+    cand = os.environ.get("CXLCTL_VNG")
+    if cand:
+        return cand
+    beside = Path(sys.executable).parent / "vng"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("vng")
+    if not found:
+        raise HarnessError("vng (virtme-ng) not found; run scripts/install-vm-deps.sh")
+    return found
+
+
+_RUNNER = r"""#!/bin/bash
+# Generated by tests/vm/harness.py: prelude + the test's script, results in $OUT.
+export OUT={out} REPO={repo} PY={py} PYTHONDONTWRITEBYTECODE=1
+export CXLVM_MEMDEVS={memdevs} CXLVM_SETTLE_TIMEOUT={settle}
+export PATH="$(dirname "$PY"):$PATH"
+cat /proc/uptime > {hdir}/uptime-start
+(
+  . {lib}
+  cxlvm_prelude
+) > {hdir}/prelude.log 2>&1
+echo $? > {hdir}/prelude-rc
+if [ "$(cat {hdir}/prelude-rc)" = 0 ]; then
+  ( cd "$REPO" && . {lib} && . {hdir}/script.sh ) > {hdir}/stdout.txt 2> {hdir}/stderr.txt < /dev/null
+  echo $? > {hdir}/rc
+fi
+cat /proc/uptime > {hdir}/uptime-end
+dmesg > {hdir}/dmesg.txt 2>&1
+sync
+"""
+
+
+def run_guest(
+    topology: Union[str, Topology],
+    script: str,
+    kernel: Union[str, Kernel] = "6.12",
+    timeout: float = 600,
+    memory: str = "2G",
+    workdir: Optional[Path] = None,
+    settle_timeout: int = 60,
+    extra_qemu_args: Sequence[str] = (),
+) -> GuestResult:
+    """Boot ``topology`` on ``kernel`` and run ``script`` (bash) as root in it.
+
+    One guest per call; batch checks into one script because a boot costs
+    25-60 s.  ``workdir`` (default: a fresh ``mkdtemp``, left in place for
+    inspection) becomes the ``--rwdir``; ``$OUT`` is its ``out/`` folder.
+    Returns the script's exit status and output; raises
+    :class:`GuestBootError` (with the console tail) if the guest never got
+    to run the script, the drivers did not enumerate every memdev, or the
+    run exceeded ``timeout`` seconds.
+    """
+    topo = _lookup_topology(topology)
+    kern = kernel if isinstance(kernel, Kernel) else _lookup_kernel(kernel)
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"cxlvm-{topo.name}-"))
+    base = base.resolve()
+    out = base / "out"
+    hdir = base / "harness"  # the runner's own files, kept out of $OUT
+    if hdir.exists():
+        shutil.rmtree(hdir)
+    out.mkdir(parents=True, exist_ok=True)
+    hdir.mkdir()
+    (hdir / "script.sh").write_text(script if script.endswith("\n") else script + "\n")
+    q = shlex.quote
+    (hdir / "runner.sh").write_text(
+        _RUNNER.format(
+            out=q(str(out)),
+            repo=q(str(REPO)),
+            py=q(sys.executable),
+            memdevs=topo.devices,
+            settle=int(settle_timeout),
+            hdir=q(str(hdir)),
+            lib=q(str(GUEST_LIB)),
+        )
+    )
+    qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8"]
+    qemu += topo.qemu_args + list(extra_qemu_args)
+    cmd = [
+        _find_vng(),
+        "--verbose",
+        "-r", str(kern.vmlinuz),
+        "--disable-kvm",
+        "--disable-microvm",
+        "-m", memory,
+        "--rwdir", str(base),
+        "--qemu-opts=" + " ".join(q(a) for a in qemu),
+        "--exec", f"bash {q(str(hdir / 'runner.sh'))}",
+    ]
+    console = hdir / "console.log"
+    t0 = time.monotonic()
+    with open(console, "wb") as con:
+        # own session so a timeout can kill vng *and* the qemu it started, and
+        # nothing else
+        proc = subprocess.Popen(
+            cmd, stdout=con, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=str(base),
+        )
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise GuestBootError(
+                f"guest ({topo.name}, {kern.release}) timed out after {timeout:.0f} s\n"
+                f"--- console tail ({console}) ---\n{_tail(_read(console))}"
+            ) from None
+    wall = time.monotonic() - t0
+
+    def fail(why: str) -> GuestBootError:
+        return GuestBootError(
+            f"guest ({topo.name}, {kern.release}): {why} (vng exit {proc.returncode})\n"
+            f"--- prelude log ---\n{_tail(_read(hdir / 'prelude.log'), 20)}\n"
+            f"--- console tail ({console}) ---\n{_tail(_read(console))}"
+        )
+
+    if not (hdir / "prelude-rc").exists():
+        raise fail("the guest never ran the script (boot failed?)")
+    if _read(hdir / "prelude-rc").strip() != "0":
+        raise fail("the prelude failed (drivers did not load or memdevs did not enumerate)")
+    if not (hdir / "rc").exists():
+        raise fail("the guest script's exit status was not recorded")
+    script_seconds = 0.0
+    try:
+        up0 = float(_read(hdir / "uptime-start").split()[0])
+        up1 = float(_read(hdir / "uptime-end").split()[0])
+        script_seconds = max(0.0, up1 - up0)
+    except (ValueError, IndexError):
+        pass
+    return GuestResult(
+        returncode=int(_read(hdir / "rc").strip()),
+        stdout=_read(hdir / "stdout.txt"),
+        stderr=_read(hdir / "stderr.txt"),
+        outdir=out,
+        console=console,
+        boot_seconds=round(wall - script_seconds, 1),
+        wall_seconds=round(wall, 1),
+        kernel=kern,
+        topology=topo,
+        prelude_log=_read(hdir / "prelude.log"),
+    )
+
+
+_lookup_topology = topology
+_lookup_kernel = kernel
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    """Stop the vng process group we started (vng, qemu, virtiofsd ...)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
