@@ -274,8 +274,8 @@ _add(
         "-device cxl-type3,bus=rp3,volatile-memdev=vmem3,id=cxl-vmem3,sn=0x4004 "
         "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.targets.1=cxl.2,cxl-fmw.0.size=4G,"
         "cxl-fmw.0.interleave-granularity=8k,"
-        "cxl-fmw.1.targets.0=cxl.1,cxl-fmw.1.size=4G,cxl-fmw.1.interleave-granularity=8k,"
-        "cxl-fmw.2.targets.0=cxl.2,cxl-fmw.2.size=4G,cxl-fmw.2.interleave-granularity=8k",
+        "cxl-fmw.1.targets.0=cxl.1,cxl-fmw.1.size=4G,"
+        "cxl-fmw.2.targets.0=cxl.2,cxl-fmw.2.size=4G",
         regions=(
             # 4-way: the root interleaves across the bridges, each bridge across its ports
             Region(0, 8192, ("cxl-vmem0", "cxl-vmem1", "cxl-vmem2", "cxl-vmem3")),
