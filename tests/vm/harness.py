@@ -137,11 +137,9 @@ class Region:
     def root_decoder(self) -> str:
         return f"decoder0.{self.window}"
 
-    def create_command(self, topology: "Topology") -> str:
+    def create_command(self, topology: Topology) -> str:
         """Guest shell command that creates this region and prints its name."""
-        memdevs = " ".join(
-            f"$(memdev_by_serial {topology.serials[d]:#x})" for d in self.devices
-        )
+        memdevs = " ".join(f"$(memdev_by_serial {topology.serials[d]:#x})" for d in self.devices)
         return f"create_ram_region {self.root_decoder} {self.granularity} {memdevs}"
 
 
@@ -203,8 +201,7 @@ _add(
     Topology(
         "single",
         "one 512 MiB volatile type-3 device behind one host bridge, one 4 GiB window",
-        _vmem(0, "512M")
-        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        _vmem(0, "512M") + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
         "-device cxl-rp,port=0,bus=cxl.1,id=root_port13,chassis=0,slot=2 "
         "-device cxl-type3,bus=root_port13,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x1001 "
         "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
@@ -217,9 +214,7 @@ _add(
         "hb2",
         "two host bridges with one 256 MiB device each; one 4 GiB window interleaved "
         "2-way across both bridges at 8 KiB",
-        _vmem(0, "256M")
-        + _vmem(1, "256M")
-        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        _vmem(0, "256M") + _vmem(1, "256M") + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
         "-device pxb-cxl,bus_nr=222,bus=pcie.0,id=cxl.2 "
         "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
         "-device cxl-rp,port=0,bus=cxl.2,id=rp1,chassis=0,slot=3 "
@@ -237,9 +232,7 @@ _add(
         "switch2",
         "one host bridge (two root ports); a switch (one upstream, two downstream "
         "ports) on the first with two 256 MiB devices; one 4 GiB window at 4 KiB",
-        _vmem(0, "256M")
-        + _vmem(1, "256M")
-        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        _vmem(0, "256M") + _vmem(1, "256M") + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
         "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=0 "
         "-device cxl-rp,port=1,bus=cxl.1,id=rp1,chassis=0,slot=1 "
         "-device cxl-upstream,bus=rp0,id=us0 "
@@ -261,8 +254,7 @@ _add(
         "two host bridges with two root ports each, one 256 MiB device per root port; "
         "window 0 interleaves 2-way across both bridges at 8 KiB, windows 1 and 2 "
         "each target one bridge",
-        "".join(_vmem(i, "256M") for i in range(4))
-        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "".join(_vmem(i, "256M") for i in range(4)) + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
         "-device pxb-cxl,bus_nr=222,bus=pcie.0,id=cxl.2 "
         "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
         "-device cxl-rp,port=1,bus=cxl.1,id=rp1,chassis=0,slot=3 "
@@ -330,7 +322,7 @@ class GuestResult:
         """Text of a file the guest script left in ``$OUT``."""
         return (self.outdir / name).read_text()
 
-    def check(self) -> "GuestResult":
+    def check(self) -> GuestResult:
         """Raise with the script's output if it exited non-zero; else return self."""
         if self.returncode != 0:
             raise HarnessError(
@@ -381,6 +373,12 @@ sync
 """
 
 
+# run_guest's parameters are named like the brief's API (topology=, kernel=),
+# which shadows the lookup functions inside it
+_lookup_topology = topology
+_lookup_kernel = kernel
+
+
 def run_guest(
     topology: Union[str, Topology],
     script: str,
@@ -429,13 +427,17 @@ def run_guest(
     cmd = [
         _find_vng(),
         "--verbose",
-        "-r", str(kern.vmlinuz),
+        "-r",
+        str(kern.vmlinuz),
         "--disable-kvm",
         "--disable-microvm",
-        "-m", memory,
-        "--rwdir", str(base),
+        "-m",
+        memory,
+        "--rwdir",
+        str(base),
         "--qemu-opts=" + " ".join(q(a) for a in qemu),
-        "--exec", f"bash {q(str(hdir / 'runner.sh'))}",
+        "--exec",
+        f"bash {q(str(hdir / 'runner.sh'))}",
     ]
     console = hdir / "console.log"
     t0 = time.monotonic()
@@ -443,8 +445,12 @@ def run_guest(
         # own session so a timeout can kill vng *and* the qemu it started, and
         # nothing else
         proc = subprocess.Popen(
-            cmd, stdout=con, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=str(base),
+            cmd,
+            stdout=con,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(base),
         )
         try:
             proc.wait(timeout=timeout)
@@ -490,10 +496,6 @@ def run_guest(
     )
 
 
-_lookup_topology = topology
-_lookup_kernel = kernel
-
-
 def _read(p: Path) -> str:
     try:
         return p.read_text(errors="replace")
@@ -501,7 +503,7 @@ def _read(p: Path) -> str:
         return ""
 
 
-def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Stop the vng process group we started (vng, qemu, virtiofsd ...)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
