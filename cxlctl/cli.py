@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 
+from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
 from .rootpath import resolve_root
 
@@ -25,6 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app.add_typer(tune_app, name="tune")
 
 
 class State:

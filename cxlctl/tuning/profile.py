@@ -1,0 +1,275 @@
+"""Tuning profiles: TOML files, ``include`` inheritance, strict validation.
+
+Where profiles come from, first match wins:
+
+1. a path (an argument containing ``/`` or ending in ``.toml``);
+2. ``<root>/etc/cxlctl/profiles/NAME.toml`` — the administrator's;
+3. the built-in ``cxlctl/profiles/NAME.toml`` shipped in the package.
+
+A user profile may shadow a built-in one and still ``include`` it by the same
+name: an include never resolves to the file doing the including.
+
+Why strict: a typo in a tuning profile (``vm.swapiness``) that is silently
+ignored leaves a host mistuned with nobody noticing, so every unknown key,
+wrong type and out-of-range value is an error naming the file, the key and the
+reason — before anything is written (exit code 2).
+
+File format (docs/tuning.md has the reference)::
+
+    summary = "one line"
+    description = "longer text"          # optional
+    include = "parent"                   # or ["a", "b"]; later ones win
+    placement = "weighted-interleave"    # hint for the launcher (optional)
+
+    [knobs."vm.swappiness"]
+    value = 10
+    reason = "why this value (shown by tune plan)"
+
+    [knobs.weighted_interleave]
+    weights = "bandwidth"                # or "3:1" (DRAM:CXL)
+    nodes = ["dram", "cxl"]
+    reason = "..."
+
+A knob may also be given as a bare value: ``knobs."vm.swappiness" = 10``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from cxlctl.errors import UsageError
+
+from .knobs import BY_NAME, ORDER, REGISTRY
+
+USER_DIR = "/etc/cxlctl/profiles"
+BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
+PLACEMENTS = ("default", "weighted-interleave", "tiering", "dram-only")
+TOP_KEYS = ("summary", "description", "include", "placement", "knobs")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_DEPTH = 16
+
+
+class ProfileError(UsageError):
+    """A profile that cannot be used: names the file, the key and the reason (exit 2)."""
+
+    def __init__(self, where: str, key: Optional[str], reason: str, hint: str = "") -> None:
+        loc = f"{where}: {key}: " if key else f"{where}: "
+        super().__init__(f"bad profile {loc}{reason}", hint=hint or "see docs/tuning.md for the profile format")
+        self.where = where
+        self.key = key
+        self.reason = reason
+
+
+class Setting(NamedTuple):
+    knob: str
+    value: Any  # validated (see the knob's validate())
+    reason: str
+    origin: str  # profile file that set it
+
+
+class Profile(NamedTuple):
+    name: str
+    source: str  # file path
+    builtin: bool
+    summary: str
+    description: str
+    placement: Optional[str]
+    chain: Tuple[str, ...]  # resolved include chain, ancestors first, this file last
+    settings: Tuple[Setting, ...]  # registry order
+
+    def setting(self, knob: str) -> Optional[Setting]:
+        for s in self.settings:
+            if s.knob == knob:
+                return s
+        return None
+
+
+def _toml_loads(text: str) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import tomli  # type: ignore[import-not-found,unused-ignore]  # the 3.9/3.10 dependency
+
+    data: Dict[str, Any] = tomli.loads(text)
+    return data
+
+
+def _host(root: str, path: str) -> str:
+    return path if root == "/" else root.rstrip("/") + path
+
+
+def is_path(ref: str) -> bool:
+    return "/" in ref or ref.endswith(".toml")
+
+
+def candidates(root: str, name: str) -> List[Tuple[str, bool]]:
+    """(file, builtin?) for a profile name, in precedence order (existing files only)."""
+    out = []
+    user = os.path.join(_host(root, USER_DIR), name + ".toml")
+    if os.path.isfile(user):
+        out.append((user, False))
+    builtin = os.path.join(BUILTIN_DIR, name + ".toml")
+    if os.path.isfile(builtin):
+        out.append((builtin, True))
+    return out
+
+
+def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: str) -> Tuple[str, bool]:
+    if is_path(ref):
+        path = os.path.abspath(ref)
+        if not os.path.isfile(path):
+            raise ProfileError(where, None, f"profile file {ref!r} does not exist")
+        return path, False
+    if not _NAME.match(ref):
+        raise ProfileError(where, None, f"{ref!r} is not a valid profile name (letters, digits, . _ -)")
+    for path, builtin in candidates(root, ref):
+        if os.path.realpath(path) not in exclude:
+            return path, builtin
+    known = ", ".join(n for n, _, _ in list_names(root)) or "none"
+    raise ProfileError(where, None, f"no profile named {ref!r}", hint=f"known profiles: {known}")
+
+
+def _read(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProfileError(path, None, "not UTF-8 text") from None
+    except OSError as e:
+        raise ProfileError(path, None, f"cannot read: {e.strerror}") from None
+    try:
+        return _toml_loads(text)
+    except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
+        raise ProfileError(path, None, f"invalid TOML: {e}") from None
+
+
+class _Raw(NamedTuple):
+    path: str
+    summary: Optional[str]
+    description: Optional[str]
+    placement: Optional[str]
+    includes: Tuple[str, ...]
+    settings: Dict[str, Setting]
+
+
+def _validate(path: str, data: Dict[str, Any]) -> _Raw:
+    for k in data:
+        if k not in TOP_KEYS:
+            raise ProfileError(path, k, f"unknown key (allowed: {', '.join(TOP_KEYS)})")
+
+    def text(key: str) -> Optional[str]:
+        v = data.get(key)
+        if v is not None and not isinstance(v, str):
+            raise ProfileError(path, key, f"must be a string, got {type(v).__name__}")
+        return v
+
+    summary, description = text("summary"), text("description")
+    placement = text("placement")
+    if placement is not None and placement not in PLACEMENTS:
+        raise ProfileError(path, "placement", f"must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
+    inc = data.get("include", [])
+    if isinstance(inc, str):
+        inc = [inc]
+    if not isinstance(inc, list) or not all(isinstance(i, str) and i for i in inc):
+        raise ProfileError(path, "include", "must be a profile name or a list of names")
+    knobs = data.get("knobs", {})
+    if not isinstance(knobs, dict):
+        raise ProfileError(path, "knobs", "must be a table")
+    settings: Dict[str, Setting] = {}
+    default_reason = f"set by profile {os.path.basename(path)[:-5] if path.endswith('.toml') else path}"
+    for name, spec in knobs.items():
+        key = f"knobs.{name}"
+        knob = BY_NAME.get(name)
+        if knob is None:
+            known = ", ".join(k.name for k in REGISTRY)
+            raise ProfileError(path, key, f"unknown knob (known: {known})")
+        table: Dict[str, Any] = spec if isinstance(spec, dict) else {"value": spec}
+        allowed = {"value", "reason"} | set(knob.extra_keys)
+        if knob.kind == "group":
+            allowed.discard("value")
+        for k in table:
+            if k not in allowed:
+                raise ProfileError(path, f"{key}.{k}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        if knob.kind != "group" and "value" not in table:
+            raise ProfileError(path, f"{key}.value", "missing")
+        reason = table.get("reason", default_reason)
+        if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+            raise ProfileError(path, f"{key}.reason", "must be a one-line string")
+        try:
+            value = knob.validate(table.get("value"), table)
+        except ValueError as e:
+            sub = "value" if knob.kind != "group" else "weights"
+            raise ProfileError(path, f"{key}.{sub}", str(e)) from None
+        settings[name] = Setting(name, value, reason.strip(), path)
+    return _Raw(path, summary, description, placement, tuple(inc), settings)
+
+
+def load(root: str, ref: str) -> Profile:
+    """Load profile ``ref`` (a name or a path) with its includes; :class:`ProfileError` on any problem."""
+    path, builtin = _resolve(root, ref, (), "profile")
+    merged = _load(root, path, (), 0)
+    name = os.path.basename(path)[:-5] if path.endswith(".toml") else os.path.basename(path)
+    settings = tuple(sorted(merged.settings.values(), key=lambda s: ORDER[s.knob]))
+    return Profile(
+        name=name,
+        source=path,
+        builtin=builtin,
+        summary=merged.summary or "",
+        description=merged.description or "",
+        placement=merged.placement,
+        chain=merged.includes,
+        settings=settings,
+    )
+
+
+def _load(root: str, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
+    """Merged view of ``path``; ``includes`` of the result is the resolved chain."""
+    real = os.path.realpath(path)
+    if real in stack:
+        cycle = " -> ".join(os.path.basename(p) for p in stack + (real,))
+        raise ProfileError(path, "include", f"include loop: {cycle}")
+    if depth > MAX_DEPTH:
+        raise ProfileError(path, "include", f"includes nested deeper than {MAX_DEPTH}")
+    raw = _validate(path, _read(path))
+    summary = description = placement = None
+    settings: Dict[str, Setting] = {}
+    chain: List[str] = []
+    for inc in raw.includes:
+        # an include never resolves to a file already being loaded (so a user file can
+        # shadow a built-in profile and include it by the same name)
+        ipath, _ = _resolve(root, inc, stack + (real,), f"{path}: include")
+        parent = _load(root, ipath, stack + (real,), depth + 1)
+        summary = parent.summary or summary
+        description = parent.description or description
+        placement = parent.placement or placement
+        settings.update(parent.settings)
+        chain.extend(c for c in parent.includes if c not in chain)
+    settings.update(raw.settings)
+    chain.append(path)
+    return _Raw(
+        path,
+        raw.summary if raw.summary is not None else summary,
+        raw.description if raw.description is not None else description,
+        raw.placement if raw.placement is not None else placement,
+        tuple(chain),
+        settings,
+    )
+
+
+def list_names(root: str) -> List[Tuple[str, str, bool]]:
+    """(name, file, builtin?) of every visible profile; user files shadow built-ins."""
+    seen: Dict[str, Tuple[str, str, bool]] = {}
+    udir = _host(root, USER_DIR)
+    for d, builtin in ((udir, False), (BUILTIN_DIR, True)):
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for f in names:
+            if f.endswith(".toml") and _NAME.match(f[:-5]) and f[:-5] not in seen:
+                seen[f[:-5]] = (f[:-5], os.path.join(d, f), builtin)
+    return sorted(seen.values())

@@ -1,0 +1,88 @@
+"""``tune recommend``: which built-in profile fits this host, and why, from the inventory alone.
+
+The rules follow docs/tuning.md ("Which profile"): tiering needs the CXL nodes
+in a lower memory tier than DRAM (HMAT/CDAT performance data); weighted
+interleave needs Linux 6.9; with neither, only explicit placement is left.
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Tuple
+
+from cxlctl.model import Inventory
+
+from .knobs import Current
+from .weights import node_bandwidth
+
+
+class Recommendation(NamedTuple):
+    profile: Optional[str]
+    reasons: Tuple[str, ...]
+    alternatives: Tuple[Tuple[str, str], ...]  # (profile, when to prefer it)
+
+
+def recommend(inv: Inventory, cur: Current) -> Recommendation:
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
+    dram = [n for n in inv.nodes if n.kind == "dram" and n.has_memory]
+    if not cxl:
+        if not inv.has_cxl:
+            return Recommendation(
+                None,
+                ("no CXL devices found: there is no CXL memory to tune for; the kernel's defaults are fine",),
+                (),
+            )
+        return Recommendation(
+            None,
+            (
+                f"{len(inv.memdevs)} CXL memory device(s) found, but none of their capacity is online as a NUMA node "
+                "(no region, or the region's DAX device is not in system-ram mode)",
+                "create a region and online it as system RAM first; then run `cxlctl tune recommend` again",
+            ),
+            (("inference-bandwidth", "once CXL memory is online as a NUMA node"),),
+        )
+    reasons: List[str] = []
+    ids = ", ".join(str(n.id) for n in cxl)
+    dram_tiers = {n.tier for n in dram if n.tier is not None}
+    shared = [n for n in cxl if n.tier is not None and n.tier in dram_tiers]
+    separate = [n for n in cxl if n.tier is not None and n.tier not in dram_tiers]
+    wi = cur.wi_files is not None
+    missing_bw = [n.id for n in dram + cxl if node_bandwidth(inv, n) is None]
+    if shared:
+        tiers = ", ".join(sorted({f"memory_tier{n.tier}" for n in shared}))
+        reasons.append(
+            f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM: the kernel got no HMAT/CDAT "
+            "performance data to rank them, so demotion and NUMA-balancing promotion cannot move pages between DRAM "
+            "and CXL — tiering (inference-capacity) cannot work here"
+        )
+        reasons.append("explicit placement still works: weighted interleave over DRAM and CXL")
+        if not wi:
+            reasons.append(
+                "this kernel has no weighted interleave (Linux 6.9+): the launcher can only use plain interleave or "
+                "binding"
+            )
+        profile = "inference-bandwidth"
+        alts: List[Tuple[str, str]] = [("latency-strict", "if the workload must stay in DRAM")]
+    elif not wi:
+        reasons.append(f"CXL node(s) {ids} sit in a lower memory tier than DRAM, so kernel tiering works")
+        reasons.append("this kernel has no weighted interleave (Linux 6.9+), so bandwidth expansion is not available")
+        profile = "inference-capacity"
+        alts = [("latency-strict", "if the workload must stay in DRAM")]
+    else:
+        tier_txt = ", ".join(sorted({f"memory_tier{n.tier}" for n in separate})) or "a lower tier"
+        reasons.append(
+            f"CXL node(s) {ids} are in {tier_txt}, below DRAM: both weighted interleave and tiering are possible"
+        )
+        reasons.append(
+            "an inference server placed explicitly gets the most from interleaving DRAM and CXL by bandwidth"
+        )
+        profile = "inference-bandwidth"
+        alts = [
+            ("inference-capacity", "if the working set exceeds DRAM and processes run with the default policy"),
+            ("latency-strict", "if the workload must stay in DRAM"),
+        ]
+    if missing_bw and profile == "inference-bandwidth":
+        reasons.append(
+            f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing_bw))}: the profile will leave the "
+            'weights alone; a user profile with weights = "3:1" (DRAM:CXL) sets them by ratio'
+        )
+    return Recommendation(profile, tuple(reasons), tuple(alts))

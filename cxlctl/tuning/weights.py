@@ -1,0 +1,94 @@
+"""Weighted-interleave weights: from firmware bandwidth, or from a ``DRAM:CXL`` ratio.
+
+Bandwidth per node comes from HMAT (``nodeN/access0/initiators``: the
+bandwidth seen by the nearest CPU), else — for a CXL node HMAT does not
+describe — from its CXL regions' ``access0`` coordinates, which the kernel
+computes from CDAT along the whole path (v6.9+).  A node's bandwidth is
+min(read, write) where both are known, as the kernel's own auto mode does.
+
+The reduction to small integers is HMSDK's (``tools/iw_ratio.py``): halve
+every value until the largest is at most a cap (10) — stopping early if the
+smallest would fall to 1 — round, then divide by the gcd.  Small weights keep
+the interleave round short, so a short-lived allocation still sees the ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, Optional, Sequence
+
+from cxlctl.model import Coordinates, Inventory, Node
+
+from .knobs import WEIGHT_MAX, WEIGHT_MIN
+
+
+def _bw(c: Optional[Coordinates], which: str = "min") -> Optional[int]:
+    if c is None:
+        return None
+    vals = [v for v in (c.read_bandwidth, c.write_bandwidth) if v]
+    if which == "write":
+        return c.write_bandwidth or None
+    return min(vals) if vals else None
+
+
+def node_bandwidth(inv: Inventory, node: Node, which: str = "min") -> Optional[int]:
+    """MB/s of ``node`` (``which``: "min" of read/write, or "write"); None when unknown."""
+    bw = _bw(node.access0, which)
+    if bw:
+        return bw
+    total = 0
+    for rn in node.regions:
+        r = inv.region(rn)
+        rb = _bw(r.access0 if r else None, which)
+        if not rb:
+            return None  # one region of the node undescribed: the node's total is unknown
+        total += rb
+    return total or None
+
+
+def reduce_weights(bandwidth: Dict[int, int], cap: int = 10) -> Dict[int, int]:
+    """HMSDK's reduction of bandwidths to small integer weights (then clamped to 1-255)."""
+    if not bandwidth:
+        return {}
+    vals = {n: float(b) for n, b in bandwidth.items()}
+    while max(vals.values()) > cap:
+        halved = {n: v / 2 for n, v in vals.items()}
+        if min(halved.values()) <= 1:
+            break
+        vals = halved
+    ints = {n: max(WEIGHT_MIN, int(round(v))) for n, v in vals.items()}
+    ints = _divide_gcd(ints)
+    top = max(ints.values())
+    if top > WEIGHT_MAX:  # the smallest node is very slow compared to the largest
+        ints = {n: max(WEIGHT_MIN, int(round(v * WEIGHT_MAX / top))) for n, v in ints.items()}
+        ints = _divide_gcd(ints)
+    return ints
+
+
+def _divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
+    g = 0
+    for v in ints.values():
+        g = math.gcd(g, v)
+    return {n: v // g for n, v in ints.items()} if g > 1 else dict(ints)
+
+
+def ratio_weights(dram: Iterable[int], cxl: Iterable[int], ratio: Sequence[int]) -> Dict[int, int]:
+    """Every DRAM node gets ratio[0], every CXL node ratio[1] (reduced by their gcd)."""
+    d, c = ratio[0], ratio[1]
+    g = math.gcd(d, c)
+    d, c = d // g, c // g
+    out = {n: d for n in dram}
+    out.update({n: c for n in cxl})
+    return out
+
+
+def cxl_write_bandwidth(inv: Inventory) -> Optional[int]:
+    """Smallest write bandwidth among CXL nodes (MB/s): the conservative base for a rate limit."""
+    bws = []
+    for n in inv.nodes:
+        if n.kind == "cxl" and n.has_memory:
+            b = node_bandwidth(inv, n, "write")
+            if b is None:
+                return None
+            bws.append(b)
+    return min(bws) if bws else None
