@@ -94,6 +94,17 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     _console().print(t)
 
 
+def _profile_ref(path: str) -> str:
+    """A profile file as users name it: the bare name for built-ins, else the path."""
+    import os
+
+    from .tuning.profile import BUILTIN_DIR
+
+    if os.path.dirname(path) == BUILTIN_DIR and path.endswith(".toml"):
+        return os.path.basename(path)[:-5]
+    return path
+
+
 def _profile_json(p: Profile) -> Dict[str, Any]:
     from .tuning.knobs import BY_NAME
 
