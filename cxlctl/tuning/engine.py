@@ -30,6 +30,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl import __version__
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
+from cxlctl.model import Inventory
 
 from . import journal as jn
 from .conflicts import PERSIST_SYSCTL, Conflict, find, our_keys
@@ -73,6 +74,7 @@ class Check(NamedTuple):
 
 class Prepared(NamedTuple):
     profile: Profile
+    inventory: Inventory
     plan: Plan
     conflicts: Tuple[Conflict, ...]
     active: Optional[Journal]  # the journal in effect this boot (state applied), if any
@@ -167,7 +169,7 @@ def prepare(root: str, ref: str, *, persist: Optional[bool] = None) -> Prepared:
     p = make_plan(inv, profile, cur, restore_map(active))
     persisting = _persisted(root) if persist is None else persist
     conflicts = tuple(find(root, _desired_values(p), persisting))
-    return Prepared(profile, p, conflicts, active, tuple(messages))
+    return Prepared(profile, inv, p, conflicts, active, tuple(messages))
 
 
 def _has_cap(bit: int) -> bool:
@@ -409,12 +411,10 @@ def apply(
             )
         active = old if old is not None and old.state == jn.APPLIED else None
         restore = restore_map(active)
-        # re-plan under the lock: the values may have changed while we waited
-        from cxlctl.inventory import scan
-
-        inv = scan(root)
+        # re-plan under the lock: knob values may have changed while we waited (the
+        # inventory — nodes, bandwidth — is reused: it does not change with knobs)
         cur = read_current(root)
-        p = make_plan(inv, prep.profile, cur, restore)
+        p = make_plan(prep.inventory, prep.profile, cur, restore)
         prep = prep._replace(plan=p, active=active)
         entries = _build_entries(p, cur, restore)
         persist_saved: Dict[str, Optional[str]] = dict(active.persist) if active else {}

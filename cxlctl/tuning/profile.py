@@ -241,7 +241,7 @@ def _load(root: str, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
     for inc in raw.includes:
         # an include never resolves to a file already being loaded (so a user file can
         # shadow a built-in profile and include it by the same name)
-        ipath, _ = _resolve(root, inc, stack + (real,), f"{path}: include")
+        ipath, _ = _resolve(root, inc, (real,), f"{path}: include")
         parent = _load(root, ipath, stack + (real,), depth + 1)
         summary = parent.summary or summary
         description = parent.description or description
