@@ -549,9 +549,9 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
 def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
     """Restore the journal's original values (also after a crashed apply)."""
     j0 = jn.load(root)
-    if j0 is None:
+    if j0 is None and not _writable(host(root, jn.RUN_DIR)):
         return RevertResult(True, None, None, (), (), (), ("nothing to revert: no tuning journal",))
-    if j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, jn.boot_id(root)):
+    if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, jn.boot_id(root)):
         preflight(root, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
     messages: List[str] = []
     with TuneLock(root, wait):
