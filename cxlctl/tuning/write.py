@@ -143,7 +143,7 @@ def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> Non
 
 def write_with_retry(host_path: str, text: str, *, index: Optional[int] = None, attempts: int = 3) -> int:
     """:func:`write_knob`, retrying *busy* errors with a short backoff; returns attempts used."""
-    delay = 0.01
+    delay = 0.005
     for attempt in range(1, attempts + 1):
         try:
             write_knob(host_path, text, index=index)
