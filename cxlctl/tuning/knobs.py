@@ -269,8 +269,8 @@ class WeightedInterleaveKnob(Knob):
         return None
 
     def text(self, canonical: str) -> str:
-        if canonical in ("true", "false"):
-            return ("1" if canonical == "true" else "0") + "\n"
+        # auto is written as "true"/"false" (the file exists only on 6.16+, whose
+        # kstrtobool accepts them); "1"/"0" would read back as weights in a recorded tree
         return canonical + "\n"
 
     def show(self, value: Any) -> str:

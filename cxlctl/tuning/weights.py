@@ -6,9 +6,9 @@ describe — from its CXL regions' ``access0`` coordinates, which the kernel
 computes from CDAT along the whole path (v6.9+).  A node's bandwidth is
 min(read, write) where both are known, as the kernel's own auto mode does.
 
-The reduction to small integers is HMSDK's (``tools/iw_ratio.py``): halve
-every value until the largest is at most a cap (10) — stopping early if the
-smallest would fall to 1 — round, then divide by the gcd.  Small weights keep
+The reduction to small integers follows HMSDK (``tools/iw_ratio.py``): the
+largest weight at most a cap (10), then divide by the gcd; see
+:func:`reduce_weights` for how the rounding is kept honest.  Small weights keep
 the interleave round short, so a short-lived allocation still sees the ratio.
 """
 
@@ -46,23 +46,27 @@ def node_bandwidth(inv: Inventory, node: Node, which: str = "min") -> Optional[i
     return total or None
 
 
-def reduce_weights(bandwidth: Dict[int, int], cap: int = 10) -> Dict[int, int]:
-    """HMSDK's reduction of bandwidths to small integer weights (then clamped to 1-255)."""
+def reduce_weights(bandwidth: Dict[int, int], cap: int = 10, tolerance: float = 0.05) -> Dict[int, int]:
+    """Bandwidths → small integer weights, HMSDK-style: largest weight ≤ ``cap``, divided by the gcd.
+
+    HMSDK halves every value until the largest is ≤ 10 and rounds, which can be
+    far off (90000:60000 becomes 5:4).  Here the largest weight is the smallest
+    m ≤ cap for which every node's share is within ``tolerance`` of its
+    bandwidth share (90000:60000 → 3:2, 100000:30000 → 7:2); if none is, m = cap.
+    Every weight is at least 1 (the kernel's minimum), so a very slow node still
+    gets one page per round.
+    """
     if not bandwidth:
         return {}
-    vals = {n: float(b) for n, b in bandwidth.items()}
-    while max(vals.values()) > cap:
-        halved = {n: v / 2 for n, v in vals.items()}
-        if min(halved.values()) <= 1:
+    top = max(bandwidth.values())
+    share = {n: b / top for n, b in bandwidth.items()}
+    best: Dict[int, int] = {}
+    for m in range(1, max(1, min(cap, WEIGHT_MAX)) + 1):
+        cand = {n: max(WEIGHT_MIN, int(round(f * m))) for n, f in share.items()}
+        best = cand
+        if all(abs(cand[n] / m - f) <= tolerance * f for n, f in share.items()):
             break
-        vals = halved
-    ints = {n: max(WEIGHT_MIN, int(round(v))) for n, v in vals.items()}
-    ints = _divide_gcd(ints)
-    top = max(ints.values())
-    if top > WEIGHT_MAX:  # the smallest node is very slow compared to the largest
-        ints = {n: max(WEIGHT_MIN, int(round(v * WEIGHT_MAX / top))) for n, v in ints.items()}
-        ints = _divide_gcd(ints)
-    return ints
+    return _divide_gcd(best)
 
 
 def _divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
