@@ -203,6 +203,11 @@ def _default_profile() -> str:
     except CxlctlError:
         j = None
     if j is not None and j.state == jn.APPLIED and jn.same_boot(j, jn.boot_id(_root())):
+        from .tuning.profile import candidates
+
+        found = candidates(_root(), j.profile)
+        if found and found[0][0] == j.profile_source:
+            return j.profile  # still what the name resolves to
         return j.profile_source or j.profile
     return DEFAULT_PROFILE
 

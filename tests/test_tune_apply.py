@@ -380,3 +380,13 @@ def test_prepare_is_read_only(tmp_path: Any) -> None:
     for p in PROFILES:
         engine.prepare(root, p)
     assert diff(before, snapshot(root)) == []
+
+
+def test_verify_a_profile_while_another_is_applied(tmp_path: Any, capsys: Any) -> None:
+    """`verify PROFILE` compares with that profile alone (no 'restore' rows from the applied one)."""
+    root = work_copy(LIVE, str(tmp_path / "root"))
+    assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
+    ver = _json(capsys, ["--root", root, "tune", "verify", "t-everything"])
+    assert ver["summary"]["drift"] == 0
+    ver = _json(capsys, ["--root", root, "tune", "verify", "cxl-common"], rc=EXIT_DRIFT)
+    assert {c["setting"] for c in ver["checks"]} == {"vm.zone_reclaim_mode", "vm.swappiness"}

@@ -156,8 +156,12 @@ def _desired_values(p: Plan) -> Dict[str, Optional[str]]:
     )
 
 
-def prepare(root: str, ref: str, *, persist: Optional[bool] = None) -> Prepared:
-    """Profile + inventory + current values → plan and conflicts (no writes)."""
+def prepare(root: str, ref: str, *, persist: Optional[bool] = None, switching: bool = True) -> Prepared:
+    """Profile + inventory + current values → plan and conflicts (no writes).
+
+    ``switching``: plan as a switch from the applied profile (knobs it set and this
+    profile does not mention are restored); False compares with the profile alone.
+    """
     from cxlctl.inventory import scan
 
     profile = load(root, ref)
@@ -165,7 +169,7 @@ def prepare(root: str, ref: str, *, persist: Optional[bool] = None) -> Prepared:
     cur = read_current(root)
     messages: List[str] = []
     j = _peek(root, messages)
-    active = j if j is not None and j.state == jn.APPLIED else None
+    active = j if j is not None and j.state == jn.APPLIED and switching else None
     p = make_plan(inv, profile, cur, restore_map(active))
     persisting = _persisted(root) if persist is None else persist
     conflicts = tuple(find(root, _desired_values(p), persisting))
@@ -512,7 +516,7 @@ def apply(
 def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
     """Compare the host with the applied journal, or with profile ``ref`` when given."""
     if ref is not None:
-        prep = prepare(root, ref)
+        prep = prepare(root, ref, switching=False)
         checks = []
         for s in prep.plan.steps:
             if s.action == "noop":

@@ -77,8 +77,8 @@ def _scalar(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, rest
         if knob.path not in restore:
             return []
         original = restore[knob.path][1]
-        if original is None:
-            return []
+        if original is None or raw is None:
+            return []  # nothing saved, or the knob is gone: nothing to restore
         want = _canon(knob, original)
         if raw is not None and current == want:
             return [Step(knob.name, knob.name, knob.path, current, want, None, "noop", _RESTORE_REASON, True, "")]

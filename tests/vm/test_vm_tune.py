@@ -1,0 +1,200 @@
+"""End-to-end tuning on a real 6.12 kernel with a CXL region (one boot).
+
+In the guest: create a RAM region (a CPU-less CXL NUMA node appears), note the
+boot values of every knob, then apply each built-in profile and a ratio profile
+in turn (each a switch from the previous one), reading every knob back with
+``sysctl``/``cat`` and running ``tune verify``; change a knob by hand and expect
+drift (exit 3); SIGKILL an apply midway on the real kernel and revert; finally
+revert and expect the boot values everywhere.  The host checks the files the
+guest left in $OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Dict
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import TOPOLOGIES, run_guest  # noqa: E402
+
+from cxlctl.tuning.knobs import BY_NAME, knob_of_path  # noqa: E402
+
+pytestmark = pytest.mark.vm
+
+PROFILES = ("inference-bandwidth", "inference-capacity", "latency-strict", "vm-ratio")
+SYSCTLS = (
+    "kernel.numa_balancing",
+    "kernel.numa_balancing_promote_rate_limit_MBps",
+    "vm.zone_reclaim_mode",
+    "vm.swappiness",
+)
+
+GUEST = r"""
+set -u
+readback() {  # $1 = label: every knob, via sysctl and cat
+  {
+    for k in SYSCTLS; do echo "sysctl $k $(sysctl -n $k 2>/dev/null || echo ABSENT)"; done
+    for f in /sys/kernel/mm/numa/demotion_enabled /sys/devices/system/memory/auto_online_blocks \
+             /sys/kernel/mm/mempolicy/weighted_interleave/*; do
+      [ -e "$f" ] && echo "cat $f $(cat "$f")"
+    done
+  } > "$OUT/$1-readback.txt"
+}
+cx() {  # $1 = label, rest = cxlctl args; stdout → $OUT/label.json, rc → $OUT/label.rc
+  local label=$1; shift
+  "$PY" -m cxlctl "$@" > "$OUT/$label.json" 2> "$OUT/$label.err"
+  echo $? > "$OUT/$label.rc"
+}
+R=$(CREATE) || { echo "region creation failed" >&2; exit 10; }
+udevadm settle --timeout=30 || true
+echo "$R" > "$OUT/region"
+numactl -H > "$OUT/numactl.txt"
+"$PY" -m cxlctl status --json > "$OUT/status.json"
+readback boot
+mkdir -p /etc/cxlctl/profiles
+cat > /etc/cxlctl/profiles/vm-ratio.toml <<'EOF'
+summary = "VM test: tiering plus DRAM:CXL weights 3:1"
+include = "inference-capacity"
+[knobs.weighted_interleave]
+weights = "3:1"
+nodes = ["dram", "cxl"]
+reason = "explicit ratio (QEMU gives no HMAT bandwidth for DRAM)"
+EOF
+cx recommend tune recommend --json
+for p in PROFILES; do
+  cx "$p-plan" tune plan "$p" --json
+  cx "$p-apply" tune apply "$p" --json
+  readback "$p"
+  cx "$p-verify" tune verify --json
+done
+# drift: an admin changes a knob behind cxlctl's back
+sysctl -w vm.swappiness=77 > /dev/null
+cx drift-verify tune verify --json
+cx drift-status tune status --json
+cx revert tune revert --json
+readback reverted
+cx after-revert-status tune status --json
+# crash on the real kernel: SIGKILL an apply after 2 writes, then revert
+CXLCTL_TEST_PAUSE_AFTER_WRITES=2 CXLCTL_TEST_PAUSE_SECONDS=60 "$PY" -m cxlctl tune apply vm-ratio \
+  > /dev/null 2> "$OUT/crash.err" &
+pid=$!
+for i in $(seq 1 600); do grep -q "paused after 2 writes" "$OUT/crash.err" && break; sleep 0.1; done
+kill -9 $pid; wait $pid 2>/dev/null
+readback crashed
+cx crash-status tune status --json
+cx crash-revert tune revert --json
+readback crash-reverted
+exit 0
+"""
+
+
+def _readback(out: str, label: str) -> Dict[str, str]:
+    """path → value (sysctl keys turned into /proc/sys paths)."""
+    got: Dict[str, str] = {}
+    with open(f"{out}/{label}-readback.txt") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(" ", 2)
+            how, key, value = parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+            path = "/proc/sys/" + key.replace(".", "/") if how == "sysctl" else key
+            got[path] = value
+    return got
+
+
+def _json(out: str, label: str) -> Any:
+    with open(f"{out}/{label}.json") as f:
+        return json.load(f)
+
+
+def _rc(out: str, label: str) -> int:
+    with open(f"{out}/{label}.rc") as f:
+        return int(f.read().strip())
+
+
+def _canon(path: str, value: str) -> str:
+    knob = knob_of_path(path)
+    assert knob is not None, path
+    c = knob.canonical(value)
+    assert c is not None, (path, value)
+    return c
+
+
+def test_tune_on_real_kernel_with_cxl_region() -> None:
+    t = TOPOLOGIES["single"]
+    region = t.widest
+    assert region is not None
+    script = (
+        GUEST.replace("CREATE", region.create_command(t))
+        .replace("SYSCTLS", " ".join(SYSCTLS))
+        .replace("PROFILES", " ".join(PROFILES))
+    )
+    res = run_guest(t, script, kernel="6.12", timeout=1200)
+    out = str(res.outdir)
+    assert res.returncode == 0, res.stderr + res.stdout
+
+    status = _json(out, "status")
+    cxl_nodes = [n["id"] for n in status["nodes"] if n["kind"] == "cxl"]
+    dram_nodes = [n["id"] for n in status["nodes"] if n["kind"] == "dram" and n["has_memory"]]
+    assert cxl_nodes, "the region should have brought a CXL NUMA node online"
+    boot = _readback(out, "boot")
+    wi = "/sys/kernel/mm/mempolicy/weighted_interleave"
+    assert all(f"{wi}/node{n}" in boot for n in cxl_nodes + dram_nodes), boot
+
+    rec = _json(out, "recommend")
+    assert rec["recommended"] in ("inference-bandwidth", "inference-capacity")
+
+    for p in PROFILES:
+        plan = _json(out, f"{p}-plan")["plan"]
+        assert _rc(out, f"{p}-apply") == 0, open(f"{out}/{p}-apply.err").read()
+        applied = _json(out, f"{p}-apply")
+        assert applied["ok"] and applied["journal_state"] == "applied"
+        after = _readback(out, p)
+        for step in plan["steps"]:
+            if step["action"] in ("set", "noop", "restore"):
+                assert step["path"] in after, (p, step["path"])
+                assert _canon(step["path"], after[step["path"]]) == step["desired"], (p, step, after[step["path"]])
+        assert _rc(out, f"{p}-verify") == 0
+        ver = _json(out, f"{p}-verify")
+        assert ver["summary"]["drift"] == 0 and ver["profile"] == p
+
+    # what the built-ins set, read back from the real kernel
+    cap = _readback(out, "inference-capacity")
+    assert cap["/proc/sys/kernel/numa_balancing"] == "2"
+    assert cap["/sys/kernel/mm/numa/demotion_enabled"] == "true"
+    assert int(cap["/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps"]) < 65536
+    strict = _readback(out, "latency-strict")
+    assert strict["/proc/sys/kernel/numa_balancing"] == "0"
+    assert strict["/sys/kernel/mm/numa/demotion_enabled"] == "false"
+    assert strict["/proc/sys/vm/zone_reclaim_mode"] == "0" and strict["/proc/sys/vm/swappiness"] == "10"
+    # weights written for the real CXL node (ratio 3:1 DRAM:CXL)
+    ratio = _readback(out, "vm-ratio")
+    for n in cxl_nodes:
+        assert ratio[f"{wi}/node{n}"] == "1"
+    for n in dram_nodes:
+        assert ratio[f"{wi}/node{n}"] == "3"
+
+    # drift
+    assert _rc(out, "drift-verify") == 3
+    drift = [c for c in _json(out, "drift-verify")["checks"] if c["status"] == "drift"]
+    assert [(c["setting"], c["actual"]) for c in drift] == [("vm.swappiness", "77")]
+    assert _json(out, "drift-status")["verify"]["drift"] == ["vm.swappiness"]
+
+    # revert → boot values, every file
+    assert _rc(out, "revert") == 0 and _json(out, "revert")["ok"]
+    assert _readback(out, "reverted") == boot
+    assert _json(out, "after-revert-status")["active_profile"] is None
+
+    # SIGKILL midway on the real kernel, then revert
+    crashed = _readback(out, "crashed")
+    assert crashed != boot, "two knobs should have been written before the kill"
+    assert _json(out, "crash-status")["journal"]["state"] == "applying"
+    assert _rc(out, "crash-revert") == 0
+    assert _readback(out, "crash-reverted") == boot
+
+
+def test_knob_names_cover_the_sysctls() -> None:
+    """The guest reads the sysctls by name; keep that list in step with the registry."""
+    assert set(SYSCTLS) == {k.sysctl_key for k in BY_NAME.values() if k.sysctl_key}
