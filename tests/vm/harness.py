@@ -463,6 +463,10 @@ def run_guest(
     wall = time.monotonic() - t0
 
     def fail(why: str) -> GuestBootError:
+        # QEMU says so when something outside killed it (a stray `pkill qemu`)
+        killed = re.search(r"terminating on signal \d+ from pid \d+.*", _read(console))
+        if killed:
+            why += f"; QEMU was killed: {killed.group(0)}"
         return GuestBootError(
             f"guest ({topo.name}, {kern.release}): {why} (vng exit {proc.returncode})\n"
             f"--- prelude log ---\n{_tail(_read(hdir / 'prelude.log'), 20)}\n"
