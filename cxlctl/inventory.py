@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from .model import (
@@ -117,14 +118,18 @@ class _Scan:
             self._bad(path, t, "a list")
             return None
 
-    def guarded(self, what: str, fn: Callable[[], T]) -> Optional[T]:
-        """Run a per-device reader; a device that vanished is skipped, not fatal."""
+    def guarded(self, device: str, fn: Callable[[], T]) -> Optional[T]:
+        """Run the reader of one device (a sysfs path); if it vanished, skip it, not fatal."""
+        outer, self.r.device = self.r.device, device
         try:
             return fn()
         except Vanished as v:
+            what = os.path.basename(device)
             self.vanished.append(what)
             self.r.notes.append((v.path, f"{what} vanished during the scan"))
             return None
+        finally:
+            self.r.device = outer
 
     # -- CXL bus --------------------------------------------------------------------------
     def cxl(self) -> Tuple[List[Port], List[Decoder], List[Memdev], List[Region]]:
@@ -132,13 +137,13 @@ class _Scan:
         parents: Dict[str, str] = {}
         for n in names:
             if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
-                real = self.guarded(n, lambda n=n: self.r.realpath(f"{CXL_DEVICES}/{n}"))
+                real = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.r.realpath, f"{CXL_DEVICES}/{n}"))
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
         ports: List[Port] = []
         for n in names:
             if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
-                p = self.guarded(n, lambda n=n: self.port(n, parents.get(n)))
+                p = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.port, n, parents.get(n)))
                 if p is not None:
                     ports.append(p)
         kinds = {p.name: p.kind for p in ports}
@@ -148,21 +153,21 @@ class _Scan:
             if n.startswith("decoder") and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
-                d = self.guarded(n, lambda n=n, o=owner, k=kind: self.decoder(n, o, k, memdev_of_ep.get(o)))
+                d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
                 if d is not None:
                     decoders.append(d)
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
         memdevs: List[Memdev] = []
         for n in names:
             if _is("mem")(n):
-                m = self.guarded(n, lambda n=n: self.memdev(n, parents.get(n), ep_of_mem.get(n)))
+                m = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.memdev, n, parents.get(n), ep_of_mem.get(n)))
                 if m is not None:
                     memdevs.append(m)
         dec_by_name = {d.name: d for d in decoders}
         regions: List[Region] = []
         for n in names:
             if _is("region")(n):
-                rg = self.guarded(n, lambda n=n: self.region(n, parents.get(n), dec_by_name))
+                rg = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.region, n, parents.get(n), dec_by_name))
                 if rg is not None:
                     regions.append(rg)
         ports = self._with_host_bridges(ports)
@@ -360,8 +365,7 @@ class _Scan:
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            bid = int(b[6:])
-            blk = self.guarded(b, lambda b=b, bid=bid: self.block(f"{dev}/{b}", bid, nid))
+            blk = self.guarded(f"{dev}/{b}", partial(self.block, f"{dev}/{b}", int(b[6:]), nid))
             if blk is not None:
                 blocks.append(blk)
         return Node(
@@ -415,7 +419,7 @@ class _Scan:
 
         dax: List[DaxDevice] = []
         for n in r.listdir(DAX_DEVICES, lambda n: _DAX_NAME.match(n) is not None):
-            d = self.guarded(n, lambda n=n: self.dax(n))
+            d = self.guarded(f"{DAX_DEVICES}/{n}", partial(self.dax, n))
             if d is not None:
                 dax.append(d)
 
@@ -423,7 +427,7 @@ class _Scan:
         mem_nodes = self.nodelist(f"{NODE_DIR}/has_memory") or ()
         nodes: List[Node] = []
         for n in r.listdir(NODE_DIR, _is("node")):
-            nd = self.guarded(n, lambda n=n: self.node(int(n[4:]), cpu_nodes, mem_nodes))
+            nd = self.guarded(f"{NODE_DIR}/{n}", partial(self.node, int(n[4:]), cpu_nodes, mem_nodes))
             if nd is not None:
                 nodes.append(nd)
         block_size = self.num(f"{MEMORY_DIR}/block_size_bytes", hexa=True)

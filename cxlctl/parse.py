@@ -40,7 +40,7 @@ def parse_nodelist(text: str, limit: int = MAX_NODES) -> Tuple[int, ...]:
     t = text.strip()
     if not t:
         return ()
-    out = set()
+    out: set[int] = set()
     for part in t.split(","):
         p = part.strip()
         if not p:
@@ -92,7 +92,8 @@ def parse_size(text: str) -> int:
     num = t[:-1] if unit else t
     if not num or not all(c.isdigit() or c == "." for c in num) or num.count(".") > 1 or num in (".",):
         raise ValueError(f"bad size {text!r}: expected a number with an optional K/M/G/T suffix")
-    mult = _SUFFIX[unit]
+    mult: int = _SUFFIX[unit]
+    value: int
     if "." in num:
         whole, frac = num.split(".")
         scaled = int(whole or "0") * mult + (int(frac or "0") * mult) // (10 ** len(frac))

@@ -35,7 +35,7 @@ def _hex(v: Optional[int]) -> str:
     return "?" if v is None else hex(v)
 
 
-def topology_tree(inv: Inventory) -> "Tree":
+def topology_tree(inv: Inventory) -> Tree:
     from rich.tree import Tree
 
     top = Tree("[bold]CXL topology[/bold]")
@@ -48,7 +48,7 @@ def topology_tree(inv: Inventory) -> "Tree":
     for r in inv.regions:
         regions_by_root.setdefault(r.root_decoder or "", []).append(r.name)
 
-    def add_port(branch: "Tree", p: Port) -> None:
+    def add_port(branch: Tree, p: Port) -> None:
         if p.kind == "endpoint":
             m = mem.get(p.memdev or "")
             if m is None:
@@ -79,15 +79,15 @@ def topology_tree(inv: Inventory) -> "Tree":
                 f"{d.interleave_ways or '?'}-way × {d.interleave_granularity or '?'} B"
             )
             for rn in regions_by_root.get(dn, []):
-                r = inv.region(rn)
-                if r is not None:
-                    dt.add(f"[magenta]{r.name}[/magenta] {r.mode or '?'} {format_size(r.size)}")
+                reg = inv.region(rn)
+                if reg is not None:
+                    dt.add(f"[magenta]{reg.name}[/magenta] {reg.mode or '?'} {format_size(reg.size)}")
         for c in children.get(b.name, []):
             add_port(bt, c)
     return top
 
 
-def render_status(inv: Inventory, console: "Console") -> None:
+def render_status(inv: Inventory, console: Console) -> None:
     from rich.table import Table
 
     console.print(f"[bold]cxlctl status[/bold]  kernel {inv.kernel or '?'}")
@@ -184,5 +184,6 @@ def render_status(inv: Inventory, console: "Console") -> None:
 
     if inv.warnings:
         console.print("[bold]Notes and warnings[/bold]")
-        for w in inv.warnings:
-            console.print(f"[{_SEV_STYLE.get(w.severity, '')}]{w.severity:>7}[/] {w.message}  [dim]({w.code})[/dim]")
+        for warn in inv.warnings:
+            style = _SEV_STYLE.get(warn.severity, "")
+            console.print(f"[{style}]{warn.severity:>7}[/] {warn.message}  [dim]({warn.code})[/dim]")

@@ -41,6 +41,9 @@ class Reader:
         self.notes: List[Tuple[str, str]] = []
         self.log: Optional[Set[str]] = set() if log else None
         self._data: Optional[Dict[str, bytes]] = {} if log else None
+        #: the device being read (set by the scanner); a missing file means the
+        #: device vanished only when this path no longer resolves
+        self.device: Optional[str] = None
 
     # -- path helpers -------------------------------------------------------------
     def host(self, path: str) -> str:
@@ -58,8 +61,12 @@ class Reader:
         return None if self._data is None else self._data.get(path)
 
     def _dev_gone(self, path: str) -> bool:
-        """True when the directory holding ``path`` no longer exists."""
-        return not os.path.isdir(os.path.dirname(self.host(path)))
+        """True when the device being read no longer exists (dangling link, removed dir).
+
+        A missing attribute of a device that is still there is just "absent on this
+        kernel", and reads outside any device (knobs, top-level masks) never vanish.
+        """
+        return self.device is not None and not os.path.exists(self.host(self.device))
 
     # -- reads ----------------------------------------------------------------------
     def raw(self, path: str) -> Optional[bytes]:

@@ -27,7 +27,7 @@ def fixture_id(path: str) -> str:
     return os.path.relpath(path, FIXTURES)
 
 
-def cxlctl(*args: str, env: Optional[Dict[str, str]] = None, check: bool = False, **kw: Any) -> "subprocess.CompletedProcess[str]":
+def cxlctl(*args: str, env: Optional[Dict[str, str]] = None, check: bool = False, **kw: Any) -> subprocess.CompletedProcess[str]:
     """Run the real command line (``python -m cxlctl``) as a user would."""
     e = dict(os.environ)
     e.pop("CXLCTL_ROOT", None)

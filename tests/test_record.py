@@ -25,7 +25,7 @@ def test_record_manifest(live_record: str) -> None:
 def test_record_copies_only_what_is_read(live_record: str) -> None:
     """No stray attributes: every copied file under sys/ is one the inventory reads."""
     names = set()
-    for d, _dirs, files in os.walk(os.path.join(live_record, "sys")):
+    for _d, _dirs, files in os.walk(os.path.join(live_record, "sys")):
         names.update(files)
     assert "uevent" not in names and "power" not in names
     assert {"meminfo", "distance", "cpulist", "state", "valid_zones"} <= names
