@@ -28,6 +28,7 @@ and the CXL drivers are loaded with all memdevs enumerated.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shlex
@@ -440,7 +441,29 @@ def run_guest(
         f"bash {q(str(hdir / 'runner.sh'))}",
     ]
     console = hdir / "console.log"
+    # One guest at a time on this machine: two TCG guests on 2 cores each take
+    # more than twice as long and hit timeouts.  The lock is machine-wide so
+    # parallel test runs (several developers' sessions) queue instead of thrash.
+    vm_lock = open(os.environ.get("CXLCTL_VM_LOCK", "/tmp/cxlctl-vm.lock"), "a")
+    fcntl.flock(vm_lock, fcntl.LOCK_EX)
     t0 = time.monotonic()
+    try:
+        return _boot_and_collect(cmd, console, base, out, hdir, topo, kern, timeout, t0)
+    finally:
+        vm_lock.close()
+
+
+def _boot_and_collect(
+    cmd: List[str],
+    console: Path,
+    base: Path,
+    out: Path,
+    hdir: Path,
+    topo: Topology,
+    kern: Kernel,
+    timeout: float,
+    t0: float,
+) -> GuestResult:
     with open(console, "wb") as con:
         # own session so a timeout can kill vng *and* the qemu it started, and
         # nothing else
@@ -454,8 +477,10 @@ def run_guest(
         )
         try:
             proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as e:  # timeout, Ctrl-C, SIGTERM turned into an exception
             _kill_group(proc)
+            if not isinstance(e, subprocess.TimeoutExpired):
+                raise
             raise GuestBootError(
                 f"guest ({topo.name}, {kern.release}) timed out after {timeout:.0f} s\n"
                 f"--- console tail ({console}) ---\n{_tail(_read(console))}"
