@@ -97,30 +97,26 @@ def render_status(inv: Inventory, console: Console) -> None:
         console.print("[cyan]No CXL devices on this host.[/cyan] NUMA nodes found:")
 
     if inv.regions:
-        t = Table(title="Regions → DAX → NUMA", title_justify="left")
-        for col in ("region", "type", "size", "ways×gran", "state", "targets (position order)", "dax", "mode", "node", "tier"):
-            t.add_column(col)
+        console.print("[bold]Regions → DAX → NUMA node → tier[/bold]")
         for r in inv.regions:
             daxes = [d for d in inv.dax_devices if d.name in r.dax_devices]
-            nodes = sorted({d.target_node for d in daxes if d.target_node is not None})
-            tiers = sorted({n.tier for n in inv.nodes if n.id in nodes and n.tier is not None})
-            state = {True: "committed", False: "[red]not committed[/red]", None: "?"}[r.committed]
-            t.add_row(
-                r.name,
-                r.mode or "?",
-                format_size(r.size),
-                f"{r.interleave_ways or '?'}×{r.interleave_granularity or '?'}",
-                state,
-                ", ".join(x.memdev or x.decoder for x in r.targets) or "-",
-                ", ".join(d.name for d in daxes) or "-",
-                ", ".join(
-                    (d.mode or "unbound") + (f" ({'/'.join(d.zones)})" if d.zones else "") for d in daxes
-                )
-                or "-",
-                ",".join(map(str, nodes)) or "-",
-                ",".join(map(str, tiers)) or "-",
+            state = {True: "committed", False: "[red]NOT committed[/red]", None: "state ?"}[r.committed]
+            targets = ", ".join(x.memdev or x.decoder for x in r.targets) or "no targets"
+            line = (
+                f"  [magenta]{r.name}[/magenta] {r.mode or '?'} {format_size(r.size)}, "
+                f"{r.interleave_ways or '?'}-way × {r.interleave_granularity or '?'} B, {state}, "
+                f"targets {targets}"
             )
-        console.print(t)
+            for d in daxes:
+                zones = f" in {'/'.join(d.zones)}" if d.zones else ""
+                node = inv.node(d.target_node) if d.target_node is not None else None
+                line += f"\n      → {d.name} {d.mode or 'unbound'}{zones}"
+                if node is not None and d.mode == "system-ram":
+                    line += f" → node {node.id} ({node.kind})"
+                    line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
+            if not daxes:
+                line += "\n      → no DAX device"
+            console.print(line, highlight=False)
 
     other_dax = [d for d in inv.dax_devices if d.region is None]
     if other_dax:
@@ -131,21 +127,19 @@ def render_status(inv: Inventory, console: Console) -> None:
             t.add_row(d.name, d.provider, format_size(d.size), d.mode or "unbound", str(d.target_node))
         console.print(t)
 
-    t = Table(title="NUMA nodes", title_justify="left")
+    t = Table(title="NUMA nodes (bandwidth/latency: HMAT/CDAT access0; wi: weighted-interleave weight)", title_justify="left")
     for col, just in (
         ("node", "right"), ("kind", "left"), ("cpus", "left"), ("size", "right"), ("free", "right"),
-        ("tier", "right"), ("distance", "left"), ("bw r/w MB/s", "right"), ("lat r/w ns", "right"),
-        ("zones (online blocks)", "left"), ("weight", "right"),
+        ("tier", "right"), ("distance", "left"), ("MB/s r/w", "right"), ("ns r/w", "right"),
+        ("online blocks", "left"), ("wi", "right"),
     ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=col in ("node", "size", "free", "tier", "wi"))  # type: ignore[arg-type]
     for n in inv.nodes:
         zones: Dict[str, int] = {}
         for b in n.memory_blocks:
             if (b.state or "").startswith("online"):
                 zones[b.zone or "?"] = zones.get(b.zone or "?", 0) + 1
         kind = {"cxl": "[magenta]cxl[/magenta]", "dram": "dram"}.get(n.kind, n.kind)
-        if n.kind == "cxl" and n.regions:
-            kind += f" ({','.join(n.regions)})"
         t.add_row(
             str(n.id),
             kind,
@@ -156,7 +150,7 @@ def render_status(inv: Inventory, console: Console) -> None:
             " ".join(map(str, n.distance)),
             _bw(n.access0),
             _lat(n.access0),
-            " ".join(f"{z}:{c}" for z, c in sorted(zones.items())) or "-",
+            " ".join(f"{c} {z}" for z, c in sorted(zones.items())) or "-",
             str(inv.weighted_interleave.weights.get(n.id, "-")),
         )
     console.print(t)
