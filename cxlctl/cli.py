@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 
+from .cli_launch import launch_app, policy_app
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
 from .rootpath import resolve_root
@@ -27,6 +28,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(tune_app, name="tune")
+app.add_typer(launch_app, name="launch")
+app.add_typer(policy_app, name="policy")
 
 
 class State:

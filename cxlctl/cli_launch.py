@@ -1,0 +1,313 @@
+"""``cxlctl launch exec|vllm|sglang`` and ``cxlctl policy show``: the launcher's command line.
+
+Thin: :mod:`cxlctl.launch.build` plans and executes, :mod:`cxlctl.launch.proof`
+reports; this module parses options, renders, and maps outcomes to exit codes
+(2 bad input, 1 a failed pre-flight or apply — nothing launched, 3 a process
+whose placement differs from what was asked).  A real launch never returns:
+the engine replaces cxlctl.  Its plan goes to stderr, so the engine's stdout
+is the engine's alone; ``--dry-run`` prints it on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO
+
+import typer
+
+from .errors import EXIT_DRIFT, CxlctlError
+
+if TYPE_CHECKING:
+    from .launch.build import LaunchPlan
+
+launch_app = typer.Typer(
+    name="launch",
+    help="Run a program, vLLM or SGLang with its host memory on DRAM+CXL (node sets, policy, KV offload size, pre-flight).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+policy_app = typer.Typer(
+    name="policy",
+    help="Show a process' memory policy and where its pages are.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_CTX = {"allow_interspersed_args": False}
+
+POLICY_OPT = typer.Option(
+    None, "--policy", metavar="MODE", help="bind | preferred | preferred-many | interleave | weighted-interleave (default) | local."
+)
+CPU_OPT = typer.Option(None, "--cpu-nodes", metavar="NODES", help="CPU nodes (numactl syntax: 0-1,3 | all | !N | +N). Default: the GPUs' socket.")
+MEM_OPT = typer.Option(None, "--mem-nodes", metavar="NODES", help="Memory nodes (numactl syntax). Default: that socket's DRAM + nearest CXL nodes.")
+RATIO_OPT = typer.Option(
+    None, "--ratio", metavar="D:C", help="Weighted-interleave weights DRAM:CXL (system-wide; journaled, undone by `cxlctl tune revert`)."
+)
+GPUS_OPT = typer.Option(None, "--gpus", metavar="LIST", help="GPUs in use: indices in PCI order (0,1 | 0-3 | all) or PCI addresses.")
+KV_OPT = typer.Option(None, "--kv-size", metavar="SIZE|auto", help="CPU KV cache size (K/M/G/T = powers of 1024), or auto = free CXL minus --reserve.")
+RESERVE_OPT = typer.Option(None, "--reserve", metavar="SIZE", help="With --kv-size auto: CXL memory kept free (default 10%% of it).")
+MODELCFG_OPT = typer.Option(None, "--model-config", metavar="PATH", help="Model config.json (or directory) for KV bytes per token.")
+DRY_OPT = typer.Option(False, "--dry-run", help="Print argv, environment, policy and the numactl equivalent; change and launch nothing.")
+JSON_OPT = typer.Option(False, "--json", help="The plan as one JSON document (stdout with --dry-run, else stderr before exec).")
+ENGINE_CMD_OPT = typer.Option(None, "--engine-cmd", metavar="CMD", help="The engine command (default: `vllm`, `python3 -m sglang.launch_server`).")
+TMPFS_OPT = typer.Option(False, "--kv-tmpfs", help="vLLM: private /dev/shm tmpfs bound to the CXL nodes, sized for the offload (root).")
+KEEP_NB_OPT = typer.Option(False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind).")
+LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache with --kv-size (LMCACHE_* environment).")
+ARGS = typer.Argument(None, metavar="[-- COMMAND ARGS...]", help="What to run (after --).")
+
+
+def _root() -> str:
+    from .cli import STATE
+
+    return STATE.root
+
+
+def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
+    from .parse import format_nodelist, format_size
+
+    w = f.write
+    r = lp.request
+    w(f"cxlctl launch {r.engine}" + (" (dry run: nothing changed, nothing launched)" if dry_run else "") + "\n")
+    for i, line in enumerate(lp.nodesets.how):
+        w(("nodes:    " if i == 0 else "          ") + line + "\n")
+    w(f"policy:   {lp.policy.describe()}\n")
+    w(f"method:   {'numactl' if lp.method == 'numactl' else 'direct (set_mempolicy + sched_setaffinity, then exec)'}\n")
+    wp = lp.weights
+    if wp is not None:
+        if wp.writes:
+            ch = ", ".join(f"{s.split('.', 1)[-1]} {a} -> {b}" for s, a, b in wp.changes)
+            w(f"weights:  {wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)\n")
+        else:
+            w(f"weights:  {' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)\n")
+    if lp.engine.kv_bytes is not None:
+        line = f"kv:       {format_size(lp.engine.kv_bytes)} over {lp.engine.ranks} rank(s)"
+        if lp.tokens is not None:
+            line += f", {lp.tokens:,} tokens"
+        w(line + "\n")
+    if lp.tmpfs is not None:
+        w(f"tmpfs:    /dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)\n")
+    w(f"argv:     {' '.join(shlex.quote(a) for a in lp.argv)}\n")
+    w("env:      " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items())) + "\n")
+    w(f"numactl:  {lp.equivalent}\n")
+    shown = [c for c in lp.checks if c.status != "ok"] if not dry_run else list(lp.checks)
+    if shown:
+        w("checks:\n")
+        for c in shown:
+            w(f"  {c.status.upper():5} {c.name}: {c.message}\n")
+            if c.fix and c.status in ("fail", "warn"):
+                w(f"        fix: {c.fix}\n")
+    for n in lp.notes:
+        w(f"note: {n}\n")
+    for x in lp.warnings:
+        w(f"warning: {x}\n")
+
+
+def _launch(
+    engine: str,
+    args: Optional[List[str]],
+    *,
+    engine_cmd: Optional[str] = None,
+    policy: Optional[str],
+    cpu_nodes: Optional[str],
+    mem_nodes: Optional[str],
+    ratio: Optional[str],
+    gpus: Optional[str],
+    kv_size: Optional[str],
+    reserve: Optional[str],
+    model_config: Optional[str],
+    dry_run: bool,
+    json_out: bool,
+    kv_tmpfs: bool = False,
+    keep_numa_bind: bool = False,
+    lmcache: bool = False,
+) -> None:
+    from .launch.build import Request, build, execute, to_json
+
+    req = Request(
+        engine=engine,
+        args=tuple(args or ()),
+        engine_cmd=engine_cmd,
+        policy=policy,
+        cpu_nodes=cpu_nodes,
+        mem_nodes=mem_nodes,
+        ratio=ratio,
+        gpus=gpus,
+        kv_size=kv_size,
+        reserve=reserve,
+        model_config=model_config,
+        kv_tmpfs=kv_tmpfs,
+        keep_numa_bind=keep_numa_bind,
+        lmcache=lmcache,
+    )
+    lp = build(_root(), req)
+    if json_out:
+        (sys.stdout if dry_run else sys.stderr).write(json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n")
+    else:
+        _out(lp, sys.stdout if dry_run else sys.stderr, dry_run)
+    if lp.failed:
+        raise CxlctlError(f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched", hint="each problem above names its fix")
+    if dry_run:
+        return
+    execute(_root(), lp)
+
+
+@launch_app.command("exec", context_settings=_CTX)
+def exec_cmd(
+    args: Optional[List[str]] = ARGS,
+    policy: Optional[str] = POLICY_OPT,
+    cpu_nodes: Optional[str] = CPU_OPT,
+    mem_nodes: Optional[str] = MEM_OPT,
+    ratio: Optional[str] = RATIO_OPT,
+    gpus: Optional[str] = GPUS_OPT,
+    kv_size: Optional[str] = KV_OPT,
+    reserve: Optional[str] = RESERVE_OPT,
+    kv_tmpfs: bool = typer.Option(False, "--kv-tmpfs", help="Private /dev/shm tmpfs bound to the CXL nodes, sized --kv-size (root)."),
+    lmcache: bool = LMCACHE_OPT,
+    dry_run: bool = DRY_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Run any program under the policy: cxlctl launch exec [options] -- PROGRAM ARGS..."""
+    _launch(
+        "exec",
+        args,
+        policy=policy,
+        cpu_nodes=cpu_nodes,
+        mem_nodes=mem_nodes,
+        ratio=ratio,
+        gpus=gpus,
+        kv_size=kv_size,
+        reserve=reserve,
+        model_config=None,
+        dry_run=dry_run,
+        json_out=json_out,
+        kv_tmpfs=kv_tmpfs,
+        lmcache=lmcache,
+    )
+
+
+@launch_app.command("vllm", context_settings=_CTX)
+def vllm_cmd(
+    args: Optional[List[str]] = ARGS,
+    policy: Optional[str] = POLICY_OPT,
+    cpu_nodes: Optional[str] = CPU_OPT,
+    mem_nodes: Optional[str] = MEM_OPT,
+    ratio: Optional[str] = RATIO_OPT,
+    gpus: Optional[str] = GPUS_OPT,
+    kv_size: Optional[str] = KV_OPT,
+    reserve: Optional[str] = RESERVE_OPT,
+    model_config: Optional[str] = MODELCFG_OPT,
+    kv_tmpfs: bool = TMPFS_OPT,
+    keep_numa_bind: bool = KEEP_NB_OPT,
+    lmcache: bool = LMCACHE_OPT,
+    engine_cmd: Optional[str] = ENGINE_CMD_OPT,
+    dry_run: bool = DRY_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Run vLLM with its CPU KV offload on CXL: cxlctl launch vllm [options] -- serve MODEL ..."""
+    _launch(
+        "vllm",
+        args,
+        engine_cmd=engine_cmd,
+        policy=policy,
+        cpu_nodes=cpu_nodes,
+        mem_nodes=mem_nodes,
+        ratio=ratio,
+        gpus=gpus,
+        kv_size=kv_size,
+        reserve=reserve,
+        model_config=model_config,
+        dry_run=dry_run,
+        json_out=json_out,
+        kv_tmpfs=kv_tmpfs,
+        keep_numa_bind=keep_numa_bind,
+        lmcache=lmcache,
+    )
+
+
+@launch_app.command("sglang", context_settings=_CTX)
+def sglang_cmd(
+    args: Optional[List[str]] = ARGS,
+    policy: Optional[str] = POLICY_OPT,
+    cpu_nodes: Optional[str] = CPU_OPT,
+    mem_nodes: Optional[str] = MEM_OPT,
+    ratio: Optional[str] = RATIO_OPT,
+    gpus: Optional[str] = GPUS_OPT,
+    kv_size: Optional[str] = KV_OPT,
+    reserve: Optional[str] = RESERVE_OPT,
+    model_config: Optional[str] = MODELCFG_OPT,
+    lmcache: bool = LMCACHE_OPT,
+    engine_cmd: Optional[str] = ENGINE_CMD_OPT,
+    dry_run: bool = DRY_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Run SGLang with its hierarchical cache on CXL: cxlctl launch sglang [options] -- --model-path M ..."""
+    _launch(
+        "sglang",
+        args,
+        engine_cmd=engine_cmd,
+        policy=policy,
+        cpu_nodes=cpu_nodes,
+        mem_nodes=mem_nodes,
+        ratio=ratio,
+        gpus=gpus,
+        kv_size=kv_size,
+        reserve=reserve,
+        model_config=model_config,
+        dry_run=dry_run,
+        json_out=json_out,
+        lmcache=lmcache,
+    )
+
+
+@policy_app.command("show")
+def show_cmd(
+    pid: int = typer.Argument(..., help="Process id."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""
+    from .launch.proof import show
+
+    rep = show(_root(), pid)
+    if json_out:
+        sys.stdout.write(json.dumps({"schema_version": 1, **rep}, indent=2) + "\n")
+    else:
+        _render_proof(rep)
+    if rep["match"] is False:
+        raise typer.Exit(EXIT_DRIFT)
+
+
+def _render_proof(rep: Dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .parse import format_nodelist, format_size
+
+    c = Console(highlight=False)
+    pol = rep["policy"]
+    c.print(f"[bold]{rep['pid']}[/bold] {rep['name']}: policy [bold]{pol['mode']}[/bold]" + (f" over node(s) {format_nodelist(pol['nodes'])}" if pol["nodes"] else ""))
+    c.print(f"Mems_allowed {format_nodelist(rep['mems_allowed'])}, Cpus_allowed {format_nodelist(rep['cpus_allowed'])}")
+    if len(rep["policies"]) > 1:
+        c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
+    t = Table(title="Pages per node", title_justify="left")
+    for col in ("node", "anonymous", "file", "total", "share of anonymous"):
+        t.add_column(col, justify="right")
+    pages = rep["pages"]
+    nodes = sorted({int(n) for k in ("anon", "file", "total") for n in pages[k]})
+    anon_total = sum(pages["anon"].values()) or 1
+    for n in nodes:
+        a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
+        t.add_row(str(n), f"{a} ({format_size(a * 4096)})", f"{f} ({format_size(f * 4096)})", f"{tot} ({format_size(tot * 4096)})", f"{a / anon_total:.1%}")
+    c.print(t)
+    if rep["asked"] is None:
+        c.print("[dim]not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with[/dim]")
+        return
+    c.print(f"asked: {rep['asked']['env']}")
+    style = {"pass": "green", "fail": "bold red", "info": "dim"}
+    for ch in rep["checks"]:
+        st = style[ch["status"]]
+        c.print(f"  [{st}]{ch['status']:4}[/{st}] {ch['check']}: {ch['detail']}")
+    c.print("[green]matches what was asked[/green]" if rep["match"] else "[bold red]differs from what was asked[/bold red]")

@@ -1,0 +1,391 @@
+"""A launch, from options to ``execve``: :func:`build` plans (no changes), :func:`execute` runs it.
+
+:func:`build` is the whole decision — node sets, policy, weights, engine
+flags, KV size, pre-flight, the exact argv and environment — and changes
+nothing on the host, so ``--dry-run`` shows precisely what a real launch
+would do.  :func:`execute` then changes, in this order and only after every
+pre-flight check passed: the weighted-interleave weights (tuning engine,
+journaled), the private ``/dev/shm`` (``--kv-tmpfs``), the CPU affinity and
+memory policy (directly, unless numactl does it), and finally ``execve``: the
+engine replaces cxlctl in the same process (same PID), so systemd, signals
+and ``cxlctl policy show $PID`` see the engine itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.inventory import scan
+from cxlctl.model import Inventory
+from cxlctl.parse import format_nodelist, format_size
+
+from . import engines as eng
+from . import kvsize, preflight, sysweights
+from .nodesets import NodeSets, cpus_of, resolve
+from .policy import POLICIES, Numactl, Policy, detect_numactl, numactl_argv, shell_line, tmpfs_options
+
+
+class Request(NamedTuple):
+    engine: str  # exec | vllm | sglang
+    args: Tuple[str, ...]  # after --
+    engine_cmd: Optional[str] = None
+    policy: Optional[str] = None
+    cpu_nodes: Optional[str] = None
+    mem_nodes: Optional[str] = None
+    ratio: Optional[str] = None
+    gpus: Optional[str] = None
+    kv_size: Optional[str] = None
+    reserve: Optional[str] = None
+    model_config: Optional[str] = None
+    kv_tmpfs: bool = False
+    keep_numa_bind: bool = False
+    lmcache: bool = False
+
+
+class LaunchPlan(NamedTuple):
+    request: Request
+    inventory: Inventory
+    nodesets: NodeSets
+    policy: Policy
+    weights: Optional[sysweights.WeightPlan]
+    features: Optional[eng.Features]
+    engine: eng.EngineArgs
+    kv: Optional[kvsize.KvRequest]
+    model: Optional[kvsize.ModelKv]
+    tokens: Optional[int]
+    numactl: Numactl
+    method: str  # numactl | direct
+    argv: Tuple[str, ...]  # what is exec'd
+    env_added: Dict[str, str]  # on top of the caller's environment
+    env: Dict[str, str]  # the whole environment of the engine
+    tmpfs: Optional[Tuple[int, Tuple[int, ...]]]  # (size, nodes) of the private /dev/shm
+    equivalent: str  # the same launch as a shell command line with numactl
+    checks: Tuple[preflight.Check, ...]
+    notes: Tuple[str, ...]
+    warnings: Tuple[str, ...]
+    wi_users: Tuple[Tuple[int, str], ...]
+
+    @property
+    def failed(self) -> List[preflight.Check]:
+        return preflight.failures(self.checks)
+
+
+def _ratio(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    if text is None:
+        return None
+    from cxlctl.tuning.knobs import parse_ratio
+
+    try:
+        return parse_ratio(text)
+    except ValueError:
+        raise UsageError(f"--ratio {text!r}: expected DRAM:CXL weights such as 3:1 (each 1-255)", hint="e.g. --ratio 3:1") from None
+
+
+def _policy_nodes(req: Request, mode: str, ns: NodeSets, notes: List[str]) -> Tuple[int, ...]:
+    if mode == "local":
+        if req.mem_nodes is not None:
+            raise UsageError("--policy local takes no --mem-nodes (it allocates on the node of the CPU that faults)", hint="leave out --mem-nodes")
+        return ()
+    if mode == "preferred":
+        if len(ns.mem_nodes) == 1:
+            return ns.mem_nodes
+        if req.mem_nodes is not None:
+            raise UsageError(
+                f"--policy preferred takes one node, --mem-nodes gives {format_nodelist(ns.mem_nodes)}",
+                hint="give one node, or use --policy preferred-many",
+            )
+        pick = ns.cxl[0] if ns.cxl else ns.mem_nodes[0]
+        notes.append(f"preferred node {pick}: the nearest {'CXL' if ns.cxl else 'DRAM'} node (allocations fall back to others when it is full)")
+        return (pick,)
+    return ns.mem_nodes
+
+
+def _model_kv(req: Request, ea: eng.EngineArgs, notes: List[str]) -> Optional[kvsize.ModelKv]:
+    path = req.model_config
+    if path is None and ea.model and os.path.isfile(os.path.join(ea.model, "config.json")):
+        path = ea.model
+    if path is None:
+        if ea.kv_bytes and req.engine != "exec":
+            notes.append("no local model directory (or --model-config): tokens that fit are not computed")
+        return None
+    return kvsize.model_kv(kvsize.load_config(path), ea.kv_cache_dtype)
+
+
+def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
+    """Every decision of a launch, no side effects on the host (see the module docstring)."""
+    environ = dict(os.environ if environ is None else environ)
+    if req.engine not in eng.ENGINES:
+        raise UsageError(f"unknown engine {req.engine!r}", hint="use exec, vllm or sglang")
+    mode = req.policy or "weighted-interleave"
+    if mode not in POLICIES:
+        raise UsageError(f"--policy {mode!r} is not one of {', '.join(POLICIES)}", hint="e.g. --policy weighted-interleave")
+    ratio = _ratio(req.ratio)
+    if ratio is not None and mode != "weighted-interleave":
+        raise UsageError(f"--ratio only applies to --policy weighted-interleave (not {mode})", hint="drop --ratio or change --policy")
+    if req.engine_cmd is not None:
+        try:
+            cmd = shlex.split(req.engine_cmd)
+        except ValueError as e:
+            raise UsageError(f"--engine-cmd: {e}", hint="quote it as one shell word list") from None
+        if not cmd:
+            raise UsageError("--engine-cmd is empty", hint="e.g. --engine-cmd /opt/vllm/bin/vllm")
+        if req.engine == "exec":
+            raise UsageError("--engine-cmd is for vllm and sglang", hint="for exec, the program is what follows --")
+    else:
+        cmd = list(eng.DEFAULT_CMD.get(req.engine, []))
+    if req.engine == "exec" and not req.args:
+        raise UsageError("nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS...")
+    notes: List[str] = []
+    warnings: List[str] = []
+
+    inv = scan(root)
+    mems, cpus_allowed = preflight.self_allowed(root)
+    allowed_cpu_nodes = None
+    if cpus_allowed is not None:
+        allowed_cpu_nodes = [n.id for n in inv.nodes if n.has_cpu and set(n.cpus) & set(cpus_allowed)]
+    ns = resolve(
+        inv,
+        root,
+        cpu_spec=req.cpu_nodes,
+        mem_spec=req.mem_nodes,
+        gpu_spec=req.gpus,
+        allowed_mems=mems,
+        allowed_cpu_nodes=allowed_cpu_nodes,
+    )
+    pnodes = _policy_nodes(req, mode, ns, notes)
+    kv = kvsize.kv_request(inv, req.kv_size, req.reserve, ns.cxl)
+    if kv is not None and kv.auto:
+        notes.append(
+            f"--kv-size auto: {format_size(kv.free_cxl)} free on CXL node(s) {format_nodelist(ns.cxl)} "
+            f"minus reserve {format_size(kv.reserve)} = {format_size(kv.bytes)}"
+        )
+
+    # engine: resolve the executable first (a missing engine is a usage error), then its flags
+    feats = None
+    if req.engine != "exec":
+        if shutil.which(cmd[0], path=environ.get("PATH")) is None:
+            raise UsageError(
+                f"{req.engine} engine not found: {cmd[0]!r} is not on PATH",
+                hint=f"install {req.engine}, activate its environment, or give --engine-cmd",
+            )
+        feats = eng.detect(req.engine, cmd, environ)
+    elif shutil.which(req.args[0], path=environ.get("PATH")) is None:
+        raise UsageError(f"program not found: {req.args[0]!r}", hint="give a path or a program on PATH after --")
+    if req.kv_tmpfs and req.engine == "sglang":
+        raise UsageError("--kv-tmpfs is for vLLM's /dev/shm offload (and exec)", hint="SGLang's host cache is not a /dev/shm file")
+    ea = eng.build_args(
+        req.engine,
+        cmd,
+        req.args,
+        feats,
+        kv=kv.bytes if kv else None,
+        lmcache=req.lmcache,
+        keep_numa_bind=req.keep_numa_bind,
+        kv_tmpfs=req.kv_tmpfs,
+    )
+    tmpfs = None
+    if req.kv_tmpfs:
+        if not ns.cxl:
+            raise UsageError("--kv-tmpfs needs a CXL node in the memory set", hint="add one to --mem-nodes (cxlctl status lists them)")
+        if ea.kv_bytes is None:
+            raise UsageError("--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto")
+        tmpfs = (eng.tmpfs_size(ea.kv_bytes), ns.cxl)
+
+    model = _model_kv(req, ea, notes)
+    toks = None
+    if model is not None and ea.kv_bytes:
+        per = model.bytes_per_token * (ea.ranks if model.mla and ea.ranks > 1 else 1)
+        toks = kvsize.tokens(ea.kv_bytes, per)
+        notes.append(
+            f"KV cache: {model.bytes_per_token} B/token ({model.formula}, {model.dtype})"
+            + (f"; the MLA latent is replicated on each of {ea.ranks} ranks" if model.mla and ea.ranks > 1 else "")
+            + f": {format_size(ea.kv_bytes)} holds {toks:,} tokens"
+        )
+
+    # weights (system-wide) for weighted interleave
+    wp = None
+    users: List[Tuple[int, str]] = []
+    weights: Tuple[Tuple[int, int], ...] = ()
+    if mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes:
+        wp = sysweights.plan(root, inv, ns, pnodes, ratio)
+        weights = tuple(sorted(wp.weights.items()))
+        notes.extend(wp.notes)
+        warnings.extend(wp.warnings)
+        if wp.writes:
+            users = sysweights.wi_users(root, exclude=(os.getpid(),))
+            who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (f" and {len(users) - 8} more" if len(users) > 8 else "")
+            warnings.append(
+                "weighted-interleave weights are system-wide: "
+                + ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
+                + " applies to every process using weighted interleave"
+                + (f", including the running {who}" if users else "")
+                + "; set through the tuning engine (journaled): `cxlctl tune revert` restores them"
+            )
+    policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), weights)
+
+    checks = preflight.run(
+        root,
+        inv,
+        policy,
+        ns,
+        pins=ea.pins,
+        kv_bytes=ea.kv_bytes,
+        shm_bytes=ea.shm_bytes,
+        kv_tmpfs=tmpfs,
+        engine=req.engine,
+    )
+
+    numactl = detect_numactl(environ)
+    if numactl.supports(mode):
+        method = "numactl"
+        assert numactl.path is not None
+        argv = tuple(numactl_argv(policy, numactl.path)) + ea.argv
+        notes.append(f"policy applied by {numactl.path}")
+    else:
+        method = "direct"
+        argv = ea.argv
+        why = (
+            "numactl is not installed"
+            if numactl.path is None
+            else f"{numactl.path} has no {'--' + mode if mode != 'local' else '--localalloc'} option"
+            + (" (needs numactl 2.0.19+)" if mode == "weighted-interleave" else "")
+        )
+        notes.append(f"policy applied by cxlctl itself (set_mempolicy, sched_setaffinity, then exec): {why}")
+    added = dict(ea.env)
+    if req.gpus is not None and ns.gpus:
+        added["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        added["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.ordinal) for g in ns.gpus)
+        if environ.get("CUDA_VISIBLE_DEVICES") not in (None, added["CUDA_VISIBLE_DEVICES"]):
+            warnings.append(f"--gpus replaces CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}")
+    added["CXLCTL_POLICY"] = policy.env_value()
+    env = dict(environ)
+    env.update(added)
+    if root != "/":
+        notes.append(f"node sets come from the tree {root}; the policy applies to the running kernel")
+    equivalent = shell_line(numactl_argv(policy) + list(ea.argv), added)
+    if tmpfs is not None:
+        inner = "mount -t tmpfs -o " + shlex.quote(tmpfs_options(*tmpfs)) + " tmpfs /dev/shm && exec " + equivalent
+        equivalent = "unshare -m --propagation private sh -c " + shlex.quote(inner)
+    return LaunchPlan(
+        req,
+        inv,
+        ns,
+        policy,
+        wp,
+        feats,
+        ea,
+        kv,
+        model,
+        toks,
+        numactl,
+        method,
+        argv,
+        added,
+        env,
+        tmpfs,
+        equivalent,
+        tuple(checks),
+        tuple(notes) + ea.notes,
+        tuple(warnings) + ea.warnings,
+        tuple(users),
+    )
+
+
+def execute(root: str, lp: LaunchPlan) -> None:
+    """Change the host as planned and exec the engine; returns only by raising."""
+    from .policy import apply_in_process, get_mempolicy, unshare_shm
+
+    if lp.failed:
+        raise CxlctlError(f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched", hint="the lines above name each fix")
+    policy = lp.policy
+    if lp.weights is not None and lp.weights.writes:
+        got = sysweights.apply(root, lp.weights)
+        policy = policy._replace(weights=tuple(sorted(got.items())))
+        lp.env["CXLCTL_POLICY"] = policy.env_value()
+    if lp.tmpfs is not None:
+        unshare_shm(lp.tmpfs[0], lp.tmpfs[1])
+    if lp.method == "direct":
+        apply_in_process(policy)
+        mode, nodes = get_mempolicy()
+        if mode != policy.mode or (policy.mode != "local" and nodes != policy.nodes):
+            raise CxlctlError(
+                f"the kernel reports policy {mode} over {format_nodelist(nodes) or '-'} after setting {policy.mode}",
+                hint="report this; nothing was launched",
+            )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(lp.argv[0], list(lp.argv), lp.env)
+    except OSError as e:
+        raise CxlctlError(f"cannot exec {lp.argv[0]}: {e.strerror}", hint="check the program path and its permissions") from None
+
+
+def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
+    ns = lp.nodesets
+    wp = lp.weights
+    return {
+        "schema_version": 1,
+        "dry_run": dry_run,
+        "engine": {
+            "name": lp.request.engine,
+            "version": lp.features.version if lp.features else None,
+            "flags_source": lp.features.source if lp.features else None,
+            "added": list(lp.engine.added),
+            "dropped": list(lp.engine.dropped),
+        },
+        "nodes": {
+            "cpu": list(ns.cpu_nodes),
+            "memory": list(ns.mem_nodes),
+            "dram": list(ns.dram),
+            "cxl": list(ns.cxl),
+            "gpus": [{"index": g.ordinal, "pci": g.bdf, "node": g.numa_node} for g in ns.gpus],
+            "how": list(ns.how),
+        },
+        "policy": {
+            "mode": lp.policy.mode,
+            "nodes": list(lp.policy.nodes),
+            "cpu_nodes": list(lp.policy.cpu_nodes),
+            "cpus": list(lp.policy.cpus),
+            "weights": {str(n): w for n, w in lp.policy.weights},
+            "method": lp.method,
+        },
+        "weights": None
+        if wp is None
+        else {
+            "source": wp.source,
+            "current": {str(n): w for n, w in sorted(wp.current.items())},
+            "launch": {str(n): w for n, w in sorted(wp.weights.items())},
+            "changes": [{"setting": s, "from": a, "to": b} for s, a, b in wp.changes],
+            "system_wide": True,
+            "journaled": wp.writes,
+            "undo": "cxlctl tune revert" if wp.writes else None,
+            "includes_profile": wp.base,
+            "weighted_interleave_users": [{"pid": p, "name": n} for p, n in lp.wi_users],
+        },
+        "kv": None
+        if lp.engine.kv_bytes is None
+        else {
+            "bytes": lp.engine.kv_bytes,
+            "auto": bool(lp.kv and lp.kv.auto),
+            "free_cxl": lp.kv.free_cxl if lp.kv else None,
+            "reserve": lp.kv.reserve if lp.kv else None,
+            "ranks": lp.engine.ranks,
+            "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
+            "tokens": lp.tokens,
+            "model_config": lp.model.source if lp.model else None,
+        },
+        "tmpfs": None if lp.tmpfs is None else {"size": lp.tmpfs[0], "nodes": list(lp.tmpfs[1]), "options": tmpfs_options(*lp.tmpfs)},
+        "argv": list(lp.argv),
+        "env": dict(sorted(lp.env_added.items())),
+        "numactl_command": lp.equivalent,
+        "numactl": {"path": lp.numactl.path, "supports_policy": lp.numactl.supports(lp.policy.mode)},
+        "checks": [c._asdict() for c in lp.checks],
+        "ok": not lp.failed,
+        "notes": list(lp.notes),
+        "warnings": list(lp.warnings),
+    }

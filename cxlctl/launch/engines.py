@@ -1,0 +1,459 @@
+"""Engine specifics: the flags and environment that put vLLM's / SGLang's CPU KV cache on CXL.
+
+Facts, units and traps are in inference_flags.md; the short version:
+
+* **vLLM** sizes its native CPU KV offload with ``--kv-offloading-size`` in GiB,
+  the *total* over the engine's TP×PP workers.  ``--swap-space`` was never a
+  KV offload under the V1 engine and is gone since 0.18, so it is never
+  emitted.  Flags are feature-detected from ``vllm serve --help=all`` rather
+  than guessed from the version, and cached per vLLM version (the help takes
+  seconds: it imports torch).  ``--numa-bind*`` makes vLLM re-exec its workers
+  under ``numactl --membind=<GPU node>``, which replaces the launcher's policy
+  with a DRAM-only bind: it is dropped (with a warning) unless
+  ``--keep-numa-bind``.  Newer vLLM allocates the offload as a file in
+  ``/dev/shm``; ``--kv-tmpfs`` mounts a CXL-bound tmpfs there for the engine only.
+* **SGLang** takes ``--hicache-size`` in decimal GB *per TP rank*; its
+  automatic NUMA binding (``numa_set_preferred(gpu_node)``) is skipped only when
+  CPU affinity is already constrained, so CPUs are always bound and
+  ``SGLANG_AUTO_NUMA_BIND=0`` is exported too.
+* **LMCache** (``--lmcache``): ``LMCACHE_LOCAL_CPU`` and
+  ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+
+from cxlctl.errors import UsageError
+from cxlctl.parse import format_size
+
+from .kvsize import GIB, gib
+
+ENGINES = ("exec", "vllm", "sglang")
+DEFAULT_CMD = {"vllm": ["vllm"], "sglang": ["python3", "-m", "sglang.launch_server"]}
+#: first vLLM release assumed to allocate the offload as /dev/shm/vllm_offload_*.mmap
+#: (PR #50094, merged 2026-08; the exact release is not pinned down: docs/launch.md)
+VLLM_SHM_OFFLOAD_SINCE = (0, 28)
+VLLM_NO_SWAP_SPACE_SINCE = (0, 18)
+NUMA_BIND_FLAGS = ("--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus")
+LMCACHE_CONNECTOR = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
+HELP_TIMEOUT = 300.0
+
+
+class Features(NamedTuple):
+    engine: str
+    version: Optional[str]
+    flags: FrozenSet[str]
+    source: str  # cache | probed | unavailable
+    error: Optional[str] = None
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
+
+
+class EngineArgs(NamedTuple):
+    argv: Tuple[str, ...]  # the engine's full argv
+    env: Dict[str, str]  # variables cxlctl sets for it
+    added: Tuple[str, ...]  # arguments cxlctl added
+    dropped: Tuple[str, ...]  # arguments cxlctl removed
+    notes: Tuple[str, ...]
+    warnings: Tuple[str, ...]
+    pins: bool  # the engine pins host memory for its KV cache (zone and memlock checks)
+    shm_bytes: Optional[int]  # what /dev/shm must hold (vLLM's shm-file offload)
+    kv_bytes: Optional[int]  # total host KV bytes the engine will use
+    ranks: int  # TP x PP workers sharing kv_bytes
+    model: Optional[str]  # model path or name from the engine's arguments
+    kv_cache_dtype: Optional[str]
+
+
+def version_tuple(v: Optional[str]) -> Optional[Tuple[int, ...]]:
+    if not v:
+        return None
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", v.strip())
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+# --------------------------------------------------------------------------- feature detection
+
+
+def cache_dir(env: Dict[str, str]) -> str:
+    if env.get("CXLCTL_CACHE_DIR"):
+        return env["CXLCTL_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cxlctl")
+
+
+def _run(argv: Sequence[str], env: Dict[str, str], timeout: float) -> Tuple[int, str]:
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    except OSError as e:
+        return -1, e.strerror or str(e)
+    return p.returncode, p.stdout + p.stderr
+
+
+def _flags(text: str) -> FrozenSet[str]:
+    return frozenset(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+
+
+def _version_probe(engine: str, cmd: Sequence[str]) -> Optional[List[str]]:
+    if engine == "vllm":
+        return [*cmd, "--version"]
+    if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2].startswith("sglang"):
+        return [cmd[0], "-c", "import sglang; print(sglang.__version__)"]
+    return None
+
+
+def _help_probes(engine: str, cmd: Sequence[str]) -> List[List[str]]:
+    if engine == "vllm":
+        return [[*cmd, "serve", "--help=all"], [*cmd, "serve", "--help"]]
+    return [[*cmd, "--help"]]
+
+
+def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: bool = True) -> Features:
+    """The engine's version and command-line flags, from its help text (cached per version)."""
+    exe = shutil.which(cmd[0], path=env.get("PATH"))
+    if exe is None:
+        return Features(engine, None, frozenset(), "unavailable", f"{cmd[0]} not found")
+    version: Optional[str] = None
+    vp = _version_probe(engine, [exe, *cmd[1:]])
+    if vp is not None:
+        rc, out = _run(vp, env, 120)
+        if rc == 0:
+            for line in reversed(out.strip().splitlines()):
+                m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", line)
+                if m:
+                    version = m.group(1)
+                    break
+    path = None
+    if version is not None:
+        key = hashlib.sha1(os.path.realpath(exe).encode()).hexdigest()[:12]
+        path = os.path.join(cache_dir(env), f"{engine}-{key}-{re.sub(r'[^A-Za-z0-9.+-]', '_', version)}.json")
+        if use_cache:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+                if data.get("version") == version and isinstance(data.get("flags"), list):
+                    return Features(engine, version, frozenset(data["flags"]), "cache")
+            except (OSError, ValueError, AttributeError):
+                pass
+    error = None
+    flags: FrozenSet[str] = frozenset()
+    for probe in _help_probes(engine, [exe, *cmd[1:]]):
+        rc, out = _run(probe, env, HELP_TIMEOUT)
+        flags = _flags(out) if rc == 0 else frozenset()
+        if flags:
+            break
+        error = f"`{' '.join(probe[1:] if probe[0] == exe else probe)}` exited {rc}: {out.strip().splitlines()[-1] if out.strip() else 'no output'}"
+    if not flags:
+        return Features(engine, version, frozenset(), "unavailable", error)
+    if path is not None:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"engine": engine, "version": version, "exe": exe, "flags": sorted(flags)}, f, indent=1)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home only costs the probe next time
+    return Features(engine, version, flags, "probed")
+
+
+# --------------------------------------------------------------------------- argument helpers
+
+
+def opt_value(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
+    """Value of the last ``--name V`` / ``--name=V`` among ``args``."""
+    val = None
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                val = args[i + 1]
+            elif a.startswith(n + "="):
+                val = a[len(n) + 1 :]
+    return val
+
+
+def has_opt(args: Sequence[str], names: Sequence[str]) -> bool:
+    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
+
+
+def _int_opt(args: Sequence[str], names: Sequence[str], default: int, label: str) -> int:
+    v = opt_value(args, names)
+    if v is None:
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise UsageError(f"{names[0]} {v!r} is not an integer", hint=f"fix the {label} in the engine's arguments") from None
+    if n < 1:
+        raise UsageError(f"{names[0]} {v!r} must be at least 1", hint=f"fix the {label} in the engine's arguments")
+    return n
+
+
+def drop_numa_bind(args: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Remove vLLM's --numa-bind* flags (with their values: ``--numa-bind-nodes`` takes several)."""
+    out: List[str] = []
+    dropped: List[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name = a.split("=", 1)[0]
+        if name in NUMA_BIND_FLAGS:
+            dropped.append(a)
+            i += 1
+            if "=" not in a and name != "--numa-bind":
+                while i < len(args) and not args[i].startswith("-"):
+                    dropped.append(args[i])
+                    i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out, dropped
+
+
+# --------------------------------------------------------------------------- per engine
+
+
+def build_args(
+    engine: str,
+    cmd: Sequence[str],
+    user: Sequence[str],
+    feats: Optional[Features],
+    *,
+    kv: Optional[int],
+    lmcache: bool,
+    keep_numa_bind: bool,
+    kv_tmpfs: bool,
+) -> EngineArgs:
+    """The engine's argv and environment for a launch (pure: features come in)."""
+    if engine == "vllm":
+        assert feats is not None
+        return _vllm(cmd, user, feats, kv, lmcache, keep_numa_bind, kv_tmpfs)
+    if engine == "sglang":
+        assert feats is not None
+        return _sglang(cmd, user, feats, kv, lmcache)
+    return _exec(cmd, user, kv, lmcache, kv_tmpfs)
+
+
+def _exec(cmd: Sequence[str], user: Sequence[str], kv: Optional[int], lmcache: bool, kv_tmpfs: bool) -> EngineArgs:
+    argv = tuple(user)
+    if not argv:
+        raise UsageError("nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS...")
+    env: Dict[str, str] = {}
+    notes: List[str] = []
+    if lmcache:
+        if kv is None:
+            raise UsageError("--lmcache needs --kv-size (the CPU cache size)", hint="add --kv-size SIZE or --kv-size auto")
+        env.update(_lmcache_env(kv, 1))
+        notes.append(f"LMCache CPU cache: {format_size(kv)} (LMCACHE_MAX_LOCAL_CPU_SIZE is per rank: one rank assumed)")
+    elif kv is not None and not kv_tmpfs:
+        notes.append("exec: --kv-size only sizes --kv-tmpfs and --lmcache; the program gets no flag for it")
+    return EngineArgs(argv, env, (), (), tuple(notes), (), lmcache, None, kv, 1, None, None)
+
+
+def _lmcache_env(kv: int, ranks: int) -> Dict[str, str]:
+    return {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": gib(kv // max(1, ranks))}
+
+
+def _vllm(
+    cmd: Sequence[str],
+    user: Sequence[str],
+    feats: Features,
+    kv: Optional[int],
+    lmcache: bool,
+    keep_numa_bind: bool,
+    kv_tmpfs: bool,
+) -> EngineArgs:
+    args = list(user)
+    if not args:
+        raise UsageError("no vLLM arguments", hint="give them after --: cxlctl launch vllm [options] -- serve MODEL ...")
+    notes: List[str] = []
+    warnings: List[str] = []
+    added: List[str] = []
+    dropped: List[str] = []
+    env: Dict[str, str] = {}
+    ver = version_tuple(feats.version)
+    known = feats.source != "unavailable"
+    if known:
+        notes.append(f"vLLM {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})")
+    else:
+        warnings.append(f"could not read vLLM's flags ({feats.error}); passing the arguments through unchanged")
+    if has_opt(args, ["--swap-space"]):
+        if (ver is not None and ver >= VLLM_NO_SWAP_SPACE_SINCE) or (known and not feats.has("--swap-space")):
+            raise UsageError(
+                f"--swap-space was removed in vLLM 0.18 (this is {feats.version or 'a newer vLLM'}); it never offloaded the KV cache under the V1 engine",
+                hint="drop it; --kv-size makes cxlctl size the CPU KV offload (--kv-offloading-size)",
+            )
+        warnings.append("--swap-space is unused by vLLM's V1 engine (it is not a KV offload); use --kv-size")
+    if has_opt(args, NUMA_BIND_FLAGS):
+        why = (
+            "vLLM's --numa-bind re-execs its workers under `numactl --membind=<GPU-local node>`, which replaces "
+            "cxlctl's policy with a DRAM-only bind (the KV offload would leave CXL)"
+        )
+        if keep_numa_bind:
+            warnings.append(why + "; kept because of --keep-numa-bind" + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)"))
+        else:
+            args, dropped = drop_numa_bind(args)
+            warnings.append(why + f"; dropped {' '.join(dropped)} (--keep-numa-bind keeps it). cxlctl binds the CPUs itself")
+    tp = _int_opt(args, ["--tensor-parallel-size", "-tp"], 1, "tensor-parallel size")
+    pp = _int_opt(args, ["--pipeline-parallel-size", "-pp"], 1, "pipeline-parallel size")
+    ranks = tp * pp
+    model = opt_value(args, ["--model"])
+    if model is None and len(args) > 1 and args[0] == "serve" and not args[1].startswith("-"):
+        model = args[1]
+    user_size = opt_value(args, ["--kv-offloading-size"])
+    kv_bytes = kv
+    shm: Optional[int] = None
+    if user_size is not None:
+        if kv is not None:
+            raise UsageError(
+                "both --kv-size and vLLM's --kv-offloading-size are given",
+                hint="give one: --kv-size (cxlctl computes --kv-offloading-size) or --kv-offloading-size alone",
+            )
+        try:
+            kv_bytes = int(float(user_size) * GIB)
+        except ValueError:
+            raise UsageError(f"--kv-offloading-size {user_size!r} is not a number of GiB", hint="e.g. --kv-offloading-size 64") from None
+    if kv is not None and lmcache:
+        if not has_opt(args, ["--kv-transfer-config"]):
+            args += ["--kv-transfer-config", LMCACHE_CONNECTOR]
+            added += ["--kv-transfer-config", LMCACHE_CONNECTOR]
+        env.update(_lmcache_env(kv, ranks))
+        notes.append(f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per worker x {ranks} worker(s) (TP {tp} x PP {pp})")
+    elif kv is not None:
+        if args[0] != "serve":
+            raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
+        if not known:
+            raise UsageError(
+                f"--kv-size: cannot tell whether this vLLM has --kv-offloading-size ({feats.error})",
+                hint="check `vllm serve --help=all` works, or pass --kv-offloading-size yourself",
+            )
+        if not feats.has("--kv-offloading-size"):
+            raise UsageError(
+                f"this vLLM ({feats.version or 'unknown version'}) has no --kv-offloading-size (native CPU KV offload)",
+                hint="upgrade vLLM (0.12 or later), or use --lmcache; --swap-space is not a KV offload",
+            )
+        size = gib(kv)
+        if size == "0":
+            raise UsageError(f"--kv-size {format_size(kv)} is less than 0.01 GiB", hint="give a larger --kv-size")
+        args += ["--kv-offloading-size", size]
+        added += ["--kv-offloading-size", size]
+        if feats.has("--kv-offloading-backend") and not has_opt(args, ["--kv-offloading-backend"]):
+            args += ["--kv-offloading-backend", "native"]
+            added += ["--kv-offloading-backend", "native"]
+        notes.append(f"--kv-offloading-size {size} GiB is the total over TP {tp} x PP {pp} = {ranks} worker(s)")
+    if kv_bytes is not None and not lmcache:
+        if ver is None or ver >= VLLM_SHM_OFFLOAD_SINCE:
+            shm = kv_bytes
+        else:
+            warnings.append(
+                f"vLLM {feats.version} pins the offload per tensor, rounded up to a power of two: it can take up to "
+                "about 2x the size in host memory (vllm#53042); leave headroom"
+            )
+            if kv_tmpfs:
+                warnings.append(
+                    f"--kv-tmpfs: vLLM {feats.version} allocates the offload as pinned anonymous memory, not in /dev/shm, "
+                    "so the CXL-bound tmpfs does not hold it; the process policy decides its placement"
+                )
+    return EngineArgs(
+        tuple(cmd) + tuple(args),
+        env,
+        tuple(added),
+        tuple(dropped),
+        tuple(notes),
+        tuple(warnings),
+        kv_bytes is not None,
+        shm,
+        kv_bytes,
+        ranks,
+        model,
+        opt_value(args, ["--kv-cache-dtype"]),
+    )
+
+
+def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool) -> EngineArgs:
+    args = list(user)
+    if not args:
+        raise UsageError("no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ...")
+    notes: List[str] = []
+    warnings: List[str] = []
+    added: List[str] = []
+    known = feats.source != "unavailable"
+    if known:
+        notes.append(f"SGLang {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})")
+    else:
+        warnings.append(f"could not read SGLang's flags ({feats.error}); passing the arguments through unchanged")
+    env = {"SGLANG_AUTO_NUMA_BIND": "0"}
+    if has_opt(args, ["--numa-node"]):
+        warnings.append("SGLang's --numa-node binds each scheduler to a node and replaces cxlctl's memory policy")
+    if known and feats.has("--disable-hicache-numa-detect") and not has_opt(args, ["--disable-hicache-numa-detect"]):
+        args.append("--disable-hicache-numa-detect")
+        added.append("--disable-hicache-numa-detect")
+    tp = _int_opt(args, ["--tp-size", "--tp", "--tensor-parallel-size"], 1, "tensor-parallel size")
+    model = opt_value(args, ["--model-path", "--model"])
+    kv_bytes = kv
+    user_size = opt_value(args, ["--hicache-size"])
+    if user_size is not None:
+        if kv is not None:
+            raise UsageError(
+                "both --kv-size and SGLang's --hicache-size are given",
+                hint="give one: --kv-size (cxlctl computes --hicache-size) or --hicache-size alone",
+            )
+        try:
+            kv_bytes = int(float(user_size) * 1e9) * tp
+        except ValueError:
+            raise UsageError(f"--hicache-size {user_size!r} is not a number of GB", hint="e.g. --hicache-size 100") from None
+    if kv is not None and lmcache:
+        if known and feats.has("--enable-lmcache") and not has_opt(args, ["--enable-lmcache"]):
+            args.append("--enable-lmcache")
+            added.append("--enable-lmcache")
+        env.update(_lmcache_env(kv, tp))
+        notes.append(f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per TP rank x {tp}")
+    elif kv is not None:
+        if known and not feats.has("--hicache-size"):
+            raise UsageError(
+                f"this SGLang ({feats.version or 'unknown version'}) has no --hicache-size (hierarchical cache)",
+                hint="upgrade SGLang, or use --lmcache",
+            )
+        per_rank_gb = kv // tp // 10**9
+        if per_rank_gb < 1:
+            raise UsageError(
+                f"--kv-size {format_size(kv)} over TP {tp} is less than 1 GB per rank; SGLang's --hicache-size takes whole GB",
+                hint="give a larger --kv-size (or --kv-size auto with a smaller --reserve)",
+            )
+        if not has_opt(args, ["--enable-hierarchical-cache"]):
+            args.append("--enable-hierarchical-cache")
+            added.append("--enable-hierarchical-cache")
+        args += ["--hicache-size", str(per_rank_gb)]
+        added += ["--hicache-size", str(per_rank_gb)]
+        kv_bytes = per_rank_gb * 10**9 * tp
+        notes.append(f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}")
+    return EngineArgs(
+        tuple(cmd) + tuple(args),
+        env,
+        tuple(added),
+        (),
+        tuple(notes),
+        tuple(warnings),
+        kv_bytes is not None,
+        None,
+        kv_bytes,
+        tp,
+        model,
+        opt_value(args, ["--kv-cache-dtype"]),
+    )
+
+
+def tmpfs_size(kv: int) -> int:
+    """The private /dev/shm: the whole offload plus room for the engine's other shm IPC."""
+    return kv + max(GIB, kv // 10)

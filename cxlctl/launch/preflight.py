@@ -1,0 +1,263 @@
+"""Pre-flight: what would make the launch fail, or run with memory somewhere else than asked.
+
+Each check gives a status — ``fail`` (nothing is launched), ``warn``, ``note``
+or ``ok`` — a message naming the problem and, for fail and warn, the fix.  They
+run before anything changes on the host (weights, mounts, policy), from the
+same inputs in ``--dry-run`` and for real.
+
+Why each exists (tuning_anchors.md §3.4, inference_flags.md §0):
+
+* cpuset: ``set_mempolicy`` answers EINVAL for nodes outside ``Mems_allowed``
+  (cgroup ``cpuset.mems``), and containers often exclude CPU-less CXL nodes;
+* kernel: weighted interleave is 6.9+, preferred-many 5.15+;
+* ZONE_MOVABLE: engines pin their KV buffers (``cudaHostRegister`` takes
+  long-term pins) and the kernel migrates long-term-pinned pages out of
+  ZONE_MOVABLE — back to DRAM — so a movable-only CXL node silently loses the KV;
+* memlock: pinning more than ``ulimit -l`` fails without CAP_IPC_LOCK;
+* /dev/shm: vLLM's offload region is a /dev/shm file and must fit there whole;
+* ``kernel.numa_balancing`` tiering does not migrate pages of a process with
+  an explicit policy, so the engine's memory is not tiered (a note).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+from cxlctl.model import Inventory
+from cxlctl.parse import format_nodelist, format_size, parse_nodelist
+
+from .nodesets import NodeSets, cpus_of, host_path
+from .policy import Policy, kernel_supports
+
+CAP_SYS_ADMIN = 21
+CAP_IPC_LOCK = 14
+
+
+class Check(NamedTuple):
+    name: str
+    status: str  # ok | note | warn | fail
+    message: str
+    fix: str = ""
+
+
+def _read(root: str, path: str) -> Optional[str]:
+    try:
+        with open(host_path(root, path), encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def status_field(text: Optional[str], key: str) -> Optional[str]:
+    for line in (text or "").splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() == key:
+            return v.strip()
+    return None
+
+
+def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
+    """(Mems_allowed_list, Cpus_allowed_list) of this process (what the engine inherits)."""
+    st = _read(root, "/proc/self/status")
+    out: List[Optional[Tuple[int, ...]]] = []
+    for key in ("Mems_allowed_list", "Cpus_allowed_list"):
+        v = status_field(st, key)
+        try:
+            out.append(parse_nodelist(v, limit=1 << 16) if v is not None else None)
+        except ValueError:
+            out.append(None)
+    return out[0], out[1]
+
+
+def cgroup_path(root: str) -> Optional[str]:
+    """This process' cgroup v2 path (``0::/path``), or None."""
+    for line in (_read(root, "/proc/self/cgroup") or "").splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip() or "/"
+    return None
+
+
+def has_cap(bit: int) -> bool:
+    st = _read("/", "/proc/self/status")
+    v = status_field(st, "CapEff")
+    try:
+        return bool(int(v or "0", 16) >> bit & 1)
+    except ValueError:
+        return os.geteuid() == 0
+
+
+def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
+    cg = cgroup_path(root)
+    want = format_nodelist(nodes)
+    if cg is None:
+        return f"allow node(s) {want} in this process' cpuset (cgroup cpuset.mems; systemd AllowedMemoryNodes=; docker --cpuset-mems)"
+    d = "/sys/fs/cgroup" + ("" if cg == "/" else cg)
+    eff = (_read(root, d + "/cpuset.mems.effective") or "").strip()
+    have = f" (cpuset.mems.effective is {eff!r})" if eff else ""
+    return (
+        f"add node(s) {want} to cgroup {cg}'s cpuset.mems{have}: echo <nodes> > {d}/cpuset.mems "
+        "(systemd: AllowedMemoryNodes=; docker: --cpuset-mems)"
+    )
+
+
+def run(
+    root: str,
+    inv: Inventory,
+    policy: Policy,
+    ns: NodeSets,
+    *,
+    pins: bool,
+    kv_bytes: Optional[int],
+    shm_bytes: Optional[int],
+    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
+    engine: str,
+) -> List[Check]:
+    out: List[Check] = []
+    by_id = {n.id: n for n in inv.nodes}
+
+    # memory online on every node the policy uses
+    for nid in policy.nodes:
+        n = by_id.get(nid)
+        if n is None:
+            out.append(Check("node", "fail", f"node {nid} does not exist", "see cxlctl status for the nodes"))
+        elif not n.has_memory or not (n.mem_total or 0):
+            out.append(Check("node-memory", "fail", f"node {nid} has no memory online", "online it first (cxlctl status shows how), or leave it out of --mem-nodes"))
+        elif n.memory_blocks and not any(b.state == "online" for b in n.memory_blocks):
+            out.append(Check("node-memory", "fail", f"node {nid}: every memory block is offline", "online its memory blocks (daxctl online-memory)"))
+
+    # cpuset
+    mems, cpus = self_allowed(root)
+    if mems is None:
+        out.append(Check("cpuset", "note", "cannot read Mems_allowed of this process (/proc/self/status); cpuset not checked"))
+    else:
+        outside = [n for n in policy.nodes if n not in mems]
+        if outside:
+            out.append(
+                Check(
+                    "cpuset-mems",
+                    "fail",
+                    f"node(s) {format_nodelist(outside)} are outside this process' cpuset (Mems_allowed_list {format_nodelist(mems) or 'empty'}): "
+                    "the kernel would refuse the policy (EINVAL)",
+                    _cpuset_hint(root, outside),
+                )
+            )
+        else:
+            out.append(Check("cpuset-mems", "ok", f"node(s) {format_nodelist(policy.nodes) or '-'} are in Mems_allowed_list {format_nodelist(mems)}"))
+    if cpus is not None and policy.cpu_nodes:
+        none = [nid for nid in policy.cpu_nodes if not set(cpus_of(inv, [nid])) & set(cpus)]
+        if none:
+            out.append(
+                Check(
+                    "cpuset-cpus",
+                    "fail",
+                    f"no CPU of node(s) {format_nodelist(none)} is in this process' Cpus_allowed_list",
+                    "give --cpu-nodes inside the cpuset, or widen the cgroup's cpuset.cpus",
+                )
+            )
+
+    # kernel support for the mode
+    why = kernel_supports(policy.mode, inv.kernel, inv.weighted_interleave.supported)
+    if why:
+        alt = "--policy interleave (equal shares), preferred-many or bind"
+        out.append(Check("kernel-policy", "fail", why, f"use {alt}, or a newer kernel"))
+    if policy.mode == "weighted-interleave" and len(policy.nodes) < 2:
+        out.append(Check("policy", "note", f"weighted interleave over one node ({format_nodelist(policy.nodes)}) is a plain bind"))
+
+    # pinned KV on ZONE_MOVABLE CXL memory
+    if pins:
+        movable = []
+        for nid in ns.cxl:
+            n = by_id.get(nid)
+            if n and any(b.state == "online" and (b.zone or "").lower() == "movable" for b in n.memory_blocks):
+                movable.append(nid)
+        if movable:
+            out.append(
+                Check(
+                    "zone-movable",
+                    "warn",
+                    f"CXL node(s) {format_nodelist(movable)} are onlined ZONE_MOVABLE, but {engine} pins its KV buffers: the kernel "
+                    "migrates long-term-pinned pages out of ZONE_MOVABLE (back to DRAM), or the pin fails",
+                    "online the CXL memory as ZONE_NORMAL: cxlctl dax reconfigure --zone normal "
+                    "(daxctl reconfigure-device --mode=system-ram --no-movable)",
+                )
+            )
+        soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        if kv_bytes and soft != resource.RLIM_INFINITY and soft < kv_bytes and not has_cap(CAP_IPC_LOCK):
+            out.append(
+                Check(
+                    "memlock",
+                    "warn",
+                    f"ulimit -l is {format_size(soft)}, less than the {format_size(kv_bytes)} KV cache the engine pins",
+                    "raise it: ulimit -l unlimited (systemd: LimitMEMLOCK=infinity; docker: --ulimit memlock=-1)",
+                )
+            )
+
+    # /dev/shm
+    if kv_tmpfs is not None:
+        size, tnodes = kv_tmpfs
+        if root == "/" and not has_cap(CAP_SYS_ADMIN):
+            out.append(Check("kv-tmpfs", "fail", "--kv-tmpfs mounts a tmpfs in a private mount namespace: needs CAP_SYS_ADMIN", "run as root, or leave out --kv-tmpfs"))
+        free = sum(by_id[n].mem_free or 0 for n in tnodes if n in by_id)
+        if kv_bytes and free < kv_bytes:
+            out.append(
+                Check(
+                    "kv-tmpfs",
+                    "warn",
+                    f"the KV cache ({format_size(kv_bytes)}) is larger than the free memory of CXL node(s) {format_nodelist(tnodes)} "
+                    f"({format_size(free)}): the tmpfs (mpol=bind) cannot hold it all",
+                    "lower --kv-size, or use --kv-size auto",
+                )
+            )
+        out.append(Check("kv-tmpfs", "note", f"/dev/shm of the engine: tmpfs of {format_size(size)} bound to node(s) {format_nodelist(tnodes)}; other /dev/shm IPC of the engine moves there too"))
+    elif shm_bytes:
+        try:
+            st = os.statvfs(host_path(root, "/dev/shm"))
+            avail: Optional[int] = st.f_bavail * st.f_frsize
+        except OSError:
+            avail = None
+        if avail is None:
+            out.append(Check("dev-shm", "note", "cannot stat /dev/shm; its size is not checked"))
+        elif avail < shm_bytes:
+            out.append(
+                Check(
+                    "dev-shm",
+                    "fail",
+                    f"/dev/shm has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
+                    "use --kv-tmpfs (a private /dev/shm on CXL), or grow it: mount -o remount,size=<N>G /dev/shm "
+                    "(docker: --shm-size or --ipc=host)",
+                )
+            )
+        else:
+            out.append(Check("dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"))
+
+    # KV larger than the CXL tier it is meant for
+    if kv_bytes and ns.cxl and kv_tmpfs is None:
+        free = sum(by_id[n].mem_free or 0 for n in ns.cxl if n in by_id)
+        if free < kv_bytes:
+            out.append(
+                Check(
+                    "kv-size",
+                    "warn",
+                    f"the KV cache ({format_size(kv_bytes)}) is larger than the free memory of the CXL node(s) {format_nodelist(ns.cxl)} ({format_size(free)})",
+                    "lower --kv-size, or use --kv-size auto",
+                )
+            )
+
+    # NUMA balancing tiering vs an explicit policy
+    nb = (_read(root, "/proc/sys/kernel/numa_balancing") or "").strip()
+    if nb.isdigit() and int(nb) & 2 and policy.mode != "local":
+        out.append(
+            Check(
+                "numa-balancing",
+                "note",
+                f"kernel.numa_balancing={nb} (tiering): the kernel does not promote or demote pages of a process with an explicit "
+                f"{policy.mode} policy; this engine's placement stays as set",
+            )
+        )
+    return out
+
+
+def failures(checks: Sequence[Check]) -> List[Check]:
+    return [c for c in checks if c.status == "fail"]

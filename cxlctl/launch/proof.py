@@ -1,0 +1,273 @@
+"""``cxlctl policy show PID``: where a process' memory really is, and whether that is what was asked.
+
+Sources (all under ``--root``):
+
+* ``/proc/PID/status``: ``Mems_allowed_list`` / ``Cpus_allowed_list`` (the cpuset);
+* ``/proc/PID/numa_maps``: one line per mapping with the policy in effect for
+  it — the task policy unless the mapping has its own — and the pages on each
+  node, ``N<node>=<pages>`` (``kernelpagesize_kB`` gives their size);
+* ``/proc/PID/environ``: ``CXLCTL_POLICY``, which ``cxlctl launch`` exports to
+  the engine, is what was asked.
+
+The process' policy is the one most of its mappings show.  The placement is
+judged on anonymous memory (heap, stack, anonymous mappings): file pages —
+shared libraries, model weights in the page cache — were placed by whoever
+read them first, not by this process' policy.  Rules: ``bind``: no page
+outside the nodes; ``interleave``/``weighted-interleave``: each node's share
+within ±10 % of its weight's share (judged from 256 pages on).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.parse import format_nodelist, parse_nodelist
+
+from .nodesets import host_path
+from .policy import parse_env_value
+from .preflight import status_field
+
+NUMA_MAPS_MODES = {
+    "default": "default",
+    "local": "local",
+    "prefer (many)": "preferred-many",
+    "weighted interleave": "weighted-interleave",
+    "interleave": "interleave",
+    "prefer": "preferred",
+    "bind": "bind",
+}
+_POLICY = re.compile(r"^(default|local|prefer \(many\)|weighted interleave|interleave|prefer|bind)(=[a-z|]+)?(?::([0-9,\-]+))?(?=\s|$)")
+_NODE = re.compile(r"^N(\d+)=(\d+)$")
+TOLERANCE = 0.10
+MIN_PAGES = 256
+WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+
+
+class Mapping(NamedTuple):
+    address: str
+    policy: str  # as numa_maps prints it
+    mode: str  # our name for it
+    nodes: Tuple[int, ...]
+    kind: str  # anon | heap | stack | file | huge | other
+    file: Optional[str]
+    pages: Dict[int, int]
+    page_kb: int
+
+
+def parse_policy(text: str) -> Optional[Tuple[str, Tuple[int, ...], str]]:
+    """``weighted interleave:0-1`` → ("weighted-interleave", (0, 1), "") — mode, nodes, flags."""
+    m = _POLICY.match(text)
+    if not m:
+        return None
+    nodes = parse_nodelist(m.group(3)) if m.group(3) else ()
+    return NUMA_MAPS_MODES[m.group(1)], nodes, (m.group(2) or "")[1:]
+
+
+def parse_numa_maps(text: str) -> List[Mapping]:
+    out = []
+    for line in text.splitlines():
+        addr, _, rest = line.strip().partition(" ")
+        if not addr or not rest:
+            continue
+        pol = parse_policy(rest)
+        if pol is None:
+            continue
+        m = _POLICY.match(rest)
+        assert m is not None
+        policy_text = m.group(0)
+        fields = rest[m.end() :].split()
+        pages: Dict[int, int] = {}
+        kind, file, page_kb = "other", None, 4
+        for f in fields:
+            nm = _NODE.match(f)
+            if nm:
+                pages[int(nm.group(1))] = pages.get(int(nm.group(1)), 0) + int(nm.group(2))
+            elif f.startswith("file="):
+                kind, file = "file", f[5:]
+            elif f in ("heap", "stack", "huge"):
+                kind = f
+            elif f.startswith("anon=") and kind == "other":
+                kind = "anon"
+            elif f.startswith("kernelpagesize_kB="):
+                try:
+                    page_kb = int(f.split("=", 1)[1])
+                except ValueError:
+                    pass
+        if file is None and kind == "other" and pages:
+            kind = "anon"
+        out.append(Mapping(addr, policy_text, pol[0], pol[1], kind, file, pages, page_kb))
+    return out
+
+
+def _read(root: str, path: str, pid: int) -> str:
+    p = host_path(root, path)
+    try:
+        with open(p, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        raise UsageError(f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)") from None
+    except PermissionError:
+        raise CxlctlError(f"cannot read {path}: permission denied", hint="run as root or as the process' owner") from None
+    except ProcessLookupError:
+        raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
+    except OSError as e:
+        raise CxlctlError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _environ(root: str, pid: int) -> Optional[str]:
+    try:
+        with open(host_path(root, f"/proc/{pid}/environ"), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    for item in data.split(b"\0"):
+        if item.startswith(b"CXLCTL_POLICY="):
+            return item[len("CXLCTL_POLICY=") :].decode("utf-8", "replace")
+    return None
+
+
+def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
+    out: set[int] = set()
+    for n in nodes:
+        try:
+            with open(host_path(root, f"/sys/devices/system/node/node{n}/cpulist"), encoding="utf-8") as f:
+                out.update(parse_nodelist(f.read(), limit=1 << 16))
+        except (OSError, ValueError):
+            return None
+    return out
+
+
+def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
+    out = {}
+    for n in nodes:
+        try:
+            with open(host_path(root, f"{WI_DIR}/node{n}"), encoding="utf-8") as f:
+                v = f.read().strip()
+        except OSError:
+            continue
+        if v.isdigit():
+            out[n] = int(v)
+    return out
+
+
+def _sum(maps: List[Mapping], kinds: Optional[Tuple[str, ...]]) -> Dict[int, int]:
+    tot: Dict[int, int] = {}
+    for m in maps:
+        if kinds is not None and m.kind not in kinds:
+            continue
+        for n, p in m.pages.items():
+            tot[n] = tot.get(n, 0) + p * m.page_kb // 4
+    return dict(sorted(tot.items()))
+
+
+ANON = ("anon", "heap", "stack")
+
+
+def show(root: str, pid: int) -> Dict[str, Any]:
+    """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
+    if pid <= 0:
+        raise UsageError(f"PID {pid} is not a process id", hint="give a positive PID")
+    status = _read(root, f"/proc/{pid}/status", pid)
+    maps = parse_numa_maps(_read(root, f"/proc/{pid}/numa_maps", pid))
+    name = status_field(status, "Name") or "?"
+    try:
+        mems = parse_nodelist(status_field(status, "Mems_allowed_list") or "", limit=1 << 16)
+        cpus = parse_nodelist(status_field(status, "Cpus_allowed_list") or "", limit=1 << 16)
+    except ValueError:
+        mems, cpus = (), ()
+    policies = Counter(m.policy for m in maps)
+    main = policies.most_common(1)[0][0] if policies else None
+    parsed = parse_policy(main) if main else None
+    mode, nodes, flags = parsed if parsed else ("unknown", (), "")
+    anon = _sum(maps, ANON)
+    total = _sum(maps, None)
+    file = _sum(maps, ("file",))
+    env = _environ(root, pid)
+    asked = parse_env_value(env) if env else None
+    checks: List[Dict[str, Any]] = []
+
+    def check(name: str, ok: Optional[bool], detail: str) -> None:
+        checks.append({"check": name, "status": "info" if ok is None else ("pass" if ok else "fail"), "detail": detail})
+
+    if asked is not None:
+        a_mode, a_nodes, a_cpun, a_w = asked.mode, asked.nodes, asked.cpu_nodes, asked.weights
+        check("mode", mode == a_mode, f"asked {a_mode}, the process has {mode}")
+        if a_mode != "local":
+            check("nodes", nodes == a_nodes, f"asked node(s) {format_nodelist(a_nodes) or '-'}, the policy has {format_nodelist(nodes) or '-'}")
+        outside_mems = [n for n in a_nodes if n not in mems]
+        check("cpuset", not outside_mems, f"Mems_allowed_list {format_nodelist(mems)}" + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""))
+        want_cpus = _node_cpus(root, a_cpun)
+        if want_cpus is not None and a_cpun:
+            extra = sorted(set(cpus) - want_cpus)
+            check("cpus", not extra, f"Cpus_allowed_list {format_nodelist(cpus)}; CPUs of node(s) {format_nodelist(a_cpun)}: {format_nodelist(sorted(want_cpus))}")
+        on = {n: anon.get(n, 0) for n in a_nodes}
+        inside = sum(on.values())
+        outside = sum(p for n, p in anon.items() if n not in a_nodes)
+        if a_mode == "bind":
+            check("placement", outside == 0, f"{inside} anonymous page(s) on node(s) {format_nodelist(a_nodes)}, {outside} elsewhere")
+        elif a_mode in ("interleave", "weighted-interleave") and a_nodes:
+            w = {n: (a_w.get(n, 1) if a_mode == "weighted-interleave" else 1) for n in a_nodes}
+            tw = sum(w.values())
+            shares = ", ".join(
+                f"node{n} {on[n]} pages = {on[n] / inside:.1%} (weight {w[n]}/{tw} = {w[n] / tw:.1%})" if inside else f"node{n} 0 pages"
+                for n in a_nodes
+            )
+            if inside < MIN_PAGES:
+                check("placement", None, f"too few anonymous pages to judge ({inside} < {MIN_PAGES}): {shares}")
+            else:
+                ok = all(abs((on[n] / inside) / (w[n] / tw) - 1) <= TOLERANCE for n in a_nodes)
+                check("placement", ok, f"{shares}; each within ±{TOLERANCE:.0%} of its weight's share: {'yes' if ok else 'no'}")
+            if a_mode == "weighted-interleave":
+                now = _sys_weights(root, a_nodes)
+                if now and any(now.get(n) != a_w.get(n) for n in a_nodes if n in a_w):
+                    check(
+                        "weights",
+                        None,
+                        "the system-wide weights changed since the launch: now "
+                        + " ".join(f"node{n}={x}" for n, x in sorted(now.items()))
+                        + "; pages allocated from now on follow them",
+                    )
+        elif a_nodes:
+            tot = sum(anon.values())
+            share = ", ".join(f"node{n} {on[n] / tot:.1%}" for n in a_nodes) if tot else "no anonymous pages yet"
+            check("placement", None, f"{a_mode}: {share} of {tot} anonymous page(s)")
+    fails = [c for c in checks if c["status"] == "fail"]
+    return {
+        "pid": pid,
+        "name": name,
+        "mems_allowed": list(mems),
+        "cpus_allowed": list(cpus),
+        "policy": {"mode": mode, "nodes": list(nodes), "flags": flags or None, "numa_maps": main},
+        "policies": [{"policy": p, "mappings": c} for p, c in policies.most_common()],
+        "pages": {
+            "anon": {str(n): p for n, p in anon.items()},
+            "file": {str(n): p for n, p in file.items()},
+            "total": {str(n): p for n, p in total.items()},
+        },
+        "page_size": 4096,
+        "mappings": [
+            {
+                "address": m.address,
+                "policy": m.policy,
+                "kind": m.kind,
+                "file": m.file,
+                "pages": {str(n): p for n, p in sorted(m.pages.items())},
+                "kernel_page_kb": m.page_kb,
+            }
+            for m in maps
+        ],
+        "asked": None
+        if asked is None
+        else {
+            "env": env,
+            "mode": asked.mode,
+            "nodes": list(asked.nodes),
+            "cpu_nodes": list(asked.cpu_nodes),
+            "weights": {str(k): v for k, v in sorted(asked.weights.items())},
+        },
+        "checks": checks,
+        "match": None if asked is None else not fails,
+    }

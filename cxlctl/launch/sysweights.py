@@ -1,0 +1,258 @@
+"""Weighted-interleave weights for a launch, set through the tuning engine.
+
+The weights (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``) are
+system-wide on upstream kernels: every process with a weighted-interleave
+policy allocates by them, from the next page on.  So the launcher does not
+write them itself; it hands the tuning engine a one-knob profile and lets
+``engine.apply`` do what it does for every knob — save the originals in the
+journal first, write through ``write_knob``, read back, roll back on failure —
+which makes ``cxlctl tune revert`` undo a launch's weights like any profile's.
+
+The profile (``/run/cxlctl/launch/launch-weights.toml``) includes the profile
+in effect, if any, so applying it changes only the weights: applying a
+profile that left out the active profile's knobs would restore those knobs
+(the engine's switch semantics).
+
+Weights come from ``--ratio D:C`` (every DRAM node D, every CXL node C,
+reduced by their gcd: :func:`cxlctl.tuning.weights.ratio_weights`) or from
+bandwidth (HMAT/CDAT, :func:`cxlctl.tuning.weights.reduce_weights`; the
+kernel's own auto mode when it has one).  Without bandwidth data and without
+``--ratio`` the weights in effect are used as they are, and the launcher says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.model import Inventory
+from cxlctl.parse import format_nodelist
+
+from .nodesets import NodeSets, host_path
+
+PROFILE_NAME = "launch-weights"
+PROFILE_DIR = "/run/cxlctl/launch"
+PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_NAME}.toml"
+KNOB = "weighted_interleave"
+
+
+class WeightPlan(NamedTuple):
+    source: str  # ratio | bandwidth | kernel-auto | current
+    nodes: Tuple[int, ...]
+    weights: Dict[int, int]  # node → weight in effect for the launch (after the change)
+    current: Dict[int, int]  # node → weight now
+    changes: Tuple[Tuple[str, Optional[str], Optional[str]], ...]  # (setting, now, wanted) the apply writes
+    profile_text: Optional[str]  # None: nothing to apply
+    base: Optional[str]  # the active profile included
+    notes: Tuple[str, ...]
+    warnings: Tuple[str, ...]
+
+    @property
+    def writes(self) -> bool:
+        return self.profile_text is not None and bool(self.changes)
+
+
+def _toml(text: str) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import tomli  # type: ignore[import-not-found,unused-ignore]
+
+    data: Dict[str, Any] = tomli.loads(text)
+    return data
+
+
+def active_base(root: str) -> Optional[str]:
+    """The source of the profile in effect this boot (what the launch profile includes)."""
+    from cxlctl.tuning import journal as jn
+
+    try:
+        j = jn.load(root)
+    except CxlctlError:
+        return None
+    if j is None or j.state != jn.APPLIED or not jn.same_boot(j, jn.boot_id(root)):
+        return None
+    src = j.profile_source
+    if os.path.realpath(src) == os.path.realpath(host_path(root, PROFILE_PATH)) or j.profile == PROFILE_NAME:
+        # an earlier launch's profile: include what it included
+        try:
+            with open(src, encoding="utf-8") as f:
+                inc = _toml(f.read()).get("include")
+        except (OSError, ValueError):
+            return None
+        return inc if isinstance(inc, str) and inc else None
+    return src if src else None
+
+
+def profile_text(nodes: Sequence[int], ratio: Optional[Tuple[int, int]], base: Optional[str]) -> str:
+    how = f"--ratio {ratio[0]}:{ratio[1]}" if ratio else "bandwidth"
+    lines = [
+        "# Written by `cxlctl launch`: weighted-interleave weights for the engine it launched.",
+        "# The weights are system-wide. `cxlctl tune revert` restores them (and every other knob).",
+        'summary = "weighted-interleave weights set by cxlctl launch"',
+    ]
+    if base:
+        lines.append(f"include = {json.dumps(base)}")
+    lines += [
+        'placement = "weighted-interleave"',
+        "",
+        "[knobs.weighted_interleave]",
+        f"weights = {json.dumps(f'{ratio[0]}:{ratio[1]}' if ratio else 'bandwidth')}",
+        "nodes = [" + ", ".join(str(n) for n in nodes) + "]",
+        "prefer_auto = true",
+        f"reason = {json.dumps(f'cxlctl launch: {how} over node(s) {format_nodelist(nodes)}')}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _current(root: str) -> Dict[int, int]:
+    from cxlctl.tuning.knobs import read_current
+
+    cur = read_current(root)
+    out = {}
+    for n, p in cur.wi_node_paths().items():
+        v = (cur.get(p) or "").strip()
+        if v.isdigit():
+            out[n] = int(v)
+    return out
+
+
+def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]) -> WeightPlan:
+    """What the weights will be and what the tuning engine would write (no writes)."""
+    from cxlctl.tuning.engine import prepare
+
+    nodes = tuple(sorted(nodes))
+    notes: List[str] = []
+    warnings: List[str] = []
+    if ratio is not None:
+        if ns.other and any(n in ns.other for n in nodes):
+            raise UsageError(
+                f"--ratio: node(s) {format_nodelist([n for n in nodes if n in ns.other])} are neither DRAM nor CXL",
+                hint="a DRAM:CXL ratio weights DRAM and CXL nodes only; pick --mem-nodes accordingly",
+            )
+        if not any(n in ns.cxl for n in nodes) or not any(n in ns.dram for n in nodes):
+            raise UsageError(
+                f"--ratio needs DRAM and CXL nodes in the memory set (have {format_nodelist(nodes)})",
+                hint="add a CXL node to --mem-nodes (cxlctl status lists them), or leave out --ratio",
+            )
+    current = _current(root)
+    missing = [n for n in nodes if n not in current]
+    if missing:
+        raise CxlctlError(
+            f"no weighted-interleave weight file for node(s) {format_nodelist(missing)}",
+            hint="the kernel lists weights for nodes with memory; check cxlctl status",
+        )
+    base = active_base(root)
+    text = profile_text(nodes, ratio, base)
+    tmp = tempfile.mkdtemp(prefix="cxlctl-launch-")
+    try:
+        path = os.path.join(tmp, PROFILE_NAME + ".toml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        prep = prepare(root, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    steps = [s for s in prep.plan.steps if s.knob == KNOB]
+    others = [s for s in prep.plan.steps if s.knob != KNOB and s.action in ("set", "restore")]
+    skip = [s for s in steps if s.action in ("skip", "unsupported")]
+    if skip:
+        why = skip[0].note
+        if skip[0].action == "unsupported":
+            return WeightPlan("current", nodes, {n: current[n] for n in nodes}, current, (), None, base, (), (why,))
+        cur = {n: current[n] for n in nodes}
+        notes.append(
+            f"weights not changed: {why}; using the weights in effect now ("
+            + " ".join(f"node{n}={w}" for n, w in sorted(cur.items()))
+            + ")"
+        )
+        return WeightPlan("current", nodes, cur, current, (), None, base, tuple(notes), tuple(warnings))
+    changes = tuple((s.setting, s.current, s.desired) for s in steps + others if s.action in ("set", "restore"))
+    wanted = dict(current)
+    auto = False
+    for s in steps:
+        name = s.setting.rsplit(".", 1)[-1]
+        if name.startswith("node") and name[4:].isdigit() and s.desired is not None and s.desired.isdigit():
+            wanted[int(name[4:])] = int(s.desired)
+        if name == "auto" and s.desired == "true":
+            auto = True
+    source = "ratio" if ratio else ("kernel-auto" if auto else "bandwidth")
+    if auto:
+        notes.append("weights from bandwidth by the kernel's auto mode (weighted_interleave/auto)")
+    for s in others:
+        warnings.append(f"the profile in effect has drifted: applying the launch weights also resets {s.setting} to {s.desired}")
+    return WeightPlan(
+        source,
+        nodes,
+        {n: wanted[n] for n in nodes},
+        current,
+        changes,
+        text if changes else None,
+        base,
+        tuple(notes),
+        tuple(warnings),
+    )
+
+
+def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
+    """Processes with weighted-interleave mappings (first 64 KiB of each numa_maps: cheap)."""
+    proc = host_path(root, "/proc")
+    out = []
+    try:
+        pids = sorted(int(p) for p in os.listdir(proc) if p.isdigit())
+    except OSError:
+        return []
+    for pid in pids:
+        if pid in exclude:
+            continue
+        try:
+            with open(f"{proc}/{pid}/numa_maps", "rb") as f:
+                head = f.read(65536)
+        except OSError:
+            continue
+        if b"weighted interleave" in head:
+            try:
+                with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                    name = f.read().strip()
+            except OSError:
+                name = "?"
+            out.append((pid, name))
+    return out
+
+
+def apply(root: str, wp: WeightPlan) -> Dict[int, int]:
+    """Write the launch profile and apply it with the tuning engine; the weights read back."""
+    from cxlctl.tuning.engine import apply as engine_apply
+
+    assert wp.profile_text is not None
+    path = host_path(root, PROFILE_PATH)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(wp.profile_text)
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        raise CxlctlError(
+            f"cannot write {PROFILE_PATH}: {e.strerror}",
+            hint="setting weighted-interleave weights needs root; or set them first (cxlctl tune apply) and launch with the weights in effect",
+        ) from None
+    try:
+        res = engine_apply(root, path)
+    except CxlctlError as e:
+        raise CxlctlError(
+            f"setting the weighted-interleave weights failed: {e}",
+            code=e.code,
+            hint=e.hint or "run as root, or leave out --ratio to use the weights in effect",
+        ) from None
+    if not res.ok:
+        raise CxlctlError(
+            f"setting the weighted-interleave weights failed and was rolled back: {res.error}",
+            hint="see cxlctl tune status; nothing was launched",
+        )
+    now = _current(root)
+    return {n: now.get(n, 0) for n in wp.nodes}

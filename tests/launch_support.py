@@ -1,0 +1,319 @@
+"""Helpers for the launcher tests: fake engines on PATH, recorded trees with GPUs and sockets.
+
+The fakes are real executables: the launcher runs them (help-text feature
+detection) and execs them, and they report what they really received — argv,
+environment, PID, CPU affinity and the memory policy they inherited, read
+with get_mempolicy(2) through ctypes, independently of cxlctl's own code.
+
+The help texts are abridged ``vllm serve --help=all`` / ``launch_server
+--help`` outputs of three vLLM generations and one SGLang: the flags they list
+are the ones the launcher's decisions depend on (inference_flags.md §1.2, §3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+HELP_VLLM = {
+    # before native KV offload: --swap-space only (unused by the V1 engine)
+    "0.10.1": """usage: vllm serve [model_tag] [options]
+
+options:
+  -h, --help            show this help message and exit
+  --model MODEL         Name or path of the Hugging Face model to use.
+CacheConfig:
+  --block-size {1,8,16,32,64,128}
+  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
+  --swap-space SWAP_SPACE
+                        Size of the CPU swap space per GPU (in GiB).
+  --kv-cache-dtype {auto,fp8,fp8_e4m3,fp8_e5m2}
+  --cpu-offload-gb CPU_OFFLOAD_GB
+ParallelConfig:
+  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
+  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
+VllmConfig:
+  --kv-transfer-config KV_TRANSFER_CONFIG
+""",
+    # 0.12-0.17: native offload and the (unused) --swap-space side by side
+    "0.17.1": """usage: vllm serve [model_tag] [options]
+
+CacheConfig:
+  --block-size {1,8,16,32,64,128}
+  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
+  --swap-space SWAP_SPACE
+  --kv-cache-dtype {auto,bfloat16,fp8,fp8_e4m3,fp8_e5m2,fp8_inc}
+  --kv-offloading-size KV_OFFLOADING_SIZE
+                        Size of the KV cache offloading buffer in GiB. When TP > 1, this is the total buffer size summed
+                        across all TP ranks.
+  --kv-offloading-backend {native,lmcache}
+ParallelConfig:
+  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
+  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
+VllmConfig:
+  --kv-transfer-config KV_TRANSFER_CONFIG
+""",
+    # 0.18+: --swap-space removed; 0.22+: --numa-bind
+    "0.29.0": """usage: vllm serve [model_tag] [options]
+
+CacheConfig:
+  --block-size {1,8,16,32,64,128}
+  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
+  --kv-cache-dtype {auto,bfloat16,float16,fp8,fp8_ds_mla,fp8_e4m3,fp8_e5m2,fp8_inc,nvfp4}
+  --kv-offloading-size KV_OFFLOADING_SIZE
+  --kv-offloading-backend {native,lmcache}
+ParallelConfig:
+  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
+  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
+  --numa-bind, --no-numa-bind
+                        Bind each worker to the NUMA node of its GPU with numactl.
+  --numa-bind-nodes NUMA_BIND_NODES [NUMA_BIND_NODES ...]
+  --numa-bind-cpus NUMA_BIND_CPUS [NUMA_BIND_CPUS ...]
+VllmConfig:
+  --kv-transfer-config KV_TRANSFER_CONFIG
+""",
+}
+
+HELP_SGLANG = """usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE] ...
+
+options:
+  --model-path MODEL_PATH, --model MODEL_PATH
+  --tp-size TP_SIZE, --tp TP_SIZE, --tensor-parallel-size TP_SIZE
+  --kv-cache-dtype {auto,fp8_e5m2,fp8_e4m3,bf16,fp4_e2m1}
+  --mem-fraction-static MEM_FRACTION_STATIC
+  --numa-node NUMA_NODE [NUMA_NODE ...]
+  --enable-hierarchical-cache
+  --hicache-ratio HICACHE_RATIO
+  --hicache-size HICACHE_SIZE
+  --hicache-write-policy {write_back,write_through,write_through_selective}
+  --hicache-mem-layout {layer_first,page_first,page_first_direct}
+  --disable-hicache-numa-detect
+  --enable-lmcache
+"""
+
+#: the body shared by the fake engines: answer probes, else report what arrived
+_REPORT = r'''
+import ctypes, json, os, platform, sys
+
+def mempolicy():
+    nr = {"x86_64": 239, "aarch64": 236, "riscv64": 236}[platform.machine()]
+    libc = ctypes.CDLL(None, use_errno=True)
+    mode = ctypes.c_int(0)
+    mask = (ctypes.c_ulong * 16)()
+    if libc.syscall(ctypes.c_long(nr), ctypes.byref(mode), mask, ctypes.c_ulong(1025), None, ctypes.c_ulong(0)) != 0:
+        return {"error": os.strerror(ctypes.get_errno())}
+    bits = ctypes.sizeof(ctypes.c_ulong) * 8
+    nodes = [i for i in range(1024) if mask[i // bits] >> (i % bits) & 1]
+    return {"mode": mode.value, "nodes": nodes}
+
+def report(argv):
+    st = open("/proc/self/status").read().splitlines()
+    field = lambda k: next((l.split(":", 1)[1].strip() for l in st if l.startswith(k + ":")), None)
+    keep = ("CXLCTL_", "LMCACHE_", "SGLANG_", "CUDA_")
+    out = {
+        "argv": argv,
+        "pid": os.getpid(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(keep)},
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "mempolicy": mempolicy(),
+        "mems_allowed": field("Mems_allowed_list"),
+    }
+    with open(os.environ["FAKE_OUT"], "w") as f:
+        json.dump(out, f)
+'''
+
+FAKE_VLLM = r'''
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("INFO 11-29 10:00:00 [__init__.py:1] Automatically detected platform cuda.")
+    print(os.environ["FAKE_VLLM_VERSION"])
+    sys.exit(0)
+if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
+    with open(os.environ["FAKE_COUNT"], "a") as f:
+        f.write(" ".join(args) + "\n")
+    if os.environ.get("FAKE_HELP_FAILS"):
+        print("ImportError: libcudart.so.12: cannot open shared object file", file=sys.stderr)
+        sys.exit(1)
+    sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
+    sys.exit(0)
+report(sys.argv)
+'''
+
+FAKE_SGLANG_INIT = '__version__ = "0.5.4"\n'
+FAKE_SGLANG_SERVER = r'''
+args = sys.argv[1:]
+if "--help" in args:
+    with open(os.environ["FAKE_COUNT"], "a") as f:
+        f.write("sglang --help\n")
+    sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
+    sys.exit(0)
+report(sys.argv)
+'''
+
+#: a numactl 2.0.19-like wrapper: advertises -w, records its argv, execs the command
+FAKE_NUMACTL = r'''
+import json, os, sys
+args = sys.argv[1:]
+if not args or args[0] in ("--help", "--version"):
+    if args and args[0] == "--version":
+        print("numactl 2.0.19"); sys.exit(0)
+    sys.stderr.write("usage: numactl [--all | -a] [--balancing | -b] [--interleave= | -i <nodes>]\n"
+                     "  [--weighted-interleave= | -w <nodes>] [--preferred= | -p <node>]\n"
+                     "  [--preferred-many= | -P <nodes>] [--physcpubind= | -C <cpus>] [--cpunodebind= | -N <nodes>]\n"
+                     "  [--membind= | -m <nodes>] [--localalloc | -l] command args ...\n")
+    sys.exit(1)
+with open(os.environ["FAKE_NUMACTL_OUT"], "w") as f:
+    json.dump(args, f)
+cmd = args[args.index("--") + 1:]
+os.execvp(cmd[0], cmd)
+'''
+
+
+def _write_exe(path: str, body: str) -> None:
+    with open(path, "w") as f:
+        f.write(f"#!{sys.executable}\n" + body)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class Fakes:
+    """A bin dir with fake vllm (and numactl when asked), a fake sglang package, and their outputs."""
+
+    def __init__(self, base: str, vllm_version: str = "0.29.0", new_numactl: bool = False) -> None:
+        self.base = base
+        self.bin = os.path.join(base, "bin")
+        self.pkg = os.path.join(base, "py")
+        self.cache = os.path.join(base, "cache")
+        self.out = os.path.join(base, "engine.json")
+        self.count = os.path.join(base, "help-count.txt")
+        self.numactl_out = os.path.join(base, "numactl.json")
+        os.makedirs(self.bin)
+        os.makedirs(os.path.join(self.pkg, "sglang"))
+        _write_exe(os.path.join(self.bin, "vllm"), _REPORT + FAKE_VLLM)
+        with open(os.path.join(self.pkg, "sglang", "__init__.py"), "w") as f:
+            f.write(FAKE_SGLANG_INIT)
+        with open(os.path.join(self.pkg, "sglang", "launch_server.py"), "w") as f:
+            f.write(_REPORT + FAKE_SGLANG_SERVER)
+        # `python3 -m sglang.launch_server` must find a python3 that sees the fake package
+        os.symlink(sys.executable, os.path.join(self.bin, "python3"))
+        if new_numactl:
+            _write_exe(os.path.join(self.bin, "numactl"), FAKE_NUMACTL)
+        self.vllm_version = vllm_version
+        self.help = os.path.join(base, "help.txt")
+        self.set_vllm(vllm_version)
+
+    def set_vllm(self, version: str) -> None:
+        self.vllm_version = version
+        with open(self.help, "w") as f:
+            f.write(HELP_VLLM[version])
+
+    def set_sglang(self) -> None:
+        with open(self.help, "w") as f:
+            f.write(HELP_SGLANG)
+
+    def env(self, path_tail: Optional[str] = None, **extra: str) -> Dict[str, str]:
+        tail = path_tail if path_tail is not None else os.environ.get("PATH", "/usr/bin:/bin")
+        e = {
+            "PATH": f"{self.bin}:{tail}",
+            "PYTHONPATH": self.pkg,
+            "CXLCTL_CACHE_DIR": self.cache,
+            "FAKE_OUT": self.out,
+            "FAKE_COUNT": self.count,
+            "FAKE_HELP": self.help,
+            "FAKE_VLLM_VERSION": self.vllm_version,
+            "FAKE_NUMACTL_OUT": self.numactl_out,
+        }
+        e.update(extra)
+        return e
+
+    def report(self) -> Dict[str, Any]:
+        with open(self.out) as f:
+            data: Dict[str, Any] = json.load(f)
+        return data
+
+    def help_calls(self) -> int:
+        try:
+            with open(self.count) as f:
+                return len(f.read().splitlines())
+        except FileNotFoundError:
+            return 0
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def add_gpu(tree: str, bdf: str, node: int, klass: str = "0x030200", vendor: str = "0x10de") -> None:
+    """A PCI device directory the way sysfs shows a GPU (vendor, class, numa_node), linked from the bus."""
+    dev = os.path.join(tree, "sys/devices/pci0000:00", bdf)
+    os.makedirs(dev, exist_ok=True)
+    for name, value in (("vendor", vendor), ("class", klass), ("numa_node", str(node))):
+        with open(os.path.join(dev, name), "w") as f:
+            f.write(value + "\n")
+    bus = os.path.join(tree, "sys/bus/pci/devices")
+    os.makedirs(bus, exist_ok=True)
+    os.symlink(os.path.relpath(dev, bus), os.path.join(bus, bdf))
+
+
+def add_socket(tree: str, new: int, cpus: str, *, distances: Dict[int, int], memory: bool = True) -> None:
+    """Clone node0 as node ``new``: a second socket with CPUs ``cpus`` and node0's memory figures.
+
+    ``distances`` maps every other node id to its distance from the new node
+    (symmetric); the distance rows of all nodes are rewritten in id order,
+    as the kernel prints them.
+    """
+    base = os.path.join(tree, "sys/devices/system/node")
+    src, dst = os.path.join(base, "node0"), os.path.join(base, f"node{new}")
+    os.makedirs(dst)
+    for name in os.listdir(src):
+        p = os.path.join(src, name)
+        if os.path.isfile(p) and not os.path.islink(p) and name in ("meminfo", "cpulist", "distance"):
+            shutil.copy(p, os.path.join(dst, name))
+    with open(os.path.join(dst, "cpulist"), "w") as f:
+        f.write(cpus + "\n")
+    if not memory:
+        with open(os.path.join(dst, "meminfo"), "w") as f:
+            f.write(f"Node {new} MemTotal:              0 kB\nNode {new} MemFree:               0 kB\n")
+    ids = sorted(int(n[4:]) for n in os.listdir(base) if n.startswith("node") and n[4:].isdigit())
+    rows: Dict[int, Dict[int, int]] = {}
+    for i in ids:
+        if i == new:
+            continue
+        with open(os.path.join(base, f"node{i}", "distance")) as f:
+            vals = [int(x) for x in f.read().split()]
+        old = [x for x in ids if x != new]
+        rows[i] = dict(zip(old, vals))
+        rows[i][new] = distances[i]
+    rows[new] = {i: (10 if i == new else distances[i]) for i in ids}
+    for i in ids:
+        with open(os.path.join(base, f"node{i}", "distance"), "w") as f:
+            f.write(" ".join(str(rows[i][j]) for j in ids) + "\n")
+    for mask in ("has_cpu", "has_memory", "online", "possible", "has_normal_memory"):
+        p = os.path.join(base, mask)
+        if not os.path.exists(p) or (mask == "has_memory" and not memory):
+            continue
+        with open(p) as f:
+            text = f.read().strip()
+        from cxlctl.parse import format_nodelist, parse_nodelist
+
+        with open(p, "w") as f:
+            f.write(format_nodelist(set(parse_nodelist(text)) | {new}) + "\n")
+
+
+def write_status(tree: str, mems: str, cpus: str = "0-1", cgroup: Optional[str] = None) -> None:
+    """``proc/self/status`` (and ``proc/self/cgroup``) of "this process" in a tree: the cpuset the launch inherits."""
+    d = os.path.join(tree, "proc/self")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "status"), "w") as f:
+        f.write(f"Name:\tcxlctl\nCpus_allowed_list:\t{cpus}\nMems_allowed_list:\t{mems}\n")
+    if cgroup is not None:
+        with open(os.path.join(d, "cgroup"), "w") as f:
+            f.write(f"0::{cgroup}\n")
+
+
+def fixture(pattern: str) -> Sequence[str]:
+    from conftest import fixture_roots
+
+    return fixture_roots(pattern)
