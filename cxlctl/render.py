@@ -108,9 +108,9 @@ def render_status(inv: Inventory, console: Console) -> None:
                 f"targets {targets}"
             )
             for d in daxes:
-                zones = f" in {'/'.join(d.zones)}" if d.zones else ""
+                zone_txt = f" in {'/'.join(d.zones)}" if d.zones else ""
                 node = inv.node(d.target_node) if d.target_node is not None else None
-                line += f"\n      → {d.name} {d.mode or 'unbound'}{zones}"
+                line += f"\n      → {d.name} {d.mode or 'unbound'}{zone_txt}"
                 if node is not None and d.mode == "system-ram":
                     line += f" → node {node.id} ({node.kind})"
                     line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
