@@ -1,0 +1,85 @@
+"""Guest side of tests/vm/test_vm_tune.py: run inside the VM as ``$PY tune_guest_driver.py SYSCTLS PROFILES``.
+
+Every cxlctl command runs in this one process through ``cxlctl.cli.run`` (a cold
+``python -m cxlctl`` costs 30-50 s under TCG).  Knobs are read back with the real
+``sysctl`` and ``cat`` between commands.  Results go to ``$OUT`` as
+``LABEL.json`` / ``LABEL.err`` / ``LABEL.rc`` and ``LABEL-readback.txt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+
+from cxlctl.cli import run
+
+OUT = os.environ["OUT"]
+SYSCTLS = sys.argv[1].split()
+PROFILES = sys.argv[2].split()
+WI = "/sys/kernel/mm/mempolicy/weighted_interleave"
+
+
+def cx(label: str, *args: str) -> int:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(list(args))
+    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
+        with open(f"{OUT}/{label}.{ext}", "w") as f:
+            f.write(text)
+    return rc
+
+
+def sh(cmd: str) -> str:
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+
+def readback(label: str) -> None:
+    lines = [f"sysctl {k} {sh(f'sysctl -n {k}') or 'ABSENT'}" for k in SYSCTLS]
+    files = ["/sys/kernel/mm/numa/demotion_enabled", "/sys/devices/system/memory/auto_online_blocks"]
+    if os.path.isdir(WI):
+        files += [f"{WI}/{n}" for n in sorted(os.listdir(WI))]
+    lines += [f"cat {f} {sh(f'cat {f}')}" for f in files if os.path.exists(f)]
+    with open(f"{OUT}/{label}-readback.txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    cx("status", "status", "--json")
+    readback("boot")
+    cx("recommend", "tune", "recommend", "--json")
+    for p in PROFILES:
+        cx(f"{p}-plan", "tune", "plan", p, "--json")
+        cx(f"{p}-apply", "tune", "apply", p, "--json")
+        readback(p)
+        cx(f"{p}-verify", "tune", "verify", "--json")
+    # drift: an admin changes a knob behind cxlctl's back
+    sh("sysctl -w vm.swappiness=77")
+    cx("drift-verify", "tune", "verify", "--json")
+    cx("drift-status", "tune", "status", "--json")
+    cx("revert", "tune", "revert", "--json")
+    readback("reverted")
+    cx("after-revert-status", "tune", "status", "--json")
+    # crash on the real kernel: SIGKILL a real apply process after 2 writes, then revert
+    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES="2", CXLCTL_TEST_PAUSE_SECONDS="900")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cxlctl", "tune", "apply", "vm-ratio"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "paused after 2 writes" in line:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    readback("crashed")
+    cx("crash-status", "tune", "status", "--json")
+    cx("crash-revert", "tune", "revert", "--json")
+    readback("crash-reverted")
+
+
+if __name__ == "__main__":
+    main()
