@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import typer
 
@@ -66,44 +66,66 @@ def _root() -> str:
     return STATE.root
 
 
-def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
+def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
+    """(label, text) lines describing a plan, shared by the dry run and the real launch."""
     from .parse import format_nodelist, format_size
 
-    w = f.write
-    r = lp.request
-    w(f"cxlctl launch {r.engine}" + (" (dry run: nothing changed, nothing launched)" if dry_run else "") + "\n")
-    for i, line in enumerate(lp.nodesets.how):
-        w(("nodes:    " if i == 0 else "          ") + line + "\n")
-    w(f"policy:   {lp.policy.describe()}\n")
-    w(f"method:   {'numactl' if lp.method == 'numactl' else 'direct (set_mempolicy + sched_setaffinity, then exec)'}\n")
+    out: List[Tuple[str, str]] = []
+    for line in lp.nodesets.how:
+        out.append(("nodes", line))
+    out.append(("policy", lp.policy.describe()))
+    out.append(("method", "numactl" if lp.method == "numactl" else "direct (set_mempolicy + sched_setaffinity, then exec)"))
     wp = lp.weights
     if wp is not None:
         if wp.writes:
             ch = ", ".join(f"{s.split('.', 1)[-1]} {a} -> {b}" for s, a, b in wp.changes)
-            w(f"weights:  {wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)\n")
+            out.append(("weights", f"{wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)"))
         else:
-            w(f"weights:  {' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)\n")
+            out.append(("weights", f"{' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)"))
     if lp.engine.kv_bytes is not None:
-        line = f"kv:       {format_size(lp.engine.kv_bytes)} over {lp.engine.ranks} rank(s)"
+        line = f"{format_size(lp.engine.kv_bytes)} over {lp.engine.ranks} rank(s)"
         if lp.tokens is not None:
             line += f", {lp.tokens:,} tokens"
-        w(line + "\n")
+        out.append(("kv", line))
     if lp.tmpfs is not None:
-        w(f"tmpfs:    /dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)\n")
-    w(f"argv:     {' '.join(shlex.quote(a) for a in lp.argv)}\n")
-    w("env:      " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items())) + "\n")
-    w(f"numactl:  {lp.equivalent}\n")
-    shown = [c for c in lp.checks if c.status != "ok"] if not dry_run else list(lp.checks)
-    if shown:
-        w("checks:\n")
-        for c in shown:
+        out.append(("tmpfs", f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)"))
+    out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
+    out.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))))
+    out.append(("numactl", lp.equivalent))
+    return out
+
+
+def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
+    """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr."""
+    w = f.write
+    if dry_run:
+        w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
+        for label, text in _lines(lp):
+            w(f"{label + ':':9} {text}\n")
+        if lp.checks:
+            w("checks:\n")
+        for c in lp.checks:
             w(f"  {c.status.upper():5} {c.name}: {c.message}\n")
             if c.fix and c.status in ("fail", "warn"):
                 w(f"        fix: {c.fix}\n")
+        for n in lp.notes:
+            w(f"note: {n}\n")
+        for x in lp.warnings:
+            w(f"warning: {x}\n")
+        return
+    keep = ("policy", "weights", "kv", "tmpfs")
+    for label, text in _lines(lp):
+        if label in keep:
+            w(f"cxlctl: {label} {text}\n")
+    for c in lp.checks:
+        if c.status in ("fail", "warn"):
+            w(f"cxlctl: {c.status}: {c.name}: {c.message}\n" + (f"  fix: {c.fix}\n" if c.fix else ""))
     for n in lp.notes:
-        w(f"note: {n}\n")
+        w(f"cxlctl: note: {n}\n")
     for x in lp.warnings:
-        w(f"warning: {x}\n")
+        w(f"cxlctl: warning: {x}\n")
+    if not lp.failed:
+        w("cxlctl: exec " + " ".join(shlex.quote(a) for a in lp.argv) + "\n")
 
 
 def _launch(
@@ -277,7 +299,12 @@ def show_cmd(
     else:
         _render_proof(rep)
     if rep["match"] is False:
-        raise typer.Exit(EXIT_DRIFT)
+        bad = ", ".join(c["check"] for c in rep["checks"] if c["status"] == "fail")
+        raise CxlctlError(
+            f"process {pid} differs from what was asked ({bad})",
+            code=EXIT_DRIFT,
+            hint="a child may have set its own policy (vLLM --numa-bind, SGLang NUMA binding), or the weights/cpuset changed",
+        )
 
 
 def _render_proof(rep: Dict[str, Any]) -> None:

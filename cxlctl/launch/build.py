@@ -26,7 +26,7 @@ from cxlctl.parse import format_nodelist, format_size
 
 from . import engines as eng
 from . import kvsize, preflight, sysweights
-from .nodesets import NodeSets, cpus_of, resolve
+from .nodesets import NodeSets, cpus_of, nearest_cxl, resolve
 from .policy import POLICIES, Numactl, Policy, detect_numactl, numactl_argv, shell_line, tmpfs_options
 
 
@@ -158,10 +158,12 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         allowed_cpu_nodes=allowed_cpu_nodes,
     )
     pnodes = _policy_nodes(req, mode, ns, notes)
-    kv = kvsize.kv_request(inv, req.kv_size, req.reserve, ns.cxl)
+    # --kv-tmpfs puts the KV on the nearest CXL nodes even when the process' memory set has none
+    kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs else ())
+    kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
     if kv is not None and kv.auto:
         notes.append(
-            f"--kv-size auto: {format_size(kv.free_cxl)} free on CXL node(s) {format_nodelist(ns.cxl)} "
+            f"--kv-size auto: {format_size(kv.free_cxl)} free on CXL node(s) {format_nodelist(kv_nodes)} "
             f"minus reserve {format_size(kv.reserve)} = {format_size(kv.bytes)}"
         )
 
@@ -190,11 +192,13 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     )
     tmpfs = None
     if req.kv_tmpfs:
-        if not ns.cxl:
-            raise UsageError("--kv-tmpfs needs a CXL node in the memory set", hint="add one to --mem-nodes (cxlctl status lists them)")
         if ea.kv_bytes is None:
             raise UsageError("--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto")
-        tmpfs = (eng.tmpfs_size(ea.kv_bytes), ns.cxl)
+        # the memory set's CXL nodes, else those nearest to the CPUs (the engine itself may be bound to DRAM)
+        tnodes = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+        if not tnodes:
+            raise UsageError("--kv-tmpfs needs a CXL memory node", hint="online CXL memory first (cxlctl status)")
+        tmpfs = (eng.tmpfs_size(ea.kv_bytes), tnodes)
 
     model = _model_kv(req, ea, notes)
     toks = None

@@ -1,0 +1,472 @@
+"""argv and environment per engine and flag set (dry runs on recorded trees, fake engines on PATH).
+
+The fake ``vllm`` answers ``--version`` and ``serve --help=all`` with the help
+text of a vLLM generation (tests/launch_support.py), so these tests exercise
+the real feature detection — subprocesses, parsing, the per-version cache —
+and the decisions that depend on it.  Real execs are in test_launch_exec.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List
+
+import pytest
+from conftest import copy_tree, fixture_roots
+from launch_support import Fakes, write_status
+
+from cxlctl.cli import run
+from cxlctl.launch.kvsize import gib, model_kv
+from cxlctl.launch.proof import parse_numa_maps, parse_policy
+
+GIB = 1 << 30
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "torch_dtype": "bfloat16",
+}
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture
+def region() -> str:
+    return fixture_roots("linux-6.12/single-region")[0]
+
+
+@pytest.fixture
+def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
+    f = Fakes(str(tmp_path / "fakes"))
+    for k, v in f.env().items():
+        monkeypatch.setenv(k, v)
+    return f
+
+
+def dry(capsys: Any, root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
+    capsys.readouterr()
+    got = run(["--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args])
+    out = capsys.readouterr()
+    assert got == rc, (opts, args, got, out.err)
+    data: Dict[str, Any] = json.loads(out.out)
+    return data
+
+
+def usage(capsys: Any, argv: List[str], *needles: str, rc: int = 2) -> str:
+    capsys.readouterr()
+    got = run(argv)
+    err = capsys.readouterr().err
+    assert got == rc, (argv, got, err)
+    assert ("cxlctl: error: " in err or "Error: " in err) and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def _model(tmp_path: Any, cfg: Dict[str, Any], name: str = "model") -> str:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+def test_vllm_new_kv_offloading_size_total_gib(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    model = _model(tmp_path, LLAMA_8B)
+    doc = dry(capsys, region, "vllm", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"])
+    argv = doc["argv"]
+    engine = argv[argv.index("vllm") :]
+    assert engine == ["vllm", "serve", model, "-tp", "2", "--kv-offloading-size", "4", "--kv-offloading-backend", "native"]
+    assert "--swap-space" not in argv
+    assert doc["engine"]["version"] == "0.29.0" and doc["engine"]["flags_source"] == "probed"
+    assert doc["kv"]["bytes"] == 4 * GIB and doc["kv"]["ranks"] == 2
+    # Llama-3.1-8B: 2 x 32 x 8 x 128 x 2 = 131072 B/token; 4 GiB hold 32768 tokens
+    assert doc["kv"]["bytes_per_token"] == 131072 and doc["kv"]["tokens"] == 32768
+    assert any("total over TP 2 x PP 1 = 2 worker(s)" in n for n in doc["notes"])
+    assert doc["env"]["CXLCTL_POLICY"] == "mode=bind nodes=0-1 cpunodes=0"
+    # the offload is a /dev/shm file on this vLLM: checked
+    assert any(c["name"] == "dev-shm" for c in doc["checks"])
+
+
+def test_vllm_fractional_gib_rounds_down() -> None:
+    assert gib(4 * GIB) == "4" and gib(GIB + GIB // 2) == "1.5" and gib(400 << 20) == "0.39" and gib(GIB - 1) == "0.99"
+
+
+def test_vllm_numa_bind_dropped_or_kept(region: str, fakes: Fakes, capsys: Any) -> None:
+    args = ["serve", "m", "--numa-bind", "--numa-bind-nodes", "0", "1", "--max-num-seqs", "8"]
+    doc = dry(capsys, region, "vllm", ["--policy", "bind"], args)
+    engine = doc["argv"][doc["argv"].index("vllm") :]
+    assert engine == ["vllm", "serve", "m", "--max-num-seqs", "8"]
+    assert doc["engine"]["dropped"] == ["--numa-bind", "--numa-bind-nodes", "0", "1"]
+    assert any("replaces cxlctl's policy with a DRAM-only bind" in w and "dropped" in w for w in doc["warnings"])
+    doc = dry(capsys, region, "vllm", ["--policy", "bind", "--keep-numa-bind"], ["serve", "m", "--numa-bind-nodes=0"])
+    assert doc["argv"][-1] == "--numa-bind-nodes=0" and doc["engine"]["dropped"] == []
+    assert any("kept because of --keep-numa-bind" in w for w in doc["warnings"])
+
+
+def test_vllm_0_17_emits_offload_size_warns_pow2_never_swap_space(region: str, fakes: Fakes, capsys: Any) -> None:
+    fakes.set_vllm("0.17.1")
+    os.environ["FAKE_VLLM_VERSION"] = "0.17.1"
+    doc = dry(capsys, region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m"])
+    assert doc["argv"][-4:] == ["--kv-offloading-size", "3", "--kv-offloading-backend", "native"]
+    assert "--swap-space" not in doc["argv"]
+    assert any("power of two" in w for w in doc["warnings"])
+    assert not any(c["name"] == "dev-shm" for c in doc["checks"]), "pinned anonymous memory, not /dev/shm"
+    # the user's own --swap-space is legal on 0.17 (unused by V1): a warning, passed through
+    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m", "--swap-space", "4"])
+    assert doc["argv"][-2:] == ["--swap-space", "4"] and any("unused by vLLM's V1 engine" in w for w in doc["warnings"])
+
+
+def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any) -> None:
+    fakes.set_vllm("0.10.1")
+    os.environ["FAKE_VLLM_VERSION"] = "0.10.1"
+    usage(capsys, ["--root", region, "launch", "vllm", "--kv-size", "2G", "--dry-run", "--", "serve", "m"], "has no --kv-offloading-size", "--swap-space is not a KV offload")
+    # LMCache works on it: connector flag plus the per-worker size in GiB
+    doc = dry(capsys, region, "vllm", ["--kv-size", "8G", "--lmcache", "--policy", "bind"], ["serve", "m", "--tensor-parallel-size", "4"])
+    assert doc["argv"][-2:] == ["--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
+    assert doc["env"]["LMCACHE_LOCAL_CPU"] == "True" and doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"
+
+
+def test_vllm_swap_space_refused_on_new_vllm(region: str, fakes: Fakes, capsys: Any) -> None:
+    usage(capsys, ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--swap-space", "4"], "--swap-space was removed in vLLM 0.18")
+
+
+def test_vllm_help_cached_per_version(region: str, fakes: Fakes, capsys: Any) -> None:
+    for _ in range(3):
+        dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    assert fakes.help_calls() == 1, "the help text is read once per vLLM version"
+    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["flags_source"] == "cache"
+    fakes.set_vllm("0.17.1")
+    os.environ["FAKE_VLLM_VERSION"] = "0.17.1"
+    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["version"] == "0.17.1" and doc["engine"]["flags_source"] == "probed" and fakes.help_calls() == 2
+    cached = sorted(os.listdir(fakes.cache))
+    assert len(cached) == 2 and all(c.startswith("vllm-") for c in cached)
+
+
+def test_vllm_help_failure(region: str, fakes: Fakes, capsys: Any) -> None:
+    os.environ["FAKE_HELP_FAILS"] = "1"
+    try:
+        doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+        assert any("could not read vLLM's flags" in w and "libcudart" in w for w in doc["warnings"])
+        usage(capsys, ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m"], "cannot tell whether this vLLM has --kv-offloading-size")
+    finally:
+        del os.environ["FAKE_HELP_FAILS"]
+
+
+def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, capsys: Any) -> None:
+    base = ["--root", region, "launch", "vllm", "--dry-run"]
+    usage(capsys, base + ["--kv-size", "1G", "--", "serve", "m", "--kv-offloading-size", "2"], "both --kv-size and vLLM's --kv-offloading-size")
+    usage(capsys, base + ["--", "serve", "m", "-tp", "two"], "-tensor-parallel-size 'two' is not an integer")
+    usage(capsys, base + ["--", "serve", "m", "--kv-offloading-size", "lots"], "is not a number of GiB")
+    usage(capsys, base + ["--kv-size", "1G", "--", "bench", "m"], "--kv-size needs `serve`")
+    usage(capsys, base, "no vLLM arguments")
+    # the user's own --kv-offloading-size still sizes the pre-flight checks
+    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m", "--kv-offloading-size", "1.5"])
+    assert doc["kv"]["bytes"] == int(1.5 * GIB) and doc["engine"]["added"] == []
+
+
+def test_missing_engine_exit_2(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    os.environ["PATH"] = str(tmp_path)  # no vllm, no python3
+    usage(capsys, ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m"], "vllm engine not found", "--engine-cmd")
+    usage(capsys, ["--root", region, "launch", "sglang", "--dry-run", "--", "--model-path", "m"], "sglang engine not found")
+    usage(capsys, ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--dry-run", "--", "serve", "m"], "not on PATH")
+    usage(capsys, ["--root", region, "launch", "exec", "--dry-run", "--", "no-such-program-xyz"], "program not found")
+    usage(capsys, ["--root", region, "launch", "exec", "--dry-run"], "nothing to launch")
+
+
+def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:
+    exe = os.path.join(fakes.bin, "vllm")
+    doc = dry(capsys, region, "vllm", ["--policy", "bind", "--engine-cmd", exe], ["serve", "m"])
+    assert exe in doc["argv"] and doc["engine"]["version"] == "0.29.0"
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    fakes.set_sglang()
+    model = _model(tmp_path, DEEPSEEK_V3)
+    doc = dry(capsys, region, "sglang", ["--kv-size", "20G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"])
+    argv = doc["argv"]
+    i = argv.index("-m")
+    assert argv[i - 1 : i + 2] == ["python3", "-m", "sglang.launch_server"]
+    # 20 GiB = 21.47e9 B over TP 2 = 10.7 GB per rank -> 10
+    assert argv[i + 2 :] == [
+        "--model-path",
+        model,
+        "--tp-size",
+        "2",
+        "--disable-hicache-numa-detect",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "10",
+    ]
+    assert doc["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
+    assert doc["kv"]["bytes"] == 20 * 10**9 and doc["engine"]["version"] == "0.5.4"
+    # DeepSeek-V3 MLA: 61 x (512 + 64) x 2 = 70272 B/token, replicated on both ranks
+    assert doc["kv"]["bytes_per_token"] == 70272 and doc["kv"]["tokens"] == 20 * 10**9 // (70272 * 2)
+    assert any("replicated on each of 2 ranks" in n for n in doc["notes"])
+
+
+def test_sglang_small_and_lmcache(region: str, fakes: Fakes, capsys: Any) -> None:
+    fakes.set_sglang()
+    usage(capsys, ["--root", region, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", "--tp", "2"], "less than 1 GB per rank")
+    doc = dry(capsys, region, "sglang", ["--kv-size", "4G", "--lmcache", "--policy", "bind"], ["--model-path", "m"])
+    assert "--enable-lmcache" in doc["argv"] and "--hicache-size" not in doc["argv"]
+    assert doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
+    doc = dry(capsys, region, "sglang", ["--policy", "bind"], ["--model-path", "m", "--numa-node", "0"])
+    assert any("--numa-node" in w for w in doc["warnings"])
+    usage(capsys, ["--root", region, "launch", "sglang", "--kv-tmpfs", "--dry-run", "--", "--model-path", "m"], "No such option")
+
+
+# --------------------------------------------------------------------------- KV size
+
+
+def test_kv_size_auto_is_free_cxl_minus_reserve(region: str, fakes: Fakes, capsys: Any) -> None:
+    with open(os.path.join(region, "cxlctl-status.json")) as f:
+        free = next(n["mem_free"] for n in json.load(f)["nodes"] if n["kind"] == "cxl")
+    doc = dry(capsys, region, "vllm", ["--kv-size", "auto", "--reserve", "112M", "--policy", "bind"], ["serve", "m"])
+    assert doc["kv"]["auto"] and doc["kv"]["free_cxl"] == free and doc["kv"]["bytes"] == free - (112 << 20)
+    assert doc["argv"][doc["argv"].index("--kv-offloading-size") + 1] == gib(free - (112 << 20))
+    doc = dry(capsys, region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m"])
+    assert doc["kv"]["reserve"] == free // 10
+    base = ["--root", region, "launch", "vllm", "--dry-run"]
+    usage(capsys, base + ["--kv-size", "auto", "--reserve", "1T", "--", "serve", "m"], "not more than the reserve")
+    usage(capsys, base + ["--kv-size", "lots", "--", "serve", "m"], "bad size 'lots'")
+    usage(capsys, base + ["--kv-size", "1.5.5G", "--", "serve", "m"], "bad size")
+    usage(capsys, base + ["--kv-size", "0", "--", "serve", "m"], "nothing to offload")
+    usage(capsys, base + ["--kv-size", "2G", "--reserve", "1G", "--", "serve", "m"], "--reserve only applies with --kv-size auto")
+    usage(capsys, base + ["--kv-size", "auto", "--reserve", "-1G", "--", "serve", "m"], "bad size")
+
+
+@pytest.mark.parametrize(
+    "cfg,dtype,bpt",
+    [
+        (LLAMA_8B, None, 131072),
+        (LLAMA_8B, "fp8", 65536),
+        (LLAMA_8B, "fp8_e5m2", 65536),
+        ({**LLAMA_8B, "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64}, None, 327680),  # Llama-70B
+        ({"hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "torch_dtype": "bfloat16"}, None, 57344),
+        ({**LLAMA_8B, "head_dim": 160}, None, 163840),  # explicit head_dim wins over hidden/heads
+        ({"text_config": LLAMA_8B, "architectures": ["LlavaForConditionalGeneration"]}, None, 131072),
+        ({k: v for k, v in LLAMA_8B.items() if k != "num_key_value_heads"}, None, 524288),  # MHA
+        (DEEPSEEK_V3, None, 70272),
+        (DEEPSEEK_V3, "fp8", 35136),
+        ({**LLAMA_8B, "torch_dtype": "float32"}, None, 262144),
+    ],
+)
+def test_kv_bytes_per_token(cfg: Dict[str, Any], dtype: Any, bpt: int) -> None:
+    assert model_kv(dict(cfg), dtype).bytes_per_token == bpt
+
+
+def test_model_config_errors(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    base = ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run"]
+    usage(capsys, base + ["--model-config", str(bad), "--", "serve", "m"], "is not valid JSON")
+    usage(capsys, base + ["--model-config", str(tmp_path / "missing.json"), "--", "serve", "m"], "cannot read model config")
+    empty = _model(tmp_path, {"architectures": ["X"]}, "empty")
+    usage(capsys, base + ["--model-config", empty, "--", "serve", "m"], "no num_hidden_layers")
+    doc = dry(capsys, region, "vllm", ["--kv-size", "1G", "--policy", "bind", "--model-config", _model(tmp_path, LLAMA_8B, "m2")], ["serve", "org/remote-model", "--kv-cache-dtype", "fp8"])
+    assert doc["kv"]["bytes_per_token"] == 65536 and doc["kv"]["tokens"] == 16384
+
+
+# --------------------------------------------------------------------------- policy, weights, tmpfs
+
+
+def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
+    doc = dry(capsys, region, "exec", ["--policy", "preferred"], ["true"])
+    assert doc["policy"]["nodes"] == [1] and any("preferred node 1: the nearest CXL node" in n for n in doc["notes"])
+    doc = dry(capsys, region, "exec", ["--policy", "local"], ["true"])
+    assert doc["policy"]["nodes"] == [] and "--localalloc" in doc["numactl_command"]
+    doc = dry(capsys, region, "exec", ["--policy", "preferred-many"], ["true"])
+    assert "--preferred-many=0-1" in doc["numactl_command"]
+    base = ["--root", region, "launch", "exec", "--dry-run"]
+    usage(capsys, base + ["--policy", "preferred", "--mem-nodes", "0-1", "--", "true"], "takes one node")
+    usage(capsys, base + ["--policy", "local", "--mem-nodes", "0", "--", "true"], "takes no --mem-nodes")
+    usage(capsys, base + ["--policy", "spread", "--", "true"], "is not one of")
+    usage(capsys, base + ["--policy", "bind", "--ratio", "3:1", "--", "true"], "--ratio only applies")
+    for r in ("3", "3:0", "x:1", "300:1", "3:1:1", ""):
+        usage(capsys, base + ["--ratio", r, "--", "true"], "--ratio")
+    usage(capsys, base + ["--ratio", "3:1", "--mem-nodes", "0", "--", "true"], "needs DRAM and CXL nodes")
+    usage(capsys, base + ["--kv-tmpfs", "--", "true"], "--kv-tmpfs needs the KV size")
+    noregion = fixture_roots("linux-6.12/*-noregion")[0]
+    usage(capsys, ["--root", noregion, "launch", "exec", "--dry-run", "--policy", "bind", "--kv-tmpfs", "--kv-size", "1G", "--", "true"], "needs a CXL memory node")
+
+
+def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: Any, tmp_path: Any) -> None:
+    from tune_support import diff, snapshot
+
+    root = copy_tree(region, str(tmp_path / "t"))
+    before = snapshot(root)
+    doc = dry(capsys, root, "exec", ["--ratio", "6:2"], ["true"])
+    assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 3, "1": 1}
+    w = doc["weights"]
+    assert w["source"] == "ratio" and w["system_wide"] and w["journaled"] and w["undo"] == "cxlctl tune revert"
+    assert {c["setting"]: (c["from"], c["to"]) for c in w["changes"]} == {"weighted_interleave.node0": ("1", "3")}
+    assert any("system-wide" in x and "cxlctl tune revert" in x for x in doc["warnings"])
+    assert doc["env"]["CXLCTL_POLICY"] == "mode=weighted-interleave nodes=0-1 cpunodes=0 weights=0:3,1:1"
+    assert "--weighted-interleave=0-1" in doc["numactl_command"]
+    assert diff(before, snapshot(root)) == [] and not os.path.exists(os.path.join(root, "run/cxlctl"))
+    # no bandwidth data (QEMU has no HMAT) and no ratio: the weights in effect, said so
+    doc = dry(capsys, root, "exec", [], ["true"])
+    assert doc["weights"]["source"] == "current" and doc["weights"]["changes"] == []
+    assert any("no bandwidth data" in n and "using the weights in effect now" in n for n in doc["notes"])
+
+
+def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: Any, tmp_path: Any) -> None:
+    """The real write path (no exec): journaled by the engine, undone by `tune revert`, on top of an active profile."""
+    from tune_support import diff, snapshot
+
+    from cxlctl.inventory import scan
+    from cxlctl.launch import sysweights
+    from cxlctl.launch.nodesets import resolve
+    from cxlctl.tuning import journal as jn
+
+    root = copy_tree(region, str(tmp_path / "t"))
+    before = snapshot(root)
+    assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
+    applied = snapshot(root)
+    inv = scan(root)
+    ns = resolve(inv, root, cpu_spec=None, mem_spec=None, gpu_spec=None)
+    wp = sysweights.plan(root, inv, ns, ns.mem_nodes, (3, 1))
+    assert wp.writes and wp.base and wp.base.endswith("latency-strict.toml")
+    got = sysweights.apply(root, wp)
+    assert got == {0: 3, 1: 1}
+    with open(os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave/node0")) as f:
+        assert f.read().strip() == "3"
+    j = jn.load(root)
+    assert j is not None and j.state == jn.APPLIED and j.profile == "launch-weights"
+    # only the weights changed: the active profile's knobs stayed
+    changed = {k for k in diff(applied, snapshot(root))}
+    assert all("weighted_interleave" in c or c.startswith("run/") for c in changed), changed
+    # a second launch with other weights stacks on the same base, not on itself
+    wp2 = sysweights.plan(root, scan(root), ns, ns.mem_nodes, (2, 1))
+    assert wp2.base == wp.base
+    assert sysweights.apply(root, wp2) == {0: 2, 1: 1}
+    capsys.readouterr()
+    assert run(["--root", root, "tune", "revert"]) == 0
+    assert diff(before, snapshot(root)) == []
+
+
+def test_kv_tmpfs_dry_run(region: str, fakes: Fakes, capsys: Any) -> None:
+    doc = dry(capsys, region, "vllm", ["--kv-size", "256M", "--kv-tmpfs", "--policy", "bind", "--mem-nodes", "0"], ["serve", "m"])
+    assert doc["tmpfs"]["nodes"] == [1] and doc["tmpfs"]["size"] == (256 << 20) + GIB
+    assert doc["tmpfs"]["options"] == f"size={(256 << 20) + GIB},mode=1777,mpol=bind:1"
+    cmd = doc["numactl_command"]
+    assert cmd.startswith("unshare -m --propagation private sh -c ") and "mpol=bind:1" in cmd and "tmpfs /dev/shm && exec " in cmd
+    assert any(c["name"] == "kv-tmpfs" and "other /dev/shm IPC" in c["message"] for c in doc["checks"])
+
+
+# --------------------------------------------------------------------------- pre-flight
+
+
+def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp_path: Any) -> None:
+    root = copy_tree(region, str(tmp_path / "t"))
+    write_status(root, mems="0", cgroup="/system.slice/llm.service")
+    cg = os.path.join(root, "sys/fs/cgroup/system.slice/llm.service")
+    os.makedirs(cg)
+    with open(os.path.join(cg, "cpuset.mems.effective"), "w") as f:
+        f.write("0\n")
+    capsys.readouterr()
+    assert run(["--root", root, "launch", "exec", "--policy", "bind", "--mem-nodes", "1", "--dry-run", "--", "true"]) == 1
+    out = capsys.readouterr()
+    assert "FAIL  cpuset-mems: node(s) 1 are outside this process' cpuset (Mems_allowed_list 0)" in out.out
+    assert "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in out.out and "cpuset.mems.effective is '0'" in out.out
+    assert "pre-flight failed (1 problem(s)); nothing was launched" in out.err
+    # inside the cpuset: fine; relative lists are relative to it
+    doc = dry(capsys, root, "exec", ["--policy", "bind", "--mem-nodes", "+0"], ["true"])
+    assert doc["policy"]["nodes"] == [0] and doc["ok"]
+
+
+def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    root = copy_tree(region, str(tmp_path / "t"))
+    mem = os.path.join(root, "sys/devices/system/memory")
+    cxl_blocks = [b for b in os.listdir(os.path.join(root, "sys/devices/system/node/node1")) if b.startswith("memory")]
+    for b in cxl_blocks:
+        with open(os.path.join(mem, b, "valid_zones"), "w") as f:
+            f.write("Movable\n")
+    with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w") as f:
+        f.write("2\n")
+    doc = dry(capsys, root, "vllm", ["--kv-size", "256M", "--policy", "bind"], ["serve", "m"])
+    mv = [c for c in doc["checks"] if c["name"] == "zone-movable"]
+    assert mv and mv[0]["status"] == "warn" and "cxlctl dax reconfigure --zone normal" in mv[0]["fix"]
+    assert any(c["name"] == "numa-balancing" and c["status"] == "note" for c in doc["checks"])
+    # a plain program does not pin: no zone warning
+    doc = dry(capsys, root, "exec", ["--policy", "bind"], ["true"])
+    assert not any(c["name"] == "zone-movable" for c in doc["checks"])
+
+
+def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    root = copy_tree(region, str(tmp_path / "t"))
+    os.makedirs(os.path.join(root, "dev/shm"))
+    st = os.statvfs(os.path.join(root, "dev/shm"))
+    too_big = st.f_bavail * st.f_frsize + GIB
+    capsys.readouterr()
+    assert run(["--root", root, "launch", "vllm", "--kv-size", str(too_big), "--policy", "bind", "--dry-run", "--", "serve", "m"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  dev-shm: /dev/shm has" in out and "fix: use --kv-tmpfs" in out
+    assert "WARN  kv-size" in out  # and it is larger than the CXL tier
+
+
+def test_preflight_weighted_interleave_on_an_old_kernel(region: str, capsys: Any, tmp_path: Any) -> None:
+    """6.1 has no weighted interleave: the default policy is refused with the fix named."""
+    roots = fixture_roots("linux-6.1/*") or [region]
+    root = copy_tree(roots[0], str(tmp_path / "t"))
+    if roots[0] == region:  # until a 6.1 fixture is recorded: the same tree without the 6.9 interface
+        import shutil
+
+        shutil.rmtree(os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave"))
+        with open(os.path.join(root, "proc/sys/kernel/osrelease"), "w") as f:
+            f.write("6.1.0-57-amd64\n")
+    capsys.readouterr()
+    assert run(["--root", root, "launch", "exec", "--dry-run", "--", "true"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  kernel-policy: weighted interleave needs Linux 6.9 or later" in out and "--policy interleave" in out
+    assert run(["--root", root, "launch", "exec", "--policy", "interleave", "--dry-run", "--", "true"]) == 0
+
+
+# --------------------------------------------------------------------------- policy show parsing
+
+
+def test_parse_numa_maps_policies() -> None:
+    text = "\n".join(
+        [
+            "55d57d561000 weighted interleave:0-1 file=/usr/bin/x mapped=2 N0=2 kernelpagesize_kB=4",
+            "7f0000000000 weighted interleave:0-1 anon=3072 dirty=3072 N0=2304 N1=768 kernelpagesize_kB=4",
+            "7f1000000000 prefer (many):0-1 heap anon=5 dirty=5 N0=5 kernelpagesize_kB=4",
+            "7f2000000000 bind=static:1 stack anon=3 dirty=3 N1=3 kernelpagesize_kB=4",
+            "7f3000000000 interleave:0,2 file=/dev/shm/vllm_offload_0.mmap dirty=4 N2=4 kernelpagesize_kB=4",
+            "7f4000000000 default anon=1 N0=1 kernelpagesize_kB=2048",
+            "7f5000000000 local",
+            "garbage line",
+        ]
+    )
+    maps = parse_numa_maps(text)
+    assert [(m.mode, m.nodes, m.kind) for m in maps] == [
+        ("weighted-interleave", (0, 1), "file"),
+        ("weighted-interleave", (0, 1), "anon"),
+        ("preferred-many", (0, 1), "heap"),
+        ("bind", (1,), "stack"),
+        ("interleave", (0, 2), "file"),
+        ("default", (), "anon"),
+        ("local", (), "other"),
+    ]
+    assert maps[1].pages == {0: 2304, 1: 768} and maps[4].file == "/dev/shm/vllm_offload_0.mmap" and maps[5].page_kb == 2048
+    assert parse_policy("bind=static:1") == ("bind", (1,), "static")
+    assert parse_policy("what:0") is None
