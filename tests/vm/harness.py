@@ -543,3 +543,33 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m tests.vm.harness TOPOLOGY [-k 6.1] (-c SCRIPT | -f FILE)``:
+    run one guest by hand (what scripts/vm-run.sh calls), print its output."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="vm-run", description=main.__doc__)
+    ap.add_argument("topology", choices=sorted(TOPOLOGIES))
+    ap.add_argument("-k", "--kernel", default="6.12", help="kernel series (6.12, 6.1)")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("-c", "--command", help="guest bash script text")
+    g.add_argument("-f", "--file", type=Path, help="guest bash script file")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--workdir", type=Path, help="rwdir to use (default: a new temp dir)")
+    a = ap.parse_args(argv)
+    script = a.command if a.command is not None else a.file.read_text()
+    r = run_guest(a.topology, script, kernel=a.kernel, timeout=a.timeout, workdir=a.workdir)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    print(
+        f"vm-run: {r.topology.name} on {r.kernel.release}: exit {r.returncode}, "
+        f"boot {r.boot_seconds} s, wall {r.wall_seconds} s, $OUT={r.outdir}",
+        file=sys.stderr,
+    )
+    return r.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

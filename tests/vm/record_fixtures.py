@@ -30,11 +30,15 @@ FIXTURES = REPO / "fixtures"
 #: peers saved beside every record; the guest writes them, stderr kept only if non-empty
 SNAP = r"""
 snap() {  # $1 = fixture name: cxlctl record + peer tools
-  local d="$OUT/$1"
-  if ! "$PY" -m cxlctl record "$d"; then
-    echo "record-fixtures: '$PY -m cxlctl record $d' failed" >&2
+  local d="$OUT/$1" tmp="/tmp/record-fixtures/$1"
+  # record onto the guest's own /tmp (tmpfs) and copy once: many small writes
+  # through the 9p rwdir under TCG cost minutes
+  rm -rf "$tmp"; mkdir -p "${tmp%/*}"
+  if ! "$PY" -m cxlctl record "$tmp"; then
+    echo "record-fixtures: '$PY -m cxlctl record $tmp' failed" >&2
     return 1
   fi
+  cp -a "$tmp" "$d" || return 1
   mkdir -p "$d/peers"
   cxl list -vvv > "$d/peers/cxl-list.json" 2> "$d/peers/cxl-list.err"
   daxctl list -iDRM > "$d/peers/daxctl-list.json" 2> "$d/peers/daxctl-list.err"
