@@ -14,6 +14,7 @@ from typing import List, Optional
 
 import typer
 
+from .cli_daemon import daemon_app
 from .cli_launch import launch_app, policy_app
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.add_typer(tune_app, name="tune")
 app.add_typer(launch_app, name="launch")
 app.add_typer(policy_app, name="policy")
+app.add_typer(daemon_app, name="daemon")
 
 
 class State:

@@ -1,0 +1,303 @@
+"""The daemon's configuration: ``<root>/etc/cxlctl/cxlctl.toml``, validated strictly.
+
+Why strict (the same reasoning as profiles): a typo such as ``[drift] acton =
+"reapply"`` that is silently ignored leaves a fleet doing something else than
+its operators believe.  Every unknown section or key, wrong type and
+out-of-range value is an error naming the file, the key and the reason; the
+daemon refuses to start with it (exit 2), and a SIGHUP with a bad file keeps
+the configuration already running and logs why.
+
+A missing file is fine: every key has a default (docs/daemon.md lists them).
+Paths in the file are host paths; like every other path in cxlctl they are
+resolved under ``--root``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+
+from cxlctl.errors import UsageError
+
+CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
+NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+DEFAULT_LISTEN = "127.0.0.1:9860"
+_PROFILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_LABEL_NS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ConfigError(UsageError):
+    """A configuration that cannot be used: names the file, the key and the reason (exit 2)."""
+
+    def __init__(self, where: str, key: Optional[str], reason: str) -> None:
+        loc = f"{where}: {key}: " if key else f"{where}: "
+        super().__init__(f"bad configuration {loc}{reason}", hint="see docs/daemon.md for every key and its default")
+        self.where = where
+        self.key = key
+        self.reason = reason
+
+
+class Config(NamedTuple):
+    """Validated configuration; times in seconds, sizes in bytes."""
+
+    source: Optional[str]  # file read, None = defaults only
+    profile: Optional[str]  # fallback profile when none is persisted or applied this boot
+    debounce: float
+    max_delay: float
+    rescan_interval: float  # 0 = no periodic safety rescan
+    receive_buffer: int
+    online_new_memory: bool
+    lock_wait: float
+    drift_interval: float  # 0 = no drift checks
+    drift_action: str  # report | reapply
+    rollback_on_exit: bool
+    metrics_listen: Optional[Tuple[str, int]]  # None = no HTTP endpoint
+    metrics_allow_remote: bool
+    textfile_dir: Optional[str]
+    nfd_enabled: bool
+    nfd_dir: str
+    nfd_namespace: str
+    health_enabled: bool
+    health_interval: float
+    health_command: str
+    health_timeout: float
+    log_level: str
+
+
+# ------------------------------------------------------------------------ value checks
+
+
+def _num(lo: float, hi: float, *, integer: bool = False, zero_ok: bool = False) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            raise ValueError(f"must be {'an integer' if integer else 'a number'}, got {v!r}")
+        if zero_ok and v == 0:
+            return v
+        if not lo <= v <= hi:
+            extra = " (or 0 to turn it off)" if zero_ok else ""
+            raise ValueError(f"{v} is out of range (allowed {lo:g}-{hi:g}{extra})")
+        return v
+
+    return check
+
+
+def _bool(v: Any) -> Any:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be true or false, got {v!r}")
+    return v
+
+
+def _choice(*choices: str) -> Callable[[Any], Any]:
+    def check(v: Any) -> Any:
+        if v not in choices:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}; got {v!r}")
+        return v
+
+    return check
+
+
+def _abs_path(v: Any) -> Any:
+    if not isinstance(v, str):
+        raise ValueError(f"must be a string, got {v!r}")
+    if v == "":
+        return v
+    if not v.startswith("/") or "\0" in v or "\n" in v or "/../" in v + "/":
+        raise ValueError(f"must be an absolute path without '..', got {v!r}")
+    return os.path.normpath(v)
+
+
+def _profile(v: Any) -> Any:
+    if not isinstance(v, str):
+        raise ValueError(f"must be a profile name, got {v!r}")
+    if v and not _PROFILE.match(v) and not v.startswith("/"):
+        raise ValueError(f"{v!r} is not a profile name (letters, digits, . _ -) or an absolute path")
+    return v
+
+
+def _command(v: Any) -> Any:
+    if not isinstance(v, str) or not v or any(c.isspace() for c in v):
+        raise ValueError(f"must be a program name or absolute path without spaces, got {v!r}")
+    return v
+
+
+def _namespace(v: Any) -> Any:
+    if not isinstance(v, str) or len(v) > 253 or not _LABEL_NS.match(v):
+        raise ValueError(f"must be a DNS subdomain such as feature.node.kubernetes.io, got {v!r}")
+    return v
+
+
+def parse_listen(v: Any) -> Optional[Tuple[str, int]]:
+    """``"127.0.0.1:9860"`` / ``"[::1]:9860"`` → (host, port); ``""`` → None."""
+    if not isinstance(v, str):
+        raise ValueError(f"must be a string such as {DEFAULT_LISTEN!r}, got {v!r}")
+    if v == "":
+        return None
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT with a port 1-65535 (0: any free port), got {v!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"host must be an IP address (no names: no resolver at boot), got {host!r}") from None
+    return host, int(port)
+
+
+def _listen(v: Any) -> Any:
+    parse_listen(v)
+    return v
+
+
+#: section → key → (check, default).  "" is the top level.
+SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
+    "": {"profile": (_profile, "")},
+    "reconcile": {
+        "debounce_ms": (_num(10, 60_000, integer=True), 500),
+        "max_delay_ms": (_num(10, 600_000, integer=True), 5_000),
+        "rescan_interval": (_num(5, 86_400, zero_ok=True), 300),
+        "receive_buffer_mib": (_num(1, 1024, integer=True), 128),
+        "online_new_memory": (_bool, True),
+        "lock_wait": (_num(0, 60), 5),
+    },
+    "drift": {
+        "interval": (_num(1, 86_400, zero_ok=True), 60),
+        "action": (_choice("report", "reapply"), "report"),
+    },
+    "shutdown": {"rollback": (_bool, False)},
+    "metrics": {
+        "listen": (_listen, DEFAULT_LISTEN),
+        "allow_remote": (_bool, False),
+        "textfile_dir": (_abs_path, ""),
+    },
+    "nfd": {
+        "enabled": (_bool, True),
+        "dir": (_abs_path, NFD_DIR),
+        "namespace": (_namespace, "feature.node.kubernetes.io"),
+    },
+    "health": {
+        "enabled": (_bool, True),
+        "interval": (_num(10, 86_400), 300),
+        "command": (_command, "cxl"),
+        "timeout": (_num(1, 120), 10),
+    },
+    "log": {"level": (_choice("debug", "info", "warning", "error"), "info")},
+}
+
+
+def _toml_loads(text: str) -> Dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    import tomli  # type: ignore[import-not-found,unused-ignore]  # the 3.9/3.10 dependency
+
+    data: Dict[str, Any] = tomli.loads(text)
+    return data
+
+
+def host(root: str, path: str) -> str:
+    return path if root == "/" else root.rstrip("/") + path
+
+
+def validate(where: str, data: Dict[str, Any]) -> Config:
+    """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming the first problem."""
+    values: Dict[str, Dict[str, Any]] = {s: {k: d for k, (_, d) in keys.items()} for s, keys in SCHEMA.items()}
+    sections = [s for s in SCHEMA if s]
+    for key, val in data.items():
+        if key in SCHEMA[""]:
+            table, sect = {key: val}, ""
+        elif key in SCHEMA:
+            if not isinstance(val, dict):
+                raise ConfigError(where, key, "must be a table ([" + key + "])")
+            table, sect = val, key
+        else:
+            raise ConfigError(where, key, f"unknown key (allowed: profile and the tables {', '.join(sections)})")
+        for k, v in table.items():
+            full = f"{sect}.{k}" if sect else k
+            if k not in SCHEMA[sect]:
+                raise ConfigError(where, full, f"unknown key (allowed: {', '.join(SCHEMA[sect])})")
+            check = SCHEMA[sect][k][0]
+            try:
+                values[sect][k] = check(v)
+            except ValueError as e:
+                raise ConfigError(where, full, str(e)) from None
+    r, d, m = values["reconcile"], values["drift"], values["metrics"]
+    if r["max_delay_ms"] < r["debounce_ms"]:
+        raise ConfigError(where, "reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})")
+    listen = parse_listen(m["listen"])
+    if listen is not None and not m["allow_remote"] and not ipaddress.ip_address(listen[0]).is_loopback:
+        raise ConfigError(
+            where,
+            "metrics.listen",
+            f"{listen[0]} is not a loopback address; the endpoint has no authentication "
+            "(set metrics.allow_remote = true to expose it anyway)",
+        )
+    n, h = values["nfd"], values["health"]
+    if n["enabled"] and not n["dir"]:
+        raise ConfigError(where, "nfd.dir", "must be set when nfd.enabled is true")
+    return Config(
+        source=where if where != "<defaults>" else None,
+        profile=values[""]["profile"] or None,
+        debounce=r["debounce_ms"] / 1000.0,
+        max_delay=r["max_delay_ms"] / 1000.0,
+        rescan_interval=float(r["rescan_interval"]),
+        receive_buffer=int(r["receive_buffer_mib"]) << 20,
+        online_new_memory=r["online_new_memory"],
+        lock_wait=float(r["lock_wait"]),
+        drift_interval=float(d["interval"]),
+        drift_action=d["action"],
+        rollback_on_exit=values["shutdown"]["rollback"],
+        metrics_listen=listen,
+        metrics_allow_remote=m["allow_remote"],
+        textfile_dir=m["textfile_dir"] or None,
+        nfd_enabled=n["enabled"],
+        nfd_dir=n["dir"],
+        nfd_namespace=n["namespace"],
+        health_enabled=h["enabled"],
+        health_interval=float(h["interval"]),
+        health_command=h["command"],
+        health_timeout=float(h["timeout"]),
+        log_level=values["log"]["level"],
+    )
+
+
+def defaults() -> Config:
+    return validate("<defaults>", {})
+
+
+def load(root: str, path: Optional[str] = None) -> Config:
+    """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
+
+    A missing default file means defaults; a missing explicit ``path`` is an error.
+    """
+    explicit = path is not None
+    file = path if path is not None else host(root, CONFIG_PATH)
+    try:
+        with open(file, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(file, None, "no such file") from None
+        return defaults()
+    except OSError as e:
+        raise ConfigError(file, None, f"cannot read: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(file, None, "not UTF-8 text") from None
+    try:
+        data = _toml_loads(text)
+    except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(file, None, f"invalid TOML: {e}") from None
+    return validate(file, data)
+
+
+def render(cfg: Config) -> Dict[str, Any]:
+    """The effective configuration as plain data (``cxlctl daemon config --json``)."""
+    out = cfg._asdict()
+    out["metrics_listen"] = None if cfg.metrics_listen is None else f"{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}"
+    return out

@@ -1,0 +1,388 @@
+"""Prometheus metrics: the text exposition format, an HTTP endpoint, a textfile.
+
+Why hand-written: the text format (version 0.0.4) is a few lines of rules —
+``# HELP``/``# TYPE`` once per family, ``name{label="value"} number``, label
+values escaped (``\\``, ``"``, newline) — and prometheus_client would be a
+dependency plus threads for what this renders once per change.
+
+Two outputs, both optional (docs/daemon.md):
+
+* HTTP on a loopback address (``[metrics] listen``).  The listening socket sits
+  in the daemon's main poll loop, so an idle endpoint costs no wake-ups; each
+  accepted connection is answered by a short-lived thread with a timeout, so a
+  slow client cannot stall the loop (and trip the watchdog).  The body is the
+  bytes rendered after the last change, never computed on request.
+* A node_exporter textfile (``[metrics] textfile_dir``/``cxlctl.prom``),
+  written atomically (temp file + rename) as the collector requires.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+
+from cxlctl import __version__
+from cxlctl.model import Inventory
+
+from .files import atomic_replace
+from .health import Health
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TEXTFILE = "cxlctl.prom"
+
+
+class Stats:
+    """Counters the daemon keeps for its metrics (monotonic while the process lives)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.events: Dict[str, int] = {}  # subsystem → uevents received
+        self.rescans: Dict[str, int] = {}  # reason → count
+        self.reconciles: Dict[str, int] = {}  # result → count (ok | noop | failed | locked | skipped)
+        self.reconcile_seconds_sum = 0.0
+        self.reconcile_seconds_count = 0
+        self.last_reconcile_seconds: Optional[float] = None
+        self.last_reconcile_time: Optional[float] = None
+        self.last_event_to_reconciled: Optional[float] = None
+        self.changes: Dict[str, int] = {}  # kind → topology changes seen
+        self.knob_writes = 0
+        self.blocks_onlined = 0
+        self.monitor_rebuilds = 0
+        self.monitor_errors = 0
+        self.drift_checks = 0
+        self.drift_corrections = 0
+        self.reloads = 0
+        self.reload_failures = 0
+        self.last_scan_time: Optional[float] = None
+
+    def bump(self, table: Dict[str, int], key: str, n: int = 1) -> None:
+        table[key] = table.get(key, 0) + n
+
+
+class DriftCheck(NamedTuple):
+    setting: str
+    expected: Optional[str]
+    actual: Optional[str]
+    status: str  # pass | drift | unsupported
+
+
+class View(NamedTuple):
+    """Everything the metrics show, gathered by the daemon after each change."""
+
+    inventory: Optional[Inventory]
+    profile: Optional[str]  # profile the daemon enforces (None: observing only)
+    profile_state: str  # applied | observing | reverted | needs-attention | failed | none
+    drift: Tuple[DriftCheck, ...]
+    health: Optional[Health]
+    stats: Stats
+    ready: bool
+
+
+# ------------------------------------------------------------------------ text format
+
+
+def escape_label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def fmt_value(v: float) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return repr(float(v))
+
+
+Sample = Tuple[str, Mapping[str, str], float]  # (name suffix, labels, value)
+
+
+class Family(NamedTuple):
+    name: str
+    type: str  # gauge | counter | summary | untyped
+    help: str
+    samples: List[Sample]
+
+
+class Builder:
+    """Collects families in order; ``render()`` gives the exposition text."""
+
+    def __init__(self, prefix: str = "cxlctl_") -> None:
+        self.prefix = prefix
+        self.families: Dict[str, Family] = {}
+
+    def add(self, name: str, type_: str, help_: str, value: Optional[float], labels: Optional[Mapping[str, str]] = None, suffix: str = "") -> None:
+        full = self.prefix + name
+        fam = self.families.get(full)
+        if fam is None:
+            fam = Family(full, type_, help_, [])
+            self.families[full] = fam
+        if value is not None:
+            fam.samples.append((suffix, dict(labels or {}), value))
+
+    def render(self) -> str:
+        out: List[str] = []
+        for fam in self.families.values():
+            out.append(f"# HELP {fam.name} {escape_help(fam.help)}")
+            out.append(f"# TYPE {fam.name} {fam.type}")
+            for suffix, labels, value in fam.samples:
+                lab = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in labels.items())
+                out.append(f"{fam.name}{suffix}{{{lab}}} {fmt_value(value)}" if lab else f"{fam.name}{suffix} {fmt_value(value)}")
+        return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------ the metrics
+
+
+def _tier(t: Optional[int]) -> str:
+    return "" if t is None else str(t)
+
+
+def build(view: View) -> str:
+    """The exposition text for ``view`` (pure: the same view gives the same text)."""
+    b = Builder()
+    st = view.stats
+    inv = view.inventory
+    b.add("up", "gauge", "1 while the cxlctl daemon runs; ready says whether its start-up reconcile finished", 1)
+    b.add("ready", "gauge", "1 once the start-up scan and reconcile are done (sd_notify READY=1)", 1 if view.ready else 0)
+    kernel = inv.kernel if inv is not None and inv.kernel else ""
+    b.add("info", "gauge", "cxlctl version and the running kernel", 1, {"version": __version__, "kernel": kernel})
+    b.add("start_time_seconds", "gauge", "Unix time the daemon started", st.started)
+    for state in ("applied", "observing", "reverted", "needs-attention", "failed", "none"):
+        b.add(
+            "profile_state",
+            "gauge",
+            "Tuning state: applied (profile enforced), observing (no profile), reverted (by tune revert), "
+            "needs-attention (interrupted or failed rollback), failed (last apply failed), none",
+            1 if view.profile_state == state else 0,
+            {"state": state},
+        )
+    if view.profile:
+        b.add("profile_info", "gauge", "The profile the daemon enforces", 1, {"profile": view.profile})
+    if inv is not None:
+        _inventory(b, inv)
+    # drift
+    drifted = [c for c in view.drift if c.status == "drift"]
+    b.add("drift_settings", "gauge", "Settings whose current value differs from the applied profile", len(drifted))
+    for c in view.drift:
+        if c.status == "unsupported":
+            continue
+        b.add(
+            "knob_drift",
+            "gauge",
+            "1 when the setting differs from what the profile applied (labels: wanted and found values)",
+            1 if c.status == "drift" else 0,
+            {"setting": c.setting, "expected": c.expected or "", "actual": c.actual or ""},
+        )
+    # daemon activity
+    for sub, n in sorted(st.events.items()):
+        b.add("uevents_total", "counter", "udev events received, by subsystem", n, {"subsystem": sub})
+    b.add("uevents_total", "counter", "udev events received, by subsystem", None)
+    for reason, n in sorted(st.rescans.items()):
+        b.add("rescans_total", "counter", "Full sysfs rescans, by reason", n, {"reason": reason})
+    for result in ("ok", "noop", "failed", "locked", "skipped"):
+        b.add("reconciles_total", "counter", "Reconcile passes, by result", st.reconciles.get(result, 0), {"result": result})
+    b.add("reconcile_duration_seconds", "summary", "Time from rescan to reconciled (scan, plan, writes)", st.reconcile_seconds_sum, suffix="_sum")
+    b.add("reconcile_duration_seconds", "summary", "", st.reconcile_seconds_count, suffix="_count")
+    if st.last_reconcile_seconds is not None:
+        b.add("last_reconcile_duration_seconds", "gauge", "Duration of the last reconcile", st.last_reconcile_seconds)
+    if st.last_reconcile_time is not None:
+        b.add("last_reconcile_timestamp_seconds", "gauge", "Unix time of the last reconcile", st.last_reconcile_time)
+    if st.last_event_to_reconciled is not None:
+        b.add(
+            "last_event_to_reconciled_seconds",
+            "gauge",
+            "From the first udev event of the last burst to the end of its reconcile",
+            st.last_event_to_reconciled,
+        )
+    if st.last_scan_time is not None:
+        b.add("last_scan_timestamp_seconds", "gauge", "Unix time of the last sysfs scan", st.last_scan_time)
+    for kind, n in sorted(st.changes.items()):
+        b.add("topology_changes_total", "counter", "Changes found by rescans (node, region, dax, memdev added/removed/changed)", n, {"kind": kind})
+    b.add("knob_writes_total", "counter", "Kernel settings written by the daemon's reconciles", st.knob_writes)
+    b.add("memory_blocks_onlined_total", "counter", "Memory blocks the daemon onlined by the profile's policy", st.blocks_onlined)
+    b.add("monitor_errors_total", "counter", "udev monitor errors (ENOBUFS, POLLERR)", st.monitor_errors)
+    b.add("monitor_rebuilds_total", "counter", "udev monitors rebuilt after an error", st.monitor_rebuilds)
+    b.add("drift_checks_total", "counter", "Drift checks run", st.drift_checks)
+    b.add("drift_corrections_total", "counter", "Reconciles that wrote drifted settings back (drift.action = reapply, or new work)", st.drift_corrections)
+    b.add("reloads_total", "counter", "Configuration reloads (SIGHUP), by result", st.reloads - st.reload_failures, {"result": "ok"})
+    b.add("reloads_total", "counter", "", st.reload_failures, {"result": "failed"})
+    _health(b, view.health)
+    return b.render()
+
+
+def _inventory(b: Builder, inv: Inventory) -> None:
+    bs = inv.memory_block_size or 0
+    t = inv.totals
+    b.add("cxl_present", "gauge", "1 when the host has a CXL bus or memdevs", 1 if inv.has_cxl else 0)
+    b.add("cxl_capacity_bytes", "gauge", "Total capacity of CXL memdevs (RAM + PMEM partitions)", t.cxl_capacity)
+    b.add("cxl_region_bytes", "gauge", "CXL capacity assigned to regions", t.cxl_in_regions)
+    b.add("cxl_online_bytes", "gauge", "CXL memory online on CXL NUMA nodes", t.cxl_online)
+    b.add("cxl_free_bytes", "gauge", "MemFree on CXL NUMA nodes", t.cxl_free)
+    b.add("cxl_unassigned_bytes", "gauge", "memdev capacity in no region", t.cxl_unassigned)
+    wi = inv.weighted_interleave
+    tiers: Dict[str, List[int]] = {}
+    for n in inv.nodes:
+        lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
+        online = sum(1 for m in n.memory_blocks if (m.state or "").startswith("online"))
+        b.add("node_memory_total_bytes", "gauge", "MemTotal of the NUMA node", n.mem_total, lab)
+        b.add("node_memory_free_bytes", "gauge", "MemFree of the NUMA node", n.mem_free, lab)
+        b.add("node_memory_online_bytes", "gauge", "Bytes of online memory blocks in the node", online * bs if bs else None, lab)
+        b.add("node_memory_blocks", "gauge", "Memory blocks of the node, by state", online, {**lab, "state": "online"})
+        b.add("node_memory_blocks", "gauge", "", len(n.memory_blocks) - online, {**lab, "state": "offline"})
+        if n.id in wi.weights:
+            b.add("weighted_interleave_weight", "gauge", "Weighted-interleave weight of the node (nodeN file)", wi.weights[n.id], {"node": str(n.id), "kind": n.kind})
+        if n.tier is not None:
+            tiers.setdefault(str(n.tier), []).append(n.id)
+    if wi.auto is not None:
+        b.add("weighted_interleave_auto", "gauge", "1 when the kernel computes the weights itself (auto mode)", 1 if wi.auto else 0)
+    nodes = {n.id: n for n in inv.nodes}
+    for tier, ids in sorted(tiers.items(), key=lambda kv: int(kv[0])):
+        ns = [nodes[i] for i in ids]
+        lab = {"tier": tier, "nodes": ",".join(str(i) for i in sorted(ids))}
+        b.add("tier_memory_total_bytes", "gauge", "MemTotal summed over the memory tier's nodes", sum(n.mem_total or 0 for n in ns), lab)
+        b.add("tier_memory_free_bytes", "gauge", "MemFree summed over the memory tier's nodes", sum(n.mem_free or 0 for n in ns), lab)
+        if bs:
+            online = sum(1 for n in ns for m in n.memory_blocks if (m.state or "").startswith("online"))
+            b.add("tier_memory_online_bytes", "gauge", "Online memory summed over the memory tier's nodes", online * bs, lab)
+    for m in inv.memdevs:
+        lab = {"memdev": m.name, "serial": "" if m.serial is None else f"{m.serial:#x}"}
+        b.add("memdev_ram_bytes", "gauge", "RAM (volatile) capacity of the memdev", m.ram_size, lab)
+        b.add("memdev_pmem_bytes", "gauge", "PMEM capacity of the memdev", m.pmem_size, lab)
+    for r in inv.regions:
+        b.add("region_size_bytes", "gauge", "Size of the CXL region", r.size, {"region": r.name, "mode": r.mode or ""})
+    for d in inv.dax_devices:
+        if d.total_memblocks is not None:
+            lab = {"dax": d.name, "mode": d.mode or "", "node": "" if d.target_node is None else str(d.target_node)}
+            b.add("dax_memory_blocks_online", "gauge", "Online memory blocks of a system-ram dax device", d.online_memblocks, lab)
+            b.add("dax_memory_blocks", "gauge", "Memory blocks of a system-ram dax device", d.total_memblocks, lab)
+
+
+def _health(b: Builder, h: Optional[Health]) -> None:
+    b.add("health_available", "gauge", "1 when `cxl list -H` ran (ndctl installed, live system)", 1 if h is not None and h.available else 0)
+    if h is None:
+        return
+    b.add("health_collected_timestamp_seconds", "gauge", "Unix time health was last collected", h.collected)
+    for m in h.memdevs:
+        for status in ("ok", "warning", "critical", "no-data"):
+            b.add(
+                "memdev_health",
+                "gauge",
+                "Device health from Get Health Info, one series per status (no-data: the device gave none)",
+                1 if m.status == status else 0,
+                {"memdev": m.memdev, "status": status},
+            )
+        units = {
+            "life_used_percent": ("memdev_life_used_percent", "gauge", "Device life used, percent"),
+            "temperature": ("memdev_temperature_celsius", "gauge", "Device temperature"),
+            "dirty_shutdowns": ("memdev_dirty_shutdowns_total", "counter", "Dirty shutdowns counted by the device"),
+            "volatile_errors": ("memdev_corrected_volatile_errors_total", "counter", "Corrected volatile memory errors"),
+            "pmem_errors": ("memdev_corrected_persistent_errors_total", "counter", "Corrected persistent memory errors"),
+        }
+        for key, (name, type_, help_) in units.items():
+            if key in m.values:
+                b.add(name, type_, help_, m.values[key], {"memdev": m.memdev})
+
+
+# ------------------------------------------------------------------------ outputs
+
+
+def write_textfile(directory: str, text: str) -> str:
+    """Atomically replace ``directory/cxlctl.prom`` (the collector ignores the hidden temp file)."""
+    return atomic_replace(directory, TEXTFILE, text)
+
+
+class MetricsServer:
+    """A loopback HTTP endpoint whose listening socket the daemon polls itself.
+
+    ``handle_ready()`` is called by the main loop when the socket is readable:
+    it accepts and hands the connection to a thread that reads one request
+    (with a timeout) and answers ``GET /metrics`` (or ``/``) with ``body()``.
+    """
+
+    def __init__(self, host: str, port: int, body: Callable[[], bytes], timeout: float = 5.0) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen(16)
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.setblocking(False)
+        self.address: Tuple[str, int] = self.sock.getsockname()[:2]
+        self.body = body
+        self.timeout = timeout
+        self.served = 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def handle_ready(self) -> None:
+        for _ in range(64):  # accept what is queued; the rest on the next wake-up
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True, name="cxlctl-metrics").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.setblocking(True)
+            conn.settimeout(self.timeout)
+            data = b""
+            while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < 8192:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            line = data.split(b"\n", 1)[0].decode("latin-1").strip()
+            parts = line.split()
+            if len(parts) < 2:
+                self._reply(conn, 400, "text/plain", b"bad request\n")
+            elif parts[0] not in ("GET", "HEAD"):
+                self._reply(conn, 405, "text/plain", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+            elif parts[1].split("?", 1)[0] not in ("/metrics", "/"):
+                self._reply(conn, 404, "text/plain", b"try /metrics\n")
+            else:
+                body = self.body()
+                self._reply(conn, 200, CONTENT_TYPE, body, head=parts[0] == "HEAD")
+                self.served += 1
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _reply(conn: socket.socket, code: int, ctype: str, body: bytes, *, head: bool = False, extra: str = "") -> None:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[code]
+        hdr = (
+            f"HTTP/1.0 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\n{extra}\r\n"
+        )
+        conn.sendall(hdr.encode("latin-1") + (b"" if head else body))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def families(text: str) -> Iterable[str]:
+    """Family names in an exposition text (for logs and quick checks)."""
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            yield line.split()[2]

@@ -1,0 +1,514 @@
+"""Rescan, compare, reconcile: what the daemon does after a burst of udev events.
+
+Events only say "something changed"; their payload is never trusted (kernel
+sequence numbers are not reliably ordered, and a lost event would leave a
+payload-driven daemon wrong forever).  So every pass is: a full scan
+(:func:`cxlctl.inventory.scan`), a comparison with the previous scan (one log
+line per change), then the tuning engine decides what to write.
+
+Which profile is enforced — the *target* — follows the administrator's most
+recent word, in this order:
+
+1. the tuning journal of this boot (``/run/cxlctl/journal.json``): ``applied``
+   means that profile is in effect, whoever applied it (a CLI ``tune apply``
+   while the daemon runs is followed, not fought); ``reverted`` means hands
+   off until the next ``tune apply``; an interrupted apply or a failed rollback
+   needs a human (``tune revert``) and the daemon writes nothing;
+2. the persisted profile (``/var/lib/cxlctl/active-profile``, written by
+   ``tune apply --persist``) — the normal case after a reboot;
+3. ``profile =`` in the daemon's configuration;
+4. none: the daemon only observes (metrics, labels, health).
+
+Writes go through the engine's ``apply`` (journal, lock, rollback), so a CLI
+apply and a daemon reconcile never interleave: both hold the same flock for the
+whole transaction.  The one write the engine does not model — onlining the
+memory blocks of a newly appeared CXL dax device by the profile's
+``auto_online_blocks`` policy — also takes that lock and uses the same write
+primitive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+
+from cxlctl.errors import CxlctlError
+from cxlctl.model import Inventory
+from cxlctl.tuning import engine
+from cxlctl.tuning import journal as jn
+from cxlctl.tuning.knobs import read_current
+from cxlctl.tuning.lock import Locked, TuneLock, is_held
+from cxlctl.tuning.plan import plan as make_plan
+from cxlctl.tuning.profile import Profile, candidates
+from cxlctl.tuning.profile import load as load_profile
+from cxlctl.tuning.write import KnobError, write_with_retry
+
+from .config import Config
+from .metrics import DriftCheck, Stats
+
+MEMORY_DIR = "/sys/devices/system/memory"
+ONLINE_MODES = ("online", "online_kernel", "online_movable")
+GIB = 1 << 30
+
+
+# ------------------------------------------------------------------------ snapshots and changes
+
+
+class NodeView(NamedTuple):
+    kind: str
+    has_memory: bool
+    online_blocks: int
+    total_blocks: int
+    mem_total: Optional[int]
+    tier: Optional[int]
+    regions: Tuple[str, ...]
+
+
+class Snapshot(NamedTuple):
+    """The parts of an inventory whose changes are worth a log line."""
+
+    memdevs: Dict[str, int]  # name → capacity
+    regions: Dict[str, Tuple[Optional[str], Optional[int], Optional[bool]]]  # mode, size, committed
+    dax: Dict[str, Tuple[Optional[str], Optional[int]]]  # mode, target node
+    nodes: Dict[int, NodeView]
+
+
+class Change(NamedTuple):
+    kind: str  # metric label: node-added, node-removed, region-added, ...
+    message: str
+
+
+def snapshot(inv: Inventory) -> Snapshot:
+    return Snapshot(
+        memdevs={m.name: (m.ram_size or 0) + (m.pmem_size or 0) for m in inv.memdevs},
+        regions={r.name: (r.mode, r.size, r.committed) for r in inv.regions},
+        dax={d.name: (d.mode, d.target_node) for d in inv.dax_devices},
+        nodes={
+            n.id: NodeView(
+                n.kind,
+                n.has_memory,
+                sum(1 for b in n.memory_blocks if (b.state or "").startswith("online")),
+                len(n.memory_blocks),
+                n.mem_total,
+                n.tier,
+                n.regions,
+            )
+            for n in inv.nodes
+        },
+    )
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "size unknown"
+    if n >= GIB:
+        return f"{n / GIB:g} GiB"
+    return f"{n >> 20} MiB"
+
+
+def _cxl(v: Optional[NodeView]) -> bool:
+    return v is not None and v.kind == "cxl" and v.has_memory
+
+
+def diff(old: Snapshot, new: Snapshot) -> List[Change]:
+    """Changes from ``old`` to ``new``, one per object, in a stable order."""
+    out: List[Change] = []
+    for name in sorted(set(old.memdevs) | set(new.memdevs)):
+        if name not in old.memdevs:
+            out.append(Change("memdev-added", f"memdev {name} appeared ({_size(new.memdevs[name])})"))
+        elif name not in new.memdevs:
+            out.append(Change("memdev-removed", f"memdev {name} is gone"))
+    for name in sorted(set(old.regions) | set(new.regions)):
+        o, n = old.regions.get(name), new.regions.get(name)
+        if o is None:
+            assert n is not None
+            out.append(Change("region-added", f"region {name} appeared ({n[0] or 'mode unknown'}, {_size(n[1])})"))
+        elif n is None:
+            out.append(Change("region-removed", f"region {name} is gone"))
+        elif o != n:
+            assert o is not None
+            out.append(Change("region-changed", f"region {name} changed: {o[0]}/{_size(o[1])} -> {n[0]}/{_size(n[1])}"))
+    for name in sorted(set(old.dax) | set(new.dax)):
+        od, nd = old.dax.get(name), new.dax.get(name)
+        if od is None:
+            assert nd is not None
+            out.append(Change("dax-added", f"dax device {name} appeared (mode {nd[0] or 'unbound'}, node {nd[1]})"))
+        elif nd is None:
+            out.append(Change("dax-removed", f"dax device {name} is gone"))
+        elif od is not None and od[0] != nd[0]:
+            out.append(Change("dax-mode", f"dax device {name} switched from {od[0] or 'unbound'} to {nd[0] or 'unbound'}"))
+    for nid in sorted(set(old.nodes) | set(new.nodes)):
+        o2, n2 = old.nodes.get(nid), new.nodes.get(nid)
+        if _cxl(n2) and not _cxl(o2):
+            assert n2 is not None
+            regions = ", ".join(n2.regions) or "no region"
+            out.append(
+                Change(
+                    "node-added",
+                    f"CXL node {nid} appeared: {_size(n2.mem_total)}, {n2.online_blocks}/{n2.total_blocks} blocks online, "
+                    f"tier {n2.tier}, {regions}",
+                )
+            )
+        elif _cxl(o2) and not _cxl(n2):
+            why = "gone" if n2 is None else "no memory left"
+            out.append(Change("node-removed", f"CXL node {nid} removed ({why})"))
+        elif o2 is not None and n2 is not None and n2.has_memory and (o2.online_blocks, o2.total_blocks) != (n2.online_blocks, n2.total_blocks):
+            out.append(
+                Change(
+                    "node-memory",
+                    f"node {nid}: {n2.online_blocks}/{n2.total_blocks} memory blocks online "
+                    f"(was {o2.online_blocks}/{o2.total_blocks})",
+                )
+            )
+    return out
+
+
+def summary(inv: Inventory) -> str:
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
+    t = inv.totals
+    if not inv.has_cxl:
+        return f"no CXL devices; {len(inv.nodes)} NUMA node(s)"
+    nodes = ",".join(str(n.id) for n in cxl) or "none"
+    return (
+        f"{len(inv.memdevs)} memdev(s), {len(inv.regions)} region(s), CXL node(s) {nodes}, "
+        f"{_size(t.cxl_online)} CXL online of {_size(t.cxl_capacity)}"
+    )
+
+
+# ------------------------------------------------------------------------ the target profile
+
+
+class Target(NamedTuple):
+    ref: Optional[str]  # what to pass to the engine (name or path); None = write nothing
+    name: Optional[str]
+    state: str  # applied | persisted | configured | observing | reverted | needs-attention | busy
+    why: str
+
+
+def _ref(root: str, name: str, source: str) -> str:
+    """A profile reference the engine can load: the name if it resolves, else the file."""
+    if candidates(root, name):
+        return name
+    if source and os.path.isfile(source):
+        return source
+    return name
+
+
+def read_persisted(root: str) -> Optional[Tuple[str, str]]:
+    """(profile, source) from ``active-profile``; None when absent or unreadable."""
+    path = jn.host(root, engine.ACTIVE_PROFILE)
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not doc["profile"]:
+        return None
+    src = doc.get("source")
+    return doc["profile"], src if isinstance(src, str) else ""
+
+
+def resolve_target(root: str, cfg: Config) -> Target:
+    try:
+        j = jn.load(root)
+    except CxlctlError as e:
+        return Target(None, None, "needs-attention", str(e))
+    if j is not None and jn.same_boot(j, jn.boot_id(root)):
+        if j.state == jn.APPLIED:
+            return Target(_ref(root, j.profile, j.profile_source), j.profile, "applied", f"applied this boot ({j.tool}, pid {j.pid})")
+        if j.state == jn.REVERTED:
+            return Target(None, j.profile, "reverted", f"{j.profile} was reverted at {j.finished}; `cxlctl tune apply` resumes")
+        if j.state == jn.APPLYING and is_held(root):
+            return Target(None, j.profile, "busy", f"an apply of {j.profile} is in progress (pid {j.pid})")
+        if j.state in (jn.APPLYING, jn.ROLLBACK_FAILED, jn.REVERT_FAILED):
+            return Target(
+                None, j.profile, "needs-attention", f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`"
+            )
+        # ROLLED_BACK: the last apply failed and was undone; fall back to the standing intent
+    p = read_persisted(root)
+    if p is not None:
+        return Target(_ref(root, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
+    if cfg.profile:
+        name = os.path.basename(cfg.profile)[:-5] if cfg.profile.endswith(".toml") else cfg.profile
+        return Target(cfg.profile, name, "configured", "profile from the daemon configuration")
+    return Target(None, None, "observing", "no profile applied, persisted or configured")
+
+
+# ------------------------------------------------------------------------ the reconciler
+
+
+class Result(NamedTuple):
+    result: str  # ok | noop | failed | locked | skipped
+    changes: Tuple[Change, ...]
+    written: int
+    onlined: int
+    seconds: float
+
+
+class Reconciler:
+    """Keeps the last scan and drift state; one method per kind of pass."""
+
+    def __init__(self, root: str, cfg: Config, log: logging.Logger, stats: Stats) -> None:
+        self.root = root
+        self.cfg = cfg
+        self.log = log
+        self.stats = stats
+        self.inventory: Optional[Inventory] = None
+        self.snap: Optional[Snapshot] = None
+        self.target = Target(None, None, "none", "not resolved yet")
+        self.state = "none"  # for metrics: applied | observing | reverted | needs-attention | failed | none
+        self.drift: Tuple[DriftCheck, ...] = ()
+        self._drifted: Set[str] = set()
+        self._said: Dict[str, str] = {}  # once-per-condition messages
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _once(self, key: str, level: int, msg: str) -> None:
+        if self._said.get(key) != msg:
+            self._said[key] = msg
+            self.log.log(level, msg)
+
+    def scan(self, reason: str) -> Inventory:
+        from cxlctl.inventory import scan
+
+        inv = scan(self.root)
+        self.stats.bump(self.stats.rescans, reason)
+        self.stats.last_scan_time = time.time()
+        return inv
+
+    # -- a full pass --------------------------------------------------------------------
+
+    def reconcile(self, reason: str) -> Result:
+        """Rescan, log what changed, online new memory, apply the target profile if needed."""
+        t0 = time.monotonic()
+        inv = self.scan(reason)
+        new = snapshot(inv)
+        first = self.snap is None
+        changes: List[Change] = [] if first else diff(self.snap or new, new)
+        if first:
+            self.log.info("found %s", summary(inv))
+        for c in changes:
+            self.log.info("%s", c.message)
+            self.stats.bump(self.stats.changes, c.kind)
+        fresh = _fresh_ram_dax(self.snap, inv)
+        self.snap, self.inventory = new, inv
+        result, written, onlined = self._enforce(inv, fresh)
+        dt = time.monotonic() - t0
+        self.stats.bump(self.stats.reconciles, result)
+        self.stats.reconcile_seconds_sum += dt
+        self.stats.reconcile_seconds_count += 1
+        self.stats.last_reconcile_seconds = dt
+        self.stats.last_reconcile_time = time.time()
+        if changes or written or onlined or result in ("failed", "locked"):
+            self.log.info(
+                "reconciled (%s) in %.3f s: %d change(s), %d setting(s) written, %d block(s) onlined, result %s",
+                reason,
+                dt,
+                len(changes),
+                written,
+                onlined,
+                result,
+            )
+        else:
+            self.log.debug("reconciled (%s) in %.3f s: nothing to do", reason, dt)
+        return Result(result, tuple(changes), written, onlined, dt)
+
+    def _enforce(self, inv: Inventory, fresh: Set[str]) -> Tuple[str, int, int]:
+        target = resolve_target(self.root, self.cfg)
+        self.target = target
+        if target.ref is None:
+            self.state = {"busy": self.state, "reverted": "reverted", "needs-attention": "needs-attention"}.get(
+                target.state, "observing"
+            )
+            level = logging.WARNING if target.state == "needs-attention" else logging.INFO
+            self._once("target", level, f"not enforcing a profile: {target.why}")
+            return ("locked" if target.state == "busy" else "skipped"), 0, 0
+        self._once("target", logging.INFO, f"enforcing profile {target.name} ({target.why})")
+        try:
+            profile = load_profile(self.root, target.ref)
+        except CxlctlError as e:
+            self.state = "failed"
+            self._once("profile", logging.ERROR, f"cannot load profile {target.name}: {e}")
+            return "failed", 0, 0
+        self._said.pop("profile", None)
+        onlined = 0
+        if self.cfg.online_new_memory and fresh:
+            try:
+                onlined = self.online_new_memory(inv, profile, fresh)
+            except Locked as e:
+                self.log.warning("onlining new memory deferred: %s", e)
+                return "locked", 0, 0
+            if onlined:
+                inv = self.scan("onlined")
+                self.snap, self.inventory = snapshot(inv), inv
+        result, written = self.apply_if_needed(inv, profile, target)
+        if written:
+            # metrics and labels must show what was just written (weights, knobs)
+            inv = self.scan("after-apply")
+            self.snap, self.inventory = snapshot(inv), inv
+        return result, written, onlined
+
+    def apply_if_needed(self, inv: Inventory, profile: Profile, target: Target) -> Tuple[str, int]:
+        """Plan against ``inv``; call the engine's apply only when something must be written
+        (or the profile is not yet recorded as applied this boot)."""
+        active = _active_journal(self.root)
+        p = make_plan(inv, profile, read_current(self.root), engine.restore_map(active))
+        same = active is not None and active.profile == profile.name
+        if not p.writes and same:
+            self.state = "applied"
+            return "noop", 0
+        # a write is *drift* when this profile already set that file to the same value and
+        # something changed it since; anything else (a new node's weight, an edited profile)
+        # is new work.  The engine applies whole profiles, so new work restores drift too.
+        applied = {e.path: e.desired for e in active.entries} if active is not None and same else {}
+        drift = [s for s in p.writes if applied.get(s.path) is not None and applied[s.path] == s.desired]
+        other = [s for s in p.writes if s not in drift]
+        if drift and self.cfg.drift_action == "report":
+            names = ", ".join(s.setting for s in drift)
+            if not other:
+                self.state = "applied"
+                self._once("drift-hold", logging.INFO, f"left drifted setting(s) as found (drift.action = report): {names}")
+                return "noop", 0
+            self.log.warning(
+                "re-applying %s for %s; this also restores drifted %s",
+                profile.name,
+                ", ".join(s.setting for s in other),
+                names,
+            )
+        self._said.pop("drift-hold", None)
+        assert target.ref is not None
+        try:
+            res = engine.apply(self.root, target.ref, wait=self.cfg.lock_wait)
+        except Locked as e:
+            self.log.warning("reconcile deferred: %s", e)
+            return "locked", 0
+        except CxlctlError as e:
+            self.state = "failed"
+            self.log.error("applying %s failed: %s", profile.name, e)
+            return "failed", 0
+        written = [r for r in res.results if r.status == "written"]
+        for r in written:
+            self.log.info("set %s: %s -> %s (profile %s)", r.setting, r.before if r.before is not None else "-", r.after, profile.name)
+        self.stats.knob_writes += len(written)
+        if not res.ok:
+            self.state = "failed"
+            self.log.error("applying %s failed and was rolled back: %s", profile.name, res.error)
+            return "failed", len(written)
+        self.state = "applied"
+        if drift:
+            self.stats.drift_corrections += 1
+        if not written:
+            self.log.info("profile %s recorded as applied (every setting already had its value)", profile.name)
+        return "ok", len(written)
+
+    # -- onlining -----------------------------------------------------------------------
+
+    def online_new_memory(self, inv: Inventory, profile: Profile, fresh: Set[str]) -> int:
+        """Online the offline blocks of newly seen CXL system-ram dax devices by the profile's
+        ``auto_online_blocks`` (the kernel applied its *old* policy when they were hot-added,
+        e.g. before the daemon started at boot).  Blocks offlined later by hand are not touched:
+        only devices new to this daemon (or just switched to system-ram) count."""
+        s = profile.setting("auto_online_blocks")
+        mode = s.value if s is not None else None
+        if mode not in ONLINE_MODES:
+            return 0
+        bs = inv.memory_block_size
+        todo: List[Tuple[str, int, List[int]]] = []
+        for d in inv.dax_devices:
+            if d.name not in fresh or d.mode != "system-ram" or d.target_node is None:
+                continue
+            node = inv.node(d.target_node)
+            if node is None or node.kind != "cxl":
+                continue
+            if d.resource is not None and d.size and bs:
+                ids = {b.id for b in node.memory_blocks if d.resource <= b.id * bs < d.resource + d.size}
+            elif not node.has_cpu and len(node.dax_devices) == 1:
+                ids = {b.id for b in node.memory_blocks}
+            else:
+                continue
+            offline = sorted(b.id for b in node.memory_blocks if b.id in ids and b.state == "offline")
+            if offline:
+                todo.append((d.name, node.id, offline))
+        if not todo:
+            return 0
+        done = 0
+        with TuneLock(self.root, self.cfg.lock_wait):
+            for dax, nid, blocks in todo:
+                ok, failed = 0, []
+                for b in blocks:
+                    path = jn.host(self.root, f"{MEMORY_DIR}/memory{b}/state")
+                    try:
+                        write_with_retry(path, f"{mode}\n")
+                        ok += 1
+                    except KnobError as e:
+                        failed.append(f"memory{b}: {e.kind} ({e.errno_name or e})")
+                self.log.info(
+                    "onlined %d of %d offline memory block(s) of %s (node %d) as %s: profile %s sets auto_online_blocks%s",
+                    ok,
+                    len(blocks),
+                    dax,
+                    nid,
+                    mode,
+                    profile.name,
+                    ("; failed: " + ", ".join(failed[:4])) if failed else "",
+                )
+                done += ok
+        self.stats.blocks_onlined += done
+        return done
+
+    # -- drift --------------------------------------------------------------------------
+
+    def check_drift(self) -> bool:
+        """Verify the applied profile; log drift once per change; True when something drifted."""
+        self.stats.drift_checks += 1
+        target = resolve_target(self.root, self.cfg)
+        if target.state != "applied":
+            self.drift = ()
+            self._drifted = set()
+            return False
+        try:
+            res = engine.verify(self.root)
+        except CxlctlError as e:
+            self.log.debug("drift check skipped: %s", e)
+            return False
+        self.drift = tuple(DriftCheck(c.setting, c.expected, c.actual, c.status) for c in res.checks)
+        now = {c.setting for c in self.drift if c.status == "drift"}
+        for c in self.drift:
+            if c.status == "drift" and c.setting not in self._drifted:
+                self.log.warning(
+                    "drift: %s is %s, profile %s applied %s (action: %s)",
+                    c.setting,
+                    c.actual,
+                    res.profile,
+                    c.expected,
+                    self.cfg.drift_action,
+                )
+        for s in sorted(self._drifted - now):
+            self.log.info("drift resolved: %s is back to the profile's value", s)
+        self._drifted = now
+        return bool(now)
+
+
+def _active_journal(root: str) -> Optional[jn.Journal]:
+    try:
+        j = jn.load(root)
+    except CxlctlError:
+        return None
+    if j is None or j.state != jn.APPLIED or not jn.same_boot(j, jn.boot_id(root)):
+        return None
+    return j
+
+
+def _fresh_ram_dax(old: Optional[Snapshot], inv: Inventory) -> Set[str]:
+    """system-ram dax devices new since ``old`` (all of them on the first pass) or just switched to it."""
+    out: Set[str] = set()
+    for d in inv.dax_devices:
+        if d.mode != "system-ram":
+            continue
+        prev = None if old is None else old.dax.get(d.name)
+        if prev is None or prev[0] != "system-ram":
+            out.add(d.name)
+    return out

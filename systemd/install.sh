@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install the cxlctl daemon as a systemd service (docs/daemon.md, "Install").
+#
+#   sudo systemd/install.sh            install, enable and start cxlctl.service
+#   sudo systemd/install.sh --no-start install and enable only
+#   DESTDIR=/tmp/stage systemd/install.sh --no-start   stage the files (packaging, tests)
+#
+# What it does:
+#   * copies systemd/cxlctl.service to /etc/systemd/system/, with ExecStart pointing at
+#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`);
+#   * writes /etc/cxlctl/cxlctl.toml from the commented example, unless one exists;
+#   * systemctl daemon-reload + enable [--now] (skipped with DESTDIR).
+# Undo: docs/daemon.md, "Uninstall".
+set -euo pipefail
+cd "$(dirname "$0")"
+START=1
+for a in "$@"; do
+  case "$a" in
+    --no-start) START=0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+DEST=${DESTDIR:-}
+BIN=${CXLCTL:-$(command -v cxlctl || true)}
+if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
+  echo "install.sh: no cxlctl executable found; install cxlctl first (pip install .) or set CXLCTL=/path/to/cxlctl" >&2
+  exit 1
+fi
+case "$BIN" in /*) ;; *) BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN") ;; esac
+if [ -z "$DEST" ] && [ "$(id -u)" != 0 ]; then
+  echo "install.sh: run as root (or set DESTDIR to stage the files)" >&2
+  exit 1
+fi
+install -d -m 0755 "$DEST/etc/systemd/system" "$DEST/etc/cxlctl"
+sed "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
+chmod 0644 "$DEST/etc/systemd/system/cxlctl.service.tmp"
+mv "$DEST/etc/systemd/system/cxlctl.service.tmp" "$DEST/etc/systemd/system/cxlctl.service"
+if [ ! -e "$DEST/etc/cxlctl/cxlctl.toml" ]; then
+  install -m 0644 cxlctl.toml.example "$DEST/etc/cxlctl/cxlctl.toml"
+fi
+echo "installed $DEST/etc/systemd/system/cxlctl.service (ExecStart=$BIN daemon run)"
+if [ -z "$DEST" ]; then
+  "$BIN" daemon config > /dev/null  # refuse to start with a bad configuration
+  systemctl daemon-reload
+  if [ "$START" = 1 ]; then
+    systemctl enable --now cxlctl.service
+    systemctl --no-pager status cxlctl.service | head -n 5 || true
+  else
+    systemctl enable cxlctl.service
+  fi
+fi

@@ -1,0 +1,129 @@
+"""systemd/cxlctl.service: `systemd-analyze verify` clean, sandbox covers exactly the knobs, install step.
+
+``systemd-analyze`` comes with the systemd package (scripts/install-vm-deps.sh
+installs it on CI machines that lack it); these tests fail rather than skip
+without it, so a CI machine cannot silently stop checking the unit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+from conftest import REPO
+
+from cxlctl.daemon.config import load, validate
+from cxlctl.tuning.knobs import REGISTRY
+
+UNIT = os.path.join(REPO, "systemd", "cxlctl.service")
+EXAMPLE = os.path.join(REPO, "systemd", "cxlctl.toml.example")
+MAX_EXPOSURE = 3.0  # `systemd-analyze security` score measured at 2.3; fail if hardening regresses
+
+
+def _directives() -> Dict[str, List[str]]:
+    out: Dict[str, List[str]] = {}
+    with open(UNIT) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith(("#", "[")):
+                continue
+            k, _, v = line.partition("=")
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def _analyze() -> str:
+    exe = shutil.which("systemd-analyze")
+    assert exe, "systemd-analyze is missing: install the systemd package (scripts/install-vm-deps.sh does)"
+    return exe
+
+
+def _installed_unit(tmp_path: Any) -> str:
+    """The unit as systemd/install.sh installs it for this checkout's cxlctl."""
+    stage = str(tmp_path / "stage")
+    cxl = os.path.join(os.path.dirname(sys.executable), "cxlctl")
+    p = subprocess.run(
+        ["bash", os.path.join(REPO, "systemd", "install.sh"), "--no-start"],
+        env={**os.environ, "DESTDIR": stage, "CXLCTL": cxl},
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    unit = stage + "/etc/systemd/system/cxlctl.service"
+    with open(unit) as f:
+        text = f.read()
+    assert f"ExecStart={cxl} daemon run" in text
+    assert os.path.isfile(stage + "/etc/cxlctl/cxlctl.toml")
+    return unit
+
+
+def test_service_type_watchdog_and_forbidden_directives() -> None:
+    d = _directives()
+    assert d["Type"] == ["notify"] and d["NotifyAccess"] == ["main"]
+    assert d["WatchdogSec"] and int(d["WatchdogSec"][0]) >= 10
+    assert d["Restart"] == ["on-failure"] and d["StartLimitBurst"] and d["StartLimitIntervalSec"]
+    assert "systemd-udevd.service" in d["After"][0]
+    assert d["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert d["ExecStart"][0].endswith("cxlctl daemon run")
+    # these would make the managed knobs read-only or capabilities useless (reference §B.2)
+    assert "ProtectKernelTunables" not in d and "PrivateUsers" not in d and "PrivateNetwork" not in d
+    caps = d["CapabilityBoundingSet"][0].split()
+    assert "CAP_SYS_ADMIN" in caps, "kernel.numa_balancing checks capable(CAP_SYS_ADMIN)"
+    assert set(caps) <= {"CAP_SYS_ADMIN", "CAP_NET_ADMIN"}
+    assert d["RuntimeDirectory"] == ["cxlctl"] and d["RuntimeDirectoryPreserve"] == ["yes"]
+    assert d["StateDirectory"] == ["cxlctl"] and d["ProtectSystem"] == ["strict"] and d["NoNewPrivileges"] == ["yes"]
+
+
+def test_writable_paths_are_exactly_the_knobs() -> None:
+    d = _directives()
+    ro = " ".join(d["ReadOnlyPaths"]).split()
+    assert "/proc/sys" in ro and "/sys" in ro
+    rw = [p.lstrip("-") for v in d["ReadWritePaths"] for p in v.split()]
+    needed = [k.path for k in REGISTRY] + ["/sys/devices/system/memory/memory0/state"]
+
+    def covered(path: str) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in rw)
+
+    missing = [p for p in needed if not covered(p)]
+    assert not missing, f"the unit cannot write {missing}: add them to ReadWritePaths"
+    # and nothing beyond the knobs, their directories and the NFD feature directory
+    extra = [p for p in rw if not any(n == p or n.startswith(p + "/") for n in needed)]
+    assert extra == ["/etc/kubernetes/node-feature-discovery/features.d"], extra
+
+
+def test_systemd_analyze_verify_is_clean(tmp_path: Any) -> None:
+    unit = _installed_unit(tmp_path)
+    p = subprocess.run([_analyze(), "verify", "--man=no", unit], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "" and p.stderr.strip() == "", p.stdout + p.stderr
+
+
+def test_systemd_analyze_security_score(tmp_path: Any) -> None:
+    unit = _installed_unit(tmp_path)
+    p = subprocess.run([_analyze(), "security", "--offline=yes", "--no-pager", unit], capture_output=True, text=True)
+    m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", p.stdout + p.stderr)
+    assert m, p.stdout + p.stderr
+    score = float(m.group(1))
+    print(f"systemd-analyze security: {score}")
+    assert score <= MAX_EXPOSURE, f"exposure {score} > {MAX_EXPOSURE}: hardening regressed\n{p.stdout}"
+
+
+def test_example_configuration_is_the_defaults(tmp_path: Any) -> None:
+    root = str(tmp_path)
+    os.makedirs(root + "/etc/cxlctl")
+    shutil.copy(EXAMPLE, root + "/etc/cxlctl/cxlctl.toml")
+    assert load(root)._replace(source=None) == validate("<defaults>", {})
+
+
+def test_install_script_refuses_without_cxlctl(tmp_path: Any) -> None:
+    p = subprocess.run(
+        ["bash", os.path.join(REPO, "systemd", "install.sh"), "--no-start"],
+        env={**os.environ, "DESTDIR": str(tmp_path), "CXLCTL": str(tmp_path / "nope")},
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 1 and "no cxlctl executable found" in p.stderr
+    assert not os.path.exists(tmp_path / "etc")
