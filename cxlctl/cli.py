@@ -16,6 +16,7 @@ import typer
 
 from .cli_daemon import daemon_app
 from .cli_launch import launch_app, policy_app
+from .cli_region import dax_app, region_app
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
 from .rootpath import resolve_root
@@ -29,6 +30,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(tune_app, name="tune")
+app.add_typer(region_app, name="region")
+app.add_typer(dax_app, name="dax")
 app.add_typer(launch_app, name="launch")
 app.add_typer(policy_app, name="policy")
 app.add_typer(daemon_app, name="daemon")

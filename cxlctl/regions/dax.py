@@ -1,0 +1,437 @@
+"""DAX device modes and memory onlining, with ``daxctl reconfigure-device`` semantics.
+
+Why not call daxctl: bookworm's daxctl is fine for this part, but region
+creation must decide the zone *while* the kernel hot-plugs the memory (the
+kmem driver is bound as a side effect of binding the region), and the same
+code must work on a ``--root`` tree in tests.  What it does, and where the
+behaviour comes from (ndctl ``daxctl/device.c`` and ``lib/libdaxctl.c``):
+
+* **to system-ram**: unbind the current driver (``remove_id`` then
+  ``unbind``), bind ``kmem`` (``new_id`` then ``bind``), then online every
+  memory block of the device with ``online_movable`` or ``online_kernel``.
+  A write that fails is followed by a re-read: if the block is online anyway,
+  someone raced us (udev, the kernel's auto-online) and that is not an error
+  (daxctl ``online_one_memblock``).  Afterwards the zones are read back from
+  ``valid_zones``; blocks in the wrong zone are moved (offline, online in the
+  right zone) where the kernel lets us, and reported where it does not.
+* **the auto-online policy** (``/sys/devices/system/memory/auto_online_blocks``):
+  daxctl refuses when the kernel would online the memory itself.  cxlctl
+  instead holds the policy at ``offline`` for the moment kmem is bound (only
+  when the policy would pick another zone than the one asked for), restores
+  it right after, and onlines the blocks itself in the requested zone.  The
+  hold runs under the tuning lock, because ``auto_online_blocks`` is also a
+  tuning knob.
+* **to devdax**: every block must be offline first.  Without ``force`` an
+  online device is refused; with it the blocks are offlined one by one, and if
+  one cannot be (EBUSY: unmovable pages, typical of ZONE_NORMAL), the ones
+  already offlined are put back online in their zone and nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from cxlctl.errors import EXIT_USAGE, CxlctlError
+from cxlctl.parse import format_size, parse_hex, parse_int, parse_meminfo
+from cxlctl.tuning.write import KnobError, write_knob
+
+DAX_DEVICES = "/sys/bus/dax/devices"
+DAX_DRIVERS = "/sys/bus/dax/drivers"
+MEMORY = "/sys/devices/system/memory"
+AUTO_ONLINE = MEMORY + "/auto_online_blocks"
+NODE = "/sys/devices/system/node"
+
+#: driver -> daxctl's mode name
+MODES = {"kmem": "system-ram", "device_dax": "devdax"}
+DRIVER_OF = {"system-ram": "kmem", "devdax": "device_dax"}
+#: zone option -> the memory block state written to online in that zone, and valid_zones' word
+ONLINE_STATE = {"movable": "online_movable", "normal": "online_kernel"}
+ZONE_WORD = {"movable": "Movable", "normal": "Normal"}
+
+Log = Callable[[str], None]
+
+
+class DaxError(CxlctlError):
+    """A DAX step failed; the message says what state the device was left in."""
+
+
+class Block(NamedTuple):
+    id: int
+    state: Optional[str]  # online / offline / going-offline
+    zone: Optional[str]  # valid_zones' first word: the current zone when online
+
+
+class DaxState(NamedTuple):
+    name: str
+    driver: Optional[str]
+    target_node: Optional[int]
+    resource: Optional[int]
+    size: Optional[int]
+    blocks: Tuple[Block, ...]
+
+    @property
+    def mode(self) -> Optional[str]:
+        return MODES.get(self.driver or "", self.driver)
+
+    @property
+    def online(self) -> List[Block]:
+        return [b for b in self.blocks if (b.state or "").startswith("online")]
+
+
+def _host(root: str, path: str) -> str:
+    return path if root == "/" else root.rstrip("/") + path
+
+
+def _read(root: str, path: str) -> Optional[str]:
+    try:
+        with open(_host(root, path), "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def _link(root: str, path: str) -> Optional[str]:
+    try:
+        return os.path.basename(os.readlink(_host(root, path)).rstrip("/"))
+    except OSError:
+        return None
+
+
+def _num(text: Optional[str], hexa: bool = False) -> Optional[int]:
+    if text is None or text == "":
+        return None
+    try:
+        return parse_hex(text) if hexa else parse_int(text)
+    except ValueError:
+        return None
+
+
+def block_size(root: str) -> Optional[int]:
+    return _num(_read(root, MEMORY + "/block_size_bytes"), hexa=True)
+
+
+def read_block(root: str, bid: int) -> Block:
+    base = f"{MEMORY}/memory{bid}"
+    zones = _read(root, base + "/valid_zones")
+    return Block(bid, _read(root, base + "/state"), zones.split()[0] if zones else None)
+
+
+def read_dax(root: str, name: str) -> DaxState:
+    """Fresh state of one DAX device and its memory blocks (root needed for ``resource``)."""
+    dev = f"{DAX_DEVICES}/{name}"
+    if not os.path.isdir(_host(root, dev)):
+        known = sorted(os.listdir(_host(root, DAX_DEVICES))) if os.path.isdir(_host(root, DAX_DEVICES)) else []
+        raise CxlctlError(
+            f"no DAX device {name} (DAX devices: {', '.join(known) or 'none'})",
+            code=EXIT_USAGE,
+            hint="`cxlctl status` lists them; a CXL RAM region's device is daxN.0 for regionN",
+        )
+    res = _num(_read(root, dev + "/resource"))
+    size = _num(_read(root, dev + "/size"))
+    tn = _num(_read(root, dev + "/target_node"))
+    blocks: List[Block] = []
+    bs = block_size(root)
+    if res is not None and size and bs:
+        for bid in range(res // bs, (res + size - 1) // bs + 1):
+            if os.path.isdir(_host(root, f"{MEMORY}/memory{bid}")):
+                blocks.append(read_block(root, bid))
+    return DaxState(name, _link(root, dev + "/driver"), tn if tn is not None and tn >= 0 else None, res, size, tuple(blocks))
+
+
+def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
+    """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
+    if node is None:
+        return None
+    mi = parse_meminfo(_read(root, f"{NODE}/node{node}/meminfo") or "")
+    if "MemTotal" not in mi or "MemFree" not in mi:
+        return None
+    return max(0, mi["MemTotal"] - mi["MemFree"])
+
+
+def policy_zone(policy: Optional[str]) -> Optional[str]:
+    """Zone the kernel's auto-online policy picks for new memory (None: it leaves it offline).
+
+    ``online`` means the kernel's default zone, which for a new CPU-less CXL
+    node is ZONE_NORMAL unless ``movable_node`` is set; the result is checked
+    after onlining either way.
+    """
+    if not policy or policy == "offline":
+        return None
+    if policy == "online_movable":
+        return "movable"
+    return "normal"  # online, online_kernel
+
+
+def needs_hold(root: str, mode: str, zone: str) -> bool:
+    """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
+    pz = policy_zone(_read(root, AUTO_ONLINE))
+    if pz is None:
+        return False
+    return mode != "system-ram" or pz != zone
+
+
+@contextmanager
+def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]:
+    """Keep the kernel from onlining hot-plugged memory while the body runs; restore after."""
+    old = _read(root, AUTO_ONLINE) if hold else None
+    if not hold or old is None or old == "offline":
+        yield None
+        return
+    write_knob(_host(root, AUTO_ONLINE), "offline")
+    log(f"held auto_online_blocks at offline (was {old}) while kmem binds")
+    try:
+        yield old
+    finally:
+        try:
+            write_knob(_host(root, AUTO_ONLINE), old)
+            log(f"restored auto_online_blocks to {old}")
+        except KnobError as e:  # say so loudly: a tuning knob is off its value
+            raise DaxError(
+                f"could not restore {AUTO_ONLINE} to {old!r}: {e}",
+                hint=f"echo {old} > {AUTO_ONLINE}",
+            ) from None
+
+
+def _wait(pred: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        if pred():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+def _ensure_driver(root: str, drv: str) -> None:
+    if os.path.isdir(_host(root, f"{DAX_DRIVERS}/{drv}")):
+        return
+    if root == "/":  # daxctl loads the module too (kmod); best effort
+        subprocess.run(["modprobe", drv], capture_output=True, check=False)
+        if _wait(lambda: os.path.isdir(_host(root, f"{DAX_DRIVERS}/{drv}")), 5):
+            return
+    raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing)", hint=f"modprobe {drv}")
+
+
+def unbind(root: str, name: str, log: Log) -> None:
+    drv = _link(root, f"{DAX_DEVICES}/{name}/driver")
+    if drv is None:
+        return
+    try:  # daxctl_unbind: forget the dynamic id, then unbind
+        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/remove_id"), name)
+    except KnobError:
+        pass  # not a dynamic id of this driver: fine
+    try:
+        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/unbind"), name)
+    except KnobError as e:
+        if _link(root, f"{DAX_DEVICES}/{name}/driver") is not None:
+            raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
+    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") is None, 10):
+        raise DaxError(f"{name} is still bound to {drv} after unbind")
+    log(f"{name}: unbound from {drv}")
+
+
+def bind(root: str, name: str, drv: str, log: Log) -> None:
+    _ensure_driver(root, drv)
+    try:
+        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/new_id"), name)
+    except KnobError:
+        pass  # daxctl ignores this too: new_id may probe and bind on its own
+    if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+        try:
+            write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/bind"), name)
+        except KnobError as e:
+            if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+                raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None
+    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") == drv, 10):
+        raise DaxError(f"{name}: not bound to {drv} after bind")
+    log(f"{name}: bound to {drv} ({MODES[drv]})")
+
+
+def _online_one(root: str, bid: int, zone: str) -> Optional[str]:
+    """Online a block in ``zone``; None on success (or if someone else onlined it), else the error."""
+    try:
+        write_knob(_host(root, f"{MEMORY}/memory{bid}/state"), ONLINE_STATE[zone])
+        return None
+    except KnobError as e:
+        if (read_block(root, bid).state or "").startswith("online"):
+            return None  # raced with another onliner; zones are checked afterwards
+        return str(e)
+
+
+def _offline_one(root: str, bid: int) -> Optional[str]:
+    try:
+        write_knob(_host(root, f"{MEMORY}/memory{bid}/state"), "offline")
+        return None
+    except KnobError as e:
+        if read_block(root, bid).state == "offline":
+            return None  # raced: someone else offlined it
+        return f"{e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e}"
+
+
+def offline_blocks(root: str, blocks: List[Block], log: Log, what: str) -> List[int]:
+    """Offline every online block; all or nothing.
+
+    On the first block that will not go offline (EBUSY: pages the kernel
+    cannot migrate), the blocks already offlined go back online in their
+    previous zone and :class:`DaxError` says which block refused.
+    """
+    done: List[Block] = []
+    for b in sorted(blocks, key=lambda b: -b.id):
+        if not (b.state or "").startswith("online"):
+            continue
+        err = _offline_one(root, b.id)
+        if err is None:
+            done.append(b)
+            continue
+        back = []
+        for d in done:
+            z = "movable" if d.zone == "Movable" else "normal"
+            if _online_one(root, d.id, z) is None:
+                back.append(d.id)
+        lost = [d.id for d in done if d.id not in back]
+        raise DaxError(
+            f"{what}: memory{b.id} could not be offlined ({err}): it holds pages the kernel cannot migrate "
+            f"(zone {b.zone or 'unknown'}); "
+            + (
+                f"the {len(back)} block(s) already offlined are back online, nothing changed"
+                if not lost
+                else f"blocks {', '.join(f'memory{x}' for x in lost)} stay offline (re-onlining failed)"
+            ),
+            hint="free the memory on that node (stop the processes using it) and retry; blocks in ZONE_NORMAL "
+            "may only be freed by a reboot",
+        )
+    if done:
+        log(f"{what}: offlined {len(done)} memory block(s)")
+    return [d.id for d in done]
+
+
+def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxState:
+    """Online every block of a kmem-bound device in ``zone``; move blocks found in the other zone."""
+    st = read_dax(root, name)
+    if st.resource is None:
+        raise DaxError(f"{name}: its address (resource) is unreadable; run as root")
+    if not st.blocks:
+        _wait(lambda: bool(read_dax(root, name).blocks), 10)
+        st = read_dax(root, name)
+    errors = []
+    onlined = 0
+    for b in st.blocks:
+        if (b.state or "") == "offline":
+            err = _online_one(root, b.id, zone)
+            if err:
+                errors.append(f"memory{b.id}: {err}")
+            else:
+                onlined += 1
+    if onlined:
+        log(f"{name}: onlined {onlined} memory block(s) in ZONE_{ZONE_WORD[zone].upper()}")
+    if errors:
+        raise DaxError(f"{name}: could not online " + "; ".join(errors))
+    st = read_dax(root, name)
+    want = ZONE_WORD[zone]
+    wrong = [b for b in st.online if b.zone != want]
+    moved, stuck = 0, []
+    for b in wrong:  # auto-onlined (or onlined by someone else) in the other zone
+        err = _offline_one(root, b.id)
+        if err is not None:
+            stuck.append(f"memory{b.id} ({b.zone}: {err})")
+            continue
+        err = _online_one(root, b.id, zone)
+        if err is not None:  # put it back where it was rather than leave it offline
+            _online_one(root, b.id, "movable" if b.zone == "Movable" else "normal")
+            stuck.append(f"memory{b.id} ({err})")
+        else:
+            moved += 1
+    if moved:
+        log(f"{name}: moved {moved} block(s) to ZONE_{want.upper()}")
+    if stuck:
+        raise DaxError(
+            f"{name}: {len(stuck)} block(s) are online but not in ZONE_{want.upper()} and could not be moved: "
+            + ", ".join(stuck)
+            + "; the memory is usable, only its zone differs (nothing lost)",
+            hint="another agent onlined them first (auto_online_blocks, a udev rule); they can be moved once the "
+            "pages on them are freed",
+        )
+    return read_dax(root, name)
+
+
+class Reconfigured(NamedTuple):
+    name: str
+    before: str
+    mode: str
+    zone: Optional[str]
+    changed: bool
+    state: DaxState
+    actions: Tuple[str, ...]
+
+
+def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Log) -> Reconfigured:
+    """``daxctl reconfigure-device`` for one device; see the module doc for the semantics."""
+    if mode not in DRIVER_OF:
+        raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
+    if zone not in ONLINE_STATE:
+        raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
+    actions: List[str] = []
+
+    def note(msg: str) -> None:
+        actions.append(msg)
+        log(msg)
+
+    st = read_dax(root, name)
+    before = st.mode or "unbound"
+    if mode == "system-ram":
+        if st.driver != "kmem":
+            with hold_auto_online(root, needs_hold(root, mode, zone), note):
+                if st.driver is not None:
+                    unbind(root, name, note)
+                bind(root, name, "kmem", note)
+                # the kernel hot-plugs the memory during the bind; wait for its blocks
+                _wait(lambda: bool(read_dax(root, name).blocks), 10)
+        st = online_in_zone(root, name, zone, note)
+        return Reconfigured(name, before, mode, zone, before != mode or bool(actions), st, tuple(actions))
+    # devdax
+    if st.driver == "device_dax":
+        return Reconfigured(name, before, mode, None, False, st, ())
+    if st.driver == "kmem":
+        online = st.online
+        if online and not force:
+            bs = block_size(root) or 0
+            used = node_in_use(root, st.target_node)
+            raise DaxError(
+                f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
+                f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
+                "on that node): switching it to devdax takes that memory away from the system",
+                hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
+                "nothing changes if one cannot be offlined)",
+            )
+        offline_blocks(root, list(online), note, name)
+        try:
+            unbind(root, name, note)
+        except DaxError:
+            online_in_zone(root, name, "movable" if any(b.zone == "Movable" for b in online) else "normal", note)
+            raise
+    elif st.driver is not None:
+        unbind(root, name, note)
+    bind(root, name, "device_dax", note)
+    return Reconfigured(name, before, mode, None, True, read_dax(root, name), tuple(actions))
+
+
+def as_json(st: DaxState, bs: Optional[int]) -> Dict[str, Any]:
+    """daxctl list's vocabulary for one device."""
+    online = st.online
+    zones = sorted({b.zone for b in online if b.zone})
+    return {
+        "chardev": st.name,
+        "size": st.size,
+        "target_node": st.target_node,
+        "mode": st.mode,
+        "online_memblocks": len(online) if st.driver == "kmem" else 0,
+        "total_memblocks": (st.size // bs if st.size and bs else len(st.blocks)) if st.driver == "kmem" else 0,
+        "movable": (zones == ["Movable"]) if online else None,
+        "zones": zones,
+    }
