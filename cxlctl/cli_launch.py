@@ -100,8 +100,10 @@ def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
     w = f.write
     if dry_run:
         w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
+        prev = ""
         for label, text in _lines(lp):
-            w(f"{label + ':':9} {text}\n")
+            w(f"{(label + ':') if label != prev else '':9} {text}\n")
+            prev = label
         if lp.checks:
             w("checks:\n")
         for c in lp.checks:

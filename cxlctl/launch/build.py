@@ -307,20 +307,29 @@ def execute(root: str, lp: LaunchPlan) -> None:
     if lp.failed:
         raise CxlctlError(f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched", hint="the lines above name each fix")
     policy = lp.policy
+    weights_set = False
     if lp.weights is not None and lp.weights.writes:
         got = sysweights.apply(root, lp.weights)
+        weights_set = True
         policy = policy._replace(weights=tuple(sorted(got.items())))
         lp.env["CXLCTL_POLICY"] = policy.env_value()
-    if lp.tmpfs is not None:
-        unshare_shm(lp.tmpfs[0], lp.tmpfs[1])
-    if lp.method == "direct":
-        apply_in_process(policy)
-        mode, nodes = get_mempolicy()
-        if mode != policy.mode or (policy.mode != "local" and nodes != policy.nodes):
-            raise CxlctlError(
-                f"the kernel reports policy {mode} over {format_nodelist(nodes) or '-'} after setting {policy.mode}",
-                hint="report this; nothing was launched",
-            )
+    try:
+        if lp.tmpfs is not None:
+            unshare_shm(lp.tmpfs[0], lp.tmpfs[1])
+        if lp.method == "direct":
+            apply_in_process(policy)
+            mode, nodes = get_mempolicy()
+            # kernels before MPOL_LOCAL was a mode of its own report it as preferred with no node
+            same = mode == policy.mode or (policy.mode == "local" and mode == "preferred" and not nodes)
+            if not same or (policy.mode != "local" and nodes != policy.nodes):
+                raise CxlctlError(
+                    f"the kernel reports policy {mode} over {format_nodelist(nodes) or '-'} after setting {policy.mode}",
+                    hint="report this; nothing was launched",
+                )
+    except CxlctlError as e:
+        if weights_set:
+            e.hint = (e.hint + "; " if e.hint else "") + "the weights set for this launch stay (journaled): `cxlctl tune revert` restores them"
+        raise
     sys.stdout.flush()
     sys.stderr.flush()
     try:

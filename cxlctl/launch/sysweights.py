@@ -162,7 +162,7 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     others = [s for s in prep.plan.steps if s.knob != KNOB and s.action in ("set", "restore")]
     skip = [s for s in steps if s.action in ("skip", "unsupported")]
     if skip:
-        why = skip[0].note
+        why = skip[0].note.replace('give a ratio instead, e.g. weights = "3:1"', "pass --ratio DRAM:CXL, e.g. --ratio 3:1")
         if skip[0].action == "unsupported":
             return WeightPlan("current", nodes, {n: current[n] for n in nodes}, current, (), None, base, (), (why,))
         cur = {n: current[n] for n in nodes}

@@ -1,0 +1,270 @@
+"""End-to-end launcher on a real 6.12 kernel with a CXL node (one boot).
+
+In the guest: create a RAM region (a CPU-less CXL node appears), then
+
+1. ``launch exec --ratio 3:1`` a tiny C program (compiled here with the host's
+   cc; the guest runs it from the host's file system) that maps and touches
+   12 MiB, writes its PID and sleeps: its pages must sit on DRAM and CXL in
+   3:1 (±10 %), read from ``/proc/PID/numa_maps`` and ``policy show``; the
+   weights must be in the tuning journal, and ``tune revert`` must restore them;
+2. ``launch exec --policy bind --mem-nodes <cxl>``: every anonymous page on the
+   CXL node (this one goes through the installed numactl, 2.0.16);
+3. ``launch vllm --kv-tmpfs`` with a fake vllm (shell script) that maps a
+   ``/dev/shm/vllm_offload_*.mmap`` file like vLLM does: the process is bound
+   to DRAM, yet the file's pages land on CXL (tmpfs ``mpol=bind``), in a
+   mount namespace of its own;
+4. pre-flight in a cgroup v2 cpuset without the CXL node: refused, exit 1, the
+   message names the cgroup.
+
+CXL memory under TCG costs about a second per MiB touched, so the program is C
+and small, and Python (cxlctl) never runs under a CXL policy: it sets the
+policy and execs.  The measured ratios are printed (pytest -s shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import TOPOLOGIES, run_guest  # noqa: E402
+from launch_support import HELP_VLLM  # noqa: E402
+
+from cxlctl.launch.proof import parse_numa_maps  # noqa: E402
+
+pytestmark = pytest.mark.vm
+
+TOUCH_C = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+/* touch MIB READY [SHMFILE]: map MIB MiB (anonymous, or SHMFILE shared), touch every page,
+   write our PID to READY, then sleep until killed. */
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    size_t len = (size_t)atoi(argv[1]) << 20;
+    char *p;
+    if (argc > 3) {
+        int fd = open(argv[3], O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)len) != 0) { perror(argv[3]); return 1; }
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    } else {
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        /* base pages: one huge page would take 512 interleave slots at once */
+        if (p != MAP_FAILED) madvise(p, len, MADV_NOHUGEPAGE);
+    }
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    for (size_t i = 0; i < len; i += 4096) p[i] = 1;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[2]);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { perror(tmp); return 1; }
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    rename(tmp, argv[2]);
+    for (;;) pause();
+}
+"""
+
+FAKE_VLLM_SH = r"""#!/bin/bash
+# fake vLLM: answers the launcher's probes, then allocates its "offload" in /dev/shm like vLLM >= 0.28
+case "$1" in --version) echo 0.29.0; exit 0 ;; esac
+if [ "$1" = serve ] && [[ "$*" == *--help* ]]; then cat "@HELP@"; exit 0; fi
+exec "@TOUCH@" 4 "$OUT/tmpfs.ready" /dev/shm/vllm_offload_cxlctltest.mmap
+"""
+
+GUEST = r"""
+set -u
+snap() {  # $1 = label, $2 = pid: what the kernel says about the process
+  cat /proc/$2/numa_maps > "$OUT/$1.numa_maps"
+  cat /proc/$2/status > "$OUT/$1.status"
+  tr '\0' ' ' < /proc/$2/cmdline > "$OUT/$1.cmdline"
+  cat /proc/$2/mountinfo > "$OUT/$1.mountinfo"
+  "$PY" -m cxlctl policy show $2 --json > "$OUT/$1.show.json" 2> "$OUT/$1.show.err"
+  echo $? > "$OUT/$1.show.rc"
+}
+waitfor() {  # $1 = file, $2 = pid of the launch; 180 s
+  for i in $(seq 1 1800); do
+    [ -s "$1" ] && return 0
+    kill -0 $2 2>/dev/null || { echo "launch $2 died" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "timeout waiting for $1" >&2; return 1
+}
+weights() { for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done; }
+
+R=$(CREATE) || { echo "region creation failed" >&2; exit 10; }
+udevadm settle --timeout=30 || true
+echo "$R" > "$OUT/region"
+numactl -H > "$OUT/numactl.txt"
+"$PY" -m cxlctl status --json > "$OUT/status.json"
+CXL=$("$PY" -c 'import json,sys; print([n["id"] for n in json.load(open(sys.argv[1]))["nodes"] if n["kind"]=="cxl"][0])' "$OUT/status.json")
+echo $CXL > "$OUT/cxl-node"
+weights > "$OUT/weights-boot.txt"
+
+# 1. weighted interleave 3:1 (weights through the tuning engine; cxlctl sets the policy itself)
+"$PY" -m cxlctl launch exec --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
+"$PY" -m cxlctl launch exec --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL -- "$TOUCH" 12 "$OUT/wi.ready" > "$OUT/wi.out" 2> "$OUT/wi.err" &
+pid=$!
+echo $pid > "$OUT/wi.launch-pid"
+waitfor "$OUT/wi.ready" $pid && snap wi $pid
+weights > "$OUT/weights-launched.txt"
+"$PY" -m cxlctl tune status --json > "$OUT/tune-status.json"
+kill $pid; wait $pid 2>/dev/null
+"$PY" -m cxlctl tune revert --json > "$OUT/revert.json" 2> "$OUT/revert.err"
+echo $? > "$OUT/revert.rc"
+weights > "$OUT/weights-reverted.txt"
+
+# 2. bind to the CXL node (through numactl --membind)
+"$PY" -m cxlctl launch exec --policy bind --cpu-nodes 0 --mem-nodes $CXL -- "$TOUCH" 8 "$OUT/bind.ready" > "$OUT/bind.out" 2> "$OUT/bind.err" &
+pid=$!
+echo $pid > "$OUT/bind.launch-pid"
+waitfor "$OUT/bind.ready" $pid && snap bind $pid
+kill $pid; wait $pid 2>/dev/null
+
+# 3. vLLM offload in a CXL-bound private /dev/shm while the engine is bound to DRAM
+"$PY" -m cxlctl launch vllm --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size auto --reserve 384M --kv-tmpfs --dry-run --json \
+  --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.dry.json" 2> "$OUT/tmpfs.dry.err"
+"$PY" -m cxlctl launch vllm --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size 64M --kv-tmpfs \
+  --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.out" 2> "$OUT/tmpfs.err" &
+pid=$!
+echo $pid > "$OUT/tmpfs.launch-pid"
+waitfor "$OUT/tmpfs.ready" $pid && snap tmpfs $pid
+cat /proc/self/mountinfo > "$OUT/global.mountinfo"
+ls /dev/shm > "$OUT/global-shm.txt"
+kill $pid; wait $pid 2>/dev/null
+
+# 4. pre-flight: a cgroup v2 cpuset without the CXL node
+grep -q " /sys/fs/cgroup cgroup2 " /proc/self/mountinfo || mount -t cgroup2 none /sys/fs/cgroup
+echo +cpuset > /sys/fs/cgroup/cgroup.subtree_control
+mkdir -p /sys/fs/cgroup/cxltest
+echo 0 > /sys/fs/cgroup/cxltest/cpuset.mems
+cat /sys/fs/cgroup/cxltest/cpuset.mems.effective > "$OUT/cgroup-mems.txt"
+( echo $BASHPID > /sys/fs/cgroup/cxltest/cgroup.procs
+  exec "$PY" -m cxlctl launch exec --policy bind --mem-nodes $CXL -- "$TOUCH" 1 "$OUT/never.ready"
+) > "$OUT/cpuset.out" 2> "$OUT/cpuset.err"
+echo $? > "$OUT/cpuset.rc"
+exit 0
+"""
+
+
+def _f(out: Path, name: str) -> str:
+    return (out / name).read_text()
+
+
+def _json(out: Path, name: str) -> Any:
+    return json.loads(_f(out, name))
+
+
+def _weights(out: Path, name: str) -> Dict[int, int]:
+    return {int(a[4:]): int(b) for a, b in (line.split() for line in _f(out, name).splitlines())}
+
+
+def _big_mapping(out: Path, label: str, file: Any = None) -> Dict[int, int]:
+    maps = parse_numa_maps(_f(out, f"{label}.numa_maps"))
+    cands = [m for m in maps if (m.file == file if file else m.kind == "anon")]
+    big = max(cands, key=lambda m: sum(m.pages.values()))
+    return big.pages
+
+
+def _ratio(pages: Dict[int, int], dram: int, cxl: int) -> Tuple[float, str]:
+    d, c = pages.get(dram, 0), pages.get(cxl, 0)
+    return d / c, f"DRAM node{dram} {d} pages, CXL node{cxl} {c} pages = {d / c:.3f}:1"
+
+
+def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
+    t = TOPOLOGIES["single"]
+    region = t.widest
+    assert region is not None
+    work = tmp_path / "vm"
+    tools = work / "tools"
+    tools.mkdir(parents=True)
+    (tools / "touch.c").write_text(TOUCH_C)
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / "touch"), str(tools / "touch.c")], check=True)
+    (tools / "help.txt").write_text(HELP_VLLM["0.29.0"])
+    fake = tools / "vllm"
+    fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))
+    fake.chmod(0o755)
+    script = (
+        f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n"
+        + GUEST.replace("CREATE", region.create_command(t))
+    )
+    res = run_guest(t, script, kernel="6.12", workdir=work, timeout=900).check()
+    out = res.outdir
+    cxl = int(_f(out, "cxl-node"))
+    report: List[str] = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
+
+    # -- 1. weighted interleave 3:1
+    assert (out / "wi.ready").exists(), _f(out, "wi.err")
+    dry = _json(out, "wi.dry.json")
+    assert dry["policy"]["mode"] == "weighted-interleave" and dry["policy"]["method"] == "direct"
+    assert dry["weights"]["changes"] == [{"setting": "weighted_interleave.node0", "from": "1", "to": "3"}]
+    assert int(_f(out, "wi.ready")) == int(_f(out, "wi.launch-pid")), "the program replaced cxlctl (exec), same PID"
+    assert _f(out, "wi.cmdline").split()[0].endswith("/touch")
+    assert _weights(out, "weights-launched.txt") == {0: 3, cxl: 1}
+    err = _f(out, "wi.err")
+    assert "system-wide" in err and "cxlctl tune revert" in err and "has no --weighted-interleave" in err
+    pages = _big_mapping(out, "wi")
+    assert sum(pages.values()) == 12 * 256
+    r, text = _ratio(pages, 0, cxl)
+    report.append(f"weighted interleave --ratio 3:1, 12 MiB: {text} (numa_maps)")
+    assert abs(r / 3 - 1) <= 0.10, text
+    show = _json(out, "wi.show.json")
+    assert _f(out, "wi.show.rc").strip() == "0", _f(out, "wi.show.err")
+    assert show["policy"]["mode"] == "weighted-interleave" and show["policy"]["nodes"] == [0, cxl] and show["match"] is True
+    assert show["asked"]["weights"] == {"0": 3, str(cxl): 1}
+    placement = next(c for c in show["checks"] if c["check"] == "placement")
+    assert placement["status"] == "pass", placement
+    anon = {int(k): v for k, v in show["pages"]["anon"].items()}
+    report.append(f"  policy show, all anonymous pages: node0 {anon.get(0, 0)}, node{cxl} {anon.get(cxl, 0)} = {anon.get(0, 0) / anon[cxl]:.3f}:1")
+    tune = _json(out, "tune-status.json")
+    assert tune["active_profile"] == "launch-weights" and tune["journal"]["state"] == "applied"
+    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    assert _weights(out, "weights-reverted.txt") == _weights(out, "weights-boot.txt")
+
+    # -- 2. bind to the CXL node
+    assert (out / "bind.ready").exists(), _f(out, "bind.err")
+    assert int(_f(out, "bind.ready")) == int(_f(out, "bind.launch-pid"))
+    assert "policy applied by" in _f(out, "bind.err") and "numactl" in _f(out, "bind.err")
+    pages = _big_mapping(out, "bind")
+    report.append(f"bind --mem-nodes {cxl}, 8 MiB: {pages} (numa_maps)")
+    assert pages == {cxl: 8 * 256}
+    show = _json(out, "bind.show.json")
+    assert show["policy"] == {"mode": "bind", "nodes": [cxl], "flags": None, "numa_maps": f"bind:{cxl}"}
+    assert show["match"] is True and list(show["pages"]["anon"]) == [str(cxl)]
+
+    # -- 3. --kv-tmpfs: DRAM-bound process, offload file on CXL
+    dry = _json(out, "tmpfs.dry.json")
+    free = next(n["mem_free"] for n in _json(out, "status.json")["nodes"] if n["id"] == cxl)
+    assert dry["kv"]["auto"] and dry["kv"]["bytes"] == dry["kv"]["free_cxl"] - (384 << 20) and dry["tmpfs"]["nodes"] == [cxl]
+    assert abs(dry["kv"]["free_cxl"] - free) < (64 << 20)
+    assert (out / "tmpfs.ready").exists(), _f(out, "tmpfs.err")
+    assert int(_f(out, "tmpfs.ready")) == int(_f(out, "tmpfs.launch-pid"))
+    shm = _big_mapping(out, "tmpfs", file="/dev/shm/vllm_offload_cxlctltest.mmap")
+    report.append(f"--kv-tmpfs, process bound to node0, 4 MiB /dev/shm offload file: {shm} (numa_maps)")
+    assert shm == {cxl: 4 * 256}
+    anon = _big_mapping(out, "tmpfs")
+    assert set(anon) == {0}, "the process itself stays on DRAM"
+    mine = [line for line in _f(out, "tmpfs.mountinfo").splitlines() if " /dev/shm " in line]
+    assert mine and f"mpol=bind:{cxl}" in mine[-1], mine
+    assert not any(f"mpol=bind:{cxl}" in line for line in _f(out, "global.mountinfo").splitlines()), "private mount namespace"
+    assert "vllm_offload_cxlctltest.mmap" not in _f(out, "global-shm.txt")
+
+    # -- 4. pre-flight refuses a node outside the cgroup's cpuset
+    assert _f(out, "cgroup-mems.txt").strip() == "0"
+    assert _f(out, "cpuset.rc").strip() == "1"
+    err = _f(out, "cpuset.err")
+    assert f"node(s) {cxl} are outside this process' cpuset (Mems_allowed_list 0)" in err and "cgroup /cxltest" in err
+    assert "nothing was launched" in err and not (out / "never.ready").exists()
+    print("\n".join(report))
+    (tmp_path / "measured.txt").write_text("\n".join(report) + "\n")
