@@ -23,13 +23,14 @@ SRC
 fi
 
 need_apt=0
-for cmd in qemu-system-x86_64 cxl daxctl numactl udevadm modprobe busybox; do
+for cmd in qemu-system-x86_64 cxl daxctl numactl udevadm modprobe busybox systemd-analyze; do
   command -v "$cmd" >/dev/null 2>&1 || need_apt=1
 done
 if [ "$need_apt" = 1 ] || ! qemu-system-x86_64 --version 2>/dev/null | grep -q 'version 1[0-9]'; then
   apt-get update -qq
   apt-get install -y -qq -t bookworm-backports qemu-system-x86 >/dev/null
-  apt-get install -y -qq kmod ndctl daxctl numactl udev busybox-static >/dev/null
+  # systemd: systemd-analyze verify/security for the daemon unit (tests/test_daemon_systemd.py)
+  apt-get install -y -qq kmod ndctl daxctl numactl udev busybox-static systemd >/dev/null
 fi
 
 # Kernels: newest 6.12 and newest 6.1 Debian builds, unsigned flavour.
