@@ -145,7 +145,7 @@ ls /dev/shm > "$OUT/global-shm.txt"
 kill $pid; wait $pid 2>/dev/null
 
 # 4. pre-flight: a cgroup v2 cpuset without the CXL node
-grep -q " /sys/fs/cgroup cgroup2 " /proc/self/mountinfo || mount -t cgroup2 none /sys/fs/cgroup
+grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 echo +cpuset > /sys/fs/cgroup/cgroup.subtree_control
 mkdir -p /sys/fs/cgroup/cxltest
 echo 0 > /sys/fs/cgroup/cxltest/cpuset.mems
