@@ -49,14 +49,9 @@ def _kill_apply_at(root: str, profile: str, k: int) -> None:
 
 
 def _crash_sources() -> List[str]:
-    """The live host plus, if present, one recorded tree with a CXL region per kernel."""
-    picked = [LIVE]
-    for kernel in ("linux-6.12", "linux-6.1"):
-        regions = [s for s in sources() if s.startswith(kernel + "/") and s.endswith("-region")]
-        others = [s for s in sources() if s.startswith(kernel + "/")]
-        if regions or others:
-            picked.append((regions or others)[0])
-    return picked
+    """The live host plus, if recorded, one real-kernel tree with a CXL region (weights get written)."""
+    regions = [s for s in sources() if s.startswith("linux-6.12/") and s.endswith("-region")]
+    return [LIVE] + regions[:1]
 
 
 @pytest.mark.parametrize("source", _crash_sources())
@@ -88,7 +83,8 @@ def test_sigkill_while_switching_profiles_then_revert_restores_boot_values(tmp_p
     n = 0
     assert engine.apply(root, a).ok
     writes = engine.prepare(root, b).plan.writes
-    for k in range(0, len(writes) + 1):
+    # every k is covered by the fresh-apply test above; here the ends and the middle
+    for k in sorted({0, 1, len(writes) // 2, len(writes)}):
         if k:
             assert engine.apply(root, a).ok
         _kill_apply_at(root, b, k)

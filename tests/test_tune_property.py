@@ -67,7 +67,7 @@ def generated_profile(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     source=st.sampled_from(SOURCES),
     first=st.one_of(st.none(), st.sampled_from(PROFILES)),

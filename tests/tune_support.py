@@ -9,6 +9,7 @@ injected through the tree or through the write primitive's environment hooks
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -79,8 +80,31 @@ def pristine(source: str) -> str:
     return _LIVE_DIR
 
 
+_SCRATCH: Optional[str] = None
+
+
+def _scratch(dest: str) -> str:
+    """Where a copy for ``dest`` really lives: on tmpfs (/dev/shm) when there is one.
+
+    The journal is fsynced twice per apply; on a busy disk that dominated the suite's
+    time, and durability cannot be tested here anyway.  ``dest`` (under pytest's
+    tmp_path) only names the copy.
+    """
+    global _SCRATCH
+    if not os.access("/dev/shm", os.W_OK):
+        return dest
+    if _SCRATCH is None:
+        _SCRATCH = tempfile.mkdtemp(prefix="cxlctl-tune-tests-", dir="/dev/shm")
+        atexit.register(shutil.rmtree, _SCRATCH, True)
+    return os.path.join(_SCRATCH, dest.strip("/").replace("/", "_"))
+
+
 def work_copy(source: str, dest: str, *, profiles: bool = True) -> str:
-    """Writable copy of a recorded tree, with the test profiles under /etc/cxlctl/profiles."""
+    """Writable copy of a recorded tree, with the test profiles under /etc/cxlctl/profiles.
+
+    Returns the copy's path (on tmpfs when available, see :func:`_scratch`).
+    """
+    dest = _scratch(dest)
     if os.path.exists(dest):
         shutil.rmtree(dest)
     shutil.copytree(pristine(source), dest, symlinks=True)
@@ -96,22 +120,34 @@ def work_copy(source: str, dest: str, *, profiles: bool = True) -> str:
 Snapshot = Dict[str, Tuple[str, bytes]]
 
 
-def snapshot(root: str) -> Snapshot:
-    """Every file (bytes) and symlink (target) under root, except cxlctl's own /run state."""
+def snapshot(root: str, under: Tuple[str, ...] = ("",)) -> Snapshot:
+    """Every file (bytes) and symlink (target) under root, except cxlctl's own /run state.
+
+    ``under`` limits the walk to some top-level paths (relative to root).
+    """
     out: Snapshot = {}
-    for d, dirs, files in os.walk(root):
-        rel = os.path.relpath(d, root)
-        if rel == os.path.join("run", "cxlctl") or rel.startswith(os.path.join("run", "cxlctl") + os.sep):
-            dirs[:] = []
+    base = root.rstrip("/") + "/"
+    skip = base + "run/cxlctl"
+    stack = [base + u for u in under]
+    while stack:
+        top = stack.pop()
+        try:
+            it = os.scandir(top)
+        except (NotADirectoryError, FileNotFoundError):
+            if os.path.isfile(top) and not os.path.islink(top):
+                with open(top, "rb") as f:
+                    out[top[len(base):]] = ("file", f.read())
             continue
-        for name in dirs + files:
-            p = os.path.join(d, name)
-            key = os.path.relpath(p, root)
-            if os.path.islink(p):
-                out[key] = ("link", os.readlink(p).encode())
-            elif os.path.isfile(p):
-                with open(p, "rb") as f:
-                    out[key] = ("file", f.read())
+        with it:
+            for e in it:
+                if e.is_symlink():
+                    out[e.path[len(base):]] = ("link", os.readlink(e.path).encode())
+                elif e.is_dir():
+                    if e.path != skip:
+                        stack.append(e.path)
+                else:
+                    with open(e.path, "rb") as f:
+                        out[e.path[len(base):]] = ("file", f.read())
     return out
 
 
