@@ -374,3 +374,24 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
         assert read(root, SWAPPINESS) == boot and cap.grep("shutdown.rollback = true: reverted inference-capacity")
     else:
         assert read(root, SWAPPINESS) == "10" and cap.grep("tuning left in place")
+
+
+def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
+    """`cxlctl daemon run --once` as a process: persisted profile applied, labels written, exit 0."""
+    from conftest import cxlctl
+
+    root = _region_root(tmp_path)
+    assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
+    capsys.readouterr()
+    shutil.rmtree(root + "/run/cxlctl")  # as after a reboot
+    os.makedirs(root + "/etc/kubernetes/node-feature-discovery/features.d")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[metrics]\nlisten = ''\n[health]\nenabled = false\n")
+    p = cxlctl("--root", root, "daemon", "run", "--once", "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    assert "enforcing profile d-ratio (persisted by `tune apply --persist`)" in p.stderr
+    assert "no udev monitor (--root or --no-udev)" in p.stderr
+    j = jn.load(root)
+    assert j is not None and j.state == jn.APPLIED and j.profile == "d-ratio"
+    with open(root + "/etc/kubernetes/node-feature-discovery/features.d/cxlctl") as f:
+        assert "feature.node.kubernetes.io/cxl.profile=d-ratio" in f.read()
