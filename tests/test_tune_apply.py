@@ -17,6 +17,7 @@ from tune_support import LIVE, PROFILES, diff, journal, snapshot, sources, work_
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED
+from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import BY_NAME
@@ -391,3 +392,49 @@ def test_verify_a_profile_while_another_is_applied(tmp_path: Any, capsys: Any) -
     assert ver["summary"]["drift"] == 0
     ver = _json(capsys, ["--root", root, "tune", "verify", "cxl-common"], rc=EXIT_DRIFT)
     assert {c["setting"] for c in ver["checks"]} == {"vm.zone_reclaim_mode", "vm.swappiness"}
+
+
+def _cxl_wi_sources() -> List[str]:
+    """Recorded trees with a CXL NUMA node and weighted-interleave weight files."""
+    out = []
+    for s in SOURCES:
+        if s == LIVE:
+            continue
+        root = os.path.join(REPO, "fixtures", s)
+        wi = root + "/sys/kernel/mm/mempolicy/weighted_interleave"
+        if os.path.isdir(wi) and len(os.listdir(wi)) >= 2 and any(n.kind == "cxl" for n in scan(root).nodes):
+            out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("auto_name", ["auto", "__auto_type"])
+def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: Any) -> None:
+    """On a recorded CXL tree with the 6.16 `auto` file added: writing weights saves and
+    restores the whole group, weights first and auto last."""
+    srcs = _cxl_wi_sources()
+    if not srcs:
+        pytest.skip("no recorded tree with a CXL node and weighted interleave")
+    root = work_copy(srcs[0], str(tmp_path / "root"))
+    wi = "/sys/kernel/mm/mempolicy/weighted_interleave"
+    _put(root, f"{wi}/{auto_name}", "true\n")  # a 6.16+ kernel in auto mode
+    before = snapshot(root)
+    res = _json(capsys, ["--root", root, "tune", "apply", "t-ratio"])
+    assert res["ok"]
+    inv = scan(root)
+    dram = [n.id for n in inv.nodes if n.kind == "dram"]
+    cxl = [n.id for n in inv.nodes if n.kind == "cxl"]
+    for n in dram:
+        assert _read(root, f"{wi}/node{n}") == "3\n"
+    for n in cxl:
+        assert _read(root, f"{wi}/node{n}") == "1\n"
+    assert _read(root, f"{wi}/{auto_name}") == "false\n"
+    entries = [e for e in journal(root).entries if e.knob == "weighted_interleave"]
+    assert entries[-1].setting == "weighted_interleave.auto" and entries[-1].original == "true\n"
+    assert {e.path for e in entries} == {f"{wi}/{n}" for n in os.listdir(root + wi)}
+    assert run(["--root", root, "tune", "revert"]) == 0
+    assert diff(before, snapshot(root)) == []
+    # no bandwidth data in QEMU: inference-bandwidth leaves the group alone (auto stays on)
+    res = _json(capsys, ["--root", root, "tune", "apply", "inference-bandwidth"])
+    wis = [s for s in res["plan"]["steps"] if s["knob"] == "weighted_interleave"]
+    assert [s["action"] for s in wis] == ["skip"] and "no bandwidth data" in wis[0]["note"]
+    assert _read(root, f"{wi}/{auto_name}") == "true\n"
