@@ -49,7 +49,7 @@ RATIO_OPT = typer.Option(
 )
 GPUS_OPT = typer.Option(None, "--gpus", metavar="LIST", help="GPUs in use: indices in PCI order (0,1 | 0-3 | all) or PCI addresses.")
 KV_OPT = typer.Option(None, "--kv-size", metavar="SIZE|auto", help="CPU KV cache size (K/M/G/T = powers of 1024), or auto = free CXL minus --reserve.")
-RESERVE_OPT = typer.Option(None, "--reserve", metavar="SIZE", help="With --kv-size auto: CXL memory kept free (default 10%% of it).")
+RESERVE_OPT = typer.Option(None, "--reserve", metavar="SIZE", help="With --kv-size auto: CXL memory kept free (default 10 % of it).")
 MODELCFG_OPT = typer.Option(None, "--model-config", metavar="PATH", help="Model config.json (or directory) for KV bytes per token.")
 DRY_OPT = typer.Option(False, "--dry-run", help="Print argv, environment, policy and the numactl equivalent; change and launch nothing.")
 JSON_OPT = typer.Option(False, "--json", help="The plan as one JSON document (stdout with --dry-run, else stderr before exec).")
@@ -194,7 +194,7 @@ def exec_cmd(
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Run any program under the policy: cxlctl launch exec [options] -- PROGRAM ARGS..."""
+    """Run any program under the policy: cxlctl launch exec OPTIONS -- PROGRAM ARGS..."""
     _launch(
         "exec",
         args,
@@ -231,7 +231,7 @@ def vllm_cmd(
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Run vLLM with its CPU KV offload on CXL: cxlctl launch vllm [options] -- serve MODEL ..."""
+    """Run vLLM with its CPU KV offload on CXL: cxlctl launch vllm OPTIONS -- serve MODEL ..."""
     _launch(
         "vllm",
         args,
@@ -268,7 +268,7 @@ def sglang_cmd(
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Run SGLang with its hierarchical cache on CXL: cxlctl launch sglang [options] -- --model-path M ..."""
+    """Run SGLang with its hierarchical cache on CXL: cxlctl launch sglang OPTIONS -- --model-path M ..."""
     _launch(
         "sglang",
         args,

@@ -405,7 +405,7 @@ def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, ca
         f.write("2\n")
     doc = dry(capsys, root, "vllm", ["--kv-size", "256M", "--policy", "bind"], ["serve", "m"])
     mv = [c for c in doc["checks"] if c["name"] == "zone-movable"]
-    assert mv and mv[0]["status"] == "warn" and "cxlctl dax reconfigure --zone normal" in mv[0]["fix"]
+    assert mv and mv[0]["status"] == "warn" and "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal" in mv[0]["fix"]
     assert any(c["name"] == "numa-balancing" and c["status"] == "note" for c in doc["checks"])
     # a plain program does not pin: no zone warning
     doc = dry(capsys, root, "exec", ["--policy", "bind"], ["true"])

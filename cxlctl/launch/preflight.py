@@ -173,14 +173,16 @@ def run(
             if n and any(b.state == "online" and (b.zone or "").lower() == "movable" for b in n.memory_blocks):
                 movable.append(nid)
         if movable:
+            devs = [d for nid in movable for d in by_id[nid].dax_devices] or ["daxX.Y"]
             out.append(
                 Check(
                     "zone-movable",
                     "warn",
                     f"CXL node(s) {format_nodelist(movable)} are onlined ZONE_MOVABLE, but {engine} pins its KV buffers: the kernel "
                     "migrates long-term-pinned pages out of ZONE_MOVABLE (back to DRAM), or the pin fails",
-                    "online the CXL memory as ZONE_NORMAL: cxlctl dax reconfigure --zone normal "
-                    "(daxctl reconfigure-device --mode=system-ram --no-movable)",
+                    "online the CXL memory as ZONE_NORMAL: "
+                    + "; ".join(f"cxlctl dax reconfigure {d} --mode system-ram --zone normal" for d in devs)
+                    + " (daxctl reconfigure-device --mode=system-ram --no-movable)",
                 )
             )
         soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)

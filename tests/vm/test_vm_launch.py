@@ -84,7 +84,7 @@ exec "@TOUCH@" 4 "$OUT/tmpfs.ready" /dev/shm/vllm_offload_cxlctltest.mmap
 """
 
 GUEST = r"""
-set -u
+# (no `set -u`: guest-lib.sh relies on unset variables)
 snap() {  # $1 = label, $2 = pid: what the kernel says about the process
   cat /proc/$2/numa_maps > "$OUT/$1.numa_maps"
   cat /proc/$2/status > "$OUT/$1.status"
