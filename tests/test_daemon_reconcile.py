@@ -227,6 +227,8 @@ def test_drift_is_reported_or_reapplied(action: str, tmp_path: Any, capsys: Any)
         else:
             assert read(root, SWAPPINESS) == "10" and d.stats.drift_corrections == 1
             assert cap.grep("set vm.swappiness: 77 -> 10 (profile inference-capacity)")
+            # refreshed right after the write, not one interval later
+            assert parse_exposition(d.metrics_text()).get("cxlctl_knob_drift", setting="vm.swappiness") == 0
             d.deadlines["drift"] = time.monotonic()
             step_until(d, lambda: d.stats.drift_checks == 2)
             assert cap.grep("drift resolved: vm.swappiness")

@@ -421,6 +421,9 @@ class Daemon:
             self.log.info("event-to-reconciled %.3f s (%s)", now - first, res.result)
         if res.result == "locked":
             self.deadlines["retry"] = now + self.retry_after
+        if self.cfg.drift_interval > 0 and (res.written or self.rec.drift):
+            # drift metrics must not show what this pass just wrote back
+            self.rec.check_drift(count=False)
         if self.cfg.rescan_interval > 0:
             self.deadlines["rescan"] = now + self.cfg.rescan_interval
         self.publish()

@@ -461,9 +461,13 @@ class Reconciler:
 
     # -- drift --------------------------------------------------------------------------
 
-    def check_drift(self) -> bool:
-        """Verify the applied profile; log drift once per change; True when something drifted."""
-        self.stats.drift_checks += 1
+    def check_drift(self, count: bool = True) -> bool:
+        """Verify the applied profile; log drift once per change; True when something drifted.
+
+        ``count``: a scheduled check (counted in the metrics) rather than a refresh after a write.
+        """
+        if count:
+            self.stats.drift_checks += 1
         target = resolve_target(self.root, self.cfg)
         if target.state != "applied":
             self.drift = ()
