@@ -261,6 +261,18 @@ def _explain(
                     m.name,
                 )
             )
+    roots = [d for d in inv.decoders if d.kind == "root"]
+    unassigned = any((m.ram_size or 0) > m.dpa_allocated for m in memdevs)
+    if roots and unassigned and all(d.can_create_ram is False for d in roots):
+        out.append(
+            Warning_(
+                "no-ram-regions",
+                "warning",
+                f"this kernel ({inv.kernel or '?'}) cannot create CXL RAM regions: its root decoders have no "
+                "create_ram_region (added in Linux 6.3), so volatile capacity not set up by firmware stays "
+                "unusable; boot a 6.3+ kernel (6.9+ for weighted interleave)",
+            )
+        )
     for r in inv.regions:
         if r.committed is False:
             out.append(

@@ -248,6 +248,8 @@ class _Scan:
             cap_type2=self.flag(f"{dev}/cap_type2") if kind == "root" else None,
             cap_type3=self.flag(f"{dev}/cap_type3") if kind == "root" else None,
             qos_class=self.num(f"{dev}/qos_class") if kind == "root" else None,
+            # reading returns the next free region name; it does not claim it
+            can_create_ram=(self.r.text(f"{dev}/create_ram_region") is not None) if kind == "root" else None,
             target_type=self.r.text(f"{dev}/target_type") if kind != "root" else None,
             mode=(self.r.text(f"{dev}/mode") or None) if kind == "endpoint" else None,
             dpa_resource=self.num(f"{dev}/dpa_resource", unset_is_none=True) if kind == "endpoint" else None,
@@ -273,7 +275,7 @@ class _Scan:
             label_storage_size=self.num(f"{dev}/label_storage_size"),
             endpoint=endpoint,
             driver=self.r.link(f"{dev}/driver"),
-            chardev=self.r.exists(f"{dev}/dev"),
+            chardev=self.r.text(f"{dev}/dev") is not None,  # read, not stat: a record must hold it
         )
 
     def coords(self, base: str) -> Optional[Coordinates]:

@@ -87,6 +87,7 @@ def decoder(d: Decoder, inv: Optional[Inventory] = None) -> J:
                 "accelmem_capable": d.cap_type2,
                 "type3_capable": d.cap_type3,
                 "qos_class": d.qos_class,
+                "ram_region_creatable": d.can_create_ram,
             }
         )
     else:

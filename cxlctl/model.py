@@ -46,6 +46,7 @@ class Decoder(NamedTuple):
     cap_type2: Optional[bool] = None
     cap_type3: Optional[bool] = None
     qos_class: Optional[int] = None
+    can_create_ram: Optional[bool] = None  # root: has create_ram_region (Linux 6.3+)
     # switch/endpoint
     target_type: Optional[str] = None
     # endpoint decoders

@@ -154,6 +154,8 @@ class Reader:
         return names
 
     def exists(self, path: str) -> bool:
+        """For directories and links only: a record re-creates those, not files whose
+        content was never read (read a file with :meth:`text` to depend on it)."""
         ok = os.path.lexists(self.host(path))
         if ok:
             self._touch(path)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import cxlctl, status_json
+import pytest
+from conftest import cxlctl, fixture_id, fixture_roots, status_json
 
 
 def test_record_replays_identically_on_this_host(live_record: str) -> None:
@@ -51,3 +52,12 @@ def test_record_of_a_record_is_identical(tmp_path: object, live_record: str) -> 
         return out
 
     assert files(again) == files(live_record)
+
+
+@pytest.mark.parametrize("root", fixture_roots(), ids=[fixture_id(r) for r in fixture_roots()])
+def test_rerecording_a_fixture_keeps_every_fact(tmp_path: object, root: str) -> None:
+    """A record of a recorded CXL tree shows the same inventory: nothing the scan depends
+    on (links, existence checks, root-only files) is lost by the copy."""
+    again = os.path.join(str(tmp_path), "again")
+    cxlctl("--root", root, "record", again, check=True)
+    assert status_json(again) == status_json(root)
