@@ -55,9 +55,12 @@ MAX_DEPTH = 16
 class ProfileError(UsageError):
     """A profile that cannot be used: names the file, the key and the reason (exit 2)."""
 
-    def __init__(self, where: str, key: Optional[str], reason: str, hint: str = "") -> None:
-        loc = f"{where}: {key}: " if key else f"{where}: "
-        super().__init__(f"bad profile {loc}{reason}", hint=hint or "see docs/tuning.md for the profile format")
+    def __init__(self, where: Optional[str], key: Optional[str], reason: str, hint: str = "") -> None:
+        if where is None:  # the profile named on the command line
+            msg = reason
+        else:
+            msg = f"bad profile {where}: " + (f"{key}: " if key else "") + reason
+        super().__init__(msg, hint=hint or "see docs/tuning.md for the profile format")
         self.where = where
         self.key = key
         self.reason = reason
@@ -118,7 +121,7 @@ def candidates(root: str, name: str) -> List[Tuple[str, bool]]:
     return out
 
 
-def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: str) -> Tuple[str, bool]:
+def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]) -> Tuple[str, bool]:
     if is_path(ref):
         path = os.path.abspath(ref)
         if not os.path.isfile(path):
@@ -210,7 +213,7 @@ def _validate(path: str, data: Dict[str, Any]) -> _Raw:
 
 def load(root: str, ref: str) -> Profile:
     """Load profile ``ref`` (a name or a path) with its includes; :class:`ProfileError` on any problem."""
-    path, builtin = _resolve(root, ref, (), "profile")
+    path, builtin = _resolve(root, ref, (), None)
     merged = _load(root, path, (), 0)
     name = os.path.basename(path)[:-5] if path.endswith(".toml") else os.path.basename(path)
     settings = tuple(sorted(merged.settings.values(), key=lambda s: ORDER[s.knob]))
