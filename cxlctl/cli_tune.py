@@ -213,6 +213,8 @@ def _default_profile() -> str:
 
 
 def _plan_json(prep: Prepared) -> Dict[str, Any]:
+    from .tuning.knobs import BY_NAME
+
     p = prep.plan
     return {
         "profile": p.profile,
@@ -230,6 +232,7 @@ def _plan_json(prep: Prepared) -> Dict[str, Any]:
                 "write": s.write,
                 "reason": s.reason,
                 "reversible": s.reversible,
+                "reversible_note": BY_NAME[s.knob].reversible_note or None,
                 "note": s.note,
                 "from": s.origin,
             }
@@ -248,6 +251,8 @@ _ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported":
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     from rich.table import Table
 
+    from .tuning.knobs import BY_NAME
+
     p = prep.plan
     head = f"[bold]{title}[/bold] {p.profile}"
     if prep.active and prep.active.profile != p.profile:
@@ -265,7 +270,8 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
             _v(s.current),
             _v(s.desired),
             f"[{style}]{action}[/{style}]" if style else action,
-            "yes" if s.reversible else "[red]no[/red]",
+            ("yes" if s.reversible else "[red]no[/red]")
+            + (f" [dim]({BY_NAME[s.knob].reversible_note})[/dim]" if BY_NAME[s.knob].reversible_note else ""),
             reason,
         )
     c.print(t)
