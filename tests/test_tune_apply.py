@@ -438,3 +438,14 @@ def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: A
     wis = [s for s in res["plan"]["steps"] if s["knob"] == "weighted_interleave"]
     assert [s["action"] for s in wis] == ["skip"] and "no bandwidth data" in wis[0]["note"]
     assert _read(root, f"{wi}/{auto_name}") == "true\n"
+
+
+def test_corrupt_journal_is_reported_not_guessed(tmp_path: Any, capsys: Any) -> None:
+    root = work_copy(LIVE, str(tmp_path / "root"))
+    _put(root, jn.JOURNAL, '{"schema": 1, "state": "appl')  # torn by hand (cxlctl writes atomically)
+    before = snapshot(root)
+    for args in (["tune", "status"], ["tune", "apply", "latency-strict"], ["tune", "revert"], ["tune", "verify"]):
+        assert run(["--root", root, *args]) == EXIT_FAILURE, args
+        err = capsys.readouterr().err
+        assert "tuning journal" in err and "unreadable" in err and "Traceback" not in err, err
+    assert diff(before, snapshot(root)) == []
