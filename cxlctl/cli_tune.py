@@ -320,7 +320,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("knob", "file", "was", "now", "result"):
+    for col in ("knob", "file", "before", "target", "result"):
         t.add_column(col)
     style = {"written": "green", "restored": "cyan", "reverted": "cyan", "failed": "red", "restore-failed": "bold red", "gone": "yellow"}
     for r in results:

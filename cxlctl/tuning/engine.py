@@ -266,10 +266,10 @@ def _run_writes(root: str, writes: Tuple[Step, ...], status: Dict[str, str], err
             if raw is not None and st.desired is not None and _canon(st.knob, raw) == st.desired:
                 # raced to the same value (another agent), or the write took effect after all
                 status[st.path] = "written"
-                errors[st.path] = f"{e.kind} ({e}), but the file now holds the wanted value"
+                errors[st.path] = f"{e.kind}: {e.reason}, but the file now holds the wanted value"
             else:
                 status[st.path] = "failed"
-                errors[st.path] = f"{e.kind}: {e}"
+                errors[st.path] = f"{e.kind}: {e.reason}"
                 return st
         pause_hook(i)
     return None
@@ -308,8 +308,8 @@ def _restore(
                 write_with_retry(hp, want)
             except KnobError as err:
                 status[e.path] = "restore-failed"
-                errors[e.path] = f"{err.kind}: {err}"
-                failures.append(f"{e.setting}: {err.kind}: {err}")
+                errors[e.path] = f"{err.kind}: {err.reason}"
+                failures.append(f"{e.setting}: {err.kind}: {err.reason}")
                 continue
             _, back = read_raw(hp)
             if _canon(e.knob, back) != _canon(e.knob, want):

@@ -37,7 +37,7 @@ import errno
 import os
 import sys
 import time
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Type
 
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ESTALE, errno.ENOTDIR})
 _REJECTED = frozenset({errno.EINVAL, errno.ERANGE, errno.EOPNOTSUPP, errno.EOVERFLOW, errno.ENOSPC})
@@ -50,10 +50,12 @@ class KnobError(Exception):
 
     kind = "failed"
 
-    def __init__(self, path: str, err: Optional[int], detail: str) -> None:
+    def __init__(self, path: str, err: Optional[int], detail: str, reason: str = "") -> None:
         super().__init__(detail)
         self.path = path
         self.errno = err
+        #: the detail without the path, for messages that already name the knob
+        self.reason = reason or detail
 
     @property
     def errno_name(self) -> Optional[str]:
@@ -88,15 +90,18 @@ def classify(e: OSError, path: str) -> KnobError:
     """Turn an OSError from open/write into one of the four knob error classes."""
     code = e.errno
     what = os.strerror(code) if code else str(e)
+    cls: Type[KnobError]
     if code in _GONE:
-        return KnobGone(path, code, f"{path}: gone ({what})")
-    if code in _REJECTED:
-        return KnobRejected(path, code, f"{path}: value rejected by the kernel ({what})")
-    if code in _BUSY:
-        return KnobBusy(path, code, f"{path}: busy ({what})")
-    if code in _DENIED:
-        return KnobDenied(path, code, f"{path}: permission denied ({what})")
-    return KnobError(path, code, f"{path}: write failed ({what})")
+        cls, why = KnobGone, f"gone ({what})"
+    elif code in _REJECTED:
+        cls, why = KnobRejected, f"value rejected by the kernel ({what})"
+    elif code in _BUSY:
+        cls, why = KnobBusy, f"busy ({what})"
+    elif code in _DENIED:
+        cls, why = KnobDenied, f"permission denied ({what})"
+    else:
+        cls, why = KnobError, f"write failed ({what})"
+    return cls(path, code, f"{path}: {why}", why)
 
 
 def _fault_for(index: Optional[int]) -> Optional[str]:
@@ -134,7 +139,8 @@ def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> Non
             raise OSError(code, os.strerror(code), host_path)
         n = os.write(fd, data)
         if n != len(data):
-            raise KnobRejected(host_path, None, f"{host_path}: short write ({n} of {len(data)} bytes)")
+            why = f"short write ({n} of {len(data)} bytes)"
+            raise KnobRejected(host_path, None, f"{host_path}: {why}", why)
     except OSError as e:
         raise classify(e, host_path) from None
     finally:
