@@ -21,14 +21,11 @@ from harness import TOPOLOGIES, kernel, run_guest  # noqa: E402
 pytestmark = pytest.mark.vm
 
 SNAP = r"""
-snap() {  # $1 = label: every view of the host at this moment, plus a record
-  "$PY" -m cxlctl status --json > "$OUT/$1-status.json"
-  "$PY" -m cxlctl status > "$OUT/$1-status.txt" 2>&1
+snap() {  # $1 = label: every view of the host at this moment, plus a record and its replay
+  "$PY" "$REPO/tests/vm/status_guest_driver.py" "$1" "$OUT"
   cxl list -vvv > "$OUT/$1-cxl.json" 2> "$OUT/$1-cxl.err" || true
   daxctl list -iDRM > "$OUT/$1-daxctl.json" 2> /dev/null || true
   numactl -H > "$OUT/$1-numactl.txt"
-  "$PY" -m cxlctl record "$OUT/$1-rec" > /dev/null
-  "$PY" -m cxlctl --root "$OUT/$1-rec" status --json > "$OUT/$1-replay.json"
 }
 """
 

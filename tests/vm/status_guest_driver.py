@@ -1,0 +1,43 @@
+"""Guest side of test_vm_status: every cxlctl view of the host, in ONE interpreter.
+
+Under TCG each Python cold start costs many seconds, so instead of four
+`python -m cxlctl` runs per snapshot this calls the real entry point
+(`cxlctl.__main__.main`, fast path and typer path alike) in-process.
+Usage: python status_guest_driver.py LABEL OUTDIR
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+
+
+def run(argv: list, path: str) -> int:  # type: ignore[type-arg]
+    from cxlctl.__main__ import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        rc = main(argv)
+    with open(path, "w") as f:
+        f.write(buf.getvalue())
+    return rc
+
+
+def snap(label: str, out: str) -> None:
+    os.environ["COLUMNS"] = "160"
+    rec = os.path.join(out, f"{label}-rec")
+    for argv, name in (
+        (["status", "--json"], f"{label}-status.json"),
+        (["status"], f"{label}-status.txt"),
+        (["record", rec], f"{label}-record.log"),
+        (["--root", rec, "status", "--json"], f"{label}-replay.json"),
+    ):
+        rc = run(argv, os.path.join(out, name))
+        if rc != 0:
+            raise SystemExit(f"cxlctl {' '.join(argv)} exited {rc}")
+
+
+if __name__ == "__main__":
+    snap(sys.argv[1], sys.argv[2])
