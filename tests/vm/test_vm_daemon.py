@@ -53,14 +53,14 @@ CONFIG = """
 [reconcile]
 debounce_ms = 300
 max_delay_ms = 3000
-rescan_interval = 30
+rescan_interval = RESCAN_INTERVAL
 [drift]
 interval = DRIFT_INTERVAL
 action = "DRIFT_ACTION"
 [metrics]
 listen = "127.0.0.1:9860"
 [health]
-interval = 60
+interval = 300
 """
 
 GUEST = r"""
@@ -80,8 +80,8 @@ wait_for() {  # $1 = timeout s, rest = command; polls every 0.05 s; prints secon
   done
   awk -v a="$(now)" -v b="$t0" 'BEGIN{printf "%.3f\n", a-b}'
 }
-config() {  # $1 = drift interval, $2 = action
-  sed -e "s/DRIFT_INTERVAL/$1/" -e "s/DRIFT_ACTION/$2/" > /etc/cxlctl/cxlctl.toml <<'EOF'
+config() {  # $1 = drift interval, $2 = action, $3 = rescan interval
+  sed -e "s/DRIFT_INTERVAL/$1/" -e "s/DRIFT_ACTION/$2/" -e "s/RESCAN_INTERVAL/$3/" > /etc/cxlctl/cxlctl.toml <<'EOF'
 CONFIG_TEXT
 EOF
 }
@@ -100,7 +100,7 @@ mkdir -p /etc/cxlctl/profiles /etc/kubernetes/node-feature-discovery/features.d
 cat > /etc/cxlctl/profiles/vm-daemon.toml <<'EOF'
 PROFILE_TEXT
 EOF
-config 2 report
+config 2 report 30
 
 # 1. memory hot-added while the kernel's policy is offline
 echo offline > /sys/devices/system/memory/auto_online_blocks
@@ -139,7 +139,24 @@ blockstates "$NODEA" > "$OUT/blocks-a-after.txt"
 cat $WI/node* > /dev/null; for f in $WI/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-ready.txt"
 metrics ready
 
-# 4. a new region while it runs: the new node must get its weight
+# 4. a new region while it runs: the new node must get its weight.  A watcher notes when
+#    the new dax device appears, when its node's memory is online, when the weight is set.
+(
+  before=$(ls /sys/bus/dax/devices | sort)
+  while :; do
+    new=$(ls /sys/bus/dax/devices | sort | comm -13 <(echo "$before") - | head -n1)
+    [ -n "$new" ] && [ -e "/sys/bus/dax/devices/$new/target_node" ] && break
+    sleep 0.02
+  done
+  echo "dax $(now) $new" > "$OUT/b-watch"
+  n=$(cat "/sys/bus/dax/devices/$new/target_node")
+  until [ -e "/sys/devices/system/node/node$n/meminfo" ] && \
+        [ "$(awk '/MemTotal/ {print $4}' "/sys/devices/system/node/node$n/meminfo")" != 0 ]; do sleep 0.02; done
+  echo "online $(now) $n" >> "$OUT/b-watch"
+  until [ "$(cat "$WI/node$n")" = 2 ]; do sleep 0.02; done
+  echo "weight $(now) $n" >> "$OUT/b-watch"
+) &
+WATCHER=$!
 log "creating region B"
 T0=$(now)
 RB=$(CREATE_B) || { echo "region B failed" >&2; kill $DPID; exit 11; }
@@ -148,6 +165,7 @@ NODEB=$(cat /sys/bus/dax/devices/$(basename "$(ls -d /sys/bus/cxl/devices/$RB/da
 echo "$RB $NODEB" > "$OUT/region-b"
 wait_for 30 grep -qx 2 "$WI/node$NODEB" > "$OUT/weight-b-wait" || true
 T2=$(now)
+wait $WATCHER
 echo "create_started $T0 create_returned $T1 weight_seen $T2" > "$OUT/latency-b.txt"
 log "region B $RB node $NODEB"
 for f in $WI/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-b.txt"
@@ -170,19 +188,20 @@ wait_for 30 grep -q "drift: vm.swappiness is 77" "$OUT/daemon.log" > "$OUT/drift
 sleep 0.3
 metrics drift
 cat /proc/sys/vm/swappiness > "$OUT/swappiness-after-report"
-config 2 reapply
+config 2 reapply 30
 kill -HUP $DPID
 wait_for 30 grep -qx 10 /proc/sys/vm/swappiness > "$OUT/reapply-wait" || true
 log "reapplied"
 sleep 0.5
 metrics reapplied
 
-# 7. idle: shipped drift/rescan intervals, only the watchdog (5 s here) and drift (60 s) wake it
-config 60 report
+# 7. idle, with the shipped intervals (drift 60 s, rescan 300 s, health 300 s): only the
+#    watchdog (every 5 s here, 15 s with the shipped WatchdogSec=30) should wake it
+config 60 report 300
 kill -HUP $DPID
 sleep 3
 procstat idle-start
-sleep 30
+for i in 1 2 3 4 5 6; do sleep 5; procstat "idle-$i"; done
 procstat idle-end
 "$PY" -m cxlctl tune status --json > "$OUT/tune-status.json" 2>&1
 kill -TERM $DPID
@@ -209,12 +228,13 @@ def _procstat(text: str) -> Dict[str, Dict[str, float]]:
     out: Dict[str, Dict[str, float]] = {}
     cur: Dict[str, float] = {}
     for ln in text.splitlines():
-        k, _, v = ln.partition(" ")
-        k = k.rstrip(":")
-        if k == "label":
-            cur = out.setdefault(v.strip(), {})
+        parts = ln.replace(":", " ").split()
+        if not parts:
+            continue
+        if parts[0] == "label":
+            cur = out.setdefault(parts[1], {})
         else:
-            cur[k] = float(v.split()[0])
+            cur[parts[0]] = float(parts[1])
     return out
 
 
@@ -307,12 +327,18 @@ def test_daemon_on_a_real_kernel(capsys: Any) -> None:
     cpu_ticks = ps["idle-end"]["utime"] + ps["idle-end"]["stime"] - ps["idle-start"]["utime"] - ps["idle-start"]["stime"]
     assert idle <= idle_s / 5 * 2 + 4, f"{idle} wake-ups in {idle_s:.0f} s idle"
     subs = sorted(x["subsystem"] for x in mb.series("cxlctl_uevents_total"))
+    watch = {ln.split()[0]: float(ln.split()[1]) for ln in _read(out, "b-watch").splitlines()}
+    online_to_weight = watch["weight"] - watch["online"]
+    assert online_to_weight < 10.0, watch
+    samples = [ps[f"idle-{i}"]["voluntary_ctxt_switches"] for i in range(1, 7)]
+    per5 = [b2 - a2 for a2, b2 in zip([ps["idle-start"]["voluntary_ctxt_switches"]] + samples, samples)]
     lines: List[str] = [
         f"boot {res.boot_seconds} s, wall {res.wall_seconds} s",
         f"READY after {_read(out, 'ready-seconds').strip()} s (start-up scan, onlining, apply)",
         f"event-to-reconciled (daemon, first uevent -> reconciled): {', '.join(f'{x:.3f}' for x in lat)} s",
         f"region B: create_ram_region start -> node weight visible: {_read(out, 'latency-b.txt').strip()}; polled wait after create returned {wait_b} s",
-        f"idle: {idle:.0f} voluntary wake-ups in {idle_s:.1f} s ({idle / idle_s * 60:.1f}/min; watchdog every 5 s), {cpu_ticks:.0f} CPU ticks",
+        f"region B: dax device seen -> its node's memory online {watch['online'] - watch['dax']:.2f} s -> weight set {online_to_weight:.2f} s",
+        f"idle: {idle:.0f} voluntary wake-ups in {idle_s:.1f} s ({idle / idle_s * 60:.1f}/min; watchdog every 5 s; per 5 s: {per5}), {cpu_ticks:.0f} CPU ticks",
         f"RSS at ready {ps['ready']['VmRSS']:.0f} kB, at end {ps['idle-end']['VmRSS']:.0f} kB, peak {ps['idle-end']['VmHWM']:.0f} kB",
         "uevents: " + ", ".join(f"{sub}={mb.get('cxlctl_uevents_total', subsystem=sub):.0f}" for sub in subs),
     ]
