@@ -88,16 +88,20 @@ def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(pair: Tuple[s
         for sub, name in (("cxl", "region0"), ("dax", "dax0.0"), ("node", "node1"), ("memory", "memory146")):
             fac.current.trigger("add", sub, name)
         step_until(d, lambda: d.stats.rescans.get("event", 0) == 1)
+        for n in new:
+            assert cap.grep(f"CXL node {n} appeared")
+        assert d.stats.changes.get("node-added") == len(new)
+        if not os.path.isdir(root + WI_DIR):  # before Linux 6.9: no weights to give
+            assert d.stats.knob_writes == 0 and d.stats.reconciles.get("noop") == 2
+            return
         w = _weights(root)
         for n in new:
             assert w[n] == "2", w
-            assert cap.grep(f"CXL node {n} appeared")
             assert cap.grep(f"set weighted_interleave.node{n}: 1 -> 2 (profile d-ratio)")
         for n in _dram(root):
             assert w[n] == "3", w
             assert cap.grep(f"set weighted_interleave.node{n}: 1 -> 3 (profile d-ratio)")
         assert d.stats.reconciles.get("ok") == 1 and d.stats.knob_writes >= 1
-        assert d.stats.changes.get("node-added") == len(new)
         # one log line per change, then one summary line
         assert len(cap.grep("reconciled (event)")) == 1
         # the journal now holds the new node's weight (verify and revert know it)
