@@ -112,7 +112,8 @@ def test_hb2x2_four_way_positions_at_every_level() -> None:
 
 def test_switch2_positions_below_the_switch() -> None:
     inv = inv_of("6.12", "switch2-noregion")
-    p = plan(inv, Request(memdevs=mems(inv, 0x3002, 0x3001)))
+    assert plan(inv, Request(memdevs=mems(inv, 0x3002, 0x3001))).granularity == 256  # the 1-way window's
+    p = plan(inv, Request(memdevs=mems(inv, 0x3002, 0x3001), granularity=4096))
     assert serials(inv, [t.memdev for t in p.targets]) == [0x3001, 0x3002]
     assert p.granularity == 4096 and p.ways == 2
     # root 1-way, host bridge 1 port used, switch 2-way
@@ -132,7 +133,12 @@ def test_reproduces_the_region_the_kernel_committed(topo: str) -> None:
     r = done.regions[0]
     want = serials(done, [t.memdev or "" for t in r.targets])
     inv = inv_of("6.12", f"{topo}-noregion")
-    p = plan(inv, Request(memdevs=tuple(by_serial(inv)[s] for s in reversed(want)), decoder=r.root_decoder))
+    req = Request(
+        memdevs=tuple(by_serial(inv)[s] for s in reversed(want)),
+        decoder=r.root_decoder,
+        granularity=r.interleave_granularity,
+    )
+    p = plan(inv, req)
     assert serials(inv, [t.memdev for t in p.targets]) == want
     assert (p.ways, p.granularity, p.size) == (r.interleave_ways, r.interleave_granularity, r.size)
     assert p.resource == r.resource
@@ -218,8 +224,8 @@ def test_window_too_small_or_full() -> None:
     small = _with_decoder(inv, "decoder0.1", size=256 * MiB)
     e = err(small, Request(memdevs=pair, decoder="decoder0.1"))
     assert "no room for a 2-way region" in str(e) and "largest free extent is 256 MiB" in str(e)
-    e = err(_with_decoder(inv, "decoder0.1", size=768 * MiB), Request(memdevs=pair, decoder="decoder0.1", size=GiB))
-    assert "does not fit in decoder0.1" in str(e)
+    e = err(small, Request(memdevs=pair, decoder="decoder0.1", size=512 * MiB))
+    assert "does not fit in decoder0.1" in str(e) and "largest free extent is 256 MiB" in str(e)
 
 
 def test_next_endpoint_decoder_in_id_order_and_free_dpa() -> None:
@@ -370,13 +376,15 @@ def _fan_out(inv: Inventory, n_ports: int) -> Inventory:
 def test_ports_below_the_root_interleave_only_powers_of_two() -> None:
     inv = _fan_out(inv_of("6.12", "hb2x2-noregion"), 4)
     names = [m.name for m in inv.memdevs]
-    # window 1 targets that bridge only; 3 devices would need a 3-way bridge
+    # window 1 targets that bridge only: 3 devices would need a 3-way bridge
     e = err(inv, Request(memdevs=tuple(names[:3]), decoder="decoder0.1"))
-    assert "3-way region cannot use" not in str(e)
-    assert "interleave only 1, 2, 4 or 8 ways" in str(e) and "x3/x6/x12 exist only at the root" in str(e)
+    assert "x3 needs a window that interleaves 3-way at the root" in str(e) and "powers of two" in str(e)
     p = plan(inv, Request(memdevs=tuple(names), decoder="decoder0.1", granularity=1024))
     assert p.levels[1].ways == 4 and p.levels[1].granularity == 1024
     assert [t.hops[1].dport for t in p.targets] == [0, 1, 2, 3]
+    # three root ports for four devices: one port would carry two, the others one
+    e = err(_fan_out(inv_of("6.12", "hb2x2-noregion"), 3), Request(memdevs=tuple(names), decoder="decoder0.1"))
+    assert "would carry the region unevenly" in str(e) and "dport 0: 2" in str(e)
 
 
 def test_three_way_root() -> None:

@@ -187,7 +187,8 @@ class _State:
         self.pmem_alloc: Dict[str, str] = {}
         for e in inv.endpoints:
             decs = self.by_port.get(e.name, [])
-            used = [decoder_index(d.name) for d in decs if (d.dpa_size or 0) > 0 or d.region or (d.size or 0) > 0]
+            # allocated DPA or a region: ``size`` alone is no sign, the kernel leaves stale ranges there
+            used = [decoder_index(d.name) for d in decs if (d.dpa_size or 0) > 0 or d.region]
             self.ep_next[e.name] = max(used) + 1 if used else 0
             if e.memdev:
                 ram = [d for d in decs if (d.dpa_size or 0) > 0 and (d.mode or "ram") == "ram"]
@@ -203,7 +204,9 @@ class _State:
         for p in inv.ports + inv.endpoints:
             decs = self.by_port.get(p.name, [])
             used = [decoder_index(d.name) for d in decs if d.region]
-            self.port_next[p.name] = max(used) + 1 if used else 0
+            # the kernel takes decoder commit_end + 1; a decoder left committed without a region
+            # (torn down out of order) still counts, and decoders_committed shows it
+            self.port_next[p.name] = max(max(used) + 1 if used else 0, p.decoders_committed or 0)
             self.port_regions[p.name] = {d.region: self.region_start.get(d.region) for d in decs if d.region}
         self.windows: Dict[str, _Window] = {}
         for d in inv.decoders:
@@ -471,11 +474,16 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
         )
     if ways % rways or not _pow2(ways // rways):
         ok = [w for w in VALID_WAYS if w % rways == 0 and _pow2(w // rways)]
-        raise PlanError(
+        why = (
             f"a {ways}-way region cannot use {rd.name}: it interleaves {rways}-way across host bridges, so "
-            f"regions on it have {', '.join(map(str, ok))} ways (a multiple of {rways} with a power-of-two quotient)",
-            hint=_other_windows(st, rd, memdevs, req) if explain else "",
+            f"regions on it have {', '.join(map(str, ok))} ways (a multiple of {rways} with a power-of-two quotient)"
         )
+        if ways % 3 == 0 and rways % 3:
+            why += (
+                f"; x{ways} needs a window that interleaves 3-way at the root, because host bridges and "
+                "switches interleave only by powers of two"
+            )
+        raise PlanError(why, hint=_other_windows(st, rd, memdevs, req) if explain else "")
     gran = _granularity(rd, req.granularity)
     chains: Dict[str, Tuple[Hop, ...]] = {}
     for m in memdevs:
@@ -528,8 +536,8 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
         if size // ways > per_min:
             short = sorted((m for m in memdevs if st.free_ram(m) < size // ways), key=str)
             raise PlanError(
-                f"size {_fmt(size)} needs {_fmt(size // ways)} of free RAM capacity on each of the {ways} memdevs, "
-                + "; ".join(f"{m} has {_fmt(st.free_ram(m))}" for m in short),
+                f"size {_fmt(size)} needs {_fmt(size // ways)} of free RAM capacity per memdev (size / {ways} ways), "
+                "but " + ", ".join(f"{m} has {_fmt(st.free_ram(m))}" for m in short),
                 hint=f"the largest size these memdevs allow is {_fmt(per_max * ways)}",
             )
         if size > largest:

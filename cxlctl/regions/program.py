@@ -349,7 +349,7 @@ def create(
         where = b.steps[-1] if b.steps else "before the first write"
         left = b.undo()
         if isinstance(e, KnobError):
-            cause = f"the kernel refused {e.path} ({e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e})"
+            cause = f"writing {e.path} failed ({e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e})"
         else:
             cause = str(e)
         if left:
