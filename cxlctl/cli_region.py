@@ -254,16 +254,21 @@ def _dax_step(root: str, online: str, zone: str, log: Callable[[str], None]) -> 
     from .regions import dax
 
     def step(made: Created) -> None:
+        if not made.dax_devices:
+            raise dax.DaxError(
+                f"no DAX device appeared for {made.region} (is the dax_cxl driver loaded?)",
+                hint="modprobe dax_cxl, then create the region again",
+            )
         for dev in made.dax_devices:
             dax.reconfigure(root, dev, online, zone, force=True, log=log)
 
     return step
 
 
-def _created_json(p: Plan, made: Created, root: str) -> Dict[str, Any]:
+def _created_json(made: Created, root: str) -> Dict[str, Any]:
     from .regions import dax
 
-    doc = plan_json(p)
+    doc = plan_json(made.plan)
     bs = dax.block_size(root)
     doc.update(
         {
@@ -333,8 +338,8 @@ def create_cmd(
                 if done:  # --all: earlier regions stay; say so before the error
                     _report_created(done, json_out, partial=True)
                 raise
-            done.append(_created_json(current, made, root))
-            if not use_all:
+            done.append(_created_json(made, root))
+            if not use_all or len(done) >= 64:
                 break
             # re-plan on the real state: the kernel's names and addresses replace the prediction
             try:

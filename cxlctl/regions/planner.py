@@ -49,6 +49,7 @@ VALID_WAYS = (1, 2, 3, 4, 6, 8, 12, 16)
 MIN_GRANULARITY = 256
 MAX_GRANULARITY = 16384
 RAM_REGION_SINCE = (6, 3)
+NEWER_KERNEL = "boot Linux 6.3 or newer (Debian 12: linux-image-6.12 from bookworm-security)"
 
 
 class PlanError(UsageError):
@@ -669,7 +670,7 @@ def plan(inv: Inventory, req: Request) -> Plan:
     """The plan for one region, or :class:`PlanError` saying why not and what would work."""
     ok, why = ram_region_support(inv)
     if not ok:
-        raise PlanError(why, hint="boot Linux 6.3 or newer (Debian 12: the 6.12 kernel from bookworm-backports/security)")
+        raise PlanError(why, hint=NEWER_KERNEL)
     st = _State(inv)
     return _plan(st, req)
 
@@ -747,7 +748,7 @@ def plan_all(inv: Inventory, req: Request) -> List[Plan]:
     """
     ok, why = ram_region_support(inv)
     if not ok:
-        raise PlanError(why, hint="boot Linux 6.3 or newer")
+        raise PlanError(why, hint=NEWER_KERNEL)
     st = _State(inv)
     plans: List[Plan] = []
     roots = [d for d in st.root_decoders() if req.decoder in (None, d.name)]

@@ -71,6 +71,7 @@ class Created(NamedTuple):
     mappings: Tuple[Tuple[int, str, str], ...]  # (position, memdev, decoder)
     dax_devices: Tuple[str, ...]
     steps: Tuple[str, ...]
+    plan: Plan  # the plan as programmed
 
 
 def _host(root: str, path: str) -> str:
@@ -261,6 +262,7 @@ class _Builder:
             tuple((t.position, t.memdev, t.decoder) for t in p.targets),
             tuple(self.dax_devices()),
             tuple(self.steps),
+            p,
         )
 
     def dax_devices(self) -> List[str]:

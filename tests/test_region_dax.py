@@ -1,0 +1,97 @@
+"""cxlctl.regions.dax on recorded trees: device and block state agree with the real daxctl.
+
+The writes themselves (kmem bind, onlining, the auto-online hold) need a real
+kernel and are exercised in tests/vm/test_vm_region.py; here the reading side
+and the policy decisions are checked against what the real tools printed in
+the same guest (``peers/daxctl-list.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, copy_tree
+
+from cxlctl.errors import CxlctlError
+from cxlctl.regions import dax
+from cxlctl.tuning.write import write_knob
+
+REGION_TREES = [
+    os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")
+]
+
+
+@pytest.mark.parametrize("root", REGION_TREES, ids=lambda p: os.path.basename(p))
+def test_device_state_agrees_with_daxctl(root: str) -> None:
+    with open(os.path.join(root, "peers", "daxctl-list.json")) as f:
+        peer = [d for r in json.load(f) for d in r.get("devices", [])]
+    assert peer, "the fixture should hold one DAX device"
+    bs = dax.block_size(root)
+    for p in peer:
+        st = dax.read_dax(root, p["chardev"])
+        mine = dax.as_json(st, bs)
+        for key in ("chardev", "size", "target_node", "mode", "online_memblocks", "total_memblocks", "movable"):
+            assert mine[key] == p[key], (key, mine[key], p[key])
+        assert st.resource == p["mappings"][0]["start"]
+        assert len(st.blocks) == p["total_memblocks"]
+        assert mine["zones"] == (["Movable"] if p["movable"] else ["Normal"])
+
+
+def test_unknown_device_is_a_usage_error() -> None:
+    with pytest.raises(CxlctlError) as e:
+        dax.read_dax(REGION_TREES[0], "dax3.1")
+    assert e.value.code == 2 and "dax0.0" in str(e.value)
+
+
+def test_policy_zone() -> None:
+    assert dax.policy_zone("offline") is None and dax.policy_zone(None) is None
+    assert dax.policy_zone("online_movable") == "movable"
+    assert dax.policy_zone("online_kernel") == "normal"
+    assert dax.policy_zone("online") == "normal"  # the kernel's default zone for a new CXL node
+
+
+@pytest.mark.parametrize(
+    "policy, mode, zone, hold",
+    [
+        ("online", "system-ram", "normal", False),  # the kernel onlines where we want it
+        ("online", "system-ram", "movable", True),
+        ("online", "devdax", "normal", True),  # nothing may be onlined at all
+        ("online_movable", "system-ram", "movable", False),
+        ("online_movable", "system-ram", "normal", True),
+        ("online_kernel", "system-ram", "movable", True),
+        ("offline", "system-ram", "movable", False),  # we online it ourselves
+        ("offline", "devdax", "normal", False),
+    ],
+)
+def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: str, zone: str, hold: bool) -> None:
+    root = copy_tree(REGION_TREES[0], str(tmp_path / "t"))
+    path = root + dax.AUTO_ONLINE
+    write_knob(path, policy)
+    assert dax.needs_hold(root, mode, zone) is hold
+    log: list = []
+    with dax.hold_auto_online(root, dax.needs_hold(root, mode, zone), log.append) as old:
+        with open(path) as f:
+            inside = f.read().strip()
+    with open(path) as f:
+        after = f.read().strip()
+    assert after == policy  # always restored
+    assert inside == ("offline" if hold else policy) and (old == policy if hold else old is None)
+    assert bool(log) is hold
+
+
+def test_hold_restores_the_policy_when_the_body_fails(tmp_path: Any) -> None:
+    root = copy_tree(REGION_TREES[0], str(tmp_path / "t"))
+    with pytest.raises(RuntimeError):
+        with dax.hold_auto_online(root, True, lambda m: None):
+            raise RuntimeError("bind failed")
+    with open(root + dax.AUTO_ONLINE) as f:
+        assert f.read().strip() == "online"
+
+
+def test_node_in_use(tmp_path: Any) -> None:
+    root = REGION_TREES[0]
+    assert dax.node_in_use(root, 0) is not None and dax.node_in_use(root, 0) > 0  # DRAM has the kernel
+    assert dax.node_in_use(root, 99) is None and dax.node_in_use(root, None) is None
