@@ -40,7 +40,7 @@ def _read(root: str, path: str) -> str:
         return f.read()
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", [p for p in PROFILES if p != "cxl-common"])  # included by the others
 @pytest.mark.parametrize("source", SOURCES)
 def test_apply_verify_revert_roundtrip(source: str, profile: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))

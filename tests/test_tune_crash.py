@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 from conftest import REPO
-from tune_support import LIVE, diff, journal, snapshot, sources, work_copy
+from tune_support import LIVE, diff, journal, representative, snapshot, work_copy
 
 from cxlctl.cli import run
 from cxlctl.tuning import engine
@@ -50,7 +50,7 @@ def _kill_apply_at(root: str, profile: str, k: int) -> None:
 
 def _crash_sources() -> List[str]:
     """The live host plus, if recorded, one real-kernel tree with a CXL region (weights get written)."""
-    regions = [s for s in sources() if s.startswith("linux-6.12/") and s.endswith("-region")]
+    regions = [s for s in representative() if s.endswith("-region")]
     return [LIVE] + regions[:1]
 
 

@@ -65,6 +65,18 @@ def sources() -> List[str]:
     return [fixture_id(r) for r in fixture_roots()] + [LIVE]
 
 
+def representative() -> List[str]:
+    """A few trees for the costlier scenarios: the live host plus, per recorded kernel,
+    the first tree with a CXL region (or the first tree when it has none)."""
+    picked = [LIVE]
+    kernels = sorted({s.split("/")[0] for s in sources() if s != LIVE})
+    for k in kernels:
+        mine = [s for s in sources() if s.startswith(k + "/")]
+        regions = [s for s in mine if s.endswith("-region")]
+        picked.append((regions or mine)[0])
+    return picked
+
+
 def pristine(source: str) -> str:
     """Read-only path of a recorded tree (the live record is made once per session)."""
     global _LIVE_DIR
