@@ -193,3 +193,25 @@ def test_zz_report_counts() -> None:
     for (source, scenario), n in sorted(COUNTS.items()):
         print(f"fault cases: {source} {scenario}: {n}")
     print(f"fault cases: total {total}")
+
+
+def test_ctrl_c_between_writes_rolls_back(tmp_path: Any, monkeypatch: Any) -> None:
+    from cxlctl.errors import CxlctlError
+    from cxlctl.tuning import write as w
+
+    root = work_copy(SOURCES[0], str(tmp_path / "root"))
+    before = snapshot(root)
+    real = w.write_knob
+    calls: List[int] = []
+
+    def interrupted(path: str, text: str, *, index: Any = None) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(path, text, index=index)
+
+    monkeypatch.setattr(w, "write_knob", interrupted)
+    with pytest.raises(CxlctlError, match="interrupted; every change was rolled back"):
+        engine.apply(root, "t-everything")
+    assert diff(before, snapshot(root)) == []
+    assert journal(root).state == jn.ROLLED_BACK

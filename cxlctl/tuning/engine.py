@@ -253,10 +253,18 @@ def _member(knob: str, path: str) -> str:
     return knob
 
 
-def _run_writes(root: str, writes: Tuple[Step, ...], status: Dict[str, str], errors: Dict[str, str]) -> Optional[Step]:
-    """Write each step; the failing step, or None.  Fills status/errors per path."""
+def _run_writes(
+    root: str, writes: Tuple[Step, ...], status: Dict[str, str], errors: Dict[str, str], attempted: List[str]
+) -> Optional[Step]:
+    """Write each step; the failing step, or None.  Fills status/errors per path.
+
+    A knob joins ``attempted`` *before* its first write (pyroute2's rule), so a
+    rollback always includes the knob that failed or was interrupted.
+    """
     for i, st in enumerate(writes, 1):
         assert st.write is not None
+        if st.knob not in attempted:
+            attempted.append(st.knob)
         hp = host(root, st.path)
         try:
             write_with_retry(hp, st.write, index=i)
@@ -419,6 +427,8 @@ def apply(
         # inventory — nodes, bandwidth — is reused: it does not change with knobs)
         cur = read_current(root)
         p = make_plan(prep.inventory, prep.profile, cur, restore)
+        if p.writes != p0.writes:
+            preflight(root, [s.path for s in p.writes], {s.knob for s in p.writes}, "apply", extra)
         prep = prep._replace(plan=p, active=active)
         entries = _build_entries(p, cur, restore)
         persist_saved: Dict[str, Optional[str]] = dict(active.persist) if active else {}
@@ -449,21 +459,30 @@ def apply(
         pause_hook(0)
         status: Dict[str, str] = {e.path: e.status for e in entries}
         errors: Dict[str, str] = {}
-        writes = p.writes
-        failed = _run_writes(root, writes, status, errors)
         attempted: List[str] = []
-        for st in writes:
-            if st.knob not in attempted:
-                attempted.append(st.knob)
-            if failed is not None and st is failed:
-                break
+        try:
+            failed = _run_writes(root, p.writes, status, errors, attempted)
+        except KeyboardInterrupt:
+            # Ctrl-C between two writes: undo what was written, like any failure
+            rb = _restore(root, entries, attempted, "prior", status, errors)
+            done = tuple(e._replace(status=status.get(e.path, e.status)) for e in entries)
+            if rb:
+                jn.save(root, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted"))
+            elif active is not None:
+                jn.save(root, active._replace(error=f"switching to {p.profile} was interrupted and rolled back"))
+            else:
+                jn.save(root, j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=done, error="interrupted"))
+            raise CxlctlError(
+                "interrupted" + ("; ROLLBACK INCOMPLETE: " + "; ".join(rb) if rb else "; every change was rolled back"),
+                hint="see `cxlctl tune status`",
+            ) from None
         error: Optional[str] = None
         checks: List[Check] = []
         persisted: List[str] = []
         if failed is not None:
             error = f"{failed.setting}: {errors.get(failed.path, 'failed')}"
         else:
-            checks = _verify_entries(root, [e for e in entries if e.knob in attempted or e.desired is not None])
+            checks = _verify_entries(root, entries)
             bad = [c for c in checks if c.status != "pass" and c.status != "unsupported"]
             if bad:
                 error = "read-back after apply: " + "; ".join(f"{c.setting} reads {c.actual!r}, wanted {c.expected!r}" for c in bad)
