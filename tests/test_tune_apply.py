@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 import pytest
 from conftest import REPO
-from tune_support import LIVE, PROFILES, diff, journal, snapshot, sources, work_copy, write_boot_id
+from tune_support import LIVE, PROFILES, diff, journal, representative, snapshot, sources, work_copy, write_boot_id
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED
@@ -71,7 +71,7 @@ def test_apply_verify_revert_roundtrip(source: str, profile: str, tmp_path: Any,
     assert "no tuning profile is in effect" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", representative())
 def test_drift_is_reported_and_exit_3(source: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
@@ -103,7 +103,7 @@ def test_verify_against_a_profile_without_applying(source: str, tmp_path: Any, c
 
 def test_switching_profiles_keeps_boot_values(tmp_path: Any, capsys: Any) -> None:
     """apply A, apply B, revert → the values from before A (not A's)."""
-    for source in SOURCES:
+    for source in representative():
         root = work_copy(source, str(tmp_path / source.replace("/", "_")))
         before = snapshot(root)
         for a, b in (("t-everything", "latency-strict"), ("inference-capacity", "t-ratio"), ("t-ratio", "inference-bandwidth")):
@@ -122,7 +122,7 @@ def test_switching_profiles_keeps_boot_values(tmp_path: Any, capsys: Any) -> Non
             assert diff(before, snapshot(root)) == [], (source, a, b)
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", representative())
 def test_persist_writes_sysctl_d_and_revert_removes(source: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
