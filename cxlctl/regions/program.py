@@ -452,10 +452,9 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
             write_knob(_host(root, path), value)
         except KnobError as e:
             raise CxlctlError(
-                f"region destroy {name}: {what} failed: {e}; the region is left "
-                + ("decommitted" if "commit" in steps[-1:] else "as it is")
-                + " with its memory offline",
-                hint="dmesg says why; rerun `cxlctl region destroy` once fixed",
+                f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"
+                + (" (its memory was offlined first)" if any(ids for _, ids in offlined) else ""),
+                hint=f"dmesg says why; `cxlctl region destroy {name}` continues from where it stopped",
             ) from None
         steps.append(what)
         log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
