@@ -137,7 +137,7 @@ class _Scan:
         parents: Dict[str, str] = {}
         for n in names:
             if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
-                real = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.r.realpath, f"{CXL_DEVICES}/{n}"))
+                real = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.r.devpath, f"{CXL_DEVICES}/{n}"))
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
         ports: List[Port] = []
@@ -325,7 +325,7 @@ class _Scan:
     # -- DAX bus ----------------------------------------------------------------------------
     def dax(self, name: str) -> DaxDevice:
         dev = f"{DAX_DEVICES}/{name}"
-        real = self.r.realpath(dev)
+        real = self.r.devpath(dev)
         parent = os.path.dirname(real)
         pbase = os.path.basename(parent)
         gbase = os.path.basename(os.path.dirname(parent))
