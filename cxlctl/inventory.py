@@ -407,7 +407,12 @@ class _Scan:
             w = self.num(f"{WI_DIR}/{n}")
             if w is not None:
                 weights[int(n[4:])] = w
-        return WeightedInterleave(True, weights, self.flag(f"{WI_DIR}/auto"))
+        auto = self.flag(f"{WI_DIR}/auto")
+        if auto is None:
+            # some 6.16+ builds expose the attribute as "__auto_type" (a macro leaked into
+            # the attribute name); it is the same knob
+            auto = self.flag(f"{WI_DIR}/__auto_type")
+        return WeightedInterleave(True, weights, auto)
 
     # -- whole scan -------------------------------------------------------------------------
     def run(self) -> Inventory:

@@ -71,3 +71,13 @@ def test_env_root_is_honoured(live_record: str) -> None:
     b = cxlctl("--root", live_record, "status", "--json", check=True).stdout
     assert a == b
     assert os.path.isdir(live_record)
+
+
+def test_weighted_interleave_auto_under_either_name() -> None:
+    """6.16+ exposes `auto`; some builds name it `__auto_type` (this CI host's 6.18 does)."""
+    wi = "/sys/kernel/mm/mempolicy/weighted_interleave"
+    data = json.loads(cxlctl("status", "--json", check=True).stdout)["weighted_interleave"]
+    if any(os.path.exists(f"{wi}/{n}") for n in ("auto", "__auto_type")):
+        assert data["auto"] in (True, False)
+    else:
+        assert data["auto"] is None
