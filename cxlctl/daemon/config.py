@@ -21,6 +21,7 @@ import sys
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.rootpath import under as host
 
 CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -197,10 +198,6 @@ def _toml_loads(text: str) -> Dict[str, Any]:
 
     data: Dict[str, Any] = tomli.loads(text)
     return data
-
-
-def host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
 
 
 def validate(where: str, data: Dict[str, Any]) -> Config:

@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Optional, Protocol
 
 from cxlctl.errors import CxlctlError
+from cxlctl.rootpath import under
 
 from . import config as config_mod
 from . import health as health_mod
@@ -327,11 +328,11 @@ class Daemon:
         cfg = self.cfg
         if cfg.textfile_dir:
             try:
-                metrics_mod.write_textfile(config_mod.host(self.root, cfg.textfile_dir), text)
+                metrics_mod.write_textfile(under(self.root, cfg.textfile_dir), text)
             except OSError as e:
                 self.log.error("cannot write the metrics textfile in %s: %s", cfg.textfile_dir, e.strerror)
         inv = self.rec.inventory
-        nfd_dir = config_mod.host(self.root, cfg.nfd_dir)
+        nfd_dir = under(self.root, cfg.nfd_dir)
         if cfg.nfd_enabled and inv is not None and not os.path.isdir(nfd_dir):
             # not a Kubernetes node (or NFD not deployed): never create /etc/kubernetes here
             self._once_log("nfd", f"no {cfg.nfd_dir}: Node Feature Discovery labels not written")

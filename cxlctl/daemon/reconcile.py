@@ -37,6 +37,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.model import Inventory
+from cxlctl.rootpath import under
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import read_current
@@ -199,7 +200,7 @@ def _ref(root: str, name: str, source: str) -> str:
 
 def read_persisted(root: str) -> Optional[Tuple[str, str]]:
     """(profile, source) from ``active-profile``; None when absent or unreadable."""
-    path = jn.host(root, engine.ACTIVE_PROFILE)
+    path = under(root, engine.ACTIVE_PROFILE)
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read().decode("utf-8"))
@@ -439,7 +440,7 @@ class Reconciler:
             for dax, nid, blocks in todo:
                 ok, failed = 0, []
                 for b in blocks:
-                    path = jn.host(self.root, f"{MEMORY_DIR}/memory{b}/state")
+                    path = under(self.root, f"{MEMORY_DIR}/memory{b}/state")
                     try:
                         write_with_retry(path, f"{mode}\n")
                         ok += 1

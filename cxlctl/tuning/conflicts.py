@@ -23,6 +23,8 @@ import configparser
 import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from cxlctl.rootpath import under as _host
+
 from .knobs import REGISTRY
 
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
@@ -52,10 +54,6 @@ class Conflict(NamedTuple):
     source: str  # file (or "TuneD profile X")
     wins_at_boot: str  # "cxlctl" | the other source
     note: str
-
-
-def _host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
 
 
 def _norm(key: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 from cxlctl import __version__
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
 from cxlctl.model import Inventory
+from cxlctl.rootpath import under as host
 
 from . import journal as jn
 from .conflicts import PERSIST_SYSCTL, Conflict, find, our_keys
@@ -45,10 +46,6 @@ from .write import KnobError, pause_hook, read_raw, write_with_retry
 ACTIVE_PROFILE = "/var/lib/cxlctl/active-profile"
 PERSIST_FILES = (PERSIST_SYSCTL, ACTIVE_PROFILE)
 CAP_SYS_ADMIN = 21
-
-
-def host(root: str, path: str) -> str:
-    return jn.host(root, path)
 
 
 # ---------------------------------------------------------------------------- results

@@ -34,6 +34,7 @@ import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
+from cxlctl.rootpath import under as host
 
 SCHEMA = 1
 RUN_DIR = "/run/cxlctl"
@@ -82,10 +83,6 @@ class Journal(NamedTuple):
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
 
 
 def boot_id(root: str) -> Optional[str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
+from cxlctl.rootpath import under as _host
+
 WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 #: ``auto`` appeared in v6.16.  Some 6.18-era kernels name the file ``__auto_type``
 #: (the attribute name went through a ``#define auto __auto_type`` macro); accept both.
@@ -367,10 +369,6 @@ REGISTRY: Tuple[Knob, ...] = (
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in REGISTRY}
 ORDER: Dict[str, int] = {k.name: i for i, k in enumerate(REGISTRY)}
-
-
-def _host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
 
 
 def _read(root: str, path: str) -> Optional[str]:

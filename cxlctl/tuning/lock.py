@@ -22,8 +22,9 @@ from types import TracebackType
 from typing import Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError
+from cxlctl.rootpath import under as host
 
-from .journal import RUN_DIR, host
+from .journal import RUN_DIR
 
 LOCK = RUN_DIR + "/lock"
 DEFAULT_WAIT = 5.0

@@ -41,6 +41,7 @@ import sys
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.rootpath import under as _host
 
 from .knobs import BY_NAME, ORDER, REGISTRY
 
@@ -99,10 +100,6 @@ def _toml_loads(text: str) -> Dict[str, Any]:
 
     data: Dict[str, Any] = tomli.loads(text)
     return data
-
-
-def _host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
 
 
 def is_path(ref: str) -> bool:
