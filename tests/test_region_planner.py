@@ -415,6 +415,15 @@ def test_linux_6_1_cannot_create_ram_regions(topo: str) -> None:
         plan_all(inv, Request())
 
 
+def test_create_ram_region_attribute_decides_when_the_kernel_is_unknown() -> None:
+    inv = inv_of("6.1", "hb2x2-noregion")._replace(kernel=None)
+    assert all(d.can_create_ram is False for d in inv.decoders if d.kind == "root")
+    assert not ram_region_support(inv)[0]
+    new = inv_of("6.12", "hb2x2-noregion")
+    assert all(d.can_create_ram for d in new.decoders if d.kind == "root")
+    assert ram_region_support(new._replace(kernel=None)) == (True, "")
+
+
 def test_kernel_version() -> None:
     assert kernel_version("6.12.117+deb12-amd64") == (6, 12)
     assert kernel_version("6.1.0-57-amd64") == (6, 1)

@@ -123,10 +123,18 @@ def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
 
 
 def ram_region_support(inv: Inventory) -> Tuple[bool, str]:
-    """Can this kernel create RAM regions through sysfs at all?  (ok, reason)."""
+    """Can this kernel create RAM regions through sysfs at all?  (ok, reason).
+
+    Decided by the kernel release (6.3+), or by the root decoders' ``create_ram_region``
+    attribute (``Decoder.can_create_ram``) when the release is unknown.
+    """
     v = kernel_version(inv.kernel)
-    if v is not None and v < RAM_REGION_SINCE:
-        roots = [d.name for d in inv.decoders if d.kind == "root"]
+    decs = [d for d in inv.decoders if d.kind == "root"]
+    # the attribute itself decides when the kernel version is unknown; with a known 6.3+ kernel a
+    # missing one only means the tree was recorded without it (the capabilities decide then)
+    no_attr = bool(decs) and all(d.can_create_ram is False for d in decs)
+    if (v is not None and v < RAM_REGION_SINCE) or (v is None and no_attr):
+        roots = [d.name for d in decs]
         where = f"its root decoders ({', '.join(roots)})" if roots else "its root decoders"
         return False, (
             f"Linux {inv.kernel} cannot create CXL RAM regions: {where} have no create_ram_region "
