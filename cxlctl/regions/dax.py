@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.parse import format_size, parse_hex, parse_int, parse_meminfo
+from cxlctl.rootpath import under as _host
 from cxlctl.tuning.write import KnobError, write_knob
 
 DAX_DEVICES = "/sys/bus/dax/devices"
@@ -82,11 +83,8 @@ class DaxState(NamedTuple):
         return [b for b in self.blocks if (b.state or "").startswith("online")]
 
 
-def _host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
-
-
-def _read(root: str, path: str) -> Optional[str]:
+def read_attr(root: str, path: str) -> Optional[str]:
+    """Stripped text of a sysfs attribute under ``root``; None when absent or unreadable."""
     try:
         with open(_host(root, path), "rb") as f:
             return f.read().decode("utf-8", "replace").strip()
@@ -111,13 +109,13 @@ def _num(text: Optional[str], hexa: bool = False) -> Optional[int]:
 
 
 def block_size(root: str) -> Optional[int]:
-    return _num(_read(root, MEMORY + "/block_size_bytes"), hexa=True)
+    return _num(read_attr(root, MEMORY + "/block_size_bytes"), hexa=True)
 
 
 def read_block(root: str, bid: int) -> Block:
     base = f"{MEMORY}/memory{bid}"
-    zones = _read(root, base + "/valid_zones")
-    return Block(bid, _read(root, base + "/state"), zones.split()[0] if zones else None)
+    zones = read_attr(root, base + "/valid_zones")
+    return Block(bid, read_attr(root, base + "/state"), zones.split()[0] if zones else None)
 
 
 def read_dax(root: str, name: str) -> DaxState:
@@ -130,9 +128,9 @@ def read_dax(root: str, name: str) -> DaxState:
             code=EXIT_USAGE,
             hint="`cxlctl status` lists them; a CXL RAM region's device is daxN.0 for regionN",
         )
-    res = _num(_read(root, dev + "/resource"))
-    size = _num(_read(root, dev + "/size"))
-    tn = _num(_read(root, dev + "/target_node"))
+    res = _num(read_attr(root, dev + "/resource"))
+    size = _num(read_attr(root, dev + "/size"))
+    tn = _num(read_attr(root, dev + "/target_node"))
     blocks: List[Block] = []
     bs = block_size(root)
     if res is not None and size and bs:
@@ -146,7 +144,7 @@ def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
     """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
     if node is None:
         return None
-    mi = parse_meminfo(_read(root, f"{NODE}/node{node}/meminfo") or "")
+    mi = parse_meminfo(read_attr(root, f"{NODE}/node{node}/meminfo") or "")
     if "MemTotal" not in mi or "MemFree" not in mi:
         return None
     return max(0, mi["MemTotal"] - mi["MemFree"])
@@ -168,7 +166,7 @@ def policy_zone(policy: Optional[str]) -> Optional[str]:
 
 def needs_hold(root: str, mode: str, zone: str) -> bool:
     """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
-    pz = policy_zone(_read(root, AUTO_ONLINE))
+    pz = policy_zone(read_attr(root, AUTO_ONLINE))
     if pz is None:
         return False
     return mode != "system-ram" or pz != zone
@@ -177,7 +175,7 @@ def needs_hold(root: str, mode: str, zone: str) -> bool:
 @contextmanager
 def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]:
     """Keep the kernel from onlining hot-plugged memory while the body runs; restore after."""
-    old = _read(root, AUTO_ONLINE) if hold else None
+    old = read_attr(root, AUTO_ONLINE) if hold else None
     if not hold or old is None or old == "offline":
         yield None
         return

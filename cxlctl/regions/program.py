@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.parse import format_size, parse_hex, parse_int
+from cxlctl.rootpath import under as _host
 from cxlctl.tuning.write import KnobBusy, KnobError, write_knob
 
 from . import dax as daxmod
@@ -72,18 +73,6 @@ class Created(NamedTuple):
     dax_devices: Tuple[str, ...]
     steps: Tuple[str, ...]
     plan: Plan  # the plan as programmed
-
-
-def _host(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
-
-
-def _read(root: str, path: str) -> Optional[str]:
-    try:
-        with open(_host(root, path), "rb") as f:
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return None
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -165,7 +154,7 @@ class _Builder:
             )
         # 1. claim a region name (cmpxchg; retry when another creator won the race)
         for attempt in range(5):
-            name = _read(self.root, crr)
+            name = daxmod.read_attr(self.root, crr)
             if not name:
                 raise CxlctlError(f"{crr} gave no region name; nothing was changed")
             try:
@@ -220,10 +209,10 @@ class _Builder:
 
     def _target(self, r: str, t: Target) -> None:
         d = f"{CXL}/{t.decoder}"
-        cur_dpa = _int(_read(self.root, f"{d}/dpa_size")) or 0
+        cur_dpa = _int(daxmod.read_attr(self.root, f"{d}/dpa_size")) or 0
         if cur_dpa:
             raise KnobError(f"{d}/dpa_size", None, f"{t.decoder} already has DPA allocated ({cur_dpa:#x}); state changed since the plan")
-        mode = _read(self.root, f"{d}/mode")
+        mode = daxmod.read_attr(self.root, f"{d}/mode")
         if mode != "ram":
             self.w(f"{d}/mode", "ram", f"{t.decoder} mode")
             self.modes[t.decoder] = mode or ""
@@ -238,20 +227,20 @@ class _Builder:
         r = f"{CXL}/{self.region}"
         p = self.plan
         got = {
-            "commit": _read(self.root, f"{r}/commit"),
-            "size": _int(_read(self.root, f"{r}/size")),
-            "ways": _int(_read(self.root, f"{r}/interleave_ways")),
-            "granularity": _int(_read(self.root, f"{r}/interleave_granularity")),
+            "commit": daxmod.read_attr(self.root, f"{r}/commit"),
+            "size": _int(daxmod.read_attr(self.root, f"{r}/size")),
+            "ways": _int(daxmod.read_attr(self.root, f"{r}/interleave_ways")),
+            "granularity": _int(daxmod.read_attr(self.root, f"{r}/interleave_granularity")),
         }
         want = {"commit": "1", "size": p.size, "ways": p.ways, "granularity": p.granularity}
         bad = [f"{k} is {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
         for t in p.targets:
-            v = _read(self.root, f"{r}/target{t.position}")
+            v = daxmod.read_attr(self.root, f"{r}/target{t.position}")
             if v != t.decoder:
                 bad.append(f"target{t.position} is {v!r}, expected {t.decoder}")
         if bad:
             raise KnobError(r, None, f"{self.region} read back wrong: " + "; ".join(bad))
-        res = _int(_read(self.root, f"{r}/resource"))
+        res = _int(daxmod.read_attr(self.root, f"{r}/resource"))
         return Created(
             self.region,
             p.root_decoder,
@@ -297,7 +286,7 @@ class _Builder:
                     left.append(str(e))
                     return left  # memory still online: leave the region whole rather than leak it
             u(f"{REGION_DRIVER}/unbind", self.region, "unbind")
-        if self.committed or _read(self.root, f"{r}/commit") == "1":
+        if self.committed or daxmod.read_attr(self.root, f"{r}/commit") == "1":
             u(f"{r}/commit", "0", "decommit")
         for pos in reversed(self.targets):
             u(f"{r}/target{pos}", "\n", f"clear target{pos}")
@@ -311,7 +300,7 @@ class _Builder:
         if _exists(self.root, r) and os.path.isdir(_host(self.root, r)):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
-            v = _int(_read(self.root, f"{CXL}/{d}/dpa_size"))
+            v = _int(daxmod.read_attr(self.root, f"{CXL}/{d}/dpa_size"))
             if v:
                 left.append(f"{d} still has {v:#x} of DPA")
         return left
@@ -399,16 +388,16 @@ def read_region(root: str, name: str) -> RegionState:
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
     real = os.path.realpath(_host(root, r))
     rd = os.path.basename(os.path.dirname(real))
-    ways = _int(_read(root, f"{r}/interleave_ways")) or 0
+    ways = _int(daxmod.read_attr(root, f"{r}/interleave_ways")) or 0
     targets = []
     for i in range(min(ways, 16)):
-        v = _read(root, f"{r}/target{i}")
+        v = daxmod.read_attr(root, f"{r}/target{i}")
         if v:
             targets.append((i, v))
     return RegionState(
         name,
         rd if rd.startswith("decoder") else None,
-        _read(root, f"{r}/commit") == "1",
+        daxmod.read_attr(root, f"{r}/commit") == "1",
         _exists(root, f"{r}/driver"),
         ways,
         tuple(targets),
@@ -463,14 +452,14 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
     if st.bound:
         w(f"{REGION_DRIVER}/unbind", name, "unbind")
         _wait(lambda: not _exists(root, f"{r}/driver"), 10)
-    if _read(root, f"{r}/commit") == "1":
+    if daxmod.read_attr(root, f"{r}/commit") == "1":
         w(f"{r}/commit", "0", "decommit")
     freed = []
     for pos, dec in reversed(st.targets):
         w(f"{r}/target{pos}", "\n", f"clear target{pos}")
         freed.append(dec)
     for dec in sorted(freed, key=lambda d: -int(d.rsplit(".", 1)[1]) if "." in d else 0):
-        if _int(_read(root, f"{CXL}/{dec}/dpa_size")):
+        if _int(daxmod.read_attr(root, f"{CXL}/{dec}/dpa_size")):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
     _wait(lambda: not os.path.isdir(_host(root, r)), 5)
