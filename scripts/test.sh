@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then exec sudo -E bash "$0" "$@"; fi
 export DEBIAN_FRONTEND=noninteractive
+# CI runs with an empty environment (no HOME, PATH=/usr/sbin:/usr/bin:/sbin:/bin):
+# give pip and virtme-ng a HOME; everything else finds its tools by full path.
+export HOME="${HOME:-/root}"
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq python3-venv python3-pip >/dev/null
 fi

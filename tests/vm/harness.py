@@ -318,6 +318,8 @@ class GuestResult:
     topology: Topology
     prelude_log: str = ""
     extra: Dict[str, str] = field(default_factory=dict)
+    #: boots it took (more than 1 when a guest died before init and was retried)
+    attempts: int = 1
 
     def file(self, name: str) -> str:
         """Text of a file the guest script left in ``$OUT``."""
@@ -340,7 +342,7 @@ def _tail(text: str, lines: int = 40) -> str:
 
 def _find_vng() -> str:
     """virtme-ng may live outside the venv (install-vm-deps.sh puts it in the
-    pyenv python); ``$CXLCTL_VNG`` overrides, then the venv, then PATH."""
+    venv it is given); ``$CXLCTL_VNG`` overrides, then the venv, then PATH."""
     cand = os.environ.get("CXLCTL_VNG")
     if cand:
         return cand
@@ -351,6 +353,33 @@ def _find_vng() -> str:
     if not found:
         raise HarnessError("vng (virtme-ng) not found; run scripts/install-vm-deps.sh")
     return found
+
+
+#: where Debian keeps what vng and QEMU call by name (qemu-system-x86_64,
+#: busybox, modprobe, udevadm); CI's PATH may be as short as /usr/bin:/bin
+SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def tool_env(vng: str, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment vng runs in: PATH starts with the folder of the vng
+    that was found and of this interpreter, then the caller's PATH, then the
+    system folders.
+
+    Why: vng starts ``virtme-run`` (and virtme-ng-init helpers) through
+    ``/bin/sh`` by name.  Found beside the venv's python, vng would otherwise
+    depend on the caller having put ``.venv/bin`` on PATH, which CI's fresh
+    machine does not (issue 9: every guest died with ``virtme-run: not found``).
+    """
+    env = dict(os.environ if base is None else base)
+    first = [str(Path(vng).resolve().parent), str(Path(vng).parent), str(Path(sys.executable).parent)]
+    rest = [d for d in env.get("PATH", "").split(os.pathsep) if d]
+    path: List[str] = []
+    for d in first + rest + list(SYSTEM_PATH):
+        if d not in path:
+            path.append(d)
+    env["PATH"] = os.pathsep.join(path)
+    env.setdefault("HOME", "/root" if os.geteuid() == 0 else tempfile.gettempdir())
+    return env
 
 
 _RUNNER = r"""#!/bin/bash
@@ -394,6 +423,38 @@ def _precompile() -> None:
         compileall.compile_dir(str(REPO / pkg), quiet=1, force=False)
 
 
+def boot_tries() -> int:
+    """How many times a guest that dies before init is booted (``$CXLCTL_VM_BOOT_TRIES``, default 3)."""
+    try:
+        return max(1, int(os.environ.get("CXLCTL_VM_BOOT_TRIES", "3")))
+    except ValueError:
+        return 3
+
+
+def boot_deadline(timeout: float) -> float:
+    """Seconds a guest may take to reach its runner before it counts as hung.
+
+    Boots take 25-60 s under TCG (up to ~120 s on a loaded 2-core machine); a
+    guest stuck in early boot (RCU stalls from timer starvation) never gets
+    there.  ``$CXLCTL_VM_BOOT_DEADLINE`` overrides; never more than half the
+    run's own timeout, so a retry still fits.
+    """
+    try:
+        want = float(os.environ.get("CXLCTL_VM_BOOT_DEADLINE", "240"))
+    except ValueError:
+        want = 240.0
+    return max(1.0, min(want, timeout / 2))
+
+
+class _BootRetry(Exception):
+    """A guest died or hung before its runner started: worth booting again."""
+
+    def __init__(self, why: str, console_tail: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.console_tail = console_tail
+
+
 def run_guest(
     topology: Union[str, Topology],
     script: str,
@@ -413,6 +474,12 @@ def run_guest(
     :class:`GuestBootError` (with the console tail) if the guest never got
     to run the script, the drivers did not enumerate every memdev, or the
     run exceeded ``timeout`` seconds.
+
+    A guest that dies or hangs *before its runner starts* (QEMU's TCG
+    occasionally asserts while PCI BARs are programmed, or the kernel stalls
+    in early boot) is booted again, up to :func:`boot_tries` times, and each
+    retry is logged to stderr with the reason.  Once the runner has started,
+    nothing is retried: a failure inside the script is the test's.
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -421,9 +488,52 @@ def run_guest(
     base = base.resolve()
     out = base / "out"
     hdir = base / "harness"  # the runner's own files, kept out of $OUT
+    out.mkdir(parents=True, exist_ok=True)
+    vng = _find_vng()
+    env = tool_env(vng)
+    # One guest at a time on this machine: two TCG guests on 2 cores each take
+    # more than twice as long and hit timeouts.  The lock is machine-wide so
+    # parallel test runs (several developers' sessions) queue instead of thrash.
+    vm_lock = open(os.environ.get("CXLCTL_VM_LOCK", "/tmp/cxlctl-vm.lock"), "a")
+    fcntl.flock(vm_lock, fcntl.LOCK_EX)
+    try:
+        tries = boot_tries()
+        for attempt in range(1, tries + 1):
+            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, extra_qemu_args)
+            t0 = time.monotonic()
+            try:
+                res = _boot_and_collect(cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0)
+            except _BootRetry as r:
+                # keep the dead boot's console for the post-mortem
+                kept = base / f"console-attempt{attempt}.log"
+                shutil.copyfile(hdir / "console.log", kept)
+                msg = f"guest ({topo.name}, {kern.release}) attempt {attempt}/{tries}: {r.why}; console: {kept}"
+                if attempt == tries:
+                    raise GuestBootError(f"{msg}\n--- console tail ---\n{r.console_tail}") from None
+                print(f"vm-harness: {msg}; booting again", file=sys.stderr, flush=True)
+                continue
+            res.attempts = attempt
+            return res
+        raise AssertionError("unreachable")
+    finally:
+        vm_lock.close()
+
+
+def _prepare(
+    vng: str,
+    script: str,
+    base: Path,
+    out: Path,
+    hdir: Path,
+    topo: Topology,
+    kern: Kernel,
+    memory: str,
+    settle_timeout: int,
+    extra_qemu_args: Sequence[str],
+) -> List[str]:
+    """Lay out a fresh runner folder and return the vng command line."""
     if hdir.exists():
         shutil.rmtree(hdir)
-    out.mkdir(parents=True, exist_ok=True)
     hdir.mkdir()
     (hdir / "script.sh").write_text(script if script.endswith("\n") else script + "\n")
     q = shlex.quote
@@ -440,8 +550,8 @@ def run_guest(
     )
     qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8"]
     qemu += topo.qemu_args + list(extra_qemu_args)
-    cmd = [
-        _find_vng(),
+    return [
+        vng,
         "--verbose",
         "-r",
         str(kern.vmlinuz),
@@ -455,21 +565,25 @@ def run_guest(
         "--exec",
         f"bash {q(str(hdir / 'runner.sh'))}",
     ]
-    console = hdir / "console.log"
-    # One guest at a time on this machine: two TCG guests on 2 cores each take
-    # more than twice as long and hit timeouts.  The lock is machine-wide so
-    # parallel test runs (several developers' sessions) queue instead of thrash.
-    vm_lock = open(os.environ.get("CXLCTL_VM_LOCK", "/tmp/cxlctl-vm.lock"), "a")
-    fcntl.flock(vm_lock, fcntl.LOCK_EX)
-    t0 = time.monotonic()
-    try:
-        return _boot_and_collect(cmd, console, base, out, hdir, topo, kern, timeout, t0)
-    finally:
-        vm_lock.close()
+
+
+def _wait_for_runner(proc: subprocess.Popen[bytes], started: Path, deadline: float) -> Optional[str]:
+    """Wait until the runner has left its first file, the guest exits, or the
+    boot deadline passes.  Returns why the boot is worth retrying, or None."""
+    end = time.monotonic() + deadline
+    while not started.exists():
+        if proc.poll() is not None:
+            # vng/QEMU ended; the runner may still have started just before
+            return None if started.exists() else f"vng exited {proc.returncode} before the guest ran its script"
+        if time.monotonic() > end:
+            return f"no sign of the guest's script after {deadline:.0f} s (hung in boot)"
+        time.sleep(0.5)
+    return None
 
 
 def _boot_and_collect(
     cmd: List[str],
+    env: Dict[str, str],
     console: Path,
     base: Path,
     out: Path,
@@ -489,9 +603,16 @@ def _boot_and_collect(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             cwd=str(base),
+            env=env,
         )
         try:
-            proc.wait(timeout=timeout)
+            retry = _wait_for_runner(proc, hdir / "uptime-start", boot_deadline(timeout))
+            if retry is not None:
+                _kill_group(proc)
+                raise _BootRetry(retry, _tail(_read(console)))
+            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        except _BootRetry:
+            raise
         except BaseException as e:  # timeout, Ctrl-C, SIGTERM turned into an exception
             _kill_group(proc)
             if not isinstance(e, subprocess.TimeoutExpired):
@@ -514,7 +635,7 @@ def _boot_and_collect(
         )
 
     if not (hdir / "prelude-rc").exists():
-        raise fail("the guest never ran the script (boot failed?)")
+        raise fail("the guest started its script but never finished the prelude")
     if _read(hdir / "prelude-rc").strip() != "0":
         raise fail("the prelude failed (drivers did not load or memdevs did not enumerate)")
     if not (hdir / "rc").exists():

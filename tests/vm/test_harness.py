@@ -4,11 +4,13 @@ every other VM test's failure is about the harness, not cxlctl."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
-from tests.vm.harness import TOPOLOGIES, KernelNotFound, kernel
+from tests.vm.harness import TOPOLOGIES, GuestBootError, Kernel, KernelNotFound, kernel, run_guest
 
 
 def test_topologies_are_well_formed() -> None:
@@ -32,6 +34,86 @@ def test_missing_kernel_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         kernel("6.12")
 
 
-
 # Booting each topology (and a 2-way region on hb2) is covered by test_vm_status.py,
 # which compares the guest with cxl/daxctl/numactl; no separate smoke boots here.
+
+
+# ---------------------------------------------------------------- boot retries
+# A stand-in for vng that plays one scripted outcome per boot, so the retry
+# logic is tested without QEMU.  It finds the runner folder from --exec.
+FAKE_VNG = r"""#!PYTHON
+import os, sys, time
+from pathlib import Path
+runner = Path(sys.argv[sys.argv.index("--exec") + 1].split()[-1].strip("'"))
+hdir = runner.parent
+count = hdir.parent / "boots"
+n = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(n))
+plan = os.environ["FAKE_VNG_PLAN"].split(",")
+what = plan[min(n, len(plan)) - 1]
+(hdir.parent / f"path-{n}").write_text(os.environ.get("PATH", ""))
+if what == "die":
+    print("qemu: iotlb_to_section: Assertion failed")
+    sys.exit(255)
+if what == "hang":
+    time.sleep(600)
+(hdir / "uptime-start").write_text("1.0 1.0\n")
+(hdir / "prelude-rc").write_text("0\n")
+(hdir / "stdout.txt").write_text(f"boot {n}\n")
+(hdir / "stderr.txt").write_text("")
+(hdir / "rc").write_text("0\n" if what == "ok" else "7\n")
+(hdir / "uptime-end").write_text("2.0 2.0\n")
+"""
+
+
+def _fake_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str) -> Tuple[Kernel, Path]:
+    vng = tmp_path / "bin" / "vng"
+    vng.parent.mkdir()
+    vng.write_text(FAKE_VNG.replace("PYTHON", sys.executable))
+    vng.chmod(0o755)
+    monkeypatch.setenv("CXLCTL_VNG", str(vng))
+    monkeypatch.setenv("CXLCTL_VM_LOCK", str(tmp_path / "lock"))
+    monkeypatch.setenv("CXLCTL_VM_BOOT_DEADLINE", "3")
+    monkeypatch.setenv("FAKE_VNG_PLAN", plan)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    k = Kernel(series="6.12", release="fake", vmlinuz=tmp_path / "vmlinuz")
+    work = tmp_path / "work"
+    return k, work
+
+
+def test_guest_dying_before_init_is_booted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    k, work = _fake_guest(tmp_path, monkeypatch, "die,hang,ok")
+    res = run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    assert res.returncode == 0 and res.attempts == 3 and res.stdout == "boot 3\n"
+    err = capsys.readouterr().err
+    assert "attempt 1/3: vng exited 255 before the guest ran its script" in err
+    assert "attempt 2/3: no sign of the guest's script after 3 s (hung in boot)" in err
+    assert (work / "console-attempt1.log").read_text().startswith("qemu: iotlb_to_section")
+
+
+def test_script_failure_is_never_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    k, work = _fake_guest(tmp_path, monkeypatch, "fail,ok")
+    res = run_guest("single", "false", kernel=k, workdir=work, timeout=60)
+    assert res.returncode == 7 and res.attempts == 1
+    assert (work / "boots").read_text() == "1"
+
+
+def test_boot_retries_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    k, work = _fake_guest(tmp_path, monkeypatch, "die")
+    monkeypatch.setenv("CXLCTL_VM_BOOT_TRIES", "2")
+    with pytest.raises(GuestBootError, match=r"attempt 2/2: vng exited 255"):
+        run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    assert (work / "boots").read_text() == "2"
+
+
+def test_vng_runs_with_its_own_folder_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9: vng calls virtme-run by name, so its folder must be on PATH
+    even when the caller's PATH is CI's minimal one."""
+    k, work = _fake_guest(tmp_path, monkeypatch, "ok")
+    run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    path = (work / "path-1").read_text().split(":")
+    assert path[0] == str(tmp_path / "bin")
+    assert str(Path(sys.executable).parent) in path
+    assert {"/usr/sbin", "/sbin"} <= set(path)
