@@ -21,7 +21,7 @@ def grow(src: str, dest: str, n: int) -> str:
         st = json.load(f)
     (mem,) = st["memdevs"]
     name, ep, host = mem["memdev"], mem["endpoint"], mem["host"]
-    ep_id = ep[len("endpoint"):]
+    ep_id = ep[len("endpoint") :]
     shutil.copytree(src, dest, symlinks=True)
     clones = []
     for root, dirs, files in os.walk(dest):
@@ -34,7 +34,7 @@ def grow(src: str, dest: str, n: int) -> str:
     clones = [c for c in clones if not any(c != o and c.startswith(o + "/") for o in clones)]
     for k in range(1, n):
         new_ep = f"endpoint{1000 + k}"
-        bdf = f"0000:{(k >> 8) & 0xff:02x}:{(k & 0xff) >> 3:02x}.{k & 7}".replace("0000:", "0001:", 1)
+        bdf = f"0000:{(k >> 8) & 0xFF:02x}:{(k & 0xFF) >> 3:02x}.{k & 7}".replace("0000:", "0001:", 1)
 
         def sub(s: str, k: int = k, new_ep: str = new_ep, bdf: str = bdf) -> str:
             s = re.sub(rf"\b{re.escape(name)}\b", f"mem{k}", s)

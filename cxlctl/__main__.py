@@ -25,7 +25,7 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
             i += 2
             continue
         if a.startswith("--root="):
-            root = a[len("--root="):]
+            root = a[len("--root=") :]
             i += 1
             continue
         rest.append(a)

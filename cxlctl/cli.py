@@ -67,7 +67,9 @@ def main(
 
 
 @app.command()
-def status(json_out: bool = typer.Option(False, "--json", help="Machine-readable output (docs/json-schema.md).")) -> None:
+def status(
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output (docs/json-schema.md)."),
+) -> None:
     """Show CXL devices, regions, DAX devices, NUMA nodes, memory tiers and knobs."""
     from .inventory import scan
 
@@ -123,7 +125,9 @@ def run(argv: List[str]) -> int:
             return usage
         if os.environ.get("CXLCTL_DEBUG"):
             raise
-        sys.stderr.write(f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n")
+        sys.stderr.write(
+            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
+        )
         return EXIT_FAILURE
     return 0
 

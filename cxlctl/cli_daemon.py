@@ -54,7 +54,9 @@ def run_cmd(
 
 
 @daemon_app.command("config")
-def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
+def config_cmd(
+    config: Optional[str] = CONFIG_OPT, json_out: bool = typer.Option(False, "--json", help="JSON output.")
+) -> None:
     """Validate the configuration and print the effective values (exit 2 on a bad file)."""
     from .daemon import config as cfgmod
 
@@ -91,7 +93,9 @@ def metrics_cmd(
     target = resolve_target(root, cfg)
     rec.check_drift()
     h = None if no_health or not cfg.health_enabled else health.collect(root, cfg.health_command, cfg.health_timeout)
-    state = {"applied": "applied", "reverted": "reverted", "needs-attention": "needs-attention"}.get(target.state, "observing")
+    state = {"applied": "applied", "reverted": "reverted", "needs-attention": "needs-attention"}.get(
+        target.state, "observing"
+    )
     view = View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False)
     sys.stdout.write(metrics.build(view))
 

@@ -40,22 +40,59 @@ policy_app = typer.Typer(
 _CTX = {"allow_interspersed_args": False}
 
 POLICY_OPT = typer.Option(
-    None, "--policy", metavar="MODE", help="bind | preferred | preferred-many | interleave | weighted-interleave (default) | local."
+    None,
+    "--policy",
+    metavar="MODE",
+    help="bind | preferred | preferred-many | interleave | weighted-interleave (default) | local.",
 )
-CPU_OPT = typer.Option(None, "--cpu-nodes", metavar="NODES", help="CPU nodes (numactl syntax: 0-1,3 | all | !N | +N). Default: the GPUs' socket.")
-MEM_OPT = typer.Option(None, "--mem-nodes", metavar="NODES", help="Memory nodes (numactl syntax). Default: that socket's DRAM + nearest CXL nodes.")
+CPU_OPT = typer.Option(
+    None,
+    "--cpu-nodes",
+    metavar="NODES",
+    help="CPU nodes (numactl syntax: 0-1,3 | all | !N | +N). Default: the GPUs' socket.",
+)
+MEM_OPT = typer.Option(
+    None,
+    "--mem-nodes",
+    metavar="NODES",
+    help="Memory nodes (numactl syntax). Default: that socket's DRAM + nearest CXL nodes.",
+)
 RATIO_OPT = typer.Option(
-    None, "--ratio", metavar="D:C", help="Weighted-interleave weights DRAM:CXL (system-wide; journaled, undone by `cxlctl tune revert`)."
+    None,
+    "--ratio",
+    metavar="D:C",
+    help="Weighted-interleave weights DRAM:CXL (system-wide; journaled, undone by `cxlctl tune revert`).",
 )
-GPUS_OPT = typer.Option(None, "--gpus", metavar="LIST", help="GPUs in use: indices in PCI order (0,1 | 0-3 | all) or PCI addresses.")
-KV_OPT = typer.Option(None, "--kv-size", metavar="SIZE|auto", help="CPU KV cache size (K/M/G/T = powers of 1024), or auto = free CXL minus --reserve.")
-RESERVE_OPT = typer.Option(None, "--reserve", metavar="SIZE", help="With --kv-size auto: CXL memory kept free (default 10 % of it).")
-MODELCFG_OPT = typer.Option(None, "--model-config", metavar="PATH", help="Model config.json (or directory) for KV bytes per token.")
-DRY_OPT = typer.Option(False, "--dry-run", help="Print argv, environment, policy and the numactl equivalent; change and launch nothing.")
-JSON_OPT = typer.Option(False, "--json", help="The plan as one JSON document (stdout with --dry-run, else stderr before exec).")
-ENGINE_CMD_OPT = typer.Option(None, "--engine-cmd", metavar="CMD", help="The engine command (default: `vllm`, `python3 -m sglang.launch_server`).")
-TMPFS_OPT = typer.Option(False, "--kv-tmpfs", help="vLLM: private /dev/shm tmpfs bound to the CXL nodes, sized for the offload (root).")
-KEEP_NB_OPT = typer.Option(False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind).")
+GPUS_OPT = typer.Option(
+    None, "--gpus", metavar="LIST", help="GPUs in use: indices in PCI order (0,1 | 0-3 | all) or PCI addresses."
+)
+KV_OPT = typer.Option(
+    None,
+    "--kv-size",
+    metavar="SIZE|auto",
+    help="CPU KV cache size (K/M/G/T = powers of 1024), or auto = free CXL minus --reserve.",
+)
+RESERVE_OPT = typer.Option(
+    None, "--reserve", metavar="SIZE", help="With --kv-size auto: CXL memory kept free (default 10 % of it)."
+)
+MODELCFG_OPT = typer.Option(
+    None, "--model-config", metavar="PATH", help="Model config.json (or directory) for KV bytes per token."
+)
+DRY_OPT = typer.Option(
+    False, "--dry-run", help="Print argv, environment, policy and the numactl equivalent; change and launch nothing."
+)
+JSON_OPT = typer.Option(
+    False, "--json", help="The plan as one JSON document (stdout with --dry-run, else stderr before exec)."
+)
+ENGINE_CMD_OPT = typer.Option(
+    None, "--engine-cmd", metavar="CMD", help="The engine command (default: `vllm`, `python3 -m sglang.launch_server`)."
+)
+TMPFS_OPT = typer.Option(
+    False, "--kv-tmpfs", help="vLLM: private /dev/shm tmpfs bound to the CXL nodes, sized for the offload (root)."
+)
+KEEP_NB_OPT = typer.Option(
+    False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
+)
 LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache with --kv-size (LMCACHE_* environment).")
 ARGS = typer.Argument(None, metavar="[-- COMMAND ARGS...]", help="What to run (after --).")
 
@@ -74,21 +111,38 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     for line in lp.nodesets.how:
         out.append(("nodes", line))
     out.append(("policy", lp.policy.describe()))
-    out.append(("method", "numactl" if lp.method == "numactl" else "direct (set_mempolicy + sched_setaffinity, then exec)"))
+    out.append(
+        ("method", "numactl" if lp.method == "numactl" else "direct (set_mempolicy + sched_setaffinity, then exec)")
+    )
     wp = lp.weights
     if wp is not None:
         if wp.writes:
             ch = ", ".join(f"{s.split('.', 1)[-1]} {a} -> {b}" for s, a, b in wp.changes)
-            out.append(("weights", f"{wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)"))
+            out.append(
+                (
+                    "weights",
+                    f"{wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)",
+                )
+            )
         else:
-            out.append(("weights", f"{' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)"))
+            out.append(
+                (
+                    "weights",
+                    f"{' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)",
+                )
+            )
     if lp.engine.kv_bytes is not None:
         line = f"{format_size(lp.engine.kv_bytes)} over {lp.engine.ranks} rank(s)"
         if lp.tokens is not None:
             line += f", {lp.tokens:,} tokens"
         out.append(("kv", line))
     if lp.tmpfs is not None:
-        out.append(("tmpfs", f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)"))
+        out.append(
+            (
+                "tmpfs",
+                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)",
+            )
+        )
     out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
     out.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))))
     out.append(("numactl", lp.equivalent))
@@ -169,11 +223,16 @@ def _launch(
     )
     lp = build(_root(), req)
     if json_out:
-        (sys.stdout if dry_run else sys.stderr).write(json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n")
+        (sys.stdout if dry_run else sys.stderr).write(
+            json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n"
+        )
     else:
         _out(lp, sys.stdout if dry_run else sys.stderr, dry_run)
     if lp.failed:
-        raise CxlctlError(f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched", hint="each problem above names its fix")
+        raise CxlctlError(
+            f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched",
+            hint="each problem above names its fix",
+        )
     if dry_run:
         return
     execute(_root(), lp)
@@ -189,7 +248,9 @@ def exec_cmd(
     gpus: Optional[str] = GPUS_OPT,
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
-    kv_tmpfs: bool = typer.Option(False, "--kv-tmpfs", help="Private /dev/shm tmpfs bound to the CXL nodes, sized --kv-size (root)."),
+    kv_tmpfs: bool = typer.Option(
+        False, "--kv-tmpfs", help="Private /dev/shm tmpfs bound to the CXL nodes, sized --kv-size (root)."
+    ),
     lmcache: bool = LMCACHE_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
@@ -317,7 +378,10 @@ def _render_proof(rep: Dict[str, Any]) -> None:
 
     c = Console(highlight=False)
     pol = rep["policy"]
-    c.print(f"[bold]{rep['pid']}[/bold] {rep['name']}: policy [bold]{pol['mode']}[/bold]" + (f" over node(s) {format_nodelist(pol['nodes'])}" if pol["nodes"] else ""))
+    c.print(
+        f"[bold]{rep['pid']}[/bold] {rep['name']}: policy [bold]{pol['mode']}[/bold]"
+        + (f" over node(s) {format_nodelist(pol['nodes'])}" if pol["nodes"] else "")
+    )
     c.print(f"Mems_allowed {format_nodelist(rep['mems_allowed'])}, Cpus_allowed {format_nodelist(rep['cpus_allowed'])}")
     if len(rep["policies"]) > 1:
         c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
@@ -329,7 +393,13 @@ def _render_proof(rep: Dict[str, Any]) -> None:
     anon_total = sum(pages["anon"].values()) or 1
     for n in nodes:
         a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
-        t.add_row(str(n), f"{a} ({format_size(a * 4096)})", f"{f} ({format_size(f * 4096)})", f"{tot} ({format_size(tot * 4096)})", f"{a / anon_total:.1%}")
+        t.add_row(
+            str(n),
+            f"{a} ({format_size(a * 4096)})",
+            f"{f} ({format_size(f * 4096)})",
+            f"{tot} ({format_size(tot * 4096)})",
+            f"{a / anon_total:.1%}",
+        )
     c.print(t)
     if rep["asked"] is None:
         c.print("[dim]not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with[/dim]")
@@ -339,4 +409,6 @@ def _render_proof(rep: Dict[str, Any]) -> None:
     for ch in rep["checks"]:
         st = style[ch["status"]]
         c.print(f"  [{st}]{ch['status']:4}[/{st}] {ch['check']}: {ch['detail']}")
-    c.print("[green]matches what was asked[/green]" if rep["match"] else "[bold red]differs from what was asked[/bold red]")
+    c.print(
+        "[green]matches what was asked[/green]" if rep["match"] else "[bold red]differs from what was asked[/bold red]"
+    )

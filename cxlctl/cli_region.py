@@ -46,11 +46,23 @@ dax_app = typer.Typer(
 )
 
 JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout (messages go to stderr).")
-MEMDEVS_OPT = typer.Option(None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them).")
+MEMDEVS_OPT = typer.Option(
+    None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them)."
+)
 WAYS_OPT = typer.Option(None, "--ways", "-w", help="Number of memdevs; without --memdevs, cxlctl picks free ones.")
-SIZE_OPT = typer.Option(None, "--size", "-s", metavar="SIZE", help="Region size, K/M/G/T = powers of 1024 (default: all that fits).")
-GRAN_OPT = typer.Option(None, "--granularity", "-g", metavar="BYTES", help="Interleave granularity (default: the window's).")
-DECODER_OPT = typer.Option(None, "--decoder", "-d", metavar="decoderX.Y", help="Root decoder (CXL window) to use (default: the first that fits).")
+SIZE_OPT = typer.Option(
+    None, "--size", "-s", metavar="SIZE", help="Region size, K/M/G/T = powers of 1024 (default: all that fits)."
+)
+GRAN_OPT = typer.Option(
+    None, "--granularity", "-g", metavar="BYTES", help="Interleave granularity (default: the window's)."
+)
+DECODER_OPT = typer.Option(
+    None,
+    "--decoder",
+    "-d",
+    metavar="decoderX.Y",
+    help="Root decoder (CXL window) to use (default: the first that fits).",
+)
 TYPE_OPT = typer.Option("ram", "--type", "-t", help="Region type; only ram is supported.")
 ALL_OPT = typer.Option(False, "--all", help="Use all unused CXL RAM capacity, widest valid interleave per window.")
 WAIT_OPT = typer.Option(None, "--wait", metavar="SECONDS", help="How long to wait for the cxlctl lock (default 5).")
@@ -120,7 +132,9 @@ def _request(
             raise UsageError("--memdevs is empty", hint="e.g. --memdevs mem0,mem1")
         for p in parts:
             if not (p.startswith("mem") and p[3:].isdigit()):
-                raise UsageError(f"--memdevs: {p!r} is not a memdev name", hint="memdevs are named memN (cxlctl status)")
+                raise UsageError(
+                    f"--memdevs: {p!r} is not a memdev name", hint="memdevs are named memN (cxlctl status)"
+                )
         names = tuple(parts)
     if ways is not None and ways <= 0:
         raise UsageError(f"--ways {ways} must be positive")
@@ -139,7 +153,9 @@ def _request(
         except ValueError as e:
             raise UsageError(f"--granularity: {e}", hint="e.g. --granularity 4096 or 4K") from None
     if decoder is not None and not (decoder.startswith("decoder") and "." in decoder):
-        raise UsageError(f"--decoder {decoder!r} is not a decoder name", hint="root decoders are named decoderX.Y (cxlctl status)")
+        raise UsageError(
+            f"--decoder {decoder!r} is not a decoder name", hint="root decoders are named decoderX.Y (cxlctl status)"
+        )
     return Request(memdevs=names, ways=ways, size=sz, granularity=g, decoder=decoder, type=rtype.strip().lower())
 
 
@@ -148,7 +164,9 @@ def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
 
     if use_all:
         if req.memdevs or req.ways is not None or req.size is not None:
-            raise UsageError("--all picks memdevs, ways and sizes itself", hint="drop --memdevs/--ways/--size, or drop --all")
+            raise UsageError(
+                "--all picks memdevs, ways and sizes itself", hint="drop --memdevs/--ways/--size, or drop --all"
+            )
         return plan_all(inv, req)
     return [plan(inv, req)]
 
@@ -204,7 +222,11 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
     c.print(
         f"[bold]{title}[/bold]: {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, "
         f"granularity {p.granularity}"
-        + (f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})" if p.window_size else "")
+        + (
+            f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})"
+            if p.window_size
+            else ""
+        )
     )
     index = {(lv.port, t): i for lv in p.levels for i, t in enumerate(lv.targets)}
     t = Table(title_justify="left")
@@ -275,10 +297,7 @@ def _created_json(made: Created, root: str) -> Dict[str, Any]:
             "region": made.region,
             "resource": made.resource,
             "decode_state": "commit",
-            "mappings": [
-                dict(m, memdev=mm, decoder=dd)
-                for m, (_, mm, dd) in zip(doc["mappings"], made.mappings)
-            ],
+            "mappings": [dict(m, memdev=mm, decoder=dd) for m, (_, mm, dd) in zip(doc["mappings"], made.mappings)],
             "targets": [mm for _, mm, _ in made.mappings],
             "dax": [dax.as_json(dax.read_dax(root, d), bs) for d in made.dax_devices],
             "steps": list(made.steps),
@@ -323,7 +342,11 @@ def create_cmd(
         else:
             for i, p in enumerate(plans):
                 _render_plan(p, f"would create {i + 1}/{len(plans)}" if len(plans) > 1 else "would create")
-            typer.echo(f"then: DAX device → {online}" + (f" in ZONE_{zone.upper()}" if online == "system-ram" else "") + "; dry run, nothing written")
+            typer.echo(
+                f"then: DAX device → {online}"
+                + (f" in ZONE_{zone.upper()}" if online == "system-ram" else "")
+                + "; dry run, nothing written"
+            )
         return
     _need_root("region create")
     log = _logger(verbose)
@@ -360,7 +383,11 @@ def _report_created(done: List[Dict[str, Any]], json_out: bool, partial: bool) -
         nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
         daxs = ", ".join(
             f"{x['chardev']} {x['mode']}"
-            + (f" node {x['target_node']} {x['online_memblocks']}/{x['total_memblocks']} blocks online {'/'.join(x['zones'])}" if x["mode"] == "system-ram" else "")
+            + (
+                f" node {x['target_node']} {x['online_memblocks']}/{x['total_memblocks']} blocks online {'/'.join(x['zones'])}"
+                if x["mode"] == "system-ram"
+                else ""
+            )
             for x in d["dax"]
         )
         typer.echo(
@@ -376,7 +403,9 @@ def _report_created(done: List[Dict[str, Any]], json_out: bool, partial: bool) -
 @region_app.command("destroy")
 def destroy_cmd(
     region: str = typer.Argument(..., help="regionN"),
-    force: bool = typer.Option(False, "--force", "-f", help="Offline the region's memory first (it must not be in use)."),
+    force: bool = typer.Option(
+        False, "--force", "-f", help="Offline the region's memory first (it must not be in use)."
+    ),
     wait: Optional[float] = WAIT_OPT,
     verbose: bool = VERBOSE_OPT,
     json_out: bool = JSON_OPT,
@@ -400,7 +429,8 @@ def destroy_cmd(
     blockers = destroy_blockers(inv, region)
     if blockers:
         raise CxlctlError(
-            f"{region} cannot be torn down before " + "; ".join(blockers)
+            f"{region} cannot be torn down before "
+            + "; ".join(blockers)
             + ": the kernel releases a port's decoders in reverse commit order",
             code=EXIT_USAGE,
             hint="destroy the later region(s) first",

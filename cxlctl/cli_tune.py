@@ -130,7 +130,9 @@ def _profile_json(p: Profile) -> Dict[str, Any]:
 
 
 @tune_app.command("show")
-def show_cmd(profile: str = typer.Argument(..., help="Profile name or path to a .toml file."), json_out: bool = JSON_OPT) -> None:
+def show_cmd(
+    profile: str = typer.Argument(..., help="Profile name or path to a .toml file."), json_out: bool = JSON_OPT
+) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
     from .tuning.profile import load
 
@@ -290,7 +292,9 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
 
 @tune_app.command("plan")
 def plan_cmd(
-    profile: Optional[str] = typer.Argument(None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."),
+    profile: Optional[str] = typer.Argument(
+        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    ),
     persist: bool = typer.Option(False, "--persist", help="Report conflicts as if applied with --persist."),
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -322,7 +326,14 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     t = Table(title=title, title_justify="left")
     for col in ("knob", "file", "before", "target", "result"):
         t.add_column(col)
-    style = {"written": "green", "restored": "cyan", "reverted": "cyan", "failed": "red", "restore-failed": "bold red", "gone": "yellow"}
+    style = {
+        "written": "green",
+        "restored": "cyan",
+        "reverted": "cyan",
+        "failed": "red",
+        "restore-failed": "bold red",
+        "gone": "yellow",
+    }
     for r in results:
         st = style.get(r.status, "dim")
         res = f"[{st}]{r.status}[/{st}]" + (f" [dim]{r.error}[/dim]" if r.error else "")
@@ -332,7 +343,9 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
 
 @tune_app.command("apply")
 def apply_cmd(
-    profile: Optional[str] = typer.Argument(None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."),
+    profile: Optional[str] = typer.Argument(
+        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; write nothing."),
     persist: bool = typer.Option(
         False, "--persist", help="Also write /etc/sysctl.d/90-cxlctl.conf and /var/lib/cxlctl/active-profile."
@@ -352,7 +365,11 @@ def apply_cmd(
     if not res.ok:
         raise CxlctlError(
             f"apply of {res.prepared.plan.profile} failed: {res.error}"
-            + ("; ROLLBACK INCOMPLETE: " + "; ".join(res.rollback_errors) if res.rollback_errors else "; every change was rolled back"),
+            + (
+                "; ROLLBACK INCOMPLETE: " + "; ".join(res.rollback_errors)
+                if res.rollback_errors
+                else "; every change was rolled back"
+            ),
             code=EXIT_FAILURE,
             hint="see `cxlctl tune status`" + ("; then `cxlctl tune revert`" if res.rollback_errors else ""),
         )
@@ -417,14 +434,21 @@ def verify_cmd(
 
         _note(res.messages)
         c = _console()
-        c.print(f"[bold]verify[/bold] {res.profile} (against the {'applied journal' if res.basis == 'journal' else 'profile'})")
+        c.print(
+            f"[bold]verify[/bold] {res.profile} (against the {'applied journal' if res.basis == 'journal' else 'profile'})"
+        )
         t = Table(title_justify="left")
         for col in ("knob", "expected", "actual", "result"):
             t.add_column(col)
         style = {"pass": "green", "drift": "bold red", "unsupported": "yellow"}
         for ch in res.checks:
             st = style[ch.status]
-            t.add_row(ch.setting, _v(ch.expected), _v(ch.actual), f"[{st}]{ch.status}[/{st}]" + (f" [dim]{ch.note}[/dim]" if ch.note else ""))
+            t.add_row(
+                ch.setting,
+                _v(ch.expected),
+                _v(ch.actual),
+                f"[{st}]{ch.status}[/{st}]" + (f" [dim]{ch.note}[/dim]" if ch.note else ""),
+            )
         c.print(t)
     if res.drift:
         drifted = ", ".join(ch.setting for ch in res.checks if ch.status == "drift")
@@ -509,10 +533,7 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
             + (f", {len(v['unsupported'])} unsupported" if v["unsupported"] else "")
         )
     pers = st["persisted"]
-    c.print(
-        "persisted: "
-        + (f"{pers['profile'] or '?'} ({pers['sysctl_file'] or 'no sysctl file'})" if pers else "no")
-    )
+    c.print("persisted: " + (f"{pers['profile'] or '?'} ({pers['sysctl_file'] or 'no sysctl file'})" if pers else "no"))
     lk = st["lock"]
     if lk["held"]:
         c.print(f"lock: held by pid {lk['holder_pid'] or '?'}")

@@ -40,9 +40,7 @@ def derive(
     )
 
     # CXL windows (root decoders' HPA ranges; readable as root only)
-    windows = [
-        (d.resource, d.size) for d in inv.decoders if d.kind == "root" and d.resource is not None and d.size
-    ]
+    windows = [(d.resource, d.size) for d in inv.decoders if d.kind == "root" and d.resource is not None and d.size]
 
     def in_cxl_window(addr: Optional[int]) -> bool:
         return addr is not None and any(s <= addr < s + z for s, z in windows)
@@ -279,8 +277,7 @@ def _explain(
                 Warning_(
                     "region-uncommitted",
                     "warning",
-                    f"{r.name} is not committed (decoders not programmed): it provides no memory; "
-                    "finish or delete it",
+                    f"{r.name} is not committed (decoders not programmed): it provides no memory; finish or delete it",
                     r.name,
                 )
             )

@@ -334,7 +334,7 @@ class _Scan:
         driver = self.r.link(f"{dev}/driver")
         target = self.num(f"{dev}/target_node")
         numa = self.num(f"{dev}/numa_node")
-        path = parent[len("/sys/devices"):] if parent.startswith("/sys/devices/") else parent
+        path = parent[len("/sys/devices") :] if parent.startswith("/sys/devices/") else parent
         return DaxDevice(
             name=name,
             size=self.num(f"{dev}/size"),
@@ -396,7 +396,7 @@ class _Scan:
             nodes = self.nodelist(f"{TIER_DIR}/{t}/nodelist")
             if nodes is None:  # the ABI document calls it 'nodes'; accept both
                 nodes = self.nodelist(f"{TIER_DIR}/{t}/nodes")
-            out.append(Tier(int(t[len("memory_tier"):]), nodes or ()))
+            out.append(Tier(int(t[len("memory_tier") :]), nodes or ()))
         return out
 
     def weighted_interleave(self) -> WeightedInterleave:

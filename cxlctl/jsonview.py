@@ -76,9 +76,7 @@ def decoder(d: Decoder, inv: Optional[Inventory] = None) -> J:
             if owner is not None:
                 dports = {x.id: x.name for x in owner.dports}
         out["nr_targets"] = len(d.target_list)
-        out["targets"] = [
-            {"position": i, "id": t, "target": dports.get(t)} for i, t in enumerate(d.target_list)
-        ]
+        out["targets"] = [{"position": i, "id": t, "target": dports.get(t)} for i, t in enumerate(d.target_list)]
     if d.kind == "root":
         out.update(
             {

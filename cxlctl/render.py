@@ -127,11 +127,21 @@ def render_status(inv: Inventory, console: Console) -> None:
             t.add_row(d.name, d.provider, format_size(d.size), d.mode or "unbound", str(d.target_node))
         console.print(t)
 
-    t = Table(title="NUMA nodes (bandwidth/latency: HMAT/CDAT access0; wi: weighted-interleave weight)", title_justify="left")
+    t = Table(
+        title="NUMA nodes (bandwidth/latency: HMAT/CDAT access0; wi: weighted-interleave weight)", title_justify="left"
+    )
     for col, just in (
-        ("node", "right"), ("kind", "left"), ("cpus", "left"), ("size", "right"), ("free", "right"),
-        ("tier", "right"), ("distance", "left"), ("MB/s r/w", "right"), ("ns r/w", "right"),
-        ("online blocks", "left"), ("wi", "right"),
+        ("node", "right"),
+        ("kind", "left"),
+        ("cpus", "left"),
+        ("size", "right"),
+        ("free", "right"),
+        ("tier", "right"),
+        ("distance", "left"),
+        ("MB/s r/w", "right"),
+        ("ns r/w", "right"),
+        ("online blocks", "left"),
+        ("wi", "right"),
     ):
         t.add_column(col, justify=just, no_wrap=col in ("node", "size", "free", "tier", "wi"))  # type: ignore[arg-type]
     for n in inv.nodes:

@@ -12,7 +12,9 @@ def resolve_root(cli_value: Optional[str]) -> str:
     root = cli_value if cli_value else os.environ.get("CXLCTL_ROOT") or "/"
     if not os.path.isdir(root):
         src = "--root" if cli_value else "CXLCTL_ROOT"
-        raise UsageError(f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`")
+        raise UsageError(
+            f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`"
+        )
     return os.path.abspath(root)
 
 

@@ -138,7 +138,7 @@ class Reader:
         if real == self.root:
             return "/"
         if real.startswith(self.root + "/"):
-            return real[len(self.root):]
+            return real[len(self.root) :]
         return real  # link leaves the root: keep as-is; callers only use basenames
 
     def listdir(self, path: str, accept: Optional[Callable[[str], bool]] = None) -> List[str]:

@@ -60,6 +60,6 @@ printf '%s\n' "$K61" > "$CACHE/kernel-6.1"
 PY=${VENV:+$VENV/bin/}python3
 PIP=${VENV:+$VENV/bin/}pip
 if ! ${VENV:+$VENV/bin/}vng --version >/dev/null 2>&1; then
-  "$PIP" install -q 'virtme-ng>=1.30'
+  "$PIP" install -q 'virtme-ng==1.42'
 fi
 echo "vm deps ready: kernels $K612 $K61 in $CACHE/kernels"

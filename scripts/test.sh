@@ -20,7 +20,7 @@ if [ "${CXLCTL_SKIP_VM:-0}" != 1 ]; then
 fi
 # C compiler for the launcher's tiny guest-side test program
 command -v cc >/dev/null 2>&1 || apt-get install -y -qq gcc libc6-dev >/dev/null
-echo "== ruff"; .venv/bin/ruff check cxlctl tests bench
+echo "== ruff"; .venv/bin/ruff check cxlctl tests bench; .venv/bin/ruff format --check cxlctl tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 if [ "${CXLCTL_SKIP_VM:-0}" = 1 ]; then

@@ -18,16 +18,16 @@ FIXTURES = os.path.join(REPO, "fixtures")
 
 def fixture_roots(pattern: str = "*/*") -> List[str]:
     """Recorded trees (each has a cxlctl-record.json manifest), by glob under fixtures/."""
-    return sorted(
-        os.path.dirname(m) for m in glob.glob(os.path.join(FIXTURES, pattern, "cxlctl-record.json"))
-    )
+    return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(FIXTURES, pattern, "cxlctl-record.json")))
 
 
 def fixture_id(path: str) -> str:
     return os.path.relpath(path, FIXTURES)
 
 
-def cxlctl(*args: str, env: Optional[Dict[str, str]] = None, check: bool = False, **kw: Any) -> subprocess.CompletedProcess[str]:
+def cxlctl(
+    *args: str, env: Optional[Dict[str, str]] = None, check: bool = False, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     """Run the real command line (``python -m cxlctl``) as a user would."""
     e = dict(os.environ)
     e.pop("CXLCTL_ROOT", None)

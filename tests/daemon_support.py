@@ -45,11 +45,14 @@ nodes = ["dram", "cxl"]
 reason = "explicit ratio (QEMU gives no HMAT bandwidth for DRAM)"
 """
 
-ONLINE_PROFILE = RATIO_PROFILE + """
+ONLINE_PROFILE = (
+    RATIO_PROFILE
+    + """
 [knobs.auto_online_blocks]
 value = "online_movable"
 reason = "CXL memory movable, so it can be offlined again"
 """
+)
 
 
 class FakeDevice:

@@ -96,7 +96,7 @@ options:
 """
 
 #: the body shared by the fake engines: answer probes, else report what arrived
-_REPORT = r'''
+_REPORT = r"""
 import ctypes, json, os, platform, sys
 
 def mempolicy():
@@ -124,9 +124,9 @@ def report(argv):
     }
     with open(os.environ["FAKE_OUT"], "w") as f:
         json.dump(out, f)
-'''
+"""
 
-FAKE_VLLM = r'''
+FAKE_VLLM = r"""
 args = sys.argv[1:]
 if args == ["--version"]:
     print("INFO 11-29 10:00:00 [__init__.py:1] Automatically detected platform cuda.")
@@ -141,10 +141,10 @@ if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
     sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
     sys.exit(0)
 report(sys.argv)
-'''
+"""
 
 FAKE_SGLANG_INIT = '__version__ = "0.5.4"\n'
-FAKE_SGLANG_SERVER = r'''
+FAKE_SGLANG_SERVER = r"""
 args = sys.argv[1:]
 if "--help" in args:
     with open(os.environ["FAKE_COUNT"], "a") as f:
@@ -152,10 +152,10 @@ if "--help" in args:
     sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
     sys.exit(0)
 report(sys.argv)
-'''
+"""
 
 #: a numactl 2.0.19-like wrapper: advertises -w, records its argv, execs the command
-FAKE_NUMACTL = r'''
+FAKE_NUMACTL = r"""
 import json, os, sys
 args = sys.argv[1:]
 if not args or args[0] in ("--help", "--version"):
@@ -170,7 +170,7 @@ with open(os.environ["FAKE_NUMACTL_OUT"], "w") as f:
     json.dump(args, f)
 cmd = args[args.index("--") + 1:]
 os.execvp(cmd[0], cmd)
-'''
+"""
 
 
 def _write_exe(path: str, body: str) -> None:

@@ -79,7 +79,7 @@ def parse_exposition(text: str) -> Exposition:
                 assert mm, f"bad labels at {labtext[pos:]!r}: {where}"
                 raw = mm.group(2)
                 assert re.fullmatch(r'(?:[^\\]|\\[\\"n])*', raw), f"bad escape: {where}"
-                val = re.sub(r'\\(.)', lambda x: "\n" if x.group(1) == "n" else x.group(1), raw)
+                val = re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), raw)
                 labels.append((mm.group(1), val))
                 pos = mm.end()
             names = [k for k, _ in labels]
@@ -91,7 +91,11 @@ def parse_exposition(text: str) -> Exposition:
                 done.add(current)
             current = fam
         seen_samples[fam] = True
-        v = float(value) if value not in ("NaN", "+Inf", "-Inf") else {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}[value]
+        v = (
+            float(value)
+            if value not in ("NaN", "+Inf", "-Inf")
+            else {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}[value]
+        )
         key = (name, tuple(sorted(labels)))
         assert key not in ex.samples, f"duplicate series: {where}"
         ex.samples[key] = v

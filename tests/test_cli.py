@@ -47,10 +47,7 @@ def test_status_on_this_host_works_without_cxl() -> None:
 def test_fast_path_equals_typer_path(live_record: str) -> None:
     """`status --json` is served without typer; it must print what the full CLI prints."""
     fast = cxlctl("--root", live_record, "status", "--json", check=True).stdout
-    code = (
-        "import sys; from cxlctl.cli import run; "
-        f"sys.exit(run(['--root', {live_record!r}, 'status', '--json']))"
-    )
+    code = f"import sys; from cxlctl.cli import run; sys.exit(run(['--root', {live_record!r}, 'status', '--json']))"
     slow = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert fast == slow
 

@@ -72,7 +72,12 @@ def test_every_key(tmp_path: Any) -> None:
     assert (c.drift_interval, c.drift_action, c.rollback_on_exit) == (30.0, "reapply", True)
     assert c.metrics_listen == ("::1", 9999) and c.textfile_dir == "/var/lib/node_exporter/textfile_collector"
     assert (c.nfd_enabled, c.nfd_dir, c.nfd_namespace) == (False, "/srv/features.d", "cxl.example.com")
-    assert (c.health_interval, c.health_command, c.health_timeout, c.log_level) == (600.0, "/usr/local/bin/cxl", 5.0, "debug")
+    assert (c.health_interval, c.health_command, c.health_timeout, c.log_level) == (
+        600.0,
+        "/usr/local/bin/cxl",
+        5.0,
+        "debug",
+    )
     # the schema and the documentation list the same keys
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "daemon.md")) as f:
         doc = f.read()

@@ -135,7 +135,9 @@ def test_real_signals_reload_then_stop(tmp_path: Any) -> None:
 
     def driver() -> None:
         time.sleep(0.3)
-        cfgfile.write_text("[drift]\ninterval = 45\naction = 'reapply'\n[health]\nenabled = false\n[metrics]\nlisten = ''\n")
+        cfgfile.write_text(
+            "[drift]\ninterval = 45\naction = 'reapply'\n[health]\nenabled = false\n[metrics]\nlisten = ''\n"
+        )
         steps.append("hup1")
         os.kill(pid, signal.SIGHUP)
         time.sleep(0.4)
@@ -175,7 +177,10 @@ def test_metrics_endpoint(tmp_path: Any) -> None:
                 results["body"] = r.read().decode()
             for path, method in (("/other", "GET"), ("/metrics", "POST")):
                 try:
-                    urllib.request.urlopen(urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None), timeout=5)
+                    urllib.request.urlopen(
+                        urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None),
+                        timeout=5,
+                    )
                 except urllib.error.HTTPError as e:
                     results[path + method] = e.code
             results["done"] = True

@@ -62,12 +62,19 @@ def test_exposition_parses_back_and_matches_the_inventory(src: str) -> None:
     assert {s["tier"] for s in ex.series("cxlctl_tier_memory_total_bytes")} == {str(t) for t in tiers}
     for m in inv.memdevs:
         assert ex.get("cxlctl_memdev_ram_bytes", memdev=m.name) == m.ram_size
-    assert ex.get("cxlctl_profile_state", state="applied") == 1 and ex.get("cxlctl_profile_state", state="observing") == 0
+    assert (
+        ex.get("cxlctl_profile_state", state="applied") == 1 and ex.get("cxlctl_profile_state", state="observing") == 0
+    )
     assert ex.get("cxlctl_knob_drift", setting="vm.swappiness", expected="10", actual="77") == 1
     assert ex.get("cxlctl_drift_settings") == 1
     assert ex.get("cxlctl_uevents_total", subsystem="cxl") == 12
-    assert ex.get("cxlctl_reconciles_total", result="ok") == 1 and ex.get("cxlctl_reconciles_total", result="failed") == 0
-    assert ex.get("cxlctl_reconcile_duration_seconds_sum") == 0.25 and ex.get("cxlctl_reconcile_duration_seconds_count") == 1
+    assert (
+        ex.get("cxlctl_reconciles_total", result="ok") == 1 and ex.get("cxlctl_reconciles_total", result="failed") == 0
+    )
+    assert (
+        ex.get("cxlctl_reconcile_duration_seconds_sum") == 0.25
+        and ex.get("cxlctl_reconcile_duration_seconds_count") == 1
+    )
     assert ex.types["cxlctl_reconcile_duration_seconds"] == "summary"
     assert ex.get("cxlctl_health_available") == 0
 
@@ -82,7 +89,14 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_value_formatting() -> None:
-    assert [metrics.fmt_value(v) for v in (1, 2.0, 0.125, float("inf"), float("nan"), True)] == ["1", "2", "0.125", "+Inf", "NaN", "1"]
+    assert [metrics.fmt_value(v) for v in (1, 2.0, 0.125, float("inf"), float("nan"), True)] == [
+        "1",
+        "2",
+        "0.125",
+        "+Inf",
+        "NaN",
+        "1",
+    ]
 
 
 # a Get Health Info record as ndctl prints it (cxl-list(1) example), for one sick and one healthy device
@@ -108,7 +122,10 @@ HEALTH_DOC = [
             "pmem_errors": 30,
         },
     },
-    {"memdev": "mem1", "health": {"media_normal": True, "ext_temperature": "normal", "life_used_percent": 1, "temperature": 30}},
+    {
+        "memdev": "mem1",
+        "health": {"media_normal": True, "ext_temperature": "normal", "life_used_percent": 1, "temperature": 30},
+    },
     {"memdev": "mem10"},
 ]
 
@@ -116,10 +133,19 @@ HEALTH_DOC = [
 def test_health_parsing_and_metrics() -> None:
     got = health.parse(HEALTH_DOC)
     assert [(m.memdev, m.status) for m in got] == [("mem0", "critical"), ("mem1", "ok"), ("mem10", "no-data")]
-    assert got[0].values == {"life_used_percent": 15, "temperature": 25, "dirty_shutdowns": 10, "volatile_errors": 20, "pmem_errors": 30}
+    assert got[0].values == {
+        "life_used_percent": 15,
+        "temperature": 25,
+        "dirty_shutdowns": 10,
+        "volatile_errors": 20,
+        "pmem_errors": 30,
+    }
     assert "hw_replacement_needed" in got[0].reasons and "ext_temperature=critical" in got[0].reasons
     # nested like `cxl list -vvv`
-    assert [m.memdev for m in health.parse([{"bus": "root0", "ports:root0": [{"endpoints:port1": [{"memdev": HEALTH_DOC[1]}]}]}])] == ["mem1"]
+    assert [
+        m.memdev
+        for m in health.parse([{"bus": "root0", "ports:root0": [{"endpoints:port1": [{"memdev": HEALTH_DOC[1]}]}]}])
+    ] == ["mem1"]
     h = health.Health(True, "cxl list -M -H", got, 1.7e9, 0.1)
     ex = parse_exposition(metrics.build(View(None, None, "observing", (), h, Stats(), True)))
     assert ex.get("cxlctl_health_available") == 1
@@ -157,7 +183,9 @@ def test_textfile_and_nfd_outputs(tmp_path: Any) -> None:
     src = _roots()[-1] if _roots() else pristine(LIVE)
     root = work_tree(src, str(tmp_path / "root"))
     os.makedirs(root + "/etc/kubernetes/node-feature-discovery/features.d")
-    d, _, cap = make_daemon(root, config(metrics={"textfile_dir": "/var/lib/node_exporter"}, reconcile={"rescan_interval": 60}))
+    d, _, cap = make_daemon(
+        root, config(metrics={"textfile_dir": "/var/lib/node_exporter"}, reconcile={"rescan_interval": 60})
+    )
     try:
         d.startup()
     finally:

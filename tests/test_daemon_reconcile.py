@@ -72,7 +72,9 @@ def _cxl_cmd(root: str, *argv: str, env: Dict[str, str]) -> subprocess.Popen[str
 
 @needs_pairs
 @pytest.mark.parametrize("pair", PAIRS, ids=[pair_id(p) for p in PAIRS])
-def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(pair: Tuple[str, str], tmp_path: Any, capsys: Any) -> None:
+def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(
+    pair: Tuple[str, str], tmp_path: Any, capsys: Any
+) -> None:
     nor, reg = pair
     root = work_tree(nor, str(tmp_path / "root"))
     assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
@@ -146,7 +148,13 @@ def _offline_cxl_memory(root: str) -> List[str]:
         with open(mi) as f:
             text = f.read()
         with open(mi, "w") as f:
-            f.write("\n".join(ln if "MemTotal" not in ln and "MemFree" not in ln else ln.split(":")[0] + ":        0 kB" for ln in text.splitlines()) + "\n")
+            f.write(
+                "\n".join(
+                    ln if "MemTotal" not in ln and "MemFree" not in ln else ln.split(":")[0] + ":        0 kB"
+                    for ln in text.splitlines()
+                )
+                + "\n"
+            )
         hm = root + "/sys/devices/system/node/has_memory"
         keep = [str(x.id) for x in inv.nodes if x.kind != "cxl" and x.has_memory]
         with open(hm, "w") as f:
@@ -157,7 +165,9 @@ def _offline_cxl_memory(root: str) -> List[str]:
 
 @needs_pairs
 @pytest.mark.parametrize("pair", PAIRS[:1], ids=[pair_id(p) for p in PAIRS[:1]])
-def test_offline_cxl_memory_is_onlined_by_the_profile_policy_once(pair: Tuple[str, str], tmp_path: Any, capsys: Any) -> None:
+def test_offline_cxl_memory_is_onlined_by_the_profile_policy_once(
+    pair: Tuple[str, str], tmp_path: Any, capsys: Any
+) -> None:
     _, reg = pair
     root = work_tree(reg, str(tmp_path / "root"))
     states = _offline_cxl_memory(root)
@@ -253,7 +263,13 @@ def test_a_cli_apply_and_a_daemon_reconcile_never_interleave(tmp_path: Any, caps
     try:
         d.startup()
         # 1. a CLI apply pauses after its first write, holding the lock
-        p = _cxl_cmd(root, "tune", "apply", "latency-strict", env={"CXLCTL_TEST_PAUSE_AFTER_WRITES": "1", "CXLCTL_TEST_PAUSE_SECONDS": "1.5"})
+        p = _cxl_cmd(
+            root,
+            "tune",
+            "apply",
+            "latency-strict",
+            env={"CXLCTL_TEST_PAUSE_AFTER_WRITES": "1", "CXLCTL_TEST_PAUSE_SECONDS": "1.5"},
+        )
         t0 = time.monotonic()
         while not is_held(root):
             assert time.monotonic() - t0 < 20 and p.poll() is None, "the CLI apply never took the lock"
@@ -318,7 +334,9 @@ def test_without_a_profile_the_daemon_only_observes(tmp_path: Any) -> None:
         step_until(d, lambda: d.stats.rescans.get("event", 0) == 1)
     finally:
         d.close()
-    assert d.rec.state == "observing" and cap.grep("not enforcing a profile: no profile applied, persisted or configured")
+    assert d.rec.state == "observing" and cap.grep(
+        "not enforcing a profile: no profile applied, persisted or configured"
+    )
     assert _snapshot(root) == before, "observing must write nothing (not even a journal)"
 
 

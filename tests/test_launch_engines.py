@@ -89,7 +89,17 @@ def test_vllm_new_kv_offloading_size_total_gib(region: str, fakes: Fakes, capsys
     doc = dry(capsys, region, "vllm", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"])
     argv = doc["argv"]
     engine = argv[argv.index("vllm") :]
-    assert engine == ["vllm", "serve", model, "-tp", "2", "--kv-offloading-size", "4", "--kv-offloading-backend", "native"]
+    assert engine == [
+        "vllm",
+        "serve",
+        model,
+        "-tp",
+        "2",
+        "--kv-offloading-size",
+        "4",
+        "--kv-offloading-backend",
+        "native",
+    ]
     assert "--swap-space" not in argv
     assert doc["engine"]["version"] == "0.29.0" and doc["engine"]["flags_source"] == "probed"
     assert doc["kv"]["bytes"] == 4 * GIB and doc["kv"]["ranks"] == 2
@@ -133,15 +143,30 @@ def test_vllm_0_17_emits_offload_size_warns_pow2_never_swap_space(region: str, f
 def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any) -> None:
     fakes.set_vllm("0.10.1")
     os.environ["FAKE_VLLM_VERSION"] = "0.10.1"
-    usage(capsys, ["--root", region, "launch", "vllm", "--kv-size", "2G", "--dry-run", "--", "serve", "m"], "has no --kv-offloading-size", "--swap-space is not a KV offload")
+    usage(
+        capsys,
+        ["--root", region, "launch", "vllm", "--kv-size", "2G", "--dry-run", "--", "serve", "m"],
+        "has no --kv-offloading-size",
+        "--swap-space is not a KV offload",
+    )
     # LMCache works on it: connector flag plus the per-worker size in GiB
-    doc = dry(capsys, region, "vllm", ["--kv-size", "8G", "--lmcache", "--policy", "bind"], ["serve", "m", "--tensor-parallel-size", "4"])
+    doc = dry(
+        capsys,
+        region,
+        "vllm",
+        ["--kv-size", "8G", "--lmcache", "--policy", "bind"],
+        ["serve", "m", "--tensor-parallel-size", "4"],
+    )
     assert doc["argv"][-2:] == ["--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
     assert doc["env"]["LMCACHE_LOCAL_CPU"] == "True" and doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"
 
 
 def test_vllm_swap_space_refused_on_new_vllm(region: str, fakes: Fakes, capsys: Any) -> None:
-    usage(capsys, ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--swap-space", "4"], "--swap-space was removed in vLLM 0.18")
+    usage(
+        capsys,
+        ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--swap-space", "4"],
+        "--swap-space was removed in vLLM 0.18",
+    )
 
 
 def test_vllm_help_cached_per_version(region: str, fakes: Fakes, capsys: Any) -> None:
@@ -153,7 +178,9 @@ def test_vllm_help_cached_per_version(region: str, fakes: Fakes, capsys: Any) ->
     fakes.set_vllm("0.17.1")
     os.environ["FAKE_VLLM_VERSION"] = "0.17.1"
     doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
-    assert doc["engine"]["version"] == "0.17.1" and doc["engine"]["flags_source"] == "probed" and fakes.help_calls() == 2
+    assert (
+        doc["engine"]["version"] == "0.17.1" and doc["engine"]["flags_source"] == "probed" and fakes.help_calls() == 2
+    )
     cached = sorted(os.listdir(fakes.cache))
     assert len(cached) == 2 and all(c.startswith("vllm-") for c in cached)
 
@@ -163,14 +190,22 @@ def test_vllm_help_failure(region: str, fakes: Fakes, capsys: Any) -> None:
     try:
         doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
         assert any("could not read vLLM's flags" in w and "libcudart" in w for w in doc["warnings"])
-        usage(capsys, ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m"], "cannot tell whether this vLLM has --kv-offloading-size")
+        usage(
+            capsys,
+            ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m"],
+            "cannot tell whether this vLLM has --kv-offloading-size",
+        )
     finally:
         del os.environ["FAKE_HELP_FAILS"]
 
 
 def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, capsys: Any) -> None:
     base = ["--root", region, "launch", "vllm", "--dry-run"]
-    usage(capsys, base + ["--kv-size", "1G", "--", "serve", "m", "--kv-offloading-size", "2"], "both --kv-size and vLLM's --kv-offloading-size")
+    usage(
+        capsys,
+        base + ["--kv-size", "1G", "--", "serve", "m", "--kv-offloading-size", "2"],
+        "both --kv-size and vLLM's --kv-offloading-size",
+    )
     usage(capsys, base + ["--", "serve", "m", "-tp", "two"], "-tensor-parallel-size 'two' is not an integer")
     usage(capsys, base + ["--", "serve", "m", "--kv-offloading-size", "lots"], "is not a number of GiB")
     usage(capsys, base + ["--kv-size", "1G", "--", "bench", "m"], "--kv-size needs `serve`")
@@ -182,9 +217,22 @@ def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, c
 
 def test_missing_engine_exit_2(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
     os.environ["PATH"] = str(tmp_path)  # no vllm, no python3
-    usage(capsys, ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m"], "vllm engine not found", "--engine-cmd")
-    usage(capsys, ["--root", region, "launch", "sglang", "--dry-run", "--", "--model-path", "m"], "sglang engine not found")
-    usage(capsys, ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--dry-run", "--", "serve", "m"], "not on PATH")
+    usage(
+        capsys,
+        ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m"],
+        "vllm engine not found",
+        "--engine-cmd",
+    )
+    usage(
+        capsys,
+        ["--root", region, "launch", "sglang", "--dry-run", "--", "--model-path", "m"],
+        "sglang engine not found",
+    )
+    usage(
+        capsys,
+        ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--dry-run", "--", "serve", "m"],
+        "not on PATH",
+    )
     usage(capsys, ["--root", region, "launch", "exec", "--dry-run", "--", "no-such-program-xyz"], "program not found")
     usage(capsys, ["--root", region, "launch", "exec", "--dry-run"], "nothing to launch")
 
@@ -201,7 +249,9 @@ def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:
 def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
     fakes.set_sglang()
     model = _model(tmp_path, DEEPSEEK_V3)
-    doc = dry(capsys, region, "sglang", ["--kv-size", "20G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"])
+    doc = dry(
+        capsys, region, "sglang", ["--kv-size", "20G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"]
+    )
     argv = doc["argv"]
     i = argv.index("-m")
     assert argv[i - 1 : i + 2] == ["python3", "-m", "sglang.launch_server"]
@@ -225,13 +275,21 @@ def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: A
 
 def test_sglang_small_and_lmcache(region: str, fakes: Fakes, capsys: Any) -> None:
     fakes.set_sglang()
-    usage(capsys, ["--root", region, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", "--tp", "2"], "less than 1 GB per rank")
+    usage(
+        capsys,
+        ["--root", region, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", "--tp", "2"],
+        "less than 1 GB per rank",
+    )
     doc = dry(capsys, region, "sglang", ["--kv-size", "4G", "--lmcache", "--policy", "bind"], ["--model-path", "m"])
     assert "--enable-lmcache" in doc["argv"] and "--hicache-size" not in doc["argv"]
     assert doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
     doc = dry(capsys, region, "sglang", ["--policy", "bind"], ["--model-path", "m", "--numa-node", "0"])
     assert any("--numa-node" in w for w in doc["warnings"])
-    usage(capsys, ["--root", region, "launch", "sglang", "--kv-tmpfs", "--dry-run", "--", "--model-path", "m"], "No such option")
+    usage(
+        capsys,
+        ["--root", region, "launch", "sglang", "--kv-tmpfs", "--dry-run", "--", "--model-path", "m"],
+        "No such option",
+    )
 
 
 # --------------------------------------------------------------------------- KV size
@@ -250,7 +308,11 @@ def test_kv_size_auto_is_free_cxl_minus_reserve(region: str, fakes: Fakes, capsy
     usage(capsys, base + ["--kv-size", "lots", "--", "serve", "m"], "bad size 'lots'")
     usage(capsys, base + ["--kv-size", "1.5.5G", "--", "serve", "m"], "bad size")
     usage(capsys, base + ["--kv-size", "0", "--", "serve", "m"], "nothing to offload")
-    usage(capsys, base + ["--kv-size", "2G", "--reserve", "1G", "--", "serve", "m"], "--reserve only applies with --kv-size auto")
+    usage(
+        capsys,
+        base + ["--kv-size", "2G", "--reserve", "1G", "--", "serve", "m"],
+        "--reserve only applies with --kv-size auto",
+    )
     usage(capsys, base + ["--kv-size", "auto", "--reserve", "-1G", "--", "serve", "m"], "bad size")
 
 
@@ -260,8 +322,22 @@ def test_kv_size_auto_is_free_cxl_minus_reserve(region: str, fakes: Fakes, capsy
         (LLAMA_8B, None, 131072),
         (LLAMA_8B, "fp8", 65536),
         (LLAMA_8B, "fp8_e5m2", 65536),
-        ({**LLAMA_8B, "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64}, None, 327680),  # Llama-70B
-        ({"hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "torch_dtype": "bfloat16"}, None, 57344),
+        (
+            {**LLAMA_8B, "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64},
+            None,
+            327680,
+        ),  # Llama-70B
+        (
+            {
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_hidden_layers": 28,
+                "num_key_value_heads": 4,
+                "torch_dtype": "bfloat16",
+            },
+            None,
+            57344,
+        ),
         ({**LLAMA_8B, "head_dim": 160}, None, 163840),  # explicit head_dim wins over hidden/heads
         ({"text_config": LLAMA_8B, "architectures": ["LlavaForConditionalGeneration"]}, None, 131072),
         ({k: v for k, v in LLAMA_8B.items() if k != "num_key_value_heads"}, None, 524288),  # MHA
@@ -279,10 +355,20 @@ def test_model_config_errors(region: str, fakes: Fakes, capsys: Any, tmp_path: A
     bad.write_text("{nope")
     base = ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run"]
     usage(capsys, base + ["--model-config", str(bad), "--", "serve", "m"], "is not valid JSON")
-    usage(capsys, base + ["--model-config", str(tmp_path / "missing.json"), "--", "serve", "m"], "cannot read model config")
+    usage(
+        capsys,
+        base + ["--model-config", str(tmp_path / "missing.json"), "--", "serve", "m"],
+        "cannot read model config",
+    )
     empty = _model(tmp_path, {"architectures": ["X"]}, "empty")
     usage(capsys, base + ["--model-config", empty, "--", "serve", "m"], "no num_hidden_layers")
-    doc = dry(capsys, region, "vllm", ["--kv-size", "1G", "--policy", "bind", "--model-config", _model(tmp_path, LLAMA_8B, "m2")], ["serve", "org/remote-model", "--kv-cache-dtype", "fp8"])
+    doc = dry(
+        capsys,
+        region,
+        "vllm",
+        ["--kv-size", "1G", "--policy", "bind", "--model-config", _model(tmp_path, LLAMA_8B, "m2")],
+        ["serve", "org/remote-model", "--kv-cache-dtype", "fp8"],
+    )
     assert doc["kv"]["bytes_per_token"] == 65536 and doc["kv"]["tokens"] == 16384
 
 
@@ -306,7 +392,24 @@ def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
     usage(capsys, base + ["--ratio", "3:1", "--mem-nodes", "0", "--", "true"], "needs DRAM and CXL nodes")
     usage(capsys, base + ["--kv-tmpfs", "--", "true"], "--kv-tmpfs needs the KV size")
     noregion = fixture_roots("linux-6.12/*-noregion")[0]
-    usage(capsys, ["--root", noregion, "launch", "exec", "--dry-run", "--policy", "bind", "--kv-tmpfs", "--kv-size", "1G", "--", "true"], "needs a CXL memory node")
+    usage(
+        capsys,
+        [
+            "--root",
+            noregion,
+            "launch",
+            "exec",
+            "--dry-run",
+            "--policy",
+            "bind",
+            "--kv-tmpfs",
+            "--kv-size",
+            "1G",
+            "--",
+            "true",
+        ],
+        "needs a CXL memory node",
+    )
 
 
 def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: Any, tmp_path: Any) -> None:
@@ -365,11 +468,21 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
 
 
 def test_kv_tmpfs_dry_run(region: str, fakes: Fakes, capsys: Any) -> None:
-    doc = dry(capsys, region, "vllm", ["--kv-size", "256M", "--kv-tmpfs", "--policy", "bind", "--mem-nodes", "0"], ["serve", "m"])
+    doc = dry(
+        capsys,
+        region,
+        "vllm",
+        ["--kv-size", "256M", "--kv-tmpfs", "--policy", "bind", "--mem-nodes", "0"],
+        ["serve", "m"],
+    )
     assert doc["tmpfs"]["nodes"] == [1] and doc["tmpfs"]["size"] == (256 << 20) + GIB
     assert doc["tmpfs"]["options"] == f"size={(256 << 20) + GIB},mode=1777,mpol=bind:1"
     cmd = doc["numactl_command"]
-    assert cmd.startswith("unshare -m --propagation private sh -c ") and "mpol=bind:1" in cmd and "tmpfs /dev/shm && exec " in cmd
+    assert (
+        cmd.startswith("unshare -m --propagation private sh -c ")
+        and "mpol=bind:1" in cmd
+        and "tmpfs /dev/shm && exec " in cmd
+    )
     assert any(c["name"] == "kv-tmpfs" and "other /dev/shm IPC" in c["message"] for c in doc["checks"])
 
 
@@ -384,10 +497,14 @@ def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp
     with open(os.path.join(cg, "cpuset.mems.effective"), "w") as f:
         f.write("0\n")
     capsys.readouterr()
-    assert run(["--root", root, "launch", "exec", "--policy", "bind", "--mem-nodes", "1", "--dry-run", "--", "true"]) == 1
+    assert (
+        run(["--root", root, "launch", "exec", "--policy", "bind", "--mem-nodes", "1", "--dry-run", "--", "true"]) == 1
+    )
     out = capsys.readouterr()
     assert "FAIL  cpuset-mems: node(s) 1 are outside this process' cpuset (Mems_allowed_list 0)" in out.out
-    assert "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in out.out and "cpuset.mems.effective is '0'" in out.out
+    assert (
+        "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in out.out and "cpuset.mems.effective is '0'" in out.out
+    )
     assert "pre-flight failed (1 problem(s)); nothing was launched" in out.err
     # inside the cpuset: fine; relative lists are relative to it
     doc = dry(capsys, root, "exec", ["--policy", "bind", "--mem-nodes", "+0"], ["true"])
@@ -405,7 +522,11 @@ def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, ca
         f.write("2\n")
     doc = dry(capsys, root, "vllm", ["--kv-size", "256M", "--policy", "bind"], ["serve", "m"])
     mv = [c for c in doc["checks"] if c["name"] == "zone-movable"]
-    assert mv and mv[0]["status"] == "warn" and "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal" in mv[0]["fix"]
+    assert (
+        mv
+        and mv[0]["status"] == "warn"
+        and "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal" in mv[0]["fix"]
+    )
     assert any(c["name"] == "numa-balancing" and c["status"] == "note" for c in doc["checks"])
     # a plain program does not pin: no zone warning
     doc = dry(capsys, root, "exec", ["--policy", "bind"], ["true"])
@@ -418,7 +539,25 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
     st = os.statvfs(os.path.join(root, "dev/shm"))
     too_big = st.f_bavail * st.f_frsize + GIB
     capsys.readouterr()
-    assert run(["--root", root, "launch", "vllm", "--kv-size", str(too_big), "--policy", "bind", "--dry-run", "--", "serve", "m"]) == 1
+    assert (
+        run(
+            [
+                "--root",
+                root,
+                "launch",
+                "vllm",
+                "--kv-size",
+                str(too_big),
+                "--policy",
+                "bind",
+                "--dry-run",
+                "--",
+                "serve",
+                "m",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "FAIL  dev-shm: /dev/shm has" in out and "fix: use --kv-tmpfs" in out
     assert "WARN  kv-size" in out  # and it is larger than the CXL tier
@@ -467,6 +606,10 @@ def test_parse_numa_maps_policies() -> None:
         ("default", (), "anon"),
         ("local", (), "other"),
     ]
-    assert maps[1].pages == {0: 2304, 1: 768} and maps[4].file == "/dev/shm/vllm_offload_0.mmap" and maps[5].page_kb == 2048
+    assert (
+        maps[1].pages == {0: 2304, 1: 768}
+        and maps[4].file == "/dev/shm/vllm_offload_0.mmap"
+        and maps[5].page_kb == 2048
+    )
     assert parse_policy("bind=static:1") == ("bind", (1,), "static")
     assert parse_policy("what:0") is None

@@ -37,7 +37,12 @@ def launch(fakes: Fakes, *argv: str, extra: Dict[str, str] = {}) -> Tuple[int, s
     env.pop("CXLCTL_ROOT", None)
     env.update(fakes.env(**extra))
     p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "cxlctl", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     out, err = p.communicate(timeout=120)
     return p.returncode, out, err, p.pid
@@ -65,18 +70,46 @@ def _dry_argv(fakes: Fakes, *opts: str) -> Dict[str, Any]:
 def test_vllm_direct_policy_is_inherited_through_exec(fakes: Fakes) -> None:
     mode = "weighted-interleave" if HOST_WI else "interleave"
     n = str(HOST_NODE)
-    opts = ("vllm", "--policy", mode, "--mem-nodes", n, "--cpu-nodes", n, "--kv-size", "64M", "--", "serve", "org/m", "-tp", "1")
+    opts = (
+        "vllm",
+        "--policy",
+        mode,
+        "--mem-nodes",
+        n,
+        "--cpu-nodes",
+        n,
+        "--kv-size",
+        "64M",
+        "--",
+        "serve",
+        "org/m",
+        "-tp",
+        "1",
+    )
     plan = _dry_argv(fakes, *opts)
     rc, out, err, pid = launch(fakes, "launch", *opts)
     assert rc == 0, err
     rep = fakes.report()
     assert rep["pid"] == pid, "the engine must replace cxlctl (exec), not run as its child"
-    assert rep["argv"][1:] == ["serve", "org/m", "-tp", "1", "--kv-offloading-size", "0.06", "--kv-offloading-backend", "native"]
-    assert [os.path.basename(rep["argv"][0])] + rep["argv"][1:] == [os.path.basename(plan["argv"][0])] + plan["argv"][1:]
+    assert rep["argv"][1:] == [
+        "serve",
+        "org/m",
+        "-tp",
+        "1",
+        "--kv-offloading-size",
+        "0.06",
+        "--kv-offloading-backend",
+        "native",
+    ]
+    assert [os.path.basename(rep["argv"][0])] + rep["argv"][1:] == [os.path.basename(plan["argv"][0])] + plan["argv"][
+        1:
+    ]
     assert rep["mempolicy"] == {"mode": MODES[mode], "nodes": [HOST_NODE]}
     assert rep["affinity"] == _cpus(HOST_NODE)
     assert rep["env"]["CXLCTL_POLICY"].startswith(f"mode={mode} nodes={n} cpunodes={n}")
-    assert "policy:   " not in out and f"cxlctl: policy {mode}" in err, "the plan goes to stderr, the engine owns stdout"
+    assert "policy:   " not in out and f"cxlctl: policy {mode}" in err, (
+        "the plan goes to stderr, the engine owns stdout"
+    )
     if mode == "weighted-interleave":
         assert "has no --weighted-interleave" in err  # bookworm's numactl 2.0.16: set directly
 
@@ -101,7 +134,11 @@ def test_new_numactl_gets_weighted_interleave(fakes: Fakes, tmp_path: Any) -> No
     assert rc == 0, err
     with open(f.numactl_out) as fh:
         got = json.load(fh)
-    assert got[:3] == [f"--cpunodebind={n}", f"--weighted-interleave={n}", "--"] and got[3].endswith("vllm") and got[4:] == ["serve", "m"]
+    assert (
+        got[:3] == [f"--cpunodebind={n}", f"--weighted-interleave={n}", "--"]
+        and got[3].endswith("vllm")
+        and got[4:] == ["serve", "m"]
+    )
     assert f.report()["pid"] == pid
 
 
@@ -123,7 +160,14 @@ def test_sglang_fake_package_receives_flags_env_and_policy(fakes: Fakes) -> None
     rep = fakes.report()
     assert rep["pid"] == pid
     assert rep["argv"][0].endswith("launch_server.py")
-    assert rep["argv"][1:] == ["--model-path", "m", "--disable-hicache-numa-detect", "--enable-hierarchical-cache", "--hicache-size", "2"]
+    assert rep["argv"][1:] == [
+        "--model-path",
+        "m",
+        "--disable-hicache-numa-detect",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "2",
+    ]
     assert rep["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
     assert rep["mempolicy"] == {"mode": MODES["bind"], "nodes": [HOST_NODE]}
     assert rep["affinity"] == _cpus(HOST_NODE), "CPUs always bound: SGLang skips its own NUMA binding then"
@@ -132,7 +176,22 @@ def test_sglang_fake_package_receives_flags_env_and_policy(fakes: Fakes) -> None
 def test_exec_with_lmcache_env(fakes: Fakes) -> None:
     script = os.path.join(fakes.bin, "vllm")
     n = str(HOST_NODE)
-    rc, out, err, pid = launch(fakes, "launch", "exec", "--policy", "preferred", "--mem-nodes", n, "--kv-size", "3G", "--lmcache", "--", script, "serve", "x")
+    rc, out, err, pid = launch(
+        fakes,
+        "launch",
+        "exec",
+        "--policy",
+        "preferred",
+        "--mem-nodes",
+        n,
+        "--kv-size",
+        "3G",
+        "--lmcache",
+        "--",
+        script,
+        "serve",
+        "x",
+    )
     assert rc == 0, err
     rep = fakes.report()
     assert rep["pid"] == pid and rep["mempolicy"] == {"mode": MODES["preferred"], "nodes": [HOST_NODE]}
@@ -179,16 +238,34 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
                 if f.read().startswith(b"sleep"):
                     break
             time.sleep(0.05)
-        r = subprocess.run([sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid), "--json"], capture_output=True, text=True, cwd=REPO)
+        r = subprocess.run(
+            [sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid), "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert r.returncode == 0, r.stderr
         rep = json.loads(r.stdout)
         assert rep["policy"]["mode"] == "bind" and rep["policy"]["nodes"] == [HOST_NODE] and rep["match"] is True
-        assert {c["check"]: c["status"] for c in rep["checks"]} == {"mode": "pass", "nodes": "pass", "cpuset": "pass", "cpus": "pass", "placement": "pass"}
+        assert {c["check"]: c["status"] for c in rep["checks"]} == {
+            "mode": "pass",
+            "nodes": "pass",
+            "cpuset": "pass",
+            "cpus": "pass",
+            "placement": "pass",
+        }
         assert sum(rep["pages"]["anon"].values()) > 0 and list(rep["pages"]["anon"]) == [n]
-        human = subprocess.run([sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid)], capture_output=True, text=True, cwd=REPO)
+        human = subprocess.run(
+            [sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid)], capture_output=True, text=True, cwd=REPO
+        )
         assert human.returncode == 0 and "matches what was asked" in human.stdout
         # a process whose policy is not what its CXLCTL_POLICY says: drift, exit 3
-        r = subprocess.run([sys.executable, "-m", "cxlctl", "policy", "show", str(other.pid), "--json"], capture_output=True, text=True, cwd=REPO)
+        r = subprocess.run(
+            [sys.executable, "-m", "cxlctl", "policy", "show", str(other.pid), "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert r.returncode == 3, r.stderr
         rep = json.loads(r.stdout)
         assert rep["match"] is False and rep["policy"]["mode"] == "default"
@@ -199,5 +276,7 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
         p.wait()
         other.wait()
     for pid, code, needle in (("999999999", 2, "no process with PID"), ("0", 2, "not a process id"), ("x", 2, "")):
-        r = subprocess.run([sys.executable, "-m", "cxlctl", "policy", "show", pid], capture_output=True, text=True, cwd=REPO)
+        r = subprocess.run(
+            [sys.executable, "-m", "cxlctl", "policy", "show", pid], capture_output=True, text=True, cwd=REPO
+        )
         assert r.returncode == code and needle in r.stderr and "Traceback" not in r.stderr, r.stderr

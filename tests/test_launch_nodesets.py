@@ -105,7 +105,12 @@ def test_gpu_socket_picks_cpus_and_its_memory(tmp_path: Any, capsys: Any) -> Non
     doc = _dry(capsys, root, "--policy", "bind", "--gpus", "1", "--cpu-nodes", "0", "--mem-nodes", "0-1")
     assert doc["nodes"]["cpu"] == [0] and doc["nodes"]["memory"] == [0, 1]
     # bad GPU selections
-    for spec, needle in (("5", "no GPU with index 5"), ("0000:99:00.0", "no NVIDIA GPU at"), ("x", "--gpus"), ("", "--gpus is empty")):
+    for spec, needle in (
+        ("5", "no GPU with index 5"),
+        ("0000:99:00.0", "no NVIDIA GPU at"),
+        ("x", "--gpus"),
+        ("", "--gpus is empty"),
+    ):
         _usage(capsys, ["--root", root, "launch", "exec", "--gpus", spec, "--dry-run", "--", "true"], needle)
 
 
@@ -118,7 +123,9 @@ def test_gpu_without_numa_node_falls_back_to_every_cpu_node(tmp_path: Any, capsy
 
 def test_gpus_on_a_host_without_gpus(capsys: Any) -> None:
     root = REGION[0]
-    _usage(capsys, ["--root", root, "launch", "exec", "--gpus", "0", "--dry-run", "--", "true"], "no NVIDIA GPU in sysfs")
+    _usage(
+        capsys, ["--root", root, "launch", "exec", "--gpus", "0", "--dry-run", "--", "true"], "no NVIDIA GPU in sysfs"
+    )
 
 
 def test_socket_and_nearest_cxl_on_a_model_with_two_cxl_nodes() -> None:
@@ -135,7 +142,14 @@ def test_socket_and_nearest_cxl_on_a_model_with_two_cxl_nodes() -> None:
     assert socket_of(inv, 0) == (0,) and socket_of(inv, 2) == (2,)
     assert nearest_cxl(inv, [0]) == (1,) and nearest_cxl(inv, [2]) == (3,) and nearest_cxl(inv, [0, 2]) == (1, 3)
     # sub-NUMA clusters (distance < 20) are one socket
-    snc = inv._replace(nodes=(nodes[0]._replace(distance=(10, 20, 12, 30)), nodes[1], nodes[2]._replace(distance=(12, 30, 10, 20)), nodes[3]))
+    snc = inv._replace(
+        nodes=(
+            nodes[0]._replace(distance=(10, 20, 12, 30)),
+            nodes[1],
+            nodes[2]._replace(distance=(12, 30, 10, 20)),
+            nodes[3],
+        )
+    )
     assert socket_of(snc, 0) == (0, 2)
 
 
@@ -184,7 +198,11 @@ def test_bad_node_lists_exit_2(opt: str, spec: str, needle: str, capsys: Any) ->
 def test_memory_node_without_memory(tmp_path: Any, capsys: Any) -> None:
     root = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     add_socket(root, 2, "2-3", distances={0: 21, 1: 30}, memory=False)
-    _usage(capsys, ["--root", root, "launch", "exec", "--mem-nodes", "0,2", "--dry-run", "--", "true"], "node 2 has no memory online")
+    _usage(
+        capsys,
+        ["--root", root, "launch", "exec", "--mem-nodes", "0,2", "--dry-run", "--", "true"],
+        "node 2 has no memory online",
+    )
     # a memory-less CPU node is fine for CPUs; memory defaults to the DRAM nearest to it
     doc = _dry(capsys, root, "--policy", "bind", "--cpu-nodes", "2")
     assert doc["nodes"]["cpu"] == [2] and doc["nodes"]["dram"] == [0] and doc["nodes"]["memory"] == [0, 1]

@@ -131,7 +131,10 @@ def _unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
     """
     pre = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
     return subprocess.run(
-        [*pre, sys.executable, "-m", "cxlctl", *args], capture_output=True, text=True, cwd=REPO,
+        [*pre, sys.executable, "-m", "cxlctl", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "COLUMNS": "160"},
     )
 
@@ -149,7 +152,10 @@ def test_permission_denied_attributes(tree: str) -> None:
     st = json.loads(p.stdout)
     assert next(d for d in st["decoders"] if d["decoder"] == "decoder0.0")["resource"] is None
     assert next(d for d in st["dax_devices"] if d["chardev"] == dax)["resource"] is None
-    assert {n["path"] for n in st["notes"]} >= {"/sys/bus/cxl/devices/decoder0.0/start", f"/sys/bus/dax/devices/{dax}/resource"}
+    assert {n["path"] for n in st["notes"]} >= {
+        "/sys/bus/cxl/devices/decoder0.0/start",
+        f"/sys/bus/dax/devices/{dax}/resource",
+    }
     assert "not-root" in _codes(st)
     # the rest of the picture is intact
     assert [m["memdev"] for m in st["memdevs"]] == [m["memdev"] for m in st0["memdevs"]]

@@ -35,9 +35,7 @@ def test_nodelist_roundtrip(ids: set) -> None:  # type: ignore[type-arg]
     assert parse_nodelist(format_nodelist(ids)) == tuple(sorted(ids))
 
 
-@pytest.mark.parametrize(
-    "text", ["1-", "-1", "1,,2", "a", "3-1", "1 2", "0-1024", "1;2", "0x1", "1-2-3", ","]
-)
+@pytest.mark.parametrize("text", ["1-", "-1", "1,,2", "a", "3-1", "1 2", "0-1024", "1;2", "0x1", "1-2-3", ","])
 def test_nodelist_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_nodelist(text)
@@ -51,8 +49,17 @@ def test_nodelist_accepts() -> None:
 
 @pytest.mark.parametrize(
     "text,value",
-    [("512M", 512 << 20), ("4G", 4 << 30), ("1T", 1 << 40), ("4096", 4096), ("4GiB", 4 << 30), ("1.5G", 3 << 29),
-     ("256m", 256 << 20), ("2k", 2048), ("10B", 10)],
+    [
+        ("512M", 512 << 20),
+        ("4G", 4 << 30),
+        ("1T", 1 << 40),
+        ("4096", 4096),
+        ("4GiB", 4 << 30),
+        ("1.5G", 3 << 29),
+        ("256m", 256 << 20),
+        ("2k", 2048),
+        ("10B", 10),
+    ],
 )
 def test_size(text: str, value: int) -> None:
     assert parse_size(text) == value

@@ -29,10 +29,12 @@ def tree_digest(root: str) -> str:
     for dp, dns, fns in os.walk(root):
         if dp == root:
             dns[:] = [d for d in dns if d in ("sys", "proc")]
-        entries += [os.path.join(dp, f) for f in fns] + [os.path.join(dp, d) for d in dns if os.path.islink(os.path.join(dp, d))]
+        entries += [os.path.join(dp, f) for f in fns] + [
+            os.path.join(dp, d) for d in dns if os.path.islink(os.path.join(dp, d))
+        ]
     h = hashlib.sha256()
     for p in sorted(entries):
-        h.update(p[len(root):].encode())
+        h.update(p[len(root) :].encode())
         if os.path.islink(p):
             h.update(os.readlink(p).encode())
         else:
@@ -59,7 +61,12 @@ def test_plan_json_and_text() -> None:
     d = js(cxlctl("--root", HB2X2, "region", "plan", "--ways", "4", "--json"))
     assert d["schema_version"] == 1 and len(d["plans"]) == 1
     p = d["plans"][0]
-    assert (p["decoder"], p["interleave_ways"], p["interleave_granularity"], p["size"]) == ("decoder0.0", 4, 8192, 1 << 30)
+    assert (p["decoder"], p["interleave_ways"], p["interleave_granularity"], p["size"]) == (
+        "decoder0.0",
+        4,
+        8192,
+        1 << 30,
+    )
     assert [m["position"] for m in p["mappings"]] == [0, 1, 2, 3]
     assert p["targets"] == [m["memdev"] for m in p["mappings"]]
     assert [m["route"][0]["index"] for m in p["mappings"]] == [0, 1, 0, 1]
@@ -170,7 +177,9 @@ def test_destroy_refuses_while_memory_is_online(tmp_path: Any) -> None:
 
 def test_destroy_and_reconfigure_bad_names(tmp_path: Any) -> None:
     root = copy_tree(SINGLE_R, str(tmp_path / "t"))
-    assert "no region region9 (regions: region0)" in one_line_error(cxlctl("--root", root, "region", "destroy", "region9"), 2)
+    assert "no region region9 (regions: region0)" in one_line_error(
+        cxlctl("--root", root, "region", "destroy", "region9"), 2
+    )
     assert "is not a region name" in one_line_error(cxlctl("--root", root, "region", "destroy", "dax0.0"), 2)
     err = one_line_error(cxlctl("--root", root, "dax", "reconfigure", "dax7.0", "--mode", "devdax"), 2)
     assert "no DAX device dax7.0 (DAX devices: dax0.0)" in err

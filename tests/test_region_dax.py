@@ -19,9 +19,7 @@ from cxlctl.errors import CxlctlError
 from cxlctl.regions import dax
 from cxlctl.tuning.write import write_knob
 
-REGION_TREES = [
-    os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")
-]
+REGION_TREES = [os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")]
 
 
 @pytest.mark.parametrize("root", REGION_TREES, ids=lambda p: os.path.basename(p))

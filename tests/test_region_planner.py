@@ -257,9 +257,7 @@ def test_next_port_decoder_and_uncommitted_regions() -> None:
     inv = inv_of("6.12", "single-noregion")
     sw0 = next(d for d in inv.decoders if d.kind == "switch")
     busy = _with_decoder(inv, sw0.name, region="region7")
-    busy = busy._replace(
-        regions=(Region("region7", "decoder0.0", "ram", 0, None, 1, 256, None, True, None, ()),)
-    )
+    busy = busy._replace(regions=(Region("region7", "decoder0.0", "ram", 0, None, 1, 256, None, True, None, ()),))
     # the port's decoder 0 is taken by a committed region: the next one is used ...
     port_decs = [d for d in inv.decoders if d.port == sw0.port]
     if len(port_decs) > 1:
@@ -313,7 +311,12 @@ def test_bad_requests() -> None:
 def test_ways_picks_memdevs_spread_widest() -> None:
     inv = inv_of("6.12", "hb2x2-noregion")
     p4 = plan(inv, Request(ways=4))
-    assert p4.root_decoder == "decoder0.0" and serials(inv, [t.memdev for t in p4.targets]) == [0x4001, 0x4003, 0x4002, 0x4004]
+    assert p4.root_decoder == "decoder0.0" and serials(inv, [t.memdev for t in p4.targets]) == [
+        0x4001,
+        0x4003,
+        0x4002,
+        0x4004,
+    ]
     p2 = plan(inv, Request(ways=2))
     assert p2.root_decoder == "decoder0.0" and serials(inv, [t.memdev for t in p2.targets]) == [0x4001, 0x4003]
     p21 = plan(inv, Request(ways=2, decoder="decoder0.1"))

@@ -107,7 +107,11 @@ def test_switching_profiles_keeps_boot_values(tmp_path: Any, capsys: Any) -> Non
     for source in representative():
         root = work_copy(source, str(tmp_path / source.replace("/", "_")))
         before = snapshot(root)
-        for a, b in (("t-everything", "latency-strict"), ("inference-capacity", "t-ratio"), ("t-ratio", "inference-bandwidth")):
+        for a, b in (
+            ("t-everything", "latency-strict"),
+            ("inference-capacity", "t-ratio"),
+            ("t-ratio", "inference-bandwidth"),
+        ):
             assert run(["--root", root, "tune", "apply", a]) == 0
             capsys.readouterr()
             res = _json(capsys, ["--root", root, "tune", "apply", b])
@@ -310,7 +314,7 @@ def test_unwritable_targets_refuse_before_writing(tmp_path: Any) -> None:
     applied = snapshot(root)
     script = (
         f'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99\n'
-        f'cd {REPO}\n'
+        f"cd {REPO}\n"
         'for c in "tune apply latency-strict" "tune revert" "tune plan latency-strict" "tune verify" "tune status"; do\n'
         f'  {sys.executable} -m cxlctl --root "$1" $c >/dev/null 2>"$2.err"; echo "$c=$?"; cat "$2.err"\n'
         "done\n"
@@ -343,7 +347,9 @@ def test_live_system_needs_cap_sys_admin_for_numa_balancing() -> None:
     )
     p = subprocess.run(
         ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", sys.executable, "-c", code],
-        capture_output=True, text=True, cwd=REPO,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert "needs CAP_SYS_ADMIN" in p.stdout, p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

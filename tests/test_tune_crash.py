@@ -31,7 +31,11 @@ def _kill_apply_at(root: str, profile: str, k: int) -> None:
     env.pop("CXLCTL_TEST_FAULT", None)
     p = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", profile],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
     )
     try:
         assert p.stderr is not None
@@ -107,7 +111,11 @@ def test_sigkill_with_persist_then_revert_removes_files(tmp_path: Any) -> None:
     env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(n), CXLCTL_TEST_PAUSE_SECONDS="30")
     p = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", "t-everything", "--persist"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
     )
     assert p.stderr is not None
     for line in p.stderr:

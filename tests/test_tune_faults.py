@@ -45,8 +45,14 @@ def _knob_view(root: str) -> Dict[str, Any]:
 
 
 def _one_fault(
-    root: str, source: str, profile: str, writes: Tuple[Any, ...], k: int, fault: str,
-    expect: Dict[str, Any], monkeypatch: Any,
+    root: str,
+    source: str,
+    profile: str,
+    writes: Tuple[Any, ...],
+    k: int,
+    fault: str,
+    expect: Dict[str, Any],
+    monkeypatch: Any,
 ) -> None:
     failing = writes[k - 1]
     monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")

@@ -114,12 +114,32 @@ def _with_cxl(
     dram = [n for n in inv.nodes if n.kind == "dram"][0]
     dram = dram._replace(access0=Coordinates(*dram_bw) if dram_bw else None, tier=4)
     cxl = Node(
-        id=9, cpus=(), has_cpu=False, has_memory=True, mem_total=1 << 30, mem_free=1 << 30, distance=(20, 10),
-        access0=None, access1=None, memory_blocks=(), tier=4 if shared_tier else 22, kind="cxl", regions=("region0",),
+        id=9,
+        cpus=(),
+        has_cpu=False,
+        has_memory=True,
+        mem_total=1 << 30,
+        mem_free=1 << 30,
+        distance=(20, 10),
+        access0=None,
+        access1=None,
+        memory_blocks=(),
+        tier=4 if shared_tier else 22,
+        kind="cxl",
+        regions=("region0",),
     )
     region = Region(
-        name="region0", root_decoder="decoder0.0", mode="ram", size=1 << 30, resource=None, interleave_ways=1,
-        interleave_granularity=256, uuid=None, committed=True, driver="cxl_region", targets=(),
+        name="region0",
+        root_decoder="decoder0.0",
+        mode="ram",
+        size=1 << 30,
+        resource=None,
+        interleave_ways=1,
+        interleave_granularity=256,
+        uuid=None,
+        committed=True,
+        driver="cxl_region",
+        targets=(),
         access0=Coordinates(*cxl_bw) if cxl_bw else None,
     )
     return inv._replace(nodes=(dram, cxl), regions=(region,))
@@ -242,7 +262,10 @@ def test_recommend_cases() -> None:
     r = recommend(_with_cxl(host, shared_tier=True), with_wi)
     assert r.profile == "inference-bandwidth" and "tiering (inference-capacity) cannot work" in r.reasons[0]
     r = recommend(_with_cxl(host), with_wi)
-    assert r.profile == "inference-bandwidth" and [a for a, _ in r.alternatives] == ["inference-capacity", "latency-strict"]
+    assert r.profile == "inference-bandwidth" and [a for a, _ in r.alternatives] == [
+        "inference-capacity",
+        "latency-strict",
+    ]
     r = recommend(_with_cxl(host), no_wi)
     assert r.profile == "inference-capacity"
     r = recommend(_with_cxl(host, dram_bw=None), with_wi)

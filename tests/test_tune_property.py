@@ -53,13 +53,24 @@ def generated_profile(draw: st.DrawFn) -> str:
     parent = draw(st.one_of(st.none(), st.sampled_from(PROFILES)))
     if parent:
         lines.append(f'include = "{parent}"')
-    for knob in ("vm.zone_reclaim_mode", "vm.swappiness", "demotion_enabled", "auto_online_blocks",
-                 "kernel.numa_balancing_promote_rate_limit_MBps", "kernel.numa_balancing"):
+    for knob in (
+        "vm.zone_reclaim_mode",
+        "vm.swappiness",
+        "demotion_enabled",
+        "auto_online_blocks",
+        "kernel.numa_balancing_promote_rate_limit_MBps",
+        "kernel.numa_balancing",
+    ):
         if draw(st.booleans()):
             lines.append(f'knobs."{knob}" = {draw(_value(knob))}')
     if draw(st.booleans()):
-        weights = draw(st.one_of(st.just("bandwidth"), st.tuples(st.integers(1, 255), st.integers(1, 255)).map(lambda t: f"{t[0]}:{t[1]}")))
-        nodes = draw(st.sampled_from(['["dram", "cxl"]', '["all"]', '["dram"]', '[0, 1]', '["cxl", 0]']))
+        weights = draw(
+            st.one_of(
+                st.just("bandwidth"),
+                st.tuples(st.integers(1, 255), st.integers(1, 255)).map(lambda t: f"{t[0]}:{t[1]}"),
+            )
+        )
+        nodes = draw(st.sampled_from(['["dram", "cxl"]', '["all"]', '["dram"]', "[0, 1]", '["cxl", 0]']))
         auto = draw(st.booleans())
         mw = draw(st.integers(1, 255))
         lines.append("[knobs.weighted_interleave]")

@@ -85,9 +85,7 @@ def pristine(source: str) -> str:
     if _LIVE_DIR is None:
         d = tempfile.mkdtemp(prefix="cxlctl-live-")
         dest = os.path.join(d, "rec")
-        subprocess.run(
-            [sys.executable, "-m", "cxlctl", "record", dest], check=True, capture_output=True, cwd=REPO
-        )
+        subprocess.run([sys.executable, "-m", "cxlctl", "record", dest], check=True, capture_output=True, cwd=REPO)
         _LIVE_DIR = dest
     return _LIVE_DIR
 
@@ -148,18 +146,18 @@ def snapshot(root: str, under: Tuple[str, ...] = ("",)) -> Snapshot:
         except (NotADirectoryError, FileNotFoundError):
             if os.path.isfile(top) and not os.path.islink(top):
                 with open(top, "rb") as f:
-                    out[top[len(base):]] = ("file", f.read())
+                    out[top[len(base) :]] = ("file", f.read())
             continue
         with it:
             for e in it:
                 if e.is_symlink():
-                    out[e.path[len(base):]] = ("link", os.readlink(e.path).encode())
+                    out[e.path[len(base) :]] = ("link", os.readlink(e.path).encode())
                 elif e.is_dir():
                     if e.path != skip:
                         stack.append(e.path)
                 else:
                     with open(e.path, "rb") as f:
-                        out[e.path[len(base):]] = ("file", f.read())
+                        out[e.path[len(base) :]] = ("file", f.read())
     return out
 
 

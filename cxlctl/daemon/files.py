@@ -23,7 +23,7 @@ def atomic_replace(directory: str, name: str, text: str, mode: int = 0o644) -> s
         os.fchmod(fd, mode)  # explicit: the unit's UMask=0077 must not hide metrics from node_exporter
         data = memoryview(text.encode("utf-8"))
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -31,7 +31,12 @@ CRITICAL_FLAGS = (
     "media_powerloss_data_loss",
     "media_shutdown_data_loss",
 )
-WARNING_FLAGS = ("maintenance_needed", "performance_degraded", "media_data_loss_imminent", "media_persistence_loss_imminent")
+WARNING_FLAGS = (
+    "maintenance_needed",
+    "performance_degraded",
+    "media_data_loss_imminent",
+    "media_persistence_loss_imminent",
+)
 EXT_FIELDS = ("ext_life_used", "ext_temperature", "ext_corrected_volatile", "ext_corrected_persistent")
 
 
@@ -111,7 +116,12 @@ def collect(root: str, command: str = "cxl", timeout: float = 10.0) -> Health:
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
     try:
         p = subprocess.run(
-            [exe, "list", "-M", "-H"], capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, check=False
+            [exe, "list", "-M", "-H"],
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return unavailable(f"{command} list -M -H did not finish in {timeout:g} s")

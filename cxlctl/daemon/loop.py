@@ -268,7 +268,11 @@ class Daemon:
 
     def _on_monitor(self, mask: int) -> None:
         if mask & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
-            names = [n for n, b in (("POLLERR", select.POLLERR), ("POLLHUP", select.POLLHUP), ("POLLNVAL", select.POLLNVAL)) if mask & b]
+            names = [
+                n
+                for n, b in (("POLLERR", select.POLLERR), ("POLLHUP", select.POLLHUP), ("POLLNVAL", select.POLLNVAL))
+                if mask & b
+            ]
             self._monitor_failed("|".join(names))
             return
         mon = self.monitor
@@ -445,7 +449,9 @@ class Daemon:
                     self._schedule_rescan("monitor-error", now=True)
             elif name in ("rescan-now", "retry", "rescan"):
                 if name in self.deadlines and self.deadlines[name] <= self.clock():
-                    reason = self.pending_reason or ("retry" if name == "retry" else "periodic" if name == "rescan" else "event")
+                    reason = self.pending_reason or (
+                        "retry" if name == "retry" else "periodic" if name == "rescan" else "event"
+                    )
                     self._reconcile(reason)
             elif name == "drift":
                 self.deadlines["drift"] = now + self.cfg.drift_interval
@@ -476,7 +482,13 @@ class Daemon:
             for m in h.memdevs:
                 if before.get(m.memdev) != m.status:
                     level = logging.WARNING if m.status in ("warning", "critical") else logging.INFO
-                    self.log.log(level, "health: %s is %s%s", m.memdev, m.status, f" ({', '.join(m.reasons)})" if m.reasons else "")
+                    self.log.log(
+                        level,
+                        "health: %s is %s%s",
+                        m.memdev,
+                        m.status,
+                        f" ({', '.join(m.reasons)})" if m.reasons else "",
+                    )
         self.health = h
 
     def _budget(self) -> float:
@@ -612,4 +624,3 @@ def _short(inv: Any) -> str:
         return "no CXL memory online"
     gib = inv.totals.cxl_online / (1 << 30)
     return f"CXL node(s) {','.join(str(n.id) for n in cxl)}, {gib:.1f} GiB online"
-

@@ -123,7 +123,15 @@ class Builder:
         self.prefix = prefix
         self.families: Dict[str, Family] = {}
 
-    def add(self, name: str, type_: str, help_: str, value: Optional[float], labels: Optional[Mapping[str, str]] = None, suffix: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        type_: str,
+        help_: str,
+        value: Optional[float],
+        labels: Optional[Mapping[str, str]] = None,
+        suffix: str = "",
+    ) -> None:
         full = self.prefix + name
         fam = self.families.get(full)
         if fam is None:
@@ -139,7 +147,11 @@ class Builder:
             out.append(f"# TYPE {fam.name} {fam.type}")
             for suffix, labels, value in fam.samples:
                 lab = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in labels.items())
-                out.append(f"{fam.name}{suffix}{{{lab}}} {fmt_value(value)}" if lab else f"{fam.name}{suffix} {fmt_value(value)}")
+                out.append(
+                    f"{fam.name}{suffix}{{{lab}}} {fmt_value(value)}"
+                    if lab
+                    else f"{fam.name}{suffix} {fmt_value(value)}"
+                )
         return "\n".join(out) + "\n"
 
 
@@ -156,7 +168,9 @@ def build(view: View) -> str:
     st = view.stats
     inv = view.inventory
     b.add("up", "gauge", "1 while the cxlctl daemon runs; ready says whether its start-up reconcile finished", 1)
-    b.add("ready", "gauge", "1 once the start-up scan and reconcile are done (sd_notify READY=1)", 1 if view.ready else 0)
+    b.add(
+        "ready", "gauge", "1 once the start-up scan and reconcile are done (sd_notify READY=1)", 1 if view.ready else 0
+    )
     kernel = inv.kernel if inv is not None and inv.kernel else ""
     b.add("info", "gauge", "cxlctl version and the running kernel", 1, {"version": __version__, "kernel": kernel})
     b.add("start_time_seconds", "gauge", "Unix time the daemon started", st.started)
@@ -193,8 +207,20 @@ def build(view: View) -> str:
     for reason, n in sorted(st.rescans.items()):
         b.add("rescans_total", "counter", "Full sysfs rescans, by reason", n, {"reason": reason})
     for result in ("ok", "noop", "failed", "locked", "skipped"):
-        b.add("reconciles_total", "counter", "Reconcile passes, by result", st.reconciles.get(result, 0), {"result": result})
-    b.add("reconcile_duration_seconds", "summary", "Time from rescan to reconciled (scan, plan, writes)", st.reconcile_seconds_sum, suffix="_sum")
+        b.add(
+            "reconciles_total",
+            "counter",
+            "Reconcile passes, by result",
+            st.reconciles.get(result, 0),
+            {"result": result},
+        )
+    b.add(
+        "reconcile_duration_seconds",
+        "summary",
+        "Time from rescan to reconciled (scan, plan, writes)",
+        st.reconcile_seconds_sum,
+        suffix="_sum",
+    )
     b.add("reconcile_duration_seconds", "summary", "", st.reconcile_seconds_count, suffix="_count")
     if st.last_reconcile_seconds is not None:
         b.add("last_reconcile_duration_seconds", "gauge", "Duration of the last reconcile", st.last_reconcile_seconds)
@@ -210,14 +236,36 @@ def build(view: View) -> str:
     if st.last_scan_time is not None:
         b.add("last_scan_timestamp_seconds", "gauge", "Unix time of the last sysfs scan", st.last_scan_time)
     for kind, n in sorted(st.changes.items()):
-        b.add("topology_changes_total", "counter", "Changes found by rescans (node, region, dax, memdev added/removed/changed)", n, {"kind": kind})
+        b.add(
+            "topology_changes_total",
+            "counter",
+            "Changes found by rescans (node, region, dax, memdev added/removed/changed)",
+            n,
+            {"kind": kind},
+        )
     b.add("knob_writes_total", "counter", "Kernel settings written by the daemon's reconciles", st.knob_writes)
-    b.add("memory_blocks_onlined_total", "counter", "Memory blocks the daemon onlined by the profile's policy", st.blocks_onlined)
+    b.add(
+        "memory_blocks_onlined_total",
+        "counter",
+        "Memory blocks the daemon onlined by the profile's policy",
+        st.blocks_onlined,
+    )
     b.add("monitor_errors_total", "counter", "udev monitor errors (ENOBUFS, POLLERR)", st.monitor_errors)
     b.add("monitor_rebuilds_total", "counter", "udev monitors rebuilt after an error", st.monitor_rebuilds)
     b.add("drift_checks_total", "counter", "Drift checks run", st.drift_checks)
-    b.add("drift_corrections_total", "counter", "Reconciles that wrote drifted settings back (drift.action = reapply, or new work)", st.drift_corrections)
-    b.add("reloads_total", "counter", "Configuration reloads (SIGHUP), by result", st.reloads - st.reload_failures, {"result": "ok"})
+    b.add(
+        "drift_corrections_total",
+        "counter",
+        "Reconciles that wrote drifted settings back (drift.action = reapply, or new work)",
+        st.drift_corrections,
+    )
+    b.add(
+        "reloads_total",
+        "counter",
+        "Configuration reloads (SIGHUP), by result",
+        st.reloads - st.reload_failures,
+        {"result": "ok"},
+    )
     b.add("reloads_total", "counter", "", st.reload_failures, {"result": "failed"})
     _health(b, view.health)
     return b.render()
@@ -239,24 +287,59 @@ def _inventory(b: Builder, inv: Inventory) -> None:
         online = sum(1 for m in n.memory_blocks if (m.state or "").startswith("online"))
         b.add("node_memory_total_bytes", "gauge", "MemTotal of the NUMA node", n.mem_total, lab)
         b.add("node_memory_free_bytes", "gauge", "MemFree of the NUMA node", n.mem_free, lab)
-        b.add("node_memory_online_bytes", "gauge", "Bytes of online memory blocks in the node", online * bs if bs else None, lab)
+        b.add(
+            "node_memory_online_bytes",
+            "gauge",
+            "Bytes of online memory blocks in the node",
+            online * bs if bs else None,
+            lab,
+        )
         b.add("node_memory_blocks", "gauge", "Memory blocks of the node, by state", online, {**lab, "state": "online"})
         b.add("node_memory_blocks", "gauge", "", len(n.memory_blocks) - online, {**lab, "state": "offline"})
         if n.id in wi.weights:
-            b.add("weighted_interleave_weight", "gauge", "Weighted-interleave weight of the node (nodeN file)", wi.weights[n.id], {"node": str(n.id), "kind": n.kind})
+            b.add(
+                "weighted_interleave_weight",
+                "gauge",
+                "Weighted-interleave weight of the node (nodeN file)",
+                wi.weights[n.id],
+                {"node": str(n.id), "kind": n.kind},
+            )
         if n.tier is not None:
             tiers.setdefault(str(n.tier), []).append(n.id)
     if wi.auto is not None:
-        b.add("weighted_interleave_auto", "gauge", "1 when the kernel computes the weights itself (auto mode)", 1 if wi.auto else 0)
+        b.add(
+            "weighted_interleave_auto",
+            "gauge",
+            "1 when the kernel computes the weights itself (auto mode)",
+            1 if wi.auto else 0,
+        )
     nodes = {n.id: n for n in inv.nodes}
     for tier, ids in sorted(tiers.items(), key=lambda kv: int(kv[0])):
         ns = [nodes[i] for i in ids]
         lab = {"tier": tier, "nodes": ",".join(str(i) for i in sorted(ids))}
-        b.add("tier_memory_total_bytes", "gauge", "MemTotal summed over the memory tier's nodes", sum(n.mem_total or 0 for n in ns), lab)
-        b.add("tier_memory_free_bytes", "gauge", "MemFree summed over the memory tier's nodes", sum(n.mem_free or 0 for n in ns), lab)
+        b.add(
+            "tier_memory_total_bytes",
+            "gauge",
+            "MemTotal summed over the memory tier's nodes",
+            sum(n.mem_total or 0 for n in ns),
+            lab,
+        )
+        b.add(
+            "tier_memory_free_bytes",
+            "gauge",
+            "MemFree summed over the memory tier's nodes",
+            sum(n.mem_free or 0 for n in ns),
+            lab,
+        )
         if bs:
             online = sum(1 for n in ns for m in n.memory_blocks if (m.state or "").startswith("online"))
-            b.add("tier_memory_online_bytes", "gauge", "Online memory summed over the memory tier's nodes", online * bs, lab)
+            b.add(
+                "tier_memory_online_bytes",
+                "gauge",
+                "Online memory summed over the memory tier's nodes",
+                online * bs,
+                lab,
+            )
     for m in inv.memdevs:
         lab = {"memdev": m.name, "serial": "" if m.serial is None else f"{m.serial:#x}"}
         b.add("memdev_ram_bytes", "gauge", "RAM (volatile) capacity of the memdev", m.ram_size, lab)
@@ -266,12 +349,23 @@ def _inventory(b: Builder, inv: Inventory) -> None:
     for d in inv.dax_devices:
         if d.total_memblocks is not None:
             lab = {"dax": d.name, "mode": d.mode or "", "node": "" if d.target_node is None else str(d.target_node)}
-            b.add("dax_memory_blocks_online", "gauge", "Online memory blocks of a system-ram dax device", d.online_memblocks, lab)
+            b.add(
+                "dax_memory_blocks_online",
+                "gauge",
+                "Online memory blocks of a system-ram dax device",
+                d.online_memblocks,
+                lab,
+            )
             b.add("dax_memory_blocks", "gauge", "Memory blocks of a system-ram dax device", d.total_memblocks, lab)
 
 
 def _health(b: Builder, h: Optional[Health]) -> None:
-    b.add("health_available", "gauge", "1 when `cxl list -H` ran (ndctl installed, live system)", 1 if h is not None and h.available else 0)
+    b.add(
+        "health_available",
+        "gauge",
+        "1 when `cxl list -H` ran (ndctl installed, live system)",
+        1 if h is not None and h.available else 0,
+    )
     if h is None:
         return
     b.add("health_collected_timestamp_seconds", "gauge", "Unix time health was last collected", h.collected)
@@ -288,8 +382,16 @@ def _health(b: Builder, h: Optional[Health]) -> None:
             "life_used_percent": ("memdev_life_used_percent", "gauge", "Device life used, percent"),
             "temperature": ("memdev_temperature_celsius", "gauge", "Device temperature"),
             "dirty_shutdowns": ("memdev_dirty_shutdowns_total", "counter", "Dirty shutdowns counted by the device"),
-            "volatile_errors": ("memdev_corrected_volatile_errors_total", "counter", "Corrected volatile memory errors"),
-            "pmem_errors": ("memdev_corrected_persistent_errors_total", "counter", "Corrected persistent memory errors"),
+            "volatile_errors": (
+                "memdev_corrected_volatile_errors_total",
+                "counter",
+                "Corrected volatile memory errors",
+            ),
+            "pmem_errors": (
+                "memdev_corrected_persistent_errors_total",
+                "counter",
+                "Corrected persistent memory errors",
+            ),
         }
         for key, (name, type_, help_) in units.items():
             if key in m.values:

@@ -140,7 +140,9 @@ def diff(old: Snapshot, new: Snapshot) -> List[Change]:
         elif nd is None:
             out.append(Change("dax-removed", f"dax device {name} is gone"))
         elif od is not None and od[0] != nd[0]:
-            out.append(Change("dax-mode", f"dax device {name} switched from {od[0] or 'unbound'} to {nd[0] or 'unbound'}"))
+            out.append(
+                Change("dax-mode", f"dax device {name} switched from {od[0] or 'unbound'} to {nd[0] or 'unbound'}")
+            )
     for nid in sorted(set(old.nodes) | set(new.nodes)):
         o2, n2 = old.nodes.get(nid), new.nodes.get(nid)
         if _cxl(n2) and not _cxl(o2):
@@ -156,7 +158,12 @@ def diff(old: Snapshot, new: Snapshot) -> List[Change]:
         elif _cxl(o2) and not _cxl(n2):
             why = "gone" if n2 is None else "no memory left"
             out.append(Change("node-removed", f"CXL node {nid} removed ({why})"))
-        elif o2 is not None and n2 is not None and n2.has_memory and (o2.online_blocks, o2.total_blocks) != (n2.online_blocks, n2.total_blocks):
+        elif (
+            o2 is not None
+            and n2 is not None
+            and n2.has_memory
+            and (o2.online_blocks, o2.total_blocks) != (n2.online_blocks, n2.total_blocks)
+        ):
             out.append(
                 Change(
                     "node-memory",
@@ -219,14 +226,24 @@ def resolve_target(root: str, cfg: Config) -> Target:
         return Target(None, None, "needs-attention", str(e))
     if j is not None and jn.same_boot(j, jn.boot_id(root)):
         if j.state == jn.APPLIED:
-            return Target(_ref(root, j.profile, j.profile_source), j.profile, "applied", f"applied this boot ({j.tool}, pid {j.pid})")
+            return Target(
+                _ref(root, j.profile, j.profile_source),
+                j.profile,
+                "applied",
+                f"applied this boot ({j.tool}, pid {j.pid})",
+            )
         if j.state == jn.REVERTED:
-            return Target(None, j.profile, "reverted", f"{j.profile} was reverted at {j.finished}; `cxlctl tune apply` resumes")
+            return Target(
+                None, j.profile, "reverted", f"{j.profile} was reverted at {j.finished}; `cxlctl tune apply` resumes"
+            )
         if j.state == jn.APPLYING and is_held(root):
             return Target(None, j.profile, "busy", f"an apply of {j.profile} is in progress (pid {j.pid})")
         if j.state in (jn.APPLYING, jn.ROLLBACK_FAILED, jn.REVERT_FAILED):
             return Target(
-                None, j.profile, "needs-attention", f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`"
+                None,
+                j.profile,
+                "needs-attention",
+                f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`",
             )
         # ROLLED_BACK: the last apply failed and was undone; fall back to the standing intent
     p = read_persisted(root)
@@ -371,7 +388,9 @@ class Reconciler:
             names = ", ".join(s.setting for s in drift)
             if not other:
                 self.state = "applied"
-                self._once("drift-hold", logging.INFO, f"left drifted setting(s) as found (drift.action = report): {names}")
+                self._once(
+                    "drift-hold", logging.INFO, f"left drifted setting(s) as found (drift.action = report): {names}"
+                )
                 return "noop", 0
             self.log.warning(
                 "re-applying %s for %s; this also restores drifted %s",
@@ -392,7 +411,13 @@ class Reconciler:
             return "failed", 0
         written = [r for r in res.results if r.status == "written"]
         for r in written:
-            self.log.info("set %s: %s -> %s (profile %s)", r.setting, r.before if r.before is not None else "-", r.after, profile.name)
+            self.log.info(
+                "set %s: %s -> %s (profile %s)",
+                r.setting,
+                r.before if r.before is not None else "-",
+                r.after,
+                profile.name,
+            )
         self.stats.knob_writes += len(written)
         if not res.ok:
             self.state = "failed"

@@ -83,13 +83,18 @@ def _ratio(text: Optional[str]) -> Optional[Tuple[int, int]]:
     try:
         return parse_ratio(text)
     except ValueError:
-        raise UsageError(f"--ratio {text!r}: expected DRAM:CXL weights such as 3:1 (each 1-255)", hint="e.g. --ratio 3:1") from None
+        raise UsageError(
+            f"--ratio {text!r}: expected DRAM:CXL weights such as 3:1 (each 1-255)", hint="e.g. --ratio 3:1"
+        ) from None
 
 
 def _policy_nodes(req: Request, mode: str, ns: NodeSets, notes: List[str]) -> Tuple[int, ...]:
     if mode == "local":
         if req.mem_nodes is not None:
-            raise UsageError("--policy local takes no --mem-nodes (it allocates on the node of the CPU that faults)", hint="leave out --mem-nodes")
+            raise UsageError(
+                "--policy local takes no --mem-nodes (it allocates on the node of the CPU that faults)",
+                hint="leave out --mem-nodes",
+            )
         return ()
     if mode == "preferred":
         if len(ns.mem_nodes) == 1:
@@ -100,7 +105,9 @@ def _policy_nodes(req: Request, mode: str, ns: NodeSets, notes: List[str]) -> Tu
                 hint="give one node, or use --policy preferred-many",
             )
         pick = ns.cxl[0] if ns.cxl else ns.mem_nodes[0]
-        notes.append(f"preferred node {pick}: the nearest {'CXL' if ns.cxl else 'DRAM'} node (allocations fall back to others when it is full)")
+        notes.append(
+            f"preferred node {pick}: the nearest {'CXL' if ns.cxl else 'DRAM'} node (allocations fall back to others when it is full)"
+        )
         return (pick,)
     return ns.mem_nodes
 
@@ -123,10 +130,14 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         raise UsageError(f"unknown engine {req.engine!r}", hint="use exec, vllm or sglang")
     mode = req.policy or "weighted-interleave"
     if mode not in POLICIES:
-        raise UsageError(f"--policy {mode!r} is not one of {', '.join(POLICIES)}", hint="e.g. --policy weighted-interleave")
+        raise UsageError(
+            f"--policy {mode!r} is not one of {', '.join(POLICIES)}", hint="e.g. --policy weighted-interleave"
+        )
     ratio = _ratio(req.ratio)
     if ratio is not None and mode != "weighted-interleave":
-        raise UsageError(f"--ratio only applies to --policy weighted-interleave (not {mode})", hint="drop --ratio or change --policy")
+        raise UsageError(
+            f"--ratio only applies to --policy weighted-interleave (not {mode})", hint="drop --ratio or change --policy"
+        )
     if req.engine_cmd is not None:
         try:
             cmd = shlex.split(req.engine_cmd)
@@ -139,7 +150,9 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     else:
         cmd = list(eng.DEFAULT_CMD.get(req.engine, []))
     if req.engine == "exec" and not req.args:
-        raise UsageError("nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS...")
+        raise UsageError(
+            "nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS..."
+        )
     notes: List[str] = []
     warnings: List[str] = []
 
@@ -179,7 +192,9 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     elif shutil.which(req.args[0], path=environ.get("PATH")) is None:
         raise UsageError(f"program not found: {req.args[0]!r}", hint="give a path or a program on PATH after --")
     if req.kv_tmpfs and req.engine == "sglang":
-        raise UsageError("--kv-tmpfs is for vLLM's /dev/shm offload (and exec)", hint="SGLang's host cache is not a /dev/shm file")
+        raise UsageError(
+            "--kv-tmpfs is for vLLM's /dev/shm offload (and exec)", hint="SGLang's host cache is not a /dev/shm file"
+        )
     ea = eng.build_args(
         req.engine,
         cmd,
@@ -193,7 +208,9 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     tmpfs = None
     if req.kv_tmpfs:
         if ea.kv_bytes is None:
-            raise UsageError("--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto")
+            raise UsageError(
+                "--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto"
+            )
         # the memory set's CXL nodes, else those nearest to the CPUs (the engine itself may be bound to DRAM)
         tnodes = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
         if not tnodes:
@@ -222,7 +239,9 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         warnings.extend(wp.warnings)
         if wp.writes:
             users = sysweights.wi_users(root, exclude=(os.getpid(),))
-            who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (f" and {len(users) - 8} more" if len(users) > 8 else "")
+            who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (
+                f" and {len(users) - 8} more" if len(users) > 8 else ""
+            )
             warnings.append(
                 "weighted-interleave weights are system-wide: "
                 + ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
@@ -305,7 +324,10 @@ def execute(root: str, lp: LaunchPlan) -> None:
     from .policy import apply_in_process, get_mempolicy, unshare_shm
 
     if lp.failed:
-        raise CxlctlError(f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched", hint="the lines above name each fix")
+        raise CxlctlError(
+            f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched",
+            hint="the lines above name each fix",
+        )
     policy = lp.policy
     weights_set = False
     if lp.weights is not None and lp.weights.writes:
@@ -328,14 +350,18 @@ def execute(root: str, lp: LaunchPlan) -> None:
                 )
     except CxlctlError as e:
         if weights_set:
-            e.hint = (e.hint + "; " if e.hint else "") + "the weights set for this launch stay (journaled): `cxlctl tune revert` restores them"
+            e.hint = (
+                e.hint + "; " if e.hint else ""
+            ) + "the weights set for this launch stay (journaled): `cxlctl tune revert` restores them"
         raise
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execvpe(lp.argv[0], list(lp.argv), lp.env)
     except OSError as e:
-        raise CxlctlError(f"cannot exec {lp.argv[0]}: {e.strerror}", hint="check the program path and its permissions") from None
+        raise CxlctlError(
+            f"cannot exec {lp.argv[0]}: {e.strerror}", hint="check the program path and its permissions"
+        ) from None
 
 
 def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
@@ -392,7 +418,9 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
             "tokens": lp.tokens,
             "model_config": lp.model.source if lp.model else None,
         },
-        "tmpfs": None if lp.tmpfs is None else {"size": lp.tmpfs[0], "nodes": list(lp.tmpfs[1]), "options": tmpfs_options(*lp.tmpfs)},
+        "tmpfs": None
+        if lp.tmpfs is None
+        else {"size": lp.tmpfs[0], "nodes": list(lp.tmpfs[1]), "options": tmpfs_options(*lp.tmpfs)},
         "argv": list(lp.argv),
         "env": dict(sorted(lp.env_added.items())),
         "numactl_command": lp.equivalent,

@@ -93,7 +93,9 @@ def cache_dir(env: Dict[str, str]) -> str:
 
 def _run(argv: Sequence[str], env: Dict[str, str], timeout: float) -> Tuple[int, str]:
     try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            list(argv), capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return -1, f"timed out after {timeout:.0f} s"
     except OSError as e:
@@ -194,7 +196,9 @@ def _int_opt(args: Sequence[str], names: Sequence[str], default: int, label: str
     try:
         n = int(v)
     except ValueError:
-        raise UsageError(f"{names[0]} {v!r} is not an integer", hint=f"fix the {label} in the engine's arguments") from None
+        raise UsageError(
+            f"{names[0]} {v!r} is not an integer", hint=f"fix the {label} in the engine's arguments"
+        ) from None
     if n < 1:
         raise UsageError(f"{names[0]} {v!r} must be at least 1", hint=f"fix the {label} in the engine's arguments")
     return n
@@ -248,12 +252,16 @@ def build_args(
 def _exec(cmd: Sequence[str], user: Sequence[str], kv: Optional[int], lmcache: bool, kv_tmpfs: bool) -> EngineArgs:
     argv = tuple(user)
     if not argv:
-        raise UsageError("nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS...")
+        raise UsageError(
+            "nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS..."
+        )
     env: Dict[str, str] = {}
     notes: List[str] = []
     if lmcache:
         if kv is None:
-            raise UsageError("--lmcache needs --kv-size (the CPU cache size)", hint="add --kv-size SIZE or --kv-size auto")
+            raise UsageError(
+                "--lmcache needs --kv-size (the CPU cache size)", hint="add --kv-size SIZE or --kv-size auto"
+            )
         env.update(_lmcache_env(kv, 1))
         notes.append(f"LMCache CPU cache: {format_size(kv)} (LMCACHE_MAX_LOCAL_CPU_SIZE is per rank: one rank assumed)")
     elif kv is not None and not kv_tmpfs:
@@ -276,7 +284,9 @@ def _vllm(
 ) -> EngineArgs:
     args = list(user)
     if not args:
-        raise UsageError("no vLLM arguments", hint="give them after --: cxlctl launch vllm [options] -- serve MODEL ...")
+        raise UsageError(
+            "no vLLM arguments", hint="give them after --: cxlctl launch vllm [options] -- serve MODEL ..."
+        )
     notes: List[str] = []
     warnings: List[str] = []
     added: List[str] = []
@@ -285,7 +295,9 @@ def _vllm(
     ver = version_tuple(feats.version)
     known = feats.source != "unavailable"
     if known:
-        notes.append(f"vLLM {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})")
+        notes.append(
+            f"vLLM {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})"
+        )
     else:
         warnings.append(f"could not read vLLM's flags ({feats.error}); passing the arguments through unchanged")
     if has_opt(args, ["--swap-space"]):
@@ -301,10 +313,16 @@ def _vllm(
             "cxlctl's policy with a DRAM-only bind (the KV offload would leave CXL)"
         )
         if keep_numa_bind:
-            warnings.append(why + "; kept because of --keep-numa-bind" + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)"))
+            warnings.append(
+                why
+                + "; kept because of --keep-numa-bind"
+                + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)")
+            )
         else:
             args, dropped = drop_numa_bind(args)
-            warnings.append(why + f"; dropped {' '.join(dropped)} (--keep-numa-bind keeps it). cxlctl binds the CPUs itself")
+            warnings.append(
+                why + f"; dropped {' '.join(dropped)} (--keep-numa-bind keeps it). cxlctl binds the CPUs itself"
+            )
     tp = _int_opt(args, ["--tensor-parallel-size", "-tp"], 1, "tensor-parallel size")
     pp = _int_opt(args, ["--pipeline-parallel-size", "-pp"], 1, "pipeline-parallel size")
     ranks = tp * pp
@@ -323,13 +341,17 @@ def _vllm(
         try:
             kv_bytes = int(float(user_size) * GIB)
         except ValueError:
-            raise UsageError(f"--kv-offloading-size {user_size!r} is not a number of GiB", hint="e.g. --kv-offloading-size 64") from None
+            raise UsageError(
+                f"--kv-offloading-size {user_size!r} is not a number of GiB", hint="e.g. --kv-offloading-size 64"
+            ) from None
     if kv is not None and lmcache:
         if not has_opt(args, ["--kv-transfer-config"]):
             args += ["--kv-transfer-config", LMCACHE_CONNECTOR]
             added += ["--kv-transfer-config", LMCACHE_CONNECTOR]
         env.update(_lmcache_env(kv, ranks))
-        notes.append(f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per worker x {ranks} worker(s) (TP {tp} x PP {pp})")
+        notes.append(
+            f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per worker x {ranks} worker(s) (TP {tp} x PP {pp})"
+        )
     elif kv is not None:
         if args[0] != "serve":
             raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
@@ -384,13 +406,17 @@ def _vllm(
 def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool) -> EngineArgs:
     args = list(user)
     if not args:
-        raise UsageError("no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ...")
+        raise UsageError(
+            "no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ..."
+        )
     notes: List[str] = []
     warnings: List[str] = []
     added: List[str] = []
     known = feats.source != "unavailable"
     if known:
-        notes.append(f"SGLang {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})")
+        notes.append(
+            f"SGLang {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})"
+        )
     else:
         warnings.append(f"could not read SGLang's flags ({feats.error}); passing the arguments through unchanged")
     env = {"SGLANG_AUTO_NUMA_BIND": "0"}
@@ -412,7 +438,9 @@ def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Option
         try:
             kv_bytes = int(float(user_size) * 1e9) * tp
         except ValueError:
-            raise UsageError(f"--hicache-size {user_size!r} is not a number of GB", hint="e.g. --hicache-size 100") from None
+            raise UsageError(
+                f"--hicache-size {user_size!r} is not a number of GB", hint="e.g. --hicache-size 100"
+            ) from None
     if kv is not None and lmcache:
         if known and feats.has("--enable-lmcache") and not has_opt(args, ["--enable-lmcache"]):
             args.append("--enable-lmcache")
@@ -437,7 +465,9 @@ def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Option
         args += ["--hicache-size", str(per_rank_gb)]
         added += ["--hicache-size", str(per_rank_gb)]
         kv_bytes = per_rank_gb * 10**9 * tp
-        notes.append(f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}")
+        notes.append(
+            f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}"
+        )
     return EngineArgs(
         tuple(cmd) + tuple(args),
         env,

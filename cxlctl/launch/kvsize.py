@@ -72,7 +72,9 @@ def free_cxl(inv: Inventory, nodes: Sequence[int]) -> int:
     return sum(n.mem_free or 0 for n in inv.nodes if n.id in nodes and n.kind == "cxl")
 
 
-def kv_request(inv: Inventory, spec: Optional[str], reserve: Optional[str], cxl_nodes: Sequence[int]) -> Optional[KvRequest]:
+def kv_request(
+    inv: Inventory, spec: Optional[str], reserve: Optional[str], cxl_nodes: Sequence[int]
+) -> Optional[KvRequest]:
     """``--kv-size SIZE|auto`` and ``--reserve SIZE`` → bytes (UsageError on bad input)."""
     if spec is None:
         if reserve is not None:
@@ -116,7 +118,9 @@ def load_config(path: str) -> Dict[str, Any]:
         with open(p, encoding="utf-8") as f:
             data = json.load(f)
     except OSError as e:
-        raise UsageError(f"cannot read model config {p}: {e.strerror}", hint="give a config.json or a model directory") from None
+        raise UsageError(
+            f"cannot read model config {p}: {e.strerror}", hint="give a config.json or a model directory"
+        ) from None
     except ValueError as e:
         raise UsageError(f"model config {p} is not valid JSON: {e}", hint="give the model's config.json") from None
     if not isinstance(data, dict):
@@ -138,7 +142,9 @@ def model_kv(cfg: Dict[str, Any], kv_cache_dtype: Optional[str] = None) -> Model
     lora, rope = _num(c, "kv_lora_rank"), _num(c, "qk_rope_head_dim")
     if lora is not None and rope is not None:
         bpt = layers * (lora + rope) * nbytes
-        return ModelKv(src, layers, None, None, True, dtype, nbytes, bpt, f"MLA: {layers} layers x ({lora} + {rope}) x {nbytes} B")
+        return ModelKv(
+            src, layers, None, None, True, dtype, nbytes, bpt, f"MLA: {layers} layers x ({lora} + {rope}) x {nbytes} B"
+        )
     heads = _num(c, "num_attention_heads", "n_head")
     kv_heads = _num(c, "num_key_value_heads", "num_kv_heads") or heads
     head_dim = _num(c, "head_dim")
@@ -152,7 +158,15 @@ def model_kv(cfg: Dict[str, Any], kv_cache_dtype: Optional[str] = None) -> Model
         )
     bpt = 2 * layers * kv_heads * head_dim * nbytes
     return ModelKv(
-        src, layers, kv_heads, head_dim, False, dtype, nbytes, bpt, f"2 x {layers} layers x {kv_heads} KV heads x {head_dim} x {nbytes} B"
+        src,
+        layers,
+        kv_heads,
+        head_dim,
+        False,
+        dtype,
+        nbytes,
+        bpt,
+        f"2 x {layers} layers x {kv_heads} KV heads x {head_dim} x {nbytes} B",
     )
 
 

@@ -212,7 +212,9 @@ def distance(inv: Inventory, a: int, b: int) -> int:
 
 def socket_of(inv: Inventory, node: int) -> Tuple[int, ...]:
     """CPU nodes closer to ``node`` than REMOTE_DISTANCE (the node itself included)."""
-    return tuple(sorted(n.id for n in inv.nodes if n.has_cpu and (n.id == node or distance(inv, node, n.id) < REMOTE_DISTANCE)))
+    return tuple(
+        sorted(n.id for n in inv.nodes if n.has_cpu and (n.id == node or distance(inv, node, n.id) < REMOTE_DISTANCE))
+    )
 
 
 def nearest_cxl(inv: Inventory, cpu_nodes: Sequence[int]) -> Tuple[int, ...]:

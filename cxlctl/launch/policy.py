@@ -89,7 +89,11 @@ class Policy(NamedTuple):
 
     def env_value(self) -> str:
         """``CXLCTL_POLICY``: what was asked, for ``cxlctl policy show`` to compare with."""
-        parts = [f"mode={self.mode}", f"nodes={format_nodelist(self.nodes)}", f"cpunodes={format_nodelist(self.cpu_nodes)}"]
+        parts = [
+            f"mode={self.mode}",
+            f"nodes={format_nodelist(self.nodes)}",
+            f"cpunodes={format_nodelist(self.cpu_nodes)}",
+        ]
         if self.weights:
             parts.append("weights=" + ",".join(f"{n}:{w}" for n, w in self.weights))
         return " ".join(parts)
@@ -177,7 +181,12 @@ def get_mempolicy() -> Tuple[str, Tuple[int, ...]]:
     mode = ctypes.c_int(0)
     mask = _mask(())
     rc = libc.syscall(
-        ctypes.c_long(nr), ctypes.byref(mode), mask, ctypes.c_ulong(MASK_BITS + 1), ctypes.c_void_p(0), ctypes.c_ulong(0)
+        ctypes.c_long(nr),
+        ctypes.byref(mode),
+        mask,
+        ctypes.c_ulong(MASK_BITS + 1),
+        ctypes.c_void_p(0),
+        ctypes.c_ulong(0),
     )
     if rc != 0:
         err = ctypes.get_errno()

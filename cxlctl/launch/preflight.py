@@ -123,14 +123,30 @@ def run(
         if n is None:
             out.append(Check("node", "fail", f"node {nid} does not exist", "see cxlctl status for the nodes"))
         elif not n.has_memory or not (n.mem_total or 0):
-            out.append(Check("node-memory", "fail", f"node {nid} has no memory online", "online it first (cxlctl status shows how), or leave it out of --mem-nodes"))
+            out.append(
+                Check(
+                    "node-memory",
+                    "fail",
+                    f"node {nid} has no memory online",
+                    "online it first (cxlctl status shows how), or leave it out of --mem-nodes",
+                )
+            )
         elif n.memory_blocks and not any(b.state == "online" for b in n.memory_blocks):
-            out.append(Check("node-memory", "fail", f"node {nid}: every memory block is offline", "online its memory blocks (daxctl online-memory)"))
+            out.append(
+                Check(
+                    "node-memory",
+                    "fail",
+                    f"node {nid}: every memory block is offline",
+                    "online its memory blocks (daxctl online-memory)",
+                )
+            )
 
     # cpuset
     mems, cpus = self_allowed(root)
     if mems is None:
-        out.append(Check("cpuset", "note", "cannot read Mems_allowed of this process (/proc/self/status); cpuset not checked"))
+        out.append(
+            Check("cpuset", "note", "cannot read Mems_allowed of this process (/proc/self/status); cpuset not checked")
+        )
     else:
         outside = [n for n in policy.nodes if n not in mems]
         if outside:
@@ -144,7 +160,13 @@ def run(
                 )
             )
         else:
-            out.append(Check("cpuset-mems", "ok", f"node(s) {format_nodelist(policy.nodes) or '-'} are in Mems_allowed_list {format_nodelist(mems)}"))
+            out.append(
+                Check(
+                    "cpuset-mems",
+                    "ok",
+                    f"node(s) {format_nodelist(policy.nodes) or '-'} are in Mems_allowed_list {format_nodelist(mems)}",
+                )
+            )
     if cpus is not None and policy.cpu_nodes:
         none = [nid for nid in policy.cpu_nodes if not set(cpus_of(inv, [nid])) & set(cpus)]
         if none:
@@ -163,7 +185,11 @@ def run(
         alt = "--policy interleave (equal shares), preferred-many or bind"
         out.append(Check("kernel-policy", "fail", why, f"use {alt}, or a newer kernel"))
     if policy.mode == "weighted-interleave" and len(policy.nodes) < 2:
-        out.append(Check("policy", "note", f"weighted interleave over one node ({format_nodelist(policy.nodes)}) is a plain bind"))
+        out.append(
+            Check(
+                "policy", "note", f"weighted interleave over one node ({format_nodelist(policy.nodes)}) is a plain bind"
+            )
+        )
 
     # pinned KV on ZONE_MOVABLE CXL memory
     if pins:
@@ -200,7 +226,14 @@ def run(
     if kv_tmpfs is not None:
         size, tnodes = kv_tmpfs
         if root == "/" and not has_cap(CAP_SYS_ADMIN):
-            out.append(Check("kv-tmpfs", "fail", "--kv-tmpfs mounts a tmpfs in a private mount namespace: needs CAP_SYS_ADMIN", "run as root, or leave out --kv-tmpfs"))
+            out.append(
+                Check(
+                    "kv-tmpfs",
+                    "fail",
+                    "--kv-tmpfs mounts a tmpfs in a private mount namespace: needs CAP_SYS_ADMIN",
+                    "run as root, or leave out --kv-tmpfs",
+                )
+            )
         free = sum(by_id[n].mem_free or 0 for n in tnodes if n in by_id)
         if kv_bytes and free < kv_bytes:
             out.append(
@@ -212,7 +245,13 @@ def run(
                     "lower --kv-size, or use --kv-size auto",
                 )
             )
-        out.append(Check("kv-tmpfs", "note", f"/dev/shm of the engine: tmpfs of {format_size(size)} bound to node(s) {format_nodelist(tnodes)}; other /dev/shm IPC of the engine moves there too"))
+        out.append(
+            Check(
+                "kv-tmpfs",
+                "note",
+                f"/dev/shm of the engine: tmpfs of {format_size(size)} bound to node(s) {format_nodelist(tnodes)}; other /dev/shm IPC of the engine moves there too",
+            )
+        )
     elif shm_bytes:
         try:
             st = os.statvfs(host_path(root, "/dev/shm"))
@@ -232,7 +271,11 @@ def run(
                 )
             )
         else:
-            out.append(Check("dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"))
+            out.append(
+                Check(
+                    "dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"
+                )
+            )
 
     # KV larger than the CXL tier it is meant for
     if kv_bytes and ns.cxl and kv_tmpfs is None:

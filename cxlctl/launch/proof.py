@@ -39,7 +39,9 @@ NUMA_MAPS_MODES = {
     "prefer": "preferred",
     "bind": "bind",
 }
-_POLICY = re.compile(r"^(default|local|prefer \(many\)|weighted interleave|interleave|prefer|bind)(=[a-z|]+)?(?::([0-9,\-]+))?(?=\s|$)")
+_POLICY = re.compile(
+    r"^(default|local|prefer \(many\)|weighted interleave|interleave|prefer|bind)(=[a-z|]+)?(?::([0-9,\-]+))?(?=\s|$)"
+)
 _NODE = re.compile(r"^N(\d+)=(\d+)$")
 TOLERANCE = 0.10
 MIN_PAGES = 256
@@ -108,9 +110,13 @@ def _read(root: str, path: str, pid: int) -> str:
         with open(p, "rb") as f:
             return f.read().decode("utf-8", "replace")
     except FileNotFoundError:
-        raise UsageError(f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)") from None
+        raise UsageError(
+            f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)"
+        ) from None
     except PermissionError:
-        raise CxlctlError(f"cannot read {path}: permission denied", hint="run as root or as the process' owner") from None
+        raise CxlctlError(
+            f"cannot read {path}: permission denied", hint="run as root or as the process' owner"
+        ) from None
     except ProcessLookupError:
         raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
     except OSError as e:
@@ -196,30 +202,53 @@ def show(root: str, pid: int) -> Dict[str, Any]:
         a_mode, a_nodes, a_cpun, a_w = asked.mode, asked.nodes, asked.cpu_nodes, asked.weights
         check("mode", mode == a_mode, f"asked {a_mode}, the process has {mode}")
         if a_mode != "local":
-            check("nodes", nodes == a_nodes, f"asked node(s) {format_nodelist(a_nodes) or '-'}, the policy has {format_nodelist(nodes) or '-'}")
+            check(
+                "nodes",
+                nodes == a_nodes,
+                f"asked node(s) {format_nodelist(a_nodes) or '-'}, the policy has {format_nodelist(nodes) or '-'}",
+            )
         outside_mems = [n for n in a_nodes if n not in mems]
-        check("cpuset", not outside_mems, f"Mems_allowed_list {format_nodelist(mems)}" + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""))
+        check(
+            "cpuset",
+            not outside_mems,
+            f"Mems_allowed_list {format_nodelist(mems)}"
+            + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""),
+        )
         want_cpus = _node_cpus(root, a_cpun)
         if want_cpus is not None and a_cpun:
             extra = sorted(set(cpus) - want_cpus)
-            check("cpus", not extra, f"Cpus_allowed_list {format_nodelist(cpus)}; CPUs of node(s) {format_nodelist(a_cpun)}: {format_nodelist(sorted(want_cpus))}")
+            check(
+                "cpus",
+                not extra,
+                f"Cpus_allowed_list {format_nodelist(cpus)}; CPUs of node(s) {format_nodelist(a_cpun)}: {format_nodelist(sorted(want_cpus))}",
+            )
         on = {n: anon.get(n, 0) for n in a_nodes}
         inside = sum(on.values())
         outside = sum(p for n, p in anon.items() if n not in a_nodes)
         if a_mode == "bind":
-            check("placement", outside == 0, f"{inside} anonymous page(s) on node(s) {format_nodelist(a_nodes)}, {outside} elsewhere")
+            check(
+                "placement",
+                outside == 0,
+                f"{inside} anonymous page(s) on node(s) {format_nodelist(a_nodes)}, {outside} elsewhere",
+            )
         elif a_mode in ("interleave", "weighted-interleave") and a_nodes:
             w = {n: (a_w.get(n, 1) if a_mode == "weighted-interleave" else 1) for n in a_nodes}
             tw = sum(w.values())
             shares = ", ".join(
-                f"node{n} {on[n]} pages = {on[n] / inside:.1%} (weight {w[n]}/{tw} = {w[n] / tw:.1%})" if inside else f"node{n} 0 pages"
+                f"node{n} {on[n]} pages = {on[n] / inside:.1%} (weight {w[n]}/{tw} = {w[n] / tw:.1%})"
+                if inside
+                else f"node{n} 0 pages"
                 for n in a_nodes
             )
             if inside < MIN_PAGES:
                 check("placement", None, f"too few anonymous pages to judge ({inside} < {MIN_PAGES}): {shares}")
             else:
                 ok = all(abs((on[n] / inside) / (w[n] / tw) - 1) <= TOLERANCE for n in a_nodes)
-                check("placement", ok, f"{shares}; each within ±{TOLERANCE:.0%} of its weight's share: {'yes' if ok else 'no'}")
+                check(
+                    "placement",
+                    ok,
+                    f"{shares}; each within ±{TOLERANCE:.0%} of its weight's share: {'yes' if ok else 'no'}",
+                )
             if a_mode == "weighted-interleave":
                 now = _sys_weights(root, a_nodes)
                 if now and any(now.get(n) != a_w.get(n) for n in a_nodes if n in a_w):

@@ -162,7 +162,9 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     others = [s for s in prep.plan.steps if s.knob != KNOB and s.action in ("set", "restore")]
     skip = [s for s in steps if s.action in ("skip", "unsupported")]
     if skip:
-        why = skip[0].note.replace('give a ratio instead, e.g. weights = "3:1"', "pass --ratio DRAM:CXL, e.g. --ratio 3:1")
+        why = skip[0].note.replace(
+            'give a ratio instead, e.g. weights = "3:1"', "pass --ratio DRAM:CXL, e.g. --ratio 3:1"
+        )
         if skip[0].action == "unsupported":
             return WeightPlan("current", nodes, {n: current[n] for n in nodes}, current, (), None, base, (), (why,))
         cur = {n: current[n] for n in nodes}
@@ -185,7 +187,9 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     if auto:
         notes.append("weights from bandwidth by the kernel's auto mode (weighted_interleave/auto)")
     for s in others:
-        warnings.append(f"the profile in effect has drifted: applying the launch weights also resets {s.setting} to {s.desired}")
+        warnings.append(
+            f"the profile in effect has drifted: applying the launch weights also resets {s.setting} to {s.desired}"
+        )
     return WeightPlan(
         source,
         nodes,

@@ -137,7 +137,9 @@ def read_dax(root: str, name: str) -> DaxState:
         for bid in range(res // bs, (res + size - 1) // bs + 1):
             if os.path.isdir(_host(root, f"{MEMORY}/memory{bid}")):
                 blocks.append(read_block(root, bid))
-    return DaxState(name, _link(root, dev + "/driver"), tn if tn is not None and tn >= 0 else None, res, size, tuple(blocks))
+    return DaxState(
+        name, _link(root, dev + "/driver"), tn if tn is not None and tn >= 0 else None, res, size, tuple(blocks)
+    )
 
 
 def node_in_use(root: str, node: Optional[int]) -> Optional[int]:

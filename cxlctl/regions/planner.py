@@ -305,9 +305,7 @@ class _Assign(NamedTuple):
     levels: List[Tuple[str, Tuple[int, ...], int]]  # (port, dports in order, depth below root)
 
 
-def _assign(
-    st: _State, rd: Decoder, chains: Dict[str, Tuple[Hop, ...]], ways: int
-) -> _Assign:
+def _assign(st: _State, rd: Decoder, chains: Dict[str, Tuple[Hop, ...]], ways: int) -> _Assign:
     """Interleave position of each memdev, or PlanError naming the rule broken."""
     tl = rd.target_list
     rways = rd.interleave_ways or 1
@@ -316,11 +314,7 @@ def _assign(
         hb_dport = hops[0].dport
         if hb_dport not in tl:
             hb = st.tree.host_bridge_of(rd.port, hb_dport) or f"dport {hb_dport}"
-            reach = [
-                d.name
-                for d in st.root_decoders()
-                if hb_dport in d.target_list and d.name != rd.name
-            ]
+            reach = [d.name for d in st.root_decoders() if hb_dport in d.target_list and d.name != rd.name]
             raise PlanError(
                 f"{m} is below host bridge {hb} (root dport {hb_dport}), which {rd.name} does not target "
                 f"(its target list: {_tl_names(st, rd)})",
@@ -566,9 +560,7 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
         if d is None:  # pragma: no cover - usable() checked it
             raise PlanError(why)
         targets_by_pos[pos] = Target(pos, m, ep, d.name, size // ways, d.mode, chains[m])
-    levels: List[Level] = [
-        Level(rd.port, rd.name, rways, rd.interleave_granularity or gran, tuple(rd.target_list))
-    ]
+    levels: List[Level] = [Level(rd.port, rd.name, rways, rd.interleave_granularity or gran, tuple(rd.target_list))]
     for port, tg, ig in lvl:
         d, why = st.port_decoder(port)
         if d is None:
@@ -586,7 +578,7 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
                 raise PlanError(
                     f"{rname} already uses {p} at a higher address ({start:#x}) than this region would get "
                     f"({resource:#x}): the kernel commits a port's decoders in address order "
-                    "(\"HPA order violation\")",
+                    '("HPA order violation")',
                     hint=f"destroy {rname} first and create the regions in address order, or use another window",
                 )
     if unknown and gaps is not None:
@@ -770,7 +762,9 @@ def plan_all(inv: Inventory, req: Request) -> List[Plan]:
                 if picked is None:
                     continue
                 try:
-                    p = _plan_on(st, rd, picked, req._replace(memdevs=tuple(picked), ways=None, size=None, decoder=rd.name))
+                    p = _plan_on(
+                        st, rd, picked, req._replace(memdevs=tuple(picked), ways=None, size=None, decoder=rd.name)
+                    )
                 except PlanError:
                     continue
                 if best is None or (p.ways, p.size) > (best.ways, best.size):

@@ -211,7 +211,11 @@ class _Builder:
         d = f"{CXL}/{t.decoder}"
         cur_dpa = _int(daxmod.read_attr(self.root, f"{d}/dpa_size")) or 0
         if cur_dpa:
-            raise KnobError(f"{d}/dpa_size", None, f"{t.decoder} already has DPA allocated ({cur_dpa:#x}); state changed since the plan")
+            raise KnobError(
+                f"{d}/dpa_size",
+                None,
+                f"{t.decoder} already has DPA allocated ({cur_dpa:#x}); state changed since the plan",
+            )
         mode = daxmod.read_attr(self.root, f"{d}/mode")
         if mode != "ram":
             self.w(f"{d}/mode", "ram", f"{t.decoder} mode")

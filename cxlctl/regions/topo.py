@@ -32,9 +32,7 @@ class Tree:
 
     def __init__(self, inv: Inventory) -> None:
         self.ports: Dict[str, Port] = {p.name: p for p in inv.buses + inv.ports + inv.endpoints}
-        self.endpoint_of_memdev: Dict[str, str] = {
-            e.memdev: e.name for e in inv.endpoints if e.memdev
-        }
+        self.endpoint_of_memdev: Dict[str, str] = {e.memdev: e.name for e in inv.endpoints if e.memdev}
         #: child port/endpoint -> dport id at its parent (None: cannot tell)
         self.dport_of: Dict[str, Optional[int]] = {}
         #: port -> [(dport id, child name)] in dport-id order
@@ -72,9 +70,13 @@ class Tree:
                 return None, (), f"{cur.name} has no parent port in the inventory (driver not bound?)"
             d = self.dport_of.get(cur.name)
             if d is None:
-                return None, (), (
-                    f"cannot tell which dport of {parent.name} leads to {cur.name} "
-                    "(no parent_dport link: kernel older than 6.3?)"
+                return (
+                    None,
+                    (),
+                    (
+                        f"cannot tell which dport of {parent.name} leads to {cur.name} "
+                        "(no parent_dport link: kernel older than 6.3?)"
+                    ),
                 )
             hops.append(Hop(parent.name, d))
             cur = parent

@@ -187,7 +187,10 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
                 continue
             later = rank(path) > our_rank
             if not persisting:
-                wins, note = path, "cxlctl's value is not persisted (use --persist): this file's value returns at every boot"
+                wins, note = (
+                    path,
+                    "cxlctl's value is not persisted (use --persist): this file's value returns at every boot",
+                )
             elif later:
                 wins, note = path, "applied after 90-cxlctl.conf at boot, so it overrides cxlctl"
             else:
@@ -205,11 +208,17 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
             if key not in ours:
                 continue
             if persisting and reapply:
-                wins, note = "cxlctl", "TuneD re-applies sysctl.d after its profile (reapply_sysctl=1), so 90-cxlctl.conf wins"
+                wins, note = (
+                    "cxlctl",
+                    "TuneD re-applies sysctl.d after its profile (reapply_sysctl=1), so 90-cxlctl.conf wins",
+                )
             elif persisting:
                 wins, note = src, "reapply_sysctl=0: TuneD's value, applied after systemd-sysctl, wins at boot"
             else:
-                wins, note = src, "cxlctl's value is not persisted: TuneD sets its value at every boot and profile switch"
+                wins, note = (
+                    src,
+                    "cxlctl's value is not persisted: TuneD sets its value at every boot and profile switch",
+                )
             if value == ours[key]:
                 note = "same value; " + note
             out.append(Conflict(key, ours[key], value, src, wins, note))

@@ -147,9 +147,7 @@ def _persisted(root: str) -> bool:
 
 def _desired_values(p: Plan) -> Dict[str, Optional[str]]:
     return our_keys(
-        (s.knob, s.path, s.desired)
-        for s in p.steps
-        if s.action in ("set", "noop") and BY_NAME[s.knob].kind != "group"
+        (s.knob, s.path, s.desired) for s in p.steps if s.action in ("set", "noop") and BY_NAME[s.knob].kind != "group"
     )
 
 
@@ -333,7 +331,9 @@ def _verify_entries(root: str, entries: List[Entry]) -> List[Check]:
             continue
         exists, raw = read_raw(host(root, e.path))
         if raw is None:
-            out.append(Check(e.setting, e.path, e.desired, None, "unsupported", "vanished" if not exists else "unreadable"))
+            out.append(
+                Check(e.setting, e.path, e.desired, None, "unsupported", "vanished" if not exists else "unreadable")
+            )
             continue
         actual = _canon(e.knob, raw)
         out.append(Check(e.setting, e.path, e.desired, actual, "pass" if actual == e.desired else "drift"))
@@ -464,7 +464,9 @@ def apply(
             rb = _restore(root, entries, attempted, "prior", status, errors)
             done = tuple(e._replace(status=status.get(e.path, e.status)) for e in entries)
             if rb:
-                jn.save(root, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted"))
+                jn.save(
+                    root, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted")
+                )
             elif active is not None:
                 jn.save(root, active._replace(error=f"switching to {p.profile} was interrupted and rolled back"))
             else:
@@ -482,7 +484,9 @@ def apply(
             checks = _verify_entries(root, entries)
             bad = [c for c in checks if c.status != "pass" and c.status != "unsupported"]
             if bad:
-                error = "read-back after apply: " + "; ".join(f"{c.setting} reads {c.actual!r}, wanted {c.expected!r}" for c in bad)
+                error = "read-back after apply: " + "; ".join(
+                    f"{c.setting} reads {c.actual!r}, wanted {c.expected!r}" for c in bad
+                )
             elif persist:
                 try:
                     for path, text in _persist_contents(p, prep.profile).items():
@@ -509,7 +513,9 @@ def apply(
             j = j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=final_entries, error=error)
         jn.save(root, j)
     results = tuple(
-        FileResult(e.setting, e.path, _canon(e.knob, e.prior), e.desired, status.get(e.path, e.status), errors.get(e.path))
+        FileResult(
+            e.setting, e.path, _canon(e.knob, e.prior), e.desired, status.get(e.path, e.status), errors.get(e.path)
+        )
         for e in entries
     )
     return ApplyResult(
@@ -546,7 +552,8 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
     j = _peek(root, messages)
     if j is None:
         raise CxlctlError(
-            "no tuning profile is applied on this boot" + (" (the journal is from an earlier boot)" if messages else ""),
+            "no tuning profile is applied on this boot"
+            + (" (the journal is from an earlier boot)" if messages else ""),
             hint="name a profile to compare with: cxlctl tune verify inference-bandwidth",
         )
     if j.state != jn.APPLIED:
@@ -613,7 +620,9 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
         failures += perr
         final = tuple(e._replace(status=status[e.path]) for e in entries)
         if failures:
-            jn.save(root, j._replace(state=jn.REVERT_FAILED, entries=final, finished=jn.now(), error="; ".join(failures)))
+            jn.save(
+                root, j._replace(state=jn.REVERT_FAILED, entries=final, finished=jn.now(), error="; ".join(failures))
+            )
         else:
             jn.save(root, j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None))
     results = tuple(

@@ -168,7 +168,7 @@ class RateLimitKnob(IntKnob):
             if k in table:
                 raise ValueError(f"'{k}' only applies with value = \"bandwidth\"")
         if isinstance(value, str):
-            raise ValueError(f"must be an integer (MB/s) or \"bandwidth\", got {value!r}")
+            raise ValueError(f'must be an integer (MB/s) or "bandwidth", got {value!r}')
         return super().validate(value, table)
 
     def show(self, value: Any) -> str:
@@ -232,7 +232,7 @@ class WeightedInterleaveKnob(Knob):
         w = table.get("weights", "bandwidth")
         ratio: Optional[Tuple[int, int]] = None
         if not isinstance(w, str):
-            raise ValueError(f"weights must be \"bandwidth\" or a \"DRAM:CXL\" ratio such as \"3:1\"; got {w!r}")
+            raise ValueError(f'weights must be "bandwidth" or a "DRAM:CXL" ratio such as "3:1"; got {w!r}')
         if w != "bandwidth":
             ratio = parse_ratio(w)
             w = "ratio"
@@ -240,7 +240,7 @@ class WeightedInterleaveKnob(Knob):
         if isinstance(nodes, str):
             nodes = [nodes]
         if not isinstance(nodes, list) or not nodes:
-            raise ValueError("nodes must be a non-empty list of \"dram\", \"cxl\", \"all\" or node numbers")
+            raise ValueError('nodes must be a non-empty list of "dram", "cxl", "all" or node numbers')
         sel = []
         for n in nodes:
             if isinstance(n, bool):
@@ -250,7 +250,7 @@ class WeightedInterleaveKnob(Knob):
             elif n in ("dram", "cxl", "all"):
                 sel.append(str(n))
             else:
-                raise ValueError(f"bad node selector {n!r}: use \"dram\", \"cxl\", \"all\" or a node number")
+                raise ValueError(f'bad node selector {n!r}: use "dram", "cxl", "all" or a node number')
         pa = table.get("prefer_auto", True)
         if not isinstance(pa, bool):
             raise ValueError(f"prefer_auto must be true or false, got {pa!r}")
@@ -302,7 +302,7 @@ def parse_ratio(text: str) -> Tuple[int, int]:
     """``"3:1"`` → (3, 1); both sides 1-255."""
     a, sep, b = text.strip().partition(":")
     if not sep or not a.strip().isdigit() or not b.strip().isdigit():
-        raise ValueError(f"weights must be \"bandwidth\" or a \"DRAM:CXL\" ratio such as \"3:1\"; got {text!r}")
+        raise ValueError(f'weights must be "bandwidth" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}')
     x, y = int(a), int(b)
     for v in (x, y):
         if not WEIGHT_MIN <= v <= WEIGHT_MAX:

@@ -85,12 +85,52 @@ def _scalar(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, rest
         return [Step(knob.name, knob.name, knob.path, current, want, original, "restore", _RESTORE_REASON, True, "")]
     why = knob.probe(cur)
     if why:
-        return [Step(knob.name, knob.name, knob.path, None, None, None, "unsupported", s.reason, knob.reversible, s.origin, why)]
+        return [
+            Step(
+                knob.name,
+                knob.name,
+                knob.path,
+                None,
+                None,
+                None,
+                "unsupported",
+                s.reason,
+                knob.reversible,
+                s.origin,
+                why,
+            )
+        ]
     desired, note = _scalar_desired(knob, s.value, inv)
     if current == desired:
-        return [Step(knob.name, knob.name, knob.path, current, desired, None, "noop", s.reason, knob.reversible, s.origin, note)]
+        return [
+            Step(
+                knob.name,
+                knob.name,
+                knob.path,
+                current,
+                desired,
+                None,
+                "noop",
+                s.reason,
+                knob.reversible,
+                s.origin,
+                note,
+            )
+        ]
     return [
-        Step(knob.name, knob.name, knob.path, current, desired, knob.text(desired), "set", s.reason, knob.reversible, s.origin, note)
+        Step(
+            knob.name,
+            knob.name,
+            knob.path,
+            current,
+            desired,
+            knob.text(desired),
+            "set",
+            s.reason,
+            knob.reversible,
+            s.origin,
+            note,
+        )
     ]
 
 
@@ -115,12 +155,16 @@ def _select_nodes(inv: Inventory, spec: WISpec, have: Mapping[int, str]) -> Tupl
     return sorted(chosen), notes
 
 
-def _wi(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore: Restore) -> Tuple[List[Step], List[str]]:
+def _wi(
+    knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore: Restore
+) -> Tuple[List[Step], List[str]]:
     nodes = cur.wi_node_paths()
     auto = cur.wi_auto_path
     warnings: List[str] = []
 
-    def step(setting: str, path: str, desired: Optional[str], action: Optional[str], reason: str, origin: str, note: str = "") -> Step:
+    def step(
+        setting: str, path: str, desired: Optional[str], action: Optional[str], reason: str, origin: str, note: str = ""
+    ) -> Step:
         raw = cur.get(path)
         current = _canon(knob, raw)
         if action is None:
@@ -141,7 +185,18 @@ def _wi(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore:
             if raw is not None and _canon(knob, raw) == want:
                 continue
             out.append(
-                Step(knob.name, _member(path), path, _canon(knob, raw), want, original, "restore", _RESTORE_REASON, True, "")
+                Step(
+                    knob.name,
+                    _member(path),
+                    path,
+                    _canon(knob, raw),
+                    want,
+                    original,
+                    "restore",
+                    _RESTORE_REASON,
+                    True,
+                    "",
+                )
             )
         return out
 
@@ -153,11 +208,38 @@ def _wi(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore:
             raw = cur.get(auto)
             # a weight write switches auto off, so restore auto whenever weights were written
             if steps or _canon(knob, raw) != want:
-                steps.append(Step(knob.name, _member(auto), auto, _canon(knob, raw), want, original, "restore", _RESTORE_REASON, True, ""))
+                steps.append(
+                    Step(
+                        knob.name,
+                        _member(auto),
+                        auto,
+                        _canon(knob, raw),
+                        want,
+                        original,
+                        "restore",
+                        _RESTORE_REASON,
+                        True,
+                        "",
+                    )
+                )
         return steps, warnings
     why = knob.probe(cur)
     if why:
-        return [Step(knob.name, knob.name, knob.path, None, None, None, "unsupported", s.reason, knob.reversible, s.origin, why)], warnings
+        return [
+            Step(
+                knob.name,
+                knob.name,
+                knob.path,
+                None,
+                None,
+                None,
+                "unsupported",
+                s.reason,
+                knob.reversible,
+                s.origin,
+                why,
+            )
+        ], warnings
     spec = s.value
     assert isinstance(spec, WISpec)
     chosen, notes = _select_nodes(inv, spec, nodes)
@@ -166,7 +248,9 @@ def _wi(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore:
     cxl = [n for n in chosen if kinds.get(n) == "cxl"]
 
     def skipped(why: str) -> Tuple[List[Step], List[str]]:
-        return [Step(knob.name, knob.name, knob.path, None, None, None, "skip", s.reason, knob.reversible, s.origin, why)], warnings
+        return [
+            Step(knob.name, knob.name, knob.path, None, None, None, "skip", s.reason, knob.reversible, s.origin, why)
+        ], warnings
 
     if "cxl" in spec.nodes and not cxl:
         return skipped("no CXL memory node is online: nothing to interleave DRAM with")
@@ -204,7 +288,9 @@ def _wi(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore:
                     None,
                     s.reason,
                     s.origin,
-                    "kernel auto mode (weights from " + ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items())) + ")",
+                    "kernel auto mode (weights from "
+                    + ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
+                    + ")",
                 )
             ], warnings
         weights = reduce_weights(bw, spec.max_weight)

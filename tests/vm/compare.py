@@ -56,7 +56,9 @@ class Comparison:
 def compare_cxl_list(status: Dict[str, Any], cxl_list: Any, c: Optional[Comparison] = None) -> Comparison:
     """Memdevs, decoders, regions, ports/endpoints against `cxl list -vvv` JSON."""
     c = c or Comparison()
-    mem_peer = {k: v for k, v in _index(cxl_list, "memdev").items() if "ram_size" in v or "pmem_size" in v or "serial" in v}
+    mem_peer = {
+        k: v for k, v in _index(cxl_list, "memdev").items() if "ram_size" in v or "pmem_size" in v or "serial" in v
+    }
     mem_ours = {m["memdev"]: m for m in status["memdevs"]}
     c.eq("memdev", "memdev names", sorted(mem_ours), sorted(mem_peer))
     for name in sorted(set(mem_ours) & set(mem_peer)):
@@ -83,7 +85,9 @@ def compare_cxl_list(status: Dict[str, Any], cxl_list: Any, c: Optional[Comparis
         if "interleave_granularity" in p:
             c.eq("decoder", f"{name} interleave_granularity", o["interleave_granularity"], p["interleave_granularity"])
         if "targets" in p:
-            theirs = [(t.get("position"), t.get("id")) for t in sorted(p["targets"], key=lambda t: t.get("position", 0))]
+            theirs = [
+                (t.get("position"), t.get("id")) for t in sorted(p["targets"], key=lambda t: t.get("position", 0))
+            ]
             ours = [(t["position"], t["id"]) for t in o.get("targets", [])]
             c.eq("decoder", f"{name} targets (position, id)", ours, theirs)
         if "region" in p:

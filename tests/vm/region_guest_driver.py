@@ -79,7 +79,18 @@ def state() -> Dict[str, Any]:
         b = f"{CXL}/{d}"
         decoders[d] = {
             k: read(f"{b}/{k}")
-            for k in ("size", "start", "interleave_ways", "interleave_granularity", "target_list", "region", "mode", "dpa_size", "dpa_resource", "locked")
+            for k in (
+                "size",
+                "start",
+                "interleave_ways",
+                "interleave_granularity",
+                "target_list",
+                "region",
+                "mode",
+                "dpa_size",
+                "dpa_resource",
+                "locked",
+            )
             if os.path.exists(f"{b}/{k}")
         }
     ports = {}
@@ -184,18 +195,24 @@ def hb2x2() -> None:
     cx("destroy4-refused", "region", "destroy", r4["region"], "--json")
     cx("destroy4", "region", "destroy", r4["region"], "--force", "--json")
     # 2) 2-way across the bridges, movable
-    r2 = created(cx("create2", "region", "create", "--ways", "2", "--decoder", "decoder0.0", "--zone", "movable", "--json"))
+    r2 = created(
+        cx("create2", "region", "create", "--ways", "2", "--decoder", "decoder0.0", "--zone", "movable", "--json")
+    )
     cx("destroy2", "region", "destroy", r2["region"], "--force", "--json")
     # 3) two regions at once: 2-way inside bridge A (window 1), 1-way devdax on bridge B (window 2)
     ra = created(cx("create21", "region", "create", "--ways", "2", "--decoder", "decoder0.1", "--json"))
-    rb = created(cx("create1", "region", "create", "--ways", "1", "--decoder", "decoder0.2", "--online", "devdax", "--json"))
+    rb = created(
+        cx("create1", "region", "create", "--ways", "1", "--decoder", "decoder0.2", "--online", "devdax", "--json")
+    )
     cx("destroy1", "region", "destroy", rb["region"], "--json")
     cx("destroy21", "region", "destroy", ra["region"], "--force", "--json")
     # 4) address order: a region in window 1 on bridge A, then window 0 would sit below it on A
-    ra = created(cx("hpa-first", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json"))
+    ra = created(
+        cx("hpa-first", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json")
+    )
     used = ra["targets"][0]
     others = [m for m in sorted(os.listdir(CXL)) if re.fullmatch(r"mem\d+", m) and m != used]
-    pairs = [f"{a},{b}" for i, a in enumerate(others) for b in others[i + 1:]]
+    pairs = [f"{a},{b}" for i, a in enumerate(others) for b in others[i + 1 :]]
     for pr in pairs:
         s = cx(f"hpa-plan-{pr}", "region", "plan", "-m", pr, "--decoder", "decoder0.0", "--json", snap=False)
         if "HPA order" not in s["stderr"]:
@@ -206,8 +223,12 @@ def hb2x2() -> None:
         note(f"hpa-kernel-{pr}", kernel=k, plan_stderr=s["stderr"], dmesg=sh("dmesg | tail -n 15"))
     cx("hpa-destroy", "region", "destroy", ra["region"], "--json")
     # 5) destroy order: two regions sharing bridge A
-    ra = created(cx("order-a", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json"))
-    rb = created(cx("order-b", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json"))
+    ra = created(
+        cx("order-a", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json")
+    )
+    rb = created(
+        cx("order-b", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json")
+    )
     cx("order-a-refused", "region", "destroy", ra["region"], "--json")
     cx("order-b-destroy", "region", "destroy", rb["region"], "--json")
     cx("order-a-destroy", "region", "destroy", ra["region"], "--json")
@@ -216,18 +237,65 @@ def hb2x2() -> None:
     cx("all-destroy", "region", "destroy", al["region"], "--force", "--json")
     # 7) requests the kernel rejects half-way: nothing may remain
     cx("tamper-swap", "region", "create", "--ways", "4", "--json", env={"CXLCTL_TEST_REGION_TAMPER": "swap-last"})
-    cx("tamper-oversize", "region", "create", "--ways", "2", "--decoder", "decoder0.0", "--json", env={"CXLCTL_TEST_REGION_TAMPER": "oversize"})
+    cx(
+        "tamper-oversize",
+        "region",
+        "create",
+        "--ways",
+        "2",
+        "--decoder",
+        "decoder0.0",
+        "--json",
+        env={"CXLCTL_TEST_REGION_TAMPER": "oversize"},
+    )
     # 8) every programming write failing in turn
     fault_sweep(["--ways", "2", "--decoder", "decoder0.0", "--online", "devdax"])
     cx("after", "status", "--json")
     if os.environ.get("CXLVM_EXPLORE"):
         # what the kernel does when the first of two regions sharing a port is torn down first
-        ra = created(cx("x-order-a", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json"))
-        rb = created(cx("x-order-b", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json"))
+        ra = created(
+            cx(
+                "x-order-a",
+                "region",
+                "create",
+                "--ways",
+                "1",
+                "--decoder",
+                "decoder0.1",
+                "--online",
+                "devdax",
+                "--json",
+            )
+        )
+        rb = created(
+            cx(
+                "x-order-b",
+                "region",
+                "create",
+                "--ways",
+                "1",
+                "--decoder",
+                "decoder0.1",
+                "--online",
+                "devdax",
+                "--json",
+            )
+        )
         k = sh_rc(f"destroy_region {ra['region']}")
         note("x-kernel-order", kernel=k, dmesg=sh("dmesg | tail -n 20"), state=state())
         cx("x-order-b-destroy", "region", "destroy", rb["region"], "--json")
-        c = cx("x-after-create", "region", "create", "--ways", "1", "--decoder", "decoder0.1", "--online", "devdax", "--json")
+        c = cx(
+            "x-after-create",
+            "region",
+            "create",
+            "--ways",
+            "1",
+            "--decoder",
+            "decoder0.1",
+            "--online",
+            "devdax",
+            "--json",
+        )
         note("x-dmesg", dmesg=sh("dmesg | tail -n 20"), rc=c["rc"])
 
 
@@ -240,7 +308,17 @@ def switch2() -> None:
     cx("destroy2", "region", "destroy", r2["region"], "--force", "--json")
     r1 = created(cx("create1", "region", "create", "--ways", "1", "--size", "256M", "--json"))
     cx("destroy1", "region", "destroy", r1["region"], "--force", "--json")
-    cx("tamper-swap", "region", "create", "--ways", "2", "--online", "devdax", "--json", env={"CXLCTL_TEST_REGION_TAMPER": "swap-last"})
+    cx(
+        "tamper-swap",
+        "region",
+        "create",
+        "--ways",
+        "2",
+        "--online",
+        "devdax",
+        "--json",
+        env={"CXLCTL_TEST_REGION_TAMPER": "swap-last"},
+    )
     rs = json.loads(STEPS[-1]["stdout"] or "{}").get("regions") if STEPS[-1]["rc"] == 0 else None
     if rs:  # below a switch the order of the dports is free: the kernel accepts the swap
         cx("tamper-swap-destroy", "region", "destroy", rs[0]["region"], "--json")

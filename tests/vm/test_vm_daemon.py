@@ -258,10 +258,15 @@ def test_daemon_on_a_real_kernel(capsys: Any) -> None:
     # 2-3. persisted, started, READY after onlining the offline memory and weighting it
     assert _read(out, "persist.rc").strip() == "0", _read(out, "persist.err")
     ra, daxa, node_a = _read(out, "region-a").split()
-    assert all(" offline " in ln for ln in _read(out, "blocks-a-before.txt").splitlines()), _read(out, "blocks-a-before.txt")
+    assert all(" offline " in ln for ln in _read(out, "blocks-a-before.txt").splitlines()), _read(
+        out, "blocks-a-before.txt"
+    )
     after = _read(out, "blocks-a-after.txt").splitlines()
     assert after and all(ln.split()[1] == "online" and "Movable" in ln for ln in after), after
-    assert re.search(rf"onlined {len(after)} of {len(after)} offline memory block\(s\) of {daxa} \(node {node_a}\) as online_movable", log), ctx
+    assert re.search(
+        rf"onlined {len(after)} of {len(after)} offline memory block\(s\) of {daxa} \(node {node_a}\) as online_movable",
+        log,
+    ), ctx
     assert "READY=1" in notify and "STATUS=profile vm-daemon (applied)" in notify, notify
     w = _weights(_read(out, "weights-ready.txt"))
     assert w[int(node_a)] == 2 and w[0] == 3, w
@@ -324,7 +329,9 @@ def test_daemon_on_a_real_kernel(capsys: Any) -> None:
     ps = _procstat(_read(out, "procstat.txt"))
     idle = ps["idle-end"]["voluntary_ctxt_switches"] - ps["idle-start"]["voluntary_ctxt_switches"]
     idle_s = ps["idle-end"]["uptime"] - ps["idle-start"]["uptime"]
-    cpu_ticks = ps["idle-end"]["utime"] + ps["idle-end"]["stime"] - ps["idle-start"]["utime"] - ps["idle-start"]["stime"]
+    cpu_ticks = (
+        ps["idle-end"]["utime"] + ps["idle-end"]["stime"] - ps["idle-start"]["utime"] - ps["idle-start"]["stime"]
+    )
     assert idle <= idle_s / 5 * 2 + 4, f"{idle} wake-ups in {idle_s:.0f} s idle"
     subs = sorted(x["subsystem"] for x in mb.series("cxlctl_uevents_total"))
     watch = {ln.split()[0]: float(ln.split()[1]) for ln in _read(out, "b-watch").splitlines()}

@@ -195,9 +195,8 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     fake = tools / "vllm"
     fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))
     fake.chmod(0o755)
-    script = (
-        f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n"
-        + GUEST.replace("CREATE", region.create_command(t))
+    script = f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n" + GUEST.replace(
+        "CREATE", region.create_command(t)
     )
     res = run_guest(t, script, kernel="6.12", workdir=work, timeout=900).check()
     out = res.outdir
@@ -221,12 +220,18 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     assert abs(r / 3 - 1) <= 0.10, text
     show = _json(out, "wi.show.json")
     assert _f(out, "wi.show.rc").strip() == "0", _f(out, "wi.show.err")
-    assert show["policy"]["mode"] == "weighted-interleave" and show["policy"]["nodes"] == [0, cxl] and show["match"] is True
+    assert (
+        show["policy"]["mode"] == "weighted-interleave"
+        and show["policy"]["nodes"] == [0, cxl]
+        and show["match"] is True
+    )
     assert show["asked"]["weights"] == {"0": 3, str(cxl): 1}
     placement = next(c for c in show["checks"] if c["check"] == "placement")
     assert placement["status"] == "pass", placement
     anon = {int(k): v for k, v in show["pages"]["anon"].items()}
-    report.append(f"  policy show, all anonymous pages: node0 {anon.get(0, 0)}, node{cxl} {anon.get(cxl, 0)} = {anon.get(0, 0) / anon[cxl]:.3f}:1")
+    report.append(
+        f"  policy show, all anonymous pages: node0 {anon.get(0, 0)}, node{cxl} {anon.get(cxl, 0)} = {anon.get(0, 0) / anon[cxl]:.3f}:1"
+    )
     tune = _json(out, "tune-status.json")
     assert tune["active_profile"] == "launch-weights" and tune["journal"]["state"] == "applied"
     assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
@@ -246,7 +251,11 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     # -- 3. --kv-tmpfs: DRAM-bound process, offload file on CXL
     dry = _json(out, "tmpfs.dry.json")
     free = next(n["mem_free"] for n in _json(out, "status.json")["nodes"] if n["id"] == cxl)
-    assert dry["kv"]["auto"] and dry["kv"]["bytes"] == dry["kv"]["free_cxl"] - (384 << 20) and dry["tmpfs"]["nodes"] == [cxl]
+    assert (
+        dry["kv"]["auto"]
+        and dry["kv"]["bytes"] == dry["kv"]["free_cxl"] - (384 << 20)
+        and dry["tmpfs"]["nodes"] == [cxl]
+    )
     assert abs(dry["kv"]["free_cxl"] - free) < (64 << 20)
     assert (out / "tmpfs.ready").exists(), _f(out, "tmpfs.err")
     assert int(_f(out, "tmpfs.ready")) == int(_f(out, "tmpfs.launch-pid"))
@@ -257,7 +266,9 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     assert set(anon) == {0}, "the process itself stays on DRAM"
     mine = [line for line in _f(out, "tmpfs.mountinfo").splitlines() if " /dev/shm " in line]
     assert mine and f"mpol=bind:{cxl}" in mine[-1], mine
-    assert not any(f"mpol=bind:{cxl}" in line for line in _f(out, "global.mountinfo").splitlines()), "private mount namespace"
+    assert not any(f"mpol=bind:{cxl}" in line for line in _f(out, "global.mountinfo").splitlines()), (
+        "private mount namespace"
+    )
     assert "vllm_offload_cxlctltest.mmap" not in _f(out, "global-shm.txt")
 
     # -- 4. pre-flight refuses a node outside the cgroup's cpuset

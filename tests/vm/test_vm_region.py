@@ -238,7 +238,11 @@ def test_hb2x2_dax_modes_and_zones(hb2x2: Dict[str, Dict[str, Any]]) -> None:
     assert node not in parse_nodelist(s["devdax"]["state"]["has_memory"])  # the NUMA node is gone
     assert node in parse_nodelist(s["ram-movable"]["state"]["has_memory"])
     mov = peer("ram-movable")
-    assert mov["mode"] == "system-ram" and mov["movable"] is True and mov["online_memblocks"] == mov["total_memblocks"] == 8
+    assert (
+        mov["mode"] == "system-ram"
+        and mov["movable"] is True
+        and mov["online_memblocks"] == mov["total_memblocks"] == 8
+    )
     assert "held auto_online_blocks at offline" in s["ram-movable"]["stdout"]
     nor = peer("ram-normal")
     assert nor["mode"] == "system-ram" and nor["movable"] is False and nor["online_memblocks"] == 8
@@ -263,7 +267,7 @@ def test_hb2x2_address_order_rule_is_the_kernels(hb2x2: Dict[str, Dict[str, Any]
     """cxlctl refuses a region below one already on the same bridge; forced through the plain shell
     helper, the kernel refuses it too (EBUSY at the first target) and nothing is left."""
     s = hb2x2
-    pairs = [k[len("hpa-kernel-"):] for k in s if k.startswith("hpa-kernel-")]
+    pairs = [k[len("hpa-kernel-") :] for k in s if k.startswith("hpa-kernel-")]
     assert pairs, "no pair hit the address-order rule"
     for pr in pairs:
         plan = s["hpa-plan-" + pr]

@@ -70,7 +70,9 @@ def test_status_matches_peers(series: str, topo: str) -> None:
     t = TOPOLOGIES[topo]
     region = t.widest
     assert region is not None
-    script = SNAP + f"""
+    script = (
+        SNAP
+        + f"""
 snap before
 R=$({region.create_command(t)}) || {{ echo "create failed" > "$OUT/create-failed"; }}
 echo "$R" > "$OUT/region"
@@ -78,6 +80,7 @@ udevadm settle --timeout=30 || true
 sleep 1
 snap after
 """
+    )
     res = run_guest(t, script, kernel=kernel(series)).check()
     out = str(res.outdir)
 

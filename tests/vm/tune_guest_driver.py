@@ -67,7 +67,10 @@ def main() -> None:
     env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES="2", CXLCTL_TEST_PAUSE_SECONDS="900")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", "tune", "apply", "vm-ratio"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stderr is not None
     for line in proc.stderr:
