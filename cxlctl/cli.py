@@ -17,6 +17,7 @@ import typer
 from .cli_daemon import daemon_app
 from .cli_launch import launch_app, policy_app
 from .cli_region import dax_app, region_app
+from .cli_shell import completing, completion, enable
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
 from .rootpath import resolve_root
@@ -35,6 +36,7 @@ app.add_typer(dax_app, name="dax")
 app.add_typer(launch_app, name="launch")
 app.add_typer(policy_app, name="policy")
 app.add_typer(daemon_app, name="daemon")
+app.command()(completion)
 
 
 class State:
@@ -109,6 +111,8 @@ def record(
 
 def run(argv: List[str]) -> int:
     """Run the app; map every expected failure to a message and an exit code."""
+    if completing():
+        enable()
     try:
         app(args=argv, prog_name="cxlctl", standalone_mode=False)
     except CxlctlError as e:
