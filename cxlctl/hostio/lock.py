@@ -1,0 +1,122 @@
+"""The one lock that serialises every knob writer: ``<root>/run/cxlctl/lock``.
+
+Protocol (shared with the daemon, which must use this module or follow it):
+
+* ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``;
+* the holder writes its pid into the file right after locking, and empties
+  it before unlocking, so a waiter can name who holds it;
+* the file is never deleted: deleting a lock file races with a process that
+  opened it just before (certbot's lock.py works around exactly that), and in
+  ``/run`` it costs nothing to keep.
+
+The kernel drops an flock when its holder dies, so a SIGKILLed apply never
+leaves a stale lock behind (unlike PID files).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from types import TracebackType
+from typing import Optional, Type
+
+from cxlctl.errors import EXIT_LOCKED, CxlctlError
+
+from .paths import LOCK
+from .proc import comm as _comm
+from .reader import Refused, read_bounded
+from .root import under
+
+DEFAULT_WAIT = 5.0
+
+
+class Locked(CxlctlError):
+    def __init__(self, path: str, pid: Optional[int], waited: float) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        comm = _comm(pid) if pid else None
+        if comm:
+            who += f" ({comm})"
+        super().__init__(
+            f"{path} is held by {who}; waited {waited:g} s",
+            code=EXIT_LOCKED,
+            hint="another cxlctl apply/revert or the cxlctl daemon is changing knobs; retry when it is done "
+            "(or pass --wait SECONDS)",
+        )
+        self.pid = pid
+
+
+def holder(root: str) -> Optional[int]:
+    """Pid written by the current holder (may be stale if nobody holds the lock)."""
+    try:
+        text = read_bounded(under(root, LOCK), limit=64).decode("ascii", "replace").strip()
+    except (OSError, Refused):
+        return None
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def is_held(root: str) -> bool:
+    """True when some process holds the lock right now (probe with a non-blocking shared try)."""
+    try:
+        fd = os.open(under(root, LOCK), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class TuneLock:
+    """Context manager: ``with TuneLock(root, wait=5): ...`` or raise :class:`Locked` (exit 4)."""
+
+    def __init__(self, root: str, wait: Optional[float] = None) -> None:
+        self.root = root
+        if wait is None:
+            env = os.environ.get("CXLCTL_LOCK_WAIT")
+            wait = float(env) if env else DEFAULT_WAIT
+        self.wait = max(0.0, wait)
+        self.path = under(root, LOCK)
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + self.wait
+        delay = 0.02
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise Locked(self.path, holder(self.root), self.wait) from None
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.25)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+        except OSError:
+            pass
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> TuneLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.release()
