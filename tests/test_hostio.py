@@ -21,6 +21,7 @@ from cxlctl.hostio.reader import MAX_BYTES, Reader, natural_key
 from cxlctl.hostio.root import resolve_root, under
 from cxlctl.inventory import scan
 from cxlctl.model import MemoryBlock
+from cxlctl.regions import dax
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
@@ -166,6 +167,20 @@ def test_proc_reads() -> None:
 
 
 # -- fresh object reads ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("t", ["single", "hb2", "switch2", "hb2x2"])
+def test_fresh_dax_read_is_the_scans_object(t: str) -> None:
+    root = os.path.join(FIXTURES, "linux-6.12", f"{t}-region")
+    inv = scan(root)
+    assert inv.dax_devices
+    for d in inv.dax_devices:
+        fresh, blocks = dax.read_dax_blocks(root, d.name)
+        assert fresh == d  # same type, same values, block counts and zones included
+        node = inv.node(d.target_node) if d.target_node is not None else None
+        assert node is not None
+        assert [b.id for b in blocks] == [b.id for b in node.memory_blocks if b.id in {x.id for x in blocks}]
+        assert len(blocks) == d.total_memblocks
 
 
 def test_block_membership_by_address() -> None:
