@@ -22,6 +22,8 @@ from cxlctl.hostio.root import resolve_root, under
 from cxlctl.inventory import scan
 from cxlctl.model import MemoryBlock
 from cxlctl.regions import dax
+from cxlctl.tuning.profile import ProfileError
+from cxlctl.tuning.profile import load as load_profile
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
@@ -134,6 +136,17 @@ def test_under_maps_host_paths() -> None:
 
 
 # -- TOML --------------------------------------------------------------------------------------
+
+
+DEEP = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def test_deep_toml_profile_is_a_clean_error(tmp_path: Any) -> None:
+    f = tmp_path / "deep.toml"
+    f.write_text(DEEP)
+    with pytest.raises(ProfileError) as e:
+        load_profile("/", str(f))
+    assert str(f) in str(e.value) and "nested" in str(e.value)
 
 
 def test_toml_depth_ignores_brackets_in_strings() -> None:
