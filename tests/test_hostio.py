@@ -214,3 +214,13 @@ def test_knob_read_returns_the_model_knob() -> None:
     ks = objects.knobs(r)
     assert [k.name for k in ks] == [n for n, _ in paths.KNOB_PATHS]
     assert ks == scan(REGION).knobs
+
+
+def test_launch_reads_this_process_through_the_layer() -> None:
+    """policy show and preflight read /proc/PID files through hostio (any Linux host)."""
+    from cxlctl.launch import preflight, proof
+
+    doc = proof.show("/", os.getpid())
+    assert doc["name"] == proc.comm(os.getpid())
+    mems, cpus = preflight.self_allowed("/")
+    assert mems and cpus and os.sched_getaffinity(0) <= set(cpus)
