@@ -14,6 +14,7 @@ from typing import Any, Dict
 import pytest
 from conftest import FIXTURES, copy_tree, cxlctl
 
+from cxlctl.daemon import config as daemon_config
 from cxlctl.errors import UsageError
 from cxlctl.hostio import objects, paths, proc, toml
 from cxlctl.hostio.atomic import atomic_write
@@ -146,6 +147,14 @@ def test_deep_toml_profile_is_a_clean_error(tmp_path: Any) -> None:
     f.write_text(DEEP)
     with pytest.raises(ProfileError) as e:
         load_profile("/", str(f))
+    assert str(f) in str(e.value) and "nested" in str(e.value)
+
+
+def test_deep_toml_config_is_a_clean_error(tmp_path: Any) -> None:
+    f = tmp_path / "cxlctl.toml"
+    f.write_text("[reconcile]\nx = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")
+    with pytest.raises(daemon_config.ConfigError) as e:
+        daemon_config.load("/", str(f))
     assert str(f) in str(e.value) and "nested" in str(e.value)
 
 
