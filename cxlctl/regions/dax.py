@@ -177,11 +177,11 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 
 
 def _ensure_driver(root: str, drv: str) -> None:
-    if os.path.isdir(under(root, f"{DAX_DRIVERS}/{drv}")):
+    if Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"):
         return
     if root == "/":  # daxctl loads the module too (kmod); best effort
         subprocess.run(["modprobe", drv], capture_output=True, check=False)
-        if _wait(lambda: os.path.isdir(under(root, f"{DAX_DRIVERS}/{drv}")), 5):
+        if _wait(lambda: Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"), 5):
             return
     raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing)", hint=f"modprobe {drv}")
 

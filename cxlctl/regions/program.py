@@ -87,7 +87,7 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 
 def _exists(root: str, path: str) -> bool:
-    return os.path.lexists(under(root, path))
+    return Reader(root).exists(path)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
@@ -298,7 +298,7 @@ class _Builder:
                 u(f"{CXL}/{d}/mode", mode, f"restore {d} mode")
         u(f"{CXL}/{rd}/delete_region", self.region, f"delete {self.region}")
         # check
-        if _exists(self.root, r) and os.path.isdir(under(self.root, r)):
+        if _exists(self.root, r) and Reader(self.root).isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
             v = _int(daxmod.read_attr(self.root, f"{CXL}/{d}/dpa_size"))
@@ -382,7 +382,7 @@ class RegionState(NamedTuple):
 
 def read_region(root: str, name: str) -> RegionState:
     r = f"{CXL}/{name}"
-    if not os.path.isdir(under(root, r)):
+    if not Reader(root).isdir(r):
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
     real = os.path.realpath(under(root, r))
     rd = os.path.basename(os.path.dirname(real))
@@ -460,7 +460,7 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
         if _int(daxmod.read_attr(root, f"{CXL}/{dec}/dpa_size")):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
-    _wait(lambda: not os.path.isdir(under(root, r)), 5)
-    if os.path.isdir(under(root, r)):
+    _wait(lambda: not Reader(root).isdir(r), 5)
+    if Reader(root).isdir(r):
         raise CxlctlError(f"{name} still exists after delete_region")
     return Destroyed(name, tuple(offlined), tuple(freed), tuple(steps))

@@ -24,7 +24,7 @@ import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.hostio.root import under
 
 from .knobs import REGISTRY
@@ -80,12 +80,9 @@ def parse_sysctl_conf(text: str) -> Dict[str, str]:
 def sysctl_files(root: str) -> List[str]:
     """sysctl.d files in application order (root-relative paths), plus /etc/sysctl.conf last."""
     by_name: Dict[str, str] = {}
+    r = Reader(root)
     for d in SYSCTL_DIRS:
-        try:
-            names = os.listdir(under(root, d))
-        except OSError:
-            continue
-        for n in names:
+        for n in r.listdir(d):
             if n.endswith(".conf") and n not in by_name:
                 by_name[n] = f"{d}/{n}"
     ordered = [by_name[n] for n in sorted(by_name)]
