@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
+from functools import cache, partial
 from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from .hostio import objects, paths
@@ -54,7 +54,9 @@ _NUM_SUFFIX = re.compile(r"(\d+)$", re.ASCII)
 T = TypeVar("T")
 
 
+@cache
 def _is(prefix: str) -> Callable[[str], bool]:
+    """Matcher for ``prefixN`` entry names (ASCII digits), made once per prefix."""
     pat = re.compile(re.escape(prefix) + r"\d+$", re.ASCII)
     return lambda n: pat.match(n) is not None
 

@@ -90,6 +90,17 @@ def test_link_out_of_the_root_is_absent(tree: str, tmp_path: Any) -> None:
     assert doc["memdevs"][0]["ram_size"] is None != before
 
 
+def test_link_inside_the_root_is_followed(tree: str) -> None:
+    """An attribute that is a link to a regular file inside the tree reads as that file."""
+    path = _memdev_attr(tree, "serial")
+    before = _status(tree)["memdevs"][0]["serial"]
+    os.rename(path, path + ".real")
+    os.symlink("serial.real", path)
+    doc = _status(tree)
+    assert doc["memdevs"][0]["serial"] == before is not None
+    assert not _notes(doc, "serial")
+
+
 def test_directory_link_out_of_the_root_is_not_listed(tree: str, tmp_path: Any) -> None:
     (tmp_path / "elsewhere" / "node7").mkdir(parents=True)
     tiers = os.path.join(tree, paths.TIER_DIR.lstrip("/"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -29,7 +30,7 @@ from .root import under
 #: the largest file the reader parses; sysfs/procfs attributes are one page
 MAX_BYTES = 1 << 20
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
-_DIGITS = frozenset("0123456789")
+_DIGIT_RUNS = re.compile(r"(\d+)", re.ASCII)
 
 #: errnos meaning "the device went away while we were looking"
 _GONE = (errno.ENODEV, errno.ENXIO, errno.ENOENT, errno.ESTALE)
@@ -206,20 +207,54 @@ class Reader:
         return ok
 
 
-def fence_of(root: str) -> Optional[str]:
-    """The real path reads under ``root`` must stay inside; None for ``/`` (nothing escapes)."""
-    return None if os.path.abspath(root) == "/" else os.path.realpath(root)
+class Fence:
+    """The real directory reads under a ``--root`` must stay inside.
+
+    Checking where a path really leads costs a few system calls, so it is done
+    once per directory (cached for the fence's life: one scan) and, for the
+    file itself, only when its last component is a link (``O_NOFOLLOW`` says
+    so).  A file that is not a link and sits in a directory inside the root is
+    inside the root.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.real = os.path.realpath(root)
+        self._prefix = self.real.rstrip("/") + "/"
+        self._dirs: Dict[str, bool] = {}
+
+    def holds(self, real: str) -> bool:
+        return real == self.real or real.startswith(self._prefix)
+
+    def dir_inside(self, host_dir: str) -> bool:
+        """Does ``host_dir`` (links followed) lie inside the root?  OSError when it does not exist."""
+        ok = self._dirs.get(host_dir)
+        if ok is None:
+            fd = os.open(host_dir, _DIR_FLAGS)
+            try:
+                ok = self.holds(_real_of(fd, host_dir))
+            finally:
+                os.close(fd)
+            self._dirs[host_dir] = ok
+        return ok
 
 
-def _inside(fd: int, host_path: str, fence: str) -> bool:
-    """Is the file open as ``fd`` inside ``fence``?  One readlink of ``/proc/self/fd``
-    names the file after every link was followed (realpath would lstat each
-    component); realpath is the fallback where /proc is not mounted."""
+def fence_of(root: str) -> Optional[Fence]:
+    """The fence for reads under ``root``; None for ``/`` (nothing escapes it)."""
+    return None if os.path.abspath(root) == "/" else Fence(root)
+
+
+_CHUNK = 65536
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+_OUTSIDE = "a link leading out of the root: treated as absent"
+
+
+def _real_of(fd: int, host_path: str) -> str:
+    """Real path of the file open as ``fd``: one readlink of ``/proc/self/fd`` (realpath
+    would lstat every component); realpath is the fallback where /proc is not mounted."""
     try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
+        return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        real = os.path.realpath(host_path)
-    return real == fence or real.startswith(fence.rstrip("/") + "/")
+        return os.path.realpath(host_path)
 
 
 def _check_type(mode: int, host_path: str) -> None:
@@ -229,36 +264,70 @@ def _check_type(mode: int, host_path: str) -> None:
         raise Refused("not a regular file (FIFO, device or socket): not read")
 
 
-def read_bounded(host_path: str, fence: Optional[str] = None, limit: int = MAX_BYTES, *, head: bool = False) -> bytes:
+def _open_fenced(host_path: str, fence: Fence) -> Tuple[int, int]:
+    """(fd, size) of a file inside the fence, else :class:`Refused`/``OSError``; size -1: not looked at.
+
+    A file whose last component is a link is resolved with ``stat`` before it is
+    opened, so a link to a device node never opens the device (opening some,
+    such as a watchdog, has effects of its own).  Any other file is opened
+    ``O_NOFOLLOW|O_NONBLOCK`` without a ``stat`` (a scan reads thousands): the
+    read loop checks the type only when the read says "empty" or "would block",
+    which is what a FIFO says.
+    """
+    d = host_path.rpartition("/")[0] or "/"
+    if not fence.dir_inside(d):
+        raise Refused(_OUTSIDE)
+    try:
+        return os.open(host_path, _FLAGS | os.O_NOFOLLOW), -1
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+    st = os.stat(host_path)  # the last component is a link: where does it lead?
+    _check_type(st.st_mode, host_path)
+    fd = os.open(host_path, _FLAGS)
+    if not fence.holds(_real_of(fd, host_path)):
+        os.close(fd)
+        raise Refused(_OUTSIDE)
+    return fd, st.st_size
+
+
+def _size_of_regular(fd: int, host_path: str) -> int:
+    try:
+        st = os.fstat(fd)
+        _check_type(st.st_mode, host_path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return st.st_size
+
+
+def read_bounded(host_path: str, fence: Optional[Fence] = None, limit: int = MAX_BYTES, *, head: bool = False) -> bytes:
     """Whole file at ``host_path``, at most ``limit`` bytes, never blocking.
 
     Raw os calls: about half the cost of ``open().read()``, which matters when a
     scan reads thousands of small attributes.  Raises :class:`Refused` for a
     file that is not regular, larger than ``limit`` (unless ``head``: then its
-    first ``limit`` bytes are returned), or (when ``fence`` -- see
+    first ``limit`` bytes are returned), or (when a ``fence`` -- see
     :func:`fence_of` -- is given) reached through a link leading out of it;
-    ``OSError`` as ``open`` does.  With a fence the type is checked with
-    ``stat`` before opening, so a link to a device node never opens the device
-    (opening some, such as a watchdog, has effects of its own).
+    ``OSError`` as ``open`` does.
     """
     if fence is not None:
-        st = os.stat(host_path)
-        _check_type(st.st_mode, host_path)
-    fd = os.open(host_path, _FLAGS)
+        fd, size = _open_fenced(host_path, fence)
+    else:
+        fd = os.open(host_path, _FLAGS)
+        size = _size_of_regular(fd, host_path)
     try:
-        if fence is None:
-            st = os.fstat(fd)
-            _check_type(st.st_mode, host_path)
-        elif not _inside(fd, host_path, fence):
-            raise Refused("a link leading out of the root: treated as absent")
-        # sysfs reports every attribute as 4096 bytes and returns it in one read; a
-        # file of known size is done when that much arrived; procfs (size 0) reads to EOF
-        size = st.st_size
         chunks = []
         total = 0
         while True:
-            b = os.read(fd, 65536)
+            try:
+                b = os.read(fd, _CHUNK)
+            except BlockingIOError:  # a FIFO with a writer: never wait for it
+                _check_type(os.fstat(fd).st_mode, host_path)
+                raise
             if not b:
+                if size < 0 and not total:  # empty file, or a FIFO nobody writes to
+                    _check_type(os.fstat(fd).st_mode, host_path)
                 break
             chunks.append(b)
             total += len(b)
@@ -266,48 +335,41 @@ def read_bounded(host_path: str, fence: Optional[str] = None, limit: int = MAX_B
                 if head:
                     return b"".join(chunks)[:limit]
                 raise Refused(f"larger than {limit} bytes: not parsed")
-            if size == 4096 and total < 4096 or 0 < size <= total:
+            # when the size is unknown (a file in a --root tree), a short read is the end;
+            # sysfs reports every attribute as 4096 bytes and returns it in one read; a
+            # file of known size is done when that much arrived; procfs (size 0) reads to EOF
+            if size < 0:
+                if len(b) < _CHUNK:
+                    break
+            elif size == 4096 and total < 4096 or 0 < size <= total:
                 break
         return b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def _listdir(host_path: str, fence: Optional[str]) -> List[str]:
+def _listdir(host_path: str, fence: Optional[Fence]) -> List[str]:
     """Entries of a directory; refused when it lies outside ``fence`` (if given)."""
-    if fence is None:
-        return os.listdir(host_path)
-    fd = os.open(host_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if not _inside(fd, host_path, fence):
-            raise Refused("a link leading out of the root: treated as absent")
-        return os.listdir(fd)
-    finally:
-        os.close(fd)
+    if fence is not None and not fence.dir_inside(host_path):
+        raise Refused(_OUTSIDE)
+    return os.listdir(host_path)
 
 
 def natural_key(name: str) -> Tuple[object, ...]:
-    """Sort key putting ``mem2`` before ``mem10`` and ``decoder2.1`` before ``decoder10.0``."""
-    out: List[object] = []
-    num = ""
-    txt = ""
-    for ch in name:
-        if ch in _DIGITS:  # ASCII only: str.isdigit() accepts "²", which int() rejects
-            if txt:
-                out.append(txt)
-                txt = ""
-            num += ch
-        else:
-            if num:
-                out.append(int(num))
-                num = ""
-            txt += ch
-    if num:
-        out.append(int(num))
-    if txt:
-        out.append(txt)
-    # Tag each element with its kind so ints and strs never get compared directly.
-    return tuple((0, x) if isinstance(x, int) else (1, x) for x in out)
+    """Sort key putting ``mem2`` before ``mem10`` and ``decoder2.1`` before ``decoder10.0``.
+
+    Runs of ASCII digits compare as numbers (``str.isdigit()`` would accept "²",
+    which ``int()`` rejects); each element is tagged with its kind so ints and
+    strs never get compared directly.
+    """
+    parts = _DIGIT_RUNS.split(name)  # text, digits, text, digits, ..., text
+    out: List[Tuple[int, object]] = []
+    for i, p in enumerate(parts):
+        if i % 2:
+            out.append((0, int(p)))
+        elif p:
+            out.append((1, p))
+    return tuple(out)
 
 
 def read_text(root: str, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
