@@ -33,9 +33,9 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
     if sorted(rest) != ["--json", "status"] or rest[0] != "status":
         return None
     from .errors import CxlctlError
+    from .hostio.root import resolve_root
     from .inventory import scan
     from .jsonview import dumps
-    from .rootpath import resolve_root
 
     try:
         inv = scan(resolve_root(root))

@@ -20,7 +20,7 @@ from .cli_region import dax_app, region_app
 from .cli_shell import completing, completion, enable
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
-from .rootpath import resolve_root
+from .hostio.root import resolve_root
 
 app = typer.Typer(
     name="cxlctl",

@@ -326,10 +326,10 @@ def create_cmd(
 
     On any failure every step is undone (targets, DPA, the region itself), so no half-built region remains.
     """
+    from .hostio.lock import TuneLock
     from .inventory import scan
     from .regions import dax
     from .regions.program import create
-    from .tuning.lock import TuneLock
 
     online = _choice(online, ("system-ram", "devdax"), "--online")
     zone = _choice(zone, ("normal", "movable"), "--zone")
@@ -414,10 +414,10 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
+    from .hostio.lock import TuneLock
     from .inventory import scan
     from .regions.planner import destroy_blockers
     from .regions.program import destroy
-    from .tuning.lock import TuneLock
 
     if not (region.startswith("region") and region[6:].isdigit()):
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
@@ -473,8 +473,8 @@ def reconfigure_cmd(
     system-ram onlines every block in the chosen zone (holding the kernel's auto-online policy off while
     kmem binds, when that policy would pick the other zone); devdax needs the memory offline (--force).
     """
+    from .hostio.lock import TuneLock
     from .regions.dax import block_size, reconfigure
-    from .tuning.lock import TuneLock
 
     mode = _choice(mode, ("system-ram", "devdax"), "--mode")
     zone = _choice(zone, ("normal", "movable"), "--zone")

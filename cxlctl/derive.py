@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from .hostio.objects import block_range, blocks_of, with_blocks
 from .model import DaxDevice, Inventory, Memdev, Node, Totals, Warning_
 from .parse import format_size
 
 
 def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
-    return [b.id for b in node.memory_blocks if start <= b.id * bs < start + size]
+    ids = block_range(start, size, bs)
+    return [b.id for b in node.memory_blocks if b.id in ids]
 
 
 def derive(
@@ -71,17 +73,10 @@ def derive(
     for dx in inv.dax_devices:
         node = nodes_by_id.get(dx.target_node) if dx.target_node is not None else None
         if dx.mode == "system-ram" and node is not None and bs:
-            ids: Optional[List[int]] = None
-            if dx.resource is not None and dx.size:
-                ids = _blocks_in(node, dx.resource, dx.size, bs)
-            elif not node.has_cpu and len(dax_of_node.get(node.id, [])) == 1:
-                ids = [b.id for b in node.memory_blocks]  # the node holds only this device
-            if ids is not None:
-                blocks = [b for b in node.memory_blocks if b.id in set(ids)]
-                online = [b for b in blocks if (b.state or "").startswith("online")]
-                total = dx.size // bs if dx.size else len(blocks)
-                zones = tuple(sorted({b.zone for b in online if b.zone}))
-                dx = dx._replace(online_memblocks=len(online), total_memblocks=total, zones=zones)
+            alone = not node.has_cpu and len(dax_of_node.get(node.id, [])) == 1
+            blocks = blocks_of(dx, node.memory_blocks, bs, alone=alone)
+            if blocks is not None:
+                dx = with_blocks(dx, blocks, bs)
         elif dx.mode == "devdax":
             dx = dx._replace(online_memblocks=0)
         dax_out.append(dx)

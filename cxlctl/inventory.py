@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
+from functools import cache, partial
 from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
+from .hostio import objects, paths
+from .hostio.objects import Attrs
+from .hostio.reader import Reader, Vanished
 from .model import (
     Coordinates,
     DaxDevice,
     Decoder,
     Dport,
     Inventory,
-    Knob,
     Memdev,
     MemoryBlock,
     Node,
@@ -36,87 +38,35 @@ from .model import (
     Warning_,
     WeightedInterleave,
 )
-from .parse import U64_MAX, parse_hex, parse_int, parse_meminfo, parse_nodelist
-from .sysfs import Reader, Vanished
+from .parse import parse_meminfo
 
-CXL_DEVICES = "/sys/bus/cxl/devices"
-DAX_DEVICES = "/sys/bus/dax/devices"
-NODE_DIR = "/sys/devices/system/node"
-MEMORY_DIR = "/sys/devices/system/memory"
-TIER_DIR = "/sys/devices/virtual/memory_tiering"
-WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
-OSRELEASE = "/proc/sys/kernel/osrelease"
+CXL_DEVICES = paths.CXL_DEVICES
+DAX_DEVICES = paths.DAX_DEVICES
+NODE_DIR = paths.NODE_DIR
+TIER_DIR = paths.TIER_DIR
+WI_DIR = paths.WI_DIR
+OSRELEASE = paths.OSRELEASE
+KNOB_PATHS = paths.KNOB_PATHS
 
-#: Knobs the tuning engine manages (name, path).  Read here so status shows them.
-KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
-    ("kernel.numa_balancing", "/proc/sys/kernel/numa_balancing"),
-    ("kernel.numa_balancing_promote_rate_limit_MBps", "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps"),
-    ("vm.zone_reclaim_mode", "/proc/sys/vm/zone_reclaim_mode"),
-    ("vm.swappiness", "/proc/sys/vm/swappiness"),
-    ("demotion_enabled", "/sys/kernel/mm/numa/demotion_enabled"),
-    ("auto_online_blocks", "/sys/devices/system/memory/auto_online_blocks"),
-)
-
-_DAX_NAME = re.compile(r"dax\d+\.\d+$")
-_NUM_SUFFIX = re.compile(r"(\d+)$")
+# ASCII digits only: \d also matches "²", which int() rejects
+_DAX_NAME = re.compile(r"dax\d+\.\d+$", re.ASCII)
+_NUM_SUFFIX = re.compile(r"(\d+)$", re.ASCII)
 T = TypeVar("T")
 
-_DRIVER_MODE = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}
 
-
+@cache
 def _is(prefix: str) -> Callable[[str], bool]:
-    pat = re.compile(re.escape(prefix) + r"\d+$")
+    """Matcher for ``prefixN`` entry names (ASCII digits), made once per prefix."""
+    pat = re.compile(re.escape(prefix) + r"\d+$", re.ASCII)
     return lambda n: pat.match(n) is not None
 
 
-class _Scan:
+class _Scan(Attrs):
     """State of one scan attempt."""
 
     def __init__(self, reader: Reader) -> None:
-        self.r = reader
-        self.warnings: List[Warning_] = []
+        super().__init__(reader)
         self.vanished: List[str] = []
-
-    # -- typed attribute helpers ------------------------------------------------------
-    def _bad(self, path: str, value: str, what: str) -> None:
-        self.warnings.append(
-            Warning_("unparsable", "warning", f"{path}: cannot parse {value!r} as {what}; treated as unknown", path)
-        )
-
-    def num(self, path: str, *, hexa: bool = False, unset_is_none: bool = False) -> Optional[int]:
-        t = self.r.text(path)
-        if t is None or t == "":
-            return None
-        try:
-            v = parse_hex(t) if hexa else parse_int(t)
-        except ValueError:
-            self._bad(path, t, "a hex number" if hexa else "a number")
-            return None
-        if unset_is_none and v == U64_MAX:
-            return None
-        return v
-
-    def flag(self, path: str) -> Optional[bool]:
-        t = self.r.text(path)
-        if t is None or t == "":
-            return None
-        low = t.lower()
-        if low in ("1", "y", "yes", "true", "on"):
-            return True
-        if low in ("0", "n", "no", "false", "off"):
-            return False
-        self._bad(path, t, "a boolean")
-        return None
-
-    def nodelist(self, path: str) -> Optional[Tuple[int, ...]]:
-        t = self.r.text(path)
-        if t is None:
-            return None
-        try:
-            return parse_nodelist(t, limit=1 << 16)
-        except ValueError:
-            self._bad(path, t, "a list")
-            return None
 
     def guarded(self, device: str, fn: Callable[[], T]) -> Optional[T]:
         """Run the reader of one device (a sysfs path); if it vanished, skip it, not fatal."""
@@ -324,31 +274,7 @@ class _Scan:
 
     # -- DAX bus ----------------------------------------------------------------------------
     def dax(self, name: str) -> DaxDevice:
-        dev = f"{DAX_DEVICES}/{name}"
-        real = self.r.devpath(dev)
-        parent = os.path.dirname(real)
-        pbase = os.path.basename(parent)
-        gbase = os.path.basename(os.path.dirname(parent))
-        region = gbase if _is("region")(gbase) else None
-        provider = "cxl" if region else ("hmem" if pbase.startswith("hmem") else "other")
-        driver = self.r.link(f"{dev}/driver")
-        target = self.num(f"{dev}/target_node")
-        numa = self.num(f"{dev}/numa_node")
-        path = parent[len("/sys/devices") :] if parent.startswith("/sys/devices/") else parent
-        return DaxDevice(
-            name=name,
-            size=self.num(f"{dev}/size"),
-            target_node=target if target is not None and target >= 0 else None,
-            numa_node=numa if numa is not None and numa >= 0 else None,
-            align=self.num(f"{dev}/align"),
-            resource=self.num(f"{dev}/resource"),
-            memmap_on_memory=self.flag(f"{dev}/memmap_on_memory"),
-            driver=driver,
-            mode=_DRIVER_MODE.get(driver or "", driver),
-            region=region,
-            provider=provider,
-            dax_region_path=path,
-        )
+        return objects.dax_device(self, name)
 
     # -- NUMA -------------------------------------------------------------------------------
     def node(self, nid: int, cpu_nodes: Tuple[int, ...], mem_nodes: Tuple[int, ...]) -> Node:
@@ -385,10 +311,7 @@ class _Scan:
         )
 
     def block(self, path: str, bid: int, nid: int) -> MemoryBlock:
-        state = self.r.text(path + "/state")
-        zones = self.r.text(path + "/valid_zones")
-        zone = zones.split()[0] if zones else None
-        return MemoryBlock(bid, nid, state, zone)
+        return objects.memory_block(self.r, path, bid, nid)
 
     def tiers(self) -> List[Tier]:
         out = []
@@ -437,12 +360,9 @@ class _Scan:
             nd = self.guarded(f"{NODE_DIR}/{n}", partial(self.node, int(n[4:]), cpu_nodes, mem_nodes))
             if nd is not None:
                 nodes.append(nd)
-        block_size = self.num(f"{MEMORY_DIR}/block_size_bytes", hexa=True)
+        block_size = objects.block_size(self)
         tiers = self.tiers()
-        knobs = []
-        for kname, kpath in KNOB_PATHS:
-            v = r.text(kpath)
-            knobs.append(Knob(kname, kpath, v, v is not None))
+        knobs = objects.knobs(r)
         wi = self.weighted_interleave()
         inv = Inventory(
             kernel=kernel,

@@ -17,7 +17,8 @@ import platform
 import time
 from typing import Any, Dict, Optional, Set
 
-from .sysfs import Reader
+from .hostio.reader import Reader
+from .hostio.root import under
 
 MANIFEST = "cxlctl-record.json"
 STATUS = "cxlctl-status.json"
@@ -42,7 +43,7 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
     cur = ""
     for i, part in enumerate(parts):
         cand = f"{cur}/{part}"
-        src = src_root.rstrip("/") + cand if src_root != "/" else cand
+        src = under(src_root, cand)
         dst = dest + cand
         last = i == len(parts) - 1
         if os.path.islink(src):
@@ -101,12 +102,3 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         json.dump(to_dict(inv), f, indent=2)
         f.write("\n")
     return manifest
-
-
-def read_manifest(root: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open(os.path.join(root, MANIFEST)) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None

@@ -33,9 +33,9 @@ from daemon_support import (
 )
 
 from cxlctl.cli import run
+from cxlctl.hostio.lock import is_held
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import WI_DIR
-from cxlctl.tuning.lock import is_held
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")

@@ -17,8 +17,8 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from conftest import REPO, copy_tree, cxlctl, fixture_roots, status_json
 
+from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import CXL_DEVICES, scan
-from cxlctl.sysfs import Reader
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 

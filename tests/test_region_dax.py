@@ -16,8 +16,8 @@ import pytest
 from conftest import FIXTURES, copy_tree
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.write import write_knob
 from cxlctl.regions import dax
-from cxlctl.tuning.write import write_knob
 
 REGION_TREES = [os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")]
 
@@ -34,7 +34,7 @@ def test_device_state_agrees_with_daxctl(root: str) -> None:
         for key in ("chardev", "size", "target_node", "mode", "online_memblocks", "total_memblocks", "movable"):
             assert mine[key] == p[key], (key, mine[key], p[key])
         assert st.resource == p["mappings"][0]["start"]
-        assert len(st.blocks) == p["total_memblocks"]
+        assert len(dax.read_dax_blocks(root, p["chardev"])[1]) == p["total_memblocks"]
         assert mine["zones"] == (["Movable"] if p["movable"] else ["Normal"])
 
 

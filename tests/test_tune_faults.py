@@ -156,7 +156,7 @@ def test_failed_apply_through_the_command_line(tmp_path: Any) -> None:
 
 def test_transient_busy_is_retried(tmp_path: Any, monkeypatch: Any) -> None:
     """EBUSY that clears is not a failure: the write primitive retries (bounded)."""
-    from cxlctl.tuning import write as w
+    from cxlctl.hostio import write as w
 
     root = work_copy(SOURCES[0], str(tmp_path / "root"))
     calls: List[int] = []
@@ -176,7 +176,7 @@ def test_transient_busy_is_retried(tmp_path: Any, monkeypatch: Any) -> None:
 
 def test_raced_to_the_same_value_counts_as_written(tmp_path: Any, monkeypatch: Any) -> None:
     """daxctl's rule: a failed write whose target now holds the wanted value is a success."""
-    from cxlctl.tuning import write as w
+    from cxlctl.hostio import write as w
 
     root = work_copy(SOURCES[0], str(tmp_path / "root"))
     real = w.write_knob
@@ -205,7 +205,7 @@ def test_zz_report_counts() -> None:
 
 def test_ctrl_c_between_writes_rolls_back(tmp_path: Any, monkeypatch: Any) -> None:
     from cxlctl.errors import CxlctlError
-    from cxlctl.tuning import write as w
+    from cxlctl.hostio import write as w
 
     root = work_copy(SOURCES[0], str(tmp_path / "root"))
     before = snapshot(root)

@@ -4,7 +4,7 @@ Every test runs on a writable copy of a *recorded* tree: the committed real-kern
 fixtures under ``fixtures/`` (found by glob, so new recordings are picked up) plus
 a record of the machine running the tests.  Nothing mocks ``open``; faults are
 injected through the tree or through the write primitive's environment hooks
-(see cxlctl/tuning/write.py).
+(see cxlctl/hostio/write.py).
 """
 
 from __future__ import annotations

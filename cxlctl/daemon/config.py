@@ -17,14 +17,14 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import sys
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import UsageError
-from cxlctl.rootpath import under as host
+from cxlctl.hostio import paths, toml
+from cxlctl.hostio.root import under
 
-CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
-NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+CONFIG_PATH = paths.CONFIG_PATH
+NFD_DIR = paths.NFD_DIR
 DEFAULT_LISTEN = "127.0.0.1:9860"
 _PROFILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _LABEL_NS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -189,17 +189,6 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
 }
 
 
-def _toml_loads(text: str) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    import tomli  # type: ignore[import-not-found,unused-ignore]  # the 3.9/3.10 dependency
-
-    data: Dict[str, Any] = tomli.loads(text)
-    return data
-
-
 def validate(where: str, data: Dict[str, Any]) -> Config:
     """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming the first problem."""
     values: Dict[str, Dict[str, Any]] = {s: {k: d for k, (_, d) in keys.items()} for s, keys in SCHEMA.items()}
@@ -272,24 +261,13 @@ def load(root: str, path: Optional[str] = None) -> Config:
     A missing default file means defaults; a missing explicit ``path`` is an error.
     """
     explicit = path is not None
-    file = path if path is not None else host(root, CONFIG_PATH)
+    file = path if path is not None else under(root, CONFIG_PATH)
     try:
-        with open(file, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        if explicit:
-            raise ConfigError(file, None, "no such file") from None
-        return defaults()
-    except OSError as e:
-        raise ConfigError(file, None, f"cannot read: {e.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(file, None, "not UTF-8 text") from None
-    try:
-        data = _toml_loads(text)
-    except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
-        raise ConfigError(file, None, f"invalid TOML: {e}") from None
+        data = toml.load(file)
+    except toml.TomlError as e:
+        if e.missing and not explicit:
+            return defaults()
+        raise ConfigError(file, None, e.reason) from None
     return validate(file, data)
 
 

@@ -40,7 +40,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Optional, Protocol
 
 from cxlctl.errors import CxlctlError
-from cxlctl.rootpath import under
+from cxlctl.hostio.root import under
 
 from . import config as config_mod
 from . import health as health_mod
@@ -183,9 +183,6 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._wake(signal.SIGTERM)
-
-    def request_reload(self) -> None:
-        self._wake(signal.SIGHUP)
 
     def _wake(self, signum: int) -> None:
         try:

@@ -19,15 +19,16 @@ Two outputs, both optional (docs/daemon.md):
 from __future__ import annotations
 
 import math
+import os
 import socket
 import threading
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
+from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
 
-from .files import atomic_replace
 from .health import Health
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -403,7 +404,7 @@ def _health(b: Builder, h: Optional[Health]) -> None:
 
 def write_textfile(directory: str, text: str) -> str:
     """Atomically replace ``directory/cxlctl.prom`` (the collector ignores the hidden temp file)."""
-    return atomic_replace(directory, TEXTFILE, text)
+    return atomic_write(os.path.join(directory, TEXTFILE), text, mode=0o644, sync_dir=False)
 
 
 class MetricsServer:

@@ -20,12 +20,12 @@ temporary file is a dot-file, which NFD skips, then renamed into place.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 from typing import Dict, Optional
 
+from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
-
-from .files import atomic_replace
 
 FILE_NAME = "cxlctl"
 GIB = 1 << 30
@@ -77,7 +77,7 @@ def render(lbls: Dict[str, str], expiry: Optional[datetime.datetime] = None) -> 
 
 def write(directory: str, text: str) -> str:
     """Atomically replace ``directory/cxlctl`` (NFD skips the hidden temporary file)."""
-    return atomic_replace(directory, FILE_NAME, text)
+    return atomic_write(os.path.join(directory, FILE_NAME), text, mode=0o644, sync_dir=False)
 
 
 def expiry_after(seconds: float) -> datetime.datetime:

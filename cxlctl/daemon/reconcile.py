@@ -36,21 +36,21 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.lock import Locked, TuneLock, is_held
+from cxlctl.hostio.objects import blocks_of, set_block_state
+from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
-from cxlctl.rootpath import under
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import read_current
-from cxlctl.tuning.lock import Locked, TuneLock, is_held
 from cxlctl.tuning.plan import plan as make_plan
 from cxlctl.tuning.profile import Profile, candidates
 from cxlctl.tuning.profile import load as load_profile
-from cxlctl.tuning.write import KnobError, write_with_retry
 
 from .config import Config
 from .metrics import DriftCheck, Stats
 
-MEMORY_DIR = "/sys/devices/system/memory"
 ONLINE_MODES = ("online", "online_kernel", "online_movable")
 GIB = 1 << 30
 
@@ -207,11 +207,10 @@ def _ref(root: str, name: str, source: str) -> str:
 
 def read_persisted(root: str) -> Optional[Tuple[str, str]]:
     """(profile, source) from ``active-profile``; None when absent or unreadable."""
-    path = under(root, engine.ACTIVE_PROFILE)
+    text = read_text(root, engine.ACTIVE_PROFILE)
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(text) if text is not None else None
+    except ValueError:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not doc["profile"]:
         return None
@@ -449,13 +448,10 @@ class Reconciler:
             node = inv.node(d.target_node)
             if node is None or node.kind != "cxl":
                 continue
-            if d.resource is not None and d.size and bs:
-                ids = {b.id for b in node.memory_blocks if d.resource <= b.id * bs < d.resource + d.size}
-            elif not node.has_cpu and len(node.dax_devices) == 1:
-                ids = {b.id for b in node.memory_blocks}
-            else:
+            mine = blocks_of(d, node.memory_blocks, bs, alone=not node.has_cpu and len(node.dax_devices) == 1)
+            if mine is None:
                 continue
-            offline = sorted(b.id for b in node.memory_blocks if b.id in ids and b.state == "offline")
+            offline = sorted(b.id for b in mine if b.state == "offline")
             if offline:
                 todo.append((d.name, node.id, offline))
         if not todo:
@@ -465,9 +461,8 @@ class Reconciler:
             for dax, nid, blocks in todo:
                 ok, failed = 0, []
                 for b in blocks:
-                    path = under(self.root, f"{MEMORY_DIR}/memory{b}/state")
                     try:
-                        write_with_retry(path, f"{mode}\n")
+                        set_block_state(self.root, b, f"{mode}\n")
                         ok += 1
                     except KnobError as e:
                         failed.append(f"memory{b}: {e.kind} ({e.errno_name or e})")

@@ -31,6 +31,7 @@ import subprocess
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio.atomic import atomic_write
 from cxlctl.parse import format_size
 
 from .kvsize import GIB, gib
@@ -160,11 +161,8 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
         return Features(engine, version, frozenset(), "unavailable", error)
     if path is not None:
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"engine": engine, "version": version, "exe": exe, "flags": sorted(flags)}, f, indent=1)
-            os.replace(tmp, path)
+            doc = {"engine": engine, "version": version, "exe": exe, "flags": sorted(flags)}
+            atomic_write(path, json.dumps(doc, indent=1), mode=0o644, sync_dir=False)
         except OSError:
             pass  # a read-only home only costs the probe next time
     return Features(engine, version, flags, "probed")

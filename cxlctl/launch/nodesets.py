@@ -21,16 +21,16 @@ that names the nodes that exist.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory, Node
 from cxlctl.parse import format_nodelist, parse_nodelist
-from cxlctl.sysfs import Reader
 
-PCI_DEVICES = "/sys/bus/pci/devices"
+PCI_DEVICES = paths.PCI_DEVICES
 NVIDIA_VENDOR = 0x10DE
 #: PCI base class 03 (display): subclass 00 VGA, 02 3D controller (data-center GPUs)
 GPU_CLASSES = (0x0300, 0x0302)
@@ -302,7 +302,3 @@ def cpus_of(inv: Inventory, nodes: Sequence[int]) -> Tuple[int, ...]:
         if n.id in nodes:
             out.extend(n.cpus)
     return tuple(sorted(set(out)))
-
-
-def host_path(root: str, path: str) -> str:
-    return path if root == "/" else os.path.abspath(root).rstrip("/") + path

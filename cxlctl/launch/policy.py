@@ -28,6 +28,7 @@ import subprocess
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio import paths
 from cxlctl.parse import format_nodelist, parse_nodelist
 
 #: uapi/linux/mempolicy.h
@@ -54,7 +55,6 @@ NUMACTL_OPTION = {
     "weighted-interleave": "--weighted-interleave",
     "local": "--localalloc",
 }
-NUMACTL_SINCE = {"preferred-many": "2.0.15", "weighted-interleave": "2.0.19"}
 
 MASK_BITS = 1024
 _ULONG_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
@@ -227,7 +227,7 @@ def apply_in_process(policy: Policy) -> None:
         ) from None
 
 
-def unshare_shm(size: int, nodes: Sequence[int], target: str = "/dev/shm") -> None:
+def unshare_shm(size: int, nodes: Sequence[int], target: str = paths.DEV_SHM) -> None:
     """Private mount namespace whose ``target`` is a tmpfs with ``mpol=bind:NODES``.
 
     tmpfs places each page by the mount's mpol, whoever faults it (kernel

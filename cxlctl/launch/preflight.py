@@ -25,10 +25,14 @@ import os
 import resource
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
+from cxlctl.hostio import paths
+from cxlctl.hostio.proc import has_cap, status_field
+from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.root import under
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist, format_size, parse_nodelist
 
-from .nodesets import NodeSets, cpus_of, host_path
+from .nodesets import NodeSets, cpus_of
 from .policy import Policy, kernel_supports
 
 CAP_SYS_ADMIN = 21
@@ -43,24 +47,12 @@ class Check(NamedTuple):
 
 
 def _read(root: str, path: str) -> Optional[str]:
-    try:
-        with open(host_path(root, path), encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def status_field(text: Optional[str], key: str) -> Optional[str]:
-    for line in (text or "").splitlines():
-        k, sep, v = line.partition(":")
-        if sep and k.strip() == key:
-            return v.strip()
-    return None
+    return read_text(root, path)
 
 
 def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """(Mems_allowed_list, Cpus_allowed_list) of this process (what the engine inherits)."""
-    st = _read(root, "/proc/self/status")
+    st = _read(root, paths.SELF_STATUS)
     out: List[Optional[Tuple[int, ...]]] = []
     for key in ("Mems_allowed_list", "Cpus_allowed_list"):
         v = status_field(st, key)
@@ -73,19 +65,10 @@ def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[i
 
 def cgroup_path(root: str) -> Optional[str]:
     """This process' cgroup v2 path (``0::/path``), or None."""
-    for line in (_read(root, "/proc/self/cgroup") or "").splitlines():
+    for line in (_read(root, paths.SELF_CGROUP) or "").splitlines():
         if line.startswith("0::"):
             return line[3:].strip() or "/"
     return None
-
-
-def has_cap(bit: int) -> bool:
-    st = _read("/", "/proc/self/status")
-    v = status_field(st, "CapEff")
-    try:
-        return bool(int(v or "0", 16) >> bit & 1)
-    except ValueError:
-        return os.geteuid() == 0
 
 
 def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
@@ -93,7 +76,7 @@ def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
     want = format_nodelist(nodes)
     if cg is None:
         return f"allow node(s) {want} in this process' cpuset (cgroup cpuset.mems; systemd AllowedMemoryNodes=; docker --cpuset-mems)"
-    d = "/sys/fs/cgroup" + ("" if cg == "/" else cg)
+    d = paths.CGROUP_DIR + ("" if cg == "/" else cg)
     eff = (_read(root, d + "/cpuset.mems.effective") or "").strip()
     have = f" (cpuset.mems.effective is {eff!r})" if eff else ""
     return (
@@ -254,7 +237,7 @@ def run(
         )
     elif shm_bytes:
         try:
-            st = os.statvfs(host_path(root, "/dev/shm"))
+            st = os.statvfs(under(root, paths.DEV_SHM))
             avail: Optional[int] = st.f_bavail * st.f_frsize
         except OSError:
             avail = None
@@ -291,7 +274,7 @@ def run(
             )
 
     # NUMA balancing tiering vs an explicit policy
-    nb = (_read(root, "/proc/sys/kernel/numa_balancing") or "").strip()
+    nb = (_read(root, paths.NUMA_BALANCING) or "").strip()
     if nb.isdigit() and int(nb) & 2 and policy.mode != "local":
         out.append(
             Check(

@@ -24,11 +24,13 @@ from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio import paths
+from cxlctl.hostio.proc import status_field
+from cxlctl.hostio.reader import Refused, fence_of, read_bounded, read_text
+from cxlctl.hostio.root import under
 from cxlctl.parse import format_nodelist, parse_nodelist
 
-from .nodesets import host_path
 from .policy import parse_env_value
-from .preflight import status_field
 
 NUMA_MAPS_MODES = {
     "default": "default",
@@ -45,7 +47,7 @@ _POLICY = re.compile(
 _NODE = re.compile(r"^N(\d+)=(\d+)$")
 TOLERANCE = 0.10
 MIN_PAGES = 256
-WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+WI_DIR = paths.WI_DIR
 
 
 class Mapping(NamedTuple):
@@ -105,10 +107,10 @@ def parse_numa_maps(text: str) -> List[Mapping]:
 
 
 def _read(root: str, path: str, pid: int) -> str:
-    p = host_path(root, path)
     try:
-        with open(p, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        return read_bounded(under(root, path), fence_of(root), 64 << 20).decode("utf-8", "replace")
+    except Refused as e:
+        raise CxlctlError(f"cannot read {path}: {e.reason}") from None
     except FileNotFoundError:
         raise UsageError(
             f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)"
@@ -124,24 +126,22 @@ def _read(root: str, path: str, pid: int) -> str:
 
 
 def _environ(root: str, pid: int) -> Optional[str]:
-    try:
-        with open(host_path(root, f"/proc/{pid}/environ"), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    for item in data.split(b"\0"):
-        if item.startswith(b"CXLCTL_POLICY="):
-            return item[len("CXLCTL_POLICY=") :].decode("utf-8", "replace")
+    data = read_text(root, paths.proc_pid(pid, "environ"))
+    for item in (data or "").split("\0"):
+        if item.startswith("CXLCTL_POLICY="):
+            return item[len("CXLCTL_POLICY=") :]
     return None
 
 
 def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
     out: set[int] = set()
     for n in nodes:
+        text = read_text(root, paths.node_dir(n) + "/cpulist")
+        if text is None:
+            return None
         try:
-            with open(host_path(root, f"/sys/devices/system/node/node{n}/cpulist"), encoding="utf-8") as f:
-                out.update(parse_nodelist(f.read(), limit=1 << 16))
-        except (OSError, ValueError):
+            out.update(parse_nodelist(text, limit=1 << 16))
+        except ValueError:
             return None
     return out
 
@@ -149,12 +149,8 @@ def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
 def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
     out = {}
     for n in nodes:
-        try:
-            with open(host_path(root, f"{WI_DIR}/node{n}"), encoding="utf-8") as f:
-                v = f.read().strip()
-        except OSError:
-            continue
-        if v.isdigit():
+        v = (read_text(root, f"{WI_DIR}/node{n}") or "").strip()
+        if v.isascii() and v.isdigit():
             out[n] = int(v)
     return out
 
@@ -176,8 +172,8 @@ def show(root: str, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
         raise UsageError(f"PID {pid} is not a process id", hint="give a positive PID")
-    status = _read(root, f"/proc/{pid}/status", pid)
-    maps = parse_numa_maps(_read(root, f"/proc/{pid}/numa_maps", pid))
+    status = _read(root, paths.proc_pid(pid, "status"), pid)
+    maps = parse_numa_maps(_read(root, paths.proc_pid(pid, "numa_maps"), pid))
     name = status_field(status, "Name") or "?"
     try:
         mems = parse_nodelist(status_field(status, "Mems_allowed_list") or "", limit=1 << 16)

@@ -25,18 +25,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio import paths, toml
+from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.root import under
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist
 
-from .nodesets import NodeSets, host_path
+from .nodesets import NodeSets
 
 PROFILE_NAME = "launch-weights"
-PROFILE_DIR = "/run/cxlctl/launch"
+PROFILE_DIR = paths.LAUNCH_PROFILE_DIR
 PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_NAME}.toml"
 KNOB = "weighted_interleave"
 
@@ -57,17 +59,6 @@ class WeightPlan(NamedTuple):
         return self.profile_text is not None and bool(self.changes)
 
 
-def _toml(text: str) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    import tomli  # type: ignore[import-not-found,unused-ignore]
-
-    data: Dict[str, Any] = tomli.loads(text)
-    return data
-
-
 def active_base(root: str) -> Optional[str]:
     """The source of the profile in effect this boot (what the launch profile includes)."""
     from cxlctl.tuning import journal as jn
@@ -79,12 +70,11 @@ def active_base(root: str) -> Optional[str]:
     if j is None or j.state != jn.APPLIED or not jn.same_boot(j, jn.boot_id(root)):
         return None
     src = j.profile_source
-    if os.path.realpath(src) == os.path.realpath(host_path(root, PROFILE_PATH)) or j.profile == PROFILE_NAME:
+    if os.path.realpath(src) == os.path.realpath(under(root, PROFILE_PATH)) or j.profile == PROFILE_NAME:
         # an earlier launch's profile: include what it included
         try:
-            with open(src, encoding="utf-8") as f:
-                inc = _toml(f.read()).get("include")
-        except (OSError, ValueError):
+            inc = toml.load(src).get("include")
+        except toml.TomlError:
             return None
         return inc if isinstance(inc, str) and inc else None
     return src if src else None
@@ -205,26 +195,14 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
 
 def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     """Processes with weighted-interleave mappings (first 64 KiB of each numa_maps: cheap)."""
-    proc = host_path(root, "/proc")
     out = []
-    try:
-        pids = sorted(int(p) for p in os.listdir(proc) if p.isdigit())
-    except OSError:
-        return []
-    for pid in pids:
+    names = Reader(root).listdir(paths.PROC, lambda n: n.isascii() and n.isdigit())
+    for pid in sorted(int(p) for p in names):
         if pid in exclude:
             continue
-        try:
-            with open(f"{proc}/{pid}/numa_maps", "rb") as f:
-                head = f.read(65536)
-        except OSError:
-            continue
-        if b"weighted interleave" in head:
-            try:
-                with open(f"{proc}/{pid}/comm", encoding="utf-8", errors="replace") as f:
-                    name = f.read().strip()
-            except OSError:
-                name = "?"
+        head = read_text(root, paths.proc_pid(pid, "numa_maps"), limit=65536, head=True)
+        if head is not None and "weighted interleave" in head:
+            name = (read_text(root, paths.proc_pid(pid, "comm")) or "").strip() or "?"
             out.append((pid, name))
     return out
 
@@ -234,7 +212,7 @@ def apply(root: str, wp: WeightPlan) -> Dict[int, int]:
     from cxlctl.tuning.engine import apply as engine_apply
 
     assert wp.profile_text is not None
-    path = host_path(root, PROFILE_PATH)
+    path = under(root, PROFILE_PATH)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as f:

@@ -36,15 +36,17 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
-from cxlctl.parse import format_size, parse_hex, parse_int, parse_meminfo
-from cxlctl.rootpath import under as _host
-from cxlctl.tuning.write import KnobError, write_knob
+from cxlctl.hostio import objects, paths
+from cxlctl.hostio.objects import Attrs, is_online, set_block_state
+from cxlctl.hostio.reader import Reader
+from cxlctl.hostio.root import under
+from cxlctl.hostio.write import KnobError, write_knob
+from cxlctl.model import DaxDevice, MemoryBlock
+from cxlctl.parse import format_size, parse_meminfo
 
-DAX_DEVICES = "/sys/bus/dax/devices"
-DAX_DRIVERS = "/sys/bus/dax/drivers"
-MEMORY = "/sys/devices/system/memory"
-AUTO_ONLINE = MEMORY + "/auto_online_blocks"
-NODE = "/sys/devices/system/node"
+DAX_DEVICES = paths.DAX_DEVICES
+DAX_DRIVERS = paths.DAX_DRIVERS
+AUTO_ONLINE = paths.AUTO_ONLINE
 
 #: driver -> daxctl's mode name
 MODES = {"kmem": "system-ram", "device_dax": "devdax"}
@@ -60,93 +62,59 @@ class DaxError(CxlctlError):
     """A DAX step failed; the message says what state the device was left in."""
 
 
-class Block(NamedTuple):
-    id: int
-    state: Optional[str]  # online / offline / going-offline
-    zone: Optional[str]  # valid_zones' first word: the current zone when online
-
-
-class DaxState(NamedTuple):
-    name: str
-    driver: Optional[str]
-    target_node: Optional[int]
-    resource: Optional[int]
-    size: Optional[int]
-    blocks: Tuple[Block, ...]
-
-    @property
-    def mode(self) -> Optional[str]:
-        return MODES.get(self.driver or "", self.driver)
-
-    @property
-    def online(self) -> List[Block]:
-        return [b for b in self.blocks if (b.state or "").startswith("online")]
-
-
 def read_attr(root: str, path: str) -> Optional[str]:
     """Stripped text of a sysfs attribute under ``root``; None when absent or unreadable."""
-    try:
-        with open(_host(root, path), "rb") as f:
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return None
+    return Reader(root).text(path)
 
 
 def _link(root: str, path: str) -> Optional[str]:
-    try:
-        return os.path.basename(os.readlink(_host(root, path)).rstrip("/"))
-    except OSError:
-        return None
-
-
-def _num(text: Optional[str], hexa: bool = False) -> Optional[int]:
-    if text is None or text == "":
-        return None
-    try:
-        return parse_hex(text) if hexa else parse_int(text)
-    except ValueError:
-        return None
+    return Reader(root).link(path)
 
 
 def block_size(root: str) -> Optional[int]:
-    return _num(read_attr(root, MEMORY + "/block_size_bytes"), hexa=True)
+    return objects.block_size(Attrs(Reader(root)))
 
 
-def read_block(root: str, bid: int) -> Block:
-    base = f"{MEMORY}/memory{bid}"
-    zones = read_attr(root, base + "/valid_zones")
-    return Block(bid, read_attr(root, base + "/state"), zones.split()[0] if zones else None)
+def read_block(root: str, bid: int) -> MemoryBlock:
+    return objects.read_block(root, bid)
 
 
-def read_dax(root: str, name: str) -> DaxState:
-    """Fresh state of one DAX device and its memory blocks (root needed for ``resource``)."""
+def read_dax(root: str, name: str) -> DaxDevice:
+    """Fresh state of one DAX device, block counts and zones included (root needed for ``resource``)."""
+    return read_dax_blocks(root, name)[0]
+
+
+def read_dax_blocks(root: str, name: str) -> Tuple[DaxDevice, Tuple[MemoryBlock, ...]]:
+    """Fresh state of one DAX device and of its memory blocks."""
+    a = Attrs(Reader(root))
     dev = f"{DAX_DEVICES}/{name}"
-    if not os.path.isdir(_host(root, dev)):
-        known = sorted(os.listdir(_host(root, DAX_DEVICES))) if os.path.isdir(_host(root, DAX_DEVICES)) else []
+    if not a.r.isdir(dev):
+        known = a.r.listdir(DAX_DEVICES)
         raise CxlctlError(
             f"no DAX device {name} (DAX devices: {', '.join(known) or 'none'})",
             code=EXIT_USAGE,
             hint="`cxlctl status` lists them; a CXL RAM region's device is daxN.0 for regionN",
         )
-    res = _num(read_attr(root, dev + "/resource"))
-    size = _num(read_attr(root, dev + "/size"))
-    tn = _num(read_attr(root, dev + "/target_node"))
-    blocks: List[Block] = []
-    bs = block_size(root)
-    if res is not None and size and bs:
-        for bid in range(res // bs, (res + size - 1) // bs + 1):
-            if os.path.isdir(_host(root, f"{MEMORY}/memory{bid}")):
-                blocks.append(read_block(root, bid))
-    return DaxState(
-        name, _link(root, dev + "/driver"), tn if tn is not None and tn >= 0 else None, res, size, tuple(blocks)
-    )
+    dx = objects.dax_device(a, name)
+    bs = objects.block_size(a)
+    blocks = objects.dax_blocks(a, dx, bs)
+    return objects.with_blocks(dx, blocks, bs), blocks
+
+
+def online_blocks(root: str, name: str) -> List[MemoryBlock]:
+    """The online memory blocks of a DAX device, read now."""
+    return [b for b in read_dax_blocks(root, name)[1] if is_online(b)]
+
+
+def _has_blocks(root: str, name: str) -> bool:
+    return bool(read_dax_blocks(root, name)[1])
 
 
 def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
     """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
     if node is None:
         return None
-    mi = parse_meminfo(read_attr(root, f"{NODE}/node{node}/meminfo") or "")
+    mi = parse_meminfo(read_attr(root, paths.node_dir(node) + "/meminfo") or "")
     if "MemTotal" not in mi or "MemFree" not in mi:
         return None
     return max(0, mi["MemTotal"] - mi["MemFree"])
@@ -181,13 +149,13 @@ def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]
     if not hold or old is None or old == "offline":
         yield None
         return
-    write_knob(_host(root, AUTO_ONLINE), "offline")
+    write_knob(under(root, AUTO_ONLINE), "offline")
     log(f"held auto_online_blocks at offline (was {old}) while kmem binds")
     try:
         yield old
     finally:
         try:
-            write_knob(_host(root, AUTO_ONLINE), old)
+            write_knob(under(root, AUTO_ONLINE), old)
             log(f"restored auto_online_blocks to {old}")
         except KnobError as e:  # say so loudly: a tuning knob is off its value
             raise DaxError(
@@ -209,11 +177,11 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 
 
 def _ensure_driver(root: str, drv: str) -> None:
-    if os.path.isdir(_host(root, f"{DAX_DRIVERS}/{drv}")):
+    if Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"):
         return
     if root == "/":  # daxctl loads the module too (kmod); best effort
         subprocess.run(["modprobe", drv], capture_output=True, check=False)
-        if _wait(lambda: os.path.isdir(_host(root, f"{DAX_DRIVERS}/{drv}")), 5):
+        if _wait(lambda: Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"), 5):
             return
     raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing)", hint=f"modprobe {drv}")
 
@@ -223,11 +191,11 @@ def unbind(root: str, name: str, log: Log) -> None:
     if drv is None:
         return
     try:  # daxctl_unbind: forget the dynamic id, then unbind
-        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/remove_id"), name)
+        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/remove_id"), name)
     except KnobError:
         pass  # not a dynamic id of this driver: fine
     try:
-        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/unbind"), name)
+        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/unbind"), name)
     except KnobError as e:
         if _link(root, f"{DAX_DEVICES}/{name}/driver") is not None:
             raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
@@ -239,12 +207,12 @@ def unbind(root: str, name: str, log: Log) -> None:
 def bind(root: str, name: str, drv: str, log: Log) -> None:
     _ensure_driver(root, drv)
     try:
-        write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/new_id"), name)
+        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/new_id"), name)
     except KnobError:
         pass  # daxctl ignores this too: new_id may probe and bind on its own
     if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
         try:
-            write_knob(_host(root, f"{DAX_DRIVERS}/{drv}/bind"), name)
+            write_knob(under(root, f"{DAX_DRIVERS}/{drv}/bind"), name)
         except KnobError as e:
             if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
                 raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None
@@ -256,7 +224,7 @@ def bind(root: str, name: str, drv: str, log: Log) -> None:
 def _online_one(root: str, bid: int, zone: str) -> Optional[str]:
     """Online a block in ``zone``; None on success (or if someone else onlined it), else the error."""
     try:
-        write_knob(_host(root, f"{MEMORY}/memory{bid}/state"), ONLINE_STATE[zone])
+        set_block_state(root, bid, ONLINE_STATE[zone])
         return None
     except KnobError as e:
         if (read_block(root, bid).state or "").startswith("online"):
@@ -266,7 +234,7 @@ def _online_one(root: str, bid: int, zone: str) -> Optional[str]:
 
 def _offline_one(root: str, bid: int) -> Optional[str]:
     try:
-        write_knob(_host(root, f"{MEMORY}/memory{bid}/state"), "offline")
+        set_block_state(root, bid, "offline")
         return None
     except KnobError as e:
         if read_block(root, bid).state == "offline":
@@ -274,14 +242,14 @@ def _offline_one(root: str, bid: int) -> Optional[str]:
         return f"{e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e}"
 
 
-def offline_blocks(root: str, blocks: List[Block], log: Log, what: str) -> List[int]:
+def offline_blocks(root: str, blocks: List[MemoryBlock], log: Log, what: str) -> List[int]:
     """Offline every online block; all or nothing.
 
     On the first block that will not go offline (EBUSY: pages the kernel
     cannot migrate), the blocks already offlined go back online in their
     previous zone and :class:`DaxError` says which block refused.
     """
-    done: List[Block] = []
+    done: List[MemoryBlock] = []
     for b in sorted(blocks, key=lambda b: -b.id):
         if not (b.state or "").startswith("online"):
             continue
@@ -311,17 +279,17 @@ def offline_blocks(root: str, blocks: List[Block], log: Log, what: str) -> List[
     return [d.id for d in done]
 
 
-def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxState:
+def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxDevice:
     """Online every block of a kmem-bound device in ``zone``; move blocks found in the other zone."""
-    st = read_dax(root, name)
+    st, blocks = read_dax_blocks(root, name)
     if st.resource is None:
         raise DaxError(f"{name}: its address (resource) is unreadable; run as root")
-    if not st.blocks:
-        _wait(lambda: bool(read_dax(root, name).blocks), 10)
-        st = read_dax(root, name)
+    if not blocks:
+        _wait(lambda: _has_blocks(root, name), 10)
+        st, blocks = read_dax_blocks(root, name)
     errors = []
     onlined = 0
-    for b in st.blocks:
+    for b in blocks:
         if (b.state or "") == "offline":
             err = _online_one(root, b.id, zone)
             if err:
@@ -332,9 +300,8 @@ def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxState:
         log(f"{name}: onlined {onlined} memory block(s) in ZONE_{ZONE_WORD[zone].upper()}")
     if errors:
         raise DaxError(f"{name}: could not online " + "; ".join(errors))
-    st = read_dax(root, name)
     want = ZONE_WORD[zone]
-    wrong = [b for b in st.online if b.zone != want]
+    wrong = [b for b in online_blocks(root, name) if b.zone != want]
     moved, stuck = 0, []
     for b in wrong:  # auto-onlined (or onlined by someone else) in the other zone
         err = _offline_one(root, b.id)
@@ -366,7 +333,7 @@ class Reconfigured(NamedTuple):
     mode: str
     zone: Optional[str]
     changed: bool
-    state: DaxState
+    state: DaxDevice
     actions: Tuple[str, ...]
 
 
@@ -391,14 +358,14 @@ def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Lo
                     unbind(root, name, note)
                 bind(root, name, "kmem", note)
                 # the kernel hot-plugs the memory during the bind; wait for its blocks
-                _wait(lambda: bool(read_dax(root, name).blocks), 10)
+                _wait(lambda: _has_blocks(root, name), 10)
         st = online_in_zone(root, name, zone, note)
         return Reconfigured(name, before, mode, zone, before != mode or bool(actions), st, tuple(actions))
     # devdax
     if st.driver == "device_dax":
         return Reconfigured(name, before, mode, None, False, st, ())
     if st.driver == "kmem":
-        online = st.online
+        online = online_blocks(root, name)
         if online and not force:
             bs = block_size(root) or 0
             used = node_in_use(root, st.target_node)
@@ -421,17 +388,18 @@ def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Lo
     return Reconfigured(name, before, mode, None, True, read_dax(root, name), tuple(actions))
 
 
-def as_json(st: DaxState, bs: Optional[int]) -> Dict[str, Any]:
-    """daxctl list's vocabulary for one device."""
-    online = st.online
-    zones = sorted({b.zone for b in online if b.zone})
+def as_json(st: DaxDevice, bs: Optional[int]) -> Dict[str, Any]:
+    """daxctl list's vocabulary for one device (read by :func:`read_dax`, so its counts are filled in)."""
+    kmem = st.driver == "kmem"
+    online = st.online_memblocks or 0
+    zones = list(st.zones)
     return {
         "chardev": st.name,
         "size": st.size,
         "target_node": st.target_node,
-        "mode": st.mode,
-        "online_memblocks": len(online) if st.driver == "kmem" else 0,
-        "total_memblocks": (st.size // bs if st.size and bs else len(st.blocks)) if st.driver == "kmem" else 0,
+        "mode": MODES.get(st.driver or "", st.driver),
+        "online_memblocks": online if kmem else 0,
+        "total_memblocks": (st.total_memblocks or 0) if kmem else 0,
         "movable": (zones == ["Movable"]) if online else None,
         "zones": zones,
     }

@@ -106,10 +106,6 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
-
-
 def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
     """``6.1.0-57-amd64`` -> (6, 1); None when unknown."""
     if not release:

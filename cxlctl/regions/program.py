@@ -21,7 +21,7 @@ the command that removes it.
 Teardown of a whole region (``destroy``) is the same undo preceded by
 offlining its memory (see :mod:`.dax`) and unbinding it.
 
-All writes go through :func:`cxlctl.tuning.write.write_knob`.  Test hooks
+All writes go through :func:`cxlctl.hostio.write.write_knob`.  Test hooks
 (environment, for the test suite only):
 
 ``CXLCTL_TEST_FAULT=K:ERRNO``
@@ -41,15 +41,17 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader
+from cxlctl.hostio.root import under
+from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
 from cxlctl.parse import format_size, parse_hex, parse_int
-from cxlctl.rootpath import under as _host
-from cxlctl.tuning.write import KnobBusy, KnobError, write_knob
 
 from . import dax as daxmod
 from .planner import Plan, Target
 
-CXL = "/sys/bus/cxl/devices"
-REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
+CXL = paths.CXL_DEVICES
+REGION_DRIVER = paths.CXL_REGION_DRIVER
 
 Log = Callable[[str], None]
 
@@ -85,7 +87,7 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 
 def _exists(root: str, path: str) -> bool:
-    return os.path.lexists(_host(root, path))
+    return Reader(root).exists(path)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
@@ -126,8 +128,6 @@ class _Builder:
         self.region: Optional[str] = None
         self.steps: List[str] = []
         self.writes = 0
-        self.gran_ways_set = False
-        self.size_set = False
         self.modes: Dict[str, str] = {}  # decoder -> mode before we changed it
         self.dpa: List[str] = []  # decoders whose DPA we allocated
         self.targets: List[int] = []  # positions we set
@@ -137,7 +137,7 @@ class _Builder:
     def w(self, path: str, value: str, what: str) -> None:
         """A programming write (counted for the fault hook); raises KnobError."""
         self.writes += 1
-        write_knob(_host(self.root, path), value, index=self.writes)
+        write_knob(under(self.root, path), value, index=self.writes)
         self.steps.append(f"{what}: {value.strip() or '(empty)'} > {path}")
         self.log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
@@ -171,9 +171,7 @@ class _Builder:
         # 2. geometry, then the address range
         self.w(f"{r}/interleave_granularity", str(p.granularity), "granularity")
         self.w(f"{r}/interleave_ways", str(p.ways), "ways")
-        self.gran_ways_set = True
         self.w(f"{r}/size", f"{p.size:#x}", "size")
-        self.size_set = True
         # 3. per position: DPA, then the target
         for t in p.targets:
             self._target(r, t)
@@ -200,8 +198,8 @@ class _Builder:
             if not devs:
                 return False
             for d in devs:
-                st = daxmod.read_dax(self.root, d)
-                if st.driver is None or (st.driver == "kmem" and st.resource is not None and not st.blocks):
+                st, blocks = daxmod.read_dax_blocks(self.root, d)
+                if st.driver is None or (st.driver == "kmem" and st.resource is not None and not blocks):
                     return False
             return True
 
@@ -273,7 +271,7 @@ class _Builder:
 
         def u(path: str, value: str, what: str) -> bool:
             try:
-                write_knob(_host(self.root, path), value)
+                write_knob(under(self.root, path), value)
                 self.log(f"undo {what}: wrote {value.strip() or '(empty)'} to {path}")
                 return True
             except KnobError as e:
@@ -283,9 +281,8 @@ class _Builder:
 
         if self.bound and _exists(self.root, f"{r}/driver"):
             for dev in region_dax_devices(self.root, self.region):
-                st = daxmod.read_dax(self.root, dev)
                 try:
-                    daxmod.offline_blocks(self.root, st.online, self.log, dev)
+                    daxmod.offline_blocks(self.root, daxmod.online_blocks(self.root, dev), self.log, dev)
                 except CxlctlError as e:
                     left.append(str(e))
                     return left  # memory still online: leave the region whole rather than leak it
@@ -301,7 +298,7 @@ class _Builder:
                 u(f"{CXL}/{d}/mode", mode, f"restore {d} mode")
         u(f"{CXL}/{rd}/delete_region", self.region, f"delete {self.region}")
         # check
-        if _exists(self.root, r) and os.path.isdir(_host(self.root, r)):
+        if _exists(self.root, r) and Reader(self.root).isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
             v = _int(daxmod.read_attr(self.root, f"{CXL}/{d}/dpa_size"))
@@ -313,14 +310,11 @@ class _Builder:
 def region_dax_devices(root: str, region: str) -> List[str]:
     base = f"{CXL}/{region}"
     out: List[str] = []
-    try:
-        for dr in sorted(os.listdir(_host(root, base))):
-            if dr.startswith("dax_region"):
-                for dv in sorted(os.listdir(_host(root, f"{base}/{dr}"))):
-                    if dv.startswith("dax") and "." in dv and not dv.startswith("dax_region"):
-                        out.append(dv)
-    except OSError:
-        pass
+    r = Reader(root)
+    for dr in r.listdir(base, lambda n: n.startswith("dax_region")):
+        out.extend(
+            r.listdir(f"{base}/{dr}", lambda n: n.startswith("dax") and "." in n and not n.startswith("dax_region"))
+        )
     return out
 
 
@@ -388,9 +382,9 @@ class RegionState(NamedTuple):
 
 def read_region(root: str, name: str) -> RegionState:
     r = f"{CXL}/{name}"
-    if not os.path.isdir(_host(root, r)):
+    if not Reader(root).isdir(r):
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
-    real = os.path.realpath(_host(root, r))
+    real = os.path.realpath(under(root, r))
     rd = os.path.basename(os.path.dirname(real))
     ways = _int(daxmod.read_attr(root, f"{r}/interleave_ways")) or 0
     targets = []
@@ -424,7 +418,7 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
     offlined: List[Tuple[str, Tuple[int, ...]]] = []
     for dev in st.dax_devices:
         ds = daxmod.read_dax(root, dev)
-        online = ds.online
+        online = daxmod.online_blocks(root, dev)
         if online and not force:
             bs = daxmod.block_size(root) or 0
             used = daxmod.node_in_use(root, ds.target_node)
@@ -442,7 +436,7 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
 
     def w(path: str, value: str, what: str) -> None:
         try:
-            write_knob(_host(root, path), value)
+            write_knob(under(root, path), value)
         except KnobError as e:
             raise CxlctlError(
                 f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"
@@ -466,7 +460,7 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
         if _int(daxmod.read_attr(root, f"{CXL}/{dec}/dpa_size")):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
-    _wait(lambda: not os.path.isdir(_host(root, r)), 5)
-    if os.path.isdir(_host(root, r)):
+    _wait(lambda: not Reader(root).isdir(r), 5)
+    if Reader(root).isdir(r):
         raise CxlctlError(f"{name} still exists after delete_region")
     return Destroyed(name, tuple(offlined), tuple(freed), tuple(steps))

@@ -23,16 +23,18 @@ import configparser
 import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from cxlctl.rootpath import under as _host
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.root import under
 
 from .knobs import REGISTRY
 
-SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
-SYSCTL_CONF = "/etc/sysctl.conf"
-PERSIST_SYSCTL = "/etc/sysctl.d/90-cxlctl.conf"
-TUNED_ACTIVE = "/etc/tuned/active_profile"
-TUNED_MAIN = "/etc/tuned/tuned-main.conf"
-TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
+SYSCTL_DIRS = paths.SYSCTL_DIRS
+SYSCTL_CONF = paths.SYSCTL_CONF
+PERSIST_SYSCTL = paths.PERSIST_SYSCTL
+TUNED_ACTIVE = paths.TUNED_ACTIVE
+TUNED_MAIN = paths.TUNED_MAIN
+TUNED_DIRS = paths.TUNED_DIRS
 
 #: sysctls of stock TuneD profiles that matter here, for hosts where the active
 #: profile's file cannot be found (TuneD 2.28 profiles/*/tuned.conf)
@@ -78,28 +80,21 @@ def parse_sysctl_conf(text: str) -> Dict[str, str]:
 def sysctl_files(root: str) -> List[str]:
     """sysctl.d files in application order (root-relative paths), plus /etc/sysctl.conf last."""
     by_name: Dict[str, str] = {}
+    r = Reader(root)
     for d in SYSCTL_DIRS:
-        try:
-            names = os.listdir(_host(root, d))
-        except OSError:
-            continue
-        for n in names:
+        for n in r.listdir(d):
             if n.endswith(".conf") and n not in by_name:
                 by_name[n] = f"{d}/{n}"
     ordered = [by_name[n] for n in sorted(by_name)]
-    if os.path.isfile(_host(root, SYSCTL_CONF)):
-        real = os.path.realpath(_host(root, SYSCTL_CONF))
-        if all(os.path.realpath(_host(root, p)) != real for p in ordered):
+    if os.path.isfile(under(root, SYSCTL_CONF)):
+        real = os.path.realpath(under(root, SYSCTL_CONF))
+        if all(os.path.realpath(under(root, p)) != real for p in ordered):
             ordered.append(SYSCTL_CONF)
     return ordered
 
 
 def _read(root: str, path: str) -> Optional[str]:
-    try:
-        with open(_host(root, path), encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
+    return read_text(root, path)
 
 
 def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, str], str]]:
@@ -148,7 +143,7 @@ def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, s
                         sysctl[_norm(k)] = v.strip()
             elif kind == "sysfs":
                 for k, v in cp.items(section):
-                    if k.startswith("/sys/"):
+                    if k.startswith(paths.SYS):
                         sysfs[k] = v.strip()
         return path
     return None

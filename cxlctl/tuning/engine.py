@@ -29,21 +29,24 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl import __version__
-from cxlctl.errors import EXIT_FAILURE, CxlctlError
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio import paths
+from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.lock import TuneLock, holder, is_held
+from cxlctl.hostio.proc import has_cap
+from cxlctl.hostio.root import under
+from cxlctl.hostio.write import KnobError, pause_hook, read_raw, write_with_retry
 from cxlctl.model import Inventory
-from cxlctl.rootpath import under as host
 
 from . import journal as jn
 from .conflicts import PERSIST_SYSCTL, Conflict, find, our_keys
 from .journal import Entry, Journal
 from .knobs import BY_NAME, Current, read_current
-from .lock import TuneLock, holder, is_held
 from .plan import Plan, Restore, Step
 from .plan import plan as make_plan
 from .profile import Profile, load
-from .write import KnobError, pause_hook, read_raw, write_with_retry
 
-ACTIVE_PROFILE = "/var/lib/cxlctl/active-profile"
+ACTIVE_PROFILE = paths.ACTIVE_PROFILE
 PERSIST_FILES = (PERSIST_SYSCTL, ACTIVE_PROFILE)
 CAP_SYS_ADMIN = 21
 
@@ -142,7 +145,7 @@ def _peek(root: str, messages: List[str]) -> Optional[Journal]:
 
 
 def _persisted(root: str) -> bool:
-    return os.path.exists(host(root, PERSIST_SYSCTL))
+    return os.path.exists(under(root, PERSIST_SYSCTL))
 
 
 def _desired_values(p: Plan) -> Dict[str, Optional[str]]:
@@ -171,17 +174,6 @@ def prepare(root: str, ref: str, *, persist: Optional[bool] = None, switching: b
     return Prepared(profile, inv, p, conflicts, active, tuple(messages))
 
 
-def _has_cap(bit: int) -> bool:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> bit & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.geteuid() == 0
-
-
 def _writable(path: str) -> bool:
     """Writable by this process (effective ids); for a missing path, its nearest existing parent."""
     p = path
@@ -203,9 +195,9 @@ def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: 
     system (root ``/``) kernel.numa_balancing also needs ``CAP_SYS_ADMIN``, which
     the file mode does not show, so the capability is checked too.
     """
-    denied = [p for p in paths if os.path.lexists(host(root, p)) and not _writable(host(root, p))]
-    denied += [p for p in (jn.RUN_DIR,) + extra if not _writable(host(root, p))]
-    cap = root == "/" and "kernel.numa_balancing" in knobs and not _has_cap(CAP_SYS_ADMIN)
+    denied = [p for p in paths if os.path.lexists(under(root, p)) and not _writable(under(root, p))]
+    denied += [p for p in (jn.RUN_DIR,) + extra if not _writable(under(root, p))]
+    cap = root == "/" and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
     if not denied and not cap:
         return
     shown = ", ".join(denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
@@ -260,7 +252,7 @@ def _run_writes(
         assert st.write is not None
         if st.knob not in attempted:
             attempted.append(st.knob)
-        hp = host(root, st.path)
+        hp = under(root, st.path)
         try:
             write_with_retry(hp, st.write, index=i)
             status[st.path] = "written"
@@ -295,7 +287,7 @@ def _restore(
     for knob in reversed(knobs):
         for e in [x for x in entries if x.knob == knob]:
             want = e.prior if target == "prior" else e.original
-            hp = host(root, e.path)
+            hp = under(root, e.path)
             exists, raw = read_raw(hp)
             if not exists:
                 status[e.path] = "gone"
@@ -329,7 +321,7 @@ def _verify_entries(root: str, entries: List[Entry]) -> List[Check]:
     for e in entries:
         if e.desired is None:
             continue
-        exists, raw = read_raw(host(root, e.path))
+        exists, raw = read_raw(under(root, e.path))
         if raw is None:
             out.append(
                 Check(e.setting, e.path, e.desired, None, "unsupported", "vanished" if not exists else "unreadable")
@@ -363,14 +355,14 @@ def _restore_persist(root: str, saved: Dict[str, Optional[str]]) -> Tuple[List[s
     """Put persist files back (None = remove); (paths changed, errors)."""
     changed, errs = [], []
     for path, before in saved.items():
-        hp = host(root, path)
+        hp = under(root, path)
         try:
             if before is None:
                 if os.path.lexists(hp):
                     os.unlink(hp)
                     changed.append(path)
             else:
-                jn.atomic_write(hp, before.encode(), 0o644)
+                atomic_write(hp, before, mode=0o644)
                 changed.append(path)
         except OSError as e:
             errs.append(f"{path}: {e.strerror}")
@@ -378,7 +370,7 @@ def _restore_persist(root: str, saved: Dict[str, Optional[str]]) -> Tuple[List[s
 
 
 def _read_text(root: str, path: str) -> Optional[str]:
-    return read_raw(host(root, path))[1]
+    return read_raw(under(root, path))[1]
 
 
 # ---------------------------------------------------------------------------- apply
@@ -490,7 +482,7 @@ def apply(
             elif persist:
                 try:
                     for path, text in _persist_contents(p, prep.profile).items():
-                        jn.atomic_write(host(root, path), text.encode(), 0o644)
+                        atomic_write(under(root, path), text, mode=0o644)
                         persisted.append(path)
                 except OSError as e:
                     error = f"cannot persist: {e.filename}: {e.strerror}"
@@ -576,7 +568,7 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
 def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
     """Restore the journal's original values (also after a crashed apply)."""
     j0 = jn.load(root)
-    if j0 is None and not _writable(host(root, jn.RUN_DIR)):
+    if j0 is None and not _writable(under(root, jn.RUN_DIR)):
         return RevertResult(True, None, None, (), (), (), ("nothing to revert: no tuning journal",))
     if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, jn.boot_id(root)):
         preflight(root, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
@@ -608,7 +600,7 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
         entries = list(j.entries)
         status: Dict[str, str] = {e.path: e.status for e in entries}
         errors: Dict[str, str] = {}
-        before = {e.path: _canon(e.knob, read_raw(host(root, e.path))[1]) for e in entries}
+        before = {e.path: _canon(e.knob, read_raw(under(root, e.path))[1]) for e in entries}
         knobs: List[str] = []
         for e in entries:
             if e.knob not in knobs:
@@ -685,7 +677,3 @@ def status(root: str) -> Dict[str, Any]:
     out["lock"] = {"held": held, "holder_pid": holder(root) if held else None}
     out["messages"] = messages
     return out
-
-
-def fail(message: str, hint: str = "") -> CxlctlError:
-    return CxlctlError(message, code=EXIT_FAILURE, hint=hint)

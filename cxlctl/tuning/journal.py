@@ -31,15 +31,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
-from cxlctl.rootpath import under as host
+from cxlctl.hostio import paths
+from cxlctl.hostio.atomic import atomic_write, sync_directory
+from cxlctl.hostio.reader import Reader, Refused, read_bounded
+from cxlctl.hostio.root import under
 
 SCHEMA = 1
-RUN_DIR = "/run/cxlctl"
+RUN_DIR = paths.RUN_DIR
 JOURNAL = RUN_DIR + "/journal.json"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
+BOOT_ID = paths.BOOT_ID
 
 #: journal states
 APPLYING = "applying"  # write-ahead record; still this way after a crash
@@ -87,11 +90,7 @@ def now() -> str:
 
 def boot_id(root: str) -> Optional[str]:
     """This boot's id, or None where the tree has none (a recorded fixture)."""
-    try:
-        with open(host(root, BOOT_ID)) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    return Reader(root).text(BOOT_ID) or None
 
 
 def same_boot(journal: Journal, current: Optional[str]) -> bool:
@@ -157,12 +156,13 @@ def from_json(d: Any) -> Journal:
 
 def load(root: str) -> Optional[Journal]:
     """The journal, None when there is none; :class:`JournalCorrupt` when unreadable."""
-    path = host(root, JOURNAL)
+    path = under(root, JOURNAL)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bounded(path, limit=64 << 20)
     except FileNotFoundError:
         return None
+    except Refused as e:
+        raise JournalCorrupt(path, e.reason) from None
     except OSError as e:
         raise JournalCorrupt(path, e.strerror or str(e)) from None
     try:
@@ -171,59 +171,16 @@ def load(root: str) -> Optional[Journal]:
         raise JournalCorrupt(path, str(e)) from None
 
 
-def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Durable replace: temp file in the same directory, fsync, rename, fsync the directory."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def save(root: str, j: Journal) -> None:
     data = json.dumps(to_json(j), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write(host(root, JOURNAL), data)
+    atomic_write(under(root, JOURNAL), data)
 
 
 def discard(root: str) -> None:
     """Remove the journal (another boot's, or on request); fsync the directory."""
-    path = host(root, JOURNAL)
+    path = under(root, JOURNAL)
     try:
         os.unlink(path)
     except FileNotFoundError:
         return
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def entries_by_knob(entries: Tuple[Entry, ...]) -> List[Tuple[str, List[Entry]]]:
-    """Entries grouped by knob, in journal order (the apply order)."""
-    out: List[Tuple[str, List[Entry]]] = []
-    for e in entries:
-        if out and out[-1][0] == e.knob:
-            out[-1][1].append(e)
-        else:
-            out.append((e.knob, [e]))
-    return out
+    sync_directory(os.path.dirname(path))

@@ -13,12 +13,12 @@ balancing turns tiering on, and undone after it is turned off again.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
-from cxlctl.rootpath import under as _host
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader, read_text
 
-WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+WI_DIR = paths.WI_DIR
 #: ``auto`` appeared in v6.16.  Some 6.18-era kernels name the file ``__auto_type``
 #: (the attribute name went through a ``#define auto __auto_type`` macro); accept both.
 WI_AUTO_NAMES = ("auto", "__auto_type")
@@ -89,7 +89,7 @@ class Knob:
         self.name = name
         self.path = path
         #: sysctl | sysfs | group
-        self.kind = "sysctl" if path.startswith("/proc/sys/") else "sysfs"
+        self.kind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
         self.summary = summary
         self.reversible = reversible
         self.reversible_note = reversible_note
@@ -99,8 +99,8 @@ class Knob:
 
     @property
     def sysctl_key(self) -> Optional[str]:
-        if self.path.startswith("/proc/sys/"):
-            return self.path[len("/proc/sys/") :].replace("/", ".")
+        if self.path.startswith(paths.PROC_SYS):
+            return self.path[len(paths.PROC_SYS) :].replace("/", ".")
         return None
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
@@ -313,35 +313,35 @@ def parse_ratio(text: str) -> Tuple[int, int]:
 REGISTRY: Tuple[Knob, ...] = (
     IntKnob(
         "vm.zone_reclaim_mode",
-        "/proc/sys/vm/zone_reclaim_mode",
+        paths.ZONE_RECLAIM_MODE,
         "reclaim on the local node before allocating from another (bitmask 1|2|4)",
         0,
         7,
     ),
     IntKnob(
         "vm.swappiness",
-        "/proc/sys/vm/swappiness",
+        paths.SWAPPINESS,
         "how readily anonymous memory is swapped relative to dropping page cache",
         0,
         200,
     ),
     BoolKnob(
         "demotion_enabled",
-        "/sys/kernel/mm/numa/demotion_enabled",
+        paths.DEMOTION_ENABLED,
         "reclaim demotes cold pages to a slower memory tier instead of discarding/swapping them",
         coupled=("kernel.numa_balancing",),
         since="Linux 5.15",
     ),
     EnumKnob(
         "auto_online_blocks",
-        "/sys/devices/system/memory/auto_online_blocks",
+        paths.AUTO_ONLINE,
         "how hot-added memory blocks are onlined (and into which zone)",
         ("offline", "online", "online_kernel", "online_movable"),
         reversible_note="memory onlined while it was set keeps its zone after revert",
     ),
     RateLimitKnob(
         "kernel.numa_balancing_promote_rate_limit_MBps",
-        "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps",
+        paths.PROMOTE_RATE_LIMIT,
         "cap on NUMA-balancing promotion into each fast node (MB/s); only used with tiering mode",
         0,
         2**31 - 1,
@@ -350,7 +350,7 @@ REGISTRY: Tuple[Knob, ...] = (
     ),
     IntKnob(
         "kernel.numa_balancing",
-        "/proc/sys/kernel/numa_balancing",
+        paths.NUMA_BALANCING,
         "automatic NUMA balancing: 0 off, 1 classic, 2 memory tiering (promotion), 3 both",
         0,
         3,
@@ -372,11 +372,7 @@ ORDER: Dict[str, int] = {k.name: i for i, k in enumerate(REGISTRY)}
 
 
 def _read(root: str, path: str) -> Optional[str]:
-    try:
-        with open(_host(root, path), "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
+    return read_text(root, path)
 
 
 def read_current(root: str) -> Current:
@@ -386,12 +382,12 @@ def read_current(root: str) -> Current:
         if k.kind != "group":
             values[k.path] = _read(root, k.path)
     wi: Optional[Tuple[str, ...]] = None
-    try:
-        names = os.listdir(_host(root, WI_DIR))
-    except OSError:
-        names = None
-    if names is not None:
-        keep = sorted(n for n in names if (n.startswith("node") and n[4:].isdigit()) or n in WI_AUTO_NAMES)
+    r = Reader(root)
+    if r.isdir(WI_DIR):
+        names = r.listdir(WI_DIR)
+        keep = sorted(
+            n for n in names if (n.startswith("node") and n[4:].isascii() and n[4:].isdigit()) or n in WI_AUTO_NAMES
+        )
         wi = tuple(keep)
         for n in keep:
             values[f"{WI_DIR}/{n}"] = _read(root, f"{WI_DIR}/{n}")

@@ -37,15 +37,15 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import UsageError
-from cxlctl.rootpath import under as _host
+from cxlctl.hostio import paths, toml
+from cxlctl.hostio.root import under
 
 from .knobs import BY_NAME, ORDER, REGISTRY
 
-USER_DIR = "/etc/cxlctl/profiles"
+USER_DIR = paths.USER_PROFILE_DIR
 BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
 PLACEMENTS = ("default", "weighted-interleave", "tiering", "dram-only")
 TOP_KEYS = ("summary", "description", "include", "placement", "knobs")
@@ -91,17 +91,6 @@ class Profile(NamedTuple):
         return None
 
 
-def _toml_loads(text: str) -> Dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib.loads(text)
-    import tomli  # type: ignore[import-not-found,unused-ignore]  # the 3.9/3.10 dependency
-
-    data: Dict[str, Any] = tomli.loads(text)
-    return data
-
-
 def is_path(ref: str) -> bool:
     return "/" in ref or ref.endswith(".toml")
 
@@ -109,7 +98,7 @@ def is_path(ref: str) -> bool:
 def candidates(root: str, name: str) -> List[Tuple[str, bool]]:
     """(file, builtin?) for a profile name, in precedence order (existing files only)."""
     out = []
-    user = os.path.join(_host(root, USER_DIR), name + ".toml")
+    user = os.path.join(under(root, USER_DIR), name + ".toml")
     if os.path.isfile(user):
         out.append((user, False))
     builtin = os.path.join(BUILTIN_DIR, name + ".toml")
@@ -135,16 +124,9 @@ def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]
 
 def _read(path: str) -> Dict[str, Any]:
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProfileError(path, None, "not UTF-8 text") from None
-    except OSError as e:
-        raise ProfileError(path, None, f"cannot read: {e.strerror}") from None
-    try:
-        return _toml_loads(text)
-    except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
-        raise ProfileError(path, None, f"invalid TOML: {e}") from None
+        return toml.load(path)
+    except toml.TomlError as e:
+        raise ProfileError(path, None, e.reason) from None
 
 
 class _Raw(NamedTuple):
@@ -263,7 +245,7 @@ def _load(root: str, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
 def list_names(root: str) -> List[Tuple[str, str, bool]]:
     """(name, file, builtin?) of every visible profile; user files shadow built-ins."""
     seen: Dict[str, Tuple[str, str, bool]] = {}
-    udir = _host(root, USER_DIR)
+    udir = under(root, USER_DIR)
     for d, builtin in ((udir, False), (BUILTIN_DIR, True)):
         try:
             names = sorted(os.listdir(d))

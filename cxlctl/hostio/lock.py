@@ -22,11 +22,12 @@ from types import TracebackType
 from typing import Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError
-from cxlctl.rootpath import under as host
 
-from .journal import RUN_DIR
+from .paths import LOCK
+from .proc import comm as _comm
+from .reader import Refused, read_bounded
+from .root import under
 
-LOCK = RUN_DIR + "/lock"
 DEFAULT_WAIT = 5.0
 
 
@@ -45,28 +46,19 @@ class Locked(CxlctlError):
         self.pid = pid
 
 
-def _comm(pid: int) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
-
 def holder(root: str) -> Optional[int]:
     """Pid written by the current holder (may be stale if nobody holds the lock)."""
     try:
-        with open(host(root, LOCK)) as f:
-            text = f.read().strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
+        text = read_bounded(under(root, LOCK), limit=64).decode("ascii", "replace").strip()
+    except (OSError, Refused):
         return None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def is_held(root: str) -> bool:
     """True when some process holds the lock right now (probe with a non-blocking shared try)."""
     try:
-        fd = os.open(host(root, LOCK), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(under(root, LOCK), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
@@ -87,7 +79,7 @@ class TuneLock:
             env = os.environ.get("CXLCTL_LOCK_WAIT")
             wait = float(env) if env else DEFAULT_WAIT
         self.wait = max(0.0, wait)
-        self.path = host(root, LOCK)
+        self.path = under(root, LOCK)
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:

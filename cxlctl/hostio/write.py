@@ -39,6 +39,8 @@ import sys
 import time
 from typing import Optional, Tuple, Type
 
+from .reader import Refused, read_bounded
+
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ESTALE, errno.ENOTDIR})
 _REJECTED = frozenset({errno.EINVAL, errno.ERANGE, errno.EOPNOTSUPP, errno.EOVERFLOW, errno.ENOSPC})
 _BUSY = frozenset({errno.EBUSY, errno.EAGAIN, errno.EINTR})
@@ -165,11 +167,10 @@ def write_with_retry(host_path: str, text: str, *, index: Optional[int] = None, 
 def read_raw(host_path: str) -> Tuple[bool, Optional[str]]:
     """(exists, content) of a knob file; content None when unreadable or absent."""
     try:
-        with open(host_path, "rb") as f:
-            return True, f.read().decode("utf-8", "replace")
+        return True, read_bounded(host_path).decode("utf-8", "replace")
     except FileNotFoundError:
         return False, None
-    except OSError:
+    except (OSError, Refused):
         return os.path.lexists(host_path), None
 
 

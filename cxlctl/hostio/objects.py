@@ -1,0 +1,192 @@
+"""Reads of one kernel object at a time, returning the model's own types.
+
+The inventory scan reads DAX devices, memory blocks and knobs with these same
+functions, so a fresh read (region and DAX commands re-reading a device after
+each step, the daemon onlining new memory) parses exactly as ``status`` does,
+goes through :class:`~cxlctl.hostio.reader.Reader` (bounded reads, ``Vanished``,
+notes), and is what ``cxlctl record`` captures.  Which memory blocks belong to
+a DAX device is decided here once (:func:`block_range`, :func:`blocks_of`), and
+onlining a block is written once (:func:`set_block_state`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from cxlctl.model import DaxDevice, Knob, MemoryBlock, Warning_
+from cxlctl.parse import U64_MAX, parse_hex, parse_int, parse_nodelist
+
+from . import paths
+from .reader import Reader
+from .root import under
+from .write import write_with_retry
+
+#: DAX driver -> daxctl's mode name
+DRIVER_MODE: Dict[str, str] = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}
+
+
+class Attrs:
+    """Typed attribute reads over a :class:`Reader`; odd values become None plus a warning."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.r = reader
+        self.warnings: List[Warning_] = []
+
+    def _bad(self, path: str, value: str, what: str) -> None:
+        self.warnings.append(
+            Warning_("unparsable", "warning", f"{path}: cannot parse {value!r} as {what}; treated as unknown", path)
+        )
+
+    def num(self, path: str, *, hexa: bool = False, unset_is_none: bool = False) -> Optional[int]:
+        t = self.r.text(path)
+        if t is None or t == "":
+            return None
+        try:
+            v = parse_hex(t) if hexa else parse_int(t)
+        except ValueError:
+            self._bad(path, t, "a hex number" if hexa else "a number")
+            return None
+        if unset_is_none and v == U64_MAX:
+            return None
+        return v
+
+    def flag(self, path: str) -> Optional[bool]:
+        t = self.r.text(path)
+        if t is None or t == "":
+            return None
+        low = t.lower()
+        if low in ("1", "y", "yes", "true", "on"):
+            return True
+        if low in ("0", "n", "no", "false", "off"):
+            return False
+        self._bad(path, t, "a boolean")
+        return None
+
+    def nodelist(self, path: str) -> Optional[Tuple[int, ...]]:
+        t = self.r.text(path)
+        if t is None:
+            return None
+        try:
+            return parse_nodelist(t, limit=1 << 16)
+        except ValueError:
+            self._bad(path, t, "a list")
+            return None
+
+
+def _is_region(name: str) -> bool:
+    return name.startswith("region") and name[6:].isascii() and name[6:].isdigit()
+
+
+def dax_device(a: Attrs, name: str) -> DaxDevice:
+    """One DAX device as the model describes it (block counts are filled in by :func:`with_blocks`)."""
+    r = a.r
+    dev = f"{paths.DAX_DEVICES}/{name}"
+    real = r.devpath(dev)
+    parent = os.path.dirname(real)
+    pbase = os.path.basename(parent)
+    gbase = os.path.basename(os.path.dirname(parent))
+    region = gbase if _is_region(gbase) else None
+    provider = "cxl" if region else ("hmem" if pbase.startswith("hmem") else "other")
+    driver = r.link(f"{dev}/driver")
+    target = a.num(f"{dev}/target_node")
+    numa = a.num(f"{dev}/numa_node")
+    prefix = paths.SYS_DEVICES + "/"
+    path = parent[len(paths.SYS_DEVICES) :] if parent.startswith(prefix) else parent
+    return DaxDevice(
+        name=name,
+        size=a.num(f"{dev}/size"),
+        target_node=target if target is not None and target >= 0 else None,
+        numa_node=numa if numa is not None and numa >= 0 else None,
+        align=a.num(f"{dev}/align"),
+        resource=a.num(f"{dev}/resource"),
+        memmap_on_memory=a.flag(f"{dev}/memmap_on_memory"),
+        driver=driver,
+        mode=DRIVER_MODE.get(driver or "", driver),
+        region=region,
+        provider=provider,
+        dax_region_path=path,
+    )
+
+
+def memory_block(r: Reader, path: str, bid: int, nid: int) -> MemoryBlock:
+    """Memory block ``bid`` whose directory is ``path`` (under a node or the memory bus)."""
+    state = r.text(path + "/state")
+    zones = r.text(path + "/valid_zones")
+    zone = zones.split()[0] if zones else None
+    return MemoryBlock(bid, nid, state, zone)
+
+
+def block_size(a: Attrs) -> Optional[int]:
+    """``block_size_bytes`` (hex); None when absent, unparsable or not positive."""
+    v = a.num(paths.BLOCK_SIZE, hexa=True)
+    return v if v is not None and v > 0 else None
+
+
+def block_range(start: int, size: int, bs: int) -> range:
+    """Ids of the memory blocks covering ``[start, start + size)``: the one rule for
+    "which blocks belong to this DAX device (or region)"."""
+    return range(start // bs, (start + size - 1) // bs + 1)
+
+
+def blocks_of(
+    dx: DaxDevice, node_blocks: Sequence[MemoryBlock], bs: Optional[int], *, alone: bool
+) -> Optional[List[MemoryBlock]]:
+    """The blocks of ``dx`` among its target node's blocks; None when that cannot be told.
+
+    By address when the device's resource is readable (root only); otherwise,
+    when ``alone`` (a CPU-less node holding only this device), all of the node's.
+    """
+    if dx.resource is not None and dx.size and bs:
+        ids = block_range(dx.resource, dx.size, bs)
+        return [b for b in node_blocks if b.id in ids]
+    if alone:
+        return list(node_blocks)
+    return None
+
+
+def is_online(b: MemoryBlock) -> bool:
+    return (b.state or "").startswith("online")
+
+
+def with_blocks(dx: DaxDevice, blocks: Sequence[MemoryBlock], bs: Optional[int]) -> DaxDevice:
+    """``dx`` with its online/total block counts and zones filled in from ``blocks``."""
+    online = [b for b in blocks if is_online(b)]
+    total = dx.size // bs if dx.size and bs else len(blocks)
+    zones = tuple(sorted({b.zone for b in online if b.zone}))
+    return dx._replace(online_memblocks=len(online), total_memblocks=total, zones=zones)
+
+
+def dax_blocks(a: Attrs, dx: DaxDevice, bs: Optional[int]) -> Tuple[MemoryBlock, ...]:
+    """Fresh state of the memory blocks of ``dx`` (by address; needs its resource and the block size)."""
+    if dx.resource is None or not dx.size or not bs:
+        return ()
+    out = []
+    node = dx.target_node if dx.target_node is not None else -1
+    for bid in block_range(dx.resource, dx.size, bs):
+        d = paths.memory_block(bid)
+        if a.r.isdir(d):
+            out.append(memory_block(a.r, d, bid, node))
+    return tuple(out)
+
+
+def read_block(root: str, bid: int) -> MemoryBlock:
+    """Fresh state of one memory block (node -1: not looked up)."""
+    return memory_block(Reader(root), paths.memory_block(bid), bid, -1)
+
+
+def knob(r: Reader, name: str, path: str) -> Knob:
+    """A knob's current text; ``supported`` False when the kernel has no such file."""
+    v = r.text(path)
+    return Knob(name, path, v, v is not None)
+
+
+def knobs(r: Reader) -> Tuple[Knob, ...]:
+    return tuple(knob(r, n, p) for n, p in paths.KNOB_PATHS)
+
+
+def set_block_state(root: str, bid: int, state: str) -> int:
+    """Write ``state`` (``online_movable``, ``online_kernel``, ``online``, ``offline``) to
+    memory block ``bid``: the one place blocks are onlined and offlined.  Busy errors
+    are retried; raises :class:`~cxlctl.hostio.write.KnobError`; returns attempts used."""
+    return write_with_retry(under(root, paths.memory_block(bid) + "/state"), state)

@@ -1,0 +1,85 @@
+"""Every host path cxlctl reads or writes, defined once.
+
+Paths are as seen on the managed host (``/sys/...``); :func:`cxlctl.hostio.root.under`
+maps them into a ``--root`` tree.  Grouped by what they belong to.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+SYS = "/sys/"
+
+# -- sysfs: CXL and DAX buses --------------------------------------------------------------
+CXL_DEVICES = "/sys/bus/cxl/devices"
+CXL_REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
+DAX_DEVICES = "/sys/bus/dax/devices"
+DAX_DRIVERS = "/sys/bus/dax/drivers"
+PCI_DEVICES = "/sys/bus/pci/devices"
+SYS_DEVICES = "/sys/devices"
+
+# -- sysfs: NUMA, memory hotplug, tiers ------------------------------------------------------
+NODE_DIR = "/sys/devices/system/node"
+MEMORY_DIR = "/sys/devices/system/memory"
+BLOCK_SIZE = MEMORY_DIR + "/block_size_bytes"
+AUTO_ONLINE = MEMORY_DIR + "/auto_online_blocks"
+TIER_DIR = "/sys/devices/virtual/memory_tiering"
+WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
+CGROUP_DIR = "/sys/fs/cgroup"
+
+# -- procfs -------------------------------------------------------------------------------
+PROC = "/proc"
+PROC_SYS = "/proc/sys/"
+OSRELEASE = "/proc/sys/kernel/osrelease"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
+PROMOTE_RATE_LIMIT = "/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps"
+ZONE_RECLAIM_MODE = "/proc/sys/vm/zone_reclaim_mode"
+SWAPPINESS = "/proc/sys/vm/swappiness"
+SELF_STATUS = "/proc/self/status"
+SELF_CGROUP = "/proc/self/cgroup"
+
+#: Knobs the tuning engine manages (name, path), in the order ``status`` lists them.
+KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
+    ("kernel.numa_balancing", NUMA_BALANCING),
+    ("kernel.numa_balancing_promote_rate_limit_MBps", PROMOTE_RATE_LIMIT),
+    ("vm.zone_reclaim_mode", ZONE_RECLAIM_MODE),
+    ("vm.swappiness", SWAPPINESS),
+    ("demotion_enabled", DEMOTION_ENABLED),
+    ("auto_online_blocks", AUTO_ONLINE),
+)
+
+
+def proc_pid(pid: int, what: str) -> str:
+    """``/proc/PID/WHAT`` (``status``, ``numa_maps``, ``environ``, ``comm``)."""
+    return f"{PROC}/{pid}/{what}"
+
+
+def memory_block(bid: int) -> str:
+    """Directory of memory block ``bid`` (``/sys/devices/system/memory/memoryN``)."""
+    return f"{MEMORY_DIR}/memory{bid}"
+
+
+def node_dir(nid: int) -> str:
+    return f"{NODE_DIR}/node{nid}"
+
+
+# -- cxlctl's own state ---------------------------------------------------------------------
+RUN_DIR = "/run/cxlctl"
+LOCK = RUN_DIR + "/lock"
+LAUNCH_PROFILE_DIR = RUN_DIR + "/launch"
+STATE_DIR = "/var/lib/cxlctl"
+ACTIVE_PROFILE = STATE_DIR + "/active-profile"
+CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
+USER_PROFILE_DIR = "/etc/cxlctl/profiles"
+
+# -- other software's configuration that cxlctl reads or writes -----------------------------
+NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
+SYSCTL_CONF = "/etc/sysctl.conf"
+PERSIST_SYSCTL = "/etc/sysctl.d/90-cxlctl.conf"
+TUNED_ACTIVE = "/etc/tuned/active_profile"
+TUNED_MAIN = "/etc/tuned/tuned-main.conf"
+TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
+DEV_SHM = "/dev/shm"

@@ -1,0 +1,384 @@
+"""Tolerant, root-relative reads of sysfs and procfs.
+
+Every fact the inventory knows comes through :class:`Reader`, for three reasons:
+
+* the root is injectable (``--root``), so recorded trees replace mocks in tests;
+* odd content never raises: a missing attribute is ``None``, a permission-denied
+  one is ``None`` plus a note, and a device that vanishes mid-scan raises
+  :class:`Vanished`, which the scanner turns into "skip it and rescan once";
+* every access can be logged, which is how ``cxlctl record`` copies exactly the
+  subset of the tree that the scan used.
+
+Reads are also *bounded and safe on hostile trees*: a file larger than
+:data:`MAX_BYTES` is not parsed, a FIFO or device node is never opened for
+reading (a FIFO would block, ``/dev/zero`` never ends), files are opened
+``O_NONBLOCK``, and a link whose target lies outside a ``--root`` tree is
+treated as absent.  Each refusal leaves a note, so ``status`` says what it
+skipped instead of hanging or reading the host's files.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .root import under
+
+#: the largest file the reader parses; sysfs/procfs attributes are one page
+MAX_BYTES = 1 << 20
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+_DIGIT_RUNS = re.compile(r"(\d+)", re.ASCII)
+
+#: errnos meaning "the device went away while we were looking"
+_GONE = (errno.ENODEV, errno.ENXIO, errno.ENOENT, errno.ESTALE)
+
+
+class Vanished(Exception):
+    """A device disappeared while it was being read (hot-unplug, region teardown)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+class Refused(Exception):
+    """A file under the root that must not be read (not regular, too big, outside the root)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Reader:
+    """Reads files under ``root`` as if it were ``/``.
+
+    Paths given to the methods are absolute-looking (``/sys/bus/cxl``) and are
+    resolved under the root.  ``notes`` collects what could not be read and why;
+    ``log`` (when enabled) collects every path that was touched.
+    """
+
+    def __init__(self, root: str = "/", *, log: bool = False) -> None:
+        self.root = os.path.abspath(root)
+        self._fence = fence_of(self.root)
+        self.notes: List[Tuple[str, str]] = []
+        self.log: Optional[Set[str]] = set() if log else None
+        self._data: Optional[Dict[str, bytes]] = {} if log else None
+        #: the device being read (set by the scanner); a missing file means the
+        #: device vanished only when this path no longer resolves
+        self.device: Optional[str] = None
+
+    # -- path helpers -------------------------------------------------------------
+    def _touch(self, path: str) -> None:
+        if self.log is not None:
+            self.log.add(path)
+
+    def captured(self, path: str) -> Optional[bytes]:
+        """Bytes returned for ``path`` during this scan (recording mode only)."""
+        return None if self._data is None else self._data.get(path)
+
+    def _dev_gone(self, path: str) -> bool:
+        """True when the device being read no longer exists (dangling link, removed dir).
+
+        A missing attribute of a device that is still there is just "absent on this
+        kernel", and reads outside any device (knobs, top-level masks) never vanish.
+        """
+        return self.device is not None and not os.path.exists(under(self.root, self.device))
+
+    # -- reads ----------------------------------------------------------------------
+    def raw(self, path: str) -> Optional[bytes]:
+        """File content, or None if absent or unreadable (reason kept in notes)."""
+        self._touch(path)
+        try:
+            data = read_bounded(under(self.root, path), self._fence)
+        except Refused as e:
+            self.notes.append((path, e.reason))
+            return None
+        except PermissionError:
+            self.notes.append((path, "permission denied (root-only attribute)"))
+            return None
+        except FileNotFoundError:
+            if self._dev_gone(path):
+                raise Vanished(path) from None
+            return None
+        except IsADirectoryError:
+            return None
+        except OSError as e:
+            if e.errno in _GONE:
+                raise Vanished(path) from None
+            self.notes.append((path, f"unreadable: {os.strerror(e.errno or 0)}"))
+            return None
+        if self._data is not None:
+            self._data[path] = data
+        return data
+
+    def text(self, path: str) -> Optional[str]:
+        """Stripped text content; None if absent/unreadable."""
+        data = self.raw(path)
+        if data is None:
+            return None
+        return data.decode("utf-8", "replace").strip()
+
+    def link(self, path: str) -> Optional[str]:
+        """Basename of a symlink's target, or None when there is no link."""
+        target = self.readlink(path)
+        return None if target is None else os.path.basename(target.rstrip("/"))
+
+    def readlink(self, path: str) -> Optional[str]:
+        self._touch(path)
+        try:
+            return os.readlink(under(self.root, path))
+        except FileNotFoundError:
+            if self._dev_gone(path):
+                raise Vanished(path) from None
+            return None
+        except OSError:
+            return None
+
+    def devpath(self, path: str) -> str:
+        """Real path of a bus entry (``/sys/bus/X/devices/NAME``), under the root.
+
+        The kernel makes each bus entry one relative link straight to the device
+        directory, so a single readlink and string normalisation give the real path;
+        :meth:`realpath` would lstat every component (about 14 calls per entry,
+        which dominated scans of large trees).  Falls back to realpath when the
+        entry is not such a link.
+        """
+        target = self.readlink(path)
+        if target is None or os.path.isabs(target):
+            return self.realpath(path)
+        return os.path.normpath(os.path.join(os.path.dirname(path), target))
+
+    def realpath(self, path: str) -> str:
+        """Resolved path, expressed under the root again (``/sys/devices/...``)."""
+        self._touch(path)
+        real = os.path.realpath(under(self.root, path))
+        if self.root == "/":
+            return real
+        if real == self.root:
+            return "/"
+        if real.startswith(self.root + "/"):
+            return real[len(self.root) :]
+        return real  # link leaves the root: keep as-is; callers only use basenames
+
+    def listdir(self, path: str, accept: Optional[Callable[[str], bool]] = None) -> List[str]:
+        """Sorted entries of a directory (filtered), [] when it does not exist.
+
+        Only accepted names are logged: the record then holds what was used, and a
+        replay lists exactly those again.
+        """
+        try:
+            names = _listdir(under(self.root, path), self._fence)
+        except Refused as e:
+            self.notes.append((path, e.reason))
+            return []
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        except OSError as e:
+            if e.errno in _GONE:
+                raise Vanished(path) from None
+            self.notes.append((path, f"cannot list: {os.strerror(e.errno or 0)}"))
+            return []
+        if accept is not None:
+            names = [n for n in names if accept(n)]
+        names.sort(key=natural_key)
+        if self.log is not None:
+            self.log.add(path)
+            for n in names:
+                self.log.add(path.rstrip("/") + "/" + n)
+        return names
+
+    def exists(self, path: str) -> bool:
+        """For directories and links only: a record re-creates those, not files whose
+        content was never read (read a file with :meth:`text` to depend on it)."""
+        ok = os.path.lexists(under(self.root, path))
+        if ok:
+            self._touch(path)
+        return ok
+
+    def isdir(self, path: str) -> bool:
+        ok = os.path.isdir(under(self.root, path))
+        if ok:
+            self._touch(path)
+        return ok
+
+
+class Fence:
+    """The real directory reads under a ``--root`` must stay inside.
+
+    Checking where a path really leads costs a few system calls, so it is done
+    once per directory (cached for the fence's life: one scan) and, for the
+    file itself, only when its last component is a link (``O_NOFOLLOW`` says
+    so).  A file that is not a link and sits in a directory inside the root is
+    inside the root.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.real = os.path.realpath(root)
+        self._prefix = self.real.rstrip("/") + "/"
+        self._dirs: Dict[str, bool] = {}
+
+    def holds(self, real: str) -> bool:
+        return real == self.real or real.startswith(self._prefix)
+
+    def dir_inside(self, host_dir: str) -> bool:
+        """Does ``host_dir`` (links followed) lie inside the root?  OSError when it does not exist."""
+        ok = self._dirs.get(host_dir)
+        if ok is None:
+            fd = os.open(host_dir, _DIR_FLAGS)
+            try:
+                ok = self.holds(_real_of(fd, host_dir))
+            finally:
+                os.close(fd)
+            self._dirs[host_dir] = ok
+        return ok
+
+
+def fence_of(root: str) -> Optional[Fence]:
+    """The fence for reads under ``root``; None for ``/`` (nothing escapes it)."""
+    return None if os.path.abspath(root) == "/" else Fence(root)
+
+
+_CHUNK = 65536
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+_OUTSIDE = "a link leading out of the root: treated as absent"
+
+
+def _real_of(fd: int, host_path: str) -> str:
+    """Real path of the file open as ``fd``: one readlink of ``/proc/self/fd`` (realpath
+    would lstat every component); realpath is the fallback where /proc is not mounted."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(host_path)
+
+
+def _check_type(mode: int, host_path: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), host_path)
+    if not stat.S_ISREG(mode):
+        raise Refused("not a regular file (FIFO, device or socket): not read")
+
+
+def _open_fenced(host_path: str, fence: Fence) -> Tuple[int, int]:
+    """(fd, size) of a file inside the fence, else :class:`Refused`/``OSError``; size -1: not looked at.
+
+    A file whose last component is a link is resolved with ``stat`` before it is
+    opened, so a link to a device node never opens the device (opening some,
+    such as a watchdog, has effects of its own).  Any other file is opened
+    ``O_NOFOLLOW|O_NONBLOCK`` without a ``stat`` (a scan reads thousands): the
+    read loop checks the type only when the read says "empty" or "would block",
+    which is what a FIFO says.
+    """
+    d = host_path.rpartition("/")[0] or "/"
+    if not fence.dir_inside(d):
+        raise Refused(_OUTSIDE)
+    try:
+        return os.open(host_path, _FLAGS | os.O_NOFOLLOW), -1
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+    st = os.stat(host_path)  # the last component is a link: where does it lead?
+    _check_type(st.st_mode, host_path)
+    fd = os.open(host_path, _FLAGS)
+    if not fence.holds(_real_of(fd, host_path)):
+        os.close(fd)
+        raise Refused(_OUTSIDE)
+    return fd, st.st_size
+
+
+def _size_of_regular(fd: int, host_path: str) -> int:
+    try:
+        st = os.fstat(fd)
+        _check_type(st.st_mode, host_path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return st.st_size
+
+
+def read_bounded(host_path: str, fence: Optional[Fence] = None, limit: int = MAX_BYTES, *, head: bool = False) -> bytes:
+    """Whole file at ``host_path``, at most ``limit`` bytes, never blocking.
+
+    Raw os calls: about half the cost of ``open().read()``, which matters when a
+    scan reads thousands of small attributes.  Raises :class:`Refused` for a
+    file that is not regular, larger than ``limit`` (unless ``head``: then its
+    first ``limit`` bytes are returned), or (when a ``fence`` -- see
+    :func:`fence_of` -- is given) reached through a link leading out of it;
+    ``OSError`` as ``open`` does.
+    """
+    if fence is not None:
+        fd, size = _open_fenced(host_path, fence)
+    else:
+        fd = os.open(host_path, _FLAGS)
+        size = _size_of_regular(fd, host_path)
+    try:
+        chunks = []
+        total = 0
+        while True:
+            try:
+                b = os.read(fd, _CHUNK)
+            except BlockingIOError:  # a FIFO with a writer: never wait for it
+                _check_type(os.fstat(fd).st_mode, host_path)
+                raise
+            if not b:
+                if size < 0 and not total:  # empty file, or a FIFO nobody writes to
+                    _check_type(os.fstat(fd).st_mode, host_path)
+                break
+            chunks.append(b)
+            total += len(b)
+            if total > limit:
+                if head:
+                    return b"".join(chunks)[:limit]
+                raise Refused(f"larger than {limit} bytes: not parsed")
+            # when the size is unknown (a file in a --root tree), a short read is the end;
+            # sysfs reports every attribute as 4096 bytes and returns it in one read; a
+            # file of known size is done when that much arrived; procfs (size 0) reads to EOF
+            if size < 0:
+                if len(b) < _CHUNK:
+                    break
+            elif size == 4096 and total < 4096 or 0 < size <= total:
+                break
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _listdir(host_path: str, fence: Optional[Fence]) -> List[str]:
+    """Entries of a directory; refused when it lies outside ``fence`` (if given)."""
+    if fence is not None and not fence.dir_inside(host_path):
+        raise Refused(_OUTSIDE)
+    return os.listdir(host_path)
+
+
+def natural_key(name: str) -> Tuple[object, ...]:
+    """Sort key putting ``mem2`` before ``mem10`` and ``decoder2.1`` before ``decoder10.0``.
+
+    Runs of ASCII digits compare as numbers (``str.isdigit()`` would accept "²",
+    which ``int()`` rejects); each element is tagged with its kind so ints and
+    strs never get compared directly.
+    """
+    parts = _DIGIT_RUNS.split(name)  # text, digits, text, digits, ..., text
+    out: List[Tuple[int, object]] = []
+    for i, p in enumerate(parts):
+        if i % 2:
+            out.append((0, int(p)))
+        elif p:
+            out.append((1, p))
+    return tuple(out)
+
+
+def read_text(root: str, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
+    """Text of one host file under ``root`` (not stripped), None when absent, unreadable or refused.
+
+    For single reads outside a scan (procfs files of a process, a cgroup
+    attribute); the same rules as :class:`Reader`, without notes or logging.
+    """
+    try:
+        return read_bounded(under(root, path), fence_of(root), limit, head=head).decode("utf-8", "replace")
+    except (OSError, Refused):
+        return None

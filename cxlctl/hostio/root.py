@@ -1,0 +1,35 @@
+"""The ``--root`` setting: resolve it once, map host paths under it with one function."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from cxlctl.errors import UsageError
+
+
+def resolve_root(cli_value: Optional[str]) -> str:
+    """The root directory: ``--root`` if given, else ``CXLCTL_ROOT``, else ``/``.
+
+    An empty value is an error, not ``/``: ``--root "$UNSET_VAR"`` must not
+    silently act on the live host.  (An empty ``CXLCTL_ROOT`` is treated as
+    unset, as the shell convention for environment variables has it.)
+    """
+    if cli_value is not None and cli_value == "":
+        raise UsageError("--root is empty", hint="point it at / or at a tree made by `cxlctl record`")
+    root = cli_value if cli_value is not None else os.environ.get("CXLCTL_ROOT") or "/"
+    if not os.path.isdir(root):
+        src = "--root" if cli_value is not None else "CXLCTL_ROOT"
+        raise UsageError(
+            f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`"
+        )
+    return os.path.abspath(root)
+
+
+def under(root: str, path: str) -> str:
+    """``path`` (as seen on the target host, e.g. ``/proc/sys/vm/swappiness``) under ``root``.
+
+    The one place that maps host paths into a ``--root`` tree; ``root`` is an
+    absolute path (what :func:`resolve_root` returns).
+    """
+    return path if root == "/" else root.rstrip("/") + path
