@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import typer
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .tuning.engine import ApplyResult, FileResult, Prepared
+    from .tuning.profile import Profile
 
 DEFAULT_PROFILE = "inference-bandwidth"
 SCHEMA_VERSION = 1
@@ -174,12 +175,16 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 # ---------------------------------------------------------------------------- plan
 
 
-def _default_profile() -> str:
+def _default_profile() -> Union[str, Profile]:
+    """The profile in effect this boot (rebuilt from the journal when it has no file), else the default."""
     from .tuning.state import applied_journal
 
     j = applied_journal(_root())
     if j is not None:
-        from .tuning.profile import candidates
+        from .tuning.profile import candidates, from_data
+
+        if j.profile_data is not None:
+            return from_data(_root(), j.profile, j.profile_data, j.profile_source)
 
         found = candidates(_root(), j.profile)
         if found and found[0][0] == j.profile_source:
