@@ -12,7 +12,6 @@ decides exit codes and :mod:`.jsonview` shapes the JSON.  Nothing here prints.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Dict, List, Optional
 
@@ -53,6 +52,7 @@ from .transaction import (
     verify_entries,
     writable,
 )
+from .trial import alive
 
 __all__ = [
     "ACTIVE_PROFILE",
@@ -231,16 +231,6 @@ def _discard_earlier_boot(root: str, j: jn.Journal) -> RevertResult:
 # ---------------------------------------------------------------------------- status
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid > 0
-
-
 def _journal_summary(j: jn.Journal, this_boot_: bool) -> JournalSummary:
     counts: Dict[str, int] = {}
     for e in j.entries:
@@ -275,7 +265,7 @@ def status(root: str) -> StatusResult:
             deadline=j.trial.deadline,
             seconds_left=max(0.0, round(j.trial.deadline - time.time(), 1)),
             pid=j.trial.pid,
-            waiting=_alive(j.trial.pid),
+            waiting=alive(j.trial.pid),
         )
     verify_: Optional[VerifySummary] = None
     if active and j is not None:

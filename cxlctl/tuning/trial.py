@@ -78,15 +78,24 @@ def expire(root: str, wait: Optional[float] = None) -> Optional[UndoResult]:
         if not _expired(j, time.time()) or j is None or j.trial is None:
             return None  # someone else got there first
         res = undo(root, j, j.trial.previous)
-    return res._replace(
-        messages=(
-            f"the `tune try` of {res.profile} was not confirmed by its deadline "
-            f"({time.strftime('%H:%M:%S', time.localtime(j.trial.deadline))}; waiting pid {j.trial.pid} is gone "
-            f"or stopped): reverted it to the values before it"
-            + (f" ({res.back_to} is in effect again)" if res.back_to else ""),
-        )
-        + res.messages
+    when = time.strftime("%H:%M:%S", time.localtime(j.trial.deadline))
+    waiter = f"pid {j.trial.pid}, " + ("still running but stopped waiting" if alive(j.trial.pid) else "is gone")
+    said = (
+        f"the `tune try` of {res.profile} was not confirmed by its deadline ({when}; its waiting process, {waiter}): "
+        "reverted it to the values before it" + (f" ({res.back_to} is in effect again)" if res.back_to else "")
     )
+    return res._replace(messages=(said,) + res.messages)
+
+
+def alive(pid: int) -> bool:
+    """The process exists (a zombie or another user's process counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
 
 
 def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
