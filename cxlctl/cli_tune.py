@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .tuning.engine import ApplyResult, FileResult, Prepared
+    from .tuning.journal import Journal
     from .tuning.profile import Profile
+    from .tuning.results import UndoResult
 
 DEFAULT_PROFILE = "inference-bandwidth"
 SCHEMA_VERSION = 1
@@ -479,6 +481,10 @@ def _stdin_fd() -> Optional[int]:
         return None
 
 
+def _term(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 @tune_app.command("try")
 def try_cmd(
     profile: str = typer.Argument(..., metavar="PROFILE", help="Profile name or .toml path."),
@@ -494,53 +500,91 @@ def try_cmd(
 
     from .errors import UsageError
     from .tuning import jsonview as view
-    from .tuning import trial
     from .tuning.transaction import Transaction
 
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    txn = Transaction(_root(), profile)
-    res = txn.commit(wait=wait, trial_timeout=timeout)
-    j = res.journal
-    if not res.ok or j is None or j.trial is None:
-        if json_out:
-            _emit(view.trial(res, timeout, None, "failed", None))
-        else:
-            _note(res.messages)
-            _render_apply(res)
-        _raise_failed(res)
-        return
-    name = res.prepared.plan.profile
-    if not json_out:
-        _note(res.messages)
-        _render_plan(res.prepared, _console(), "try")
-        if res.results:
-            _render_results("Result", list(res.results), _console())
-    _note(
-        [
-            f"applied {name} on trial: press Enter to keep it, or run `cxlctl tune confirm` from another shell "
-            f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
-        ]
-    )
-
-    def _term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
+    # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
     old = signal.signal(signal.SIGTERM, _term)
     try:
         try:
-            outcome = trial.wait(_root(), j, _stdin_fd())
+            res = Transaction(_root(), profile).commit(wait=wait, trial_timeout=timeout)
         except KeyboardInterrupt:
-            outcome = "interrupted"
-        reverted = None
-        if outcome in _WHY_NOT:
-            reverted = trial.give_up(_root(), j)
-            if reverted is None:
-                outcome = "confirmed"  # confirmed in the same instant, from another shell
+            # between recording the try and returning it: undo it here rather than leave it to expire
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            from .tuning.trial import abandon
+
+            undone = abandon(_root())
+            if undone is not None and not undone.ok:
+                raise CxlctlError(
+                    f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
+                    hint="the journal keeps the values; run `cxlctl tune revert`",
+                ) from None
+            raise CxlctlError(
+                "interrupted" + (f": reverted {undone.profile} to the previous values" if undone else ""),
+                hint="see `cxlctl tune status`",
+            ) from None
+        j = res.journal
+        if not res.ok or j is None or j.trial is None:
+            if json_out:
+                _emit(view.trial(res, timeout, None, "failed", None))
+            else:
+                _note(res.messages)
+                _render_apply(res)
+            _raise_failed(res)
+            return
+        outcome, reverted = _await_confirmation(res, j, timeout, json_out)
     finally:
         signal.signal(signal.SIGTERM, old)
     if json_out:
+        assert j.trial is not None
         _emit(view.trial(res, timeout, j.trial.deadline, outcome, reverted))
+    _report_try(res.prepared.plan.profile, timeout, outcome, reverted, json_out)
+
+
+def _await_confirmation(
+    res: ApplyResult, j: Journal, timeout: float, json_out: bool
+) -> Tuple[str, Optional[UndoResult]]:
+    """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
+    import signal
+
+    from .tuning import jsonview as view
+    from .tuning import trial
+
+    assert j.trial is not None
+    name = res.prepared.plan.profile
+    try:
+        if not json_out:
+            _note(res.messages)
+            _render_plan(res.prepared, _console(), "try")
+            if res.results:
+                _render_results("Result", list(res.results), _console())
+        _note(
+            [
+                f"applied {name} on trial: press Enter to keep it, or run `cxlctl tune confirm` from another shell "
+                f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
+            ]
+        )
+        outcome = trial.wait(_root(), j, _stdin_fd())
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    if outcome not in _WHY_NOT:
+        return outcome, None
+    # the undo itself is not interruptible: a second Ctrl-C must not leave it half done
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        reverted = trial.give_up(_root(), j)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if reverted is None:
+        return "confirmed", None  # confirmed in the same instant, from another shell
+    return outcome, reverted
+
+
+def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[UndoResult], json_out: bool) -> None:
+    """Say how the try ended; exit 1 unless it was confirmed."""
     if outcome == "confirmed":
         _note([f"kept {name} (confirmed)"])
         return

@@ -172,3 +172,13 @@ def give_up(root: str, j: Journal, wait_lock: Optional[float] = None) -> Optiona
         if not _mine(cur, j.trial.pid, j.started) or cur is None or cur.trial is None:
             return None
         return undo(root, cur, cur.trial.previous)
+
+
+def abandon(root: str) -> Optional[UndoResult]:
+    """Undo this process's try when it was interrupted right after recording it (before the
+    caller got to wait); None when there is none."""
+    with TuneLock(root, None):
+        cur = jn.load(root)
+        if not pending(cur) or cur is None or cur.trial is None or cur.trial.pid != os.getpid():
+            return None
+        return undo(root, cur, cur.trial.previous)
