@@ -4,7 +4,7 @@ The weights (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``) are
 system-wide on upstream kernels: every process with a weighted-interleave
 policy allocates by them, from the next page on.  So the launcher does not
 write them itself; it hands the tuning engine a one-knob profile and lets
-``engine.apply`` do what it does for every knob — save the originals in the
+the transaction's ``commit()`` do what it does for every knob — save the originals in the
 journal first, write through ``write_knob``, read back, roll back on failure —
 which makes ``cxlctl tune revert`` undo a launch's weights like any profile's.
 
