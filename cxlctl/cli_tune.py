@@ -1,17 +1,21 @@
 """``cxlctl tune …``: the tuning engine's command line.
 
 Thin on purpose: every command calls one function of :mod:`cxlctl.tuning.engine`
-(or the profile/recommend modules), then renders the result as a rich table or
-as one JSON document (``--json``), and maps the outcome to an exit code
-(0 ok, 1 failed and rolled back, 2 bad profile/arguments — nothing written,
-3 drift, 4 locked).  Messages go to stderr so ``--json`` output stays parseable.
+(or the transaction, trial, profile and recommend modules), then renders the result
+as a rich table or as one JSON document (``--json``, shaped by
+:mod:`cxlctl.tuning.jsonview`), and maps the outcome to an exit code (0 ok, 1
+failed and rolled back, 2 bad profile/arguments — nothing written, 3 drift, 4
+locked).  Messages go to stderr so ``--json`` output stays parseable.
+
+Before any ``tune`` command runs, an expired unconfirmed ``tune try`` is reverted
+(:func:`cxlctl.tuning.trial.expire`), and the command says so.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 
@@ -20,8 +24,10 @@ from .errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .tuning.engine import ApplyResult, Check, FileResult, Prepared, RevertResult
+    from .tuning.engine import ApplyResult, FileResult, Prepared
+    from .tuning.journal import Journal
     from .tuning.profile import Profile
+    from .tuning.results import UndoResult
 
 DEFAULT_PROFILE = "inference-bandwidth"
 SCHEMA_VERSION = 1
@@ -64,6 +70,18 @@ def _v(x: Optional[str]) -> str:
     return "-" if x is None else x
 
 
+@tune_app.callback()
+def _before_any_command() -> None:
+    # a `tune try` whose waiting process was killed: revert it once expired, before anything else
+    from .tuning import jsonview as view
+    from .tuning.trial import expire
+
+    try:
+        _note(view.expired(expire(_root())))
+    except CxlctlError as e:
+        _note([f"warning: {e}" + (f" ({e.hint})" if e.hint else "")])
+
+
 # ---------------------------------------------------------------------------- list / show
 
 
@@ -94,50 +112,16 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     _console().print(t)
 
 
-def _profile_ref(path: str) -> str:
-    """A profile file as users name it: the bare name for built-ins, else the path."""
-    import os
-
-    from .tuning.profile import BUILTIN_DIR
-
-    if os.path.dirname(path) == BUILTIN_DIR and path.endswith(".toml"):
-        return os.path.basename(path)[:-5]
-    return path
-
-
-def _profile_json(p: Profile) -> Dict[str, Any]:
-    from .tuning.knobs import BY_NAME
-
-    return {
-        "name": p.name,
-        "source": p.source,
-        "builtin": p.builtin,
-        "summary": p.summary,
-        "description": p.description.strip(),
-        "placement": p.placement,
-        "includes": [_profile_ref(c) for c in p.chain[:-1]],
-        "settings": [
-            {
-                "knob": s.knob,
-                "value": BY_NAME[s.knob].show(s.value),
-                "reason": s.reason,
-                "from": s.origin,
-                "reversible": BY_NAME[s.knob].reversible,
-            }
-            for s in p.settings
-        ],
-    }
-
-
 @tune_app.command("show")
 def show_cmd(
     profile: str = typer.Argument(..., help="Profile name or path to a .toml file."), json_out: bool = JSON_OPT
 ) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
+    from .tuning import jsonview as view
     from .tuning.profile import load
 
     p = load(_root(), profile)
-    doc = _profile_json(p)
+    doc = view.profile(p)
     if json_out:
         _emit({"profile": doc})
         return
@@ -173,13 +157,9 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 
     rec = recommend(scan(_root()), read_current(_root()))
     if json_out:
-        _emit(
-            {
-                "recommended": rec.profile,
-                "reasons": list(rec.reasons),
-                "alternatives": [{"profile": p, "when": w} for p, w in rec.alternatives],
-            }
-        )
+        from .tuning import jsonview as view
+
+        _emit(view.recommendation(rec))
         return
     c = _console()
     if rec.profile:
@@ -197,54 +177,22 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 # ---------------------------------------------------------------------------- plan
 
 
-def _default_profile() -> str:
-    from .tuning import journal as jn
+def _default_profile() -> Union[str, Profile]:
+    """The profile in effect this boot (rebuilt from the journal when it has no file), else the default."""
+    from .tuning.state import applied_journal
 
-    try:
-        j = jn.load(_root())
-    except CxlctlError:
-        j = None
-    if j is not None and j.state == jn.APPLIED and jn.same_boot(j, jn.boot_id(_root())):
-        from .tuning.profile import candidates
+    j = applied_journal(_root())
+    if j is not None:
+        from .tuning.profile import candidates, from_data
+
+        if j.profile_data is not None:
+            return from_data(_root(), j.profile, j.profile_data, j.profile_source)
 
         found = candidates(_root(), j.profile)
         if found and found[0][0] == j.profile_source:
             return j.profile  # still what the name resolves to
         return j.profile_source or j.profile
     return DEFAULT_PROFILE
-
-
-def _plan_json(prep: Prepared) -> Dict[str, Any]:
-    from .tuning.knobs import BY_NAME
-
-    p = prep.plan
-    return {
-        "profile": p.profile,
-        "source": p.source,
-        "placement": p.placement,
-        "switching_from": prep.active.profile if prep.active else None,
-        "steps": [
-            {
-                "setting": s.setting,
-                "knob": s.knob,
-                "path": s.path,
-                "current": s.current,
-                "desired": s.desired,
-                "action": s.action,
-                "write": s.write,
-                "reason": s.reason,
-                "reversible": s.reversible,
-                "reversible_note": BY_NAME[s.knob].reversible_note or None,
-                "note": s.note,
-                "from": s.origin,
-            }
-            for s in p.steps
-        ],
-        "changes": len(p.writes),
-        "warnings": list(p.warnings),
-        "conflicts": [c._asdict() for c in prep.conflicts],
-        "messages": list(prep.messages),
-    }
 
 
 _ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported": "yellow", "skip": "yellow"}
@@ -299,25 +247,18 @@ def plan_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show what applying a profile would change: knob, current, desired, reason, reversible."""
-    from .tuning.engine import prepare
+    from .tuning import jsonview as view
+    from .tuning.transaction import Transaction
 
-    prep = prepare(_root(), profile or _default_profile(), persist=persist or None)
+    prep = Transaction(_root(), profile or _default_profile(), persist=persist or None).prepared
     if json_out:
-        _emit({"plan": _plan_json(prep)})
+        _emit({"plan": view.plan(prep)})
         return
     _note(prep.messages)
     _render_plan(prep, _console(), "plan")
 
 
 # ---------------------------------------------------------------------------- apply
-
-
-def _file_json(r: FileResult) -> Dict[str, Any]:
-    return dict(r._asdict())
-
-
-def _check_json(ch: Check) -> Dict[str, Any]:
-    return dict(ch._asdict())
 
 
 def _render_results(title: str, results: List[FileResult], c: Console) -> None:
@@ -354,14 +295,20 @@ def apply_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile: journal the originals, write each knob, roll back on failure, verify."""
-    from .tuning.engine import apply
+    from .tuning import jsonview as view
+    from .tuning.transaction import Transaction
 
-    res = apply(_root(), profile or _default_profile(), dry_run=dry_run, persist=persist, wait=wait)
+    txn = Transaction(_root(), profile or _default_profile(), persist=persist or None)
+    res = txn.commit(dry_run=dry_run, persist=persist, wait=wait)
     if json_out:
-        _emit(_apply_json(res))
+        _emit(view.apply(res))
     else:
         _note(res.messages)
         _render_apply(res)
+    _raise_failed(res)
+
+
+def _raise_failed(res: ApplyResult) -> None:
     if not res.ok:
         raise CxlctlError(
             f"apply of {res.prepared.plan.profile} failed: {res.error}"
@@ -373,21 +320,6 @@ def apply_cmd(
             code=EXIT_FAILURE,
             hint="see `cxlctl tune status`" + ("; then `cxlctl tune revert`" if res.rollback_errors else ""),
         )
-
-
-def _apply_json(res: ApplyResult) -> Dict[str, Any]:
-    return {
-        "ok": res.ok,
-        "dry_run": res.dry_run,
-        "plan": _plan_json(res.prepared),
-        "results": [_file_json(r) for r in res.results],
-        "verify": [_check_json(ch) for ch in res.checks],
-        "journal_state": res.journal.state if res.journal else None,
-        "error": res.error,
-        "rollback_errors": list(res.rollback_errors),
-        "persisted": list(res.persisted),
-        "messages": list(res.messages),
-    }
 
 
 def _render_apply(res: ApplyResult) -> None:
@@ -416,19 +348,12 @@ def verify_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""
+    from .tuning import jsonview as view
     from .tuning.engine import verify
 
     res = verify(_root(), profile)
     if json_out:
-        _emit(
-            {
-                "profile": res.profile,
-                "basis": res.basis,
-                "checks": [_check_json(ch) for ch in res.checks],
-                "summary": {s: sum(1 for ch in res.checks if ch.status == s) for s in ("pass", "drift", "unsupported")},
-                "messages": list(res.messages),
-            }
-        )
+        _emit(view.verify(res))
     else:
         from rich.table import Table
 
@@ -462,11 +387,12 @@ def verify_cmd(
 @tune_app.command("revert")
 def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Restore every knob to its value before cxlctl (also after a crashed apply); remove persisted files."""
+    from .tuning import jsonview as view
     from .tuning.engine import revert
 
     res = revert(_root(), wait=wait)
     if json_out:
-        _emit(_revert_json(res))
+        _emit(view.revert(res))
     else:
         _note(res.messages)
         c = _console()
@@ -485,55 +411,214 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
         )
 
 
-def _revert_json(res: RevertResult) -> Dict[str, Any]:
-    return {
-        "ok": res.ok,
-        "profile": res.profile,
-        "state_before": res.state_before,
-        "results": [_file_json(r) for r in res.results],
-        "removed": list(res.removed),
-        "errors": list(res.errors),
-        "messages": list(res.messages),
-    }
-
-
 @tune_app.command("status")
 def status_cmd(json_out: bool = JSON_OPT) -> None:
-    """Active profile, when it was applied, journal state, drift summary, lock, persistence."""
+    """Active profile, when it was applied, journal state, a pending try, drift summary, lock, persistence."""
+    from .tuning import jsonview as view
     from .tuning.engine import status
 
     st = status(_root())
     if json_out:
-        _emit({k: v for k, v in st.items() if k != "schema_version"})
+        _emit(view.status(st))
         return
-    _note(st["messages"])
+    _note(st.messages)
     c = _console()
-    c.print(f"active profile: [bold]{st['active_profile'] or 'none'}[/bold]")
-    j = st["journal"]
+    c.print(f"active profile: [bold]{st.active_profile or 'none'}[/bold]")
+    j = st.journal
     if j is None:
         c.print("journal: none (nothing applied on this boot)")
     else:
         c.print(
-            f"journal: {j['state']} — {j['profile']}, started {j['started']}"
-            + (f", finished {j['finished']}" if j["finished"] else "")
-            + ("" if j["this_boot"] else " [yellow](earlier boot)[/yellow]")
+            f"journal: {j.state} — {j.profile}, started {j.started}"
+            + (f", finished {j.finished}" if j.finished else "")
+            + ("" if j.this_boot else " [yellow](earlier boot)[/yellow]")
         )
-        if j["previous_profile"]:
-            c.print(f"  switched from: {j['previous_profile']}")
-        if j["error"]:
-            c.print(f"  [red]error:[/red] {j['error']}")
-        if j["state"] == "applying":
+        if j.previous_profile:
+            c.print(f"  switched from: {j.previous_profile}")
+        if j.error:
+            c.print(f"  [red]error:[/red] {j.error}")
+        if j.state == "applying":
             c.print("  [yellow]an apply was interrupted: run `cxlctl tune revert`[/yellow]")
-    v = st["verify"]
-    if v is not None:
-        drift = v["drift"]
+    t = st.trial
+    if t is not None:
         c.print(
-            f"verify: {v['pass']} pass, {len(drift)} drift"
-            + (f" ([red]{', '.join(drift)}[/red])" if drift else "")
-            + (f", {len(v['unsupported'])} unsupported" if v["unsupported"] else "")
+            f"[yellow]try pending:[/yellow] {t.profile} is reverted at {view.when(t.deadline)} "
+            f"({t.seconds_left:g} s left) unless confirmed (`cxlctl tune confirm`); waiting pid {t.pid}"
+            + ("" if t.waiting else " is gone: the next `cxlctl tune` command after the deadline reverts it")
         )
-    pers = st["persisted"]
-    c.print("persisted: " + (f"{pers['profile'] or '?'} ({pers['sysctl_file'] or 'no sysctl file'})" if pers else "no"))
-    lk = st["lock"]
-    if lk["held"]:
-        c.print(f"lock: held by pid {lk['holder_pid'] or '?'}")
+    v = st.verify
+    if v is not None:
+        drift = v.drift
+        c.print(
+            f"verify: {v.passed} pass, {len(drift)} drift"
+            + (f" ([red]{', '.join(drift)}[/red])" if drift else "")
+            + (f", {len(v.unsupported)} unsupported" if v.unsupported else "")
+        )
+    pers = st.persisted
+    c.print("persisted: " + (f"{pers.profile or '?'} ({pers.sysctl_file or 'no sysctl file'})" if pers else "no"))
+    if st.lock_held:
+        c.print(f"lock: held by pid {st.lock_holder or '?'}")
+
+
+# ---------------------------------------------------------------------------- try / confirm
+
+DEFAULT_TRY_TIMEOUT = 120.0
+
+_WHY_NOT = {
+    "timeout": "no confirmation within {t:g} s",
+    "eof": "stdin was closed before a confirmation",
+    "interrupted": "interrupted before a confirmation",
+}
+
+
+def _stdin_fd() -> Optional[int]:
+    """The fd to read Enter from; None when stdin is not a real file (e.g. under a test runner)."""
+    import io
+
+    try:
+        return sys.stdin.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _term(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@tune_app.command("try")
+def try_cmd(
+    profile: str = typer.Argument(..., metavar="PROFILE", help="Profile name or .toml path."),
+    timeout: float = typer.Option(
+        DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
+    ),
+    wait: Optional[float] = WAIT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
+    import math
+    import signal
+
+    from .errors import UsageError
+    from .tuning import jsonview as view
+    from .tuning.transaction import Transaction
+
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
+    old = signal.signal(signal.SIGTERM, _term)
+    try:
+        try:
+            res = Transaction(_root(), profile).commit(wait=wait, trial_timeout=timeout)
+        except KeyboardInterrupt:
+            # between recording the try and returning it: undo it here rather than leave it to expire
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            from .tuning.trial import abandon
+
+            undone = abandon(_root())
+            if undone is not None and not undone.ok:
+                raise CxlctlError(
+                    f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
+                    hint="the journal keeps the values; run `cxlctl tune revert`",
+                ) from None
+            raise CxlctlError(
+                "interrupted" + (f": reverted {undone.profile} to the previous values" if undone else ""),
+                hint="see `cxlctl tune status`",
+            ) from None
+        j = res.journal
+        if not res.ok or j is None or j.trial is None:
+            if json_out:
+                _emit(view.trial(res, timeout, None, "failed", None))
+            else:
+                _note(res.messages)
+                _render_apply(res)
+            _raise_failed(res)
+            return
+        outcome, reverted = _await_confirmation(res, j, timeout, json_out)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if json_out:
+        assert j.trial is not None
+        _emit(view.trial(res, timeout, j.trial.deadline, outcome, reverted))
+    _report_try(res.prepared.plan.profile, timeout, outcome, reverted, json_out)
+
+
+def _await_confirmation(
+    res: ApplyResult, j: Journal, timeout: float, json_out: bool
+) -> Tuple[str, Optional[UndoResult]]:
+    """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
+    import signal
+
+    from .tuning import jsonview as view
+    from .tuning import trial
+
+    assert j.trial is not None
+    name = res.prepared.plan.profile
+    try:
+        if not json_out:
+            _note(res.messages)
+            _render_plan(res.prepared, _console(), "try")
+            if res.results:
+                _render_results("Result", list(res.results), _console())
+        _note(
+            [
+                f"applied {name} on trial: press Enter to keep it, or run `cxlctl tune confirm` from another shell "
+                f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
+            ]
+        )
+        outcome = trial.wait(_root(), j, _stdin_fd())
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    if outcome not in _WHY_NOT:
+        return outcome, None
+    # the undo itself is not interruptible: a second Ctrl-C must not leave it half done
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        reverted = trial.give_up(_root(), j)
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if reverted is None:
+        return "confirmed", None  # confirmed in the same instant, from another shell
+    return outcome, reverted
+
+
+def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[UndoResult], json_out: bool) -> None:
+    """Say how the try ended; exit 1 unless it was confirmed."""
+    if outcome == "confirmed":
+        _note([f"kept {name} (confirmed)"])
+        return
+    if outcome == "superseded":
+        raise CxlctlError(
+            f"the try of {name} was ended by another command (the tuning journal changed): nothing to revert here",
+            code=EXIT_FAILURE,
+            hint="see `cxlctl tune status`",
+        )
+    assert reverted is not None
+    if not json_out and reverted.results:
+        _render_results(f"revert {name}", list(reverted.results), _console())
+    why = _WHY_NOT[outcome].format(t=timeout)
+    if not reverted.ok:
+        raise CxlctlError(
+            f"{why}: reverting {name} failed: " + "; ".join(reverted.errors),
+            code=EXIT_FAILURE,
+            hint="the journal keeps the values; run `cxlctl tune revert`",
+        )
+    raise CxlctlError(
+        f"{why}: reverted {name} to the previous values"
+        + (f" ({reverted.back_to} is in effect again)" if reverted.back_to else ""),
+        code=EXIT_FAILURE,
+    )
+
+
+@tune_app.command("confirm")
+def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
+    """Keep the profile of a pending `tune try` (from any shell); error when no try is pending."""
+    from .tuning import jsonview as view
+    from .tuning.trial import confirm
+
+    c = confirm(_root(), wait)
+    if json_out:
+        _emit(view.confirmed(c))
+        return
+    _console().print(f"[green]confirmed {c.profile}[/green]: it stays applied (undo with: cxlctl tune revert)")

@@ -19,9 +19,13 @@ recent word, in this order:
 3. ``profile =`` in the daemon's configuration;
 4. none: the daemon only observes (metrics, labels, health).
 
-Writes go through the engine's ``apply`` (journal, lock, rollback), so a CLI
-apply and a daemon reconcile never interleave: both hold the same flock for the
-whole transaction.  The one write the engine does not model — onlining the
+Writes go through one tuning :class:`~cxlctl.tuning.transaction.Transaction`
+built from the profile object and the pass's own scan: its plan decides whether
+there is anything to write, and its ``commit()`` (journal, lock, rollback) writes
+exactly that plan, re-checked under the lock — so a CLI apply and a daemon
+reconcile never interleave: both hold the same flock for the whole transaction.
+A pass first reverts an expired, unconfirmed ``tune try`` (its waiting process was
+killed); while a try waits for confirmation the daemon writes nothing.  The one write the engine does not model — onlining the
 memory blocks of a newly appeared CXL dax device by the profile's
 ``auto_online_blocks`` policy — also takes that lock and uses the same write
 primitive.
@@ -33,7 +37,7 @@ import json
 import logging
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
@@ -41,12 +45,11 @@ from cxlctl.hostio.objects import blocks_of, set_block_state
 from cxlctl.hostio.reader import read_text
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
-from cxlctl.tuning import engine
+from cxlctl.tuning import engine, trial
 from cxlctl.tuning import journal as jn
-from cxlctl.tuning.knobs import read_current
-from cxlctl.tuning.plan import plan as make_plan
-from cxlctl.tuning.profile import Profile, candidates
+from cxlctl.tuning.profile import Profile, candidates, from_data
 from cxlctl.tuning.profile import load as load_profile
+from cxlctl.tuning.transaction import Transaction
 
 from .config import Config
 from .metrics import DriftCheck, Stats
@@ -192,8 +195,17 @@ def summary(inv: Inventory) -> str:
 class Target(NamedTuple):
     ref: Optional[str]  # what to pass to the engine (name or path); None = write nothing
     name: Optional[str]
-    state: str  # applied | persisted | configured | observing | reverted | needs-attention | busy
+    state: str  # applied | persisted | configured | observing | reverted | needs-attention | busy | trying
     why: str
+    data: Optional[Dict[str, Any]] = None  # the document of a profile built in memory (no file)
+
+
+def load_target(root: str, target: Target) -> Profile:
+    """The target's profile object: rebuilt from the journal's document when it has no file."""
+    assert target.ref is not None
+    if target.data is not None:
+        return from_data(root, target.name or target.ref, target.data, target.ref)
+    return load_profile(root, target.ref)
 
 
 def _ref(root: str, name: str, source: str) -> str:
@@ -224,12 +236,15 @@ def resolve_target(root: str, cfg: Config) -> Target:
     except CxlctlError as e:
         return Target(None, None, "needs-attention", str(e))
     if j is not None and jn.same_boot(j, jn.boot_id(root)):
+        if j.state == jn.APPLIED and trial.pending(j):
+            return Target(None, j.profile, "trying", f"a `tune try` of {j.profile} waits for confirmation")
         if j.state == jn.APPLIED:
             return Target(
-                _ref(root, j.profile, j.profile_source),
+                j.profile_source if j.profile_data is not None else _ref(root, j.profile, j.profile_source),
                 j.profile,
                 "applied",
                 f"applied this boot ({j.tool}, pid {j.pid})",
+                j.profile_data,
             )
         if j.state == jn.REVERTED:
             return Target(
@@ -301,6 +316,7 @@ class Reconciler:
     def reconcile(self, reason: str) -> Result:
         """Rescan, log what changed, online new memory, apply the target profile if needed."""
         t0 = time.monotonic()
+        self.expire_try()
         inv = self.scan(reason)
         new = snapshot(inv)
         first = self.snap is None
@@ -333,19 +349,35 @@ class Reconciler:
             self.log.debug("reconciled (%s) in %.3f s: nothing to do", reason, dt)
         return Result(result, tuple(changes), written, onlined, dt)
 
+    def expire_try(self) -> None:
+        """Revert an unconfirmed `tune try` past its deadline (its waiting process was killed)."""
+        try:
+            res = trial.expire(self.root, self.cfg.lock_wait)
+        except CxlctlError as e:
+            self._once("try", logging.WARNING, f"cannot revert an expired `tune try`: {e}")
+            return
+        if res is not None:
+            for m in res.messages:
+                self.log.warning("%s", m)
+            for err in res.errors:
+                self.log.error("reverting the expired try: %s", err)
+
     def _enforce(self, inv: Inventory, fresh: Set[str]) -> Tuple[str, int, int]:
         target = resolve_target(self.root, self.cfg)
         self.target = target
         if target.ref is None:
-            self.state = {"busy": self.state, "reverted": "reverted", "needs-attention": "needs-attention"}.get(
-                target.state, "observing"
-            )
+            self.state = {
+                "busy": self.state,
+                "trying": self.state,
+                "reverted": "reverted",
+                "needs-attention": "needs-attention",
+            }.get(target.state, "observing")
             level = logging.WARNING if target.state == "needs-attention" else logging.INFO
             self._once("target", level, f"not enforcing a profile: {target.why}")
             return ("locked" if target.state == "busy" else "skipped"), 0, 0
         self._once("target", logging.INFO, f"enforcing profile {target.name} ({target.why})")
         try:
-            profile = load_profile(self.root, target.ref)
+            profile = load_target(self.root, target)
         except CxlctlError as e:
             self.state = "failed"
             self._once("profile", logging.ERROR, f"cannot load profile {target.name}: {e}")
@@ -369,10 +401,15 @@ class Reconciler:
         return result, written, onlined
 
     def apply_if_needed(self, inv: Inventory, profile: Profile, target: Target) -> Tuple[str, int]:
-        """Plan against ``inv``; call the engine's apply only when something must be written
+        """Plan against ``inv`` once; commit that transaction only when something must be written
         (or the profile is not yet recorded as applied this boot)."""
-        active = _active_journal(self.root)
-        p = make_plan(inv, profile, read_current(self.root), engine.restore_map(active))
+        try:
+            txn = Transaction(self.root, profile, inventory=inv)
+        except CxlctlError as e:
+            self.state = "failed"
+            self.log.error("planning %s failed: %s", profile.name, e)
+            return "failed", 0
+        active, p = txn.prepared.active, txn.plan
         same = active is not None and active.profile == profile.name
         if not p.writes and same:
             self.state = "applied"
@@ -398,9 +435,8 @@ class Reconciler:
                 names,
             )
         self._said.pop("drift-hold", None)
-        assert target.ref is not None
         try:
-            res = engine.apply(self.root, target.ref, wait=self.cfg.lock_wait)
+            res = txn.commit(wait=self.cfg.lock_wait)
         except Locked as e:
             self.log.warning("reconcile deferred: %s", e)
             return "locked", 0
@@ -515,16 +551,6 @@ class Reconciler:
             self.log.info("drift resolved: %s is back to the profile's value", s)
         self._drifted = now
         return bool(now)
-
-
-def _active_journal(root: str) -> Optional[jn.Journal]:
-    try:
-        j = jn.load(root)
-    except CxlctlError:
-        return None
-    if j is None or j.state != jn.APPLIED or not jn.same_boot(j, jn.boot_id(root)):
-        return None
-    return j
 
 
 def _fresh_ram_dax(old: Optional[Snapshot], inv: Inventory) -> Set[str]:

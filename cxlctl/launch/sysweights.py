@@ -4,14 +4,17 @@ The weights (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``) are
 system-wide on upstream kernels: every process with a weighted-interleave
 policy allocates by them, from the next page on.  So the launcher does not
 write them itself; it hands the tuning engine a one-knob profile and lets
-``engine.apply`` do what it does for every knob — save the originals in the
+the transaction's ``commit()`` do what it does for every knob — save the originals in the
 journal first, write through ``write_knob``, read back, roll back on failure —
 which makes ``cxlctl tune revert`` undo a launch's weights like any profile's.
 
-The profile (``/run/cxlctl/launch/launch-weights.toml``) includes the profile
-in effect, if any, so applying it changes only the weights: applying a
-profile that left out the active profile's knobs would restore those knobs
-(the engine's switch semantics).
+The profile (``launch-weights``) is built in memory
+(:func:`cxlctl.tuning.profile.from_data`) and handed to a tuning
+:class:`~cxlctl.tuning.transaction.Transaction`: no file is written to pass it.
+The journal keeps its document, so the daemon can rebuild it and a later launch
+can see what it included.  It includes the profile in effect, if any, so applying
+it changes only the weights: applying a profile that left out the active
+profile's knobs would restore those knobs (the engine's switch semantics).
 
 Weights come from ``--ratio D:C`` (every DRAM node D, every CXL node C,
 reduced by their gcd: :func:`cxlctl.tuning.weights.ratio_weights`) or from
@@ -22,24 +25,21 @@ kernel's own auto mode when it has one).  Without bandwidth data and without
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
-from cxlctl.hostio import paths, toml
+from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
-from cxlctl.hostio.root import under
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist
 
 from .nodesets import NodeSets
 
+if TYPE_CHECKING:
+    from cxlctl.tuning.transaction import Transaction
+
 PROFILE_NAME = "launch-weights"
-PROFILE_DIR = paths.LAUNCH_PROFILE_DIR
-PROFILE_PATH = f"{PROFILE_DIR}/{PROFILE_NAME}.toml"
+PROFILE_SOURCE = "cxlctl launch (built in memory)"  # labels the profile in messages and the journal
 KNOB = "weighted_interleave"
 
 
@@ -49,56 +49,46 @@ class WeightPlan(NamedTuple):
     weights: Dict[int, int]  # node → weight in effect for the launch (after the change)
     current: Dict[int, int]  # node → weight now
     changes: Tuple[Tuple[str, Optional[str], Optional[str]], ...]  # (setting, now, wanted) the apply writes
-    profile_text: Optional[str]  # None: nothing to apply
+    transaction: Optional[Transaction]  # the planned launch profile; None: nothing to apply
     base: Optional[str]  # the active profile included
     notes: Tuple[str, ...]
     warnings: Tuple[str, ...]
 
     @property
     def writes(self) -> bool:
-        return self.profile_text is not None and bool(self.changes)
+        return self.transaction is not None and bool(self.changes)
 
 
 def active_base(root: str) -> Optional[str]:
     """The source of the profile in effect this boot (what the launch profile includes)."""
-    from cxlctl.tuning import journal as jn
+    from cxlctl.tuning.state import applied_journal
 
-    try:
-        j = jn.load(root)
-    except CxlctlError:
+    j = applied_journal(root)
+    if j is None:
         return None
-    if j is None or j.state != jn.APPLIED or not jn.same_boot(j, jn.boot_id(root)):
-        return None
-    src = j.profile_source
-    if os.path.realpath(src) == os.path.realpath(under(root, PROFILE_PATH)) or j.profile == PROFILE_NAME:
+    if j.profile == PROFILE_NAME or j.profile_data is not None:
         # an earlier launch's profile: include what it included
-        try:
-            inc = toml.load(src).get("include")
-        except toml.TomlError:
-            return None
+        inc = (j.profile_data or {}).get("include")
         return inc if isinstance(inc, str) and inc else None
-    return src if src else None
+    return j.profile_source or None
 
 
-def profile_text(nodes: Sequence[int], ratio: Optional[Tuple[int, int]], base: Optional[str]) -> str:
+def profile_data(nodes: Sequence[int], ratio: Optional[Tuple[int, int]], base: Optional[str]) -> Dict[str, Any]:
+    """The launch profile's document (what a TOML profile file would hold)."""
     how = f"--ratio {ratio[0]}:{ratio[1]}" if ratio else "bandwidth"
-    lines = [
-        "# Written by `cxlctl launch`: weighted-interleave weights for the engine it launched.",
-        "# The weights are system-wide. `cxlctl tune revert` restores them (and every other knob).",
-        'summary = "weighted-interleave weights set by cxlctl launch"',
-    ]
+    data: Dict[str, Any] = {"summary": "weighted-interleave weights set by cxlctl launch"}
     if base:
-        lines.append(f"include = {json.dumps(base)}")
-    lines += [
-        'placement = "weighted-interleave"',
-        "",
-        "[knobs.weighted_interleave]",
-        f"weights = {json.dumps(f'{ratio[0]}:{ratio[1]}' if ratio else 'bandwidth')}",
-        "nodes = [" + ", ".join(str(n) for n in nodes) + "]",
-        "prefer_auto = true",
-        f"reason = {json.dumps(f'cxlctl launch: {how} over node(s) {format_nodelist(nodes)}')}",
-    ]
-    return "\n".join(lines) + "\n"
+        data["include"] = base
+    data["placement"] = "weighted-interleave"
+    data["knobs"] = {
+        KNOB: {
+            "weights": f"{ratio[0]}:{ratio[1]}" if ratio else "bandwidth",
+            "nodes": list(nodes),
+            "prefer_auto": True,
+            "reason": f"cxlctl launch: {how} over node(s) {format_nodelist(nodes)}",
+        }
+    }
+    return data
 
 
 def _current(root: str) -> Dict[int, int]:
@@ -115,7 +105,8 @@ def _current(root: str) -> Dict[int, int]:
 
 def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]) -> WeightPlan:
     """What the weights will be and what the tuning engine would write (no writes)."""
-    from cxlctl.tuning.engine import prepare
+    from cxlctl.tuning.profile import from_data
+    from cxlctl.tuning.transaction import Transaction
 
     nodes = tuple(sorted(nodes))
     notes: List[str] = []
@@ -139,15 +130,10 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
             hint="the kernel lists weights for nodes with memory; check cxlctl status",
         )
     base = active_base(root)
-    text = profile_text(nodes, ratio, base)
-    tmp = tempfile.mkdtemp(prefix="cxlctl-launch-")
-    try:
-        path = os.path.join(tmp, PROFILE_NAME + ".toml")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        prep = prepare(root, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    txn = Transaction(
+        root, from_data(root, PROFILE_NAME, profile_data(nodes, ratio, base), PROFILE_SOURCE), inventory=inv
+    )
+    prep = txn.prepared
     steps = [s for s in prep.plan.steps if s.knob == KNOB]
     others = [s for s in prep.plan.steps if s.knob != KNOB and s.action in ("set", "restore")]
     skip = [s for s in steps if s.action in ("skip", "unsupported")]
@@ -186,7 +172,7 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
         {n: wanted[n] for n in nodes},
         current,
         changes,
-        text if changes else None,
+        txn if changes else None,
         base,
         tuple(notes),
         tuple(warnings),
@@ -208,23 +194,10 @@ def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
 
 
 def apply(root: str, wp: WeightPlan) -> Dict[int, int]:
-    """Write the launch profile and apply it with the tuning engine; the weights read back."""
-    from cxlctl.tuning.engine import apply as engine_apply
-
-    assert wp.profile_text is not None
-    path = under(root, PROFILE_PATH)
+    """Commit the planned launch profile through the tuning transaction; the weights read back."""
+    assert wp.transaction is not None
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(wp.profile_text)
-        os.replace(path + ".tmp", path)
-    except OSError as e:
-        raise CxlctlError(
-            f"cannot write {PROFILE_PATH}: {e.strerror}",
-            hint="setting weighted-interleave weights needs root; or set them first (cxlctl tune apply) and launch with the weights in effect",
-        ) from None
-    try:
-        res = engine_apply(root, path)
+        res = wp.transaction.commit()
     except CxlctlError as e:
         raise CxlctlError(
             f"setting the weighted-interleave weights failed: {e}",

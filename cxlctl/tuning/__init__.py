@@ -11,7 +11,14 @@ Layout (each module says why it exists):
 * :mod:`.journal`  — the write-ahead journal under ``/run/cxlctl``.
 * :mod:`.lock`     — the flock shared by the CLI and the daemon.
 * :mod:`.conflicts` — TuneD and sysctl.d files that set the same keys.
-* :mod:`.engine`   — apply / verify / revert / status built from the above.
+* :mod:`.state`    — which journal is in effect this boot (the one "applied?" check).
+* :mod:`.transaction` — ``Transaction(root, profile, inventory=…)``: the plan,
+  ``commit()`` in named phases, ``rollback()``.
+* :mod:`.trial`    — ``tune try``: the confirmation wait, ``confirm``, and reverting
+  an expired try before anything else.
+* :mod:`.results`  — the typed results every entry point returns.
+* :mod:`.engine`   — prepare / apply / verify / revert / status by profile reference.
+* :mod:`.jsonview` — the ``cxlctl tune … --json`` documents, shaped in one place.
 
 Nothing here imports rich, typer or psutil; the CLI (``cxlctl.cli_tune``) renders.
 """

@@ -82,6 +82,25 @@ class Journal(NamedTuple):
     persist: Dict[str, Optional[str]]  # path → content before cxlctl wrote it (None = absent)
     error: Optional[str] = None
     previous_profile: Optional[str] = None  # when this apply switched from another profile
+    #: the profile document when it has no file (built in memory, e.g. the launcher's
+    #: weights), so the daemon can rebuild and keep enforcing it
+    profile_data: Optional[Dict[str, Any]] = None
+    trial: Optional[Trial] = None  # set by `tune try` until it is confirmed
+
+
+class Trial(NamedTuple):
+    """A `tune try` waiting for confirmation (why in the journal: the waiter may be SIGKILLed,
+    and then the next `cxlctl tune` command or the daemon reverts the try once it expires)."""
+
+    deadline: float  # wall-clock seconds (time.time()); after it, an unconfirmed try is reverted
+    timeout: float
+    pid: int  # the waiting process
+    confirmed: Optional[str] = None  # when `tune confirm` (or Enter) kept it
+    previous: Optional[Journal] = None  # the journal this try replaced; put back when it is reverted
+
+    @property
+    def pending(self) -> bool:
+        return self.confirmed is None
 
 
 def now() -> str:
@@ -102,7 +121,25 @@ def to_json(j: Journal) -> Dict[str, Any]:
     d = j._asdict()
     d["entries"] = [e._asdict() for e in j.entries]
     d["skipped"] = [{"setting": s, "reason": r} for s, r in j.skipped]
+    if j.trial is not None:
+        t = j.trial._asdict()
+        t["previous"] = None if j.trial.previous is None else to_json(j.trial.previous)
+        d["trial"] = t
     return d
+
+
+def _trial(d: Any) -> Optional[Trial]:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ValueError("trial is not an object")
+    return Trial(
+        deadline=float(d["deadline"]),
+        timeout=float(d.get("timeout", 0)),
+        pid=int(d.get("pid", 0)),
+        confirmed=None if d.get("confirmed") is None else str(d["confirmed"]),
+        previous=None if d.get("previous") is None else from_json(d["previous"]),
+    )
 
 
 class JournalCorrupt(CxlctlError):
@@ -151,6 +188,8 @@ def from_json(d: Any) -> Journal:
         persist={str(k): (None if v is None else str(v)) for k, v in persist.items()},
         error=d.get("error"),
         previous_profile=d.get("previous_profile"),
+        profile_data=d["profile_data"] if isinstance(d.get("profile_data"), dict) else None,
+        trial=_trial(d.get("trial")),
     )
 
 

@@ -155,155 +155,182 @@ def _select_nodes(inv: Inventory, spec: WISpec, have: Mapping[int, str]) -> Tupl
     return sorted(chosen), notes
 
 
-def _wi(
-    knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore: Restore
-) -> Tuple[List[Step], List[str]]:
-    nodes = cur.wi_node_paths()
-    auto = cur.wi_auto_path
-    warnings: List[str] = []
+class _WIPlanner:
+    """The weighted-interleave group's steps, phase by phase (one knob, many files).
+
+    Phases: the profile does not mention the group → :meth:`restore_all`; the kernel
+    lacks it → :meth:`unsupported`; nodes chosen (:func:`_select_nodes`) → weights by
+    :meth:`by_ratio` or :meth:`by_bandwidth` (or the kernel's own auto mode) → the
+    weight files, then ``auto`` (:meth:`manual`).  Anything that cannot be computed
+    here is one :meth:`skipped` step.
+    """
+
+    def __init__(self, knob: Knob, cur: Current, inv: Inventory, restore: Restore) -> None:
+        self.knob = knob
+        self.cur = cur
+        self.inv = inv
+        self.restore = restore
+        self.nodes = cur.wi_node_paths()
+        self.auto = cur.wi_auto_path
+        self.kinds = {n.id: n.kind for n in inv.nodes}
 
     def step(
-        setting: str, path: str, desired: Optional[str], action: Optional[str], reason: str, origin: str, note: str = ""
+        self, setting: str, path: str, desired: Optional[str], s: Setting, note: str = "", action: Optional[str] = None
     ) -> Step:
-        raw = cur.get(path)
-        current = _canon(knob, raw)
+        raw = self.cur.get(path)
+        current = _canon(self.knob, raw)
         if action is None:
             action = "noop" if current == desired and raw is not None else "set"
-        write = knob.text(desired) if action == "set" and desired is not None else None
-        return Step(knob.name, setting, path, current, desired, write, action, reason, knob.reversible, origin, note)
+        return Step(
+            knob=self.knob.name,
+            setting=setting,
+            path=path,
+            current=current,
+            desired=desired,
+            write=self.knob.text(desired) if action == "set" and desired is not None else None,
+            action=action,
+            reason=s.reason,
+            reversible=self.knob.reversible,
+            origin=s.origin,
+            note=note,
+        )
 
-    def restores(skip: Tuple[str, ...]) -> List[Step]:
+    def _restore_step(self, path: str, original: str) -> Step:
+        return Step(
+            knob=self.knob.name,
+            setting=_member(path),
+            path=path,
+            current=_canon(self.knob, self.cur.get(path)),
+            desired=_canon(self.knob, original),
+            write=original,
+            action="restore",
+            reason=_RESTORE_REASON,
+            reversible=True,
+            origin="",
+        )
+
+    def restores(self, skip: Tuple[str, ...]) -> List[Step]:
+        """Weight files the previous profile changed and this plan does not write: back to boot values."""
         out = []
-        for path in knob.files(cur):
-            if path in skip or path not in restore or path == auto:
+        for path in self.knob.files(self.cur):
+            if path in skip or path not in self.restore or path == self.auto:
                 continue
-            original = restore[path][1]
+            original = self.restore[path][1]
             if original is None:
                 continue
-            want = _canon(knob, original)
-            raw = cur.get(path)
-            if raw is not None and _canon(knob, raw) == want:
+            raw = self.cur.get(path)
+            if raw is not None and _canon(self.knob, raw) == _canon(self.knob, original):
                 continue
-            out.append(
-                Step(
-                    knob.name,
-                    _member(path),
-                    path,
-                    _canon(knob, raw),
-                    want,
-                    original,
-                    "restore",
-                    _RESTORE_REASON,
-                    True,
-                    "",
-                )
-            )
+            out.append(self._restore_step(path, original))
         return out
 
-    if s is None:
-        steps = restores(())
-        if auto and auto in restore and restore[auto][1] is not None:
-            original = restore[auto][1]
-            want = _canon(knob, original)
-            raw = cur.get(auto)
+    def restore_all(self) -> List[Step]:
+        """The profile does not mention the group: undo what the previous profile set."""
+        steps = self.restores(())
+        auto = self.auto
+        if auto and auto in self.restore and self.restore[auto][1] is not None:
+            original = self.restore[auto][1]
+            assert original is not None
             # a weight write switches auto off, so restore auto whenever weights were written
-            if steps or _canon(knob, raw) != want:
-                steps.append(
-                    Step(
-                        knob.name,
-                        _member(auto),
-                        auto,
-                        _canon(knob, raw),
-                        want,
-                        original,
-                        "restore",
-                        _RESTORE_REASON,
-                        True,
-                        "",
-                    )
-                )
-        return steps, warnings
-    why = knob.probe(cur)
-    if why:
-        return [
-            Step(
-                knob.name,
-                knob.name,
-                knob.path,
-                None,
-                None,
-                None,
-                "unsupported",
-                s.reason,
-                knob.reversible,
-                s.origin,
-                why,
-            )
-        ], warnings
-    spec = s.value
-    assert isinstance(spec, WISpec)
-    chosen, notes = _select_nodes(inv, spec, nodes)
-    warnings.extend(f"weighted_interleave: {n}" for n in notes)
-    kinds = {n.id: n.kind for n in inv.nodes}
-    cxl = [n for n in chosen if kinds.get(n) == "cxl"]
+            if steps or _canon(self.knob, self.cur.get(auto)) != _canon(self.knob, original):
+                steps.append(self._restore_step(auto, original))
+        return steps
 
-    def skipped(why: str) -> Tuple[List[Step], List[str]]:
-        return [
-            Step(knob.name, knob.name, knob.path, None, None, None, "skip", s.reason, knob.reversible, s.origin, why)
-        ], warnings
+    def unsupported(self, s: Setting, why: str) -> List[Step]:
+        return [self._whole(s, "unsupported", why)]
 
-    if "cxl" in spec.nodes and not cxl:
-        return skipped("no CXL memory node is online: nothing to interleave DRAM with")
-    if len(chosen) < 2:
-        return skipped(f"weighted interleave needs two or more memory nodes; selected: {chosen or 'none'}")
-    weights: Dict[int, int]
-    if spec.weights == "ratio":
+    def skipped(self, s: Setting, why: str) -> List[Step]:
+        return [self._whole(s, "skip", why)]
+
+    def _whole(self, s: Setting, action: str, why: str) -> Step:
+        k = self.knob
+        return Step(
+            knob=k.name,
+            setting=k.name,
+            path=k.path,
+            current=None,
+            desired=None,
+            write=None,
+            action=action,
+            reason=s.reason,
+            reversible=k.reversible,
+            origin=s.origin,
+            note=why,
+        )
+
+    def by_ratio(self, spec: WISpec, chosen: List[int], cxl: List[int]) -> Tuple[Optional[Dict[int, int]], str]:
+        """Weights from a DRAM:CXL ratio; (None, why) when some node is neither."""
         assert spec.ratio is not None
-        other = [n for n in chosen if kinds.get(n) not in ("dram", "cxl")]
+        other = [n for n in chosen if self.kinds.get(n) not in ("dram", "cxl")]
         if other:
-            return skipped(f"node(s) {other} are neither DRAM nor CXL: a DRAM:CXL ratio cannot weight them")
-        weights = ratio_weights([n for n in chosen if kinds.get(n) == "dram"], cxl, spec.ratio)
-        note = f"ratio DRAM:CXL {spec.ratio[0]}:{spec.ratio[1]}"
-    else:
+            return None, f"node(s) {other} are neither DRAM nor CXL: a DRAM:CXL ratio cannot weight them"
+        dram = [n for n in chosen if self.kinds.get(n) == "dram"]
+        return ratio_weights(dram, cxl, spec.ratio), f"ratio DRAM:CXL {spec.ratio[0]}:{spec.ratio[1]}"
+
+    def bandwidths(self, chosen: List[int]) -> Tuple[Dict[int, int], List[int]]:
+        """(node → bandwidth MB/s, nodes without bandwidth data)."""
         bw: Dict[int, int] = {}
         missing = []
         for nid in chosen:
-            node = inv.node(nid)
-            b = node_bandwidth(inv, node) if node else None
+            node = self.inv.node(nid)
+            b = node_bandwidth(self.inv, node) if node else None
             if b is None:
                 missing.append(nid)
             else:
                 bw[nid] = b
+        return bw, missing
+
+    def manual(self, s: Setting, weights: Dict[int, int], note: str) -> List[Step]:
+        """The weight files (restoring the previous profile's others), then ``auto`` off."""
+        steps = self.restores(tuple(self.nodes[n] for n in weights))
+        for nid, w in sorted(weights.items()):
+            steps.append(self.step(f"weighted_interleave.node{nid}", self.nodes[nid], str(w), s, note))
+        if self.auto:
+            # the kernel switches auto off by itself on the first weight write; writing it
+            # explicitly (last) makes the intent visible to verify and to fixture trees
+            steps.append(self.step("weighted_interleave.auto", self.auto, "false", s, "manual weights"))
+        return steps
+
+    def plan(self, s: Optional[Setting]) -> Tuple[List[Step], List[str]]:
+        if s is None:
+            return self.restore_all(), []
+        why = self.knob.probe(self.cur)
+        if why:
+            return self.unsupported(s, why), []
+        spec = s.value
+        assert isinstance(spec, WISpec)
+        chosen, notes = _select_nodes(self.inv, spec, self.nodes)
+        warnings = [f"weighted_interleave: {n}" for n in notes]
+        cxl = [n for n in chosen if self.kinds.get(n) == "cxl"]
+        if "cxl" in spec.nodes and not cxl:
+            return self.skipped(s, "no CXL memory node is online: nothing to interleave DRAM with"), warnings
+        if len(chosen) < 2:
+            why = f"weighted interleave needs two or more memory nodes; selected: {chosen or 'none'}"
+            return self.skipped(s, why), warnings
+        if spec.weights == "ratio":
+            weights, note = self.by_ratio(spec, chosen, cxl)
+            if weights is None:
+                return self.skipped(s, note), warnings
+            return self.manual(s, weights, note), warnings
+        bw, missing = self.bandwidths(chosen)
         if missing:
-            return skipped(
+            why = (
                 f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing))}; "
                 'give a ratio instead, e.g. weights = "3:1"'
             )
-        if spec.prefer_auto and auto:
-            return [
-                step(
-                    "weighted_interleave.auto",
-                    auto,
-                    "true",
-                    None,
-                    s.reason,
-                    s.origin,
-                    "kernel auto mode (weights from "
-                    + ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
-                    + ")",
-                )
-            ], warnings
-        weights = reduce_weights(bw, spec.max_weight)
-        note = "from bandwidth " + ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
-    steps = restores(tuple(nodes[n] for n in weights))
-    for nid, w in sorted(weights.items()):
-        steps.append(step(f"weighted_interleave.node{nid}", nodes[nid], str(w), None, s.reason, s.origin, note))
-    if auto:
-        # the kernel switches auto off by itself on the first weight write; writing it
-        # explicitly (last) makes the intent visible to verify and to fixture trees
-        st = step("weighted_interleave.auto", auto, "false", None, s.reason, s.origin, "manual weights")
-        steps.append(st)
-    return steps, warnings
+            return self.skipped(s, why), warnings
+        shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
+        if spec.prefer_auto and self.auto:
+            note = f"kernel auto mode (weights from {shown})"
+            return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
+        return self.manual(s, reduce_weights(bw, spec.max_weight), "from bandwidth " + shown), warnings
+
+
+def _wi(
+    knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore: Restore
+) -> Tuple[List[Step], List[str]]:
+    """The weighted-interleave group's steps and warnings (see :class:`_WIPlanner`)."""
+    return _WIPlanner(knob, cur, inv, restore).plan(s)
 
 
 def _member(path: str) -> str:

@@ -83,6 +83,9 @@ class Profile(NamedTuple):
     placement: Optional[str]
     chain: Tuple[str, ...]  # resolved include chain, ancestors first, this file last
     settings: Tuple[Setting, ...]  # registry order
+    #: the document itself for a profile built in memory (:func:`from_data`): it has no
+    #: file, so the journal keeps the document for whoever must rebuild the profile
+    data: Optional[Dict[str, Any]] = None
 
     def setting(self, knob: str) -> Optional[Setting]:
         for s in self.settings:
@@ -208,15 +211,44 @@ def load(root: str, ref: str) -> Profile:
     )
 
 
+def from_data(root: str, name: str, data: Dict[str, Any], source: str) -> Profile:
+    """A profile from a document already in memory (what a TOML file would hold).
+
+    For callers that compose a profile (the launcher's weights on top of the profile in
+    effect) and hand the object to the tuning transaction: no file is written to pass
+    it.  ``source`` only labels it in messages and in the journal.  Validation and
+    includes work exactly as for a file.
+    """
+    if not _NAME.match(name):
+        raise ProfileError(source, None, f"{name!r} is not a valid profile name (letters, digits, . _ -)")
+    merged = _merge(root, source, _validate(source, data), (), 0)
+    return Profile(
+        name=name,
+        source=source,
+        builtin=False,
+        summary=merged.summary or "",
+        description=merged.description or "",
+        placement=merged.placement,
+        chain=merged.includes,
+        settings=tuple(sorted(merged.settings.values(), key=lambda s: ORDER[s.knob])),
+        data=data,
+    )
+
+
 def _load(root: str, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
     """Merged view of ``path``; ``includes`` of the result is the resolved chain."""
+    return _merge(root, path, None, stack, depth)
+
+
+def _merge(root: str, path: str, given: Optional[_Raw], stack: Tuple[str, ...], depth: int) -> _Raw:
+    """Merged view of ``path`` (read from the file unless ``given``), includes resolved."""
     real = os.path.realpath(path)
     if real in stack:
         cycle = " -> ".join(os.path.basename(p) for p in stack + (real,))
         raise ProfileError(path, "include", f"include loop: {cycle}")
     if depth > MAX_DEPTH:
         raise ProfileError(path, "include", f"includes nested deeper than {MAX_DEPTH}")
-    raw = _validate(path, _read(path))
+    raw = given if given is not None else _validate(path, _read(path))
     summary = description = placement = None
     settings: Dict[str, Setting] = {}
     chain: List[str] = []

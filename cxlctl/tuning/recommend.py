@@ -27,18 +27,18 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     if not cxl:
         if not inv.has_cxl:
             return Recommendation(
-                None,
-                ("no CXL devices found: there is no CXL memory to tune for; the kernel's defaults are fine",),
-                (),
+                profile=None,
+                reasons=("no CXL devices found: there is no CXL memory to tune for; the kernel's defaults are fine",),
+                alternatives=(),
             )
         return Recommendation(
-            None,
-            (
+            profile=None,
+            reasons=(
                 f"{len(inv.memdevs)} CXL memory device(s) found, but none of their capacity is online as a NUMA node "
                 "(no region, or the region's DAX device is not in system-ram mode)",
                 "create a region and online it as system RAM first; then run `cxlctl tune recommend` again",
             ),
-            (("inference-bandwidth", "once CXL memory is online as a NUMA node"),),
+            alternatives=(("inference-bandwidth", "once CXL memory is online as a NUMA node"),),
         )
     reasons: List[str] = []
     ids = ", ".join(str(n.id) for n in cxl)
@@ -85,4 +85,4 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
             f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing_bw))}: the profile will leave the "
             'weights alone; a user profile with weights = "3:1" (DRAM:CXL) sets them by ratio'
         )
-    return Recommendation(profile, tuple(reasons), tuple(alts))
+    return Recommendation(profile=profile, reasons=tuple(reasons), alternatives=tuple(alts))

@@ -5,8 +5,11 @@ boot values of every knob, then apply each built-in profile and a ratio profile
 in turn (each a switch from the previous one), reading every knob back with
 ``sysctl``/``cat`` and running ``tune verify``; change a knob by hand and expect
 drift (exit 3); revert and expect the boot values everywhere; finally SIGKILL a
-real apply process midway on the real kernel and revert again.  The host checks
-the files the guest left in $OUT.
+real apply process midway on the real kernel and revert again.  Then ``tune try``
+three times, each a real process: nobody confirms (the boot values are back at
+the deadline), ``tune confirm`` from another process (the profile stays), and the
+waiting process SIGKILLed (left alone before its deadline; after it, the next
+``tune status`` reverts it first).  The host checks the files the guest left in $OUT.
 
 The cxlctl commands run inside one guest Python process (``cxlctl.cli.run``):
 a cold ``python -m cxlctl`` costs 30-50 s under TCG, which would make this one
@@ -160,6 +163,40 @@ def test_tune_on_real_kernel_with_cxl_region() -> None:
     assert _json(out, "crash-status")["journal"]["state"] == "applying"
     assert _rc(out, "crash-revert") == 0
     assert _readback(out, "crash-reverted") == boot
+
+    _check_tries(out, boot, ratio)
+
+
+def _err(out: str, label: str) -> str:
+    with open(f"{out}/{label}.err") as f:
+        return f.read()
+
+
+def _check_tries(out: str, boot: Dict[str, str], ratio: Dict[str, str]) -> None:
+    """`tune try` on the real kernel (values read with sysctl/cat in the guest)."""
+    # 1. no confirmation: the tried values while waiting, the boot values after the deadline
+    assert _readback(out, "try-timeout-waiting") == ratio
+    assert _rc(out, "try-timeout") == 1, _err(out, "try-timeout")
+    assert "no confirmation within 30 s: reverted vm-ratio to the previous values" in _err(out, "try-timeout")
+    doc = _json(out, "try-timeout")
+    assert doc["outcome"] == "timeout" and doc["reverted"]["ok"]
+    assert _readback(out, "try-timeout") == boot
+    # 2. confirmed from another process: stays, verifies; then reverted by hand
+    assert _rc(out, "confirm") == 0, _err(out, "confirm")
+    assert _json(out, "confirm")["profile"] == "vm-ratio"
+    assert _rc(out, "try-confirm") == 0, _err(out, "try-confirm")
+    assert _json(out, "try-confirm")["outcome"] == "confirmed"
+    assert _readback(out, "try-confirm") == ratio
+    assert _rc(out, "try-confirm-verify") == 0
+    assert _readback(out, "try-confirm-reverted") == boot
+    # 3. SIGKILL while waiting: untouched before the deadline, reverted by the next tune command after it
+    early = _json(out, "try-kill-early-status")
+    assert early["try"]["profile"] == "vm-ratio" and early["try"]["waiting"] is False
+    assert _readback(out, "try-kill-early") == ratio
+    assert "not confirmed by its deadline" in _err(out, "try-kill-status")
+    late = _json(out, "try-kill-status")
+    assert late["try"] is None and late["active_profile"] is None
+    assert _readback(out, "try-kill-reverted") == boot
 
 
 def test_knob_names_cover_the_sysctls() -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 from cxlctl.cli import run
+from cxlctl.tuning import journal as jn
 
 OUT = os.environ["OUT"]
 SYSCTLS = sys.argv[1].split()
@@ -82,6 +85,66 @@ def main() -> None:
     cx("crash-status", "tune", "status", "--json")
     cx("crash-revert", "tune", "revert", "--json")
     readback("crash-reverted")
+    tries()
+
+
+def start_try(label: str, timeout: int) -> subprocess.Popen[str]:
+    """A real `cxlctl tune try` process whose stdin stays open (no EOF); waits until it waits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cxlctl", "tune", "try", "vm-ratio", "--timeout", str(timeout), "--json"],
+        stdin=subprocess.PIPE,
+        stdout=open(f"{OUT}/{label}.json", "w"),
+        stderr=open(f"{OUT}/{label}.err", "w"),
+        text=True,
+    )
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 600:
+        j = jn.load("/")
+        if j is not None and j.trial is not None and j.trial.pending and j.trial.pid == proc.pid:
+            readback(f"{label}-waiting")
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise SystemExit(f"{label}: the try never started waiting (rc {proc.poll()})")
+
+
+def finish(label: str, proc: subprocess.Popen[str]) -> None:
+    rc = proc.wait(timeout=900)
+    with open(f"{OUT}/{label}.rc", "w") as f:
+        f.write(f"{rc}\n")
+    readback(label)
+
+
+def tries() -> None:
+    """`tune try`: a timeout reverts, a confirmation from another process keeps, a SIGKILLed
+    waiter is reverted by the next tune command once the deadline has passed."""
+    # 1. nobody confirms: reverted at the deadline
+    p = start_try("try-timeout", 30)
+    finish("try-timeout", p)
+    # 2. confirmed from a second process (a cold start costs 30-50 s under TCG: long timeout)
+    p = start_try("try-confirm", 600)
+    c = subprocess.run([sys.executable, "-m", "cxlctl", "tune", "confirm", "--json"], capture_output=True, text=True)
+    for ext, text in (("json", c.stdout), ("err", c.stderr), ("rc", f"{c.returncode}\n")):
+        with open(f"{OUT}/confirm.{ext}", "w") as f:
+            f.write(text)
+    finish("try-confirm", p)
+    cx("try-confirm-verify", "tune", "verify", "--json")
+    cx("try-confirm-revert", "tune", "revert", "--json")
+    readback("try-confirm-reverted")
+    # 3. the waiting process is SIGKILLed: left alone before the deadline, reverted after it
+    p = start_try("try-kill", 60)
+    j = jn.load("/")
+    assert j is not None and j.trial is not None
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    cx("try-kill-early-status", "tune", "status", "--json")
+    readback("try-kill-early")
+    time.sleep(max(0.0, j.trial.deadline - time.time()) + 1)
+    cx("try-kill-status", "tune", "status", "--json")
+    readback("try-kill-reverted")
+    with open(f"{OUT}/try-kill-deadline.json", "w") as f:
+        json.dump({"deadline": j.trial.deadline, "status_at": time.time()}, f)
 
 
 if __name__ == "__main__":

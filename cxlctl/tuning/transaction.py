@@ -1,0 +1,675 @@
+"""The tuning transaction: a profile object, the plan against a host, ``commit()`` and ``rollback()``.
+
+Apply follows pyroute2's transaction with TuneD's save-the-original and
+daxctl's re-read-after-failure (docs/tuning.md has the full story).  A
+:class:`Transaction` is built from a root, a :class:`~.profile.Profile` (or a
+reference to load) and optionally an :class:`~cxlctl.model.Inventory` the caller
+already has; building it plans (no writes), so the CLI's plan, the daemon's
+"is there anything to write?" and the launcher's weight preview all read the same
+``plan`` that ``commit()`` then carries out.  ``commit()`` runs the phases:
+
+1. **check** — before touching anything, every target file is writable (and, on
+   the live system, ``CAP_SYS_ADMIN`` is there for numa_balancing);
+2. **lock** (``/run/cxlctl/lock``, shared with the daemon) and **settle** the
+   journal found (an earlier boot's is discarded; an interrupted one refuses);
+3. **replan** under the lock (knob values may have changed while waiting);
+4. **journal** — every file of every knob group the plan touches, with its
+   original value — atomically and durably, *before* the first knob write;
+5. **write** the knobs one by one; on a failure, re-read (another agent may have
+   raced us to the same value), otherwise stop;
+6. **verify** by reading everything back, **persist** if asked;
+7. on any failure **restore** every knob already attempted — the failing one
+   included — in reverse order; **finish** by recording the outcome in the journal.
+
+``rollback()`` undoes a committed transaction to the exact values before it
+(``tune try`` without confirmation); :func:`undo` does the same from the journal
+alone, for a try whose waiting process was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional, Set, Tuple, Union
+
+from cxlctl import __version__
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio import paths
+from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.lock import TuneLock
+from cxlctl.hostio.proc import has_cap
+from cxlctl.hostio.root import under as host
+from cxlctl.hostio.write import KnobError, pause_hook, read_raw, write_with_retry
+from cxlctl.model import Inventory
+
+from . import journal as jn
+from .conflicts import PERSIST_SYSCTL, find, our_keys
+from .journal import Entry, Journal, Trial
+from .knobs import BY_NAME, Current, read_current
+from .plan import Plan, Restore, Step
+from .plan import plan as make_plan
+from .profile import Profile, load
+from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
+from .state import this_boot
+
+ACTIVE_PROFILE = paths.ACTIVE_PROFILE
+PERSIST_FILES = (PERSIST_SYSCTL, ACTIVE_PROFILE)
+CAP_SYS_ADMIN = 21
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def canon(knob: str, raw: Optional[str]) -> Optional[str]:
+    """The canonical form of a raw knob text (what plans and checks compare)."""
+    if raw is None:
+        return None
+    c = BY_NAME[knob].canonical(raw)
+    return c if c is not None else raw.strip()
+
+
+def restore_map(j: Optional[Journal]) -> Restore:
+    """path → (knob, original) of an applied journal (for switching profiles)."""
+    if j is None:
+        return {}
+    return {e.path: (e.knob, e.original) for e in j.entries}
+
+
+def persisted(root: str) -> bool:
+    return os.path.exists(host(root, PERSIST_SYSCTL))
+
+
+def read_text(root: str, path: str) -> Optional[str]:
+    return read_raw(host(root, path))[1]
+
+
+def _desired_values(p: Plan) -> Dict[str, Optional[str]]:
+    return our_keys(
+        (s.knob, s.path, s.desired) for s in p.steps if s.action in ("set", "noop") and BY_NAME[s.knob].kind != "group"
+    )
+
+
+def writable(path: str) -> bool:
+    """Writable by this process (effective ids); for a missing path, its nearest existing parent."""
+    p = path
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return False
+        p = parent
+    if os.access in os.supports_effective_ids:
+        return os.access(p, os.W_OK, effective_ids=True)
+    return os.access(p, os.W_OK)
+
+
+def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: Tuple[str, ...] = ()) -> None:
+    """Refuse — before anything is written — when this process cannot write the targets.
+
+    The check is on the files themselves (``access(W_OK)`` with effective ids), so it
+    means the same for the live system and for a ``--root`` tree.  On the live
+    system (root ``/``) kernel.numa_balancing also needs ``CAP_SYS_ADMIN``, which
+    the file mode does not show, so the capability is checked too.
+    """
+    denied = [p for p in paths if os.path.lexists(host(root, p)) and not writable(host(root, p))]
+    denied += [p for p in (jn.RUN_DIR,) + extra if not writable(host(root, p))]
+    cap = root == "/" and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
+    if not denied and not cap:
+        return
+    shown = ", ".join(denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
+    why = f"cannot write {shown}" if denied else "kernel.numa_balancing needs CAP_SYS_ADMIN"
+    hint = "run it as root (sudo cxlctl tune " + action + " ...)"
+    if "kernel.numa_balancing" in knobs:
+        hint += "; kernel.numa_balancing also needs CAP_SYS_ADMIN (containers and systemd units often drop it)"
+    raise CxlctlError(f"tune {action} needs root: {why}; nothing was changed", hint=hint)
+
+
+def member(knob: str, path: str) -> str:
+    """Display name of one file of a knob (``weighted_interleave.node2``)."""
+    if BY_NAME[knob].kind == "group":
+        name = path.rsplit("/", 1)[-1]
+        return f"{knob}." + ("auto" if name.endswith("auto_type") else name)
+    return knob
+
+
+class Progress:
+    """Per-file outcome of one transaction (status and error by path) and the knobs attempted.
+
+    A knob joins ``attempted`` *before* its first write (pyroute2's rule), so a
+    rollback always includes the knob that failed or was interrupted.
+    """
+
+    def __init__(self, entries: List[Entry]) -> None:
+        self.status: Dict[str, str] = {e.path: e.status for e in entries}
+        self.errors: Dict[str, str] = {}
+        self.attempted: List[str] = []
+
+    def fail(self, path: str, status: str, error: str) -> None:
+        self.status[path] = status
+        self.errors[path] = error
+
+    def entries(self, entries: List[Entry]) -> Tuple[Entry, ...]:
+        return tuple(e._replace(status=self.status.get(e.path, e.status)) for e in entries)
+
+
+def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str, progress: Progress) -> List[str]:
+    """Put every file of ``knobs`` (in reverse knob order) back to ``target`` (prior|original).
+
+    Within a knob, files go in the registry's file order (weights before ``auto``).
+    Only files whose text differs are written; each write is read back.
+    """
+    failures: List[str] = []
+    for knob in reversed(knobs):
+        for e in [x for x in entries if x.knob == knob]:
+            want = e.prior if target == "prior" else e.original
+            hp = host(root, e.path)
+            exists, raw = read_raw(hp)
+            if not exists:
+                progress.status[e.path] = "gone"
+                continue
+            if raw == want:
+                continue
+            if want is None:
+                progress.fail(e.path, "restore-failed", "no saved value to restore")
+                failures.append(f"{e.path}: no saved value to restore")
+                continue
+            try:
+                write_with_retry(hp, want)
+            except KnobError as err:
+                progress.fail(e.path, "restore-failed", f"{err.kind}: {err.reason}")
+                failures.append(f"{e.setting}: {err.kind}: {err.reason}")
+                continue
+            _, back = read_raw(hp)
+            if canon(e.knob, back) != canon(e.knob, want):
+                progress.fail(e.path, "restore-failed", f"reads {back!r} after restoring {want!r}")
+                failures.append(f"{e.setting}: reads {(back or '').strip()!r} after restoring {want.strip()!r}")
+            else:
+                progress.status[e.path] = "restored" if target == "prior" else "reverted"
+    return failures
+
+
+def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
+    """Read back every file with a desired value: pass, drift or unsupported (vanished/unreadable)."""
+    out = []
+    for e in entries:
+        if e.desired is None:
+            continue
+        exists, raw = read_raw(host(root, e.path))
+        if raw is None:
+            out.append(
+                Check(
+                    setting=e.setting,
+                    path=e.path,
+                    expected=e.desired,
+                    actual=None,
+                    status="unsupported",
+                    note="vanished" if not exists else "unreadable",
+                )
+            )
+            continue
+        actual = canon(e.knob, raw)
+        out.append(
+            Check(
+                setting=e.setting,
+                path=e.path,
+                expected=e.desired,
+                actual=actual,
+                status="pass" if actual == e.desired else "drift",
+            )
+        )
+    return out
+
+
+def restore_persist(root: str, saved: Dict[str, Optional[str]]) -> Tuple[List[str], List[str]]:
+    """Put persist files back (None = remove); (paths changed, errors)."""
+    changed, errs = [], []
+    for path, before in saved.items():
+        hp = host(root, path)
+        try:
+            if before is None:
+                if os.path.lexists(hp):
+                    os.unlink(hp)
+                    changed.append(path)
+            else:
+                atomic_write(hp, before.encode(), mode=0o644)
+                changed.append(path)
+        except OSError as e:
+            errs.append(f"{path}: {e.strerror}")
+    return changed, errs
+
+
+def file_results(entries: List[Entry], progress: Progress) -> Tuple[FileResult, ...]:
+    return tuple(
+        FileResult(
+            setting=e.setting,
+            path=e.path,
+            before=canon(e.knob, e.prior),
+            after=e.desired,
+            status=progress.status.get(e.path, e.status),
+            error=progress.errors.get(e.path),
+        )
+        for e in entries
+    )
+
+
+def _build_entries(p: Plan, cur: Current, restore: Restore) -> List[Entry]:
+    steps = {s.path: s for s in p.steps if s.action in ("set", "noop", "restore")}
+    out = []
+    for knob, path in p.saved:
+        raw = cur.get(path)
+        st = steps.get(path)
+        out.append(
+            Entry(
+                knob=knob,
+                setting=st.setting if st else member(knob, path),
+                path=path,
+                original=restore[path][1] if path in restore else raw,
+                prior=raw,
+                desired=st.desired if st else None,
+                write=st.write if st else None,
+                status="pending" if st is not None and st.write is not None else "unchanged",
+            )
+        )
+    return out
+
+
+def _persist_contents(p: Plan, profile: Profile) -> Dict[str, str]:
+    lines = [
+        f"# Written by cxlctl {__version__}: `cxlctl tune apply --persist {profile.name}` ({jn.now()}).",
+        "# `cxlctl tune revert` removes this file. Edit the profile, not this file.",
+    ]
+    for s in p.steps:
+        knob = BY_NAME[s.knob]
+        if knob.sysctl_key and s.desired is not None and s.action in ("set", "noop"):
+            lines.append(f"{knob.sysctl_key} = {s.desired}")
+    active = {
+        "schema": 1,
+        "profile": profile.name,
+        "source": profile.source,
+        "applied": jn.now(),
+        "note": "the cxlctl daemon re-applies this profile at boot (sysfs knobs and weights)",
+    }
+    return {PERSIST_SYSCTL: "\n".join(lines) + "\n", ACTIVE_PROFILE: json.dumps(active, indent=2) + "\n"}
+
+
+def _refuse_unsettled(old: Journal) -> None:
+    """An earlier transaction that left knobs in an unknown state needs a human first."""
+    if old.state == jn.APPLYING:
+        raise CxlctlError(
+            f"an earlier apply of {old.profile} (pid {old.pid}, {old.started}) was interrupted; "
+            "its knobs may be half-changed",
+            hint="run `cxlctl tune revert` to restore the original values, then apply again",
+        )
+    if old.state in (jn.ROLLBACK_FAILED, jn.REVERT_FAILED):
+        raise CxlctlError(
+            f"the last {'apply' if old.state == jn.ROLLBACK_FAILED else 'revert'} could not restore every knob "
+            f"({old.error or old.state})",
+            hint="run `cxlctl tune revert` (and `cxlctl tune status`) until it succeeds, then apply again",
+        )
+    if old.state == jn.APPLIED and old.trial is not None and old.trial.pending:
+        raise CxlctlError(
+            f"a `tune try` of {old.profile} is waiting for confirmation (pid {old.trial.pid})",
+            hint="confirm it (`cxlctl tune confirm`), or let it time out, then apply again",
+        )
+
+
+# ---------------------------------------------------------------------------- the transaction
+
+
+class Transaction:
+    """One profile against one host: the plan now, ``commit()`` to apply it, ``rollback()`` to undo it.
+
+    ``profile``: a :class:`Profile` (e.g. built in memory) or a reference to load.
+    ``inventory``: a scan the caller already has (the daemon's); scanned when None.
+    ``persist``: report conflicts as if persisted (None: as the host is now).
+    ``switching``: plan as a switch from the applied profile (knobs it set and this
+    profile does not mention are restored); False compares with the profile alone.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        profile: Union[Profile, str],
+        *,
+        inventory: Optional[Inventory] = None,
+        persist: Optional[bool] = None,
+        switching: bool = True,
+    ) -> None:
+        self.root = root
+        self.profile = load(root, profile) if isinstance(profile, str) else profile
+        self.prepared = self._prepare(inventory, persist, switching)
+        self.journal: Optional[Journal] = None  # after commit: the journal written
+        self._previous: Optional[Journal] = None  # the journal this commit replaced
+
+    @property
+    def plan(self) -> Plan:
+        return self.prepared.plan
+
+    # -- phases ------------------------------------------------------------------------
+
+    def _prepare(self, inventory: Optional[Inventory], persist: Optional[bool], switching: bool) -> Prepared:
+        """Profile + inventory + current values → plan and conflicts (no writes)."""
+        if inventory is None:
+            from cxlctl.inventory import scan
+
+            inventory = scan(self.root)
+        messages: List[str] = []
+        j = this_boot(self.root, messages)
+        active = j if j is not None and j.state == jn.APPLIED and switching else None
+        p = make_plan(inventory, self.profile, read_current(self.root), restore_map(active))
+        persisting = persisted(self.root) if persist is None else persist
+        conflicts = tuple(find(self.root, _desired_values(p), persisting))
+        return Prepared(
+            profile=self.profile,
+            inventory=inventory,
+            plan=p,
+            conflicts=conflicts,
+            active=active,
+            messages=tuple(messages),
+        )
+
+    def _check(self, p: Plan, extra: Tuple[str, ...]) -> None:
+        preflight(self.root, [s.path for s in p.writes], {s.knob for s in p.writes}, "apply", extra)
+
+    def _settle(self, messages: List[str]) -> Optional[Journal]:
+        """The journal found under the lock: an earlier boot's is discarded; unsettled ones refuse."""
+        old = jn.load(self.root)
+        if old is not None and not jn.same_boot(old, jn.boot_id(self.root)):
+            jn.discard(self.root)
+            messages.append(
+                f"discarded the tuning journal of an earlier boot ({old.boot_id}, profile {old.profile}): "
+                "the kernel reset those values when it booted"
+            )
+            return None
+        if old is not None:
+            _refuse_unsettled(old)
+        return old
+
+    def _replan(self, active: Optional[Journal], extra: Tuple[str, ...]) -> Tuple[Plan, Current]:
+        """Plan again under the lock: knob values may have changed while we waited (the
+        inventory — nodes, bandwidth — is reused: it does not change with knobs)."""
+        cur = read_current(self.root)
+        p = make_plan(self.prepared.inventory, self.profile, cur, restore_map(active))
+        if p.writes != self.prepared.plan.writes:
+            self._check(p, extra)
+        self.prepared = self.prepared._replace(plan=p, active=active)
+        return p, cur
+
+    def _journal(
+        self, p: Plan, entries: List[Entry], active: Optional[Journal], persist: bool, messages: List[str]
+    ) -> Journal:
+        """Write-ahead: the originals are durable before the first knob write."""
+        persist_saved: Dict[str, Optional[str]] = dict(active.persist) if active else {}
+        if persist:
+            for path in PERSIST_FILES:
+                persist_saved.setdefault(path, read_text(self.root, path))
+        elif persisted(self.root):
+            messages.append(
+                f"{PERSIST_SYSCTL} (from an earlier `apply --persist`) still sets the boot-time values; "
+                "add --persist to update it, or `cxlctl tune revert` to remove it"
+            )
+        j = Journal(
+            schema=jn.SCHEMA,
+            state=jn.APPLYING,
+            profile=p.profile,
+            profile_source=p.source,
+            boot_id=jn.boot_id(self.root),
+            pid=os.getpid(),
+            tool=f"cxlctl {__version__}",
+            started=jn.now(),
+            finished=None,
+            entries=tuple(entries),
+            skipped=tuple((s.setting, s.note) for s in p.steps if s.action in ("unsupported", "skip")),
+            persist=persist_saved,
+            previous_profile=active.profile if active else None,
+            profile_data=self.profile.data,
+        )
+        jn.save(self.root, j)
+        pause_hook(0)
+        return j
+
+    def _write(self, writes: Tuple[Step, ...], progress: Progress) -> Optional[Step]:
+        """Write each step; the failing step, or None."""
+        for i, st in enumerate(writes, 1):
+            assert st.write is not None
+            if st.knob not in progress.attempted:
+                progress.attempted.append(st.knob)
+            hp = host(self.root, st.path)
+            try:
+                write_with_retry(hp, st.write, index=i)
+                progress.status[st.path] = "written"
+            except KnobError as e:
+                _, raw = read_raw(hp)
+                if raw is not None and st.desired is not None and canon(st.knob, raw) == st.desired:
+                    # raced to the same value (another agent), or the write took effect after all
+                    progress.status[st.path] = "written"
+                    progress.errors[st.path] = f"{e.kind}: {e.reason}, but the file now holds the wanted value"
+                else:
+                    progress.fail(st.path, "failed", f"{e.kind}: {e.reason}")
+                    return st
+            pause_hook(i)
+        return None
+
+    def _interrupted(
+        self, j: Journal, entries: List[Entry], active: Optional[Journal], progress: Progress
+    ) -> CxlctlError:
+        """Ctrl-C between two writes: undo what was written, like any failure."""
+        rb = restore_files(self.root, entries, progress.attempted, "prior", progress)
+        done = progress.entries(entries)
+        if rb:
+            jn.save(
+                self.root, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted")
+            )
+        elif active is not None:
+            jn.save(self.root, active._replace(error=f"switching to {j.profile} was interrupted and rolled back"))
+        else:
+            jn.save(self.root, j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=done, error="interrupted"))
+        return CxlctlError(
+            "interrupted" + ("; ROLLBACK INCOMPLETE: " + "; ".join(rb) if rb else "; every change was rolled back"),
+            hint="see `cxlctl tune status`",
+        )
+
+    def _verify(self, entries: List[Entry]) -> Tuple[List[Check], Optional[str]]:
+        checks = verify_entries(self.root, entries)
+        bad = [c for c in checks if c.status != "pass" and c.status != "unsupported"]
+        if not bad:
+            return checks, None
+        return checks, "read-back after apply: " + "; ".join(
+            f"{c.setting} reads {c.actual!r}, wanted {c.expected!r}" for c in bad
+        )
+
+    def _persist(self, p: Plan, done: List[str]) -> Optional[str]:
+        """Write the boot-time files (``done`` collects what was written); an error, or None."""
+        try:
+            for path, text in _persist_contents(p, self.profile).items():
+                atomic_write(host(self.root, path), text.encode(), mode=0o644)
+                done.append(path)
+        except OSError as e:
+            return f"cannot persist: {e.filename}: {e.strerror}"
+        return None
+
+    def _restore(
+        self, entries: List[Entry], progress: Progress, persist_saved: Dict[str, Optional[str]], written: List[str]
+    ) -> List[str]:
+        """After a failure: every knob attempted back to its prior value, persist files too."""
+        errors = restore_files(self.root, entries, progress.attempted, "prior", progress)
+        if written:
+            _, perr = restore_persist(self.root, {k: v for k, v in persist_saved.items() if k in written})
+            errors += perr
+            written.clear()
+        return errors
+
+    def _finish(
+        self,
+        j: Journal,
+        final: Tuple[Entry, ...],
+        active: Optional[Journal],
+        error: Optional[str],
+        rollback_errors: List[str],
+        trial: Optional[Trial],
+    ) -> Journal:
+        """Record the outcome: applied, rolled back, the previous profile again, or rollback-failed."""
+        if error is None:
+            j = j._replace(state=jn.APPLIED, finished=jn.now(), entries=final, trial=trial)
+        elif rollback_errors:
+            j = j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=final, error=error)
+        elif active is not None:
+            # a failed switch: the previous profile is in effect again
+            j = active._replace(error=f"switching to {j.profile} failed and was rolled back: {error}")
+        else:
+            j = j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=final, error=error)
+        jn.save(self.root, j)
+        return j
+
+    # -- commit / rollback -------------------------------------------------------------
+
+    def commit(
+        self,
+        *,
+        dry_run: bool = False,
+        persist: bool = False,
+        wait: Optional[float] = None,
+        trial_timeout: Optional[float] = None,
+    ) -> ApplyResult:
+        """Apply the plan transactionally (the phases in the module docstring).
+
+        ``trial_timeout``: record the apply as a `tune try` that must be confirmed within
+        that many seconds (see :mod:`cxlctl.tuning.trial`).
+        """
+        prep = self.prepared
+        if dry_run:
+            return ApplyResult(
+                ok=True,
+                dry_run=True,
+                prepared=prep,
+                results=(),
+                journal=None,
+                error=None,
+                rollback_errors=(),
+                checks=(),
+                persisted=(),
+                messages=prep.messages,
+            )
+        extra = PERSIST_FILES if persist else ()
+        self._check(prep.plan, extra)
+        messages: List[str] = []
+        with TuneLock(self.root, wait):
+            old = self._settle(messages)
+            active = old if old is not None and old.state == jn.APPLIED else None
+            p, cur = self._replan(active, extra)
+            entries = _build_entries(p, cur, restore_map(active))
+            j = self._journal(p, entries, active, persist, messages)
+            progress = Progress(entries)
+            try:
+                failed = self._write(p.writes, progress)
+            except KeyboardInterrupt:
+                raise self._interrupted(j, entries, active, progress) from None
+            checks: List[Check] = []
+            written: List[str] = []
+            error: Optional[str] = None
+            if failed is not None:
+                error = f"{failed.setting}: {progress.errors.get(failed.path, 'failed')}"
+            else:
+                checks, error = self._verify(entries)
+                if error is None and persist:
+                    error = self._persist(p, written)
+            rollback_errors = self._restore(entries, progress, j.persist, written) if error is not None else []
+            trial = None
+            if trial_timeout is not None:
+                import time
+
+                trial = Trial(
+                    deadline=time.time() + trial_timeout, timeout=trial_timeout, pid=os.getpid(), previous=old
+                )
+            j = self._finish(j, progress.entries(entries), active, error, rollback_errors, trial)
+        self.journal = j if error is None else None
+        self._previous = old
+        return ApplyResult(
+            ok=error is None,
+            dry_run=False,
+            prepared=self.prepared,
+            results=file_results(entries, progress),
+            journal=j,
+            error=error,
+            rollback_errors=tuple(rollback_errors),
+            checks=tuple(checks),
+            persisted=tuple(written),
+            messages=prep.messages + tuple(messages),
+        )
+
+    def rollback(self, *, wait: Optional[float] = None) -> UndoResult:
+        """Undo a committed transaction to the exact values before it, and put back the journal it replaced.
+
+        Refuses when the journal on disk is no longer this transaction's (another apply or a
+        revert came after it: undoing would clobber that).
+        """
+        if self.journal is None:
+            raise CxlctlError("nothing to roll back: this transaction did not commit")
+        mine = self.journal
+        with TuneLock(self.root, wait):
+            j = jn.load(self.root)
+            if j is None or j.pid != mine.pid or j.started != mine.started or j.state != jn.APPLIED:
+                raise CxlctlError(
+                    f"cannot roll back {mine.profile}: the tuning journal changed since it was applied",
+                    hint="see `cxlctl tune status`",
+                )
+            return undo(self.root, j, self._previous)
+
+
+def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
+    """Put every file of journal ``j`` back to its value before ``j`` (its ``prior``), then record
+    ``previous`` (the journal ``j`` replaced) as in effect again — or ``j`` as rolled back when
+    there was none.  The caller holds the lock."""
+    entries = list(j.entries)
+    progress = Progress(entries)
+    for e in entries:
+        progress.status[e.path] = "unchanged"
+    knobs: List[str] = []
+    for e in entries:
+        if e.knob not in knobs:
+            knobs.append(e.knob)
+    errors = restore_files(root, entries, knobs, "prior", progress)
+    messages: List[str] = []
+    if errors:
+        jn.save(
+            root,
+            j._replace(
+                state=jn.ROLLBACK_FAILED,
+                finished=jn.now(),
+                entries=progress.entries(entries),
+                error="undoing the try: " + "; ".join(errors),
+                trial=None,
+            ),
+        )
+    elif previous is not None:
+        jn.save(root, previous)
+    else:
+        jn.save(
+            root,
+            j._replace(
+                state=jn.ROLLED_BACK,
+                finished=jn.now(),
+                entries=progress.entries(entries),
+                error="the try was not confirmed and was rolled back",
+                trial=None,
+            ),
+        )
+    back_to = previous.profile if previous is not None and previous.state == jn.APPLIED else None
+    results = tuple(
+        FileResult(
+            setting=e.setting,
+            path=e.path,
+            before=e.desired,
+            after=canon(e.knob, e.prior),
+            status=progress.status[e.path],
+            error=progress.errors.get(e.path),
+        )
+        for e in entries
+    )
+    return UndoResult(
+        ok=not errors,
+        profile=j.profile,
+        back_to=back_to,
+        results=results,
+        errors=tuple(errors),
+        messages=tuple(messages),
+    )

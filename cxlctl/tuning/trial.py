@@ -1,0 +1,184 @@
+"""``tune try``: apply a profile, keep it only if someone confirms it in time (netplan's ``try``).
+
+Why the journal holds the try (:class:`~.journal.Trial`: deadline, waiting pid, the
+journal it replaced): the waiting process can be SIGKILLed, and then nothing in
+memory remains to undo it.  So every ``cxlctl tune`` command, and the daemon's
+reconcile, first calls :func:`expire` — an unconfirmed try whose deadline has
+passed is undone to the exact values before it (each file's ``prior``), and the
+journal it replaced is put back, before the command does anything else.  An
+unexpired try is left alone: its waiter may still get its confirmation.
+
+Confirmation is a journal change made under the lock (:func:`confirm`), so it
+works from any shell; the waiter polls the journal (:func:`wait`).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from typing import NamedTuple, Optional
+
+from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.lock import TuneLock
+from cxlctl.hostio.root import under as host
+
+from . import journal as jn
+from .journal import Journal
+from .results import UndoResult
+from .transaction import undo, writable
+
+POLL = 0.2  # seconds between two looks at the journal while waiting
+
+#: why a wait ended
+CONFIRMED = "confirmed"  # `tune confirm`, or Enter on stdin
+TIMEOUT = "timeout"
+EOF_ = "eof"  # stdin closed
+SUPERSEDED = "superseded"  # the journal is no longer this try's (a revert came after it)
+
+
+class Confirmed(NamedTuple):
+    profile: str
+    confirmed: str  # when
+    pid: int  # the process that was waiting
+
+
+def pending(j: Optional[Journal]) -> bool:
+    """This journal is a try still waiting for confirmation."""
+    return j is not None and j.state == jn.APPLIED and j.trial is not None and j.trial.pending
+
+
+def _expired(j: Optional[Journal], now: float) -> bool:
+    return pending(j) and j is not None and j.trial is not None and j.trial.deadline <= now
+
+
+def _mine(j: Optional[Journal], pid: int, started: str) -> bool:
+    return pending(j) and j is not None and j.trial is not None and j.trial.pid == pid and j.started == started
+
+
+def expire(root: str, wait: Optional[float] = None) -> Optional[UndoResult]:
+    """Undo an unconfirmed try whose deadline has passed (None when there is none).
+
+    Cheap when there is nothing to do (one journal read, no lock).  Raises
+    :class:`CxlctlError` when the try cannot be undone by this process (not root).
+    """
+    try:
+        j = jn.load(root)
+    except CxlctlError:
+        return None
+    if not _expired(j, time.time()) or j is None or not jn.same_boot(j, jn.boot_id(root)):
+        return None
+    if not writable(host(root, jn.RUN_DIR)):
+        raise CxlctlError(
+            f"the `tune try` of {j.profile} expired unconfirmed and must be reverted, which needs root",
+            hint="run any `sudo cxlctl tune` command (e.g. `sudo cxlctl tune status`)",
+        )
+    with TuneLock(root, wait):
+        j = jn.load(root)
+        if not _expired(j, time.time()) or j is None or j.trial is None:
+            return None  # someone else got there first
+        res = undo(root, j, j.trial.previous)
+    when = time.strftime("%H:%M:%S", time.localtime(j.trial.deadline))
+    waiter = f"pid {j.trial.pid}, " + ("still running but stopped waiting" if alive(j.trial.pid) else "is gone")
+    said = (
+        f"the `tune try` of {res.profile} was not confirmed by its deadline ({when}; its waiting process, {waiter}): "
+        "reverted it to the values before it" + (f" ({res.back_to} is in effect again)" if res.back_to else "")
+    )
+    return res._replace(messages=(said,) + res.messages)
+
+
+def alive(pid: int) -> bool:
+    """The process exists (a zombie or another user's process counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
+
+
+def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
+    """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending."""
+    with TuneLock(root, wait):
+        j = jn.load(root)
+        if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
+            raise UsageError(
+                "no `tune try` is waiting for confirmation",
+                hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
+            )
+        when = jn.now()
+        jn.save(root, j._replace(trial=j.trial._replace(confirmed=when, previous=None)))
+    return Confirmed(profile=j.profile, confirmed=when, pid=j.trial.pid)
+
+
+def _stdin_event(fd: Optional[int], timeout: float) -> Optional[str]:
+    """Wait up to ``timeout`` on stdin: CONFIRMED on a line, EOF_ when closed, None otherwise."""
+    if fd is None:
+        time.sleep(timeout)
+        return None
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    except (OSError, ValueError):
+        return EOF_  # stdin closed (<&-)
+    if not ready:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return EOF_
+    if not data:
+        return EOF_
+    return CONFIRMED if b"\n" in data or b"\r" in data else None
+
+
+def wait(root: str, j: Journal, stdin_fd: Optional[int]) -> str:
+    """Wait for the try recorded in ``j`` to be confirmed: CONFIRMED, TIMEOUT, EOF_ or SUPERSEDED.
+
+    ``stdin_fd``: a line on it confirms, its end (EOF) refuses; None to wait for
+    `tune confirm` or the deadline only.  KeyboardInterrupt (Ctrl-C, or SIGTERM
+    turned into one by the caller) passes through: the caller undoes the try.
+    """
+    assert j.trial is not None
+    while True:
+        now = time.time()
+        try:
+            cur = jn.load(root)
+        except CxlctlError:
+            cur = None
+        if cur is not None and cur.started == j.started and cur.trial is not None and cur.trial.confirmed:
+            return CONFIRMED
+        if not _mine(cur, j.trial.pid, j.started):
+            return SUPERSEDED
+        if now >= j.trial.deadline:
+            return TIMEOUT
+        event = _stdin_event(stdin_fd, min(POLL, j.trial.deadline - now))
+        if event == CONFIRMED:
+            try:
+                confirm(root)
+            except UsageError:
+                return SUPERSEDED
+            return CONFIRMED
+        if event == EOF_:
+            return EOF_
+
+
+def give_up(root: str, j: Journal, wait_lock: Optional[float] = None) -> Optional[UndoResult]:
+    """Undo this process's own try (no confirmation came); None when the journal is no longer
+    this try's (confirmed meanwhile, or replaced by a revert)."""
+    assert j.trial is not None
+    with TuneLock(root, wait_lock):
+        cur = jn.load(root)
+        if not _mine(cur, j.trial.pid, j.started) or cur is None or cur.trial is None:
+            return None
+        return undo(root, cur, cur.trial.previous)
+
+
+def abandon(root: str) -> Optional[UndoResult]:
+    """Undo this process's try when it was interrupted right after recording it (before the
+    caller got to wait); None when there is none."""
+    with TuneLock(root, None):
+        cur = jn.load(root)
+        if not pending(cur) or cur is None or cur.trial is None or cur.trial.pid != os.getpid():
+            return None
+        return undo(root, cur, cur.trial.previous)
