@@ -57,15 +57,18 @@ KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
     ("auto_online_blocks", "/sys/devices/system/memory/auto_online_blocks"),
 )
 
-_DAX_NAME = re.compile(r"dax\d+\.\d+$")
-_NUM_SUFFIX = re.compile(r"(\d+)$")
+_DAX_NAME = re.compile(r"dax[0-9]+\.[0-9]+$")
+_DECODER_NAME = re.compile(r"decoder[0-9]+\.[0-9]+$")  # not decoders_committed
+_NUM_SUFFIX = re.compile(r"([0-9]+)$")
+#: attributes where a negative number is a real value (-1 = NUMA_NO_NODE / no class)
+_SIGNED = ("/numa_node", "/target_node", "qos_class")
 T = TypeVar("T")
 
 _DRIVER_MODE = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}
 
 
 def _is(prefix: str) -> Callable[[str], bool]:
-    pat = re.compile(re.escape(prefix) + r"\d+$")
+    pat = re.compile(re.escape(prefix) + r"[0-9]+$")  # ASCII: \d also matches '١'
     return lambda n: pat.match(n) is not None
 
 
@@ -93,6 +96,9 @@ class _Scan:
             self._bad(path, t, "a hex number" if hexa else "a number")
             return None
         if unset_is_none and v == U64_MAX:
+            return None
+        if v < 0 and not path.endswith(_SIGNED):
+            self._bad(path, t, "a non-negative number")
             return None
         return v
 
@@ -150,7 +156,7 @@ class _Scan:
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
         decoders: List[Decoder] = []
         for n in names:
-            if n.startswith("decoder") and n in parents:
+            if _DECODER_NAME.match(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
                 d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
@@ -201,7 +207,7 @@ class _Scan:
             if alias == target:
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
-        decoders = tuple(self.r.listdir(dev, lambda n: n.startswith("decoder")))
+        decoders = tuple(self.r.listdir(dev, lambda n: _DECODER_NAME.match(n) is not None))
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -228,7 +234,7 @@ class _Scan:
             tl = self.r.text(f"{dev}/target_list")
             if tl:
                 try:
-                    targets = tuple(int(x) for x in tl.split(",") if x.strip())
+                    targets = tuple(parse_int(x) for x in tl.split(",") if x.strip())
                 except ValueError:
                     self._bad(f"{dev}/target_list", tl, "a comma-separated list")
         region = self.r.text(f"{dev}/region") if kind != "root" else None
@@ -362,7 +368,7 @@ class _Scan:
         dist: Tuple[int, ...] = ()
         if dist_t:
             try:
-                dist = tuple(int(x) for x in dist_t.split())
+                dist = tuple(parse_int(x) for x in dist_t.split())
             except ValueError:
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []

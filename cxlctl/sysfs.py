@@ -206,7 +206,7 @@ def natural_key(name: str) -> Tuple[object, ...]:
     num = ""
     txt = ""
     for ch in name:
-        if ch.isdigit():
+        if "0" <= ch <= "9":  # ASCII only: int() rejects "²", which isdigit() accepts
             if txt:
                 out.append(txt)
                 txt = ""

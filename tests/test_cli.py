@@ -78,3 +78,33 @@ def test_weighted_interleave_auto_under_either_name() -> None:
         assert data["auto"] in (True, False)
     else:
         assert data["auto"] is None
+
+
+def test_one_grammar_whichever_path_runs(live_record: str) -> None:
+    """The fast path takes exactly what typer takes; anything else is typer's to accept or reject."""
+    import contextlib
+    import io
+
+    from cxlctl.__main__ import _fast_args
+    from cxlctl.cli import run
+
+    r = live_record
+    cases = [
+        (["--root", r, "status", "--json"], True),
+        ([f"--root={r}", "status", "--json"], True),
+        (["--root", "/", "--root", r, "status", "--json"], True),
+        (["status", "--json"], True),
+        (["status", "--json", "--root", r], False),  # a global option after the command
+        (["status", "--root", r, "--json"], False),
+        (["--json", "status"], False),
+        (["--root", r, "status", "--json", "--json"], False),
+        (["--root", r, "status", "--json", "--help"], False),
+    ]
+    for argv, fast in cases:
+        assert (_fast_args(argv) is not None) == fast, argv
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            slow_rc = run(argv)
+        p = cxlctl(*argv)
+        assert p.returncode == slow_rc, (argv, p.stderr)
+    p = cxlctl("status", "--json", "--root", r)
+    assert p.returncode == EXIT_USAGE and "--root" in p.stderr and "Traceback" not in p.stderr
