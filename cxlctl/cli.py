@@ -16,6 +16,7 @@ import typer
 
 from .cli_daemon import daemon_app
 from .cli_launch import launch_app, policy_app
+from .cli_params import Command, argument
 from .cli_region import dax_app, region_app
 from .cli_tune import tune_app
 from .errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
@@ -86,9 +87,9 @@ def status(
     render_status(inv, Console())
 
 
-@app.command()
+@app.command(cls=Command)
 def record(
-    dest: str = typer.Argument(..., help="Directory to create (must be new or empty)."),
+    dest: str = argument(..., "DEST", "Directory to create (must be new or empty)."),
     force: bool = typer.Option(False, "--force", help="Write into a non-empty directory."),
 ) -> None:
     """Copy the part of sysfs/procfs that cxlctl reads into DEST (fixture / bug report)."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import typer
 
+from .cli_params import Command, argument, seconds
 from .errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 
 if TYPE_CHECKING:
@@ -35,7 +36,9 @@ tune_app = typer.Typer(
 )
 
 JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout.")
-WAIT_OPT = typer.Option(None, "--wait", metavar="SECONDS", help="How long to wait for the lock (default 5).")
+WAIT_OPT = typer.Option(
+    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the lock (default 5)."
+)
 
 
 def _root() -> str:
@@ -129,9 +132,9 @@ def _profile_json(p: Profile) -> Dict[str, Any]:
     }
 
 
-@tune_app.command("show")
+@tune_app.command("show", cls=Command)
 def show_cmd(
-    profile: str = typer.Argument(..., help="Profile name or path to a .toml file."), json_out: bool = JSON_OPT
+    profile: str = argument(..., "PROFILE", "Profile name or path to a .toml file."), json_out: bool = JSON_OPT
 ) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
     from .tuning.profile import load
@@ -292,8 +295,8 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
 
 @tune_app.command("plan")
 def plan_cmd(
-    profile: Optional[str] = typer.Argument(
-        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    profile: Optional[str] = argument(
+        None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     persist: bool = typer.Option(False, "--persist", help="Report conflicts as if applied with --persist."),
     json_out: bool = JSON_OPT,
@@ -343,8 +346,8 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
 
 @tune_app.command("apply")
 def apply_cmd(
-    profile: Optional[str] = typer.Argument(
-        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    profile: Optional[str] = argument(
+        None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; write nothing."),
     persist: bool = typer.Option(
@@ -412,7 +415,7 @@ def _render_apply(res: ApplyResult) -> None:
 
 @tune_app.command("verify")
 def verify_cmd(
-    profile: Optional[str] = typer.Argument(None, help="Compare with this profile instead of the applied one."),
+    profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""

@@ -150,8 +150,8 @@ def format_size(n: Optional[int]) -> str:
     if n < 0:
         return "-" + format_size(-n)
     if n >= 1 << 60:  # beyond any real device: integer maths (a float would overflow)
-        return f"{n >> 40} TiB" if n % (1 << 40) == 0 else f"~{n >> 40} TiB"
-    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        return f"{n >> 50} PiB" if n % (1 << 50) == 0 else f"~{n >> 50} PiB"
+    for unit, mult in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= mult:
             v = n / mult
             return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
@@ -191,22 +191,22 @@ def parse_name_list(text: str, what: str, prefix: str) -> List[str]:
         if not p:
             raise ValueError(f"empty element in {what} list {text!r}")
         if decimal_suffix(p, prefix) is None:
-            raise ValueError(f"bad {what} {p!r} in {text!r}: expected {prefix}N")
+            raise ValueError(f"{p!r} is not a {what} name (expected {prefix}N)")
         if p not in out:
             out.append(p)
     return out
 
 
-def parse_seconds(text: str, option: str = "--wait") -> float:
+def parse_seconds(text: str) -> float:
     """A finite, non-negative number of seconds (``5``, ``0.5``) for a timeout option.
 
-    Rejects ``-1``, ``nan``, ``inf`` and non-ASCII digits with a message naming the
-    option; shared by every command that waits (``region create``, ``tune apply``).
+    Rejects ``-1``, ``nan``, ``inf`` and non-ASCII digits (``float`` takes all of
+    them); shared by every command that waits (``region create``, ``tune apply``).
     """
     t = text.strip()
     if not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", t):
-        raise ValueError(f"{option} {text!r}: expected a number of seconds (0 or more, e.g. 5 or 0.5)")
+        raise ValueError(f"{text!r} is not a number of seconds (0 or more, e.g. 5 or 0.5)")
     v = float(t)
     if not math.isfinite(v):  # pragma: no cover - the pattern admits only finite numbers
-        raise ValueError(f"{option} {text!r}: expected a finite number of seconds")
+        raise ValueError(f"{text!r} is not a finite number of seconds")
     return v

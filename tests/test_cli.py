@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any, List
 
+import pytest
 from conftest import REPO, cxlctl
 
 from cxlctl.errors import EXIT_USAGE
@@ -108,3 +110,57 @@ def test_one_grammar_whichever_path_runs(live_record: str) -> None:
         assert p.returncode == slow_rc, (argv, p.stderr)
     p = cxlctl("status", "--json", "--root", r)
     assert p.returncode == EXIT_USAGE and "--root" in p.stderr and "Traceback" not in p.stderr
+
+
+def _all_commands() -> List[List[str]]:
+    import typer
+
+    from cxlctl.cli import app
+
+    out: List[List[str]] = []
+
+    def walk(c: Any, path: List[str]) -> None:
+        out.append(path)
+        for name, sub in sorted(getattr(c, "commands", {}).items()):
+            walk(sub, path + [name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_help_reads_like_a_unix_tool() -> None:
+    """Every command's --help names its arguments DEST/PROFILE/PID, not {dest} or <str>."""
+    import contextlib
+    import io
+
+    from cxlctl.cli import run
+
+    cmds = _all_commands()
+    assert ["tune", "show"] in cmds and ["record"] in cmds and len(cmds) > 20
+    for path in cmds:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert run(path + ["--help"]) == 0, path
+        text = buf.getvalue()
+        assert "Usage: cxlctl" in text, path
+        for bad in ("{", "<str>", "<int>", "<float>", "<path>"):
+            assert bad not in text, (path, bad, text)
+    usage = {
+        ("record",): "cxlctl record [OPTIONS] DEST",
+        ("tune", "show"): "cxlctl tune show [OPTIONS] PROFILE",
+        ("tune", "plan"): "cxlctl tune plan [OPTIONS] [PROFILE]",
+        ("policy", "show"): "cxlctl policy show [OPTIONS] PID",
+    }
+    for path, line in usage.items():
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run(list(path) + ["--help"])
+        assert line in buf.getvalue()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "١", "5s"])
+@pytest.mark.parametrize("cmd", [["region", "create", "-w", "2"], ["tune", "apply"], ["tune", "revert"]])
+def test_wait_must_be_seconds(cmd: List[str], value: str) -> None:
+    p = cxlctl(*cmd, "--wait", value)
+    assert p.returncode == EXIT_USAGE, p
+    assert "--wait" in p.stderr and "number of seconds" in p.stderr and "Traceback" not in p.stderr

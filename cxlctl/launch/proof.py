@@ -110,17 +110,13 @@ def _read(root: str, path: str, pid: int) -> str:
         with open(p, "rb") as f:
             return f.read().decode("utf-8", "replace")
     except FileNotFoundError:
-        raise UsageError(
-            f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)"
-        ) from None
+        raise UsageError(f"no process with PID {pid} ({p} does not exist)", hint="check the PID (ps, pgrep)") from None
     except PermissionError:
-        raise CxlctlError(
-            f"cannot read {path}: permission denied", hint="run as root or as the process' owner"
-        ) from None
+        raise CxlctlError(f"cannot read {p}: permission denied", hint="run as root or as the process' owner") from None
     except ProcessLookupError:
         raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
     except OSError as e:
-        raise CxlctlError(f"cannot read {path}: {e.strerror}") from None
+        raise CxlctlError(f"cannot read {p}: {e.strerror}") from None
 
 
 def _environ(root: str, pid: int) -> Optional[str]:

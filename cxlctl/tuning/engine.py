@@ -679,7 +679,7 @@ def status(root: str) -> Dict[str, Any]:
         try:
             persisted["profile"] = json.loads(text or "{}").get("profile")
         except ValueError:
-            messages.append(f"{ACTIVE_PROFILE} is not valid JSON")
+            messages.append(f"{host(root, ACTIVE_PROFILE)} is not valid JSON")
     out["persisted"] = persisted
     held = is_held(root)
     out["lock"] = {"held": held, "holder_pid": holder(root) if held else None}
