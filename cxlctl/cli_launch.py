@@ -221,6 +221,7 @@ def _launch(
         kv_tmpfs=kv_tmpfs,
         keep_numa_bind=keep_numa_bind,
         lmcache=lmcache,
+        dry_run=dry_run,
     )
     lp = build(_root(), req)
     if json_out:
