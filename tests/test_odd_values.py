@@ -143,3 +143,17 @@ def test_size_beyond_the_free_capacity_says_by_how_much() -> None:
     p = cxlctl("--root", NOREGION, "region", "plan", "-w", "1", "-s", "512M")
     assert p.returncode == EXIT_USAGE
     assert "the most any free memdev has is 256 MiB, 256 MiB short" in p.stderr
+
+
+def test_knob_values_with_non_ascii_digits_do_not_crash(tree: str) -> None:
+    """`kernel.numa_balancing` = '²' passed `isdigit()` and crashed `int()` in status and tune plan."""
+    _put(tree, "proc/sys/kernel/numa_balancing", "²\n".encode())
+    _put(tree, "proc/sys/vm/swappiness", "٦٠\n".encode())
+    _status(tree)
+    for cmd in (["tune", "plan", "inference-bandwidth"], ["launch", "exec", "--dry-run", "--", "true"]):
+        p = cxlctl("--root", tree, *cmd)
+        _clean(p)
+        assert p.returncode in (0, 1), p.stderr
+    p = cxlctl("--root", tree, "tune", "plan", "inference-bandwidth", "--json")
+    (swap,) = [c for c in json.loads(p.stdout)["plan"]["steps"] if c["knob"] == "vm.swappiness"]
+    assert swap["current"] == "٦٠" and swap["action"] == "set"  # not read as 60

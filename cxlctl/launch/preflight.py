@@ -26,7 +26,7 @@ import resource
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.model import Inventory
-from cxlctl.parse import format_nodelist, format_size, parse_nodelist
+from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
 
 from .nodesets import NodeSets, cpus_of, host_path
 from .policy import Policy, kernel_supports
@@ -292,7 +292,7 @@ def run(
 
     # NUMA balancing tiering vs an explicit policy
     nb = (_read(root, "/proc/sys/kernel/numa_balancing") or "").strip()
-    if nb.isdigit() and int(nb) & 2 and policy.mode != "local":
+    if is_decimal(nb) and int(nb) & 2 and policy.mode != "local":
         out.append(
             Check(
                 "numa-balancing",

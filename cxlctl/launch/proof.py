@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
-from cxlctl.parse import format_nodelist, parse_nodelist
+from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
 from .nodesets import host_path
 from .policy import parse_env_value
@@ -150,7 +150,7 @@ def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
                 v = f.read().strip()
         except OSError:
             continue
-        if v.isdigit():
+        if is_decimal(v):
             out[n] = int(v)
     return out
 

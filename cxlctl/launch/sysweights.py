@@ -31,7 +31,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.model import Inventory
-from cxlctl.parse import format_nodelist
+from cxlctl.parse import format_nodelist, is_decimal
 
 from .nodesets import NodeSets, host_path
 
@@ -118,7 +118,7 @@ def _current(root: str) -> Dict[int, int]:
     out = {}
     for n, p in cur.wi_node_paths().items():
         v = (cur.get(p) or "").strip()
-        if v.isdigit():
+        if is_decimal(v):
             out[n] = int(v)
     return out
 
@@ -179,7 +179,7 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     auto = False
     for s in steps:
         name = s.setting.rsplit(".", 1)[-1]
-        if name.startswith("node") and name[4:].isdigit() and s.desired is not None and s.desired.isdigit():
+        if name.startswith("node") and is_decimal(name[4:]) and s.desired is not None and is_decimal(s.desired):
             wanted[int(name[4:])] = int(s.desired)
         if name == "auto" and s.desired == "true":
             auto = True
@@ -208,7 +208,7 @@ def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     proc = host_path(root, "/proc")
     out = []
     try:
-        pids = sorted(int(p) for p in os.listdir(proc) if p.isdigit())
+        pids = sorted(int(p) for p in os.listdir(proc) if is_decimal(p))
     except OSError:
         return []
     for pid in pids:

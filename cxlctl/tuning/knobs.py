@@ -146,10 +146,9 @@ class IntKnob(Knob):
 
     def canonical(self, raw: str) -> Optional[str]:
         t = raw.strip()
-        try:
-            return str(int(t, 10))
-        except ValueError:
+        if not is_decimal(t[1:] if t.startswith("-") else t):  # int() would take "١" and "1_0"
             return None
+        return str(int(t, 10))
 
 
 class RateLimitKnob(IntKnob):

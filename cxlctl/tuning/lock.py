@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError
+from cxlctl.parse import is_decimal
 from cxlctl.rootpath import under as host
 
 from .journal import RUN_DIR
@@ -58,7 +59,7 @@ def holder(root: str) -> Optional[int]:
     try:
         with open(host(root, LOCK)) as f:
             text = f.read().strip()
-        return int(text) if text.isdigit() else None
+        return int(text) if is_decimal(text) else None
     except OSError:
         return None
 
