@@ -118,7 +118,7 @@ def topology_tree(inv: Inventory) -> Tree:
 
 
 def _regions(inv: Inventory, console: Console) -> None:
-    console.print("[bold]Regions → DAX → NUMA node → tier[/bold]")
+    console.print("\n[bold]Regions → DAX → NUMA node → tier[/bold]")
     for r in inv.regions:
         daxes = [d for d in inv.dax_devices if d.name in r.dax_devices]
         state = {True: "committed", False: "[red]NOT committed[/red]", None: "state ?"}[r.committed]
@@ -154,7 +154,7 @@ def _other_dax(inv: Inventory, console: Console) -> None:
     other = [d for d in inv.dax_devices if d.region is None]
     if not other:
         return
-    console.print("[bold]DAX devices outside CXL regions[/bold]")
+    console.print("\n[bold]DAX devices outside CXL regions[/bold]")
     t = _table(console, [("DAX", "left"), ("PROVIDER", "left"), ("SIZE", "right"), ("MODE", "left"), ("NODE", "right")])
     for d in other:
         node = "-" if d.target_node is None else str(d.target_node)
@@ -209,7 +209,7 @@ def _nodes(inv: Inventory, console: Console) -> None:
     wide = _table(console, _BASIC + _PERF)
     for n in inv.nodes:
         wide.add_row(*_basic_cells(inv, n), *_perf_cells(n))
-    console.print("[bold]NUMA nodes[/bold]")
+    console.print("\n[bold]NUMA nodes[/bold]")
     if _fits(console, wide):
         console.print(wide)
     else:
@@ -219,6 +219,7 @@ def _nodes(inv: Inventory, console: Console) -> None:
             basic.add_row(*_basic_cells(inv, n))
             perf.add_row(str(n.id), *_perf_cells(n))
         console.print(basic)
+        console.print()
         console.print(perf)
     console.print("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
 
@@ -254,7 +255,7 @@ def weighted_interleave_line(inv: Inventory) -> str:
 
 def _knobs(inv: Inventory, console: Console) -> None:
     """``sysctl -a`` style: one ``name = value`` per line (names are long, values short)."""
-    console.print("[bold]Kernel knobs[/bold]")
+    console.print("\n[bold]Kernel knobs[/bold]")
     for k in inv.knobs:
         value = _e(k.value) if k.supported else "[dim]unsupported on this kernel[/dim]"
         console.print(f"  {_e(k.name)} = {value}", highlight=False)
@@ -262,14 +263,20 @@ def _knobs(inv: Inventory, console: Console) -> None:
 
 
 def _warnings(inv: Inventory, console: Console) -> None:
+    """Severity in a column of its own, so a wrapped message stays indented under its text."""
+    from rich.table import Table
+
     if not inv.warnings:
         return
-    console.print("[bold]Notes and warnings[/bold]")
+    console.print("\n[bold]Notes and warnings[/bold]")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(overflow="fold")
     for warn in inv.warnings:
         style = _SEV_STYLE.get(warn.severity, "")
-        sev = _e(f"{warn.severity:>7}")
-        line = f"{sev} {_e(warn.message)}  [dim]({_e(warn.code)})[/dim]"
-        console.print(f"[{style}]{line}[/]" if style else line, highlight=False)
+        sev = f"[{style}]{_e(warn.severity)}[/]" if style else _e(warn.severity)
+        grid.add_row(sev, f"{_e(warn.message)}  [dim]({_e(warn.code)})[/dim]")
+    console.print(grid, highlight=False)
 
 
 def render_status(inv: Inventory, console: Console) -> None:
