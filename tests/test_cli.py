@@ -164,3 +164,19 @@ def test_wait_must_be_seconds(cmd: List[str], value: str) -> None:
     p = cxlctl(*cmd, "--wait", value)
     assert p.returncode == EXIT_USAGE, p
     assert "--wait" in p.stderr and "number of seconds" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_fast_path_reports_a_bug_in_one_line_like_typer() -> None:
+    """A bug met on the fast path prints typer's one-line "internal error", not a traceback."""
+    code = (
+        "import sys, cxlctl.inventory as inv\n"
+        "def boom(*a, **k): raise RuntimeError('boom')\n"
+        "inv.scan = boom\n"
+        "from cxlctl.__main__ import main\n"
+        "sys.exit(main(['status', '--json']))"
+    )
+    env = dict(os.environ)
+    env.pop("CXLCTL_DEBUG", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert p.returncode == 1
+    assert p.stderr.startswith("cxlctl: internal error: RuntimeError: boom") and "Traceback" not in p.stderr
