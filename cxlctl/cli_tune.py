@@ -64,7 +64,10 @@ def _note(msgs: Any) -> None:
 
 
 def _v(x: Optional[str]) -> str:
-    return "-" if x is None else x
+    """A value read from the host, safe in rich markup (a sysfs file may hold ``[/]``)."""
+    from rich.markup import escape
+
+    return "-" if x is None else escape(x)
 
 
 # ---------------------------------------------------------------------------- list / show
@@ -283,13 +286,13 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     n = len(p.writes)
     c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
     for w in p.warnings:
-        c.print(f"[yellow]warning:[/yellow] {w}")
+        c.print(f"[yellow]warning:[/yellow] {_v(w)}")
     if prep.conflicts:
         ct = Table(title="Other configuration setting the same keys", title_justify="left")
         for col in ("key", "cxlctl", "theirs", "source", "wins at boot", "why"):
             ct.add_column(col)
         for k in prep.conflicts:
-            ct.add_row(k.key, _v(k.ours), k.theirs, k.source, k.wins_at_boot, k.note)
+            ct.add_row(_v(k.key), _v(k.ours), _v(k.theirs), _v(k.source), k.wins_at_boot, _v(k.note))
         c.print(ct)
 
 

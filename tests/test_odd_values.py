@@ -157,3 +157,12 @@ def test_knob_values_with_non_ascii_digits_do_not_crash(tree: str) -> None:
     p = cxlctl("--root", tree, "tune", "plan", "inference-bandwidth", "--json")
     (swap,) = [c for c in json.loads(p.stdout)["plan"]["steps"] if c["knob"] == "vm.swappiness"]
     assert swap["current"] == "٦٠" and swap["action"] == "set"  # not read as 60
+
+
+def test_markup_in_knob_values_for_tune_plan(tree: str) -> None:
+    """Found by the fuzzer (seed 77213): `[/]` in demotion_enabled crashed `tune plan`'s table."""
+    _put(tree, "sys/kernel/mm/numa/demotion_enabled", b"[/]\n")
+    _put(tree, "proc/sys/kernel/numa_balancing", b"[bold]\n")
+    p = cxlctl("--root", tree, "tune", "plan", "inference-bandwidth")
+    _clean(p)
+    assert p.returncode == 0 and "[/]" in p.stdout
