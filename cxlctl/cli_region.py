@@ -221,6 +221,7 @@ def plan_json(p: Plan) -> Dict[str, Any]:
 
 def _render_plan(p: Plan, title: str = "plan") -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .parse import format_size
@@ -241,8 +242,8 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
     for col in ("position", "memdev", "endpoint decoder", "DPA", "route (port: dport → target index)"):
         t.add_column(col)
     for tg in p.targets:
-        route = "  ".join(f"{h.port}: {h.dport} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
-        dec = tg.decoder + (f" (mode {tg.mode} → ram)" if tg.mode != "ram" else "")
+        route = "  ".join(f"{h.port}: {escape(str(h.dport))} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
+        dec = tg.decoder + (f" (mode {escape(str(tg.mode))} → ram)" if tg.mode != "ram" else "")
         t.add_row(str(tg.position), tg.memdev, dec, format_size(tg.dpa_size), route)
     c.print(t)
     for lv in p.levels[1:]:
@@ -251,7 +252,7 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
             + ",".join(map(str, lv.targets))
         )
     for n in p.notes:
-        c.print(f"[yellow]note:[/yellow] {n}")
+        c.print(f"[yellow]note:[/yellow] {escape(n)}")
 
 
 # ------------------------------------------------------------------------------- commands
