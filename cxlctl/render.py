@@ -263,20 +263,20 @@ def _knobs(inv: Inventory, console: Console) -> None:
 
 
 def _warnings(inv: Inventory, console: Console) -> None:
-    """Severity in a column of its own, so a wrapped message stays indented under its text."""
-    from rich.table import Table
+    """Severity in a column of its own; a long message wraps indented under its text."""
+    import textwrap
 
     if not inv.warnings:
         return
     console.print("\n[bold]Notes and warnings[/bold]")
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(justify="right", no_wrap=True)
-    grid.add_column(overflow="fold")
+    sev_w = max(len(w.severity) for w in inv.warnings)
+    width = max(20, console.width - sev_w - 1)
     for warn in inv.warnings:
         style = _SEV_STYLE.get(warn.severity, "")
-        sev = f"[{style}]{_e(warn.severity)}[/]" if style else _e(warn.severity)
-        grid.add_row(sev, f"{_e(warn.message)}  [dim]({_e(warn.code)})[/dim]")
-    console.print(grid, highlight=False)
+        sev = _e(f"{warn.severity:>{sev_w}}")
+        lines = textwrap.wrap(f"{warn.message}  ({warn.code})", width, break_on_hyphens=False) or [""]
+        text = f"\n{' ' * sev_w} ".join(_e(x) for x in lines)
+        console.print(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
 
 
 def render_status(inv: Inventory, console: Console) -> None:

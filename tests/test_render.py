@@ -30,6 +30,7 @@ def test_no_cut_cells_and_no_overlong_lines(root: str, width: int) -> None:
     lines = _render(root, width)
     assert not [ln for ln in lines if "…" in ln], "a header or cell was truncated"
     assert not [ln for ln in lines if len(ln) > width]
+    assert not [ln for ln in lines if ln.endswith(" ")], "trailing blanks (they show in a pager, diff, grep)"
 
 
 @pytest.mark.parametrize("root", LARGEST, ids=[fixture_id(r) for r in LARGEST])
