@@ -284,7 +284,7 @@ def render_status(inv: Inventory, console: Console) -> None:
     if inv.has_cxl:
         console.print(topology_tree(inv), highlight=False)
     else:
-        console.print("[cyan]No CXL devices on this host.[/cyan] NUMA nodes found:")
+        console.print("[cyan]No CXL devices on this host.[/cyan]")
     if inv.regions:
         _regions(inv, console)
     _other_dax(inv, console)
