@@ -13,25 +13,37 @@ import sys
 from typing import List, Optional
 
 
-def _fast_status_json(argv: List[str]) -> Optional[int]:
-    """Handle exactly ``[--root R] status --json`` and friends; None = not ours."""
-    root: Optional[str] = None
-    rest: List[str] = []
+def _fast_args(argv: List[str]) -> Optional[List[Optional[str]]]:
+    """The ``--root`` values of ``[--root R | --root=R]... status --json``, or None.
+
+    This is exactly typer's grammar for that command line: global options before
+    the command, the command's own options after it.  Anything else (an option in
+    the wrong place, ``--help``, a repeated flag, ``--``) is left to typer, which
+    either runs it or prints the usage error, so both paths accept the same input.
+    """
+    roots: List[Optional[str]] = []
     i = 0
-    while i < len(argv):
+    while i < len(argv) and argv[i] != "status":
         a = argv[i]
         if a == "--root" and i + 1 < len(argv):
-            root = argv[i + 1]
+            roots.append(argv[i + 1])
             i += 2
-            continue
-        if a.startswith("--root="):
-            root = a[len("--root=") :]
+        elif a.startswith("--root="):
+            roots.append(a[len("--root=") :])
             i += 1
-            continue
-        rest.append(a)
-        i += 1
-    if sorted(rest) != ["--json", "status"] or rest[0] != "status":
+        else:
+            return None
+    if argv[i:] != ["status", "--json"]:
         return None
+    return roots
+
+
+def _fast_status_json(argv: List[str]) -> Optional[int]:
+    """Handle exactly ``[--root R] status --json``; None = not ours (typer decides)."""
+    roots = _fast_args(argv)
+    if roots is None:
+        return None
+    root = roots[-1] if roots else None  # click: the last occurrence wins
     from .errors import CxlctlError
     from .hostio.root import resolve_root
     from .inventory import scan
@@ -42,6 +54,13 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
     except CxlctlError as e:
         sys.stderr.write(e.render() + "\n")
         return e.code
+    except Exception as e:  # a bug: the same one-line report as cli.run, never a traceback
+        if os.environ.get("CXLCTL_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
+        )
+        return 1
     sys.stdout.write(dumps(inv))
     return 0
 

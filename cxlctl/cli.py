@@ -16,6 +16,7 @@ import typer
 
 from .cli_daemon import daemon_app
 from .cli_launch import launch_app, policy_app
+from .cli_params import Command, argument
 from .cli_region import dax_app, region_app
 from .cli_shell import completing, completion, enable
 from .cli_tune import tune_app
@@ -36,7 +37,7 @@ app.add_typer(dax_app, name="dax")
 app.add_typer(launch_app, name="launch")
 app.add_typer(policy_app, name="policy")
 app.add_typer(daemon_app, name="daemon")
-app.command()(completion)
+app.command(cls=Command)(completion)
 
 
 class State:
@@ -88,9 +89,9 @@ def status(
     render_status(inv, Console())
 
 
-@app.command()
+@app.command(cls=Command)
 def record(
-    dest: str = typer.Argument(..., help="Directory to create (must be new or empty)."),
+    dest: str = argument(..., "DEST", "Directory to create (must be new or empty)."),
     force: bool = typer.Option(False, "--force", help="Write into a non-empty directory."),
 ) -> None:
     """Copy the part of sysfs/procfs that cxlctl reads into DEST (fixture / bug report)."""

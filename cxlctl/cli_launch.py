@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import typer
 
+from .cli_params import Command, argument
 from .errors import EXIT_DRIFT, CxlctlError
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ KEEP_NB_OPT = typer.Option(
     False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
 )
 LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache with --kv-size (LMCACHE_* environment).")
-ARGS = typer.Argument(None, metavar="[-- COMMAND ARGS...]", help="What to run (after --).")
+ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
 def _root() -> str:
@@ -220,6 +221,7 @@ def _launch(
         kv_tmpfs=kv_tmpfs,
         keep_numa_bind=keep_numa_bind,
         lmcache=lmcache,
+        dry_run=dry_run,
     )
     lp = build(_root(), req)
     if json_out:
@@ -348,9 +350,9 @@ def sglang_cmd(
     )
 
 
-@policy_app.command("show")
+@policy_app.command("show", cls=Command)
 def show_cmd(
-    pid: int = typer.Argument(..., help="Process id."),
+    pid: int = argument(..., "PID", "Process id.", integer=True),
     json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
 ) -> None:
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""

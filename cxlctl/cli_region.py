@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
+from .cli_params import Command, argument, seconds
 from .errors import EXIT_USAGE, CxlctlError, UsageError
+from .parse import decimal_suffix
 
 if TYPE_CHECKING:
     from .model import Inventory
@@ -49,7 +52,9 @@ JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout (mess
 MEMDEVS_OPT = typer.Option(
     None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them)."
 )
-WAYS_OPT = typer.Option(None, "--ways", "-w", help="Number of memdevs; without --memdevs, cxlctl picks free ones.")
+WAYS_OPT = typer.Option(
+    None, "--ways", "-w", metavar="N", help="Number of memdevs; without --memdevs, cxlctl picks free ones."
+)
 SIZE_OPT = typer.Option(
     None, "--size", "-s", metavar="SIZE", help="Region size, K/M/G/T = powers of 1024 (default: all that fits)."
 )
@@ -60,21 +65,25 @@ DECODER_OPT = typer.Option(
     None,
     "--decoder",
     "-d",
-    metavar="decoderX.Y",
-    help="Root decoder (CXL window) to use (default: the first that fits).",
+    metavar="DECODER",
+    help="Root decoder (CXL window, decoderX.Y) to use (default: the first that fits).",
 )
-TYPE_OPT = typer.Option("ram", "--type", "-t", help="Region type; only ram is supported.")
+TYPE_OPT = typer.Option("ram", "--type", "-t", metavar="TYPE", help="Region type; only ram is supported.")
 ALL_OPT = typer.Option(False, "--all", help="Use all unused CXL RAM capacity, widest valid interleave per window.")
-WAIT_OPT = typer.Option(None, "--wait", metavar="SECONDS", help="How long to wait for the cxlctl lock (default 5).")
+WAIT_OPT = typer.Option(
+    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the cxlctl lock (default 5)."
+)
 VERBOSE_OPT = typer.Option(False, "--verbose", "-v", help="Print every sysfs write to stderr.")
 ONLINE_OPT = typer.Option(
     "system-ram",
     "--online",
+    metavar="MODE",
     help="What the region's DAX device becomes: system-ram (a CPU-less NUMA node) or devdax (a character device).",
 )
 ZONE_OPT = typer.Option(
     "normal",
     "--zone",
+    metavar="ZONE",
     help="Zone for system-ram memory. normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
     "which the kernel migrates out of ZONE_MOVABLE; but the memory can rarely be offlined again. movable: keeps "
     "hot-unplug and region destroy possible; long-term pins will not stay on it.",
@@ -122,20 +131,19 @@ def _request(
     decoder: Optional[str],
     rtype: str,
 ) -> Request:
-    from .parse import parse_size
+    from .parse import parse_name_list, parse_size
     from .regions.planner import Request
 
     names: Tuple[str, ...] = ()
     if memdevs is not None:
-        parts = [p.strip() for p in memdevs.replace(" ", ",").split(",") if p.strip()]
-        if not parts:
+        if not memdevs.replace(",", "").strip():
             raise UsageError("--memdevs is empty", hint="e.g. --memdevs mem0,mem1")
-        for p in parts:
-            if not (p.startswith("mem") and p[3:].isdigit()):
-                raise UsageError(
-                    f"--memdevs: {p!r} is not a memdev name", hint="memdevs are named memN (cxlctl status)"
-                )
-        names = tuple(parts)
+        try:  # as strict as --mem-nodes: "mem0,,mem1" is an error, not "mem0,mem1"
+            names = tuple(parse_name_list(memdevs, "memdev", "mem"))
+        except ValueError as e:
+            raise UsageError(
+                f"--memdevs: {e}", hint="memdevs are named memN, comma-separated (cxlctl status)"
+            ) from None
     if ways is not None and ways <= 0:
         raise UsageError(f"--ways {ways} must be positive")
     sz: Optional[int] = None
@@ -152,7 +160,7 @@ def _request(
             g = parse_size(granularity)
         except ValueError as e:
             raise UsageError(f"--granularity: {e}", hint="e.g. --granularity 4096 or 4K") from None
-    if decoder is not None and not (decoder.startswith("decoder") and "." in decoder):
+    if decoder is not None and not re.fullmatch(r"decoder[0-9]+\.[0-9]+", decoder):
         raise UsageError(
             f"--decoder {decoder!r} is not a decoder name", hint="root decoders are named decoderX.Y (cxlctl status)"
         )
@@ -213,6 +221,7 @@ def plan_json(p: Plan) -> Dict[str, Any]:
 
 def _render_plan(p: Plan, title: str = "plan") -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .parse import format_size
@@ -233,8 +242,8 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
     for col in ("position", "memdev", "endpoint decoder", "DPA", "route (port: dport → target index)"):
         t.add_column(col)
     for tg in p.targets:
-        route = "  ".join(f"{h.port}: {h.dport} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
-        dec = tg.decoder + (f" (mode {tg.mode} → ram)" if tg.mode != "ram" else "")
+        route = "  ".join(f"{h.port}: {escape(str(h.dport))} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
+        dec = tg.decoder + (f" (mode {escape(str(tg.mode))} → ram)" if tg.mode != "ram" else "")
         t.add_row(str(tg.position), tg.memdev, dec, format_size(tg.dpa_size), route)
     c.print(t)
     for lv in p.levels[1:]:
@@ -243,7 +252,7 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
             + ",".join(map(str, lv.targets))
         )
     for n in p.notes:
-        c.print(f"[yellow]note:[/yellow] {n}")
+        c.print(f"[yellow]note:[/yellow] {escape(n)}")
 
 
 # ------------------------------------------------------------------------------- commands
@@ -400,9 +409,9 @@ def _report_created(done: List[Dict[str, Any]], json_out: bool, partial: bool) -
         sys.stderr.write("cxlctl: --all stopped early; the regions above were created and stay\n")
 
 
-@region_app.command("destroy")
+@region_app.command("destroy", cls=Command)
 def destroy_cmd(
-    region: str = typer.Argument(..., help="regionN"),
+    region: str = argument(..., "REGION", "The region to destroy (regionN, as cxlctl status lists it)."),
     force: bool = typer.Option(
         False, "--force", "-f", help="Offline the region's memory first (it must not be in use)."
     ),
@@ -419,7 +428,7 @@ def destroy_cmd(
     from .regions.planner import destroy_blockers
     from .regions.program import destroy
 
-    if not (region.startswith("region") and region[6:].isdigit()):
+    if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
     root = _root()
     inv = scan(root)
@@ -458,10 +467,10 @@ def destroy_cmd(
     )
 
 
-@dax_app.command("reconfigure")
+@dax_app.command("reconfigure", cls=Command)
 def reconfigure_cmd(
-    device: str = typer.Argument(..., help="daxX.Y"),
-    mode: str = typer.Option(..., "--mode", "-m", help="system-ram (online as a NUMA node) or devdax."),
+    device: str = argument(..., "DEVICE", "The DAX device (daxX.Y, as cxlctl status lists it)."),
+    mode: str = typer.Option(..., "--mode", "-m", metavar="MODE", help="system-ram (online as a NUMA node) or devdax."),
     zone: str = ZONE_OPT,
     force: bool = typer.Option(False, "--force", "-f", help="To devdax: offline online memory first."),
     wait: Optional[float] = WAIT_OPT,

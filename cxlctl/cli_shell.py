@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-import typer
-
+from .cli_params import argument
 from .errors import EXIT_USAGE, CxlctlError
 
 SHELLS = ("bash", "zsh", "fish")
@@ -43,7 +42,7 @@ def completing() -> bool:
 
 
 def completion(
-    shell: str = typer.Argument(..., metavar="SHELL", help="bash, zsh or fish."),
+    shell: str = argument(..., "SHELL", "bash, zsh or fish."),
 ) -> None:
     """Print the completion script for SHELL (source it, or save it where the shell looks)."""
     if shell not in SHELLS:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 
+from .cli_params import Command, argument, seconds
 from .errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ tune_app = typer.Typer(
 )
 
 JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout.")
-WAIT_OPT = typer.Option(None, "--wait", metavar="SECONDS", help="How long to wait for the lock (default 5).")
+WAIT_OPT = typer.Option(
+    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the lock (default 5)."
+)
 
 
 def _root() -> str:
@@ -67,7 +70,10 @@ def _note(msgs: Any) -> None:
 
 
 def _v(x: Optional[str]) -> str:
-    return "-" if x is None else x
+    """A value read from the host, safe in rich markup (a sysfs file may hold ``[/]``)."""
+    from rich.markup import escape
+
+    return "-" if x is None else escape(x)
 
 
 @tune_app.callback()
@@ -112,9 +118,9 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     _console().print(t)
 
 
-@tune_app.command("show")
+@tune_app.command("show", cls=Command)
 def show_cmd(
-    profile: str = typer.Argument(..., help="Profile name or path to a .toml file."), json_out: bool = JSON_OPT
+    profile: str = argument(..., "PROFILE", "Profile name or path to a .toml file."), json_out: bool = JSON_OPT
 ) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
     from .tuning import jsonview as view
@@ -228,20 +234,20 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     n = len(p.writes)
     c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
     for w in p.warnings:
-        c.print(f"[yellow]warning:[/yellow] {w}")
+        c.print(f"[yellow]warning:[/yellow] {_v(w)}")
     if prep.conflicts:
         ct = Table(title="Other configuration setting the same keys", title_justify="left")
         for col in ("key", "cxlctl", "theirs", "source", "wins at boot", "why"):
             ct.add_column(col)
         for k in prep.conflicts:
-            ct.add_row(k.key, _v(k.ours), k.theirs, k.source, k.wins_at_boot, k.note)
+            ct.add_row(_v(k.key), _v(k.ours), _v(k.theirs), _v(k.source), k.wins_at_boot, _v(k.note))
         c.print(ct)
 
 
 @tune_app.command("plan")
 def plan_cmd(
-    profile: Optional[str] = typer.Argument(
-        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    profile: Optional[str] = argument(
+        None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     persist: bool = typer.Option(False, "--persist", help="Report conflicts as if applied with --persist."),
     json_out: bool = JSON_OPT,
@@ -284,8 +290,8 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
 
 @tune_app.command("apply")
 def apply_cmd(
-    profile: Optional[str] = typer.Argument(
-        None, help="Profile name or .toml path (default: the active one, else inference-bandwidth)."
+    profile: Optional[str] = argument(
+        None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; write nothing."),
     persist: bool = typer.Option(
@@ -344,7 +350,7 @@ def _render_apply(res: ApplyResult) -> None:
 
 @tune_app.command("verify")
 def verify_cmd(
-    profile: Optional[str] = typer.Argument(None, help="Compare with this profile instead of the applied one."),
+    profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""
@@ -485,9 +491,9 @@ def _term(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-@tune_app.command("try")
+@tune_app.command("try", cls=Command)
 def try_cmd(
-    profile: str = typer.Argument(..., metavar="PROFILE", help="Profile name or .toml path."),
+    profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
     timeout: float = typer.Option(
         DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
     ),

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .hostio.objects import block_range, blocks_of, with_blocks
 from .model import DaxDevice, Inventory, Memdev, Node, Totals, Warning_
-from .parse import format_size
+from .parse import format_size, is_decimal
 
 
 def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
@@ -222,7 +222,7 @@ def _explain(
         )
     nb = _knob(inv, "kernel.numa_balancing")
     dem = _knob(inv, "demotion_enabled")
-    if cxl and nb is not None and nb.isdigit() and int(nb) & 2 and dem == "false":
+    if cxl and nb is not None and is_decimal(nb) and int(nb) & 2 and dem == "false":
         out.append(
             Warning_(
                 "tiering-without-demotion",

@@ -38,7 +38,7 @@ from .model import (
     Warning_,
     WeightedInterleave,
 )
-from .parse import parse_meminfo
+from .parse import parse_int, parse_meminfo
 
 CXL_DEVICES = paths.CXL_DEVICES
 DAX_DEVICES = paths.DAX_DEVICES
@@ -49,15 +49,16 @@ OSRELEASE = paths.OSRELEASE
 KNOB_PATHS = paths.KNOB_PATHS
 
 # ASCII digits only: \d also matches "²", which int() rejects
-_DAX_NAME = re.compile(r"dax\d+\.\d+$", re.ASCII)
-_NUM_SUFFIX = re.compile(r"(\d+)$", re.ASCII)
+_DAX_NAME = re.compile(r"dax[0-9]+\.[0-9]+$")
+_DECODER_NAME = re.compile(r"decoder[0-9]+\.[0-9]+$")  # not decoders_committed
+_NUM_SUFFIX = re.compile(r"([0-9]+)$")
 T = TypeVar("T")
 
 
 @cache
 def _is(prefix: str) -> Callable[[str], bool]:
     """Matcher for ``prefixN`` entry names (ASCII digits), made once per prefix."""
-    pat = re.compile(re.escape(prefix) + r"\d+$", re.ASCII)
+    pat = re.compile(re.escape(prefix) + r"[0-9]+$")  # ASCII: \d also matches '١'
     return lambda n: pat.match(n) is not None
 
 
@@ -100,7 +101,7 @@ class _Scan(Attrs):
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
         decoders: List[Decoder] = []
         for n in names:
-            if n.startswith("decoder") and n in parents:
+            if _DECODER_NAME.match(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
                 d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
@@ -151,7 +152,7 @@ class _Scan(Attrs):
             if alias == target:
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
-        decoders = tuple(self.r.listdir(dev, lambda n: n.startswith("decoder")))
+        decoders = tuple(self.r.listdir(dev, lambda n: _DECODER_NAME.match(n) is not None))
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -178,7 +179,7 @@ class _Scan(Attrs):
             tl = self.r.text(f"{dev}/target_list")
             if tl:
                 try:
-                    targets = tuple(int(x) for x in tl.split(",") if x.strip())
+                    targets = tuple(parse_int(x) for x in tl.split(",") if x.strip())
                 except ValueError:
                     self._bad(f"{dev}/target_list", tl, "a comma-separated list")
         region = self.r.text(f"{dev}/region") if kind != "root" else None
@@ -288,7 +289,7 @@ class _Scan(Attrs):
         dist: Tuple[int, ...] = ()
         if dist_t:
             try:
-                dist = tuple(int(x) for x in dist_t.split())
+                dist = tuple(parse_int(x) for x in dist_t.split())
             except ValueError:
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []

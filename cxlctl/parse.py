@@ -7,28 +7,64 @@ parser raises ``ValueError`` with a message that names the problem.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Tuple
+import math
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
 
 U64_MAX = (1 << 64) - 1
 MAX_NODES = 1 << 10  # the kernel's MAX_NUMNODES is at most 1024
 
+#: ASCII only: ``str.isdigit`` accepts ``²`` (which ``int`` rejects) and ``int`` accepts
+#: ``١`` (Arabic-Indic one); neither is a number in sysfs or on a command line.
+_DEC = re.compile(r"[0-9]+")
+_INT = re.compile(r"-?(0[xX][0-9a-fA-F]+|[0-9]+)")
+_HEX = re.compile(r"(0[xX])?[0-9a-fA-F]+")
+
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
+def is_decimal(text: str) -> bool:
+    """True for a non-empty run of ASCII digits (what ``str.isdigit`` should have meant)."""
+    return _DEC.fullmatch(text) is not None
+
+
+def decimal_suffix(name: str, prefix: str) -> Optional[int]:
+    """The N of an entry named ``<prefix>N`` (``node3`` → 3); None when N is not ASCII digits."""
+    if not name.startswith(prefix):
+        return None
+    tail = name[len(prefix) :]
+    return int(tail) if _DEC.fullmatch(tail) else None
+
+
 def parse_int(text: str) -> int:
-    """Decimal, or hex when prefixed with 0x (sysfs mixes both)."""
+    """Decimal, or hex when prefixed with 0x (sysfs mixes both).
+
+    ASCII digits only, and within 64 bits either way: the kernel prints nothing
+    wider, so a longer number is corruption, not a value.
+    """
     t = text.strip()
-    if t.lower().startswith(("0x", "-0x")):
-        return int(t, 16)
-    return int(t, 10)
+    if not _INT.fullmatch(t):
+        raise ValueError(f"not a number: {text[:40]!r}")
+    v = int(t, 16) if "x" in t.lower() else int(t, 10)
+    if abs(v) > U64_MAX:
+        raise ValueError(f"number out of 64-bit range: {text[:40]!r}")
+    return v
 
 
 def parse_hex(text: str) -> int:
-    """Hex with or without ``0x`` (``block_size_bytes`` has none, ``dpa_size`` is zero-padded)."""
+    """Hex with or without ``0x`` (``block_size_bytes`` has none, ``dpa_size`` is zero-padded).
+
+    Never negative (a size or address), at most 64 bits.
+    """
     t = text.strip()
     if not t:
         raise ValueError("empty value")
-    return int(t, 16)
+    if not _HEX.fullmatch(t):
+        raise ValueError(f"not a hex number: {text[:40]!r}")
+    v = int(t, 16)
+    if v > U64_MAX:
+        raise ValueError(f"number out of 64-bit range: {text[:40]!r}")
+    return v
 
 
 def parse_nodelist(text: str, limit: int = MAX_NODES) -> Tuple[int, ...]:
@@ -46,7 +82,7 @@ def parse_nodelist(text: str, limit: int = MAX_NODES) -> Tuple[int, ...]:
         if not p:
             raise ValueError(f"empty element in list {text!r}")
         lo_s, sep, hi_s = p.partition("-")
-        if not lo_s.isdigit() or (sep and not hi_s.isdigit()):
+        if not is_decimal(lo_s) or (sep and not is_decimal(hi_s)):
             raise ValueError(f"bad element {p!r} in list {text!r}: expected N or N-M")
         lo = int(lo_s)
         hi = int(hi_s) if sep else lo
@@ -82,15 +118,15 @@ def parse_size(text: str) -> int:
     if not t:
         raise ValueError("empty size")
     for tail in ("IB", "B"):
-        if t.endswith(tail) and len(t) > len(tail) and not t[-len(tail) - 1].isdigit():
+        if t.endswith(tail) and len(t) > len(tail) and not is_decimal(t[-len(tail) - 1]):
             t = t[: -len(tail)]
             break
-        if tail == "B" and t.endswith("B") and t[:-1].isdigit():
+        if tail == "B" and t.endswith("B") and is_decimal(t[:-1]):
             t = t[:-1]
             break
     unit = t[-1] if t[-1] in _SUFFIX and t[-1] != "" else ""
     num = t[:-1] if unit else t
-    if not num or not all(c.isdigit() or c == "." for c in num) or num.count(".") > 1 or num in (".",):
+    if not num or not all(is_decimal(c) or c == "." for c in num) or num.count(".") > 1 or num in (".",):
         raise ValueError(f"bad size {text!r}: expected a number with an optional K/M/G/T suffix")
     mult: int = _SUFFIX[unit]
     value: int
@@ -111,7 +147,11 @@ def format_size(n: Optional[int]) -> str:
     """Human size with binary units, as ``cxl list -u`` prints them (``512.00 MiB``)."""
     if n is None:
         return "-"
-    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+    if n < 0:
+        return "-" + format_size(-n)
+    if n >= 1 << 60:  # beyond any real device: integer maths (a float would overflow)
+        return f"{n >> 50} PiB" if n % (1 << 50) == 0 else f"~{n >> 50} PiB"
+    for unit, mult in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= mult:
             v = n / mult
             return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
@@ -131,10 +171,42 @@ def parse_meminfo(text: str) -> Dict[str, int]:
             continue
         key = key.split()[-1] if key.split() else key
         fields = rest.split()
-        if not fields or not fields[0].isdigit():
+        if not fields or not is_decimal(fields[0]):
             continue
         val = int(fields[0])
         if len(fields) > 1 and fields[1].lower() == "kb":
             val *= 1024
         out[key] = val
     return out
+
+
+def parse_name_list(text: str, what: str, prefix: str) -> List[str]:
+    """``mem0,mem2`` → names, strictly: no empty element, each ``<prefix>N`` with ASCII N.
+
+    The same strictness as :func:`parse_nodelist` (``1,,2`` is an error, not ``1,2``).
+    """
+    out: List[str] = []
+    for part in text.split(","):
+        p = part.strip()
+        if not p:
+            raise ValueError(f"empty element in {what} list {text!r}")
+        if decimal_suffix(p, prefix) is None:
+            raise ValueError(f"{p!r} is not a {what} name (expected {prefix}N)")
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def parse_seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (``5``, ``0.5``) for a timeout option.
+
+    Rejects ``-1``, ``nan``, ``inf`` and non-ASCII digits (``float`` takes all of
+    them); shared by every command that waits (``region create``, ``tune apply``).
+    """
+    t = text.strip()
+    if not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", t):
+        raise ValueError(f"{text!r} is not a number of seconds (0 or more, e.g. 5 or 0.5)")
+    v = float(t)
+    if not math.isfinite(v):  # pragma: no cover - the pattern admits only finite numbers
+        raise ValueError(f"{text!r} is not a finite number of seconds")
+    return v

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any, List
 
+import pytest
 from conftest import REPO, cxlctl
 
 from cxlctl.errors import EXIT_USAGE
@@ -78,3 +80,103 @@ def test_weighted_interleave_auto_under_either_name() -> None:
         assert data["auto"] in (True, False)
     else:
         assert data["auto"] is None
+
+
+def test_one_grammar_whichever_path_runs(live_record: str) -> None:
+    """The fast path takes exactly what typer takes; anything else is typer's to accept or reject."""
+    import contextlib
+    import io
+
+    from cxlctl.__main__ import _fast_args
+    from cxlctl.cli import run
+
+    r = live_record
+    cases = [
+        (["--root", r, "status", "--json"], True),
+        ([f"--root={r}", "status", "--json"], True),
+        (["--root", "/", "--root", r, "status", "--json"], True),
+        (["status", "--json"], True),
+        (["status", "--json", "--root", r], False),  # a global option after the command
+        (["status", "--root", r, "--json"], False),
+        (["--json", "status"], False),
+        (["--root", r, "status", "--json", "--json"], False),
+        (["--root", r, "status", "--json", "--help"], False),
+    ]
+    for argv, fast in cases:
+        assert (_fast_args(argv) is not None) == fast, argv
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            slow_rc = run(argv)
+        p = cxlctl(*argv)
+        assert p.returncode == slow_rc, (argv, p.stderr)
+    p = cxlctl("status", "--json", "--root", r)
+    assert p.returncode == EXIT_USAGE and "--root" in p.stderr and "Traceback" not in p.stderr
+
+
+def _all_commands() -> List[List[str]]:
+    import typer
+
+    from cxlctl.cli import app
+
+    out: List[List[str]] = []
+
+    def walk(c: Any, path: List[str]) -> None:
+        out.append(path)
+        for name, sub in sorted(getattr(c, "commands", {}).items()):
+            walk(sub, path + [name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_help_reads_like_a_unix_tool() -> None:
+    """Every command's --help names its arguments DEST/PROFILE/PID, not {dest} or <str>."""
+    import contextlib
+    import io
+
+    from cxlctl.cli import run
+
+    cmds = _all_commands()
+    assert ["tune", "show"] in cmds and ["record"] in cmds and len(cmds) > 20
+    for path in cmds:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert run(path + ["--help"]) == 0, path
+        text = buf.getvalue()
+        assert "Usage: cxlctl" in text, path
+        for bad in ("{", "<str>", "<int>", "<float>", "<path>"):
+            assert bad not in text, (path, bad, text)
+    usage = {
+        ("record",): "cxlctl record [OPTIONS] DEST",
+        ("tune", "show"): "cxlctl tune show [OPTIONS] PROFILE",
+        ("tune", "plan"): "cxlctl tune plan [OPTIONS] [PROFILE]",
+        ("policy", "show"): "cxlctl policy show [OPTIONS] PID",
+    }
+    for path, line in usage.items():
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run(list(path) + ["--help"])
+        assert line in buf.getvalue()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "١", "5s"])
+@pytest.mark.parametrize("cmd", [["region", "create", "-w", "2"], ["tune", "apply"], ["tune", "revert"]])
+def test_wait_must_be_seconds(cmd: List[str], value: str) -> None:
+    p = cxlctl(*cmd, "--wait", value)
+    assert p.returncode == EXIT_USAGE, p
+    assert "--wait" in p.stderr and "number of seconds" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_fast_path_reports_a_bug_in_one_line_like_typer() -> None:
+    """A bug met on the fast path prints typer's one-line "internal error", not a traceback."""
+    code = (
+        "import sys, cxlctl.inventory as inv\n"
+        "def boom(*a, **k): raise RuntimeError('boom')\n"
+        "inv.scan = boom\n"
+        "from cxlctl.__main__ import main\n"
+        "sys.exit(main(['status', '--json']))"
+    )
+    env = dict(os.environ)
+    env.pop("CXLCTL_DEBUG", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert p.returncode == 1
+    assert p.stderr.startswith("cxlctl: internal error: RuntimeError: boom") and "Traceback" not in p.stderr

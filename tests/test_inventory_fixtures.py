@@ -107,3 +107,17 @@ def test_kernel_generations_differ_where_the_abi_does() -> None:
         elif fixture_id(r).startswith("linux-6.12/"):
             assert st["weighted_interleave"]["supported"] is True
             assert st["weighted_interleave"]["auto"] is None  # auto arrived in 6.16
+
+
+@pytest.mark.parametrize("root", fixture_roots(), ids=[fixture_id(r) for r in fixture_roots()])
+def test_port_decoders_are_only_decoder_objects(root: str) -> None:
+    """`decoders_committed` is an attribute of the port, not one of its decoders."""
+    import re
+
+    data = status_json(root)
+    names = {d["decoder"] for d in data["decoders"]}
+    for p in data["buses"] + data["ports"] + data["endpoints"]:
+        assert p["decoders"], p
+        for d in p["decoders"]:
+            assert re.fullmatch(r"decoder[0-9]+\.[0-9]+", d), (p, d)
+            assert d in names

@@ -216,25 +216,39 @@ def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, c
 
 
 def test_missing_engine_exit_2(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    """A launch needs the engine (exit 2, nothing changed); a dry run plans without it."""
     os.environ["PATH"] = str(tmp_path)  # no vllm, no python3
     usage(
         capsys,
-        ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m"],
+        ["--root", region, "launch", "vllm", "--", "serve", "m"],
         "vllm engine not found",
         "--engine-cmd",
     )
     usage(
         capsys,
-        ["--root", region, "launch", "sglang", "--dry-run", "--", "--model-path", "m"],
+        ["--root", region, "launch", "sglang", "--", "--model-path", "m"],
         "sglang engine not found",
     )
     usage(
         capsys,
-        ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--dry-run", "--", "serve", "m"],
+        ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--", "serve", "m"],
         "not on PATH",
     )
     usage(capsys, ["--root", region, "launch", "exec", "--dry-run", "--", "no-such-program-xyz"], "program not found")
     usage(capsys, ["--root", region, "launch", "exec", "--dry-run"], "nothing to launch")
+
+
+def test_dry_run_plans_without_the_engine(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
+    """vLLM and SGLang alike: the dry run shows the plan and names the flags it assumed."""
+    os.environ["PATH"] = str(tmp_path)  # neither engine (nor python3) on PATH
+    doc = dry(capsys, region, "vllm", ["--kv-size", "1G"], ["serve", "m"])
+    assert doc["engine"]["flags_source"] == "assumed"
+    assert any("vLLM not found" in w and "assuming the flags of vLLM 0.29 or later" in w for w in doc["warnings"])
+    assert doc["engine"]["added"] == ["--kv-offloading-size", "1", "--kv-offloading-backend", "native"]
+    doc = dry(capsys, region, "sglang", ["--kv-size", "2G"], ["--model-path", "m"])
+    assert doc["engine"]["flags_source"] == "assumed"
+    assert any("SGLang not found" in w and "assuming the flags of SGLang 0.5 or later" in w for w in doc["warnings"])
+    assert "--hicache-size" in doc["engine"]["added"]
 
 
 def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:

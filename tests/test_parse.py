@@ -83,3 +83,65 @@ def test_meminfo() -> None:
     assert mi["MemTotal"] == 524288 * 1024
     assert mi["MemFree"] == 500000 * 1024
     assert mi["HugePages_Total"] == 0
+
+
+@pytest.mark.parametrize("text", ["١", "²", "1_000", " 1 2", "+5", "0x", "0xg", "9" * 400, "0x" + "f" * 17])
+def test_int_is_ascii_and_64_bit(text: str) -> None:
+    """`isdigit()` accepts '²' (int() does not) and int() accepts '١' and '1_000': sysfs has none."""
+    with pytest.raises(ValueError):
+        parse_int(text)
+
+
+@pytest.mark.parametrize("text", ["-80", "-0x80", "١", "8000000000000000" + "0"])
+def test_hex_is_never_negative_nor_wider_than_64_bits(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_hex(text)
+
+
+@pytest.mark.parametrize("text", ["١", "1,٢", "٠-٣", "²"])
+def test_nodelist_and_size_reject_non_ascii_digits(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_nodelist(text)
+    with pytest.raises(ValueError):
+        parse_size(text + "G")
+
+
+def test_format_size_never_overflows() -> None:
+    assert format_size(10**400).endswith("PiB")  # float(n) would raise OverflowError
+    assert format_size(1 << 61) == f"{1 << 11} PiB"
+    assert format_size(-(1 << 30)) == "-1 GiB"
+
+
+def test_meminfo_skips_non_ascii_numbers() -> None:
+    assert parse_meminfo("Node 0 MemTotal: ١٢ kB\nNode 0 MemFree: 4 kB\n") == {"MemFree": 4096}
+
+
+def test_decimal_helpers() -> None:
+    from cxlctl.parse import decimal_suffix, is_decimal
+
+    assert is_decimal("0123") and not is_decimal("") and not is_decimal("١") and not is_decimal("²")
+    assert decimal_suffix("node12", "node") == 12
+    assert decimal_suffix("node²", "node") is None and decimal_suffix("node", "node") is None
+
+
+def test_name_list_is_strict() -> None:
+    from cxlctl.parse import parse_name_list
+
+    assert parse_name_list("mem1, mem0,mem1", "memdev", "mem") == ["mem1", "mem0"]
+    for bad in ("mem0,,mem1", "mem0,", "mem١", "mem", "dax0"):
+        with pytest.raises(ValueError):
+            parse_name_list(bad, "memdev", "mem")
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "inf", "-0.5", "", "1e3", "١", "5s"])
+def test_seconds_reject(text: str) -> None:
+    from cxlctl.parse import parse_seconds
+
+    with pytest.raises(ValueError, match="number of seconds"):
+        parse_seconds(text)
+
+
+def test_seconds_accept() -> None:
+    from cxlctl.parse import parse_seconds
+
+    assert parse_seconds("0") == 0 and parse_seconds("5") == 5 and parse_seconds("0.5") == 0.5

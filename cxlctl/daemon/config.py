@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
 from cxlctl.hostio.root import under
+from cxlctl.parse import is_decimal
 
 CONFIG_PATH = paths.CONFIG_PATH
 NFD_DIR = paths.NFD_DIR
@@ -137,7 +138,7 @@ def parse_listen(v: Any) -> Optional[Tuple[str, int]]:
     if v == "":
         return None
     host, sep, port = v.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not is_decimal(port) or not 0 <= int(port) <= 65535:
         raise ValueError(f"must be HOST:PORT with a port 1-65535 (0: any free port), got {v!r}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

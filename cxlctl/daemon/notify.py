@@ -19,6 +19,8 @@ import socket
 import time
 from typing import MutableMapping, Optional
 
+from cxlctl.parse import is_decimal
+
 #: variables consumed here and hidden from child processes (``cxl list``), which
 #: must not talk to the service manager in the daemon's name
 _ENV_KEYS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
@@ -62,7 +64,7 @@ class Notifier:
         usec = e.get("WATCHDOG_USEC", "")
         wpid = e.get("WATCHDOG_PID", "")
         mine = pid if pid is not None else os.getpid()
-        if usec.isdigit() and int(usec) > 0 and (not wpid or (wpid.isdigit() and int(wpid) == mine)):
+        if is_decimal(usec) and int(usec) > 0 and (not wpid or (is_decimal(wpid) and int(wpid) == mine)):
             self.watchdog_usec = int(usec)
         for k in _ENV_KEYS:
             e.pop(k, None)

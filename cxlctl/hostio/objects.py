@@ -15,7 +15,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.model import DaxDevice, Knob, MemoryBlock, Warning_
-from cxlctl.parse import U64_MAX, parse_hex, parse_int, parse_nodelist
+from cxlctl.parse import U64_MAX, is_decimal, parse_hex, parse_int, parse_nodelist
 
 from . import paths
 from .reader import Reader
@@ -24,6 +24,10 @@ from .write import write_with_retry
 
 #: DAX driver -> daxctl's mode name
 DRIVER_MODE: Dict[str, str] = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}
+
+
+#: attributes where a negative number is a real value (-1 = NUMA_NO_NODE / no class)
+_SIGNED = ("/numa_node", "/target_node", "qos_class")
 
 
 class Attrs:
@@ -48,6 +52,9 @@ class Attrs:
             self._bad(path, t, "a hex number" if hexa else "a number")
             return None
         if unset_is_none and v == U64_MAX:
+            return None
+        if v < 0 and not path.endswith(_SIGNED):
+            self._bad(path, t, "a non-negative number")
             return None
         return v
 
@@ -75,7 +82,7 @@ class Attrs:
 
 
 def _is_region(name: str) -> bool:
-    return name.startswith("region") and name[6:].isascii() and name[6:].isdigit()
+    return name.startswith("region") and is_decimal(name[6:])
 
 
 def dax_device(a: Attrs, name: str) -> DaxDevice:

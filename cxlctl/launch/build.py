@@ -45,6 +45,7 @@ class Request(NamedTuple):
     kv_tmpfs: bool = False
     keep_numa_bind: bool = False
     lmcache: bool = False
+    dry_run: bool = False  # plan even without the engine installed (its flags are then assumed)
 
 
 class LaunchPlan(NamedTuple):
@@ -180,15 +181,19 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
             f"minus reserve {format_size(kv.reserve)} = {format_size(kv.bytes)}"
         )
 
-    # engine: resolve the executable first (a missing engine is a usage error), then its flags
+    # engine: resolve the executable first (a missing engine is a usage error, except in a
+    # dry run, which plans with assumed flags and says so), then its flags
     feats = None
     if req.engine != "exec":
         if shutil.which(cmd[0], path=environ.get("PATH")) is None:
-            raise UsageError(
-                f"{req.engine} engine not found: {cmd[0]!r} is not on PATH",
-                hint=f"install {req.engine}, activate its environment, or give --engine-cmd",
-            )
-        feats = eng.detect(req.engine, cmd, environ)
+            if not req.dry_run:
+                raise UsageError(
+                    f"{req.engine} engine not found: {cmd[0]!r} is not on PATH",
+                    hint=f"install {req.engine}, activate its environment, or give --engine-cmd",
+                )
+            feats = eng.assumed(req.engine, f"{cmd[0]!r} is not on PATH")
+        else:  # installed but its help fails: plan on, passing the arguments through (a warning says so)
+            feats = eng.detect(req.engine, cmd, environ)
     elif shutil.which(req.args[0], path=environ.get("PATH")) is None:
         raise UsageError(f"program not found: {req.args[0]!r}", hint="give a path or a program on PATH after --")
     if req.kv_tmpfs and req.engine == "sglang":

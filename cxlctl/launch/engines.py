@@ -51,11 +51,49 @@ class Features(NamedTuple):
     engine: str
     version: Optional[str]
     flags: FrozenSet[str]
-    source: str  # cache | probed | unavailable
+    source: str  # cache | probed | unavailable | assumed (dry run without the engine)
     error: Optional[str] = None
 
     def has(self, flag: str) -> bool:
         return flag in self.flags
+
+
+#: What a dry run assumes when the engine cannot be asked (not installed on this host):
+#: the releases docs/launch.md's examples come from, and the flags of theirs that
+#: cxlctl adds or checks.  A real launch never assumes: it asks the engine.
+ASSUMED: Dict[str, Tuple[str, FrozenSet[str]]] = {
+    "vllm": (
+        "0.29",
+        frozenset({"--kv-offloading-size", "--kv-offloading-backend", "--kv-transfer-config", *NUMA_BIND_FLAGS}),
+    ),
+    "sglang": (
+        "0.5",
+        frozenset(
+            {"--hicache-size", "--enable-hierarchical-cache", "--disable-hicache-numa-detect", "--enable-lmcache"}
+        ),
+    ),
+}
+_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def assumed(engine: str, why: str) -> Features:
+    """Features a dry run plans with when the engine is not there to be asked."""
+    version, flags = ASSUMED[engine]
+    return Features(engine, version, flags, "assumed", why)
+
+
+def _source_note(feats: Features) -> Tuple[List[str], List[str]]:
+    """(notes, warnings) saying where the engine's flags came from."""
+    name = _NAME.get(feats.engine, feats.engine)
+    if feats.source == "assumed":
+        return [], [
+            f"{name} not found ({feats.error}); dry run assuming the flags of {name} {feats.version} or later: "
+            + ", ".join(sorted(feats.flags))
+        ]
+    if feats.source == "unavailable":
+        return [], [f"could not read {name}'s flags ({feats.error}); passing the arguments through unchanged"]
+    how = "cached" if feats.source == "cache" else "from its help text"
+    return [f"{name} {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({how})"], []
 
 
 class EngineArgs(NamedTuple):
@@ -285,19 +323,12 @@ def _vllm(
         raise UsageError(
             "no vLLM arguments", hint="give them after --: cxlctl launch vllm [options] -- serve MODEL ..."
         )
-    notes: List[str] = []
-    warnings: List[str] = []
+    notes, warnings = _source_note(feats)
     added: List[str] = []
     dropped: List[str] = []
     env: Dict[str, str] = {}
     ver = version_tuple(feats.version)
     known = feats.source != "unavailable"
-    if known:
-        notes.append(
-            f"vLLM {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})"
-        )
-    else:
-        warnings.append(f"could not read vLLM's flags ({feats.error}); passing the arguments through unchanged")
     if has_opt(args, ["--swap-space"]):
         if (ver is not None and ver >= VLLM_NO_SWAP_SPACE_SINCE) or (known and not feats.has("--swap-space")):
             raise UsageError(
@@ -407,16 +438,9 @@ def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Option
         raise UsageError(
             "no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ..."
         )
-    notes: List[str] = []
-    warnings: List[str] = []
+    notes, warnings = _source_note(feats)
     added: List[str] = []
     known = feats.source != "unavailable"
-    if known:
-        notes.append(
-            f"SGLang {feats.version or '(version unknown)'}: {len(feats.flags)} flags ({'cached' if feats.source == 'cache' else 'from its help text'})"
-        )
-    else:
-        warnings.append(f"could not read SGLang's flags ({feats.error}); passing the arguments through unchanged")
     env = {"SGLANG_AUTO_NUMA_BIND": "0"}
     if has_opt(args, ["--numa-node"]):
         warnings.append("SGLang's --numa-node binds each scheduler to a node and replaces cxlctl's memory policy")

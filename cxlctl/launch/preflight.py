@@ -30,7 +30,7 @@ from cxlctl.hostio.proc import has_cap, status_field
 from cxlctl.hostio.reader import read_text
 from cxlctl.hostio.root import under
 from cxlctl.model import Inventory
-from cxlctl.parse import format_nodelist, format_size, parse_nodelist
+from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
 
 from .nodesets import NodeSets, cpus_of
 from .policy import Policy, kernel_supports
@@ -275,7 +275,7 @@ def run(
 
     # NUMA balancing tiering vs an explicit policy
     nb = (_read(root, paths.NUMA_BALANCING) or "").strip()
-    if nb.isdigit() and int(nb) & 2 and policy.mode != "local":
+    if is_decimal(nb) and int(nb) & 2 and policy.mode != "local":
         out.append(
             Check(
                 "numa-balancing",

@@ -28,7 +28,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Refused, fence_of, read_bounded, read_text
 from cxlctl.hostio.root import under
-from cxlctl.parse import format_nodelist, parse_nodelist
+from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
 from .policy import parse_env_value
 
@@ -107,22 +107,19 @@ def parse_numa_maps(text: str) -> List[Mapping]:
 
 
 def _read(root: str, path: str, pid: int) -> str:
+    p = under(root, path)  # messages name the file under --root, as the user gave it
     try:
-        return read_bounded(under(root, path), fence_of(root), 64 << 20).decode("utf-8", "replace")
+        return read_bounded(p, fence_of(root), 64 << 20).decode("utf-8", "replace")
     except Refused as e:
         raise CxlctlError(f"cannot read {path}: {e.reason}") from None
     except FileNotFoundError:
-        raise UsageError(
-            f"no process with PID {pid} ({path} does not exist)", hint="check the PID (ps, pgrep)"
-        ) from None
+        raise UsageError(f"no process with PID {pid} ({p} does not exist)", hint="check the PID (ps, pgrep)") from None
     except PermissionError:
-        raise CxlctlError(
-            f"cannot read {path}: permission denied", hint="run as root or as the process' owner"
-        ) from None
+        raise CxlctlError(f"cannot read {p}: permission denied", hint="run as root or as the process' owner") from None
     except ProcessLookupError:
         raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
     except OSError as e:
-        raise CxlctlError(f"cannot read {path}: {e.strerror}") from None
+        raise CxlctlError(f"cannot read {p}: {e.strerror}") from None
 
 
 def _environ(root: str, pid: int) -> Optional[str]:
@@ -150,7 +147,7 @@ def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
     out = {}
     for n in nodes:
         v = (read_text(root, f"{WI_DIR}/node{n}") or "").strip()
-        if v.isascii() and v.isdigit():
+        if is_decimal(v):
             out[n] = int(v)
     return out
 

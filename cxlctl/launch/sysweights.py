@@ -31,7 +31,7 @@ from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.model import Inventory
-from cxlctl.parse import format_nodelist
+from cxlctl.parse import format_nodelist, is_decimal
 
 from .nodesets import NodeSets
 
@@ -98,7 +98,7 @@ def _current(root: str) -> Dict[int, int]:
     out = {}
     for n, p in cur.wi_node_paths().items():
         v = (cur.get(p) or "").strip()
-        if v.isdigit():
+        if is_decimal(v):
             out[n] = int(v)
     return out
 
@@ -155,7 +155,7 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     auto = False
     for s in steps:
         name = s.setting.rsplit(".", 1)[-1]
-        if name.startswith("node") and name[4:].isdigit() and s.desired is not None and s.desired.isdigit():
+        if name.startswith("node") and is_decimal(name[4:]) and s.desired is not None and is_decimal(s.desired):
             wanted[int(name[4:])] = int(s.desired)
         if name == "auto" and s.desired == "true":
             auto = True
@@ -182,7 +182,7 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
 def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     """Processes with weighted-interleave mappings (first 64 KiB of each numa_maps: cheap)."""
     out = []
-    names = Reader(root).listdir(paths.PROC, lambda n: n.isascii() and n.isdigit())
+    names = Reader(root).listdir(paths.PROC, is_decimal)
     for pid in sorted(int(p) for p in names):
         if pid in exclude:
             continue

@@ -714,6 +714,8 @@ def _plan(st: _State, req: Request) -> Plan:
         raise PlanError("say which memdevs to use (--memdevs mem0,mem1) or how many (--ways N)")
     if req.ways not in VALID_WAYS:
         raise PlanError(f"--ways {req.ways} is invalid: the kernel supports 1, 2, 3, 4, 6, 8, 12 or 16 ways")
+    if req.size:
+        _check_size_fits(st, cands, req.size, req.ways)
     need = (req.size // req.ways) if req.size else SZ_256M
     reasons = []
     for rd in cands:
@@ -734,6 +736,37 @@ def _plan(st: _State, req: Request) -> Plan:
         f"no window can hold a {req.ways}-way region: " + "; ".join(reasons),
         hint=f"free memdevs: {', '.join(usable) or 'none'}",
     )
+
+
+def _check_size_fits(st: _State, cands: Sequence[Decoder], size: int, ways: int) -> None:
+    """Say plainly when ``--size`` is beyond what the host has, and by how much.
+
+    Without this a too-large size shows up only as "cannot reach N free memdevs
+    evenly" for every window, which points at the wrong cause.
+    """
+    free = {m.name: st.free_ram(m.name) for m in st.inv.memdevs if st.usable(m.name)[0]}
+    total = sum(free.values())
+    keep = "leave --size out to use all that fits"
+    if size > total:
+        raise PlanError(
+            f"size {_fmt(size)} exceeds the free CXL RAM capacity ({_fmt(total)} on {len(free)} free memdevs) "
+            f"by {_fmt(size - total)}",
+            hint=keep,
+        )
+    window = max(cands, key=lambda d: d.size or 0)
+    if size > (window.size or 0):
+        raise PlanError(
+            f"size {_fmt(size)} exceeds the largest CXL window ({window.name}, {_fmt(window.size or 0)}) "
+            f"by {_fmt(size - (window.size or 0))}",
+            hint=keep,
+        )
+    per, most = size // ways, max(free.values(), default=0)
+    if per > most:
+        raise PlanError(
+            f"size {_fmt(size)} needs {_fmt(per)} of free RAM capacity per memdev (size / {ways}-way); "
+            f"the most any free memdev has is {_fmt(most)}, {_fmt(per - most)} short",
+            hint=f"use at most {_fmt(most // SZ_256M * SZ_256M * ways)} at {ways}-way, or more ways",
+        )
 
 
 def plan_all(inv: Inventory, req: Request) -> List[Plan]:

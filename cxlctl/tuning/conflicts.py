@@ -116,7 +116,7 @@ def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, st
 
 
 def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, str], depth: int) -> Optional[str]:
-    if depth > 10 or "/" in name:
+    if depth > 10 or "/" in name or "\0" in name:  # a name, never a path (NUL: corrupt file)
         return None
     for d in TUNED_DIRS:
         path = f"{d}/{name}/tuned.conf"

@@ -282,7 +282,7 @@ def status(root: str) -> StatusResult:
         try:
             name = json.loads(text or "{}").get("profile")
         except ValueError:
-            messages.append(f"{ACTIVE_PROFILE} is not valid JSON")
+            messages.append(f"{host(root, ACTIVE_PROFILE)} is not valid JSON")
         persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(root) else None, profile=name)
     held = is_held(root)
     return StatusResult(

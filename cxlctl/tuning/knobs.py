@@ -17,6 +17,7 @@ from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.parse import decimal_suffix, is_decimal
 
 WI_DIR = paths.WI_DIR
 #: ``auto`` appeared in v6.16.  Some 6.18-era kernels name the file ``__auto_type``
@@ -47,8 +48,9 @@ class Current(NamedTuple):
     def wi_node_paths(self) -> Dict[int, str]:
         out: Dict[int, str] = {}
         for name in self.wi_files or ():
-            if name.startswith("node") and name[4:].isdigit():
-                out[int(name[4:])] = f"{WI_DIR}/{name}"
+            nid = decimal_suffix(name, "node")  # ASCII digits only: "node²" is not a node
+            if nid is not None:
+                out[nid] = f"{WI_DIR}/{name}"
         return out
 
 
@@ -144,10 +146,9 @@ class IntKnob(Knob):
 
     def canonical(self, raw: str) -> Optional[str]:
         t = raw.strip()
-        try:
-            return str(int(t, 10))
-        except ValueError:
+        if not is_decimal(t[1:] if t.startswith("-") else t):  # int() would take "١" and "1_0"
             return None
+        return str(int(t, 10))
 
 
 class RateLimitKnob(IntKnob):
@@ -262,7 +263,7 @@ class WeightedInterleaveKnob(Knob):
     def canonical(self, raw: str) -> Optional[str]:
         """Canonical form of one member file: a weight (int) or auto (true/false)."""
         t = raw.strip().lower()
-        if t.isdigit():
+        if is_decimal(t):
             return str(int(t))
         if t in TRUE_WORDS:
             return "true"
@@ -301,7 +302,7 @@ class WeightedInterleaveKnob(Knob):
 def parse_ratio(text: str) -> Tuple[int, int]:
     """``"3:1"`` → (3, 1); both sides 1-255."""
     a, sep, b = text.strip().partition(":")
-    if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+    if not sep or not is_decimal(a.strip()) or not is_decimal(b.strip()):
         raise ValueError(f'weights must be "bandwidth" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}')
     x, y = int(a), int(b)
     for v in (x, y):
@@ -385,9 +386,7 @@ def read_current(root: str) -> Current:
     r = Reader(root)
     if r.isdir(WI_DIR):
         names = r.listdir(WI_DIR)
-        keep = sorted(
-            n for n in names if (n.startswith("node") and n[4:].isascii() and n[4:].isdigit()) or n in WI_AUTO_NAMES
-        )
+        keep = sorted(n for n in names if decimal_suffix(n, "node") is not None or n in WI_AUTO_NAMES)
         wi = tuple(keep)
         for n in keep:
             values[f"{WI_DIR}/{n}"] = _read(root, f"{WI_DIR}/{n}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl.model import Inventory
+from cxlctl.parse import is_decimal
 
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
@@ -150,7 +151,7 @@ def _select_nodes(inv: Inventory, spec: WISpec, have: Mapping[int, str]) -> Tupl
             else:
                 notes.append(f"node {n.id} has no weight file")
     for sel in spec.nodes:
-        if sel.isdigit() and int(sel) not in chosen and not any(n.id == int(sel) and n.has_memory for n in inv.nodes):
+        if is_decimal(sel) and int(sel) not in chosen and not any(n.id == int(sel) and n.has_memory for n in inv.nodes):
             notes.append(f"node {sel} does not exist or has no memory")
     return sorted(chosen), notes
 
@@ -374,7 +375,7 @@ def _advice(inv: Inventory, steps: List[Step]) -> List[str]:
     cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
     nb = _final(steps, "kernel.numa_balancing")
     dem = _final(steps, "demotion_enabled")
-    tiering = nb is not None and nb.isdigit() and int(nb) & 2
+    tiering = nb is not None and is_decimal(nb) and int(nb) & 2
     if not cxl and any(s.action in ("set", "noop") for s in steps):
         out.append("no CXL memory node is online: the CXL-specific settings have nothing to act on yet")
     dram_tiers = {n.tier for n in inv.nodes if n.kind == "dram" and n.tier is not None}
