@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO, cxlctl
-
 from cxlctl.errors import EXIT_USAGE
+from tests.conftest import REPO, cxlctl
 
 
 def test_version() -> None:
