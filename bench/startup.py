@@ -24,7 +24,6 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _median_ms(cmd: list, runs: int, env: dict) -> float:  # type: ignore[type-arg]

@@ -26,12 +26,12 @@ import shutil
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from conftest import FIXTURES
-from prom import Exposition, parse_exposition  # noqa: F401  (re-exported for the tests)
-
 from cxlctl.daemon.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
+from tests.conftest import FIXTURES
+from tests.prom import Exposition as Exposition  # re-exported for the tests
+from tests.prom import parse_exposition as parse_exposition
 
 #: where recorded trees live; CXLCTL_TEST_FIXTURES points elsewhere (e.g. a fresh recording)
 FIXTURE_DIR = os.environ.get("CXLCTL_TEST_FIXTURES", FIXTURES)

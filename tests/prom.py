@@ -6,7 +6,7 @@ tests' conftest.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 
 class Exposition:
@@ -39,7 +39,7 @@ def parse_exposition(text: str) -> Exposition:
     assert text.endswith("\n"), "the exposition must end with a newline"
     seen_samples: Dict[str, bool] = {}
     current: Optional[str] = None
-    done: set = set()
+    done: Set[str] = set()
 
     def family_of(sample: str) -> str:
         for suffix in ("_sum", "_count", "_bucket"):

@@ -9,9 +9,9 @@ import sys
 from typing import Any, List
 
 import pytest
-from conftest import REPO, cxlctl
 
 from cxlctl.errors import EXIT_USAGE
+from tests.conftest import REPO, cxlctl
 
 
 def test_version() -> None:
@@ -151,10 +151,10 @@ def test_help_reads_like_a_unix_tool() -> None:
         ("tune", "plan"): "cxlctl tune plan [OPTIONS] [PROFILE]",
         ("policy", "show"): "cxlctl policy show [OPTIONS] PID",
     }
-    for path, line in usage.items():
+    for cmd_path, line in usage.items():
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            run(list(path) + ["--help"])
+            run(list(cmd_path) + ["--help"])
         assert line in buf.getvalue()
 
 

@@ -7,9 +7,9 @@ import os
 from typing import Any
 
 import pytest
-from conftest import cxlctl
 
 from cxlctl.daemon.config import SCHEMA, ConfigError, defaults, load, validate
+from tests.conftest import cxlctl
 
 FULL = """
 profile = "inference-capacity"

@@ -11,10 +11,9 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List
 
-from daemon_support import config, make_daemon, parse_exposition, step_for, step_until
-from tune_support import LIVE, pristine
-
 from cxlctl.daemon.config import load
+from tests.daemon_support import config, make_daemon, parse_exposition, step_for, step_until
+from tests.tune_support import LIVE, pristine
 
 
 def _tree(tmp_path: Any) -> str:

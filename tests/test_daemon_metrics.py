@@ -11,13 +11,13 @@ import stat
 from typing import Any, List
 
 import pytest
-from conftest import fixture_roots
-from daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
-from tune_support import LIVE, pristine
 
 from cxlctl.daemon import health, metrics, nfd
 from cxlctl.daemon.metrics import DriftCheck, Stats, View
 from cxlctl.inventory import scan
+from tests.conftest import fixture_roots
+from tests.daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
+from tests.tune_support import LIVE, pristine
 
 
 def _roots() -> List[str]:

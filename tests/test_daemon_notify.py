@@ -9,9 +9,9 @@ import time
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
-from daemon_support import config, make_daemon, step_until
 
 from cxlctl.daemon.notify import Notifier, sd_notify
+from tests.daemon_support import config, make_daemon, step_until
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_watchdog_env() -> None:
 def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket, str], tmp_path: Any) -> None:
     """The daemon's own loop: READY once after the start-up reconcile, WATCHDOG=1 every half
     WATCHDOG_USEC from the main loop, STATUS updates, STOPPING=1 on SIGTERM."""
-    from conftest import cxlctl
+    from tests.conftest import cxlctl
 
     s, path = sock
     root = str(tmp_path / "live")

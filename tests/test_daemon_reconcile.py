@@ -17,8 +17,13 @@ import time
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import REPO
-from daemon_support import (
+
+from cxlctl.cli import run
+from cxlctl.hostio.lock import is_held
+from cxlctl.tuning import journal as jn
+from cxlctl.tuning.knobs import WI_DIR
+from tests.conftest import REPO
+from tests.daemon_support import (
     config,
     cxl_nodes,
     make_daemon,
@@ -31,11 +36,6 @@ from daemon_support import (
     work_tree,
     write,
 )
-
-from cxlctl.cli import run
-from cxlctl.hostio.lock import is_held
-from cxlctl.tuning import journal as jn
-from cxlctl.tuning.knobs import WI_DIR
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")
@@ -206,7 +206,7 @@ def test_offline_cxl_memory_is_onlined_by_the_profile_policy_once(
 def _region_root(tmp_path: Any, name: str = "root") -> str:
     if PAIRS:
         return work_tree(PAIRS[0][1], str(tmp_path / name))
-    from tune_support import LIVE, pristine
+    from tests.tune_support import LIVE, pristine
 
     return work_tree(pristine(LIVE), str(tmp_path / name))
 
@@ -402,7 +402,7 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
 
 def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
     """`cxlctl daemon run --once` as a process: persisted profile applied, labels written, exit 0."""
-    from conftest import cxlctl
+    from tests.conftest import cxlctl
 
     root = _region_root(tmp_path)
     assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0

@@ -14,10 +14,9 @@ import subprocess
 import sys
 from typing import Any, Dict, List
 
-from conftest import REPO
-
 from cxlctl.daemon.config import load, validate
 from cxlctl.tuning.knobs import REGISTRY
+from tests.conftest import REPO
 
 UNIT = os.path.join(REPO, "systemd", "cxlctl.service")
 EXAMPLE = os.path.join(REPO, "systemd", "cxlctl.toml.example")

@@ -29,9 +29,9 @@ import sys
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
-from conftest import REPO, fixture_id, fixture_roots
 
 from cxlctl.cli import run
+from tests.conftest import REPO, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -41,7 +41,6 @@ SUBPROCESS_EVERY = 10
 ROOTS = fixture_roots()
 MANIFEST = "cxlctl-record.json"
 
-Mutation = Callable[[random.Random, str, List[str]], Optional[str]]
 
 # -- where to mutate ------------------------------------------------------------------
 

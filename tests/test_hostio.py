@@ -12,7 +12,6 @@ import stat
 from typing import Any, Dict
 
 import pytest
-from conftest import FIXTURES, copy_tree, cxlctl
 
 from cxlctl.daemon import config as daemon_config
 from cxlctl.errors import UsageError
@@ -25,6 +24,7 @@ from cxlctl.model import MemoryBlock
 from cxlctl.regions import dax
 from cxlctl.tuning.profile import ProfileError
 from cxlctl.tuning.profile import load as load_profile
+from tests.conftest import FIXTURES, copy_tree, cxlctl
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 

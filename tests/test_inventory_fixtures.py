@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any, Dict, List
 
 import pytest
-from conftest import fixture_id, fixture_roots, status_json
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vm"))
-from compare import compare_cxl_list, compare_daxctl, compare_numactl  # noqa: E402
-
-from cxlctl.inventory import scan  # noqa: E402
+from cxlctl.inventory import scan
+from tests.conftest import fixture_id, fixture_roots, status_json
+from tests.vm.compare import compare_cxl_list, compare_daxctl, compare_numactl
 
 ROOTS = fixture_roots()
 

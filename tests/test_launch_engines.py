@@ -13,12 +13,12 @@ import os
 from typing import Any, Dict, List
 
 import pytest
-from conftest import copy_tree, fixture_roots
-from launch_support import Fakes, write_status
 
 from cxlctl.cli import run
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.launch.proof import parse_numa_maps, parse_policy
+from tests.conftest import copy_tree, fixture_roots
+from tests.launch_support import Fakes, write_status
 
 GIB = 1 << 30
 LLAMA_8B = {
@@ -66,7 +66,7 @@ def dry(capsys: Any, root: str, engine: str, opts: List[str], args: List[str], r
 def usage(capsys: Any, argv: List[str], *needles: str, rc: int = 2) -> str:
     capsys.readouterr()
     got = run(argv)
-    err = capsys.readouterr().err
+    err: str = capsys.readouterr().err
     assert got == rc, (argv, got, err)
     assert ("cxlctl: error: " in err or "Error: " in err) and "Traceback" not in err, err
     for n in needles:
@@ -427,7 +427,7 @@ def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
 
 
 def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: Any, tmp_path: Any) -> None:
-    from tune_support import diff, snapshot
+    from tests.tune_support import diff, snapshot
 
     root = copy_tree(region, str(tmp_path / "t"))
     before = snapshot(root)
@@ -448,12 +448,11 @@ def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: A
 
 def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: Any, tmp_path: Any) -> None:
     """The real write path (no exec): journaled by the engine, undone by `tune revert`, on top of an active profile."""
-    from tune_support import diff, snapshot
-
     from cxlctl.inventory import scan
     from cxlctl.launch import sysweights
     from cxlctl.launch.nodesets import resolve
     from cxlctl.tuning import journal as jn
+    from tests.tune_support import diff, snapshot
 
     root = copy_tree(region, str(tmp_path / "t"))
     before = snapshot(root)

@@ -20,10 +20,10 @@ import time
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import REPO
-from launch_support import Fakes
 
 from cxlctl.launch.policy import MODES, numactl_argv
+from tests.conftest import REPO
+from tests.launch_support import Fakes
 
 HOST_WI = os.path.isdir("/sys/kernel/mm/mempolicy/weighted_interleave")
 #: the host's first node with memory and CPUs (node 0 on these machines)

@@ -7,13 +7,13 @@ import os
 from typing import Any, Dict, List
 
 import pytest
-from conftest import copy_tree, fixture_id, fixture_roots
-from launch_support import add_gpu, add_socket
 
 from cxlctl.cli import run
 from cxlctl.errors import UsageError
 from cxlctl.inventory import scan
 from cxlctl.launch.nodesets import find_gpus, nearest_cxl, parse_node_spec, resolve, socket_of
+from tests.conftest import copy_tree, fixture_id, fixture_roots
+from tests.launch_support import add_gpu, add_socket
 
 REGION = fixture_roots("*/*-region")
 NOREGION = fixture_roots("*/*-noregion")
@@ -39,7 +39,7 @@ def _usage(capsys: Any, argv: List[str], *needles: str) -> str:
     """The command fails with exit 2 and one clear line (plus a hint), no traceback."""
     capsys.readouterr()
     got = run(argv)
-    err = capsys.readouterr().err
+    err: str = capsys.readouterr().err
     assert got == 2, (argv, got, err)
     assert err.startswith("cxlctl: error: ") and "Traceback" not in err, err
     for n in needles:

@@ -15,10 +15,10 @@ import tempfile
 from typing import Any, Dict, Iterator, List
 
 import pytest
-from conftest import REPO, copy_tree, cxlctl, fixture_roots, status_json
 
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import CXL_DEVICES, scan
+from tests.conftest import REPO, copy_tree, cxlctl, fixture_roots, status_json
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 
@@ -145,8 +145,8 @@ def test_permission_denied_attributes(tree: str) -> None:
     dax = st0["dax_devices"][0]["chardev"]
     start = _attr(tree, "decoder0.0", "start")
     res = os.path.realpath(os.path.join(tree, "sys/bus/dax/devices", dax)) + "/resource"
-    for p in (start, res):
-        os.chmod(p, 0)
+    for attr in (start, res):
+        os.chmod(attr, 0)
     p = _unprivileged("--root", tree, "status", "--json")
     assert p.returncode == 0, p.stderr
     st = json.loads(p.stdout)

@@ -12,9 +12,9 @@ import os
 from typing import Any, Dict, List
 
 import pytest
-from conftest import FIXTURES, copy_tree, cxlctl
 
 from cxlctl.errors import EXIT_USAGE
+from tests.conftest import FIXTURES, copy_tree, cxlctl
 
 HB2X2 = os.path.join(FIXTURES, "linux-6.12", "hb2x2-region")
 NOREGION = os.path.join(FIXTURES, "linux-6.12", "hb2x2-noregion")

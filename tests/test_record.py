@@ -6,7 +6,8 @@ import json
 import os
 
 import pytest
-from conftest import cxlctl, fixture_id, fixture_roots, status_json
+
+from tests.conftest import cxlctl, fixture_id, fixture_roots, status_json
 
 
 def test_record_replays_identically_on_this_host(live_record: str) -> None:

@@ -15,7 +15,8 @@ import os
 from typing import Any, Dict, List
 
 import pytest
-from conftest import FIXTURES, copy_tree, cxlctl
+
+from tests.conftest import FIXTURES, copy_tree, cxlctl
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 HB2X2 = os.path.join(K612, "hb2x2-noregion")

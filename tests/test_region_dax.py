@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, List
 
 import pytest
-from conftest import FIXTURES, copy_tree
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.write import write_knob
 from cxlctl.regions import dax
+from tests.conftest import FIXTURES, copy_tree
 
 REGION_TREES = [os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")]
 
@@ -69,7 +69,7 @@ def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: s
     path = root + dax.AUTO_ONLINE
     write_knob(path, policy)
     assert dax.needs_hold(root, mode, zone) is hold
-    log: list = []
+    log: List[str] = []
     with dax.hold_auto_online(root, dax.needs_hold(root, mode, zone), log.append) as old:
         with open(path) as f:
             inside = f.read().strip()
@@ -91,5 +91,6 @@ def test_hold_restores_the_policy_when_the_body_fails(tmp_path: Any) -> None:
 
 def test_node_in_use(tmp_path: Any) -> None:
     root = REGION_TREES[0]
-    assert dax.node_in_use(root, 0) is not None and dax.node_in_use(root, 0) > 0  # DRAM has the kernel
+    used = dax.node_in_use(root, 0)
+    assert used is not None and used > 0  # DRAM has the kernel
     assert dax.node_in_use(root, 99) is None and dax.node_in_use(root, None) is None

@@ -15,10 +15,9 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import pytest
-from conftest import FIXTURES
 
 from cxlctl.inventory import scan
 from cxlctl.model import Decoder, Dport, Inventory, Port, Region
@@ -34,6 +33,7 @@ from cxlctl.regions.planner import (
     plan_all,
     ram_region_support,
 )
+from tests.conftest import FIXTURES
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 K61 = os.path.join(FIXTURES, "linux-6.1")
@@ -57,7 +57,7 @@ def serials(inv: Inventory, names: Sequence[str]) -> List[int]:
     return [int(rev[n] or 0) for n in names]
 
 
-def mems(inv: Inventory, *sn: int) -> tuple:
+def mems(inv: Inventory, *sn: int) -> Tuple[str, ...]:
     m = by_serial(inv)
     return tuple(m[s] for s in sn)
 

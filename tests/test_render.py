@@ -8,10 +8,10 @@ import re
 from typing import List
 
 import pytest
-from conftest import FIXTURES, copy_tree, cxlctl, fixture_id, fixture_roots
 
 from cxlctl.inventory import scan
 from cxlctl.render import render_status, weighted_interleave_line
+from tests.conftest import FIXTURES, copy_tree, cxlctl, fixture_id, fixture_roots
 
 LARGEST = [os.path.join(FIXTURES, "linux-6.12", n) for n in ("hb2x2-region", "switch2-region", "hb2x2-noregion")]
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,14 +49,14 @@ def test_bash_completes_groups_commands_and_options(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("shell,marker", [("zsh", "#compdef cxlctl"), ("fish", "complete --command cxlctl")])
 def test_zsh_and_fish_scripts(shell: str, marker: str) -> None:
-    from conftest import cxlctl
+    from tests.conftest import cxlctl
 
     p = cxlctl("completion", shell)
     assert p.returncode == 0 and marker in p.stdout and "_CXLCTL_COMPLETE" in p.stdout
 
 
 def test_unknown_shell_is_a_usage_error() -> None:
-    from conftest import cxlctl
+    from tests.conftest import cxlctl
 
     p = cxlctl("completion", "tcsh")
     assert p.returncode == 2
@@ -78,7 +79,7 @@ def test_man_pages_cover_every_command_and_option() -> None:
     from cxlctl.cli import app
 
     pages = manpage.pages()
-    root = typer.main.get_command(app)
+    root: Any = typer.main.get_command(app)
     ctx = click.Context(root, info_name="cxlctl")
     seen = 0
     for name in root.list_commands(ctx):

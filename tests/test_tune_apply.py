@@ -12,8 +12,6 @@ import time
 from typing import Any, Dict, List
 
 import pytest
-from conftest import REPO
-from tune_support import LIVE, PROFILES, diff, journal, representative, snapshot, sources, work_copy, write_boot_id
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED
@@ -21,6 +19,18 @@ from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import BY_NAME
+from tests.conftest import REPO
+from tests.tune_support import (
+    LIVE,
+    PROFILES,
+    diff,
+    journal,
+    representative,
+    snapshot,
+    sources,
+    work_copy,
+    write_boot_id,
+)
 
 SOURCES = sources()
 

@@ -16,12 +16,12 @@ import sys
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import REPO
-from tune_support import LIVE, diff, journal, representative, snapshot, work_copy
 
 from cxlctl.cli import run
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
+from tests.conftest import REPO
+from tests.tune_support import LIVE, diff, journal, representative, snapshot, work_copy
 
 COUNTS: Dict[Tuple[str, str], int] = {}
 

@@ -15,12 +15,12 @@ import os
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import cxlctl
-from tune_support import diff, journal, representative, snapshot, sources, work_copy
 
 from cxlctl.errors import EXIT_FAILURE
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
+from tests.conftest import cxlctl
+from tests.tune_support import diff, journal, representative, snapshot, sources, work_copy
 
 SOURCES = sources()
 FAULTS = ("EINVAL", "EBUSY", "EPERM", "vanished")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 import pytest
-from tune_support import PROFILES, pristine, sources, work_copy
 
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory, Memdev, Node, Region
@@ -20,6 +19,7 @@ from cxlctl.tuning.knobs import BY_NAME, WI_DIR, Current, parse_ratio, read_curr
 from cxlctl.tuning.plan import plan
 from cxlctl.tuning.recommend import recommend
 from cxlctl.tuning.weights import cxl_write_bandwidth, ratio_weights, reduce_weights
+from tests.tune_support import PROFILES, pristine, sources, work_copy
 
 SOURCES = sources()
 

@@ -6,13 +6,13 @@ import os
 from typing import Any, Iterator, List
 
 import pytest
-from conftest import cxlctl
-from tune_support import LIVE, snapshot, work_copy
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_USAGE
 from cxlctl.tuning import profile as prof
 from cxlctl.tuning.knobs import BandwidthRule, WISpec
+from tests.conftest import cxlctl
+from tests.tune_support import LIVE, snapshot, work_copy
 
 
 @pytest.fixture(scope="module")

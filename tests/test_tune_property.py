@@ -10,10 +10,10 @@ from typing import Dict, List, Optional
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tune_support import PROFILES, diff, snapshot, sources, work_copy
 
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
+from tests.tune_support import PROFILES, diff, snapshot, sources, work_copy
 
 SOURCES = sources()
 _WORK = tempfile.mkdtemp(prefix="cxlctl-prop-")

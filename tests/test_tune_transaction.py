@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any, List
 
-from tune_support import diff, journal, representative, snapshot, work_copy
-
 from cxlctl.cli import run
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.profile import from_data, load
 from cxlctl.tuning.transaction import Transaction
+from tests.tune_support import diff, journal, representative, snapshot, work_copy
 
 SOURCE = [s for s in representative() if s != "live-host"][0]
 REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
@@ -51,11 +50,10 @@ def test_rollback_puts_back_the_exact_values_and_the_journal_before(tmp_path: An
 def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any) -> None:
     """The launch profile goes to the transaction as an object; the journal keeps its document,
     and the daemon rebuilds it from there and finds nothing to write."""
-    from daemon_support import make_daemon
-
     from cxlctl.daemon.reconcile import load_target, resolve_target
     from cxlctl.launch import sysweights
     from cxlctl.launch.nodesets import resolve
+    from tests.daemon_support import make_daemon
 
     root = work_copy(REGION, str(tmp_path / "root"))
     inv = scan(root)
@@ -67,7 +65,7 @@ def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any)
     assert not os.path.exists(os.path.join(root, "run/cxlctl/launch")), "no profile file is written to pass weights"
     j = journal(root)
     assert j.profile == "launch-weights" and j.profile_data == wp.transaction.profile.data
-    from daemon_support import config
+    from tests.daemon_support import config
 
     target = resolve_target(root, config())
     assert target.state == "applied" and target.data == j.profile_data
@@ -88,9 +86,8 @@ def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any)
 
 def test_a_reconcile_pass_scans_once_and_plans_through_one_transaction(tmp_path: Any, monkeypatch: Any) -> None:
     """The daemon hands its own scan to the transaction: the commit does not rescan."""
-    from daemon_support import make_daemon
-
     import cxlctl.inventory
+    from tests.daemon_support import make_daemon
 
     root = work_copy(SOURCE, str(tmp_path / "root"))
     with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:

@@ -16,12 +16,12 @@ import time
 from typing import Any, List, Optional
 
 import pytest
-from conftest import REPO, cxlctl
-from tune_support import diff, journal, plan_writes, representative, snapshot, work_copy
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE
 from cxlctl.tuning import journal as jn
+from tests.conftest import REPO, cxlctl
+from tests.tune_support import diff, journal, plan_writes, representative, snapshot, work_copy
 
 #: a recorded tree (not the live record: a real kernel's tree, the same on every machine)
 SOURCE = [s for s in representative() if s != "live-host"][0]
@@ -212,7 +212,7 @@ def test_confirm_without_a_try_is_a_usage_error(tmp_path: Any, capsys: Any) -> N
 
 
 def test_the_daemon_reverts_an_expired_try_first(tmp_path: Any) -> None:
-    from daemon_support import make_daemon
+    from tests.daemon_support import make_daemon
 
     root = _root(tmp_path)
     before, j_before = snapshot(root), journal(root)

@@ -17,10 +17,9 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-from conftest import REPO, fixture_id, fixture_roots
-
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
+from tests.conftest import REPO, fixture_id, fixture_roots
 
 BUILTIN = ("inference-bandwidth", "inference-capacity", "latency-strict", "cxl-common")
 LIVE = "live-host"

@@ -88,8 +88,8 @@ def compare_cxl_list(status: Dict[str, Any], cxl_list: Any, c: Optional[Comparis
             theirs = [
                 (t.get("position"), t.get("id")) for t in sorted(p["targets"], key=lambda t: t.get("position", 0))
             ]
-            ours = [(t["position"], t["id"]) for t in o.get("targets", [])]
-            c.eq("decoder", f"{name} targets (position, id)", ours, theirs)
+            tgt_ours = [(t["position"], t["id"]) for t in o.get("targets", [])]
+            c.eq("decoder", f"{name} targets (position, id)", tgt_ours, theirs)
         if "region" in p:
             c.eq("decoder", f"{name} region", o.get("region"), p["region"])
         if "dpa_size" in p:
@@ -101,13 +101,13 @@ def compare_cxl_list(status: Dict[str, Any], cxl_list: Any, c: Optional[Comparis
     reg_ours = {r["region"]: r for r in status["regions"]}
     c.eq("region", "region names", sorted(reg_ours), sorted(reg_peer))
     for name in sorted(set(reg_ours) & set(reg_peer)):
-        o, p = reg_ours[name], reg_peer[name]
+        ro, rp = reg_ours[name], reg_peer[name]
         for key in ("size", "resource", "interleave_ways", "interleave_granularity", "decode_state", "type"):
-            if key in p:
-                c.eq("region", f"{name} {key}", o[key], p[key])
-        if "mappings" in p:
-            theirs = [m.get("memdev") for m in sorted(p["mappings"], key=lambda m: m.get("position", 0))]
-            c.eq("region", f"{name} target order", o["targets"], theirs)
+            if key in rp:
+                c.eq("region", f"{name} {key}", ro[key], rp[key])
+        if "mappings" in rp:
+            theirs = [m.get("memdev") for m in sorted(rp["mappings"], key=lambda m: m.get("position", 0))]
+            c.eq("region", f"{name} target order", ro["targets"], theirs)
 
     for kind, key in (("port", "port"), ("endpoint", "endpoint"), ("bus", "bus")):
         peer = _index(cxl_list, key)

@@ -25,15 +25,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from typing import Any, Dict, List
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import TOPOLOGIES, run_guest  # noqa: E402
-from prom import parse_exposition  # noqa: E402
+from tests.prom import parse_exposition
+from tests.vm.harness import TOPOLOGIES, run_guest
 
 pytestmark = pytest.mark.vm
 

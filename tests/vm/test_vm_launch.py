@@ -24,20 +24,15 @@ policy and execs.  The measured ratios are printed (pytest -s shows them).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness import TOPOLOGIES, run_guest  # noqa: E402
-from launch_support import HELP_VLLM  # noqa: E402
-
-from cxlctl.launch.proof import parse_numa_maps  # noqa: E402
+from cxlctl.launch.proof import parse_numa_maps
+from tests.launch_support import HELP_VLLM
+from tests.vm.harness import TOPOLOGIES, run_guest
 
 pytestmark = pytest.mark.vm
 

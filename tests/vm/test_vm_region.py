@@ -25,17 +25,14 @@ be the one before.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from typing import Any, Dict, List
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import GuestResult, run_guest  # noqa: E402
-
-from cxlctl.parse import parse_nodelist  # noqa: E402
+from cxlctl.parse import parse_nodelist
+from tests.vm.harness import GuestResult, run_guest
 
 pytestmark = pytest.mark.vm
 

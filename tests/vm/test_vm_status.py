@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any, Dict
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Comparison, compare_cxl_list, compare_daxctl, compare_numactl  # noqa: E402
-from harness import TOPOLOGIES, kernel, run_guest  # noqa: E402
+from tests.vm.compare import Comparison, compare_cxl_list, compare_daxctl, compare_numactl
+from tests.vm.harness import TOPOLOGIES, kernel, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -40,7 +38,7 @@ def _load_json(path: str) -> Any:
 
 def _strip_volatile(doc: Dict[str, Any]) -> Dict[str, Any]:
     """Drop what changes between two scans of an idle guest (free memory)."""
-    d = json.loads(json.dumps(doc))
+    d: Dict[str, Any] = json.loads(json.dumps(doc))
     for n in d["nodes"]:
         for k in VOLATILE:
             n.pop(k, None)

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any, Dict
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TOPOLOGIES, run_guest  # noqa: E402
-
-from cxlctl.tuning.knobs import BY_NAME, knob_of_path  # noqa: E402
+from cxlctl.tuning.knobs import BY_NAME, knob_of_path
+from tests.vm.harness import TOPOLOGIES, run_guest
 
 pytestmark = pytest.mark.vm
 
