@@ -1,7 +1,7 @@
 """Program a region plan through sysfs, with full undo; tear regions down.
 
 The sequence is the one ``cxl create-region`` uses (ndctl ``cxl/region.c``),
-verified on Linux 6.12 (/work/shared/docs/qemu-cxl.md):
+verified on Linux 6.12 in the VM tier (docs/testing.md):
 
 1. read ``decoderX.Y/create_ram_region`` and write the name back (a cmpxchg:
    EBUSY when another creator won the name; re-read and retry);

@@ -3,7 +3,7 @@
 # bash).  Why plain shell: bookworm's ndctl 76 cannot create RAM regions
 # ("region type 'ram' not supported yet"), so tests program the kernel's
 # region ABI through sysfs themselves, exactly like `cxl create-region` does
-# (see /work/shared/docs/qemu-cxl.md and ndctl_sysfs.md §1.2).  Temporary:
+# (the kernel's Documentation/ABI/testing/sysfs-bus-cxl; docs/testing.md).  Temporary:
 # cxlctl will get its own region command later.
 #
 # Functions:

@@ -3,7 +3,7 @@
 Why this exists: cxlctl reads the kernel's CXL/DAX/NUMA sysfs, and the only way
 to get a *real* kernel-made tree on a machine without CXL hardware is QEMU's
 CXL emulation.  This module wraps the verified recipe in
-``/work/shared/docs/qemu-cxl.md`` (QEMU 10 + virtme-ng + Debian 6.12/6.1
+docs/testing.md (QEMU 10 + virtme-ng + Debian 6.12/6.1
 kernels, TCG, ``-cpu max,hypervisor=off``) so tests and the fixture recorder
 can say "boot topology X on kernel Y and run this script" in one call.
 
