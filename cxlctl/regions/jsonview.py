@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
+from cxlctl.regions.dax import MODES
+
 if TYPE_CHECKING:
     from cxlctl.model import DaxDevice
     from cxlctl.regions.batch import Built
     from cxlctl.regions.dax import Reconfigured
     from cxlctl.regions.planner import Plan
     from cxlctl.regions.program import Destroyed
-
-#: driver -> daxctl's mode name (as :data:`cxlctl.regions.dax.MODES`)
-_MODES = {"kmem": "system-ram", "device_dax": "devdax"}
 
 
 def dax_device(st: DaxDevice, bs: Optional[int]) -> Dict[str, Any]:
@@ -29,7 +28,7 @@ def dax_device(st: DaxDevice, bs: Optional[int]) -> Dict[str, Any]:
         "chardev": st.name,
         "size": st.size,
         "target_node": st.target_node,
-        "mode": _MODES.get(st.driver or "", st.driver),
+        "mode": MODES.get(st.driver or "", st.driver),
         "online_memblocks": online if kmem else 0,
         "total_memblocks": (st.total_memblocks or 0) if kmem else 0,
         "movable": (zones == ["Movable"]) if online else None,
