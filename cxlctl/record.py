@@ -102,3 +102,12 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         json.dump(to_dict(inv), f, indent=2)
         f.write("\n")
     return manifest
+
+
+def as_json(manifest: Dict[str, Any], dest: str) -> Dict[str, Any]:
+    """``cxlctl record --json``: where the record went and its manifest (the files it wrote are named)."""
+    return {
+        "dest": os.path.abspath(dest),
+        "files": {"manifest": MANIFEST, "status": STATUS},
+        "manifest": manifest,
+    }

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -180,3 +180,144 @@ def test_fast_path_reports_a_bug_in_one_line_like_typer() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     assert p.returncode == 1
     assert p.stderr.startswith("cxlctl: internal error: RuntimeError: boom") and "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------ the CLI package
+
+
+def _imports_of(path: str, module: str) -> List[str]:
+    """Every cxlctl module ``path`` imports (top level and inside functions), absolute names."""
+    import ast
+
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    pkg = module.rsplit(".", 1)[0] if not path.endswith("__init__.py") else module
+    out: List[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("cxlctl")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.startswith("cxlctl"):
+                out.append(base)
+                out += [f"{base}.{a.name}" for a in node.names]
+    return out
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """No module of cxlctl reaches itself through imports (lazy ones included): cli.py ↔ cli_*.py is gone."""
+    mods = {}
+    for dp, _, fns in os.walk(os.path.join(REPO, "cxlctl")):
+        for fn in fns:
+            if fn.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dp, fn), REPO)[:-3].replace(os.sep, ".")
+                mods[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(dp, fn)
+    graph = {m: sorted({i for i in _imports_of(p, m) if i in mods and i != m}) for m, p in mods.items()}
+    state: Dict[str, int] = {}
+    cycles: List[List[str]] = []
+
+    def visit(m: str, stack: List[str]) -> None:
+        state[m] = 1
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n) :] + [n] if n in stack else [m, n])
+            elif n not in state:
+                visit(n, stack + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    cli_cycles = [c for c in cycles if any(x.startswith("cxlctl.cli") for x in c)]
+    assert not cli_cycles, cli_cycles
+    # the command modules know only the shared module and the help helpers, never the app
+    for m in graph:
+        if m.startswith("cxlctl.cli.") and m not in ("cxlctl.cli.app",):
+            assert "cxlctl.cli.app" not in graph[m] and "cxlctl.cli" not in graph[m], (m, graph[m])
+
+
+def test_no_global_state_in_the_cli(monkeypatch: Any) -> None:
+    """The root travels in the click context (``ctx.obj``), not a module global."""
+    import cxlctl.cli.app as appmod
+    from cxlctl.cli import run
+    from cxlctl.cli.common import CliState
+    from cxlctl.daemon import config as cfgmod
+
+    assert not hasattr(appmod, "STATE")
+    fx = os.path.join(REPO, "fixtures", "linux-6.12")
+    seen: List[Any] = []
+    load = cfgmod.load
+
+    def spy(root: str, path: Any = None) -> Any:
+        from typer._click.globals import get_current_context
+
+        obj = get_current_context().find_object(CliState)
+        seen.append((root, obj.root if obj is not None else None))
+        return load(root, path)
+
+    monkeypatch.setattr(cfgmod, "load", spy)
+    for t in ("single-region", "hb2-region"):
+        assert run(["--root", os.path.join(fx, t), "daemon", "config", "--json"]) == 0
+    assert seen == [(os.path.join(fx, t),) * 2 for t in ("single-region", "hb2-region")]
+
+
+def test_every_command_that_reports_takes_json() -> None:
+    """docs/cli.md's promise: --json on every command but `completion` (a script) and `daemon run` (a service)."""
+    import typer.main
+
+    from cxlctl.cli import app
+
+    without: List[str] = []
+
+    def walk(c: Any, path: List[str]) -> None:
+        subs = getattr(c, "commands", None)
+        if subs:
+            for n, s in subs.items():
+                walk(s, path + [n])
+            return
+        if "--json" not in [o for p in c.params for o in getattr(p, "opts", [])]:
+            without.append(" ".join(path))
+
+    walk(typer.main.get_command(app), [])
+    assert sorted(without) == ["completion", "daemon run"]
+    with open(os.path.join(REPO, "docs", "cli.md")) as f:
+        doc = f.read()
+    assert "`completion`" in doc and "`daemon run`" in doc
+
+
+def test_record_json(tmp_path: Any) -> None:
+    src = os.path.join(REPO, "fixtures", "linux-6.12", "hb2-region")
+    dest = str(tmp_path / "rec")
+    p = cxlctl("--root", src, "record", dest, "--json", check=True)
+    doc = json.loads(p.stdout)
+    assert doc["schema_version"] == 1 and doc["dest"] == dest
+    assert doc["manifest"]["files"] > 10 and doc["manifest"]["source_root"] == src
+    with open(os.path.join(dest, doc["files"]["manifest"])) as f:
+        assert json.load(f) == doc["manifest"]
+    assert os.path.exists(os.path.join(dest, doc["files"]["status"]))
+
+
+def test_daemon_metrics_and_labels_json_say_what_the_text_says(tmp_path: Any) -> None:
+    from tests.prom import parse_exposition
+
+    src = os.path.join(REPO, "fixtures", "linux-6.12", "hb2x2-region")
+    text = cxlctl("--root", src, "daemon", "metrics", "--no-health", check=True).stdout
+    doc = json.loads(cxlctl("--root", src, "daemon", "metrics", "--no-health", "--json", check=True).stdout)
+    assert doc["schema_version"] == 1
+    ex = parse_exposition(text)
+    n = 0
+    for fam in doc["metrics"]:
+        assert f"# TYPE {fam['name']} {fam['type']}" in text
+        for s in fam["samples"]:
+            if s["name"].endswith("_info") or "seconds" in s["name"]:
+                continue  # times and durations differ between the two runs
+            assert ex.get(s["name"], **s["labels"]) == s["value"], s
+            n += 1
+    assert n > 10
+    text = cxlctl("--root", src, "daemon", "labels", check=True).stdout
+    doc = json.loads(cxlctl("--root", src, "daemon", "labels", "--json", check=True).stdout)
+    pairs = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert doc["labels"] == pairs and pairs

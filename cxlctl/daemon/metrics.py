@@ -165,6 +165,32 @@ def _tier(t: Optional[int]) -> str:
 
 def build(view: View) -> str:
     """The exposition text for ``view`` (pure: the same view gives the same text)."""
+    return collect(view).render()
+
+
+def as_json(view: View) -> Dict[str, object]:
+    """The same metrics as one JSON document (``cxlctl daemon metrics --json``).
+
+    Values that JSON cannot hold (NaN, ±Inf) are given as the exposition's strings.
+    """
+    fams = []
+    for fam in collect(view).families.values():
+        samples = [
+            {"name": fam.name + suffix, "labels": dict(labels), "value": _json_value(value)}
+            for suffix, labels, value in fam.samples
+        ]
+        fams.append({"name": fam.name, "type": fam.type, "help": fam.help, "samples": samples})
+    return {"metrics": fams}
+
+
+def _json_value(v: float) -> object:
+    if isinstance(v, (bool, int)):
+        return int(v)
+    return v if math.isfinite(v) else fmt_value(v)
+
+
+def collect(view: View) -> Builder:
+    """Every metric family for ``view``, in exposition order."""
     b = Builder()
     st = view.stats
     inv = view.inventory
@@ -269,7 +295,7 @@ def build(view: View) -> str:
     )
     b.add("reloads_total", "counter", "", st.reload_failures, {"result": "failed"})
     _health(b, view.health)
-    return b.render()
+    return b
 
 
 def _inventory(b: Builder, inv: Inventory) -> None:

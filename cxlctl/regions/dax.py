@@ -33,7 +33,7 @@ import os
 import subprocess
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import objects, paths
@@ -43,6 +43,7 @@ from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobError, write_knob
 from cxlctl.model import DaxDevice, MemoryBlock
 from cxlctl.parse import format_size, parse_meminfo
+from cxlctl.progress import ProgressFn, tick
 
 DAX_DEVICES = paths.DAX_DEVICES
 DAX_DRIVERS = paths.DAX_DRIVERS
@@ -242,20 +243,22 @@ def _offline_one(root: str, bid: int) -> Optional[str]:
         return f"{e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e}"
 
 
-def offline_blocks(root: str, blocks: List[MemoryBlock], log: Log, what: str) -> List[int]:
-    """Offline every online block; all or nothing.
+def offline_blocks(
+    root: str, blocks: List[MemoryBlock], log: Log, what: str, progress: Optional[ProgressFn] = None
+) -> List[int]:
+    """Offline every online block; all or nothing (``progress``: called after each block).
 
     On the first block that will not go offline (EBUSY: pages the kernel
     cannot migrate), the blocks already offlined go back online in their
     previous zone and :class:`DaxError` says which block refused.
     """
     done: List[MemoryBlock] = []
-    for b in sorted(blocks, key=lambda b: -b.id):
-        if not (b.state or "").startswith("online"):
-            continue
+    todo = [b for b in sorted(blocks, key=lambda b: -b.id) if (b.state or "").startswith("online")]
+    for b in todo:
         err = _offline_one(root, b.id)
         if err is None:
             done.append(b)
+            tick(progress, len(done), len(todo), f"{what}: offlining memory blocks")
             continue
         back = []
         for d in done:
@@ -279,8 +282,11 @@ def offline_blocks(root: str, blocks: List[MemoryBlock], log: Log, what: str) ->
     return [d.id for d in done]
 
 
-def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxDevice:
-    """Online every block of a kmem-bound device in ``zone``; move blocks found in the other zone."""
+def online_in_zone(root: str, name: str, zone: str, log: Log, progress: Optional[ProgressFn] = None) -> DaxDevice:
+    """Online every block of a kmem-bound device in ``zone``; move blocks found in the other zone.
+
+    ``progress`` is called after each offline block is tried (done, total, what).
+    """
     st, blocks = read_dax_blocks(root, name)
     if st.resource is None:
         raise DaxError(f"{name}: its address (resource) is unreadable; run as root")
@@ -289,13 +295,14 @@ def online_in_zone(root: str, name: str, zone: str, log: Log) -> DaxDevice:
         st, blocks = read_dax_blocks(root, name)
     errors = []
     onlined = 0
-    for b in blocks:
-        if (b.state or "") == "offline":
-            err = _online_one(root, b.id, zone)
-            if err:
-                errors.append(f"memory{b.id}: {err}")
-            else:
-                onlined += 1
+    todo = [b for b in blocks if (b.state or "") == "offline"]
+    for i, b in enumerate(todo, 1):
+        err = _online_one(root, b.id, zone)
+        if err:
+            errors.append(f"memory{b.id}: {err}")
+        else:
+            onlined += 1
+        tick(progress, i, len(todo), f"{name}: onlining memory blocks")
     if onlined:
         log(f"{name}: onlined {onlined} memory block(s) in ZONE_{ZONE_WORD[zone].upper()}")
     if errors:
@@ -337,8 +344,13 @@ class Reconfigured(NamedTuple):
     actions: Tuple[str, ...]
 
 
-def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Log) -> Reconfigured:
-    """``daxctl reconfigure-device`` for one device; see the module doc for the semantics."""
+def reconfigure(
+    root: str, name: str, mode: str, zone: str, force: bool, log: Log, progress: Optional[ProgressFn] = None
+) -> Reconfigured:
+    """``daxctl reconfigure-device`` for one device; see the module doc for the semantics.
+
+    ``progress``: called per memory block onlined or offlined (:mod:`cxlctl.progress`).
+    """
     if mode not in DRIVER_OF:
         raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
     if zone not in ONLINE_STATE:
@@ -359,7 +371,7 @@ def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Lo
                 bind(root, name, "kmem", note)
                 # the kernel hot-plugs the memory during the bind; wait for its blocks
                 _wait(lambda: _has_blocks(root, name), 10)
-        st = online_in_zone(root, name, zone, note)
+        st = online_in_zone(root, name, zone, note, progress)
         return Reconfigured(name, before, mode, zone, before != mode or bool(actions), st, tuple(actions))
     # devdax
     if st.driver == "device_dax":
@@ -376,7 +388,7 @@ def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Lo
                 hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
                 "nothing changes if one cannot be offlined)",
             )
-        offline_blocks(root, list(online), note, name)
+        offline_blocks(root, list(online), note, name, progress)
         try:
             unbind(root, name, note)
         except DaxError:
@@ -386,20 +398,3 @@ def reconfigure(root: str, name: str, mode: str, zone: str, force: bool, log: Lo
         unbind(root, name, note)
     bind(root, name, "device_dax", note)
     return Reconfigured(name, before, mode, None, True, read_dax(root, name), tuple(actions))
-
-
-def as_json(st: DaxDevice, bs: Optional[int]) -> Dict[str, Any]:
-    """daxctl list's vocabulary for one device (read by :func:`read_dax`, so its counts are filled in)."""
-    kmem = st.driver == "kmem"
-    online = st.online_memblocks or 0
-    zones = list(st.zones)
-    return {
-        "chardev": st.name,
-        "size": st.size,
-        "target_node": st.target_node,
-        "mode": MODES.get(st.driver or "", st.driver),
-        "online_memblocks": online if kmem else 0,
-        "total_memblocks": (st.total_memblocks or 0) if kmem else 0,
-        "movable": (zones == ["Movable"]) if online else None,
-        "zones": zones,
-    }

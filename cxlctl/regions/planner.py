@@ -769,6 +769,10 @@ def _check_size_fits(st: _State, cands: Sequence[Decoder], size: int, ways: int)
         )
 
 
+#: the most regions one ``--all`` plans or creates (capacity is finite; this bounds a runaway loop)
+MAX_REGIONS = 64
+
+
 def plan_all(inv: Inventory, req: Request) -> List[Plan]:
     """Use all unused CXL RAM capacity: repeatedly the widest valid region any window allows.
 
@@ -803,7 +807,7 @@ def plan_all(inv: Inventory, req: Request) -> List[Plan]:
             break
         plans.append(best)
         st.add(best)
-        if len(plans) > 64:  # pragma: no cover - capacity is finite; belt and braces
+        if len(plans) >= MAX_REGIONS:  # pragma: no cover - capacity is finite; belt and braces
             break
     if not plans:
         usable = [m.name for m in inv.memdevs if st.usable(m.name)[0]]

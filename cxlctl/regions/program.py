@@ -46,6 +46,7 @@ from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
 from cxlctl.parse import format_size, parse_hex, parse_int
+from cxlctl.progress import ProgressFn
 
 from . import dax as daxmod
 from .planner import Plan, Target
@@ -410,8 +411,11 @@ class Destroyed(NamedTuple):
     steps: Tuple[str, ...]
 
 
-def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
-    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete."""
+def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
+    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
+
+    ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
+    """
     st = read_region(root, name)
     if st.root_decoder is None:
         raise CxlctlError(f"cannot tell the root decoder of {name}")
@@ -430,7 +434,7 @@ def destroy(root: str, name: str, force: bool, log: Log) -> Destroyed:
                 hint=f"stop what uses node {ds.target_node}, then `cxlctl region destroy {name} --force` "
                 "(offlines the blocks first; stops without changing anything if one cannot be offlined)",
             )
-        ids = daxmod.offline_blocks(root, list(online), log, f"{name}/{dev}")
+        ids = daxmod.offline_blocks(root, list(online), log, f"{name}/{dev}", progress)
         offlined.append((dev, tuple(ids)))
     steps: List[str] = []
 

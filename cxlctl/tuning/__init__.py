@@ -20,5 +20,5 @@ Layout (each module says why it exists):
 * :mod:`.engine`   — prepare / apply / verify / revert / status by profile reference.
 * :mod:`.jsonview` — the ``cxlctl tune … --json`` documents, shaped in one place.
 
-Nothing here imports rich, typer or psutil; the CLI (``cxlctl.cli_tune``) renders.
+Nothing here imports rich, typer or psutil; the CLI (``cxlctl.cli.tune``) renders.
 """

@@ -5,7 +5,7 @@ The transaction itself — plan, commit, rollback — is :class:`.transaction.Tr
 reference.  Revert restores the journal's originals in reverse order; it is also the
 crash recovery, since a killed apply leaves a journal in state ``applying``.
 
-Every function returns a typed result (:mod:`.results`); the CLI (``cxlctl.cli_tune``)
+Every function returns a typed result (:mod:`.results`); the CLI (``cxlctl.cli.tune``)
 decides exit codes and :mod:`.jsonview` shapes the JSON.  Nothing here prints.
 """
 

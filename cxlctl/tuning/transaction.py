@@ -41,6 +41,7 @@ from cxlctl.hostio.proc import has_cap
 from cxlctl.hostio.root import under as host
 from cxlctl.hostio.write import KnobError, pause_hook, read_raw, write_with_retry
 from cxlctl.model import Inventory
+from cxlctl.progress import ProgressFn, tick
 
 from . import journal as jn
 from .conflicts import PERSIST_SYSCTL, find, our_keys
@@ -427,8 +428,10 @@ class Transaction:
         pause_hook(0)
         return j
 
-    def _write(self, writes: Tuple[Step, ...], progress: Progress) -> Optional[Step]:
-        """Write each step; the failing step, or None."""
+    def _write(
+        self, writes: Tuple[Step, ...], progress: Progress, on_progress: Optional[ProgressFn] = None
+    ) -> Optional[Step]:
+        """Write each step; the failing step, or None (``on_progress`` after each step)."""
         for i, st in enumerate(writes, 1):
             assert st.write is not None
             if st.knob not in progress.attempted:
@@ -446,6 +449,7 @@ class Transaction:
                 else:
                     progress.fail(st.path, "failed", f"{e.kind}: {e.reason}")
                     return st
+            tick(on_progress, i, len(writes), "writing tuning knobs")
             pause_hook(i)
         return None
 
@@ -529,11 +533,13 @@ class Transaction:
         persist: bool = False,
         wait: Optional[float] = None,
         trial_timeout: Optional[float] = None,
+        on_progress: Optional[ProgressFn] = None,
     ) -> ApplyResult:
         """Apply the plan transactionally (the phases in the module docstring).
 
         ``trial_timeout``: record the apply as a `tune try` that must be confirmed within
         that many seconds (see :mod:`cxlctl.tuning.trial`).
+        ``on_progress``: called after each knob write (done, total, what; :mod:`cxlctl.progress`).
         """
         prep = self.prepared
         if dry_run:
@@ -560,7 +566,7 @@ class Transaction:
             j = self._journal(p, entries, active, persist, messages)
             progress = Progress(entries)
             try:
-                failed = self._write(p.writes, progress)
+                failed = self._write(p.writes, progress, on_progress)
             except KeyboardInterrupt:
                 raise self._interrupted(j, entries, active, progress) from None
             checks: List[Check] = []

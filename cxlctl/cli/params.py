@@ -15,7 +15,7 @@ import typer
 from typer._click import types as _types
 from typer.core import TyperCommand
 
-from .parse import parse_seconds
+from cxlctl.parse import parse_seconds
 
 
 class Command(TyperCommand):

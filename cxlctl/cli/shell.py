@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli_params import argument
-from .errors import EXIT_USAGE, CxlctlError
+from cxlctl.errors import EXIT_USAGE, CxlctlError
+
+from .params import argument
 
 SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_CXLCTL_COMPLETE"

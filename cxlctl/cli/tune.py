@@ -13,60 +13,35 @@ Before any ``tune`` command runs, an expired unconfirmed ``tune try`` is reverte
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 
-from .cli_params import Command, argument, seconds
-from .errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
+from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
+
+from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
+from .common import emit_json as _emit
+from .common import note as _note
+from .params import Command, argument
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .tuning.engine import ApplyResult, FileResult, Prepared
-    from .tuning.journal import Journal
-    from .tuning.profile import Profile
-    from .tuning.results import UndoResult
+    from cxlctl.tuning.engine import ApplyResult, FileResult, Prepared
+    from cxlctl.tuning.journal import Journal
+    from cxlctl.tuning.profile import Profile
+    from cxlctl.tuning.results import UndoResult
 
 DEFAULT_PROFILE = "inference-bandwidth"
-SCHEMA_VERSION = 1
 
-tune_app = typer.Typer(
-    name="tune",
-    help="Plan, apply, verify and revert tuning profiles (sysctls, demotion, weighted interleave).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout.")
-WAIT_OPT = typer.Option(
-    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the lock (default 5)."
-)
-
-
-def _root() -> str:
-    from .cli import STATE
-
-    return STATE.root
+tune_app = group("tune", "Plan, apply, verify and revert tuning profiles (sysctls, demotion, weighted interleave).")
 
 
 def _console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False)
-
-
-def _emit(doc: Dict[str, Any]) -> None:
-    doc = {"schema_version": SCHEMA_VERSION, **doc}
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-
-
-def _note(msgs: Any) -> None:
-    for m in msgs:
-        sys.stderr.write(f"cxlctl: {m}\n")
 
 
 def _v(x: Optional[str]) -> str:
@@ -79,11 +54,11 @@ def _v(x: Optional[str]) -> str:
 @tune_app.callback()
 def _before_any_command() -> None:
     # a `tune try` whose waiting process was killed: revert it once expired, before anything else
-    from .tuning import jsonview as view
-    from .tuning.trial import expire
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.trial import expire
 
     try:
-        _note(view.expired(expire(_root())))
+        _note(view.expired(expire(host_root())))
     except CxlctlError as e:
         _note([f"warning: {e}" + (f" ({e.hint})" if e.hint else "")])
 
@@ -94,13 +69,13 @@ def _before_any_command() -> None:
 @tune_app.command("list")
 def list_cmd(json_out: bool = JSON_OPT) -> None:
     """List built-in and user profiles (/etc/cxlctl/profiles)."""
-    from .tuning.profile import ProfileError, list_names, load
+    from cxlctl.tuning.profile import ProfileError, list_names, load
 
     rows: List[Dict[str, Any]] = []
-    for name, path, builtin in list_names(_root()):
+    for name, path, builtin in list_names(host_root()):
         row: Dict[str, Any] = {"name": name, "source": path, "builtin": builtin, "summary": None, "error": None}
         try:
-            row["summary"] = load(_root(), path).summary
+            row["summary"] = load(host_root(), path).summary
         except ProfileError as e:
             row["error"] = str(e)
         rows.append(row)
@@ -123,10 +98,10 @@ def show_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or path to a .toml file."), json_out: bool = JSON_OPT
 ) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
-    from .tuning import jsonview as view
-    from .tuning.profile import load
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.profile import load
 
-    p = load(_root(), profile)
+    p = load(host_root(), profile)
     doc = view.profile(p)
     if json_out:
         _emit({"profile": doc})
@@ -157,13 +132,13 @@ def show_cmd(
 @tune_app.command("recommend")
 def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     """Recommend a built-in profile for this host, with the reasons."""
-    from .inventory import scan
-    from .tuning.knobs import read_current
-    from .tuning.recommend import recommend
+    from cxlctl.inventory import scan
+    from cxlctl.tuning.knobs import read_current
+    from cxlctl.tuning.recommend import recommend
 
-    rec = recommend(scan(_root()), read_current(_root()))
+    rec = recommend(scan(host_root()), read_current(host_root()))
     if json_out:
-        from .tuning import jsonview as view
+        from cxlctl.tuning import jsonview as view
 
         _emit(view.recommendation(rec))
         return
@@ -185,16 +160,16 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 
 def _default_profile() -> Union[str, Profile]:
     """The profile in effect this boot (rebuilt from the journal when it has no file), else the default."""
-    from .tuning.state import applied_journal
+    from cxlctl.tuning.state import applied_journal
 
-    j = applied_journal(_root())
+    j = applied_journal(host_root())
     if j is not None:
-        from .tuning.profile import candidates, from_data
+        from cxlctl.tuning.profile import candidates, from_data
 
         if j.profile_data is not None:
-            return from_data(_root(), j.profile, j.profile_data, j.profile_source)
+            return from_data(host_root(), j.profile, j.profile_data, j.profile_source)
 
-        found = candidates(_root(), j.profile)
+        found = candidates(host_root(), j.profile)
         if found and found[0][0] == j.profile_source:
             return j.profile  # still what the name resolves to
         return j.profile_source or j.profile
@@ -207,7 +182,7 @@ _ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported":
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     from rich.table import Table
 
-    from .tuning.knobs import BY_NAME
+    from cxlctl.tuning.knobs import BY_NAME
 
     p = prep.plan
     head = f"[bold]{title}[/bold] {p.profile}"
@@ -253,10 +228,10 @@ def plan_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show what applying a profile would change: knob, current, desired, reason, reversible."""
-    from .tuning import jsonview as view
-    from .tuning.transaction import Transaction
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.transaction import Transaction
 
-    prep = Transaction(_root(), profile or _default_profile(), persist=persist or None).prepared
+    prep = Transaction(host_root(), profile or _default_profile(), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -301,11 +276,12 @@ def apply_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile: journal the originals, write each knob, roll back on failure, verify."""
-    from .tuning import jsonview as view
-    from .tuning.transaction import Transaction
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.transaction import Transaction
 
-    txn = Transaction(_root(), profile or _default_profile(), persist=persist or None)
-    res = txn.commit(dry_run=dry_run, persist=persist, wait=wait)
+    txn = Transaction(host_root(), profile or _default_profile(), persist=persist or None)
+    with progress_bar(json_out) as progress:
+        res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
         _emit(view.apply(res))
     else:
@@ -354,10 +330,10 @@ def verify_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""
-    from .tuning import jsonview as view
-    from .tuning.engine import verify
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.engine import verify
 
-    res = verify(_root(), profile)
+    res = verify(host_root(), profile)
     if json_out:
         _emit(view.verify(res))
     else:
@@ -393,10 +369,10 @@ def verify_cmd(
 @tune_app.command("revert")
 def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Restore every knob to its value before cxlctl (also after a crashed apply); remove persisted files."""
-    from .tuning import jsonview as view
-    from .tuning.engine import revert
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.engine import revert
 
-    res = revert(_root(), wait=wait)
+    res = revert(host_root(), wait=wait)
     if json_out:
         _emit(view.revert(res))
     else:
@@ -420,10 +396,10 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
 @tune_app.command("status")
 def status_cmd(json_out: bool = JSON_OPT) -> None:
     """Active profile, when it was applied, journal state, a pending try, drift summary, lock, persistence."""
-    from .tuning import jsonview as view
-    from .tuning.engine import status
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.engine import status
 
-    st = status(_root())
+    st = status(host_root())
     if json_out:
         _emit(view.status(st))
         return
@@ -504,9 +480,9 @@ def try_cmd(
     import math
     import signal
 
-    from .errors import UsageError
-    from .tuning import jsonview as view
-    from .tuning.transaction import Transaction
+    from cxlctl.errors import UsageError
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.transaction import Transaction
 
     if not math.isfinite(timeout) or timeout <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
@@ -514,13 +490,14 @@ def try_cmd(
     old = signal.signal(signal.SIGTERM, _term)
     try:
         try:
-            res = Transaction(_root(), profile).commit(wait=wait, trial_timeout=timeout)
+            with progress_bar(json_out) as progress:
+                res = Transaction(host_root(), profile).commit(wait=wait, trial_timeout=timeout, on_progress=progress)
         except KeyboardInterrupt:
             # between recording the try and returning it: undo it here rather than leave it to expire
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            from .tuning.trial import abandon
+            from cxlctl.tuning.trial import abandon
 
-            undone = abandon(_root())
+            undone = abandon(host_root())
             if undone is not None and not undone.ok:
                 raise CxlctlError(
                     f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
@@ -554,8 +531,8 @@ def _await_confirmation(
     """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
     import signal
 
-    from .tuning import jsonview as view
-    from .tuning import trial
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import trial
 
     assert j.trial is not None
     name = res.prepared.plan.profile
@@ -571,7 +548,7 @@ def _await_confirmation(
                 f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
             ]
         )
-        outcome = trial.wait(_root(), j, _stdin_fd())
+        outcome = trial.wait(host_root(), j, _stdin_fd())
     except KeyboardInterrupt:
         outcome = "interrupted"
     if outcome not in _WHY_NOT:
@@ -580,7 +557,7 @@ def _await_confirmation(
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        reverted = trial.give_up(_root(), j)
+        reverted = trial.give_up(host_root(), j)
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
@@ -620,10 +597,10 @@ def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[Undo
 @tune_app.command("confirm")
 def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Keep the profile of a pending `tune try` (from any shell); error when no try is pending."""
-    from .tuning import jsonview as view
-    from .tuning.trial import confirm
+    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning.trial import confirm
 
-    c = confirm(_root(), wait)
+    c = confirm(host_root(), wait)
     if json_out:
         _emit(view.confirmed(c))
         return

@@ -13,42 +13,27 @@ See docs/regions.md.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
-from .cli_params import Command, argument, seconds
-from .errors import EXIT_USAGE, CxlctlError, UsageError
-from .parse import decimal_suffix
+from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
+from cxlctl.parse import decimal_suffix
+
+from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
+from .params import Command, argument
 
 if TYPE_CHECKING:
-    from .model import Inventory
-    from .regions.dax import Reconfigured
-    from .regions.planner import Plan, Request
-    from .regions.program import Created
+    from cxlctl.model import Inventory
+    from cxlctl.regions.batch import Batch
+    from cxlctl.regions.dax import Reconfigured
+    from cxlctl.regions.planner import Plan, Request
 
-SCHEMA_VERSION = 1
+region_app = group("region", "Plan, create and destroy interleaved CXL RAM regions (docs/regions.md).")
+dax_app = group("dax", "Switch DAX devices between devdax and system-ram, onlining in the chosen zone.")
 
-region_app = typer.Typer(
-    name="region",
-    help="Plan, create and destroy interleaved CXL RAM regions (docs/regions.md).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-dax_app = typer.Typer(
-    name="dax",
-    help="Switch DAX devices between devdax and system-ram, onlining in the chosen zone.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout (messages go to stderr).")
 MEMDEVS_OPT = typer.Option(
     None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them)."
 )
@@ -70,9 +55,6 @@ DECODER_OPT = typer.Option(
 )
 TYPE_OPT = typer.Option("ram", "--type", "-t", metavar="TYPE", help="Region type; only ram is supported.")
 ALL_OPT = typer.Option(False, "--all", help="Use all unused CXL RAM capacity, widest valid interleave per window.")
-WAIT_OPT = typer.Option(
-    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the cxlctl lock (default 5)."
-)
 VERBOSE_OPT = typer.Option(False, "--verbose", "-v", help="Print every sysfs write to stderr.")
 ONLINE_OPT = typer.Option(
     "system-ram",
@@ -90,32 +72,6 @@ ZONE_OPT = typer.Option(
 )
 
 
-def _root() -> str:
-    from .cli import STATE
-
-    return STATE.root
-
-
-def _emit(doc: Dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n")
-
-
-def _logger(verbose: bool) -> Callable[[str], None]:
-    def log(msg: str) -> None:
-        if verbose:
-            sys.stderr.write(f"cxlctl: {msg}\n")
-
-    return log
-
-
-def _need_root(cmd: str) -> None:
-    if os.geteuid() != 0:
-        raise CxlctlError(
-            f"{cmd} needs root: it writes CXL region and memory-hotplug attributes under /sys; nothing was changed",
-            hint=f"run it as root (sudo cxlctl {cmd} ...); `cxlctl region plan` shows the plan without root",
-        )
-
-
 def _choice(value: str, allowed: Tuple[str, ...], opt: str) -> str:
     v = value.strip().lower()
     if v not in allowed:
@@ -131,8 +87,8 @@ def _request(
     decoder: Optional[str],
     rtype: str,
 ) -> Request:
-    from .parse import parse_name_list, parse_size
-    from .regions.planner import Request
+    from cxlctl.parse import parse_name_list, parse_size
+    from cxlctl.regions.planner import Request
 
     names: Tuple[str, ...] = ()
     if memdevs is not None:
@@ -168,7 +124,7 @@ def _request(
 
 
 def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
-    from .regions.planner import plan, plan_all
+    from cxlctl.regions.planner import plan, plan_all
 
     if use_all:
         if req.memdevs or req.ways is not None or req.size is not None:
@@ -182,49 +138,12 @@ def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
 # ------------------------------------------------------------------------------ rendering
 
 
-def plan_json(p: Plan) -> Dict[str, Any]:
-    index = {(lv.port, t): i for lv in p.levels for i, t in enumerate(lv.targets)}
-    return {
-        "decoder": p.root_decoder,
-        "type": p.type,
-        "size": p.size,
-        "interleave_ways": p.ways,
-        "interleave_granularity": p.granularity,
-        "resource": p.resource,
-        "window": {"size": p.window_size, "max_available_extent": p.window_free},
-        "targets": [t.memdev for t in p.targets],
-        "mappings": [
-            {
-                "position": t.position,
-                "memdev": t.memdev,
-                "decoder": t.decoder,
-                "endpoint": t.endpoint,
-                "dpa_size": t.dpa_size,
-                "mode": t.mode,
-                "route": [{"port": h.port, "dport": h.dport, "index": index.get((h.port, h.dport))} for h in t.hops],
-            }
-            for t in p.targets
-        ],
-        "port_decoders": [
-            {
-                "port": lv.port,
-                "decoder": lv.decoder,
-                "interleave_ways": lv.ways,
-                "interleave_granularity": lv.granularity,
-                "targets": list(lv.targets),
-            }
-            for lv in p.levels[1:]
-        ],
-        "notes": list(p.notes),
-    }
-
-
 def _render_plan(p: Plan, title: str = "plan") -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from .parse import format_size
+    from cxlctl.parse import format_size
 
     c = Console(highlight=False)
     at = f" at {p.resource:#x}" if p.resource is not None else ""
@@ -270,49 +189,16 @@ def plan_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show how a region would be built (positions, decoders, size), or exactly why it cannot be. No root needed."""
-    from .inventory import scan
+    from cxlctl.inventory import scan
+    from cxlctl.regions import jsonview
 
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
-    plans = _plans(scan(_root()), req, use_all)
+    plans = _plans(scan(host_root()), req, use_all)
     if json_out:
-        _emit({"plans": [plan_json(p) for p in plans]})
+        emit_json(jsonview.plans(plans))
         return
     for i, p in enumerate(plans):
         _render_plan(p, f"plan {i + 1}/{len(plans)}" if len(plans) > 1 else "plan")
-
-
-def _dax_step(root: str, online: str, zone: str, log: Callable[[str], None]) -> Callable[[Created], None]:
-    from .regions import dax
-
-    def step(made: Created) -> None:
-        if not made.dax_devices:
-            raise dax.DaxError(
-                f"no DAX device appeared for {made.region} (is the dax_cxl driver loaded?)",
-                hint="modprobe dax_cxl, then create the region again",
-            )
-        for dev in made.dax_devices:
-            dax.reconfigure(root, dev, online, zone, force=True, log=log)
-
-    return step
-
-
-def _created_json(made: Created, root: str) -> Dict[str, Any]:
-    from .regions import dax
-
-    doc = plan_json(made.plan)
-    bs = dax.block_size(root)
-    doc.update(
-        {
-            "region": made.region,
-            "resource": made.resource,
-            "decode_state": "commit",
-            "mappings": [dict(m, memdev=mm, decoder=dd) for m, (_, mm, dd) in zip(doc["mappings"], made.mappings)],
-            "targets": [mm for _, mm, _ in made.mappings],
-            "dax": [dax.as_json(dax.read_dax(root, d), bs) for d in made.dax_devices],
-            "steps": list(made.steps),
-        }
-    )
-    return doc
 
 
 @region_app.command("create")
@@ -335,19 +221,18 @@ def create_cmd(
 
     On any failure every step is undone (targets, DPA, the region itself), so no half-built region remains.
     """
-    from .hostio.lock import TuneLock
-    from .inventory import scan
-    from .regions import dax
-    from .regions.program import create
+    from cxlctl.inventory import scan
+    from cxlctl.regions import jsonview
+    from cxlctl.regions.batch import create_regions
 
     online = _choice(online, ("system-ram", "devdax"), "--online")
     zone = _choice(zone, ("normal", "movable"), "--zone")
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
-    root = _root()
+    root = host_root()
     plans = _plans(scan(root), req, use_all)
     if dry_run:
         if json_out:
-            _emit({"dry_run": True, "online": online, "zone": zone, "plans": [plan_json(p) for p in plans]})
+            emit_json(jsonview.dry_run(plans, online, zone))
         else:
             for i, p in enumerate(plans):
                 _render_plan(p, f"would create {i + 1}/{len(plans)}" if len(plans) > 1 else "would create")
@@ -357,38 +242,34 @@ def create_cmd(
                 + "; dry run, nothing written"
             )
         return
-    _need_root("region create")
-    log = _logger(verbose)
-    done: List[Dict[str, Any]] = []
-    with TuneLock(root, wait):
-        hold = dax.needs_hold(root, online, zone)
-        current = plans[0]
-        while True:
-            try:
-                made = create(root, current, log, on_bound=_dax_step(root, online, zone, log), hold=hold)
-            except CxlctlError:
-                if done:  # --all: earlier regions stay; say so before the error
-                    _report_created(done, json_out, partial=True)
-                raise
-            done.append(_created_json(made, root))
-            if not use_all or len(done) >= 64:
-                break
-            # re-plan on the real state: the kernel's names and addresses replace the prediction
-            try:
-                nxt = _plans(scan(root), req, True)
-            except CxlctlError:
-                break
-            current = nxt[0]
-    _report_created(done, json_out, partial=False)
+    need_root("region create")
+    with progress_bar(json_out) as progress:
+        batch = create_regions(
+            root,
+            plans,
+            req,
+            use_all=use_all,
+            online=online,
+            zone=zone,
+            log=logger(verbose),
+            wait=wait,
+            progress=progress,
+        )
+    _report_created(batch, json_out)
+    if batch.error is not None:
+        raise batch.error
 
 
-def _report_created(done: List[Dict[str, Any]], json_out: bool, partial: bool) -> None:
-    from .parse import format_size
+def _report_created(batch: Batch, json_out: bool) -> None:
+    from cxlctl.parse import format_size
+    from cxlctl.regions import jsonview
 
+    partial = batch.error is not None
     if json_out:
-        _emit({"dry_run": False, "complete": not partial, "regions": done})
+        emit_json(jsonview.created_all(batch.built, batch.block_size, complete=not partial))
         return
-    for d in done:
+    for b in batch.built:
+        d = jsonview.created(b, batch.block_size)
         nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
         daxs = ", ".join(
             f"{x['chardev']} {x['mode']}"
@@ -423,14 +304,15 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
-    from .hostio.lock import TuneLock
-    from .inventory import scan
-    from .regions.planner import destroy_blockers
-    from .regions.program import destroy
+    from cxlctl.hostio.lock import TuneLock
+    from cxlctl.inventory import scan
+    from cxlctl.regions import jsonview
+    from cxlctl.regions.planner import destroy_blockers
+    from cxlctl.regions.program import destroy
 
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
-    root = _root()
+    root = host_root()
     inv = scan(root)
     if inv.region(region) is None:
         known = ", ".join(r.name for r in inv.regions) or "none"
@@ -444,20 +326,11 @@ def destroy_cmd(
             code=EXIT_USAGE,
             hint="destroy the later region(s) first",
         )
-    _need_root("region destroy")
-    log = _logger(verbose)
-    with TuneLock(root, wait):
-        d = destroy(root, region, force, log)
+    need_root("region destroy")
+    with TuneLock(root, wait), progress_bar(json_out) as progress:
+        d = destroy(root, region, force, logger(verbose), progress)
     if json_out:
-        _emit(
-            {
-                "region": d.region,
-                "destroyed": True,
-                "offlined": [{"chardev": dev, "memory_blocks": list(ids)} for dev, ids in d.offlined],
-                "freed_decoders": list(d.freed_decoders),
-                "steps": list(d.steps),
-            }
-        )
+        emit_json(jsonview.destroyed(d))
         return
     n = sum(len(ids) for _, ids in d.offlined)
     typer.echo(
@@ -482,35 +355,33 @@ def reconfigure_cmd(
     system-ram onlines every block in the chosen zone (holding the kernel's auto-online policy off while
     kmem binds, when that policy would pick the other zone); devdax needs the memory offline (--force).
     """
-    from .hostio.lock import TuneLock
-    from .regions.dax import block_size, reconfigure
+    from cxlctl.hostio.lock import TuneLock
+    from cxlctl.regions.dax import block_size, read_dax, reconfigure
 
     mode = _choice(mode, ("system-ram", "devdax"), "--mode")
     zone = _choice(zone, ("normal", "movable"), "--zone")
     if not (device.startswith("dax") and "." in device):
         raise UsageError(f"{device!r} is not a DAX device name", hint="DAX devices are named daxX.Y (cxlctl status)")
-    root = _root()
-    from .regions.dax import read_dax
-
+    root = host_root()
     read_dax(root, device)  # a clear error for unknown devices, before the root check
-    _need_root("dax reconfigure")
-    log = _logger(verbose)
-    with TuneLock(root, wait):
-        r = reconfigure(root, device, mode, zone, force, log)
+    need_root("dax reconfigure")
+    with TuneLock(root, wait), progress_bar(json_out) as progress:
+        r = reconfigure(root, device, mode, zone, force, logger(verbose), progress)
     _report_reconfigured(r, block_size(root), json_out)
 
 
 def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> None:
-    from .regions.dax import as_json
+    from cxlctl.regions import jsonview
 
-    doc = as_json(r.state, bs)
+    doc = jsonview.reconfigured(r, bs)
     if json_out:
-        _emit({"device": doc, "before": r.before, "changed": r.changed, "actions": list(r.actions)})
+        emit_json(doc)
         return
+    dev = doc["device"]
     if r.mode == "system-ram":
         typer.echo(
-            f"{r.name}: {r.before} → system-ram, node {doc['target_node']}, "
-            f"{doc['online_memblocks']}/{doc['total_memblocks']} blocks online in {'/'.join(doc['zones']) or '-'}"
+            f"{r.name}: {r.before} → system-ram, node {dev['target_node']}, "
+            f"{dev['online_memblocks']}/{dev['total_memblocks']} blocks online in {'/'.join(dev['zones']) or '-'}"
             + ("" if r.changed else " (already so)")
         )
     else:

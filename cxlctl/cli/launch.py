@@ -17,26 +17,20 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 import typer
 
-from .cli_params import Command, argument
-from .errors import EXIT_DRIFT, CxlctlError
+from cxlctl.errors import EXIT_DRIFT, CxlctlError
+
+from .common import JSON_OPT as JSON_DOC_OPT
+from .common import emit_json, group, host_root
+from .params import Command, argument
 
 if TYPE_CHECKING:
-    from .launch.build import LaunchPlan
+    from cxlctl.launch.build import LaunchPlan
 
-launch_app = typer.Typer(
-    name="launch",
-    help="Run a program, vLLM or SGLang with its host memory on DRAM+CXL (node sets, policy, KV offload size, pre-flight).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+launch_app = group(
+    "launch",
+    "Run a program, vLLM or SGLang with its host memory on DRAM+CXL (node sets, policy, KV offload size, pre-flight).",
 )
-policy_app = typer.Typer(
-    name="policy",
-    help="Show a process' memory policy and where its pages are.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+policy_app = group("policy", "Show a process' memory policy and where its pages are.")
 
 _CTX = {"allow_interspersed_args": False}
 
@@ -98,15 +92,9 @@ LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache wi
 ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
-def _root() -> str:
-    from .cli import STATE
-
-    return STATE.root
-
-
 def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     """(label, text) lines describing a plan, shared by the dry run and the real launch."""
-    from .parse import format_nodelist, format_size
+    from cxlctl.parse import format_nodelist, format_size
 
     out: List[Tuple[str, str]] = []
     for line in lp.nodesets.how:
@@ -204,7 +192,7 @@ def _launch(
     keep_numa_bind: bool = False,
     lmcache: bool = False,
 ) -> None:
-    from .launch.build import Request, build, execute, to_json
+    from cxlctl.launch.build import Request, build, execute, to_json
 
     req = Request(
         engine=engine,
@@ -223,7 +211,7 @@ def _launch(
         lmcache=lmcache,
         dry_run=dry_run,
     )
-    lp = build(_root(), req)
+    lp = build(host_root(), req)
     if json_out:
         (sys.stdout if dry_run else sys.stderr).write(
             json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n"
@@ -237,7 +225,7 @@ def _launch(
         )
     if dry_run:
         return
-    execute(_root(), lp)
+    execute(host_root(), lp)
 
 
 @launch_app.command("exec", context_settings=_CTX)
@@ -353,14 +341,14 @@ def sglang_cmd(
 @policy_app.command("show", cls=Command)
 def show_cmd(
     pid: int = argument(..., "PID", "Process id.", integer=True),
-    json_out: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    json_out: bool = JSON_DOC_OPT,
 ) -> None:
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""
-    from .launch.proof import show
+    from cxlctl.launch.proof import show
 
-    rep = show(_root(), pid)
+    rep = show(host_root(), pid)
     if json_out:
-        sys.stdout.write(json.dumps({"schema_version": 1, **rep}, indent=2) + "\n")
+        emit_json(rep)
     else:
         _render_proof(rep)
     if rep["match"] is False:
@@ -376,7 +364,7 @@ def _render_proof(rep: Dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .parse import format_nodelist, format_size
+    from cxlctl.parse import format_nodelist, format_size
 
     c = Console(highlight=False)
     pol = rep["policy"]

@@ -1,0 +1,80 @@
+"""The typer application: the global options and the command groups, assembled once.
+
+The command modules depend only on :mod:`.common` (options, emitters, state,
+error mapping); this module imports them and attaches them, so the package has
+no import cycle.  The global ``--root`` is resolved here and handed to every
+command through the click context (``ctx.obj``).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from .common import CliState, run_app
+from .daemon import daemon_app
+from .launch import launch_app, policy_app
+from .params import Command
+from .record import record
+from .region import dax_app, region_app
+from .shell import completing, completion, enable
+from .status import status
+from .tune import tune_app
+
+
+def _version(value: bool) -> None:
+    if value:
+        from cxlctl import __version__
+
+        typer.echo(f"cxlctl {__version__}")
+        raise typer.Exit()
+
+
+def main(
+    ctx: typer.Context,
+    root: Optional[str] = typer.Option(
+        None,
+        "--root",
+        metavar="PATH",
+        help="Read sysfs/procfs under PATH instead of / (env CXLCTL_ROOT). Use with trees from `cxlctl record`.",
+    ),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Inventory, tune and use CXL memory on Linux hosts."""
+    from cxlctl.hostio.root import resolve_root
+
+    ctx.obj = CliState(resolve_root(root))
+
+
+def make_app() -> typer.Typer:
+    """The ``cxlctl`` application: global options, top-level commands, the groups."""
+    a = typer.Typer(
+        name="cxlctl",
+        help="Inventory, tune and use CXL memory on Linux hosts.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    a.callback()(main)
+    a.command()(status)
+    a.command(cls=Command)(record)
+    a.add_typer(tune_app, name="tune")
+    a.add_typer(region_app, name="region")
+    a.add_typer(dax_app, name="dax")
+    a.add_typer(launch_app, name="launch")
+    a.add_typer(policy_app, name="policy")
+    a.add_typer(daemon_app, name="daemon")
+    a.command(cls=Command)(completion)
+    return a
+
+
+app = make_app()
+
+
+def run(argv: List[str]) -> int:
+    """Run the app as ``cxlctl ARGV``; the exit code (errors mapped by :func:`.common.run_app`)."""
+    if completing():
+        enable()
+    return run_app(app, argv)

@@ -1,0 +1,165 @@
+"""What every command module shares: the options, the emitters, the state, the error mapping.
+
+One module so the command modules depend on it and on nothing else of the CLI
+(:mod:`cxlctl.cli.app` imports them, never the other way: no import cycle).
+
+* State: the global ``--root`` is resolved once by the app's callback and kept
+  in the click context (``ctx.obj``, a :class:`CliState`); :func:`root` reads it
+  back — there is no module-level state.
+* ``--json`` (:data:`JSON_OPT`) and ``--wait`` (:data:`WAIT_OPT`) mean the same
+  on every command; :func:`emit_json` writes one document with its
+  ``schema_version``; messages go to stderr (:func:`note`) so stdout stays
+  parseable.
+* :func:`run_app` is the one place turning :class:`CxlctlError` into a one-line
+  message and an exit code, so no user error shows a traceback.
+* :func:`progress_bar`: a rich bar on stderr for long work, only on a terminal
+  and never with ``--json`` (the engines take a plain callback, see
+  :mod:`cxlctl.progress`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TextIO
+
+import typer
+from typer._click.globals import get_current_context
+
+from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
+from cxlctl.progress import ProgressFn
+
+from .params import seconds
+
+SCHEMA_VERSION = 1
+
+JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout (messages go to stderr).")
+WAIT_OPT = typer.Option(
+    None, "--wait", metavar="SECONDS", parser=seconds, help="How long to wait for the cxlctl lock (default 5)."
+)
+
+
+class CliState:
+    """What the global options decided, kept in ``ctx.obj`` for the commands."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+
+def group(name: str, help: str) -> typer.Typer:
+    """A command group with the settings every group shares (no typer extras, no pretty tracebacks)."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def host_root() -> str:
+    """The ``--root`` the app callback resolved (from the click context's ``obj``)."""
+    state = get_current_context().find_object(CliState)
+    if state is None:  # a command invoked without the app callback: only in tests of a lone group
+        from cxlctl.hostio.root import resolve_root
+
+        return resolve_root(None)
+    return state.root
+
+
+def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Optional[int] = 2) -> None:
+    """One JSON document (with ``schema_version`` first) on stdout, or ``stream``."""
+    out = sys.stdout if stream is None else stream
+    out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
+
+
+def note(msgs: Iterable[str]) -> None:
+    for m in msgs:
+        sys.stderr.write(f"cxlctl: {m}\n")
+
+
+def logger(verbose: bool) -> Callable[[str], None]:
+    """``--verbose``: every engine step on stderr; otherwise nothing."""
+
+    def log(msg: str) -> None:
+        if verbose:
+            sys.stderr.write(f"cxlctl: {msg}\n")
+
+    return log
+
+
+def need_root(cmd: str) -> None:
+    if os.geteuid() != 0:
+        raise CxlctlError(
+            f"{cmd} needs root: it writes CXL region and memory-hotplug attributes under /sys; nothing was changed",
+            hint=f"run it as root (sudo cxlctl {cmd} ...); `cxlctl region plan` shows the plan without root",
+        )
+
+
+def show_progress(json_out: bool) -> bool:
+    """A bar only for a person watching: stderr is a terminal and the output is not JSON."""
+    return not json_out and sys.stderr.isatty()
+
+
+@contextmanager
+def progress_bar(json_out: bool) -> Iterator[Optional[ProgressFn]]:
+    """A callback drawing a rich progress bar on stderr, or None when nobody watches.
+
+    rich is imported only here, when a bar is really shown.  The bar is
+    transient: once the work ends the command's own report replaces it.
+    """
+    if not show_progress(json_out):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    tasks: Dict[str, Any] = {}
+
+    def update(done: int, total: int, what: str) -> None:
+        task = tasks.get(what)
+        if task is None:
+            task = tasks[what] = bar.add_task(what, total=total)
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
+
+
+def run_app(app: typer.Typer, argv: List[str]) -> int:
+    """Run ``app``; map every expected failure to a message and an exit code."""
+    try:
+        app(args=argv, prog_name="cxlctl", standalone_mode=False)
+    except CxlctlError as e:
+        sys.stderr.write(e.render() + "\n")
+        return e.code
+    except typer.Exit as e:  # --version, --help
+        return int(e.exit_code or 0)
+    except typer.Abort:
+        sys.stderr.write("cxlctl: aborted\n")
+        return EXIT_FAILURE
+    except Exception as e:  # click usage errors and real bugs
+        usage = _usage_error(e)
+        if usage is not None:
+            return usage
+        if os.environ.get("CXLCTL_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
+        )
+        return EXIT_FAILURE
+    return 0
+
+
+def _usage_error(e: Exception) -> Optional[int]:
+    """typer vendors click; its usage errors have ``show()`` and ``exit_code``."""
+    show = getattr(e, "show", None)
+    code = getattr(e, "exit_code", None)
+    if callable(show) and isinstance(code, int):
+        show()
+        return EXIT_USAGE if code == 2 else code
+    return None

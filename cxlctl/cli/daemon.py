@@ -1,0 +1,89 @@
+"""``cxlctl daemon …``: run the service, check its configuration, print its outputs once.
+
+``daemon run`` is what ``systemd/cxlctl.service`` starts (``Type=notify``).
+``config``, ``metrics`` and ``labels`` are read-only helpers for operators:
+they show what the running daemon would use or publish, without writing
+anything (docs/daemon.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from .common import JSON_OPT, emit_json, group, host_root
+
+daemon_app = group("daemon", "The cxlctl service: keep the tuning profile applied as CXL memory comes and goes.")
+
+CONFIG_OPT = typer.Option(
+    None, "--config", metavar="FILE", help="Configuration file (default: /etc/cxlctl/cxlctl.toml under --root)."
+)
+
+
+@daemon_app.command("run")
+def run_cmd(
+    config: Optional[str] = CONFIG_OPT,
+    once: bool = typer.Option(False, "--once", help="Scan, reconcile, publish metrics/labels once, then exit."),
+    no_udev: bool = typer.Option(
+        False, "--no-udev", help="Do not listen to udev (rely on the periodic rescan). Implied by --root other than /."
+    ),
+) -> None:
+    """Run in the foreground (for systemd Type=notify): reconcile on udev events, watch drift, publish metrics."""
+    from cxlctl.daemon import config as cfgmod
+    from cxlctl.daemon.loop import Daemon
+
+    root = host_root()
+    cfg = cfgmod.load(root, config)
+    d = Daemon(root, cfg, config_path=config, use_udev=not no_udev and root == "/")
+    rc = d.run(once=once)
+    if rc:
+        raise typer.Exit(rc)
+
+
+@daemon_app.command("config")
+def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+    """Validate the configuration and print the effective values (exit 2 on a bad file)."""
+    from cxlctl.daemon import config as cfgmod
+
+    doc = cfgmod.render(cfgmod.load(host_root(), config))
+    if json_out:
+        emit_json(doc)
+        return
+    for k, v in doc.items():
+        typer.echo(f"{k} = {v}")
+
+
+@daemon_app.command("metrics")
+def metrics_cmd(
+    config: Optional[str] = CONFIG_OPT,
+    no_health: bool = typer.Option(False, "--no-health", help="Skip `cxl list -H`."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Print the Prometheus metrics the daemon would publish now (one scan; writes nothing)."""
+    from cxlctl.daemon import config as cfgmod
+    from cxlctl.daemon import metrics
+    from cxlctl.daemon.oneshot import metrics_view
+
+    root = host_root()
+    view = metrics_view(root, cfgmod.load(root, config), with_health=not no_health)
+    if json_out:
+        emit_json(metrics.as_json(view))
+        return
+    sys.stdout.write(metrics.build(view))
+
+
+@daemon_app.command("labels")
+def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+    """Print the Node Feature Discovery feature file the daemon would write now (writes nothing)."""
+    from cxlctl.daemon import config as cfgmod
+    from cxlctl.daemon import nfd
+    from cxlctl.daemon.oneshot import labels
+
+    root = host_root()
+    lbls = labels(root, cfgmod.load(root, config))
+    if json_out:
+        emit_json({"labels": lbls})
+        return
+    sys.stdout.write(nfd.render(lbls))

@@ -1,0 +1,32 @@
+"""``cxlctl status``: the inventory, as a table or one JSON document.
+
+``status --json`` on its own is usually served before this module is imported
+(:mod:`cxlctl.__main__`'s fast path); this command handles every other form.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .common import host_root
+
+
+def status(
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output (docs/json-schema.md)."),
+) -> None:
+    """Show CXL devices, regions, DAX devices, NUMA nodes, memory tiers and knobs."""
+    from cxlctl.inventory import scan
+
+    inv = scan(host_root())
+    if json_out:
+        from cxlctl.jsonview import dumps
+
+        sys.stdout.write(dumps(inv))
+        return
+    from rich.console import Console
+
+    from cxlctl.render import render_status
+
+    render_status(inv, Console())

@@ -1,0 +1,93 @@
+"""``region create``: program one plan, or with ``--all`` one region after another, and online each.
+
+Each region is programmed by :func:`cxlctl.regions.program.create` (full undo on
+failure) and its DAX device put in the asked mode and zone by
+:func:`cxlctl.regions.dax.reconfigure` while the region is still undoable.
+With ``--all`` the next plan is made on a fresh scan (the kernel's names and
+addresses replace the prediction), at most :data:`~cxlctl.regions.planner.MAX_REGIONS`
+regions — the same bound the planner uses.  A failure after some regions were
+created leaves those in place and is returned beside them, so the caller can
+report both.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio.lock import TuneLock
+from cxlctl.model import DaxDevice
+from cxlctl.progress import ProgressFn
+from cxlctl.regions import dax
+from cxlctl.regions.planner import MAX_REGIONS, Plan, Request, plan_all
+from cxlctl.regions.program import Created, Log, create
+
+
+class Built(NamedTuple):
+    created: Created
+    dax: Tuple[DaxDevice, ...]  # each DAX device of the region, read after onlining
+
+
+class Batch(NamedTuple):
+    built: Tuple[Built, ...]
+    block_size: Optional[int]
+    error: Optional[CxlctlError]  # --all stopped by this failure after ``built`` were created (they stay)
+
+
+def _online(root: str, online: str, zone: str, log: Log, progress: Optional[ProgressFn]) -> Callable[[Created], None]:
+    def step(made: Created) -> None:
+        if not made.dax_devices:
+            raise dax.DaxError(
+                f"no DAX device appeared for {made.region} (is the dax_cxl driver loaded?)",
+                hint="modprobe dax_cxl, then create the region again",
+            )
+        for dev in made.dax_devices:
+            dax.reconfigure(root, dev, online, zone, force=True, log=log, progress=progress)
+
+    return step
+
+
+def _next(root: str, req: Request) -> Optional[Plan]:
+    from cxlctl.inventory import scan
+
+    try:
+        return plan_all(scan(root), req)[0]
+    except CxlctlError:
+        return None  # nothing more fits
+
+
+def create_regions(
+    root: str,
+    plans: Sequence[Plan],
+    req: Request,
+    *,
+    use_all: bool,
+    online: str,
+    zone: str,
+    log: Log,
+    wait: Optional[float] = None,
+    progress: Optional[ProgressFn] = None,
+) -> Batch:
+    """Create ``plans[0]`` (and with ``use_all`` more, re-planned each time) under the tuning lock.
+
+    Raises the first failure when nothing was created; otherwise returns it in
+    :attr:`Batch.error`.  ``progress`` is called per memory block onlined.
+    """
+    built: List[Built] = []
+    error: Optional[CxlctlError] = None
+    with TuneLock(root, wait):
+        hold = dax.needs_hold(root, online, zone)
+        current: Optional[Plan] = plans[0]
+        while current is not None:
+            try:
+                made = create(root, current, log, on_bound=_online(root, online, zone, log, progress), hold=hold)
+            except CxlctlError as e:
+                if not built:
+                    raise
+                error = e
+                break
+            built.append(Built(made, tuple(dax.read_dax(root, d) for d in made.dax_devices)))
+            if not use_all or len(built) >= MAX_REGIONS:
+                break
+            current = _next(root, req)
+    return Batch(tuple(built), dax.block_size(root), error)
