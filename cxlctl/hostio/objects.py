@@ -12,7 +12,6 @@ onlining a block is written once (:func:`set_block_state`).
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.model import DaxDevice, Knob, MemoryBlock, Warning_
 from cxlctl.parse import U64_MAX, is_decimal, parse_hex, parse_int, parse_nodelist
@@ -21,6 +20,12 @@ from . import paths
 from .reader import Reader
 from .root import under
 from .write import write_with_retry
+
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence, Tuple
+
 
 #: DAX driver -> daxctl's mode name
 DRIVER_MODE: Dict[str, str] = {"kmem": "system-ram", "device_dax": "devdax", "fsdev_dax": "famfs"}

@@ -23,9 +23,14 @@ import errno
 import os
 import re
 import stat
-from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .root import under
+
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Set, Tuple
+
 
 #: the largest file the reader parses; sysfs/procfs attributes are one page
 MAX_BYTES = 1 << 20
@@ -63,6 +68,8 @@ class Reader:
     def __init__(self, root: str = "/", *, log: bool = False) -> None:
         self.root = os.path.abspath(root)
         self._fence = fence_of(self.root)
+        #: directories proven inside the root, open (O_PATH) for ``openat``: see :meth:`_dirfd`
+        self._dirfds: Dict[str, int] = {}
         self.notes: List[Tuple[str, str]] = []
         self.log: Optional[Set[str]] = set() if log else None
         self._data: Optional[Dict[str, bytes]] = {} if log else None
@@ -87,12 +94,73 @@ class Reader:
         """
         return self.device is not None and not os.path.exists(under(self.root, self.device))
 
+    # -- directory handles ------------------------------------------------------------
+    def _dirfd(self, d: str) -> int:
+        """An ``O_PATH`` handle on directory ``d`` (a host path) proven inside the root.
+
+        A scan reads ten to fifty attributes of each device directory.  Opening
+        them relative to one handle (``openat``) spares the kernel the walk of
+        the whole path (and of the bus link in it) per attribute, and the fence
+        check is done once, on the handle itself -- the directory read from is
+        the one that was checked, even if the tree changes in between.  A few
+        recent handles are kept (a scan moves from device to device);
+        :meth:`close` releases them.
+        """
+        fd = self._dirfds.get(d)
+        if fd is not None:
+            return fd
+        host = under(self.root, d)
+        fd = os.open(host, _DIR_FLAGS)
+        try:
+            inside = self._fence is None or self._fence.holds(_real_of(fd, host))
+        except BaseException:
+            os.close(fd)
+            raise
+        if not inside:
+            os.close(fd)
+            raise Refused(_OUTSIDE)
+        if len(self._dirfds) >= _DIRFDS_KEPT:
+            os.close(self._dirfds.pop(next(iter(self._dirfds))))
+        self._dirfds[d] = fd
+        return fd
+
+    def close(self) -> None:
+        """Release the directory handles (the reader stays usable: it reopens them)."""
+        fds, self._dirfds = self._dirfds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release into
+            pass
+
+    def _read(self, path: str) -> bytes:
+        """Content of host file ``path`` under the root, with :func:`read_bounded`'s rules.
+
+        Under a ``--root`` tree, a plain file (not a link: ``O_NOFOLLOW``) is
+        opened relative to its directory's handle; a link, an odd name and the
+        live host (``/``: no fence) take :func:`read_bounded`'s general path.
+        """
+        d, _, name = path.rpartition("/")
+        if self._fence is None or name in _NOT_NAMES:
+            return read_bounded(under(self.root, path), self._fence)
+        dfd = self._dirfd(d or "/")
+        try:
+            fd = os.open(name, _FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            return read_bounded(under(self.root, path), self._fence)
+        return _read_fd(fd, -1, path, MAX_BYTES, False)
+
     # -- reads ----------------------------------------------------------------------
     def raw(self, path: str) -> Optional[bytes]:
         """File content, or None if absent or unreadable (reason kept in notes)."""
         self._touch(path)
         try:
-            data = read_bounded(under(self.root, path), self._fence)
+            data = self._read(path)
         except Refused as e:
             self.notes.append((path, e.reason))
             return None
@@ -129,7 +197,13 @@ class Reader:
     def readlink(self, path: str) -> Optional[str]:
         self._touch(path)
         try:
+            d, _, name = path.rpartition("/")
+            if self._fence is not None and name not in _NOT_NAMES:
+                return os.readlink(name, dir_fd=self._dirfd(d or "/"))
             return os.readlink(under(self.root, path))
+        except Refused as e:
+            self.notes.append((path, e.reason))
+            return None
         except FileNotFoundError:
             if self._dev_gone(path):
                 raise Vanished(path) from None
@@ -246,6 +320,10 @@ def fence_of(root: str) -> Optional[Fence]:
 _CHUNK = 65536
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _OUTSIDE = "a link leading out of the root: treated as absent"
+#: last path components that are not a file's own name: left to the general path
+_NOT_NAMES = ("", ".", "..")
+#: directory handles a reader keeps open (a device's directory and its subdirectories)
+_DIRFDS_KEPT = 16
 
 
 def _real_of(fd: int, host_path: str) -> str:
@@ -316,6 +394,11 @@ def read_bounded(host_path: str, fence: Optional[Fence] = None, limit: int = MAX
     else:
         fd = os.open(host_path, _FLAGS)
         size = _size_of_regular(fd, host_path)
+    return _read_fd(fd, size, host_path, limit, head)
+
+
+def _read_fd(fd: int, size: int, host_path: str, limit: int, head: bool) -> bytes:
+    """Read open file ``fd`` (``size`` from its stat, -1 when not looked at) and close it."""
     try:
         chunks = []
         total = 0
