@@ -14,7 +14,6 @@ retried once.
 from __future__ import annotations
 
 import os
-import re
 from functools import cache, partial
 
 from .hostio import objects, paths
@@ -37,7 +36,7 @@ from .model import (
     Warning_,
     WeightedInterleave,
 )
-from .parse import parse_int, parse_meminfo
+from .parse import is_decimal, parse_int, parse_meminfo
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
@@ -55,17 +54,26 @@ WI_DIR = paths.WI_DIR
 OSRELEASE = paths.OSRELEASE
 KNOB_PATHS = paths.KNOB_PATHS
 
-# ASCII digits only: \d also matches "²", which int() rejects
-_DAX_NAME = re.compile(r"dax[0-9]+\.[0-9]+$")
-_DECODER_NAME = re.compile(r"decoder[0-9]+\.[0-9]+$")  # not decoders_committed
-_NUM_SUFFIX = re.compile(r"([0-9]+)$")
+
+def _is_dotted(prefix: str, name: str) -> bool:
+    """``<prefix>N.M`` with ASCII digits (``decoder2.1``, ``dax0.0``; not ``decoders_committed``)."""
+    a, dot, b = name[len(prefix) :].partition(".")
+    return name.startswith(prefix) and dot == "." and is_decimal(a) and is_decimal(b)
+
+
+def _decoder_name(name: str) -> bool:
+    return _is_dotted("decoder", name)
+
+
+def _dax_name(name: str) -> bool:
+    return _is_dotted("dax", name)
 
 
 @cache
 def _is(prefix: str) -> Callable[[str], bool]:
-    """Matcher for ``prefixN`` entry names (ASCII digits), made once per prefix."""
-    pat = re.compile(re.escape(prefix) + r"[0-9]+$")  # ASCII: \d also matches '١'
-    return lambda n: pat.match(n) is not None
+    """Matcher for ``prefixN`` entry names (ASCII digits: ``²`` and ``١`` are not), made once per prefix."""
+    k = len(prefix)
+    return lambda n: n.startswith(prefix) and is_decimal(n[k:])
 
 
 class _Scan(Attrs):
@@ -107,7 +115,7 @@ class _Scan(Attrs):
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
         decoders: List[Decoder] = []
         for n in names:
-            if _DECODER_NAME.match(n) and n in parents:
+            if _decoder_name(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
                 d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
@@ -158,7 +166,7 @@ class _Scan(Attrs):
             if alias == target:
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
-        decoders = tuple(self.r.listdir(dev, lambda n: _DECODER_NAME.match(n) is not None))
+        decoders = tuple(self.r.listdir(dev, _decoder_name))
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -259,7 +267,7 @@ class _Scan(Attrs):
         dax_region = dax_regions[0] if dax_regions else None
         dax_devs: Tuple[str, ...] = ()
         if dax_region:
-            dax_devs = tuple(self.r.listdir(f"{dev}/{dax_region}", lambda n: _DAX_NAME.match(n) is not None))
+            dax_devs = tuple(self.r.listdir(f"{dev}/{dax_region}", _dax_name))
         commit = self.flag(f"{dev}/commit")
         return Region(
             name=name,
@@ -355,7 +363,7 @@ class _Scan(Attrs):
         plain_ports = [p for p in ports if p.kind == "port"]
 
         dax: List[DaxDevice] = []
-        for n in r.listdir(DAX_DEVICES, lambda n: _DAX_NAME.match(n) is not None):
+        for n in r.listdir(DAX_DEVICES, _dax_name):
             d = self.guarded(f"{DAX_DEVICES}/{n}", partial(self.dax, n))
             if d is not None:
                 dax.append(d)
