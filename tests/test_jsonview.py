@@ -70,7 +70,7 @@ def test_status_json_fast_path_imports_neither_json_re_nor_typing() -> None:
     [
         ["mem10", "mem2", "mem²", "mem1"],
         ["decoder10.0", "decoder2.1", "decoder2.0", "decoders_committed", "decoder2.10"],
-        ["10a", "9b", "a", "", "007", "7", "x1y22z3", "x1y3z"],
+        ["10a", "9b", "a", "", "007", "7", "x1y22z3", "x1y3z", "mem١", "²", "node٣2"],
     ],
 )
 def test_natural_key_orders_as_ascii_digit_runs(names: List[str]) -> None:

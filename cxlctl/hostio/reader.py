@@ -144,14 +144,30 @@ class Reader:
         d, _, name = path.rpartition("/")
         if self._fence is None or name in _NOT_NAMES:
             return read_bounded(under(self.root, path), self._fence)
-        dfd = self._dirfd(d or "/")
+        dfd = self._dirfds.get(d)
+        if dfd is None:
+            dfd = self._dirfd(d or "/")
         try:
-            fd = os.open(name, _FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
+            fd = os.open(name, _NOFOLLOW, dir_fd=dfd)
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
             return read_bounded(under(self.root, path), self._fence)
-        return _read_fd(fd, -1, path, MAX_BYTES, False)
+        # the common case inline (a scan reads thousands): one short read is the whole
+        # attribute.  Anything else -- empty and not a regular file (a FIFO), would
+        # block, a full chunk -- is read again by the general loop, which checks and
+        # bounds it.
+        try:
+            b = os.read(fd, _CHUNK)
+            if not b and stat.S_ISREG(os.fstat(fd).st_mode):
+                return b  # an empty attribute (an unused decoder's region), not a FIFO
+        except BlockingIOError:
+            b = b""
+        finally:
+            os.close(fd)
+        if 0 < len(b) < _CHUNK:
+            return b
+        return read_bounded(under(self.root, path), self._fence)
 
     # -- reads ----------------------------------------------------------------------
     def raw(self, path: str) -> Optional[bytes]:
@@ -318,6 +334,7 @@ def fence_of(root: str) -> Optional[Fence]:
 _CHUNK = 65536
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _OUTSIDE = "a link leading out of the root: treated as absent"
+_NOFOLLOW = _FLAGS | os.O_NOFOLLOW
 #: last path components that are not a file's own name: left to the general path
 _NOT_NAMES = ("", ".", "..")
 #: directory handles a reader keeps open (a device's directory and its subdirectories)
@@ -436,6 +453,10 @@ def _listdir(host_path: str, fence: Optional[Fence]) -> List[str]:
     return os.listdir(host_path)
 
 
+_DIGITS = "0123456789"
+_NO_DIGITS = str.maketrans("", "", _DIGITS)
+
+
 def natural_key(name: str) -> Tuple[object, ...]:
     """Sort key putting ``mem2`` before ``mem10`` and ``decoder2.1`` before ``decoder10.0``.
 
@@ -443,6 +464,12 @@ def natural_key(name: str) -> Tuple[object, ...]:
     which ``int()`` rejects); each element is tagged with its kind so ints and
     strs never get compared directly.
     """
+    head = name.rstrip(_DIGITS)
+    if len(head.translate(_NO_DIGITS)) == len(head):  # the usual "mem10": text, then digits
+        tail = name[len(head) :]
+        if not head:
+            return ((0, int(tail)),) if tail else ()
+        return ((1, head), (0, int(tail))) if tail else ((1, head),)
     out: List[Tuple[int, object]] = []
     i, n = 0, len(name)
     while i < n:  # str methods, not re: see parse.py (start-up cost)
