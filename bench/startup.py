@@ -67,7 +67,8 @@ def build_venv(repo: str, where: str) -> str:
 
 def _time_once(cmd: List[str], env: Dict[str, str]) -> float:
     t = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    # cwd: not the checkout, which `python -c` would put first on sys.path
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True, cwd="/")
     return (time.perf_counter() - t) * 1000
 
 

@@ -14,7 +14,6 @@ retried once.
 from __future__ import annotations
 
 import os
-from functools import cache, partial
 
 from .hostio import objects, paths
 from .hostio.objects import Attrs
@@ -41,7 +40,7 @@ from .parse import is_decimal, parse_int, parse_meminfo
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
     T = TypeVar("T")
 
@@ -69,11 +68,16 @@ def _dax_name(name: str) -> bool:
     return _is_dotted("dax", name)
 
 
-@cache
+_MATCHERS: Dict[str, Callable[[str], bool]] = {}
+
+
 def _is(prefix: str) -> Callable[[str], bool]:
     """Matcher for ``prefixN`` entry names (ASCII digits: ``²`` and ``١`` are not), made once per prefix."""
-    k = len(prefix)
-    return lambda n: n.startswith(prefix) and is_decimal(n[k:])
+    m = _MATCHERS.get(prefix)
+    if m is None:
+        k = len(prefix)
+        m = _MATCHERS[prefix] = lambda n: n.startswith(prefix) and is_decimal(n[k:])
+    return m
 
 
 class _Scan(Attrs):
@@ -83,11 +87,14 @@ class _Scan(Attrs):
         super().__init__(reader)
         self.vanished: List[str] = []
 
-    def guarded(self, device: str, fn: Callable[[], T]) -> Optional[T]:
-        """Run the reader of one device (a sysfs path); if it vanished, skip it, not fatal."""
+    def guarded(self, device: str, fn: Callable[..., T], *args: Any) -> Optional[T]:
+        """Run the reader of one device (a sysfs path), ``fn(*args)``; if it vanished, skip it, not fatal.
+
+        (``fn`` and its arguments rather than a ``functools.partial``: the fast
+        ``status --json`` path does not import functools.)"""
         outer, self.r.device = self.r.device, device
         try:
-            return fn()
+            return fn(*args)
         except Vanished as v:
             what = os.path.basename(device)
             self.vanished.append(what)
@@ -102,13 +109,13 @@ class _Scan(Attrs):
         parents: Dict[str, str] = {}
         for n in names:
             if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
-                real = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.r.devpath, f"{CXL_DEVICES}/{n}"))
+                real = self.guarded(f"{CXL_DEVICES}/{n}", self.r.devpath, f"{CXL_DEVICES}/{n}")
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
         ports: List[Port] = []
         for n in names:
             if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
-                p = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.port, n, parents.get(n)))
+                p = self.guarded(f"{CXL_DEVICES}/{n}", self.port, n, parents.get(n))
                 if p is not None:
                     ports.append(p)
         kinds = {p.name: p.kind for p in ports}
@@ -118,21 +125,21 @@ class _Scan(Attrs):
             if _decoder_name(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
-                d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
+                d = self.guarded(f"{CXL_DEVICES}/{n}", self.decoder, n, owner, kind, memdev_of_ep.get(owner))
                 if d is not None:
                     decoders.append(d)
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
         memdevs: List[Memdev] = []
         for n in names:
             if _is("mem")(n):
-                m = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.memdev, n, parents.get(n), ep_of_mem.get(n)))
+                m = self.guarded(f"{CXL_DEVICES}/{n}", self.memdev, n, parents.get(n), ep_of_mem.get(n))
                 if m is not None:
                     memdevs.append(m)
         dec_by_name = {d.name: d for d in decoders}
         regions: List[Region] = []
         for n in names:
             if _is("region")(n):
-                rg = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.region, n, parents.get(n), dec_by_name))
+                rg = self.guarded(f"{CXL_DEVICES}/{n}", self.region, n, parents.get(n), dec_by_name)
                 if rg is not None:
                     regions.append(rg)
         ports = self._with_host_bridges(ports)
@@ -308,7 +315,7 @@ class _Scan(Attrs):
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            blk = self.guarded(f"{dev}/{b}", partial(self.block, f"{dev}/{b}", int(b[6:]), nid))
+            blk = self.guarded(f"{dev}/{b}", self.block, f"{dev}/{b}", int(b[6:]), nid)
             if blk is not None:
                 blocks.append(blk)
         return Node(
@@ -364,7 +371,7 @@ class _Scan(Attrs):
 
         dax: List[DaxDevice] = []
         for n in r.listdir(DAX_DEVICES, _dax_name):
-            d = self.guarded(f"{DAX_DEVICES}/{n}", partial(self.dax, n))
+            d = self.guarded(f"{DAX_DEVICES}/{n}", self.dax, n)
             if d is not None:
                 dax.append(d)
 
@@ -372,7 +379,7 @@ class _Scan(Attrs):
         mem_nodes = self.nodelist(f"{NODE_DIR}/has_memory") or ()
         nodes: List[Node] = []
         for n in r.listdir(NODE_DIR, _is("node")):
-            nd = self.guarded(f"{NODE_DIR}/{n}", partial(self.node, int(n[4:]), cpu_nodes, mem_nodes))
+            nd = self.guarded(f"{NODE_DIR}/{n}", self.node, int(n[4:]), cpu_nodes, mem_nodes)
             if nd is not None:
                 nodes.append(nd)
         block_size = objects.block_size(self)

@@ -3,13 +3,10 @@
 NamedTuples rather than dataclasses: they are immutable, mypy-typed, and cheap
 at import time (``dataclasses`` pulls in ``inspect``, about 10 ms on these
 machines), which matters for ``cxlctl status --json`` start-up.  For the same
-reason they are not made by ``typing.NamedTuple`` at run time: importing
-``typing`` and letting it check every annotation cost 10-20 ms of a 40 ms
-``status --json``.  mypy sees ``typing.NamedTuple`` (``TYPE_CHECKING``); the
-interpreter sees :class:`_Record`, which builds the same
-``collections.namedtuple`` from the class body (field names and order,
-defaults, keyword construction, ``_replace``/``_asdict``/``_fields``,
-immutability, methods and docstrings).
+reason they are not made by ``typing.NamedTuple`` at run time: mypy sees
+``typing.NamedTuple`` (``TYPE_CHECKING``), the interpreter
+:class:`cxlctl.namedrecord.Record`, which builds the same kind of class from
+the class body without importing ``typing`` or ``collections`` (see there).
 
 Sizes, addresses and serials are ints in bytes; ``None`` always means "not known"
 (attribute absent on this kernel, unreadable, or unparsable: the scan's notes and
@@ -18,35 +15,12 @@ warnings say which).
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, Optional, Tuple
     from typing import NamedTuple as _Record
 else:
-
-    class _RecordMeta(type):
-        """``class X(_Record): a: int; b: str = ""`` -> ``namedtuple("X", "a b", defaults=[""])``."""
-
-        def __new__(mcls, name, bases, ns):  # noqa: N804
-            if not bases:  # _Record itself
-                return super().__new__(mcls, name, bases, ns)
-            fields = list(ns.get("__annotations__", {}))
-            defaults = [ns[f] for f in fields if f in ns]
-            if any(f in ns for f in fields[: len(fields) - len(defaults)]):
-                raise TypeError(f"{name}: a field without a default follows one with a default")
-            cls = namedtuple(name, fields, defaults=defaults, module=ns.get("__module__"))
-            skip = {"__annotations__", "__module__", "__qualname__", *fields}
-            for k, v in ns.items():
-                if k not in skip:
-                    setattr(cls, k, v)
-            cls.__annotations__ = ns.get("__annotations__", {})
-            cls.__qualname__ = ns.get("__qualname__", name)
-            return cls
-
-    class _Record(metaclass=_RecordMeta):
-        pass
+    from .namedrecord import Record as _Record
 
 
 class Warning_(_Record):
