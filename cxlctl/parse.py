@@ -7,8 +7,6 @@ parser raises ``ValueError`` with a message that names the problem.
 
 from __future__ import annotations
 
-import math
-
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -227,6 +225,8 @@ def parse_seconds(text: str) -> float:
     if not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", t):
         raise ValueError(f"{text!r} is not a number of seconds (0 or more, e.g. 5 or 0.5)")
     v = float(t)
+    import math
+
     if not math.isfinite(v):  # pragma: no cover - the pattern admits only finite numbers
         raise ValueError(f"{text!r} is not a finite number of seconds")
     return v
