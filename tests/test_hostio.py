@@ -141,6 +141,22 @@ def test_attribute_reads_past_one_chunk_and_empty_ones(tree: str) -> None:
     assert not r.notes
 
 
+def test_a_kept_reader_sees_a_replaced_directory(tree: str) -> None:
+    """A directory handle kept from an earlier read does not hide the directory that replaced it."""
+    d = os.path.join(tree, "sys", "dev0")
+    os.makedirs(d)
+    with open(os.path.join(d, "size"), "w") as f:
+        f.write("1\n")
+    r = Reader(tree)
+    assert r.text("/sys/dev0/size") == "1"
+    os.rename(d, d + ".old")
+    os.makedirs(d)
+    with open(os.path.join(d, "size"), "w") as f:
+        f.write("2\n")
+    os.unlink(os.path.join(d + ".old", "size"))
+    assert r.text("/sys/dev0/size") == "2"
+
+
 def test_scan_releases_its_directory_handles(tree: str) -> None:
     fds = set(os.listdir("/proc/self/fd"))
     r = Reader(tree)

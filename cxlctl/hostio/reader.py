@@ -28,7 +28,9 @@ from .root import under
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Set, Tuple
+    from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+
+    T = TypeVar("T")
 
 
 #: the largest file the reader parses; sysfs/procfs attributes are one page
@@ -60,7 +62,8 @@ class Reader:
 
     Paths given to the methods are absolute-looking (``/sys/bus/cxl``) and are
     resolved under the root.  ``notes`` collects what could not be read and why;
-    ``log`` (when enabled) collects every path that was touched.
+    ``log`` (when enabled) collects every path that was touched.  A reader keeps a
+    few directory handles open (see :meth:`_dirfd`): use one per thread.
     """
 
     def __init__(self, root: str = "/", *, log: bool = False) -> None:
@@ -122,6 +125,18 @@ class Reader:
         self._dirfds[d] = fd
         return fd
 
+    def _at(self, d: str, op: Callable[[int], T]) -> T:
+        """``op(handle of d)``.  A missing entry through a handle kept from earlier is asked
+        again through a fresh one: the directory may have been replaced since (a reader
+        kept across a region or DAX reconfiguration on a tree that changes)."""
+        dfd = self._dirfds.get(d)
+        if dfd is not None:
+            try:
+                return op(dfd)
+            except FileNotFoundError:
+                os.close(self._dirfds.pop(d))
+        return op(self._dirfd(d or "/"))
+
     def close(self) -> None:
         """Release the directory handles (the reader stays usable: it reopens them)."""
         fds, self._dirfds = self._dirfds, {}
@@ -144,11 +159,8 @@ class Reader:
         d, _, name = path.rpartition("/")
         if self._fence is None or name in _NOT_NAMES:
             return read_bounded(under(self.root, path), self._fence)
-        dfd = self._dirfds.get(d)
-        if dfd is None:
-            dfd = self._dirfd(d or "/")
         try:
-            fd = os.open(name, _NOFOLLOW, dir_fd=dfd)
+            fd = self._at(d, lambda dfd: os.open(name, _NOFOLLOW, dir_fd=dfd))
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
@@ -213,7 +225,7 @@ class Reader:
         try:
             d, _, name = path.rpartition("/")
             if self._fence is not None and name not in _NOT_NAMES:
-                return os.readlink(name, dir_fd=self._dirfd(d or "/"))
+                return self._at(d, lambda dfd: os.readlink(name, dir_fd=dfd))
             return os.readlink(under(self.root, path))
         except Refused as e:
             self.notes.append((path, e.reason))
