@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
+
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 
 def _fast_args(argv: List[str]) -> Optional[List[Optional[str]]]:

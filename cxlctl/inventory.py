@@ -14,9 +14,6 @@ retried once.
 from __future__ import annotations
 
 import os
-import re
-from functools import cache, partial
-from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from .hostio import objects, paths
 from .hostio.objects import Attrs
@@ -38,7 +35,15 @@ from .model import (
     Warning_,
     WeightedInterleave,
 )
-from .parse import parse_int, parse_meminfo
+from .parse import is_decimal, parse_int, parse_meminfo
+
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+
+    T = TypeVar("T")
+
 
 CXL_DEVICES = paths.CXL_DEVICES
 DAX_DEVICES = paths.DAX_DEVICES
@@ -48,18 +53,31 @@ WI_DIR = paths.WI_DIR
 OSRELEASE = paths.OSRELEASE
 KNOB_PATHS = paths.KNOB_PATHS
 
-# ASCII digits only: \d also matches "²", which int() rejects
-_DAX_NAME = re.compile(r"dax[0-9]+\.[0-9]+$")
-_DECODER_NAME = re.compile(r"decoder[0-9]+\.[0-9]+$")  # not decoders_committed
-_NUM_SUFFIX = re.compile(r"([0-9]+)$")
-T = TypeVar("T")
+
+def _is_dotted(prefix: str, name: str) -> bool:
+    """``<prefix>N.M`` with ASCII digits (``decoder2.1``, ``dax0.0``; not ``decoders_committed``)."""
+    a, dot, b = name[len(prefix) :].partition(".")
+    return name.startswith(prefix) and dot == "." and is_decimal(a) and is_decimal(b)
 
 
-@cache
+def _decoder_name(name: str) -> bool:
+    return _is_dotted("decoder", name)
+
+
+def _dax_name(name: str) -> bool:
+    return _is_dotted("dax", name)
+
+
+_MATCHERS: Dict[str, Callable[[str], bool]] = {}
+
+
 def _is(prefix: str) -> Callable[[str], bool]:
-    """Matcher for ``prefixN`` entry names (ASCII digits), made once per prefix."""
-    pat = re.compile(re.escape(prefix) + r"[0-9]+$")  # ASCII: \d also matches '١'
-    return lambda n: pat.match(n) is not None
+    """Matcher for ``prefixN`` entry names (ASCII digits: ``²`` and ``١`` are not), made once per prefix."""
+    m = _MATCHERS.get(prefix)
+    if m is None:
+        k = len(prefix)
+        m = _MATCHERS[prefix] = lambda n: n.startswith(prefix) and is_decimal(n[k:])
+    return m
 
 
 class _Scan(Attrs):
@@ -69,11 +87,14 @@ class _Scan(Attrs):
         super().__init__(reader)
         self.vanished: List[str] = []
 
-    def guarded(self, device: str, fn: Callable[[], T]) -> Optional[T]:
-        """Run the reader of one device (a sysfs path); if it vanished, skip it, not fatal."""
+    def guarded(self, device: str, fn: Callable[..., T], *args: Any) -> Optional[T]:
+        """Run the reader of one device (a sysfs path), ``fn(*args)``; if it vanished, skip it, not fatal.
+
+        (``fn`` and its arguments rather than a ``functools.partial``: the fast
+        ``status --json`` path does not import functools.)"""
         outer, self.r.device = self.r.device, device
         try:
-            return fn()
+            return fn(*args)
         except Vanished as v:
             what = os.path.basename(device)
             self.vanished.append(what)
@@ -88,37 +109,37 @@ class _Scan(Attrs):
         parents: Dict[str, str] = {}
         for n in names:
             if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
-                real = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.r.devpath, f"{CXL_DEVICES}/{n}"))
+                real = self.guarded(f"{CXL_DEVICES}/{n}", self.r.devpath, f"{CXL_DEVICES}/{n}")
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
         ports: List[Port] = []
         for n in names:
             if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
-                p = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.port, n, parents.get(n)))
+                p = self.guarded(f"{CXL_DEVICES}/{n}", self.port, n, parents.get(n))
                 if p is not None:
                     ports.append(p)
         kinds = {p.name: p.kind for p in ports}
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
         decoders: List[Decoder] = []
         for n in names:
-            if _DECODER_NAME.match(n) and n in parents:
+            if _decoder_name(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
-                d = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.decoder, n, owner, kind, memdev_of_ep.get(owner)))
+                d = self.guarded(f"{CXL_DEVICES}/{n}", self.decoder, n, owner, kind, memdev_of_ep.get(owner))
                 if d is not None:
                     decoders.append(d)
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
         memdevs: List[Memdev] = []
         for n in names:
             if _is("mem")(n):
-                m = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.memdev, n, parents.get(n), ep_of_mem.get(n)))
+                m = self.guarded(f"{CXL_DEVICES}/{n}", self.memdev, n, parents.get(n), ep_of_mem.get(n))
                 if m is not None:
                     memdevs.append(m)
         dec_by_name = {d.name: d for d in decoders}
         regions: List[Region] = []
         for n in names:
             if _is("region")(n):
-                rg = self.guarded(f"{CXL_DEVICES}/{n}", partial(self.region, n, parents.get(n), dec_by_name))
+                rg = self.guarded(f"{CXL_DEVICES}/{n}", self.region, n, parents.get(n), dec_by_name)
                 if rg is not None:
                     regions.append(rg)
         ports = self._with_host_bridges(ports)
@@ -152,7 +173,7 @@ class _Scan(Attrs):
             if alias == target:
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
-        decoders = tuple(self.r.listdir(dev, lambda n: _DECODER_NAME.match(n) is not None))
+        decoders = tuple(self.r.listdir(dev, _decoder_name))
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -253,7 +274,7 @@ class _Scan(Attrs):
         dax_region = dax_regions[0] if dax_regions else None
         dax_devs: Tuple[str, ...] = ()
         if dax_region:
-            dax_devs = tuple(self.r.listdir(f"{dev}/{dax_region}", lambda n: _DAX_NAME.match(n) is not None))
+            dax_devs = tuple(self.r.listdir(f"{dev}/{dax_region}", _dax_name))
         commit = self.flag(f"{dev}/commit")
         return Region(
             name=name,
@@ -294,7 +315,7 @@ class _Scan(Attrs):
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            blk = self.guarded(f"{dev}/{b}", partial(self.block, f"{dev}/{b}", int(b[6:]), nid))
+            blk = self.guarded(f"{dev}/{b}", self.block, f"{dev}/{b}", int(b[6:]), nid)
             if blk is not None:
                 blocks.append(blk)
         return Node(
@@ -349,8 +370,8 @@ class _Scan(Attrs):
         plain_ports = [p for p in ports if p.kind == "port"]
 
         dax: List[DaxDevice] = []
-        for n in r.listdir(DAX_DEVICES, lambda n: _DAX_NAME.match(n) is not None):
-            d = self.guarded(f"{DAX_DEVICES}/{n}", partial(self.dax, n))
+        for n in r.listdir(DAX_DEVICES, _dax_name):
+            d = self.guarded(f"{DAX_DEVICES}/{n}", self.dax, n)
             if d is not None:
                 dax.append(d)
 
@@ -358,7 +379,7 @@ class _Scan(Attrs):
         mem_nodes = self.nodelist(f"{NODE_DIR}/has_memory") or ()
         nodes: List[Node] = []
         for n in r.listdir(NODE_DIR, _is("node")):
-            nd = self.guarded(f"{NODE_DIR}/{n}", partial(self.node, int(n[4:]), cpu_nodes, mem_nodes))
+            nd = self.guarded(f"{NODE_DIR}/{n}", self.node, int(n[4:]), cpu_nodes, mem_nodes)
             if nd is not None:
                 nodes.append(nd)
         block_size = objects.block_size(self)
@@ -409,10 +430,18 @@ def _fix_depths(ports: List[Port]) -> List[Port]:
 def scan(root: str = "/", reader: Optional[Reader] = None) -> Inventory:
     """Scan the tree under ``root``; retried once when devices vanish mid-scan."""
     r = reader or Reader(root)
+    try:
+        return _scan_twice(r)
+    finally:
+        r.close()  # its directory handles: a retry or a later scan must not reuse them
+
+
+def _scan_twice(r: Reader) -> Inventory:
     s = _Scan(r)
     inv = s.run()
     if s.vanished:
         r.notes.clear()
+        r.close()  # handles on directories that went away
         s2 = _Scan(r)
         inv = s2.run()
         if s2.vanished:

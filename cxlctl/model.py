@@ -1,8 +1,12 @@
 """The inventory's immutable, typed model.
 
-NamedTuples rather than dataclasses: they are immutable, mypy-typed, and cost
-nothing at import time (``dataclasses`` pulls in ``inspect``, about 10 ms on
-these machines), which matters for ``cxlctl status --json`` start-up.
+NamedTuples rather than dataclasses: they are immutable, mypy-typed, and cheap
+at import time (``dataclasses`` pulls in ``inspect``, about 10 ms on these
+machines), which matters for ``cxlctl status --json`` start-up.  For the same
+reason they are not made by ``typing.NamedTuple`` at run time: mypy sees
+``typing.NamedTuple`` (``TYPE_CHECKING``), the interpreter
+:class:`cxlctl.namedrecord.Record`, which builds the same kind of class from
+the class body without importing ``typing`` or ``collections`` (see there).
 
 Sizes, addresses and serials are ints in bytes; ``None`` always means "not known"
 (attribute absent on this kernel, unreadable, or unparsable: the scan's notes and
@@ -11,10 +15,15 @@ warnings say which).
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Optional, Tuple
+    from typing import NamedTuple as _Record
+else:
+    from .namedrecord import Record as _Record
 
 
-class Warning_(NamedTuple):
+class Warning_(_Record):
     """Something an operator should know or fix.  ``code`` is stable for scripts."""
 
     code: str
@@ -23,13 +32,13 @@ class Warning_(NamedTuple):
     subject: Optional[str] = None
 
 
-class Dport(NamedTuple):
+class Dport(_Record):
     id: int  # hardware port id, as used in decoder target lists
     name: str  # basename of the link target: PCI BDF, pciDDDD:BB or ACPI0016:NN
     alias: Optional[str] = None  # the other name of a host bridge (ACPI vs PCI)
 
 
-class Decoder(NamedTuple):
+class Decoder(_Record):
     name: str
     port: str
     kind: str  # "root" | "switch" | "endpoint"
@@ -56,7 +65,7 @@ class Decoder(NamedTuple):
     memdev: Optional[str] = None
 
 
-class Port(NamedTuple):
+class Port(_Record):
     """A CXL port: ``rootN`` (depth 0), host bridge / switch ``portN``, or ``endpointN``."""
 
     name: str
@@ -73,7 +82,7 @@ class Port(NamedTuple):
     host_bridge: Optional[str] = None  # the depth-1 port above (or itself)
 
 
-class Memdev(NamedTuple):
+class Memdev(_Record):
     name: str
     ram_size: Optional[int]
     pmem_size: Optional[int]
@@ -94,7 +103,7 @@ class Memdev(NamedTuple):
     regions: Tuple[str, ...] = ()
 
 
-class Coordinates(NamedTuple):
+class Coordinates(_Record):
     """HMAT/CDAT access characteristics: MB/s and ns."""
 
     read_bandwidth: Optional[int] = None
@@ -103,13 +112,13 @@ class Coordinates(NamedTuple):
     write_latency: Optional[int] = None
 
 
-class RegionTarget(NamedTuple):
+class RegionTarget(_Record):
     position: int
     decoder: str
     memdev: Optional[str]
 
 
-class Region(NamedTuple):
+class Region(_Record):
     name: str
     root_decoder: Optional[str]
     mode: Optional[str]  # ram | pmem
@@ -127,7 +136,7 @@ class Region(NamedTuple):
     dax_devices: Tuple[str, ...] = ()
 
 
-class DaxDevice(NamedTuple):
+class DaxDevice(_Record):
     name: str
     size: Optional[int]
     target_node: Optional[int]
@@ -145,14 +154,14 @@ class DaxDevice(NamedTuple):
     zones: Tuple[str, ...] = ()
 
 
-class MemoryBlock(NamedTuple):
+class MemoryBlock(_Record):
     id: int
     node: int
     state: Optional[str]  # online | offline | going-offline
     zone: Optional[str]  # from valid_zones; for offline blocks the default candidate
 
 
-class Node(NamedTuple):
+class Node(_Record):
     id: int
     cpus: Tuple[int, ...]
     has_cpu: bool
@@ -170,12 +179,12 @@ class Node(NamedTuple):
     dax_devices: Tuple[str, ...] = ()
 
 
-class Tier(NamedTuple):
+class Tier(_Record):
     id: int  # memory_tierN
     nodes: Tuple[int, ...]
 
 
-class Knob(NamedTuple):
+class Knob(_Record):
     """A kernel setting the tuning engine manages.  ``value`` None = unsupported."""
 
     name: str
@@ -184,13 +193,13 @@ class Knob(NamedTuple):
     supported: bool
 
 
-class WeightedInterleave(NamedTuple):
+class WeightedInterleave(_Record):
     supported: bool
     weights: Dict[int, int]
     auto: Optional[bool]  # None: kernel has no auto mode
 
 
-class Totals(NamedTuple):
+class Totals(_Record):
     cxl_capacity: int  # sum of memdev ram+pmem sizes
     cxl_in_regions: int  # sum of region sizes
     cxl_online: int  # memory online on CXL nodes (bytes of online blocks)
@@ -198,7 +207,7 @@ class Totals(NamedTuple):
     cxl_unassigned: int  # memdev capacity in no region (DPA not allocated)
 
 
-class Inventory(NamedTuple):
+class Inventory(_Record):
     kernel: Optional[str]
     buses: Tuple[Port, ...]
     ports: Tuple[Port, ...]

@@ -7,25 +7,41 @@ parser raises ``ValueError`` with a message that names the problem.
 
 from __future__ import annotations
 
-import math
-import re
-from typing import Dict, Iterable, List, Optional, Tuple
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Dict, Iterable, List, Optional, Tuple
+
 
 U64_MAX = (1 << 64) - 1
 MAX_NODES = 1 << 10  # the kernel's MAX_NUMNODES is at most 1024
 
 #: ASCII only: ``str.isdigit`` accepts ``²`` (which ``int`` rejects) and ``int`` accepts
 #: ``١`` (Arabic-Indic one); neither is a number in sysfs or on a command line.
-_DEC = re.compile(r"[0-9]+")
-_INT = re.compile(r"-?(0[xX][0-9a-fA-F]+|[0-9]+)")
-_HEX = re.compile(r"(0[xX])?[0-9a-fA-F]+")
+#: Checked with str methods, not ``re``: importing and compiling ``re`` costs a few
+#: milliseconds of ``status --json`` start-up, which reads numbers and nothing else.
+_HEX_DIGITS = "0123456789abcdefABCDEF"
+
+
+def _is_hex_digits(text: str) -> bool:
+    """``[0-9a-fA-F]+``."""
+    return text != "" and not text.lstrip(_HEX_DIGITS)
+
+
+def _is_int(text: str) -> bool:
+    """``-?(0[xX][0-9a-fA-F]+|[0-9]+)``."""
+    body = text[1:] if text[:1] == "-" else text
+    if body[:2] in ("0x", "0X"):
+        return _is_hex_digits(body[2:])
+    return is_decimal(body)
+
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
 def is_decimal(text: str) -> bool:
     """True for a non-empty run of ASCII digits (what ``str.isdigit`` should have meant)."""
-    return _DEC.fullmatch(text) is not None
+    return text.isascii() and text.isdigit()
 
 
 def decimal_suffix(name: str, prefix: str) -> Optional[int]:
@@ -33,7 +49,7 @@ def decimal_suffix(name: str, prefix: str) -> Optional[int]:
     if not name.startswith(prefix):
         return None
     tail = name[len(prefix) :]
-    return int(tail) if _DEC.fullmatch(tail) else None
+    return int(tail) if is_decimal(tail) else None
 
 
 def parse_int(text: str) -> int:
@@ -43,7 +59,7 @@ def parse_int(text: str) -> int:
     wider, so a longer number is corruption, not a value.
     """
     t = text.strip()
-    if not _INT.fullmatch(t):
+    if not _is_int(t):
         raise ValueError(f"not a number: {text[:40]!r}")
     v = int(t, 16) if "x" in t.lower() else int(t, 10)
     if abs(v) > U64_MAX:
@@ -59,7 +75,7 @@ def parse_hex(text: str) -> int:
     t = text.strip()
     if not t:
         raise ValueError("empty value")
-    if not _HEX.fullmatch(t):
+    if not _is_hex_digits(t[2:] if t[:2] in ("0x", "0X") else t):
         raise ValueError(f"not a hex number: {text[:40]!r}")
     v = int(t, 16)
     if v > U64_MAX:
@@ -203,10 +219,14 @@ def parse_seconds(text: str) -> float:
     Rejects ``-1``, ``nan``, ``inf`` and non-ASCII digits (``float`` takes all of
     them); shared by every command that waits (``region create``, ``tune apply``).
     """
+    import re
+
     t = text.strip()
     if not re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", t):
         raise ValueError(f"{text!r} is not a number of seconds (0 or more, e.g. 5 or 0.5)")
     v = float(t)
+    import math
+
     if not math.isfinite(v):  # pragma: no cover - the pattern admits only finite numbers
         raise ValueError(f"{text!r} is not a finite number of seconds")
     return v

@@ -113,6 +113,58 @@ def test_directory_link_out_of_the_root_is_not_listed(tree: str, tmp_path: Any) 
     assert any("out of the root" in n for _, n in r.notes)
 
 
+def test_files_and_links_in_a_directory_out_of_the_root_are_refused(tree: str, tmp_path: Any) -> None:
+    """The directory handle is checked, not just the file: an attribute or a link inside a
+    directory that leads out of the root is neither read nor followed."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "attr").write_text("42\n")
+    os.symlink("target", str(elsewhere / "link"))
+    os.symlink(str(elsewhere), os.path.join(tree, "sys", "escape"))
+    r = Reader(tree)
+    assert r.text("/sys/escape/attr") is None
+    assert r.readlink("/sys/escape/link") is None
+    assert [n for _, n in r.notes].count("a link leading out of the root: treated as absent") == 2
+
+
+def test_attribute_reads_past_one_chunk_and_empty_ones(tree: str) -> None:
+    """The inline one-read path hands anything but a short read to the bounded loop."""
+    path = _memdev_attr(tree, "firmware_version")
+    with open(path, "w") as f:
+        f.write("v" * 100_000 + "\n")
+    mem = f"{paths.CXL_DEVICES}/" + os.path.basename(os.path.dirname(path))
+    r = Reader(tree)
+    assert r.text(f"{mem}/firmware_version") == "v" * 100_000
+    with open(path, "w"):
+        pass
+    assert r.raw(f"{mem}/firmware_version") == b""  # empty regular file: "", not None
+    assert not r.notes
+
+
+def test_a_kept_reader_sees_a_replaced_directory(tree: str) -> None:
+    """A directory handle kept from an earlier read does not hide the directory that replaced it."""
+    d = os.path.join(tree, "sys", "dev0")
+    os.makedirs(d)
+    with open(os.path.join(d, "size"), "w") as f:
+        f.write("1\n")
+    r = Reader(tree)
+    assert r.text("/sys/dev0/size") == "1"
+    os.rename(d, d + ".old")
+    os.makedirs(d)
+    with open(os.path.join(d, "size"), "w") as f:
+        f.write("2\n")
+    os.unlink(os.path.join(d + ".old", "size"))
+    assert r.text("/sys/dev0/size") == "2"
+
+
+def test_scan_releases_its_directory_handles(tree: str) -> None:
+    fds = set(os.listdir("/proc/self/fd"))
+    r = Reader(tree)
+    scan(tree, reader=r)
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert r.text("/proc/sys/kernel/osrelease") is not None  # still usable: handles reopen
+
+
 def test_huge_attribute_is_not_parsed(tree: str) -> None:
     path = _memdev_attr(tree, "serial")
     with open(path, "wb") as f:

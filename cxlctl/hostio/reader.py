@@ -21,16 +21,21 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from .root import under
+
+# typing costs ~5 ms of start-up: only mypy needs it here
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+
+    T = TypeVar("T")
+
 
 #: the largest file the reader parses; sysfs/procfs attributes are one page
 MAX_BYTES = 1 << 20
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
-_DIGIT_RUNS = re.compile(r"(\d+)", re.ASCII)
 
 #: errnos meaning "the device went away while we were looking"
 _GONE = (errno.ENODEV, errno.ENXIO, errno.ENOENT, errno.ESTALE)
@@ -57,12 +62,15 @@ class Reader:
 
     Paths given to the methods are absolute-looking (``/sys/bus/cxl``) and are
     resolved under the root.  ``notes`` collects what could not be read and why;
-    ``log`` (when enabled) collects every path that was touched.
+    ``log`` (when enabled) collects every path that was touched.  A reader keeps a
+    few directory handles open (see :meth:`_dirfd`): use one per thread.
     """
 
     def __init__(self, root: str = "/", *, log: bool = False) -> None:
         self.root = os.path.abspath(root)
         self._fence = fence_of(self.root)
+        #: directories proven inside the root, open (O_PATH) for ``openat``: see :meth:`_dirfd`
+        self._dirfds: Dict[str, int] = {}
         self.notes: List[Tuple[str, str]] = []
         self.log: Optional[Set[str]] = set() if log else None
         self._data: Optional[Dict[str, bytes]] = {} if log else None
@@ -87,12 +95,98 @@ class Reader:
         """
         return self.device is not None and not os.path.exists(under(self.root, self.device))
 
+    # -- directory handles ------------------------------------------------------------
+    def _dirfd(self, d: str) -> int:
+        """An ``O_PATH`` handle on directory ``d`` (a host path) proven inside the root.
+
+        A scan reads ten to fifty attributes of each device directory.  Opening
+        them relative to one handle (``openat``) spares the kernel the walk of
+        the whole path (and of the bus link in it) per attribute, and the fence
+        check is done once, on the handle itself -- the directory read from is
+        the one that was checked, even if the tree changes in between.  A few
+        recent handles are kept (a scan moves from device to device);
+        :meth:`close` releases them.
+        """
+        fd = self._dirfds.get(d)
+        if fd is not None:
+            return fd
+        host = under(self.root, d)
+        fd = os.open(host, _DIR_FLAGS)
+        try:
+            inside = self._fence is None or self._fence.holds(_real_of(fd, host))
+        except BaseException:
+            os.close(fd)
+            raise
+        if not inside:
+            os.close(fd)
+            raise Refused(_OUTSIDE)
+        if len(self._dirfds) >= _DIRFDS_KEPT:
+            os.close(self._dirfds.pop(next(iter(self._dirfds))))
+        self._dirfds[d] = fd
+        return fd
+
+    def _at(self, d: str, op: Callable[[int], T]) -> T:
+        """``op(handle of d)``.  A missing entry through a handle kept from earlier is asked
+        again through a fresh one: the directory may have been replaced since (a reader
+        kept across a region or DAX reconfiguration on a tree that changes)."""
+        dfd = self._dirfds.get(d)
+        if dfd is not None:
+            try:
+                return op(dfd)
+            except FileNotFoundError:
+                os.close(self._dirfds.pop(d))
+        return op(self._dirfd(d or "/"))
+
+    def close(self) -> None:
+        """Release the directory handles (the reader stays usable: it reopens them)."""
+        fds, self._dirfds = self._dirfds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release into
+            pass
+
+    def _read(self, path: str) -> bytes:
+        """Content of host file ``path`` under the root, with :func:`read_bounded`'s rules.
+
+        Under a ``--root`` tree, a plain file (not a link: ``O_NOFOLLOW``) is
+        opened relative to its directory's handle; a link, an odd name and the
+        live host (``/``: no fence) take :func:`read_bounded`'s general path.
+        """
+        d, _, name = path.rpartition("/")
+        if self._fence is None or name in _NOT_NAMES:
+            return read_bounded(under(self.root, path), self._fence)
+        try:
+            fd = self._at(d, lambda dfd: os.open(name, _NOFOLLOW, dir_fd=dfd))
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            return read_bounded(under(self.root, path), self._fence)
+        # the common case inline (a scan reads thousands): one short read is the whole
+        # attribute.  Anything else -- empty and not a regular file (a FIFO), would
+        # block, a full chunk -- is read again by the general loop, which checks and
+        # bounds it.
+        try:
+            b = os.read(fd, _CHUNK)
+            if not b and stat.S_ISREG(os.fstat(fd).st_mode):
+                return b  # an empty attribute (an unused decoder's region), not a FIFO
+        except BlockingIOError:
+            b = b""
+        finally:
+            os.close(fd)
+        if 0 < len(b) < _CHUNK:
+            return b
+        return read_bounded(under(self.root, path), self._fence)
+
     # -- reads ----------------------------------------------------------------------
     def raw(self, path: str) -> Optional[bytes]:
         """File content, or None if absent or unreadable (reason kept in notes)."""
         self._touch(path)
         try:
-            data = read_bounded(under(self.root, path), self._fence)
+            data = self._read(path)
         except Refused as e:
             self.notes.append((path, e.reason))
             return None
@@ -129,7 +223,13 @@ class Reader:
     def readlink(self, path: str) -> Optional[str]:
         self._touch(path)
         try:
+            d, _, name = path.rpartition("/")
+            if self._fence is not None and name not in _NOT_NAMES:
+                return self._at(d, lambda dfd: os.readlink(name, dir_fd=dfd))
             return os.readlink(under(self.root, path))
+        except Refused as e:
+            self.notes.append((path, e.reason))
+            return None
         except FileNotFoundError:
             if self._dev_gone(path):
                 raise Vanished(path) from None
@@ -246,6 +346,11 @@ def fence_of(root: str) -> Optional[Fence]:
 _CHUNK = 65536
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _OUTSIDE = "a link leading out of the root: treated as absent"
+_NOFOLLOW = _FLAGS | os.O_NOFOLLOW
+#: last path components that are not a file's own name: left to the general path
+_NOT_NAMES = ("", ".", "..")
+#: directory handles a reader keeps open (a device's directory and its subdirectories)
+_DIRFDS_KEPT = 16
 
 
 def _real_of(fd: int, host_path: str) -> str:
@@ -316,6 +421,11 @@ def read_bounded(host_path: str, fence: Optional[Fence] = None, limit: int = MAX
     else:
         fd = os.open(host_path, _FLAGS)
         size = _size_of_regular(fd, host_path)
+    return _read_fd(fd, size, host_path, limit, head)
+
+
+def _read_fd(fd: int, size: int, host_path: str, limit: int, head: bool) -> bytes:
+    """Read open file ``fd`` (``size`` from its stat, -1 when not looked at) and close it."""
     try:
         chunks = []
         total = 0
@@ -355,6 +465,10 @@ def _listdir(host_path: str, fence: Optional[Fence]) -> List[str]:
     return os.listdir(host_path)
 
 
+_DIGITS = "0123456789"
+_NO_DIGITS = str.maketrans("", "", _DIGITS)
+
+
 def natural_key(name: str) -> Tuple[object, ...]:
     """Sort key putting ``mem2`` before ``mem10`` and ``decoder2.1`` before ``decoder10.0``.
 
@@ -362,13 +476,25 @@ def natural_key(name: str) -> Tuple[object, ...]:
     which ``int()`` rejects); each element is tagged with its kind so ints and
     strs never get compared directly.
     """
-    parts = _DIGIT_RUNS.split(name)  # text, digits, text, digits, ..., text
+    head = name.rstrip(_DIGITS)
+    if len(head.translate(_NO_DIGITS)) == len(head):  # the usual "mem10": text, then digits
+        tail = name[len(head) :]
+        if not head:
+            return ((0, int(tail)),) if tail else ()
+        return ((1, head), (0, int(tail))) if tail else ((1, head),)
     out: List[Tuple[int, object]] = []
-    for i, p in enumerate(parts):
-        if i % 2:
-            out.append((0, int(p)))
-        elif p:
-            out.append((1, p))
+    i, n = 0, len(name)
+    while i < n:  # str methods, not re: see parse.py (start-up cost)
+        j = i
+        if "0" <= name[i] <= "9":
+            while j < n and "0" <= name[j] <= "9":
+                j += 1
+            out.append((0, int(name[i:j])))
+        else:
+            while j < n and not "0" <= name[j] <= "9":
+                j += 1
+            out.append((1, name[i:j]))
+        i = j
     return tuple(out)
 
 

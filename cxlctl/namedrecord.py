@@ -1,0 +1,97 @@
+"""``Record``: what ``typing.NamedTuple`` makes, made cheaply at import time.
+
+The model's types are NamedTuples to mypy (``cxlctl/model.py`` imports
+``typing.NamedTuple`` under ``TYPE_CHECKING``).  At run time, ``typing`` plus
+its per-annotation checks cost 10-20 ms of a 40 ms ``cxlctl status --json``,
+and even ``collections.namedtuple`` (with the ``functools``/``operator``
+imports around it) costs 2-4 ms for the model's 17 classes.  This builds the
+same thing from the class body: a ``tuple`` subclass with ``__slots__ = ()``;
+fields in annotation order, defaults from the class attributes, a generated
+``__new__`` taking positional or keyword arguments (so construction is as fast
+as a namedtuple's); ``_fields``, ``_field_defaults``, ``_make``, ``_replace``,
+``_asdict``, a namedtuple-style ``repr``, pickling/copying, and the class's own
+methods, properties and docstring.  tests/test_model_records.py holds it to
+``collections.namedtuple``'s behaviour.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, Tuple
+
+
+def _field(i: int, name: str) -> property:
+    def get(self: Tuple[Any, ...]) -> Any:
+        return self[i]
+
+    return property(get, doc=f"Alias for field number {i} ({name})")
+
+
+class _Base(tuple):  # type: ignore[type-arg]
+    __slots__ = ()
+    _fields: Tuple[str, ...] = ()
+    _field_defaults: Dict[str, Any] = {}
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Any:
+        values = tuple(iterable)
+        if len(values) != len(cls._fields):
+            raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(values)}")
+        return tuple.__new__(cls, values)
+
+    def _replace(self, **kwargs: Any) -> Any:
+        values = [kwargs.pop(f, v) for f, v in zip(self._fields, self)]
+        if kwargs:
+            raise TypeError(f"Got unexpected field names: {list(kwargs)!r}")
+        return tuple.__new__(type(self), values)
+
+    def _asdict(self) -> Dict[str, Any]:
+        return dict(zip(self._fields, self))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={v!r}" for f, v in zip(self._fields, self))
+        return f"{type(self).__name__}({inner})"
+
+    def __getnewargs__(self) -> Tuple[Any, ...]:
+        return tuple(self)
+
+
+class _RecordMeta(type):
+    """``class X(Record): a: int; b: str = ""`` -> a namedtuple-like ``X``."""
+
+    def __new__(mcls, name: str, bases: Tuple[type, ...], ns: Dict[str, Any]) -> Any:  # noqa: N804
+        if not bases:  # Record itself
+            return super().__new__(mcls, name, bases, ns)
+        annotations = ns.get("__annotations__", {})
+        fields = tuple(annotations)
+        defaults = tuple(ns[f] for f in fields if f in ns)
+        if any(f in ns for f in fields[: len(fields) - len(defaults)]):
+            raise TypeError(f"{name}: a field without a default follows one with a default")
+        for f in fields:
+            if not f.isidentifier() or f.startswith("_"):
+                raise ValueError(f"{name}: bad field name {f!r}")
+        params = ", ".join(fields)
+        code = (
+            f"def __new__(_cls, {params}):\n    return _tuple_new(_cls, ({params}{',' if len(fields) == 1 else ''}))\n"
+        )
+        scope: Dict[str, Any] = {"_tuple_new": tuple.__new__}
+        exec(code, scope)  # what collections.namedtuple does: construction at C-call speed
+        new = scope["__new__"]
+        new.__defaults__ = defaults or None
+        new.__qualname__ = f"{name}.__new__"
+        body: Dict[str, Any] = {
+            "__slots__": (),
+            "__new__": new,
+            "__doc__": f"{name}({params})",
+            "_fields": fields,
+            "_field_defaults": dict(zip(fields[len(fields) - len(defaults) :], defaults)),
+            "__match_args__": fields,
+        }
+        body.update({f: _field(i, f) for i, f in enumerate(fields)})
+        body.update((k, v) for k, v in ns.items() if k not in fields)
+        return type(name, (_Base,), body)
+
+
+class Record(metaclass=_RecordMeta):
+    """Base of the model's classes at run time (mypy sees ``typing.NamedTuple``)."""

@@ -1,0 +1,63 @@
+"""``cxlctl.namedrecord.Record`` (the model's run-time NamedTuple) behaves as ``collections.namedtuple``."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections import namedtuple
+from typing import Any, Optional
+
+import pytest
+
+from cxlctl import model
+from cxlctl.model import Coordinates, Memdev, Warning_
+from cxlctl.namedrecord import Record
+
+
+def test_a_record_is_the_namedtuple_of_its_body() -> None:
+    make: Any = namedtuple  # untyped: mypy would make "Warning_" a second, unrelated type
+    ref = make("Warning_", ["code", "severity", "message", "subject"], defaults=[None])
+    w = Warning_("c", "warning", "m")
+    r = ref("c", "warning", "m")
+    assert isinstance(w, tuple) and tuple(w) == tuple(r)
+    assert w._fields == r._fields and w._field_defaults == r._field_defaults == {"subject": None}
+    assert repr(w) == repr(r)
+    assert w._asdict() == r._asdict()
+    assert w._replace(subject="s") == r._replace(subject="s")
+    assert Warning_._make(["a", "b", "c", "d"]) == ref._make(["a", "b", "c", "d"])
+    assert Warning_(code="c", severity="warning", message="m") == w  # keyword construction
+    assert Warning_.__match_args__ == ("code", "severity", "message", "subject")
+    assert Warning_.__doc__ and "stable for scripts" in Warning_.__doc__  # the class's own docstring
+
+
+def test_records_refuse_what_namedtuples_refuse() -> None:
+    w = Warning_("c", "warning", "m")
+    with pytest.raises(AttributeError):
+        w.code = "x"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        w.extra = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        Warning_("c")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        w._replace(nope=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Warning_._make(["only one"])
+
+
+def test_records_pickle_copy_and_keep_methods() -> None:
+    c = Coordinates(read_bandwidth=1)
+    assert pickle.loads(pickle.dumps(c)) == c and type(pickle.loads(pickle.dumps(c))) is Coordinates
+    assert copy.deepcopy(c) == c and copy.copy(c) is not None
+    args: Any = [()] * 11 + [model.WeightedInterleave(False, {}, None), None, None, (), ()]
+    inv = model.Inventory(*args)
+    assert inv.has_cxl is False and inv.memdev("mem0") is None  # a property and a method of the body
+
+
+def test_field_order_and_defaults_come_from_the_annotations() -> None:
+    assert Memdev._fields[:3] == ("name", "ram_size", "pmem_size")
+    assert Memdev._field_defaults == {"dpa_allocated": 0, "regions": ()}
+    with pytest.raises(TypeError):
+
+        class Bad(Record):  # a default before a field without one
+            a: Optional[int] = None
+            b: int
