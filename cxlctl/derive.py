@@ -21,17 +21,8 @@ def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
     return [b.id for b in node.memory_blocks if b.id in ids]
 
 
-def derive(
-    inv: Inventory,
-    warnings: Sequence[Warning_],
-    notes: Sequence[Tuple[str, str]],
-    vanished: Sequence[str],
-) -> Inventory:
-    w: List[Warning_] = list(warnings)
-    bs = inv.memory_block_size
-    nodes_by_id = {n.id: n for n in inv.nodes}
-
-    # memdev → allocated DPA and regions, from its endpoint decoders
+def _memdev_allocation(inv: Inventory) -> Tuple[Memdev, ...]:
+    """Each memdev with its allocated DPA and its regions, from its endpoint decoders."""
     alloc: Dict[str, int] = {}
     mregions: Dict[str, Set[str]] = {}
     for d in inv.decoders:
@@ -39,11 +30,15 @@ def derive(
             alloc[d.memdev] = alloc.get(d.memdev, 0) + (d.dpa_size or 0)
             if d.region:
                 mregions.setdefault(d.memdev, set()).add(d.region)
-    memdevs = tuple(
+    return tuple(
         m._replace(dpa_allocated=alloc.get(m.name, 0), regions=tuple(sorted(mregions.get(m.name, ()))))
         for m in inv.memdevs
     )
 
+
+def _cxl_nodes(inv: Inventory) -> Tuple[Dict[int, Set[str]], Dict[int, List[str]]]:
+    """(CXL node → its regions, node → its DAX devices): by DAX provider, or by address in a CXL window."""
+    bs = inv.memory_block_size
     # CXL windows (root decoders' HPA ranges; readable as root only)
     windows = [(d.resource, d.size) for d in inv.decoders if d.kind == "root" and d.resource is not None and d.size]
 
@@ -70,8 +65,13 @@ def derive(
                     cxl_nodes.setdefault(n.id, set()).add(r.name)
             if not n.has_cpu and n.id not in cxl_nodes and any(in_cxl_window(b.id * bs) for b in n.memory_blocks):
                 cxl_nodes.setdefault(n.id, set())
+    return cxl_nodes, dax_of_node
 
-    # dax devices: memory block counts and zones
+
+def _dax_blocks(inv: Inventory, dax_of_node: Dict[int, List[str]]) -> Tuple[DaxDevice, ...]:
+    """DAX devices with their memory block counts and zones."""
+    bs = inv.memory_block_size
+    nodes_by_id = {n.id: n for n in inv.nodes}
     dax_out: List[DaxDevice] = []
     for dx in inv.dax_devices:
         node = nodes_by_id.get(dx.target_node) if dx.target_node is not None else None
@@ -83,8 +83,13 @@ def derive(
         elif dx.mode == "devdax":
             dx = dx._replace(online_memblocks=0)
         dax_out.append(dx)
+    return tuple(dax_out)
 
-    # nodes: kind, tier, what lies behind them
+
+def _classify_nodes(
+    inv: Inventory, cxl_nodes: Dict[int, Set[str]], dax_of_node: Dict[int, List[str]]
+) -> Tuple[Node, ...]:
+    """Nodes with their kind, tier and what lies behind them (regions, memdevs, DAX devices)."""
     tier_of: Dict[int, int] = {}
     for t in inv.tiers:
         for nid in t.nodes:
@@ -108,9 +113,11 @@ def derive(
                 dax_devices=tuple(dax_of_node.get(n.id, ())),
             )
         )
-    nodes = tuple(nodes_out)
-    cxl = [n for n in nodes if n.kind == "cxl"]
-    dram = [n for n in nodes if n.kind == "dram"]
+    return tuple(nodes_out)
+
+
+def _totals(inv: Inventory, memdevs: Sequence[Memdev], cxl: Sequence[Node]) -> Totals:
+    bs = inv.memory_block_size
 
     def online_bytes(n: Node) -> int:
         if bs:
@@ -118,7 +125,7 @@ def derive(
         return n.mem_total or 0
 
     cap = sum((m.ram_size or 0) + (m.pmem_size or 0) for m in memdevs)
-    totals = Totals(
+    return Totals(
         cxl_capacity=cap,
         cxl_in_regions=sum(r.size or 0 for r in inv.regions),
         cxl_online=sum(online_bytes(n) for n in cxl),
@@ -126,22 +133,42 @@ def derive(
         cxl_unassigned=sum(max(0, (m.ram_size or 0) + (m.pmem_size or 0) - m.dpa_allocated) for m in memdevs),
     )
 
-    w.extend(_explain(inv, memdevs, nodes, cxl, dram, dax_out))
-    if any(p for p, why in notes if "permission denied" in why):
-        n_denied = sum(1 for _, why in notes if "permission denied" in why)
-        w.append(
-            Warning_(
-                "not-root",
-                "info",
-                f"{n_denied} root-only attributes were unreadable (decoder start, dax resource): "
-                "addresses and some block counts are unknown; run as root for the full picture",
-            )
+
+def _not_root(notes: Sequence[Tuple[str, str]]) -> List[Warning_]:
+    """One warning for all root-only attributes that could not be read."""
+    if not any(p for p, why in notes if "permission denied" in why):
+        return []
+    n_denied = sum(1 for _, why in notes if "permission denied" in why)
+    return [
+        Warning_(
+            "not-root",
+            "info",
+            f"{n_denied} root-only attributes were unreadable (decoder start, dax resource): "
+            "addresses and some block counts are unknown; run as root for the full picture",
         )
+    ]
+
+
+def derive(
+    inv: Inventory,
+    warnings: Sequence[Warning_],
+    notes: Sequence[Tuple[str, str]],
+    vanished: Sequence[str],
+) -> Inventory:
+    memdevs = _memdev_allocation(inv)
+    cxl_nodes, dax_of_node = _cxl_nodes(inv)
+    dax_out = _dax_blocks(inv, dax_of_node)
+    nodes = _classify_nodes(inv, cxl_nodes, dax_of_node)
+    cxl = [n for n in nodes if n.kind == "cxl"]
+    dram = [n for n in nodes if n.kind == "dram"]
+    w: List[Warning_] = list(warnings)
+    w.extend(_explain(inv, memdevs, nodes, cxl, dram, dax_out))
+    w.extend(_not_root(notes))
     return inv._replace(
         memdevs=memdevs,
-        dax_devices=tuple(dax_out),
+        dax_devices=dax_out,
         nodes=nodes,
-        totals=totals,
+        totals=_totals(inv, memdevs, cxl),
         warnings=tuple(w),
         notes=tuple(notes),
     )
@@ -163,6 +190,17 @@ def _explain(
     dax: Sequence[DaxDevice],
 ) -> List[Warning_]:
     """The operator-facing explanations status prints (stable ``code`` values)."""
+    return (
+        _cxl_warnings(inv, cxl, dram)
+        + _dax_warnings(dax)
+        + _knob_warnings(inv, cxl)
+        + _memdev_warnings(inv, memdevs)
+        + _region_warnings(inv)
+    )
+
+
+def _cxl_warnings(inv: Inventory, cxl: Sequence[Node], dram: Sequence[Node]) -> List[Warning_]:
+    """No CXL at all, or CXL nodes the kernel cannot tell from DRAM."""
     out: List[Warning_] = []
     if not inv.buses and not inv.memdevs:
         out.append(
@@ -187,6 +225,12 @@ def _explain(
                     f"node{n.id}",
                 )
             )
+    return out
+
+
+def _dax_warnings(dax: Sequence[DaxDevice]) -> List[Warning_]:
+    """CXL DAX devices in a zone, mode or driver state that keeps their memory from serving."""
+    out: List[Warning_] = []
     for d in dax:
         if d.provider == "cxl" and "Movable" in d.zones:
             out.append(
@@ -212,6 +256,12 @@ def _explain(
             )
         if d.provider == "cxl" and d.driver is None:
             out.append(Warning_("dax-unbound", "warning", f"{d.name} is bound to no driver", d.name))
+    return out
+
+
+def _knob_warnings(inv: Inventory, cxl: Sequence[Node]) -> List[Warning_]:
+    """Kernel knobs that keep allocations off CXL or pages from moving between tiers."""
+    out: List[Warning_] = []
     zr = _knob(inv, "vm.zone_reclaim_mode")
     if cxl and zr not in (None, "0"):
         out.append(
@@ -235,6 +285,12 @@ def _explain(
                 "demotion_enabled",
             )
         )
+    return out
+
+
+def _memdev_warnings(inv: Inventory, memdevs: Sequence[Memdev]) -> List[Warning_]:
+    """Memdevs whose capacity is unused, and kernels that cannot create RAM regions for it."""
+    out: List[Warning_] = []
     for m in memdevs:
         total = (m.ram_size or 0) + (m.pmem_size or 0)
         free = total - m.dpa_allocated
@@ -269,6 +325,12 @@ def _explain(
                 "unusable; boot a 6.3+ kernel (6.9+ for weighted interleave)",
             )
         )
+    return out
+
+
+def _region_warnings(inv: Inventory) -> List[Warning_]:
+    """Regions that provide no memory or that daxctl cannot manage."""
+    out: List[Warning_] = []
     for r in inv.regions:
         if r.committed is False:
             out.append(

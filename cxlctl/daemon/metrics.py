@@ -192,6 +192,17 @@ def _json_value(v: float) -> object:
 def collect(view: View) -> Builder:
     """Every metric family for ``view``, in exposition order."""
     b = Builder()
+    _daemon_state(b, view)
+    if view.inventory is not None:
+        _inventory(b, view.inventory)
+    _drift(b, view)
+    _activity(b, view.stats)
+    _health(b, view.health)
+    return b
+
+
+def _daemon_state(b: Builder, view: View) -> None:
+    """Liveness, readiness, versions and the tuning state."""
     st = view.stats
     inv = view.inventory
     b.add("up", "gauge", "1 while the cxlctl daemon runs; ready says whether its start-up reconcile finished", 1)
@@ -212,9 +223,10 @@ def collect(view: View) -> Builder:
         )
     if view.profile:
         b.add("profile_info", "gauge", "The profile the daemon enforces", 1, {"profile": view.profile})
-    if inv is not None:
-        _inventory(b, inv)
-    # drift
+
+
+def _drift(b: Builder, view: View) -> None:
+    """Settings that differ from what the applied profile wrote."""
     drifted = [c for c in view.drift if c.status == "drift"]
     b.add("drift_settings", "gauge", "Settings whose current value differs from the applied profile", len(drifted))
     for c in view.drift:
@@ -227,7 +239,10 @@ def collect(view: View) -> Builder:
             1 if c.status == "drift" else 0,
             {"setting": c.setting, "expected": c.expected or "", "actual": c.actual or ""},
         )
-    # daemon activity
+
+
+def _activity(b: Builder, st: Stats) -> None:
+    """What the daemon did: events, rescans, reconciles, writes, reloads."""
     for sub, n in sorted(st.events.items()):
         b.add("uevents_total", "counter", "udev events received, by subsystem", n, {"subsystem": sub})
     b.add("uevents_total", "counter", "udev events received, by subsystem", None)
@@ -294,12 +309,10 @@ def collect(view: View) -> Builder:
         {"result": "ok"},
     )
     b.add("reloads_total", "counter", "", st.reload_failures, {"result": "failed"})
-    _health(b, view.health)
-    return b
 
 
 def _inventory(b: Builder, inv: Inventory) -> None:
-    bs = inv.memory_block_size or 0
+    """Host-wide CXL totals, then per node, tier and device."""
     t = inv.totals
     b.add("cxl_present", "gauge", "1 when the host has a CXL bus or memdevs", 1 if inv.has_cxl else 0)
     b.add("cxl_capacity_bytes", "gauge", "Total capacity of CXL memdevs (RAM + PMEM partitions)", t.cxl_capacity)
@@ -307,8 +320,15 @@ def _inventory(b: Builder, inv: Inventory) -> None:
     b.add("cxl_online_bytes", "gauge", "CXL memory online on CXL NUMA nodes", t.cxl_online)
     b.add("cxl_free_bytes", "gauge", "MemFree on CXL NUMA nodes", t.cxl_free)
     b.add("cxl_unassigned_bytes", "gauge", "memdev capacity in no region", t.cxl_unassigned)
+    _node_metrics(b, inv)
+    _tier_metrics(b, inv)
+    _device_metrics(b, inv)
+
+
+def _node_metrics(b: Builder, inv: Inventory) -> None:
+    """Per NUMA node: memory, blocks by state, weighted-interleave weight."""
+    bs = inv.memory_block_size or 0
     wi = inv.weighted_interleave
-    tiers: Dict[str, List[int]] = {}
     for n in inv.nodes:
         lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
         online = sum(1 for m in n.memory_blocks if (m.state or "").startswith("online"))
@@ -331,8 +351,6 @@ def _inventory(b: Builder, inv: Inventory) -> None:
                 wi.weights[n.id],
                 {"node": str(n.id), "kind": n.kind},
             )
-        if n.tier is not None:
-            tiers.setdefault(str(n.tier), []).append(n.id)
     if wi.auto is not None:
         b.add(
             "weighted_interleave_auto",
@@ -340,6 +358,15 @@ def _inventory(b: Builder, inv: Inventory) -> None:
             "1 when the kernel computes the weights itself (auto mode)",
             1 if wi.auto else 0,
         )
+
+
+def _tier_metrics(b: Builder, inv: Inventory) -> None:
+    """Per memory tier: its nodes' memory summed."""
+    bs = inv.memory_block_size or 0
+    tiers: Dict[str, List[int]] = {}
+    for n in inv.nodes:
+        if n.tier is not None:
+            tiers.setdefault(str(n.tier), []).append(n.id)
     nodes = {n.id: n for n in inv.nodes}
     for tier, ids in sorted(tiers.items(), key=lambda kv: int(kv[0])):
         ns = [nodes[i] for i in ids]
@@ -367,6 +394,10 @@ def _inventory(b: Builder, inv: Inventory) -> None:
                 online * bs,
                 lab,
             )
+
+
+def _device_metrics(b: Builder, inv: Inventory) -> None:
+    """Per memdev, region and system-ram DAX device."""
     for m in inv.memdevs:
         lab = {"memdev": m.name, "serial": "" if m.serial is None else f"{m.serial:#x}"}
         b.add("memdev_ram_bytes", "gauge", "RAM (volatile) capacity of the memdev", m.ram_size, lab)

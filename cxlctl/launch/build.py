@@ -124,9 +124,8 @@ def _model_kv(req: Request, ea: eng.EngineArgs, notes: List[str]) -> Optional[kv
     return kvsize.model_kv(kvsize.load_config(path), ea.kv_cache_dtype)
 
 
-def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
-    """Every decision of a launch, no side effects on the host (see the module docstring)."""
-    environ = dict(os.environ if environ is None else environ)
+def _check_request(req: Request) -> Tuple[str, Optional[Tuple[int, int]], List[str]]:
+    """Reject inconsistent options before touching the host: (policy mode, ratio, engine command)."""
     if req.engine not in eng.ENGINES:
         raise UsageError(f"unknown engine {req.engine!r}", hint="use exec, vllm or sglang")
     mode = req.policy or "weighted-interleave"
@@ -154,15 +153,16 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         raise UsageError(
             "nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS..."
         )
-    notes: List[str] = []
-    warnings: List[str] = []
+    return mode, ratio, cmd
 
-    inv = scan(root)
+
+def _resolve_nodes(root: str, inv: Inventory, req: Request) -> NodeSets:
+    """The CPU, memory and GPU node sets, within what this process may use (its cpuset)."""
     mems, cpus_allowed = preflight.self_allowed(root)
     allowed_cpu_nodes = None
     if cpus_allowed is not None:
         allowed_cpu_nodes = [n.id for n in inv.nodes if n.has_cpu and set(n.cpus) & set(cpus_allowed)]
-    ns = resolve(
+    return resolve(
         inv,
         root,
         cpu_spec=req.cpu_nodes,
@@ -171,7 +171,9 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         allowed_mems=mems,
         allowed_cpu_nodes=allowed_cpu_nodes,
     )
-    pnodes = _policy_nodes(req, mode, ns, notes)
+
+
+def _kv_request(inv: Inventory, req: Request, ns: NodeSets, notes: List[str]) -> Optional[kvsize.KvRequest]:
     # --kv-tmpfs puts the KV on the nearest CXL nodes even when the process' memory set has none
     kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs else ())
     kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
@@ -180,9 +182,12 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
             f"--kv-size auto: {format_size(kv.free_cxl)} free on CXL node(s) {format_nodelist(kv_nodes)} "
             f"minus reserve {format_size(kv.reserve)} = {format_size(kv.bytes)}"
         )
+    return kv
 
-    # engine: resolve the executable first (a missing engine is a usage error, except in a
-    # dry run, which plans with assumed flags and says so), then its flags
+
+def _engine_features(req: Request, cmd: List[str], environ: Dict[str, str]) -> Optional[eng.Features]:
+    """Resolve the executable first (a missing engine is a usage error, except in a dry run, which
+    plans with assumed flags and says so), then ask the engine which flags it has."""
     feats = None
     if req.engine != "exec":
         if shutil.which(cmd[0], path=environ.get("PATH")) is None:
@@ -200,6 +205,131 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         raise UsageError(
             "--kv-tmpfs is for vLLM's /dev/shm offload (and exec)", hint="SGLang's host cache is not a /dev/shm file"
         )
+    return feats
+
+
+def _private_shm(
+    req: Request, inv: Inventory, ns: NodeSets, ea: eng.EngineArgs
+) -> Optional[Tuple[int, Tuple[int, ...]]]:
+    """(size, nodes) of the private /dev/shm of --kv-tmpfs, None without it."""
+    if not req.kv_tmpfs:
+        return None
+    if ea.kv_bytes is None:
+        raise UsageError("--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto")
+    # the memory set's CXL nodes, else those nearest to the CPUs (the engine itself may be bound to DRAM)
+    tnodes = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    if not tnodes:
+        raise UsageError("--kv-tmpfs needs a CXL memory node", hint="online CXL memory first (cxlctl status)")
+    return (eng.tmpfs_size(ea.kv_bytes), tnodes)
+
+
+def _kv_tokens(model: Optional[kvsize.ModelKv], ea: eng.EngineArgs, notes: List[str]) -> Optional[int]:
+    """How many tokens the KV cache holds, when the model's shape is known."""
+    if model is None or not ea.kv_bytes:
+        return None
+    per = model.bytes_per_token * (ea.ranks if model.mla and ea.ranks > 1 else 1)
+    toks = kvsize.tokens(ea.kv_bytes, per)
+    notes.append(
+        f"KV cache: {model.bytes_per_token} B/token ({model.formula}, {model.dtype})"
+        + (f"; the MLA latent is replicated on each of {ea.ranks} ranks" if model.mla and ea.ranks > 1 else "")
+        + f": {format_size(ea.kv_bytes)} holds {toks:,} tokens"
+    )
+    return toks
+
+
+class _Weights(NamedTuple):
+    plan: Optional[sysweights.WeightPlan]
+    weights: Tuple[Tuple[int, int], ...]
+    users: Tuple[Tuple[int, str], ...]  # processes already using weighted interleave (they see the change)
+
+
+def _system_weights(
+    root: str,
+    inv: Inventory,
+    ns: NodeSets,
+    mode: str,
+    pnodes: Tuple[int, ...],
+    ratio: Optional[Tuple[int, int]],
+    notes: List[str],
+    warnings: List[str],
+) -> _Weights:
+    """The system-wide weighted-interleave weights this launch needs, and who else they affect."""
+    if not (mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes):
+        return _Weights(plan=None, weights=(), users=())
+    wp = sysweights.plan(root, inv, ns, pnodes, ratio)
+    notes.extend(wp.notes)
+    warnings.extend(wp.warnings)
+    users: List[Tuple[int, str]] = []
+    if wp.writes:
+        users = sysweights.wi_users(root, exclude=(os.getpid(),))
+        who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (f" and {len(users) - 8} more" if len(users) > 8 else "")
+        warnings.append(
+            "weighted-interleave weights are system-wide: "
+            + ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
+            + " applies to every process using weighted interleave"
+            + (f", including the running {who}" if users else "")
+            + "; set through the tuning engine (journaled): `cxlctl tune revert` restores them"
+        )
+    return _Weights(plan=wp, weights=tuple(sorted(wp.weights.items())), users=tuple(users))
+
+
+def _exec_argv(
+    policy: Policy, ea: eng.EngineArgs, environ: Dict[str, str], notes: List[str]
+) -> Tuple[Numactl, str, Tuple[str, ...]]:
+    """(numactl, method, argv): numactl applies the policy when it can, else cxlctl does before exec."""
+    mode = policy.mode
+    numactl = detect_numactl(environ)
+    if numactl.supports(mode):
+        assert numactl.path is not None
+        notes.append(f"policy applied by {numactl.path}")
+        return numactl, "numactl", tuple(numactl_argv(policy, numactl.path)) + ea.argv
+    why = (
+        "numactl is not installed"
+        if numactl.path is None
+        else f"{numactl.path} has no {'--' + mode if mode != 'local' else '--localalloc'} option"
+        + (" (needs numactl 2.0.19+)" if mode == "weighted-interleave" else "")
+    )
+    notes.append(f"policy applied by cxlctl itself (set_mempolicy, sched_setaffinity, then exec): {why}")
+    return numactl, "direct", ea.argv
+
+
+def _env_added(
+    req: Request, ns: NodeSets, ea: eng.EngineArgs, policy: Policy, environ: Dict[str, str], warnings: List[str]
+) -> Dict[str, str]:
+    """The variables the launch sets on top of the caller's environment."""
+    added = dict(ea.env)
+    if req.gpus is not None and ns.gpus:
+        added["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        added["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.ordinal) for g in ns.gpus)
+        if environ.get("CUDA_VISIBLE_DEVICES") not in (None, added["CUDA_VISIBLE_DEVICES"]):
+            warnings.append(f"--gpus replaces CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}")
+    added["CXLCTL_POLICY"] = policy.env_value()
+    return added
+
+
+def _equivalent(
+    policy: Policy, ea: eng.EngineArgs, added: Dict[str, str], tmpfs: Optional[Tuple[int, Tuple[int, ...]]]
+) -> str:
+    """The same launch as a shell command line with numactl (and unshare for --kv-tmpfs)."""
+    equivalent = shell_line(numactl_argv(policy) + list(ea.argv), added)
+    if tmpfs is not None:
+        inner = "mount -t tmpfs -o " + shlex.quote(tmpfs_options(*tmpfs)) + " tmpfs /dev/shm && exec " + equivalent
+        equivalent = "unshare -m --propagation private sh -c " + shlex.quote(inner)
+    return equivalent
+
+
+def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
+    """Every decision of a launch, no side effects on the host (see the module docstring)."""
+    environ = dict(os.environ if environ is None else environ)
+    mode, ratio, cmd = _check_request(req)
+    notes: List[str] = []
+    warnings: List[str] = []
+
+    inv = scan(root)
+    ns = _resolve_nodes(root, inv, req)
+    pnodes = _policy_nodes(req, mode, ns, notes)
+    kv = _kv_request(inv, req, ns, notes)
+    feats = _engine_features(req, cmd, environ)
     ea = eng.build_args(
         req.engine,
         cmd,
@@ -210,52 +340,11 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         keep_numa_bind=req.keep_numa_bind,
         kv_tmpfs=req.kv_tmpfs,
     )
-    tmpfs = None
-    if req.kv_tmpfs:
-        if ea.kv_bytes is None:
-            raise UsageError(
-                "--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto"
-            )
-        # the memory set's CXL nodes, else those nearest to the CPUs (the engine itself may be bound to DRAM)
-        tnodes = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
-        if not tnodes:
-            raise UsageError("--kv-tmpfs needs a CXL memory node", hint="online CXL memory first (cxlctl status)")
-        tmpfs = (eng.tmpfs_size(ea.kv_bytes), tnodes)
-
+    tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
-    toks = None
-    if model is not None and ea.kv_bytes:
-        per = model.bytes_per_token * (ea.ranks if model.mla and ea.ranks > 1 else 1)
-        toks = kvsize.tokens(ea.kv_bytes, per)
-        notes.append(
-            f"KV cache: {model.bytes_per_token} B/token ({model.formula}, {model.dtype})"
-            + (f"; the MLA latent is replicated on each of {ea.ranks} ranks" if model.mla and ea.ranks > 1 else "")
-            + f": {format_size(ea.kv_bytes)} holds {toks:,} tokens"
-        )
-
-    # weights (system-wide) for weighted interleave
-    wp = None
-    users: List[Tuple[int, str]] = []
-    weights: Tuple[Tuple[int, int], ...] = ()
-    if mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes:
-        wp = sysweights.plan(root, inv, ns, pnodes, ratio)
-        weights = tuple(sorted(wp.weights.items()))
-        notes.extend(wp.notes)
-        warnings.extend(wp.warnings)
-        if wp.writes:
-            users = sysweights.wi_users(root, exclude=(os.getpid(),))
-            who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (
-                f" and {len(users) - 8} more" if len(users) > 8 else ""
-            )
-            warnings.append(
-                "weighted-interleave weights are system-wide: "
-                + ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
-                + " applies to every process using weighted interleave"
-                + (f", including the running {who}" if users else "")
-                + "; set through the tuning engine (journaled): `cxlctl tune revert` restores them"
-            )
-    policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), weights)
-
+    toks = _kv_tokens(model, ea, notes)
+    w = _system_weights(root, inv, ns, mode, pnodes, ratio, notes, warnings)
+    policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     checks = preflight.run(
         root,
         inv,
@@ -267,60 +356,34 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         kv_tmpfs=tmpfs,
         engine=req.engine,
     )
-
-    numactl = detect_numactl(environ)
-    if numactl.supports(mode):
-        method = "numactl"
-        assert numactl.path is not None
-        argv = tuple(numactl_argv(policy, numactl.path)) + ea.argv
-        notes.append(f"policy applied by {numactl.path}")
-    else:
-        method = "direct"
-        argv = ea.argv
-        why = (
-            "numactl is not installed"
-            if numactl.path is None
-            else f"{numactl.path} has no {'--' + mode if mode != 'local' else '--localalloc'} option"
-            + (" (needs numactl 2.0.19+)" if mode == "weighted-interleave" else "")
-        )
-        notes.append(f"policy applied by cxlctl itself (set_mempolicy, sched_setaffinity, then exec): {why}")
-    added = dict(ea.env)
-    if req.gpus is not None and ns.gpus:
-        added["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        added["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.ordinal) for g in ns.gpus)
-        if environ.get("CUDA_VISIBLE_DEVICES") not in (None, added["CUDA_VISIBLE_DEVICES"]):
-            warnings.append(f"--gpus replaces CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}")
-    added["CXLCTL_POLICY"] = policy.env_value()
+    numactl, method, argv = _exec_argv(policy, ea, environ, notes)
+    added = _env_added(req, ns, ea, policy, environ, warnings)
     env = dict(environ)
     env.update(added)
     if root != "/":
         notes.append(f"node sets come from the tree {root}; the policy applies to the running kernel")
-    equivalent = shell_line(numactl_argv(policy) + list(ea.argv), added)
-    if tmpfs is not None:
-        inner = "mount -t tmpfs -o " + shlex.quote(tmpfs_options(*tmpfs)) + " tmpfs /dev/shm && exec " + equivalent
-        equivalent = "unshare -m --propagation private sh -c " + shlex.quote(inner)
     return LaunchPlan(
-        req,
-        inv,
-        ns,
-        policy,
-        wp,
-        feats,
-        ea,
-        kv,
-        model,
-        toks,
-        numactl,
-        method,
-        argv,
-        added,
-        env,
-        tmpfs,
-        equivalent,
-        tuple(checks),
-        tuple(notes) + ea.notes,
-        tuple(warnings) + ea.warnings,
-        tuple(users),
+        request=req,
+        inventory=inv,
+        nodesets=ns,
+        policy=policy,
+        weights=w.plan,
+        features=feats,
+        engine=ea,
+        kv=kv,
+        model=model,
+        tokens=toks,
+        numactl=numactl,
+        method=method,
+        argv=argv,
+        env_added=added,
+        env=env,
+        tmpfs=tmpfs,
+        equivalent=_equivalent(policy, ea, added, tmpfs),
+        checks=tuple(checks),
+        notes=tuple(notes) + ea.notes,
+        warnings=tuple(warnings) + ea.warnings,
+        wi_users=w.users,
     )
 
 

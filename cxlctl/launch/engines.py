@@ -309,6 +309,102 @@ def _lmcache_env(kv: int, ranks: int) -> Dict[str, str]:
     return {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": gib(kv // max(1, ranks))}
 
 
+def _vllm_swap_space(args: List[str], feats: Features, warnings: List[str]) -> None:
+    """--swap-space is no KV offload: refused where vLLM removed it, a warning elsewhere."""
+    if not has_opt(args, ["--swap-space"]):
+        return
+    ver = version_tuple(feats.version)
+    known = feats.source != "unavailable"
+    if (ver is not None and ver >= VLLM_NO_SWAP_SPACE_SINCE) or (known and not feats.has("--swap-space")):
+        raise UsageError(
+            f"--swap-space was removed in vLLM 0.18 (this is {feats.version or 'a newer vLLM'}); it never offloaded the KV cache under the V1 engine",
+            hint="drop it; --kv-size makes cxlctl size the CPU KV offload (--kv-offloading-size)",
+        )
+    warnings.append("--swap-space is unused by vLLM's V1 engine (it is not a KV offload); use --kv-size")
+
+
+def _vllm_numa_bind(
+    args: List[str], keep_numa_bind: bool, kv_tmpfs: bool, warnings: List[str]
+) -> Tuple[List[str], List[str]]:
+    """(args, dropped): vLLM's --numa-bind would replace cxlctl's policy, so it goes unless kept."""
+    if not has_opt(args, NUMA_BIND_FLAGS):
+        return args, []
+    why = (
+        "vLLM's --numa-bind re-execs its workers under `numactl --membind=<GPU-local node>`, which replaces "
+        "cxlctl's policy with a DRAM-only bind (the KV offload would leave CXL)"
+    )
+    if keep_numa_bind:
+        warnings.append(
+            why
+            + "; kept because of --keep-numa-bind"
+            + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)")
+        )
+        return args, []
+    args, dropped = drop_numa_bind(args)
+    warnings.append(why + f"; dropped {' '.join(dropped)} (--keep-numa-bind keeps it). cxlctl binds the CPUs itself")
+    return args, dropped
+
+
+def _vllm_user_offload(args: Sequence[str], kv: Optional[int]) -> Optional[int]:
+    """The KV offload bytes: --kv-size, or vLLM's own --kv-offloading-size (not both)."""
+    user_size = opt_value(args, ["--kv-offloading-size"])
+    if user_size is None:
+        return kv
+    if kv is not None:
+        raise UsageError(
+            "both --kv-size and vLLM's --kv-offloading-size are given",
+            hint="give one: --kv-size (cxlctl computes --kv-offloading-size) or --kv-offloading-size alone",
+        )
+    try:
+        return int(float(user_size) * GIB)
+    except ValueError:
+        raise UsageError(
+            f"--kv-offloading-size {user_size!r} is not a number of GiB", hint="e.g. --kv-offloading-size 64"
+        ) from None
+
+
+def _vllm_native_offload(args: List[str], feats: Features, kv: int, tp: int, pp: int, notes: List[str]) -> List[str]:
+    """The --kv-offloading-size (and backend) arguments for vLLM's native CPU KV offload; returns what was added."""
+    if args[0] != "serve":
+        raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
+    if feats.source == "unavailable":
+        raise UsageError(
+            f"--kv-size: cannot tell whether this vLLM has --kv-offloading-size ({feats.error})",
+            hint="check `vllm serve --help=all` works, or pass --kv-offloading-size yourself",
+        )
+    if not feats.has("--kv-offloading-size"):
+        raise UsageError(
+            f"this vLLM ({feats.version or 'unknown version'}) has no --kv-offloading-size (native CPU KV offload)",
+            hint="upgrade vLLM (0.12 or later), or use --lmcache; --swap-space is not a KV offload",
+        )
+    size = gib(kv)
+    if size == "0":
+        raise UsageError(f"--kv-size {format_size(kv)} is less than 0.01 GiB", hint="give a larger --kv-size")
+    added = ["--kv-offloading-size", size]
+    if feats.has("--kv-offloading-backend") and not has_opt(args, ["--kv-offloading-backend"]):
+        added += ["--kv-offloading-backend", "native"]
+    args += added
+    notes.append(f"--kv-offloading-size {size} GiB is the total over TP {tp} x PP {pp} = {tp * pp} worker(s)")
+    return added
+
+
+def _vllm_shm(feats: Features, kv_bytes: int, kv_tmpfs: bool, warnings: List[str]) -> Optional[int]:
+    """What /dev/shm must hold: newer vLLMs offload to a shm file, older ones pin anonymous memory."""
+    ver = version_tuple(feats.version)
+    if ver is None or ver >= VLLM_SHM_OFFLOAD_SINCE:
+        return kv_bytes
+    warnings.append(
+        f"vLLM {feats.version} pins the offload per tensor, rounded up to a power of two: it can take up to "
+        "about 2x the size in host memory (vllm#53042); leave headroom"
+    )
+    if kv_tmpfs:
+        warnings.append(
+            f"--kv-tmpfs: vLLM {feats.version} allocates the offload as pinned anonymous memory, not in /dev/shm, "
+            "so the CXL-bound tmpfs does not hold it; the process policy decides its placement"
+        )
+    return None
+
+
 def _vllm(
     cmd: Sequence[str],
     user: Sequence[str],
@@ -325,54 +421,16 @@ def _vllm(
         )
     notes, warnings = _source_note(feats)
     added: List[str] = []
-    dropped: List[str] = []
     env: Dict[str, str] = {}
-    ver = version_tuple(feats.version)
-    known = feats.source != "unavailable"
-    if has_opt(args, ["--swap-space"]):
-        if (ver is not None and ver >= VLLM_NO_SWAP_SPACE_SINCE) or (known and not feats.has("--swap-space")):
-            raise UsageError(
-                f"--swap-space was removed in vLLM 0.18 (this is {feats.version or 'a newer vLLM'}); it never offloaded the KV cache under the V1 engine",
-                hint="drop it; --kv-size makes cxlctl size the CPU KV offload (--kv-offloading-size)",
-            )
-        warnings.append("--swap-space is unused by vLLM's V1 engine (it is not a KV offload); use --kv-size")
-    if has_opt(args, NUMA_BIND_FLAGS):
-        why = (
-            "vLLM's --numa-bind re-execs its workers under `numactl --membind=<GPU-local node>`, which replaces "
-            "cxlctl's policy with a DRAM-only bind (the KV offload would leave CXL)"
-        )
-        if keep_numa_bind:
-            warnings.append(
-                why
-                + "; kept because of --keep-numa-bind"
-                + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)")
-            )
-        else:
-            args, dropped = drop_numa_bind(args)
-            warnings.append(
-                why + f"; dropped {' '.join(dropped)} (--keep-numa-bind keeps it). cxlctl binds the CPUs itself"
-            )
+    _vllm_swap_space(args, feats, warnings)
+    args, dropped = _vllm_numa_bind(args, keep_numa_bind, kv_tmpfs, warnings)
     tp = _int_opt(args, ["--tensor-parallel-size", "-tp"], 1, "tensor-parallel size")
     pp = _int_opt(args, ["--pipeline-parallel-size", "-pp"], 1, "pipeline-parallel size")
     ranks = tp * pp
     model = opt_value(args, ["--model"])
     if model is None and len(args) > 1 and args[0] == "serve" and not args[1].startswith("-"):
         model = args[1]
-    user_size = opt_value(args, ["--kv-offloading-size"])
-    kv_bytes = kv
-    shm: Optional[int] = None
-    if user_size is not None:
-        if kv is not None:
-            raise UsageError(
-                "both --kv-size and vLLM's --kv-offloading-size are given",
-                hint="give one: --kv-size (cxlctl computes --kv-offloading-size) or --kv-offloading-size alone",
-            )
-        try:
-            kv_bytes = int(float(user_size) * GIB)
-        except ValueError:
-            raise UsageError(
-                f"--kv-offloading-size {user_size!r} is not a number of GiB", hint="e.g. --kv-offloading-size 64"
-            ) from None
+    kv_bytes = _vllm_user_offload(args, kv)
     if kv is not None and lmcache:
         if not has_opt(args, ["--kv-transfer-config"]):
             args += ["--kv-transfer-config", LMCACHE_CONNECTOR]
@@ -382,53 +440,21 @@ def _vllm(
             f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per worker x {ranks} worker(s) (TP {tp} x PP {pp})"
         )
     elif kv is not None:
-        if args[0] != "serve":
-            raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
-        if not known:
-            raise UsageError(
-                f"--kv-size: cannot tell whether this vLLM has --kv-offloading-size ({feats.error})",
-                hint="check `vllm serve --help=all` works, or pass --kv-offloading-size yourself",
-            )
-        if not feats.has("--kv-offloading-size"):
-            raise UsageError(
-                f"this vLLM ({feats.version or 'unknown version'}) has no --kv-offloading-size (native CPU KV offload)",
-                hint="upgrade vLLM (0.12 or later), or use --lmcache; --swap-space is not a KV offload",
-            )
-        size = gib(kv)
-        if size == "0":
-            raise UsageError(f"--kv-size {format_size(kv)} is less than 0.01 GiB", hint="give a larger --kv-size")
-        args += ["--kv-offloading-size", size]
-        added += ["--kv-offloading-size", size]
-        if feats.has("--kv-offloading-backend") and not has_opt(args, ["--kv-offloading-backend"]):
-            args += ["--kv-offloading-backend", "native"]
-            added += ["--kv-offloading-backend", "native"]
-        notes.append(f"--kv-offloading-size {size} GiB is the total over TP {tp} x PP {pp} = {ranks} worker(s)")
-    if kv_bytes is not None and not lmcache:
-        if ver is None or ver >= VLLM_SHM_OFFLOAD_SINCE:
-            shm = kv_bytes
-        else:
-            warnings.append(
-                f"vLLM {feats.version} pins the offload per tensor, rounded up to a power of two: it can take up to "
-                "about 2x the size in host memory (vllm#53042); leave headroom"
-            )
-            if kv_tmpfs:
-                warnings.append(
-                    f"--kv-tmpfs: vLLM {feats.version} allocates the offload as pinned anonymous memory, not in /dev/shm, "
-                    "so the CXL-bound tmpfs does not hold it; the process policy decides its placement"
-                )
+        added += _vllm_native_offload(args, feats, kv, tp, pp, notes)
+    shm = _vllm_shm(feats, kv_bytes, kv_tmpfs, warnings) if kv_bytes is not None and not lmcache else None
     return EngineArgs(
-        tuple(cmd) + tuple(args),
-        env,
-        tuple(added),
-        tuple(dropped),
-        tuple(notes),
-        tuple(warnings),
-        kv_bytes is not None,
-        shm,
-        kv_bytes,
-        ranks,
-        model,
-        opt_value(args, ["--kv-cache-dtype"]),
+        argv=tuple(cmd) + tuple(args),
+        env=env,
+        added=tuple(added),
+        dropped=tuple(dropped),
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+        pins=kv_bytes is not None,
+        shm_bytes=shm,
+        kv_bytes=kv_bytes,
+        ranks=ranks,
+        model=model,
+        kv_cache_dtype=opt_value(args, ["--kv-cache-dtype"]),
     )
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.proc import has_cap, status_field
 from cxlctl.hostio.reader import read_text
 from cxlctl.hostio.root import under
-from cxlctl.model import Inventory
+from cxlctl.model import Inventory, Node
 from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
 
 from .nodesets import NodeSets, cpus_of
@@ -85,22 +85,9 @@ def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
     )
 
 
-def run(
-    root: str,
-    inv: Inventory,
-    policy: Policy,
-    ns: NodeSets,
-    *,
-    pins: bool,
-    kv_bytes: Optional[int],
-    shm_bytes: Optional[int],
-    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
-    engine: str,
-) -> List[Check]:
+def _node_memory(policy: Policy, by_id: Dict[int, Node]) -> List[Check]:
+    """Every node the policy uses has memory online."""
     out: List[Check] = []
-    by_id = {n.id: n for n in inv.nodes}
-
-    # memory online on every node the policy uses
     for nid in policy.nodes:
         n = by_id.get(nid)
         if n is None:
@@ -123,8 +110,12 @@ def run(
                     "online its memory blocks (daxctl online-memory)",
                 )
             )
+    return out
 
-    # cpuset
+
+def _cpuset(root: str, inv: Inventory, policy: Policy) -> List[Check]:
+    """The kernel refuses a policy over nodes outside this process' cpuset (EINVAL)."""
+    out: List[Check] = []
     mems, cpus = self_allowed(root)
     if mems is None:
         out.append(
@@ -161,8 +152,12 @@ def run(
                     "give --cpu-nodes inside the cpuset, or widen the cgroup's cpuset.cpus",
                 )
             )
+    return out
 
-    # kernel support for the mode
+
+def _kernel_policy(inv: Inventory, policy: Policy) -> List[Check]:
+    """The running kernel has the policy mode."""
+    out: List[Check] = []
     why = kernel_supports(policy.mode, inv.kernel, inv.weighted_interleave.supported)
     if why:
         alt = "--policy interleave (equal shares), preferred-many or bind"
@@ -173,8 +168,12 @@ def run(
                 "policy", "note", f"weighted interleave over one node ({format_nodelist(policy.nodes)}) is a plain bind"
             )
         )
+    return out
 
-    # pinned KV on ZONE_MOVABLE CXL memory
+
+def _pinned_kv(ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optional[int], engine: str) -> List[Check]:
+    """Pinned KV buffers cannot live on ZONE_MOVABLE CXL memory, nor beyond ulimit -l."""
+    out: List[Check] = []
     if pins:
         movable = []
         for nid in ns.cxl:
@@ -204,8 +203,18 @@ def run(
                     "raise it: ulimit -l unlimited (systemd: LimitMEMLOCK=infinity; docker: --ulimit memlock=-1)",
                 )
             )
+    return out
 
-    # /dev/shm
+
+def _dev_shm(
+    root: str,
+    by_id: Dict[int, Node],
+    kv_bytes: Optional[int],
+    shm_bytes: Optional[int],
+    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
+) -> List[Check]:
+    """The engine's /dev/shm (private tmpfs of --kv-tmpfs, or the host's) holds the KV offload."""
+    out: List[Check] = []
     if kv_tmpfs is not None:
         size, tnodes = kv_tmpfs
         if root == "/" and not has_cap(CAP_SYS_ADMIN):
@@ -259,8 +268,14 @@ def run(
                     "dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"
                 )
             )
+    return out
 
-    # KV larger than the CXL tier it is meant for
+
+def _kv_fits_cxl(
+    ns: NodeSets, by_id: Dict[int, Node], kv_bytes: Optional[int], kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]]
+) -> List[Check]:
+    """The KV cache is not larger than the CXL tier it is meant for."""
+    out: List[Check] = []
     if kv_bytes and ns.cxl and kv_tmpfs is None:
         free = sum(by_id[n].mem_free or 0 for n in ns.cxl if n in by_id)
         if free < kv_bytes:
@@ -272,8 +287,12 @@ def run(
                     "lower --kv-size, or use --kv-size auto",
                 )
             )
+    return out
 
-    # NUMA balancing tiering vs an explicit policy
+
+def _numa_balancing(root: str, policy: Policy) -> List[Check]:
+    """NUMA-balancing tiering leaves processes with an explicit policy alone: say so."""
+    out: List[Check] = []
     nb = (_read(root, paths.NUMA_BALANCING) or "").strip()
     if is_decimal(nb) and int(nb) & 2 and policy.mode != "local":
         out.append(
@@ -285,6 +304,31 @@ def run(
             )
         )
     return out
+
+
+def run(
+    root: str,
+    inv: Inventory,
+    policy: Policy,
+    ns: NodeSets,
+    *,
+    pins: bool,
+    kv_bytes: Optional[int],
+    shm_bytes: Optional[int],
+    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
+    engine: str,
+) -> List[Check]:
+    """Every pre-flight check of a launch, in the order they are shown; changes nothing."""
+    by_id = {n.id: n for n in inv.nodes}
+    return (
+        _node_memory(policy, by_id)
+        + _cpuset(root, inv, policy)
+        + _kernel_policy(inv, policy)
+        + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
+        + _dev_shm(root, by_id, kv_bytes, shm_bytes, kv_tmpfs)
+        + _kv_fits_cxl(ns, by_id, kv_bytes, kv_tmpfs)
+        + _numa_balancing(root, policy)
+    )
 
 
 def failures(checks: Sequence[Check]) -> List[Check]:

@@ -30,7 +30,7 @@ from cxlctl.hostio.reader import Refused, fence_of, read_bounded, read_text
 from cxlctl.hostio.root import under
 from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
-from .policy import parse_env_value
+from .policy import Asked, parse_env_value
 
 NUMA_MAPS_MODES = {
     "default": "default",
@@ -165,6 +165,107 @@ def _sum(maps: List[Mapping], kinds: Optional[Tuple[str, ...]]) -> Dict[int, int
 ANON = ("anon", "heap", "stack")
 
 
+def _check(name: str, ok: Optional[bool], detail: str) -> Dict[str, Any]:
+    """One row of the report's ``checks``: ok None is information, not a verdict."""
+    return {"check": name, "status": "info" if ok is None else ("pass" if ok else "fail"), "detail": detail}
+
+
+def _policy_checks(
+    root: str, asked: Asked, mode: str, nodes: Tuple[int, ...], mems: Tuple[int, ...], cpus: Tuple[int, ...]
+) -> List[Dict[str, Any]]:
+    """The process' policy, cpuset and CPUs against what the launch asked for."""
+    out = [_check("mode", mode == asked.mode, f"asked {asked.mode}, the process has {mode}")]
+    if asked.mode != "local":
+        out.append(
+            _check(
+                "nodes",
+                nodes == asked.nodes,
+                f"asked node(s) {format_nodelist(asked.nodes) or '-'}, the policy has {format_nodelist(nodes) or '-'}",
+            )
+        )
+    outside_mems = [n for n in asked.nodes if n not in mems]
+    out.append(
+        _check(
+            "cpuset",
+            not outside_mems,
+            f"Mems_allowed_list {format_nodelist(mems)}"
+            + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""),
+        )
+    )
+    want_cpus = _node_cpus(root, asked.cpu_nodes)
+    if want_cpus is not None and asked.cpu_nodes:
+        extra = sorted(set(cpus) - want_cpus)
+        out.append(
+            _check(
+                "cpus",
+                not extra,
+                f"Cpus_allowed_list {format_nodelist(cpus)}; CPUs of node(s) {format_nodelist(asked.cpu_nodes)}: {format_nodelist(sorted(want_cpus))}",
+            )
+        )
+    return out
+
+
+def _interleave_checks(root: str, asked: Asked, on: Dict[int, int], inside: int) -> List[Dict[str, Any]]:
+    """Each node's share of the anonymous pages against its (weighted) interleave share."""
+    a_mode, a_nodes, a_w = asked.mode, asked.nodes, asked.weights
+    out: List[Dict[str, Any]] = []
+    w = {n: (a_w.get(n, 1) if a_mode == "weighted-interleave" else 1) for n in a_nodes}
+    tw = sum(w.values())
+    shares = ", ".join(
+        f"node{n} {on[n]} pages = {on[n] / inside:.1%} (weight {w[n]}/{tw} = {w[n] / tw:.1%})"
+        if inside
+        else f"node{n} 0 pages"
+        for n in a_nodes
+    )
+    if inside < MIN_PAGES:
+        out.append(_check("placement", None, f"too few anonymous pages to judge ({inside} < {MIN_PAGES}): {shares}"))
+    else:
+        ok = all(abs((on[n] / inside) / (w[n] / tw) - 1) <= TOLERANCE for n in a_nodes)
+        out.append(
+            _check(
+                "placement",
+                ok,
+                f"{shares}; each within ±{TOLERANCE:.0%} of its weight's share: {'yes' if ok else 'no'}",
+            )
+        )
+    if a_mode == "weighted-interleave":
+        now = _sys_weights(root, a_nodes)
+        if now and any(now.get(n) != a_w.get(n) for n in a_nodes if n in a_w):
+            out.append(
+                _check(
+                    "weights",
+                    None,
+                    "the system-wide weights changed since the launch: now "
+                    + " ".join(f"node{n}={x}" for n, x in sorted(now.items()))
+                    + "; pages allocated from now on follow them",
+                )
+            )
+    return out
+
+
+def _placement_checks(root: str, asked: Asked, anon: Dict[int, int]) -> List[Dict[str, Any]]:
+    """Where the anonymous pages are, judged by the mode that was asked for."""
+    a_mode, a_nodes = asked.mode, asked.nodes
+    on = {n: anon.get(n, 0) for n in a_nodes}
+    inside = sum(on.values())
+    outside = sum(p for n, p in anon.items() if n not in a_nodes)
+    if a_mode == "bind":
+        return [
+            _check(
+                "placement",
+                outside == 0,
+                f"{inside} anonymous page(s) on node(s) {format_nodelist(a_nodes)}, {outside} elsewhere",
+            )
+        ]
+    if a_mode in ("interleave", "weighted-interleave") and a_nodes:
+        return _interleave_checks(root, asked, on, inside)
+    if a_nodes:
+        tot = sum(anon.values())
+        share = ", ".join(f"node{n} {on[n] / tot:.1%}" for n in a_nodes) if tot else "no anonymous pages yet"
+        return [_check("placement", None, f"{a_mode}: {share} of {tot} anonymous page(s)")]
+    return []
+
+
 def show(root: str, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
@@ -187,75 +288,8 @@ def show(root: str, pid: int) -> Dict[str, Any]:
     env = _environ(root, pid)
     asked = parse_env_value(env) if env else None
     checks: List[Dict[str, Any]] = []
-
-    def check(name: str, ok: Optional[bool], detail: str) -> None:
-        checks.append({"check": name, "status": "info" if ok is None else ("pass" if ok else "fail"), "detail": detail})
-
     if asked is not None:
-        a_mode, a_nodes, a_cpun, a_w = asked.mode, asked.nodes, asked.cpu_nodes, asked.weights
-        check("mode", mode == a_mode, f"asked {a_mode}, the process has {mode}")
-        if a_mode != "local":
-            check(
-                "nodes",
-                nodes == a_nodes,
-                f"asked node(s) {format_nodelist(a_nodes) or '-'}, the policy has {format_nodelist(nodes) or '-'}",
-            )
-        outside_mems = [n for n in a_nodes if n not in mems]
-        check(
-            "cpuset",
-            not outside_mems,
-            f"Mems_allowed_list {format_nodelist(mems)}"
-            + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""),
-        )
-        want_cpus = _node_cpus(root, a_cpun)
-        if want_cpus is not None and a_cpun:
-            extra = sorted(set(cpus) - want_cpus)
-            check(
-                "cpus",
-                not extra,
-                f"Cpus_allowed_list {format_nodelist(cpus)}; CPUs of node(s) {format_nodelist(a_cpun)}: {format_nodelist(sorted(want_cpus))}",
-            )
-        on = {n: anon.get(n, 0) for n in a_nodes}
-        inside = sum(on.values())
-        outside = sum(p for n, p in anon.items() if n not in a_nodes)
-        if a_mode == "bind":
-            check(
-                "placement",
-                outside == 0,
-                f"{inside} anonymous page(s) on node(s) {format_nodelist(a_nodes)}, {outside} elsewhere",
-            )
-        elif a_mode in ("interleave", "weighted-interleave") and a_nodes:
-            w = {n: (a_w.get(n, 1) if a_mode == "weighted-interleave" else 1) for n in a_nodes}
-            tw = sum(w.values())
-            shares = ", ".join(
-                f"node{n} {on[n]} pages = {on[n] / inside:.1%} (weight {w[n]}/{tw} = {w[n] / tw:.1%})"
-                if inside
-                else f"node{n} 0 pages"
-                for n in a_nodes
-            )
-            if inside < MIN_PAGES:
-                check("placement", None, f"too few anonymous pages to judge ({inside} < {MIN_PAGES}): {shares}")
-            else:
-                ok = all(abs((on[n] / inside) / (w[n] / tw) - 1) <= TOLERANCE for n in a_nodes)
-                check(
-                    "placement",
-                    ok,
-                    f"{shares}; each within ±{TOLERANCE:.0%} of its weight's share: {'yes' if ok else 'no'}",
-                )
-            if a_mode == "weighted-interleave":
-                now = _sys_weights(root, a_nodes)
-                if now and any(now.get(n) != a_w.get(n) for n in a_nodes if n in a_w):
-                    check(
-                        "weights",
-                        None,
-                        "the system-wide weights changed since the launch: now "
-                        + " ".join(f"node{n}={x}" for n, x in sorted(now.items()))
-                        + "; pages allocated from now on follow them",
-                    )
-        elif a_nodes:
-            tot = sum(anon.values())
-            share = ", ".join(f"node{n} {on[n] / tot:.1%}" for n in a_nodes) if tot else "no anonymous pages yet"
-            check("placement", None, f"{a_mode}: {share} of {tot} anonymous page(s)")
+        checks = _policy_checks(root, asked, mode, nodes, mems, cpus) + _placement_checks(root, asked, anon)
     fails = [c for c in checks if c["status"] == "fail"]
     return {
         "pid": pid,

@@ -451,9 +451,10 @@ def _check_levels(
     return out
 
 
-def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, explain: bool = True) -> Plan:
-    """Plan a region of ``memdevs`` on root decoder ``rd``; PlanError if impossible."""
-    notes: List[str] = []
+def _check_window(
+    st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, explain: bool, notes: List[str]
+) -> None:
+    """The root decoder can hold a RAM region of ``len(memdevs)`` ways (PlanError otherwise)."""
     if req.type != "ram":
         raise PlanError(f"--type {req.type} is not supported: cxlctl builds RAM regions only", hint="use --type ram")
     if rd.cap_type3 is False or rd.cap_ram is False:
@@ -483,7 +484,10 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
                 "switches interleave only by powers of two"
             )
         raise PlanError(why, hint=_other_windows(st, rd, memdevs, req) if explain else "")
-    gran = _granularity(rd, req.granularity)
+
+
+def _memdev_chains(st: _State, rd: Decoder, memdevs: Sequence[str]) -> Dict[str, Tuple[Hop, ...]]:
+    """Each memdev's port chain up to the root; each must be usable and below ``rd``'s port."""
     chains: Dict[str, Tuple[Hop, ...]] = {}
     for m in memdevs:
         ok_m, why = st.usable(m)
@@ -496,11 +500,17 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
         if root != rd.port:
             raise PlanError(f"{m} is below {root}, not {rd.port} (the bus of {rd.name})")
         chains[m] = hops
-    assign = _assign(st, rd, chains, ways)
-    lvl = _check_levels(rd, gran, assign.levels, chains)
-    # size
-    per_min = min(st.free_ram(m) for m in memdevs)
-    per_max = per_min // SZ_256M * SZ_256M
+    return chains
+
+
+class _Space(NamedTuple):
+    window: _Window
+    gaps: Optional[List[Tuple[int, int]]]  # free extents (start, size); None: addresses unknown
+    largest: int  # the largest free extent
+
+
+def _window_space(st: _State, rd: Decoder, notes: List[str]) -> _Space:
+    """The free extents of ``rd``'s window (assumed contiguous when addresses are root-only)."""
     w = st.windows.get(rd.name, _Window(None, rd.size or 0, ()))
     gaps = _free_extents(w)
     if gaps is None:
@@ -509,9 +519,16 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
             f"{rd.name}'s address (decoder start) or its regions' addresses are root-only: the plan assumes "
             f"its {_fmt(free)} of free space is contiguous and skips the address-order check"
         )
-        largest = free
-    else:
-        largest = max((z for _, z in gaps), default=0)
+        return _Space(window=w, gaps=None, largest=free)
+    return _Space(window=w, gaps=gaps, largest=max((z for _, z in gaps), default=0))
+
+
+def _region_size(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, space: _Space) -> int:
+    """The requested size checked against the memdevs and the window, or the largest that fits."""
+    ways = len(memdevs)
+    largest = space.largest
+    per_min = min(st.free_ram(m) for m in memdevs)
+    per_max = per_min // SZ_256M * SZ_256M
     unit = SZ_256M * ways
     if req.size is None:
         size = min(per_max * ways, largest // unit * unit)
@@ -523,47 +540,60 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
                 f"less than {_fmt(unit)} (256 MiB x {ways} ways)",
                 hint="destroy a region in this window or choose another window",
             )
-    else:
-        size = req.size
-        if size <= 0 or size % unit:
-            lo = size // unit * unit
-            sugg = ", ".join(format_size(x) for x in (lo, lo + unit) if x > 0)
-            raise PlanError(
-                f"size {_fmt(size)} is not a multiple of {_fmt(unit)} (256 MiB x {ways} ways)",
-                hint=f"use {sugg}" if sugg else f"use a multiple of {_fmt(unit)}",
-            )
-        if size // ways > per_min:
-            short = sorted((m for m in memdevs if st.free_ram(m) < size // ways), key=str)
-            raise PlanError(
-                f"size {_fmt(size)} needs {_fmt(size // ways)} of free RAM capacity per memdev (size / {ways} ways), "
-                "but " + ", ".join(f"{m} has {_fmt(st.free_ram(m))}" for m in short),
-                hint=f"the largest size these memdevs allow is {_fmt(per_max * ways)}",
-            )
-        if size > largest:
-            raise PlanError(
-                f"size {_fmt(size)} does not fit in {rd.name}: its largest free extent is {_fmt(largest)} "
-                f"(window {_fmt(w.size)})",
-                hint=f"use at most {_fmt(largest // unit * unit)}" if largest >= unit else "choose another window",
-            )
-    resource: Optional[int] = None
-    if gaps is not None:
-        resource = next((s for s, z in gaps if z >= size), None)
-    # decoders, top-down
+        return size
+    size = req.size
+    if size <= 0 or size % unit:
+        lo = size // unit * unit
+        sugg = ", ".join(format_size(x) for x in (lo, lo + unit) if x > 0)
+        raise PlanError(
+            f"size {_fmt(size)} is not a multiple of {_fmt(unit)} (256 MiB x {ways} ways)",
+            hint=f"use {sugg}" if sugg else f"use a multiple of {_fmt(unit)}",
+        )
+    if size // ways > per_min:
+        short = sorted((m for m in memdevs if st.free_ram(m) < size // ways), key=str)
+        raise PlanError(
+            f"size {_fmt(size)} needs {_fmt(size // ways)} of free RAM capacity per memdev (size / {ways} ways), "
+            "but " + ", ".join(f"{m} has {_fmt(st.free_ram(m))}" for m in short),
+            hint=f"the largest size these memdevs allow is {_fmt(per_max * ways)}",
+        )
+    if size > largest:
+        raise PlanError(
+            f"size {_fmt(size)} does not fit in {rd.name}: its largest free extent is {_fmt(largest)} "
+            f"(window {_fmt(space.window.size)})",
+            hint=f"use at most {_fmt(largest // unit * unit)}" if largest >= unit else "choose another window",
+        )
+    return size
+
+
+def _endpoint_targets(
+    st: _State, positions: Dict[str, int], chains: Dict[str, Tuple[Hop, ...]], per_dev: int
+) -> Dict[int, Target]:
+    """The free endpoint decoder of each memdev, by interleave position."""
     targets_by_pos: Dict[int, Target] = {}
-    for m, pos in assign.positions.items():
+    for m, pos in positions.items():
         ep = st.tree.endpoint_of_memdev[m]
         d, why = st.endpoint_decoder(ep)
         if d is None:  # pragma: no cover - usable() checked it
             raise PlanError(why)
-        targets_by_pos[pos] = Target(pos, m, ep, d.name, size // ways, d.mode, chains[m])
-    levels: List[Level] = [Level(rd.port, rd.name, rways, rd.interleave_granularity or gran, tuple(rd.target_list))]
+        targets_by_pos[pos] = Target(pos, m, ep, d.name, per_dev, d.mode, chains[m])
+    return targets_by_pos
+
+
+def _port_levels(st: _State, rd: Decoder, gran: int, lvl: List[Tuple[str, Tuple[int, ...], int]]) -> List[Level]:
+    """The decoders to program, top-down: the root's, then a free decoder of each switch/host-bridge port."""
+    levels: List[Level] = [
+        Level(rd.port, rd.name, rd.interleave_ways or 1, rd.interleave_granularity or gran, tuple(rd.target_list))
+    ]
     for port, tg, ig in lvl:
         d, why = st.port_decoder(port)
         if d is None:
             raise PlanError(why, hint="destroy a region that uses this port, or choose memdevs below other ports")
         levels.append(Level(port, d.name, len(tg), ig, tg))
-    # HPA order: no port may already carry a region at a higher address
-    ports_used = [lv.port for lv in levels[1:]] + [t.endpoint for t in targets_by_pos.values()]
+    return levels
+
+
+def _check_hpa_order(st: _State, ports_used: Sequence[str], resource: Optional[int]) -> bool:
+    """No port may already carry a region at a higher address; True when some address was unknown."""
     unknown = False
     for p in ports_used:
         for rname, start in sorted(st.port_regions.get(p, {}).items()):
@@ -577,7 +607,27 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
                     '("HPA order violation")',
                     hint=f"destroy {rname} first and create the regions in address order, or use another window",
                 )
-    if unknown and gaps is not None:
+    return unknown
+
+
+def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, explain: bool = True) -> Plan:
+    """Plan a region of ``memdevs`` on root decoder ``rd``; PlanError if impossible."""
+    notes: List[str] = []
+    _check_window(st, rd, memdevs, req, explain, notes)
+    ways = len(memdevs)
+    gran = _granularity(rd, req.granularity)
+    chains = _memdev_chains(st, rd, memdevs)
+    assign = _assign(st, rd, chains, ways)
+    lvl = _check_levels(rd, gran, assign.levels, chains)
+    space = _window_space(st, rd, notes)
+    size = _region_size(st, rd, memdevs, req, space)
+    resource: Optional[int] = None
+    if space.gaps is not None:
+        resource = next((s for s, z in space.gaps if z >= size), None)
+    targets_by_pos = _endpoint_targets(st, assign.positions, chains, size // ways)
+    levels = _port_levels(st, rd, gran, lvl)
+    ports_used = [lv.port for lv in levels[1:]] + [t.endpoint for t in targets_by_pos.values()]
+    if _check_hpa_order(st, ports_used, resource) and space.gaps is not None:
         notes.append("some regions on the same ports have unknown addresses; the address-order check was partial")
     return Plan(
         root_decoder=rd.name,
@@ -586,8 +636,8 @@ def _plan_on(st: _State, rd: Decoder, memdevs: Sequence[str], req: Request, expl
         ways=ways,
         granularity=gran,
         resource=resource,
-        window_size=w.size,
-        window_free=largest,
+        window_size=space.window.size,
+        window_free=space.largest,
         targets=tuple(targets_by_pos[p] for p in sorted(targets_by_pos)),
         levels=tuple(levels),
         notes=tuple(notes),

@@ -178,6 +178,15 @@ class RateLimitKnob(IntKnob):
         return str(value)
 
 
+def _bool_word(t: str) -> Optional[str]:
+    """Canonical true/false for the words the kernel's kstrtobool takes (lower-cased), else None."""
+    if t in TRUE_WORDS:
+        return "true"
+    if t in FALSE_WORDS:
+        return "false"
+    return None
+
+
 class BoolKnob(Knob):
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
         if isinstance(value, bool):
@@ -187,12 +196,7 @@ class BoolKnob(Knob):
         raise ValueError(f"must be true or false, got {value!r}")
 
     def canonical(self, raw: str) -> Optional[str]:
-        t = raw.strip().lower()
-        if t in TRUE_WORDS:
-            return "true"
-        if t in FALSE_WORDS:
-            return "false"
-        return None
+        return _bool_word(raw.strip().lower())
 
     def text(self, canonical: str) -> str:
         # "1"/"0": accepted by every kernel's kstrtobool ("true"/"false" only since v5.19)
@@ -265,11 +269,7 @@ class WeightedInterleaveKnob(Knob):
         t = raw.strip().lower()
         if is_decimal(t):
             return str(int(t))
-        if t in TRUE_WORDS:
-            return "true"
-        if t in FALSE_WORDS:
-            return "false"
-        return None
+        return _bool_word(t)
 
     def text(self, canonical: str) -> str:
         # auto is written as "true"/"false" (the file exists only on 6.16+, whose

@@ -86,53 +86,36 @@ def _scalar(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, rest
         return [Step(knob.name, knob.name, knob.path, current, want, original, "restore", _RESTORE_REASON, True, "")]
     why = knob.probe(cur)
     if why:
-        return [
-            Step(
-                knob.name,
-                knob.name,
-                knob.path,
-                None,
-                None,
-                None,
-                "unsupported",
-                s.reason,
-                knob.reversible,
-                s.origin,
-                why,
-            )
-        ]
+        return [_profile_step(knob, s, "unsupported", None, None, None, why)]
     desired, note = _scalar_desired(knob, s.value, inv)
     if current == desired:
-        return [
-            Step(
-                knob.name,
-                knob.name,
-                knob.path,
-                current,
-                desired,
-                None,
-                "noop",
-                s.reason,
-                knob.reversible,
-                s.origin,
-                note,
-            )
-        ]
-    return [
-        Step(
-            knob.name,
-            knob.name,
-            knob.path,
-            current,
-            desired,
-            knob.text(desired),
-            "set",
-            s.reason,
-            knob.reversible,
-            s.origin,
-            note,
-        )
-    ]
+        return [_profile_step(knob, s, "noop", current, desired, None, note)]
+    return [_profile_step(knob, s, "set", current, desired, knob.text(desired), note)]
+
+
+def _profile_step(
+    knob: Knob,
+    s: Setting,
+    action: str,
+    current: Optional[str],
+    desired: Optional[str],
+    write: Optional[str],
+    note: str,
+) -> Step:
+    """A step of a scalar knob the profile sets (reason and origin are the setting's)."""
+    return Step(
+        knob=knob.name,
+        setting=knob.name,
+        path=knob.path,
+        current=current,
+        desired=desired,
+        write=write,
+        action=action,
+        reason=s.reason,
+        reversible=knob.reversible,
+        origin=s.origin,
+        note=note,
+    )
 
 
 _RESTORE_REASON = "not in this profile: back to its value before cxlctl"
