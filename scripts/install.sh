@@ -12,6 +12,8 @@ if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
+# a build/ left by an earlier install would be reused with stale modules
+rm -rf build ./*.egg-info
 .venv/bin/pip install -q .
 # man pages: man(1) maps <dir>/bin on PATH to <dir>/share/man
 man_src=$(.venv/bin/python -c 'from cxlctl.manpage import shipped_dir; print(shipped_dir())')

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Set
 
 import pytest
 
@@ -321,3 +321,24 @@ def test_daemon_metrics_and_labels_json_say_what_the_text_says(tmp_path: Any) ->
     doc = json.loads(cxlctl("--root", src, "daemon", "labels", "--json", check=True).stdout)
     pairs = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert doc["labels"] == pairs and pairs
+
+
+def _imported(argv: List[str]) -> Set[str]:
+    """Modules a command imports (PYTHONPROFILEIMPORTTIME), by name."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+    return {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+
+
+def test_installed_command_adds_no_re_json_or_typing() -> None:
+    """The installed ``cxlctl`` (scripts/cxlctl, not pip's wrapper, which imports ``re``)
+    serves ``status --json`` without importing ``re``, ``json`` or ``typing`` beyond what
+    the interpreter's own start-up (an editable install's .pth included) already loads."""
+    exe = os.path.join(os.path.dirname(sys.executable), "cxlctl")
+    if not os.path.exists(exe):
+        pytest.skip("cxlctl is not installed beside this interpreter")
+    with open(exe, encoding="utf-8") as f:
+        assert "import re" not in f.read()
+    root = os.path.join(REPO, "fixtures", "linux-6.12", "single-region")
+    added = _imported([exe, "--root", root, "status", "--json"]) - _imported([sys.executable, "-c", "pass"])
+    assert not added & {"re", "json", "typing", "typer", "rich"}, sorted(added)
