@@ -45,15 +45,6 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 
-CXL_DEVICES = paths.CXL_DEVICES
-DAX_DEVICES = paths.DAX_DEVICES
-NODE_DIR = paths.NODE_DIR
-TIER_DIR = paths.TIER_DIR
-WI_DIR = paths.WI_DIR
-OSRELEASE = paths.OSRELEASE
-KNOB_PATHS = paths.KNOB_PATHS
-
-
 def _is_dotted(prefix: str, name: str) -> bool:
     """``<prefix>N.M`` with ASCII digits (``decoder2.1``, ``dax0.0``; not ``decoders_committed``)."""
     a, dot, b = name[len(prefix) :].partition(".")
@@ -105,17 +96,17 @@ class _Scan(Attrs):
 
     # -- CXL bus --------------------------------------------------------------------------
     def cxl(self) -> Tuple[List[Port], List[Decoder], List[Memdev], List[Region]]:
-        names = self.r.listdir(CXL_DEVICES)
+        names = self.r.listdir(paths.CXL_DEVICES)
         parents: Dict[str, str] = {}
         for n in names:
             if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
-                real = self.guarded(f"{CXL_DEVICES}/{n}", self.r.devpath, f"{CXL_DEVICES}/{n}")
+                real = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.r.devpath, f"{paths.CXL_DEVICES}/{n}")
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
         ports: List[Port] = []
         for n in names:
             if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
-                p = self.guarded(f"{CXL_DEVICES}/{n}", self.port, n, parents.get(n))
+                p = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.port, n, parents.get(n))
                 if p is not None:
                     ports.append(p)
         kinds = {p.name: p.kind for p in ports}
@@ -125,21 +116,21 @@ class _Scan(Attrs):
             if _decoder_name(n) and n in parents:
                 owner = parents[n]
                 kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
-                d = self.guarded(f"{CXL_DEVICES}/{n}", self.decoder, n, owner, kind, memdev_of_ep.get(owner))
+                d = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.decoder, n, owner, kind, memdev_of_ep.get(owner))
                 if d is not None:
                     decoders.append(d)
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
         memdevs: List[Memdev] = []
         for n in names:
             if _is("mem")(n):
-                m = self.guarded(f"{CXL_DEVICES}/{n}", self.memdev, n, parents.get(n), ep_of_mem.get(n))
+                m = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.memdev, n, parents.get(n), ep_of_mem.get(n))
                 if m is not None:
                     memdevs.append(m)
         dec_by_name = {d.name: d for d in decoders}
         regions: List[Region] = []
         for n in names:
             if _is("region")(n):
-                rg = self.guarded(f"{CXL_DEVICES}/{n}", self.region, n, parents.get(n), dec_by_name)
+                rg = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.region, n, parents.get(n), dec_by_name)
                 if rg is not None:
                     regions.append(rg)
         ports = self._with_host_bridges(ports)
@@ -162,7 +153,7 @@ class _Scan(Attrs):
         return out
 
     def port(self, name: str, parent: Optional[str]) -> Port:
-        dev = f"{CXL_DEVICES}/{name}"
+        dev = f"{paths.CXL_DEVICES}/{name}"
         host = self.r.link(f"{dev}/uport")
         dports = []
         for dp in self.r.listdir(dev, _is("dport")):
@@ -194,7 +185,7 @@ class _Scan(Attrs):
         )
 
     def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
-        dev = f"{CXL_DEVICES}/{name}"
+        dev = f"{paths.CXL_DEVICES}/{name}"
         targets: Tuple[int, ...] = ()
         if kind != "endpoint":
             tl = self.r.text(f"{dev}/target_list")
@@ -230,7 +221,7 @@ class _Scan(Attrs):
         )
 
     def memdev(self, name: str, parent: Optional[str], endpoint: Optional[str]) -> Memdev:
-        dev = f"{CXL_DEVICES}/{name}"
+        dev = f"{paths.CXL_DEVICES}/{name}"
         numa = self.num(f"{dev}/numa_node")
         return Memdev(
             name=name,
@@ -262,7 +253,7 @@ class _Scan(Attrs):
         return None if c == Coordinates() else c
 
     def region(self, name: str, root_decoder: Optional[str], decoders: Dict[str, Decoder]) -> Region:
-        dev = f"{CXL_DEVICES}/{name}"
+        dev = f"{paths.CXL_DEVICES}/{name}"
         ways = self.num(f"{dev}/interleave_ways")
         targets = []
         for i in range(min(ways or 0, 16)):
@@ -300,7 +291,7 @@ class _Scan(Attrs):
 
     # -- NUMA -------------------------------------------------------------------------------
     def node(self, nid: int, cpu_nodes: Tuple[int, ...], mem_nodes: Tuple[int, ...]) -> Node:
-        dev = f"{NODE_DIR}/node{nid}"
+        dev = f"{paths.NODE_DIR}/node{nid}"
         cpus = self.nodelist(f"{dev}/cpulist") or ()
         mi_text = self.r.text(f"{dev}/meminfo")
         mi = parse_meminfo(mi_text) if mi_text else {}
@@ -337,32 +328,32 @@ class _Scan(Attrs):
 
     def tiers(self) -> List[Tier]:
         out = []
-        for t in self.r.listdir(TIER_DIR, _is("memory_tier")):
-            nodes = self.nodelist(f"{TIER_DIR}/{t}/nodelist")
+        for t in self.r.listdir(paths.TIER_DIR, _is("memory_tier")):
+            nodes = self.nodelist(f"{paths.TIER_DIR}/{t}/nodelist")
             if nodes is None:  # the ABI document calls it 'nodes'; accept both
-                nodes = self.nodelist(f"{TIER_DIR}/{t}/nodes")
+                nodes = self.nodelist(f"{paths.TIER_DIR}/{t}/nodes")
             out.append(Tier(int(t[len("memory_tier") :]), nodes or ()))
         return out
 
     def weighted_interleave(self) -> WeightedInterleave:
-        if not self.r.isdir(WI_DIR):
+        if not self.r.isdir(paths.WI_DIR):
             return WeightedInterleave(False, {}, None)
         weights = {}
-        for n in self.r.listdir(WI_DIR, _is("node")):
-            w = self.num(f"{WI_DIR}/{n}")
+        for n in self.r.listdir(paths.WI_DIR, _is("node")):
+            w = self.num(f"{paths.WI_DIR}/{n}")
             if w is not None:
                 weights[int(n[4:])] = w
-        auto = self.flag(f"{WI_DIR}/auto")
+        auto = self.flag(f"{paths.WI_DIR}/auto")
         if auto is None:
             # some 6.16+ builds expose the attribute as "__auto_type" (a macro leaked into
             # the attribute name); it is the same knob
-            auto = self.flag(f"{WI_DIR}/__auto_type")
+            auto = self.flag(f"{paths.WI_DIR}/__auto_type")
         return WeightedInterleave(True, weights, auto)
 
     # -- whole scan -------------------------------------------------------------------------
     def run(self) -> Inventory:
         r = self.r
-        kernel = r.text(OSRELEASE)
+        kernel = r.text(paths.OSRELEASE)
         ports, decoders, memdevs, regions = self.cxl()
         ports = _fix_depths(ports)
         buses = [p for p in ports if p.kind == "root"]
@@ -370,16 +361,16 @@ class _Scan(Attrs):
         plain_ports = [p for p in ports if p.kind == "port"]
 
         dax: List[DaxDevice] = []
-        for n in r.listdir(DAX_DEVICES, _dax_name):
-            d = self.guarded(f"{DAX_DEVICES}/{n}", self.dax, n)
+        for n in r.listdir(paths.DAX_DEVICES, _dax_name):
+            d = self.guarded(f"{paths.DAX_DEVICES}/{n}", self.dax, n)
             if d is not None:
                 dax.append(d)
 
-        cpu_nodes = self.nodelist(f"{NODE_DIR}/has_cpu") or ()
-        mem_nodes = self.nodelist(f"{NODE_DIR}/has_memory") or ()
+        cpu_nodes = self.nodelist(f"{paths.NODE_DIR}/has_cpu") or ()
+        mem_nodes = self.nodelist(f"{paths.NODE_DIR}/has_memory") or ()
         nodes: List[Node] = []
-        for n in r.listdir(NODE_DIR, _is("node")):
-            nd = self.guarded(f"{NODE_DIR}/{n}", self.node, int(n[4:]), cpu_nodes, mem_nodes)
+        for n in r.listdir(paths.NODE_DIR, _is("node")):
+            nd = self.guarded(f"{paths.NODE_DIR}/{n}", self.node, int(n[4:]), cpu_nodes, mem_nodes)
             if nd is not None:
                 nodes.append(nd)
         block_size = objects.block_size(self)

@@ -16,8 +16,9 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
-from cxlctl.inventory import CXL_DEVICES, scan
+from cxlctl.inventory import scan
 from tests.conftest import REPO, copy_tree, cxlctl, fixture_roots, status_json
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]

@@ -29,13 +29,6 @@ from cxlctl.hostio.root import under
 
 from .knobs import REGISTRY
 
-SYSCTL_DIRS = paths.SYSCTL_DIRS
-SYSCTL_CONF = paths.SYSCTL_CONF
-PERSIST_SYSCTL = paths.PERSIST_SYSCTL
-TUNED_ACTIVE = paths.TUNED_ACTIVE
-TUNED_MAIN = paths.TUNED_MAIN
-TUNED_DIRS = paths.TUNED_DIRS
-
 #: sysctls of stock TuneD profiles that matter here, for hosts where the active
 #: profile's file cannot be found (TuneD 2.28 profiles/*/tuned.conf)
 TUNED_STOCK: Dict[str, Dict[str, str]] = {
@@ -81,15 +74,15 @@ def sysctl_files(root: str) -> List[str]:
     """sysctl.d files in application order (root-relative paths), plus /etc/sysctl.conf last."""
     by_name: Dict[str, str] = {}
     r = Reader(root)
-    for d in SYSCTL_DIRS:
+    for d in paths.SYSCTL_DIRS:
         for n in r.listdir(d):
             if n.endswith(".conf") and n not in by_name:
                 by_name[n] = f"{d}/{n}"
     ordered = [by_name[n] for n in sorted(by_name)]
-    if os.path.isfile(under(root, SYSCTL_CONF)):
-        real = os.path.realpath(under(root, SYSCTL_CONF))
+    if os.path.isfile(under(root, paths.SYSCTL_CONF)):
+        real = os.path.realpath(under(root, paths.SYSCTL_CONF))
         if all(os.path.realpath(under(root, p)) != real for p in ordered):
-            ordered.append(SYSCTL_CONF)
+            ordered.append(paths.SYSCTL_CONF)
     return ordered
 
 
@@ -99,7 +92,7 @@ def _read(root: str, path: str) -> Optional[str]:
 
 def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, str], str]]:
     """(active profile names, its [sysctl] keys, its [sysfs] keys, where found) or None."""
-    active = (_read(root, TUNED_ACTIVE) or "").strip()
+    active = (_read(root, paths.TUNED_ACTIVE) or "").strip()
     if not active:
         return None
     sysctl: Dict[str, str] = {}
@@ -118,7 +111,7 @@ def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, st
 def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, str], depth: int) -> Optional[str]:
     if depth > 10 or "/" in name or "\0" in name:  # a name, never a path (NUL: corrupt file)
         return None
-    for d in TUNED_DIRS:
+    for d in paths.TUNED_DIRS:
         path = f"{d}/{name}/tuned.conf"
         text = _read(root, path)
         if text is None:
@@ -150,7 +143,7 @@ def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, s
 
 
 def _reapply_sysctl(root: str) -> bool:
-    text = _read(root, TUNED_MAIN)
+    text = _read(root, paths.TUNED_MAIN)
     if text is None:
         return True
     for line in text.splitlines():
@@ -170,11 +163,11 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
     files = sysctl_files(root)
 
     def rank(path: str) -> Tuple[int, str]:
-        return (1, "") if path == SYSCTL_CONF else (0, os.path.basename(path))
+        return (1, "") if path == paths.SYSCTL_CONF else (0, os.path.basename(path))
 
-    our_rank = rank(PERSIST_SYSCTL)
+    our_rank = rank(paths.PERSIST_SYSCTL)
     for path in files:
-        if path == PERSIST_SYSCTL:
+        if path == paths.PERSIST_SYSCTL:
             continue
         text = _read(root, path) or ""
         for key, value in parse_sysctl_conf(text).items():

@@ -17,10 +17,10 @@ from typing import Dict, List, Optional
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import TuneLock, holder, is_held
+from cxlctl.hostio.paths import PERSIST_SYSCTL
 from cxlctl.hostio.root import under as host
 
 from . import journal as jn
-from .conflicts import PERSIST_SYSCTL
 from .plan import Step
 from .results import (
     ApplyResult,

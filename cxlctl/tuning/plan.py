@@ -227,20 +227,7 @@ class _WIPlanner:
         return [self._whole(s, "skip", why)]
 
     def _whole(self, s: Setting, action: str, why: str) -> Step:
-        k = self.knob
-        return Step(
-            knob=k.name,
-            setting=k.name,
-            path=k.path,
-            current=None,
-            desired=None,
-            write=None,
-            action=action,
-            reason=s.reason,
-            reversible=k.reversible,
-            origin=s.origin,
-            note=why,
-        )
+        return _profile_step(self.knob, s, action, None, None, None, why)
 
     def by_ratio(self, spec: WISpec, chosen: List[int], cxl: List[int]) -> Tuple[Optional[Dict[int, int]], str]:
         """Weights from a DRAM:CXL ratio; (None, why) when some node is neither."""

@@ -37,6 +37,7 @@ from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.hostio.lock import TuneLock
+from cxlctl.hostio.paths import PERSIST_SYSCTL
 from cxlctl.hostio.proc import has_cap
 from cxlctl.hostio.root import under as host
 from cxlctl.hostio.write import KnobError, pause_hook, read_raw, write_with_retry
@@ -44,7 +45,7 @@ from cxlctl.model import Inventory
 from cxlctl.progress import ProgressFn, tick
 
 from . import journal as jn
-from .conflicts import PERSIST_SYSCTL, find, our_keys
+from .conflicts import find, our_keys
 from .journal import Entry, Journal, Trial
 from .knobs import BY_NAME, Current, read_current
 from .plan import Plan, Restore, Step
