@@ -446,6 +446,11 @@ def boot_deadline(timeout: float) -> float:
     return max(1.0, min(want, timeout / 2))
 
 
+#: every boot that was retried in this process: "topology kernel attempt N/M: why" lines,
+#: listed at the end of a pytest run (tests/vm/conftest.py) so a retry is never silent in CI's log
+RETRIES: List[str] = []
+
+
 class _BootRetry(Exception):
     """A guest died or hung before its runner started: worth booting again."""
 
@@ -510,6 +515,7 @@ def run_guest(
                 msg = f"guest ({topo.name}, {kern.release}) attempt {attempt}/{tries}: {r.why}; console: {kept}"
                 if attempt == tries:
                     raise GuestBootError(f"{msg}\n--- console tail ---\n{r.console_tail}") from None
+                RETRIES.append(msg)
                 print(f"vm-harness: {msg}; booting again", file=sys.stderr, flush=True)
                 continue
             res.attempts = attempt

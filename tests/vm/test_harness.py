@@ -71,6 +71,9 @@ def _fake_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str) -> T
     vng.parent.mkdir()
     vng.write_text(FAKE_VNG.replace("PYTHON", sys.executable))
     vng.chmod(0o755)
+    from tests.vm import harness
+
+    monkeypatch.setattr(harness, "RETRIES", [])  # the fakes' retries are not the run's
     monkeypatch.setenv("CXLCTL_VNG", str(vng))
     monkeypatch.setenv("CXLCTL_VM_LOCK", str(tmp_path / "lock"))
     monkeypatch.setenv("CXLCTL_VM_BOOT_DEADLINE", "3")
@@ -117,3 +120,13 @@ def test_vng_runs_with_its_own_folder_on_path(tmp_path: Path, monkeypatch: pytes
     assert path[0] == str(tmp_path / "bin")
     assert str(Path(sys.executable).parent) in path
     assert {"/usr/sbin", "/sbin"} <= set(path)
+
+
+def test_retries_are_listed_for_the_run_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest hides a passing test's stderr: the retry also goes to RETRIES, which
+    tests/vm/conftest.py prints at the end of the run."""
+    from tests.vm import harness
+
+    k, work = _fake_guest(tmp_path, monkeypatch, "die,ok")
+    run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    assert len(harness.RETRIES) == 1 and "attempt 1/3: vng exited 255" in harness.RETRIES[0]
