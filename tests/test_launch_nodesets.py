@@ -212,3 +212,13 @@ def test_resolve_raises_usage_errors_directly() -> None:
     inv = scan(fixture_roots("linux-6.12/single-region")[0])
     with pytest.raises(UsageError):
         parse_node_spec("3", "--mem-nodes", inv, want="memory")
+
+
+def test_gpu_attributes_take_ascii_digits_only(tmp_path: Any) -> None:
+    """A non-ASCII digit in a GPU's numa_node is unknown, not node 1 (int() reads '١' as 1)."""
+    root = _two_sockets(tmp_path)
+    add_gpu(root, "0000:17:00.0", 0)
+    with open(os.path.join(root, "sys/devices/pci0000:00/0000:17:00.0/numa_node"), "w") as f:
+        f.write("\u0661\n")
+    add_gpu(root, "0000:b1:00.0", 2, vendor="0x\u0661\u0660de")  # not a vendor id at all
+    assert [(g.bdf, g.numa_node) for g in find_gpus(root)] == [("0000:17:00.0", None)]

@@ -28,7 +28,7 @@ from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory, Node
-from cxlctl.parse import format_nodelist, parse_nodelist
+from cxlctl.parse import format_nodelist, parse_hex, parse_int, parse_nodelist
 
 PCI_DEVICES = paths.PCI_DEVICES
 NVIDIA_VENDOR = 0x10DE
@@ -61,16 +61,17 @@ def find_gpus(root: str) -> List[Gpu]:
     for name in r.listdir(PCI_DEVICES, lambda n: _BDF.match(n) is not None):
         base = f"{PCI_DEVICES}/{name}"
         vendor, klass = r.text(base + "/vendor"), r.text(base + "/class")
+        # ASCII digits only (int() would read "١" as 1)
         try:
-            if vendor is None or klass is None or int(vendor, 16) != NVIDIA_VENDOR:
+            if vendor is None or klass is None or parse_hex(vendor) != NVIDIA_VENDOR:
                 continue
-            if (int(klass, 16) >> 8) not in GPU_CLASSES:
+            if (parse_hex(klass) >> 8) not in GPU_CLASSES:
                 continue
         except ValueError:
             continue
         numa = r.text(base + "/numa_node")
         try:
-            node: Optional[int] = int(numa) if numa is not None else None
+            node: Optional[int] = parse_int(numa) if numa is not None else None
         except ValueError:
             node = None
         found.append((name.lower(), node if node is not None and node >= 0 else None))
