@@ -342,3 +342,15 @@ def test_installed_command_adds_no_re_json_or_typing() -> None:
     root = os.path.join(REPO, "fixtures", "linux-6.12", "single-region")
     added = _imported([exe, "--root", root, "status", "--json"]) - _imported([sys.executable, "-c", "pass"])
     assert not added & {"re", "json", "typing", "typer", "rich"}, sorted(added)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tune", "plan", "inference-bandwidth"], ["tune", "list"], ["tune", "show", "inference-capacity"]],
+)
+def test_cli_tables_fold_instead_of_cutting_at_80_columns(argv: List[str]) -> None:
+    """Knob names such as kernel.numa_balancing_promote_rate_limit_MBps wrap, never end in '…'."""
+    root = os.path.join(REPO, "fixtures", "linux-6.12", "hb2x2-region")
+    p = cxlctl("--root", root, *argv, env={"COLUMNS": "80"})
+    assert p.returncode == 0, p.stderr
+    assert "…" not in p.stdout and max(len(ln) for ln in p.stdout.splitlines()) <= 80, p.stdout

@@ -377,7 +377,7 @@ def _render_proof(rep: Dict[str, Any]) -> None:
         c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
     t = Table(title="Pages per node", title_justify="left")
     for col in ("node", "anonymous", "file", "total", "share of anonymous"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", overflow="fold")
     pages = rep["pages"]
     nodes = sorted({int(n) for k in ("anon", "file", "total") for n in pages[k]})
     anon_total = sum(pages["anon"].values()) or 1

@@ -159,7 +159,7 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
     index = {(lv.port, t): i for lv in p.levels for i, t in enumerate(lv.targets)}
     t = Table(title_justify="left")
     for col in ("position", "memdev", "endpoint decoder", "DPA", "route (port: dport → target index)"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for tg in p.targets:
         route = "  ".join(f"{h.port}: {escape(str(h.dport))} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
         dec = tg.decoder + (f" (mode {escape(str(tg.mode))} → ram)" if tg.mode != "ram" else "")

@@ -86,7 +86,7 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
 
     t = Table(title="Tuning profiles", title_justify="left")
     for col in ("profile", "from", "summary"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for r in rows:
         summary = r["summary"] if r["error"] is None else f"[red]invalid: {r['error']}[/red]"
         t.add_row(r["name"], "built-in" if r["builtin"] else r["source"], summary or "")
@@ -120,7 +120,7 @@ def show_cmd(
         c.print(f"placement (for the launcher): {p.placement}")
     t = Table(title_justify="left")
     for col in ("knob", "value", "reason"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for s in doc["settings"]:
         t.add_row(s["knob"], s["value"], s["reason"])
     c.print(t)
@@ -191,7 +191,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     c.print(head)
     t = Table(title_justify="left")
     for col in ("knob", "current", "desired", "action", "reversible", "reason"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for s in p.steps:
         action = {"noop": "no change", "set": "change"}.get(s.action, s.action)
         style = _ACTION_STYLE.get(s.action, "")
@@ -213,7 +213,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     if prep.conflicts:
         ct = Table(title="Other configuration setting the same keys", title_justify="left")
         for col in ("key", "cxlctl", "theirs", "source", "wins at boot", "why"):
-            ct.add_column(col)
+            ct.add_column(col, overflow="fold")
         for k in prep.conflicts:
             ct.add_row(_v(k.key), _v(k.ours), _v(k.theirs), _v(k.source), k.wins_at_boot, _v(k.note))
         c.print(ct)
@@ -247,7 +247,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
 
     t = Table(title=title, title_justify="left")
     for col in ("knob", "file", "before", "target", "result"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     style = {
         "written": "green",
         "restored": "cyan",
@@ -346,7 +346,7 @@ def verify_cmd(
         )
         t = Table(title_justify="left")
         for col in ("knob", "expected", "actual", "result"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         style = {"pass": "green", "drift": "bold red", "unsupported": "yellow"}
         for ch in res.checks:
             st = style[ch.status]
