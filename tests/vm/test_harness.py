@@ -46,12 +46,23 @@ import os, sys, time
 from pathlib import Path
 runner = Path(sys.argv[sys.argv.index("--exec") + 1].split()[-1].strip("'"))
 hdir = runner.parent
-count = hdir.parent / "boots"
+state = hdir.parent.parent  # outside the work folder, which the harness tidies
+count = state / "boots"
 n = int(count.read_text()) + 1 if count.exists() else 1
 count.write_text(str(n))
 plan = os.environ["FAKE_VNG_PLAN"].split(",")
 what = plan[min(n, len(plan)) - 1]
-(hdir.parent / f"path-{n}").write_text(os.environ.get("PATH", ""))
+(state / f"path-{n}").write_text(os.environ.get("PATH", ""))
+qemu = sys.argv[sys.argv.index("--qemu") + 1] if "--qemu" in sys.argv else None
+if what == "segv":
+    # the guest starts its script, writes part of its results, then QEMU crashes
+    (hdir / "uptime-start").write_text("1.0 1.0\n")
+    (hdir / "prelude-rc").write_text("0\n")
+    (hdir.parent / "out" / "partial").write_text("from the crashed boot")
+    (hdir.parent / "cache").mkdir()
+    import subprocess
+    subprocess.call([qemu, "-M", "cxl=on"])
+    sys.exit(255)
 if what == "die":
     print("qemu: iotlb_to_section: Assertion failed")
     sys.exit(255)
@@ -66,9 +77,19 @@ if what == "hang":
 """
 
 
+FAKE_QEMU = """#!/bin/bash
+[ "$1" = --version ] && { echo "QEMU emulator version 10.0.2"; exit 0; }
+kill -SEGV $$
+"""
+
+
 def _fake_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str) -> Tuple[Kernel, Path]:
     vng = tmp_path / "bin" / "vng"
     vng.parent.mkdir()
+    qemu = tmp_path / "bin" / "fake-qemu"
+    qemu.write_text(FAKE_QEMU)
+    qemu.chmod(0o755)
+    monkeypatch.setenv("CXLCTL_QEMU", str(qemu))
     vng.write_text(FAKE_VNG.replace("PYTHON", sys.executable))
     vng.chmod(0o755)
     from tests.vm import harness
@@ -100,7 +121,7 @@ def test_script_failure_is_never_retried(tmp_path: Path, monkeypatch: pytest.Mon
     k, work = _fake_guest(tmp_path, monkeypatch, "fail,ok")
     res = run_guest("single", "false", kernel=k, workdir=work, timeout=60)
     assert res.returncode == 7 and res.attempts == 1
-    assert (work / "boots").read_text() == "1"
+    assert (tmp_path / "boots").read_text() == "1"
 
 
 def test_boot_retries_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,7 +129,7 @@ def test_boot_retries_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("CXLCTL_VM_BOOT_TRIES", "2")
     with pytest.raises(GuestBootError, match=r"attempt 2/2: vng exited 255"):
         run_guest("single", "true", kernel=k, workdir=work, timeout=60)
-    assert (work / "boots").read_text() == "2"
+    assert (tmp_path / "boots").read_text() == "2"
 
 
 def test_vng_runs_with_its_own_folder_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +137,7 @@ def test_vng_runs_with_its_own_folder_on_path(tmp_path: Path, monkeypatch: pytes
     even when the caller's PATH is CI's minimal one."""
     k, work = _fake_guest(tmp_path, monkeypatch, "ok")
     run_guest("single", "true", kernel=k, workdir=work, timeout=60)
-    path = (work / "path-1").read_text().split(":")
+    path = (tmp_path / "path-1").read_text().split(":")
     assert path[0] == str(tmp_path / "bin")
     assert str(Path(sys.executable).parent) in path
     assert {"/usr/sbin", "/sbin"} <= set(path)
@@ -130,3 +151,43 @@ def test_retries_are_listed_for_the_run_summary(tmp_path: Path, monkeypatch: pyt
     k, work = _fake_guest(tmp_path, monkeypatch, "die,ok")
     run_guest("single", "true", kernel=k, workdir=work, timeout=60)
     assert len(harness.RETRIES) == 1 and "attempt 1/3: vng exited 255" in harness.RETRIES[0]
+
+
+def test_qemu_crash_while_the_script_runs_is_booted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI, stop 16: QEMU 10's TCG segfaulted while the launch test's guest touched
+    CXL memory; vng reported only "exit 255".  The wrapper around QEMU records
+    the signal, the attempt is retried, and what it wrote is set aside."""
+    k, work = _fake_guest(tmp_path, monkeypatch, "segv,ok")
+    res = run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    assert res.returncode == 0 and res.attempts == 2 and res.stdout == "boot 2\n"
+    err = capsys.readouterr().err
+    assert "attempt 1/3: QEMU died of SIGSEGV while the guest ran its script" in err
+    assert not (work / "out" / "partial").exists() and not (work / "cache").exists()
+    assert (work / "attempt1" / "out" / "partial").read_text() == "from the crashed boot"
+    assert (work / "attempt1" / "cache").is_dir()
+
+
+def test_qemu_stopped_by_a_signal_that_is_no_crash_is_not_retried(tmp_path: Path) -> None:
+    """SIGTERM/SIGKILL come from the harness's own timeout or a person: no retry."""
+    from tests.vm.harness import qemu_crash
+
+    for code, want in (("139", "SIGSEGV"), ("134", "SIGABRT"), ("143", None), ("137", None), ("0", None), ("x", None)):
+        (tmp_path / "qemu-status").write_text(code + "\n")
+        assert qemu_crash(tmp_path) == want, code
+    (tmp_path / "qemu-status").unlink()
+    assert qemu_crash(tmp_path) is None
+
+
+def test_real_qemu_is_wrapped_and_version_passes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vng asks the binary for --version before booting: the wrapper must answer
+    as QEMU, and record nothing for it."""
+    import subprocess
+
+    k, work = _fake_guest(tmp_path, monkeypatch, "ok")
+    run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    wrapper = work / "harness" / "bin" / "qemu-system-x86_64"
+    out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("QEMU emulator version")
+    assert not (work / "harness" / "qemu-status").exists()
