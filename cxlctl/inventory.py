@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from .hostio import objects, paths
-from .hostio.objects import Attrs
+from .hostio.objects import Attrs, text_of
 from .hostio.reader import Reader, Vanished
 from .model import (
     Coordinates,
@@ -59,6 +59,52 @@ def _dax_name(name: str) -> bool:
     return _is_dotted("dax", name)
 
 
+def _dport_or_decoder(name: str) -> bool:
+    return _is("dport")(name) or _decoder_name(name)
+
+
+#: the attributes a decoder's reader uses, by kind: read in one :meth:`Reader.attrs` pass
+_DECODER_ATTRS: Dict[str, Tuple[str, ...]] = {
+    "root": (
+        "target_list",
+        "start",
+        "size",
+        "interleave_ways",
+        "interleave_granularity",
+        "locked",
+        "cap_pmem",
+        "cap_ram",
+        "cap_type2",
+        "cap_type3",
+        "qos_class",
+        "create_ram_region",
+    ),
+    "switch": (
+        "target_list",
+        "region",
+        "start",
+        "size",
+        "interleave_ways",
+        "interleave_granularity",
+        "locked",
+        "target_type",
+    ),
+    "endpoint": (
+        "region",
+        "start",
+        "size",
+        "interleave_ways",
+        "interleave_granularity",
+        "locked",
+        "target_type",
+        "mode",
+        "dpa_resource",
+        "dpa_size",
+    ),
+}
+_MEMDEV_ATTRS = ("numa_node", "serial", "firmware_version", "payload_max", "label_storage_size", "dev")
+_PARTITION_ATTRS = ("size", "qos_class")
+
 _MATCHERS: Dict[str, Callable[[str], bool]] = {}
 
 
@@ -99,26 +145,34 @@ class _Scan(Attrs):
         names = self.r.listdir(paths.CXL_DEVICES)
         parents: Dict[str, str] = {}
         for n in names:
-            if n.startswith(("root", "port", "endpoint", "decoder", "region", "mem")):
+            # a decoder's port is the one whose directory lists it (below): no link to read
+            if n.startswith(("root", "port", "endpoint", "region", "mem")):
                 real = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.r.devpath, f"{paths.CXL_DEVICES}/{n}")
                 if real is not None:
                     parents[n] = os.path.basename(os.path.dirname(real))
+        on_bus = set(names)
         ports: List[Port] = []
+        found: Dict[str, Decoder] = {}
+        owner: Dict[str, str] = {}
         for n in names:
             if _is("root")(n) or _is("port")(n) or _is("endpoint")(n):
                 p = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.port, n, parents.get(n))
                 if p is not None:
                     ports.append(p)
+                    # its decoders now, while the port's directory handle is kept (Reader.alias)
+                    for dn in p.decoders:
+                        if dn in on_bus and dn not in owner:
+                            owner[dn] = p.name
+                            self._decoder(dn, p.name, p.kind, p.memdev, found)
         kinds = {p.name: p.kind for p in ports}
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
-        decoders: List[Decoder] = []
         for n in names:
-            if _decoder_name(n) and n in parents:
-                owner = parents[n]
-                kind = {"root": "root", "endpoint": "endpoint"}.get(kinds.get(owner, ""), "switch")
-                d = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.decoder, n, owner, kind, memdev_of_ep.get(owner))
-                if d is not None:
-                    decoders.append(d)
+            if _decoder_name(n) and n not in owner:  # in no port's directory: placed by its real path
+                real = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.r.devpath, f"{paths.CXL_DEVICES}/{n}")
+                if real is not None:
+                    up = os.path.basename(os.path.dirname(real))
+                    self._decoder(n, up, kinds.get(up, ""), memdev_of_ep.get(up), found)
+        decoders = [found[n] for n in names if n in found]
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
         memdevs: List[Memdev] = []
         for n in names:
@@ -156,7 +210,10 @@ class _Scan(Attrs):
         dev = f"{paths.CXL_DEVICES}/{name}"
         host = self.r.link(f"{dev}/uport")
         dports = []
-        for dp in self.r.listdir(dev, _is("dport")):
+        entries = self.r.listdir(dev, _dport_or_decoder)  # one listing for both kinds of entry
+        for dp in entries:
+            if not dp.startswith("dport"):
+                continue
             target = self.r.link(f"{dev}/{dp}")
             if target is None:
                 continue
@@ -164,7 +221,7 @@ class _Scan(Attrs):
             if alias == target:
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
-        decoders = tuple(self.r.listdir(dev, _decoder_name))
+        decoders = tuple(n for n in entries if n.startswith("decoder"))
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -184,61 +241,75 @@ class _Scan(Attrs):
             provider=("cxl_test" if host == "cxl_acpi.0" else "ACPI.CXL") if kind == "root" else None,
         )
 
+    def _decoder(self, name: str, port: str, port_kind: str, memdev: Optional[str], found: Dict[str, Decoder]) -> None:
+        kind = {"root": "root", "endpoint": "endpoint"}.get(port_kind, "switch")
+        d = self.guarded(f"{paths.CXL_DEVICES}/{name}", self.decoder, name, port, kind, memdev)
+        if d is not None:
+            found[name] = d
+
     def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
         dev = f"{paths.CXL_DEVICES}/{name}"
+        self.r.alias(dev, f"{paths.CXL_DEVICES}/{port}", name)
+        names = _DECODER_ATTRS[kind]
+        v = dict(zip(names, self.r.attrs(dev, names)))  # all of them in one pass: the scan's hot spot
+        num, flag, g = self.num_of, self.flag_of, v.get
         targets: Tuple[int, ...] = ()
-        if kind != "endpoint":
-            tl = self.r.text(f"{dev}/target_list")
-            if tl:
-                try:
-                    targets = tuple(parse_int(x) for x in tl.split(",") if x.strip())
-                except ValueError:
-                    self._bad(f"{dev}/target_list", tl, "a comma-separated list")
-        region = self.r.text(f"{dev}/region") if kind != "root" else None
+        tl = text_of(g("target_list"))
+        if tl:
+            try:
+                targets = tuple(parse_int(x) for x in tl.split(",") if x.strip())
+            except ValueError:
+                self._bad(f"{dev}/target_list", tl, "a comma-separated list")
+        region = text_of(g("region"))
+        root = kind == "root"
         return Decoder(
             name=name,
             port=port,
             kind=kind,
-            resource=self.num(f"{dev}/start", unset_is_none=True),
-            size=self.num(f"{dev}/size"),
-            interleave_ways=self.num(f"{dev}/interleave_ways"),
-            interleave_granularity=self.num(f"{dev}/interleave_granularity"),
-            locked=self.flag(f"{dev}/locked"),
+            resource=num(dev, "start", g("start"), unset_is_none=True),
+            size=num(dev, "size", g("size")),
+            interleave_ways=num(dev, "interleave_ways", g("interleave_ways")),
+            interleave_granularity=num(dev, "interleave_granularity", g("interleave_granularity")),
+            locked=flag(dev, "locked", g("locked")),
             target_list=targets,
             region=region or None,
-            cap_pmem=self.flag(f"{dev}/cap_pmem") if kind == "root" else None,
-            cap_ram=self.flag(f"{dev}/cap_ram") if kind == "root" else None,
-            cap_type2=self.flag(f"{dev}/cap_type2") if kind == "root" else None,
-            cap_type3=self.flag(f"{dev}/cap_type3") if kind == "root" else None,
-            qos_class=self.num(f"{dev}/qos_class") if kind == "root" else None,
+            cap_pmem=flag(dev, "cap_pmem", g("cap_pmem")) if root else None,
+            cap_ram=flag(dev, "cap_ram", g("cap_ram")) if root else None,
+            cap_type2=flag(dev, "cap_type2", g("cap_type2")) if root else None,
+            cap_type3=flag(dev, "cap_type3", g("cap_type3")) if root else None,
+            qos_class=num(dev, "qos_class", g("qos_class")) if root else None,
             # reading returns the next free region name; it does not claim it
-            can_create_ram=(self.r.text(f"{dev}/create_ram_region") is not None) if kind == "root" else None,
-            target_type=self.r.text(f"{dev}/target_type") if kind != "root" else None,
-            mode=(self.r.text(f"{dev}/mode") or None) if kind == "endpoint" else None,
-            dpa_resource=self.num(f"{dev}/dpa_resource", unset_is_none=True) if kind == "endpoint" else None,
-            dpa_size=self.num(f"{dev}/dpa_size") if kind == "endpoint" else None,
+            can_create_ram=(g("create_ram_region") is not None) if root else None,
+            target_type=text_of(g("target_type")),
+            mode=text_of(g("mode")) or None,
+            dpa_resource=num(dev, "dpa_resource", g("dpa_resource"), unset_is_none=True),
+            dpa_size=num(dev, "dpa_size", g("dpa_size")),
             memdev=memdev,
         )
 
     def memdev(self, name: str, parent: Optional[str], endpoint: Optional[str]) -> Memdev:
         dev = f"{paths.CXL_DEVICES}/{name}"
-        numa = self.num(f"{dev}/numa_node")
+        numa, serial, fw, payload, lsa, chardev = self.r.attrs(dev, _MEMDEV_ATTRS)
+        num = self.num_of
+        ram, ram_qos = self.r.attrs(f"{dev}/ram", _PARTITION_ATTRS)
+        pmem, pmem_qos = self.r.attrs(f"{dev}/pmem", _PARTITION_ATTRS)
+        node = num(dev, "numa_node", numa)
         return Memdev(
             name=name,
-            ram_size=self.num(f"{dev}/ram/size"),
-            pmem_size=self.num(f"{dev}/pmem/size"),
-            ram_qos_class=self.num(f"{dev}/ram/qos_class"),
-            pmem_qos_class=self.num(f"{dev}/pmem/qos_class"),
-            serial=self.num(f"{dev}/serial"),
-            firmware_version=self.r.text(f"{dev}/firmware_version") or None,
+            ram_size=num(f"{dev}/ram", "size", ram),
+            pmem_size=num(f"{dev}/pmem", "size", pmem),
+            ram_qos_class=num(f"{dev}/ram", "qos_class", ram_qos),
+            pmem_qos_class=num(f"{dev}/pmem", "qos_class", pmem_qos),
+            serial=num(dev, "serial", serial),
+            firmware_version=text_of(fw) or None,
             host=parent,
-            numa_node=numa if numa is not None and numa >= 0 else None,
+            numa_node=node if node is not None and node >= 0 else None,
             security_state=self.r.text(f"{dev}/security/state"),
-            payload_max=self.num(f"{dev}/payload_max"),
-            label_storage_size=self.num(f"{dev}/label_storage_size"),
+            payload_max=num(dev, "payload_max", payload),
+            label_storage_size=num(dev, "label_storage_size", lsa),
             endpoint=endpoint,
             driver=self.r.link(f"{dev}/driver"),
-            chardev=self.r.text(f"{dev}/dev") is not None,  # read, not stat: a record must hold it
+            chardev=chardev is not None,  # read, not stat: a record must hold it
         )
 
     def coords(self, base: str) -> Optional[Coordinates]:

@@ -32,6 +32,12 @@ DRIVER_MODE: Dict[str, str] = {"kmem": "system-ram", "device_dax": "devdax", "fs
 
 #: attributes where a negative number is a real value (-1 = NUMA_NO_NODE / no class)
 _SIGNED = ("/numa_node", "/target_node", "qos_class")
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def text_of(b: Optional[bytes]) -> Optional[str]:
+    """:meth:`Reader.text` of content already read (:meth:`Reader.attrs`)."""
+    return None if b is None else b.decode("utf-8", "replace").strip()
 
 
 class Attrs:
@@ -47,7 +53,9 @@ class Attrs:
         )
 
     def num(self, path: str, *, hexa: bool = False, unset_is_none: bool = False) -> Optional[int]:
-        t = self.r.text(path)
+        return self._num(path, self.r.text(path), hexa, unset_is_none)
+
+    def _num(self, path: str, t: Optional[str], hexa: bool, unset_is_none: bool) -> Optional[int]:
         if t is None or t == "":
             return None
         try:
@@ -62,8 +70,38 @@ class Attrs:
             return None
         return v
 
+    def num_of(self, d: str, name: str, b: Optional[bytes], *, unset_is_none: bool = False) -> Optional[int]:
+        """:meth:`num` of attribute ``d/name`` whose content ``b`` was already read (:meth:`Reader.attrs`).
+
+        The kernel's usual spellings -- ASCII decimal digits, ``0x`` and up to
+        sixteen hex digits -- are parsed from the bytes directly (``bytes.isdigit``
+        is ASCII-only); anything else takes :meth:`num`'s checks and warnings.
+        """
+        if b is None:
+            return None
+        t = b.strip()
+        if t.isdigit() and len(t) < 20:  # below 10**19: inside 64 bits, never U64_MAX
+            return int(t)
+        if t[:2] == b"0x" and 2 < len(t) <= 18 and not t[2:].lstrip(_HEX):
+            v = int(t, 16)
+            return None if unset_is_none and v == U64_MAX else v
+        return self._num(f"{d}/{name}", b.decode("utf-8", "replace").strip(), False, unset_is_none)
+
+    def flag_of(self, d: str, name: str, b: Optional[bytes]) -> Optional[bool]:
+        """:meth:`flag` of content already read."""
+        if b is None:
+            return None
+        t = b.strip()
+        if t == b"0":
+            return False
+        if t == b"1":
+            return True
+        return self._flag(f"{d}/{name}", b.decode("utf-8", "replace").strip())
+
     def flag(self, path: str) -> Optional[bool]:
-        t = self.r.text(path)
+        return self._flag(path, self.r.text(path))
+
+    def _flag(self, path: str, t: Optional[str]) -> Optional[bool]:
         if t is None or t == "":
             return None
         low = t.lower()

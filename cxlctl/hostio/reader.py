@@ -28,7 +28,7 @@ from .root import under
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+    from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
     T = TypeVar("T")
 
@@ -71,6 +71,8 @@ class Reader:
         self._fence = fence_of(self.root)
         #: directories proven inside the root, open (O_PATH) for ``openat``: see :meth:`_dirfd`
         self._dirfds: Dict[str, int] = {}
+        #: the device (:attr:`device`) being read when each handle was opened: see :meth:`_stale`
+        self._owner: Dict[str, Optional[str]] = {}
         self.notes: List[Tuple[str, str]] = []
         self.log: Optional[Set[str]] = set() if log else None
         self._data: Optional[Dict[str, bytes]] = {} if log else None
@@ -103,43 +105,96 @@ class Reader:
         them relative to one handle (``openat``) spares the kernel the walk of
         the whole path (and of the bus link in it) per attribute, and the fence
         check is done once, on the handle itself -- the directory read from is
-        the one that was checked, even if the tree changes in between.  A few
-        recent handles are kept (a scan moves from device to device);
-        :meth:`close` releases them.
+        the one that was checked, even if the tree changes in between.  A
+        subdirectory of a directory whose handle is kept (a memdev's ``ram/``) is
+        opened through that handle without following a link: a real directory
+        inside a directory inside the root is inside the root, so it needs no
+        check of its own.  A few recent handles are kept (a scan moves from device
+        to device); :meth:`close` releases them.
         """
         fd = self._dirfds.get(d)
         if fd is not None:
             return fd
-        host = under(self.root, d)
-        fd = os.open(host, _DIR_FLAGS)
-        try:
-            inside = self._fence is None or self._fence.holds(_real_of(fd, host))
-        except BaseException:
-            os.close(fd)
-            raise
-        if not inside:
-            os.close(fd)
-            raise Refused(_OUTSIDE)
-        if len(self._dirfds) >= _DIRFDS_KEPT:
-            os.close(self._dirfds.pop(next(iter(self._dirfds))))
-        self._dirfds[d] = fd
+        parent, _, base = d.rpartition("/")
+        pfd = self._dirfds.get(parent)
+        fd = -1
+        if pfd is not None and base not in _NOT_NAMES:
+            try:
+                fd = os.open(base, _SUBDIR_FLAGS, dir_fd=pfd)
+            except OSError:  # a link (ENOTDIR), or gone: the general path decides
+                fd = -1
+        if fd < 0:
+            host = under(self.root, d)
+            fd = os.open(host, _DIR_FLAGS)
+            try:
+                inside = self._fence is None or self._fence.holds(_real_of(fd, host))
+            except BaseException:
+                os.close(fd)
+                raise
+            if not inside:
+                os.close(fd)
+                raise Refused(_OUTSIDE)
+        self._keep(d, fd)
         return fd
+
+    def alias(self, d: str, parent: str, name: str) -> None:
+        """Read directory ``d`` (a bus entry, say) as entry ``name`` of directory ``parent``.
+
+        A scan that found ``name`` by listing ``parent`` (a port's decoders) and
+        still holds ``parent``'s handle opens ``d``'s through it, without following
+        a link: one ``openat`` instead of a walk through the bus link plus the
+        fence check (a real directory inside a directory inside the root is
+        inside the root).  Nothing happens when ``parent``'s handle is not kept or
+        the entry is not a directory: ``d`` is then opened the general way.
+        """
+        pfd = self._dirfds.get(parent)
+        if pfd is None or d in self._dirfds or name in _NOT_NAMES or "/" in name:
+            return
+        try:
+            fd = os.open(name, _SUBDIR_FLAGS, dir_fd=pfd)
+        except OSError:
+            return
+        self._keep(d, fd)
+
+    def _keep(self, d: str, fd: int) -> None:
+        if len(self._dirfds) >= _DIRFDS_KEPT:
+            old = next(iter(self._dirfds))
+            os.close(self._dirfds.pop(old))
+            self._owner.pop(old, None)
+        self._dirfds[d] = fd
+        self._owner[d] = self.device
 
     def _at(self, d: str, op: Callable[[int], T]) -> T:
         """``op(handle of d)``.  A missing entry through a handle kept from earlier is asked
         again through a fresh one: the directory may have been replaced since (a reader
-        kept across a region or DAX reconfiguration on a tree that changes)."""
+        kept across a region or DAX reconfiguration on a tree that changes).  A handle
+        opened while reading the current device is not asked again (see :meth:`_stale`)."""
         dfd = self._dirfds.get(d)
         if dfd is not None:
             try:
                 return op(dfd)
             except FileNotFoundError:
+                if not self._stale(d):
+                    raise
                 os.close(self._dirfds.pop(d))
         return op(self._dirfd(d or "/"))
+
+    def _stale(self, d: str) -> bool:
+        """May the kept handle of ``d`` point at a directory replaced since it was opened?
+
+        Not when it was opened while reading the device being read now: a scan reads
+        a device's attributes within microseconds of opening its directory, and a
+        device replaced in that window is a hot-plug race like any other (the scan's
+        vanished check and rescan handle it).  Asking again through a fresh handle
+        costs four system calls per absent attribute, which a scan meets a few times
+        per memdev (a kernel without ``qos_class``).
+        """
+        return self.device is None or self._owner.get(d) != self.device
 
     def close(self) -> None:
         """Release the directory handles (the reader stays usable: it reopens them)."""
         fds, self._dirfds = self._dirfds, {}
+        self._owner = {}
         for fd in fds.values():
             os.close(fd)
 
@@ -207,6 +262,61 @@ class Reader:
         if self._data is not None:
             self._data[path] = data
         return data
+
+    def attrs(self, d: str, names: Sequence[str]) -> List[Optional[bytes]]:
+        """``[raw(d + "/" + n) for n in names]``, the scan's hot path: one handle lookup
+        for the directory and, per attribute, one ``openat``, one ``read`` and one
+        ``close`` (an empty attribute adds an ``fstat``: a FIFO also reads empty).
+
+        Used for the live host too (a device directory under ``/sys`` is the same
+        kind of directory there).  Anything but a plain short file that is there
+        -- a link, a FIFO, an unreadable or absent attribute, a full chunk -- and
+        any read in recording mode take :meth:`raw`, which keeps every rule (notes,
+        :class:`Vanished`, the bound, the access log).
+        """
+        if self.log is not None:
+            return [self.raw(f"{d}/{n}") for n in names]
+        dfd = self._dirfds.get(d)
+        if dfd is None:
+            try:
+                dfd = self._dirfd(d)
+            except (OSError, Refused):  # raw() says why (note, Vanished, absent)
+                return [self.raw(f"{d}/{n}") for n in names]
+        out: List[Optional[bytes]] = []
+        for n in names:
+            if dfd < 0:  # a fallback below dropped the handle
+                out.append(self.raw(f"{d}/{n}"))
+                continue
+            try:
+                fd = os.open(n, _NOFOLLOW, dir_fd=dfd)
+            except FileNotFoundError:
+                if self._stale(d):
+                    out.append(self.raw(f"{d}/{n}"))  # asks through a fresh handle
+                    dfd = self._dirfds.get(d, -1)
+                elif self._dev_gone(d):
+                    raise Vanished(f"{d}/{n}") from None
+                else:
+                    out.append(None)  # absent on this kernel
+                continue
+            except OSError:
+                out.append(self.raw(f"{d}/{n}"))
+                dfd = self._dirfds.get(d, -1)
+                continue
+            b, ok = b"", True
+            try:
+                b = os.read(fd, _CHUNK)
+                if not b:  # an empty attribute (an unused decoder's region), or a FIFO
+                    ok = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:  # would block (a FIFO with a writer), a directory, an I/O error
+                ok = False
+            finally:
+                os.close(fd)
+            if ok and len(b) < _CHUNK:
+                out.append(b)
+            else:
+                out.append(self.raw(f"{d}/{n}"))
+                dfd = self._dirfds.get(d, -1)
+        return out
 
     def text(self, path: str) -> Optional[str]:
         """Stripped text content; None if absent/unreadable."""
@@ -347,6 +457,8 @@ _CHUNK = 65536
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _OUTSIDE = "a link leading out of the root: treated as absent"
 _NOFOLLOW = _FLAGS | os.O_NOFOLLOW
+#: a subdirectory opened through its parent's handle: never through a link (ENOTDIR)
+_SUBDIR_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
 #: last path components that are not a file's own name: left to the general path
 _NOT_NAMES = ("", ".", "..")
 #: directory handles a reader keeps open (a device's directory and its subdirectories)
@@ -482,6 +594,13 @@ def natural_key(name: str) -> Tuple[object, ...]:
         if not head:
             return ((0, int(tail)),) if tail else ()
         return ((1, head), (0, int(tail))) if tail else ((1, head),)
+    if head[-1:] == "." and len(head) < len(name):  # the other usual one, "decoder10.2"
+        first = head[:-1].rstrip(_DIGITS)
+        if len(first) + 1 < len(head) and len(first.translate(_NO_DIGITS)) == len(first):
+            mid, tail = head[len(first) : -1], name[len(head) :]
+            if first:
+                return ((1, first), (0, int(mid)), (1, "."), (0, int(tail)))
+            return ((0, int(mid)), (1, "."), (0, int(tail)))
     out: List[Tuple[int, object]] = []
     i, n = 0, len(name)
     while i < n:  # str methods, not re: see parse.py (start-up cost)
