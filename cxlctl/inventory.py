@@ -63,7 +63,7 @@ def _dport_or_decoder(name: str) -> bool:
     return _is("dport")(name) or _decoder_name(name)
 
 
-#: the attributes a decoder's reader uses, by kind: read in one :meth:`Reader.attrs` pass
+#: the attributes a root or switch decoder's reader uses: read in one :meth:`Reader.attrs` pass
 _DECODER_ATTRS: Dict[str, Tuple[str, ...]] = {
     "root": (
         "target_list",
@@ -89,14 +89,15 @@ _DECODER_ATTRS: Dict[str, Tuple[str, ...]] = {
         "locked",
         "target_type",
     ),
-    # an endpoint decoder's state first; the rest only when it is in use (see _IN_USE_ATTRS)
-    "endpoint": ("region", "dpa_size", "mode", "size", "interleave_ways", "locked"),
 }
+#: an endpoint decoder's state: read for every one
+_ENDPOINT_STATE = ("region", "dpa_size", "mode", "size", "interleave_ways", "locked")
 #: read only for an endpoint decoder in use (a region, or DPA allocated).  An idle one
-#: holds no range (``start``: 0), no DPA (``dpa_resource``: unset), and the granularity
-#: of whatever region used it last; ``target_type`` is the same on every decoder of a
-#: memdev.  Leaving these four out saves 16 of a memdev's ~50 reads (issue 10's scan
-#: cost); ``status --json`` reports them as null for idle endpoint decoders.
+#: holds no address range (``start`` 0 or stale), no DPA (``dpa_resource`` unset), the
+#: granularity of whatever region used it last, and the kernel's default
+#: ``target_type`` for the device (a setting only once a region uses it).  Leaving these four out saves 16 of an idle memdev's 52
+#: reads (issue 10's scan cost); ``status --json`` reports them as null for idle
+#: endpoint decoders (docs/json-schema.md).
 _IN_USE_ATTRS = ("start", "interleave_granularity", "target_type", "dpa_resource")
 _MEMDEV_ATTRS = ("numa_node", "serial", "firmware_version", "payload_max", "label_storage_size", "dev")
 _PARTITION_ATTRS = ("size", "qos_class")
@@ -159,9 +160,9 @@ class _Scan(Attrs):
         # a decoder's port is the one whose directory lists it (below): no link to read
         for group in (port_names, mem_names, region_names):
             for n in group:
-                real = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.r.devpath, f"{paths.CXL_DEVICES}/{n}")
-                if real is not None:
-                    parents[n] = os.path.basename(os.path.dirname(real))
+                up = self.guarded(f"{paths.CXL_DEVICES}/{n}", self._parent_of, f"{paths.CXL_DEVICES}/{n}")
+                if up is not None:
+                    parents[n] = up
         on_bus = set(dec_names)
         ports: List[Port] = []
         found: Dict[str, Decoder] = {}
@@ -179,9 +180,8 @@ class _Scan(Attrs):
         memdev_of_ep = {p.name: p.memdev for p in ports if p.kind == "endpoint"}
         for n in dec_names:
             if n not in owner:  # in no port's directory: placed by its real path
-                real = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.r.devpath, f"{paths.CXL_DEVICES}/{n}")
-                if real is not None:
-                    up = os.path.basename(os.path.dirname(real))
+                up = self.guarded(f"{paths.CXL_DEVICES}/{n}", self._parent_of, f"{paths.CXL_DEVICES}/{n}")
+                if up is not None:
                     self._decoder(n, up, kinds.get(up, ""), memdev_of_ep.get(up), found)
         decoders = [found[n] for n in dec_names if n in found]
         ep_of_mem = {m: e for e, m in memdev_of_ep.items() if m}
@@ -198,6 +198,22 @@ class _Scan(Attrs):
                 regions.append(rg)
         ports = self._with_host_bridges(ports)
         return ports, decoders, memdevs, regions
+
+    def _parent_of(self, entry: str) -> str:
+        """Name of the directory holding the device bus entry ``entry`` links to: its parent.
+
+        The kernel links each entry relatively (``../../../devices/…/port1/endpoint2``):
+        the parent is then the link's next-to-last component, read off the link
+        without :meth:`Reader.devpath`'s path normalisation.  Any other link (absolute,
+        one component, ``.`` or ``..`` at the end) takes devpath.
+        """
+        target = self.r.readlink(entry)
+        if target is not None and target[:1] != "/":
+            head, _, last = target.rpartition("/")
+            up = head.rpartition("/")[2]
+            if up not in ("", ".", "..") and last not in ("", ".", ".."):
+                return up
+        return os.path.basename(os.path.dirname(self.r.devpath(entry)))
 
     def _with_host_bridges(self, ports: List[Port]) -> List[Port]:
         by_name = {p.name: p for p in ports}
@@ -259,11 +275,11 @@ class _Scan(Attrs):
     def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
         dev = f"{paths.CXL_DEVICES}/{name}"
         self.r.alias(dev, f"{paths.CXL_DEVICES}/{port}", name)
+        if kind == "endpoint":
+            return self._endpoint_decoder(name, port, memdev, dev)
         names = _DECODER_ATTRS[kind]
-        v = dict(zip(names, self.r.attrs(dev, names)))  # all of them in one pass: the scan's hot spot
+        v = dict(zip(names, self.r.attrs(dev, names)))  # all of them in one pass
         num, flag, g = self.num_of, self.flag_of, v.get
-        if kind == "endpoint" and (text_of(g("region")) or num(dev, "dpa_size", g("dpa_size")) != 0):
-            v.update(zip(_IN_USE_ATTRS, self.r.attrs(dev, _IN_USE_ATTRS)))
         targets: Tuple[int, ...] = ()
         tl = text_of(g("target_list"))
         if tl:
@@ -271,7 +287,6 @@ class _Scan(Attrs):
                 targets = tuple(parse_int(x) for x in tl.split(",") if x.strip())
             except ValueError:
                 self._bad(f"{dev}/target_list", tl, "a comma-separated list")
-        region = text_of(g("region"))
         root = kind == "root"
         return Decoder(
             name=name,
@@ -283,7 +298,7 @@ class _Scan(Attrs):
             interleave_granularity=num(dev, "interleave_granularity", g("interleave_granularity")),
             locked=flag(dev, "locked", g("locked")),
             target_list=targets,
-            region=region or None,
+            region=text_of(g("region")) or None,
             cap_pmem=flag(dev, "cap_pmem", g("cap_pmem")) if root else None,
             cap_ram=flag(dev, "cap_ram", g("cap_ram")) if root else None,
             cap_type2=flag(dev, "cap_type2", g("cap_type2")) if root else None,
@@ -292,9 +307,31 @@ class _Scan(Attrs):
             # reading returns the next free region name; it does not claim it
             can_create_ram=(g("create_ram_region") is not None) if root else None,
             target_type=text_of(g("target_type")),
-            mode=text_of(g("mode")) or None,
-            dpa_resource=num(dev, "dpa_resource", g("dpa_resource"), unset_is_none=True),
-            dpa_size=num(dev, "dpa_size", g("dpa_size")),
+        )
+
+    def _endpoint_decoder(self, name: str, port: str, memdev: Optional[str], dev: str) -> Decoder:
+        """An endpoint decoder: four per memdev, most of them idle, so the scan's hot spot."""
+        num = self.num_of
+        region_b, dpa_size_b, mode_b, size_b, ways_b, locked_b = self.r.attrs(dev, _ENDPOINT_STATE)
+        region = text_of(region_b) or None
+        dpa_size = num(dev, "dpa_size", dpa_size_b)
+        start = gran = target_type = dpa_resource = None
+        if region or dpa_size != 0:  # in use (or unknown): the rest too
+            start, gran, target_type, dpa_resource = self.r.attrs(dev, _IN_USE_ATTRS)
+        return Decoder(
+            name=name,
+            port=port,
+            kind="endpoint",
+            resource=num(dev, "start", start, unset_is_none=True),
+            size=num(dev, "size", size_b),
+            interleave_ways=num(dev, "interleave_ways", ways_b),
+            interleave_granularity=num(dev, "interleave_granularity", gran),
+            locked=self.flag_of(dev, "locked", locked_b),
+            region=region,
+            target_type=text_of(target_type),
+            mode=text_of(mode_b) or None,
+            dpa_resource=num(dev, "dpa_resource", dpa_resource, unset_is_none=True),
+            dpa_size=dpa_size,
             memdev=memdev,
         )
 

@@ -380,7 +380,9 @@ class Reader:
         replay lists exactly those again.
         """
         try:
-            names = _listdir(under(self.root, path), self._fence)
+            names = self._list_kept(path)
+            if names is None:
+                names = _listdir(under(self.root, path), self._fence)
         except Refused as e:
             self.notes.append((path, e.reason))
             return []
@@ -401,6 +403,20 @@ class Reader:
             for n in names:
                 self.log.add(path.rstrip("/") + "/" + n)
         return names
+
+    def _list_kept(self, path: str) -> Optional[List[str]]:
+        """Entries of ``path`` through its kept handle (a port listed after its attributes were
+        read), None when there is none.  The handle was checked to lie inside the root, so
+        the listing needs no check of its own, and it lists the very directory checked.
+        (``/proc/self/fd/N`` reopens an ``O_PATH`` handle for reading; without /proc
+        mounted, the general path lists it.)"""
+        fd = self._dirfds.get(path)
+        if fd is None:
+            return None
+        try:
+            return os.listdir(f"{_SELF_FD}/{fd}")
+        except OSError:
+            return None
 
     def exists(self, path: str) -> bool:
         """For directories and links only: a record re-creates those, not files whose
@@ -465,11 +481,14 @@ _NOT_NAMES = ("", ".", "..")
 _DIRFDS_KEPT = 16
 
 
+_SELF_FD = "/proc/self/fd"
+
+
 def _real_of(fd: int, host_path: str) -> str:
     """Real path of the file open as ``fd``: one readlink of ``/proc/self/fd`` (realpath
     would lstat every component); realpath is the fallback where /proc is not mounted."""
     try:
-        return os.readlink(f"/proc/self/fd/{fd}")
+        return os.readlink(f"{_SELF_FD}/{fd}")
     except OSError:
         return os.path.realpath(host_path)
 
