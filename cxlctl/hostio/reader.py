@@ -397,7 +397,7 @@ class Reader:
             return []
         if accept is not None:
             names = [n for n in names if accept(n)]
-        names.sort(key=natural_key)
+        sort_names(names)
         if self.log is not None:
             self.log.add(path)
             for n in names:
@@ -634,6 +634,53 @@ def natural_key(name: str) -> Tuple[object, ...]:
             out.append((1, name[i:j]))
         i = j
     return tuple(out)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_key(name: str) -> str:
+    """A string that sorts like :func:`natural_key` among names of the usual shapes.
+
+    ``text``, ``textN``, ``N`` and ``textN.M`` (printable ASCII, N and M ASCII
+    digits) become: per part a tag (number ``\x02`` < text ``\x03``, as
+    natural_key's kinds 0 < 1); a text part then its characters and ``\x01``
+    (below any printable one, so ``mem`` < ``memory``); a number part the
+    length of its value as one character, then the value's digits (shorter is
+    smaller; ``007`` and ``7`` are equal, as in natural_key).  Strings compare
+    in C, tuples of tuples element by element: sorting a bus of 6,000 entries
+    takes a few milliseconds instead of 20.  Anything else raises
+    :class:`_NotPlain`, and the whole list is sorted by natural_key.
+    """
+    if not (name.isascii() and name.isprintable()):
+        raise _NotPlain
+    head = name.rstrip(_DIGITS)
+    tail = name[len(head) :]
+    mid = ""
+    if head[-1:] == "." and tail:  # textN.M
+        first = head[:-1].rstrip(_DIGITS)
+        mid, head = head[len(first) : -1], first
+        if not mid:
+            raise _NotPlain
+    if len(head.translate(_NO_DIGITS)) != len(head):
+        raise _NotPlain
+    key = f"\x03{head}\x01" if head else ""
+    if mid:
+        m = mid.lstrip("0") or "0"  # the value's digits: str(int(mid)) without the conversions
+        key += f"\x02{chr(32 + len(m))}{m}\x03.\x01"
+    if tail:
+        t = tail.lstrip("0") or "0"
+        key += f"\x02{chr(32 + len(t))}{t}"
+    return key
+
+
+def sort_names(names: List[str]) -> None:
+    """Sort directory entries in place by :func:`natural_key` (``mem2`` before ``mem10``)."""
+    try:
+        names.sort(key=_plain_key)
+    except _NotPlain:  # an odd name: the general key for all (the list is left as it was)
+        names.sort(key=natural_key)
 
 
 def read_text(root: str, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
