@@ -283,12 +283,14 @@ class Reader:
             except (OSError, Refused):  # raw() says why (note, Vanished, absent)
                 return [self.raw(f"{d}/{n}") for n in names]
         out: List[Optional[bytes]] = []
+        open_, read, close, flags, chunk = os.open, os.read, os.close, _NOFOLLOW, _CHUNK  # locals: a hot loop
+        b: Optional[bytes]
         for n in names:
             if dfd < 0:  # a fallback below dropped the handle
                 out.append(self.raw(f"{d}/{n}"))
                 continue
             try:
-                fd = os.open(n, _NOFOLLOW, dir_fd=dfd)
+                fd = open_(n, flags, dir_fd=dfd)
             except FileNotFoundError:
                 if self._stale(d):
                     out.append(self.raw(f"{d}/{n}"))  # asks through a fresh handle
@@ -302,16 +304,15 @@ class Reader:
                 out.append(self.raw(f"{d}/{n}"))
                 dfd = self._dirfds.get(d, -1)
                 continue
-            b, ok = b"", True
             try:
-                b = os.read(fd, _CHUNK)
-                if not b:  # an empty attribute (an unused decoder's region), or a FIFO
-                    ok = stat.S_ISREG(os.fstat(fd).st_mode)
+                b = read(fd, chunk)
+                if not b and not stat.S_ISREG(os.fstat(fd).st_mode):
+                    b = None  # empty and not a regular file: a FIFO nobody writes to
             except OSError:  # would block (a FIFO with a writer), a directory, an I/O error
-                ok = False
+                b = None
             finally:
-                os.close(fd)
-            if ok and len(b) < _CHUNK:
+                close(fd)
+            if b is not None and len(b) < chunk:
                 out.append(b)
             else:
                 out.append(self.raw(f"{d}/{n}"))
