@@ -60,7 +60,9 @@ def _dax_name(name: str) -> bool:
 
 
 def _dport_or_decoder(name: str) -> bool:
-    return _is("dport")(name) or _decoder_name(name)
+    if name.startswith("decoder"):
+        return _decoder_name(name)
+    return name.startswith("dport") and is_decimal(name[5:])
 
 
 #: the attributes a root or switch decoder's reader uses: read in one :meth:`Reader.attrs` pass
@@ -126,16 +128,20 @@ class _Scan(Attrs):
 
         (``fn`` and its arguments rather than a ``functools.partial``: the fast
         ``status --json`` path does not import functools.)"""
-        outer, self.r.device = self.r.device, device
+        r = self.r
+        outer, r.device = r.device, device
+        outer_absent, r.absent = r.absent, None
         try:
-            return fn(*args)
+            out = fn(*args)
+            r.confirm()
+            return out
         except Vanished as v:
             what = os.path.basename(device)
             self.vanished.append(what)
-            self.r.notes.append((v.path, f"{what} vanished during the scan"))
+            r.notes.append((v.path, f"{what} vanished during the scan"))
             return None
         finally:
-            self.r.device = outer
+            r.device, r.absent = outer, outer_absent
 
     # -- CXL bus --------------------------------------------------------------------------
     def cxl(self) -> Tuple[List[Port], List[Decoder], List[Memdev], List[Region]]:
@@ -267,16 +273,19 @@ class _Scan(Attrs):
         )
 
     def _decoder(self, name: str, port: str, port_kind: str, memdev: Optional[str], found: Dict[str, Decoder]) -> None:
-        kind = {"root": "root", "endpoint": "endpoint"}.get(port_kind, "switch")
-        d = self.guarded(f"{paths.CXL_DEVICES}/{name}", self.decoder, name, port, kind, memdev)
+        dev = f"{paths.CXL_DEVICES}/{name}"
+        if port_kind == "endpoint":  # four per memdev: straight to their reader
+            d = self.guarded(dev, self._endpoint_decoder, name, port, memdev, dev)
+        else:
+            d = self.guarded(dev, self.decoder, name, port, "root" if port_kind == "root" else "switch", memdev)
         if d is not None:
             found[name] = d
 
     def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
         dev = f"{paths.CXL_DEVICES}/{name}"
-        self.r.alias(dev, f"{paths.CXL_DEVICES}/{port}", name)
         if kind == "endpoint":
             return self._endpoint_decoder(name, port, memdev, dev)
+        self.r.alias(dev, f"{paths.CXL_DEVICES}/{port}", name)
         names = _DECODER_ATTRS[kind]
         v = dict(zip(names, self.r.attrs(dev, names)))  # all of them in one pass
         num, flag, g = self.num_of, self.flag_of, v.get
@@ -311,6 +320,7 @@ class _Scan(Attrs):
 
     def _endpoint_decoder(self, name: str, port: str, memdev: Optional[str], dev: str) -> Decoder:
         """An endpoint decoder: four per memdev, most of them idle, so the scan's hot spot."""
+        self.r.alias(dev, f"{paths.CXL_DEVICES}/{port}", name)
         num = self.num_of
         region_b, dpa_size_b, mode_b, size_b, ways_b, locked_b = self.r.attrs(dev, _ENDPOINT_STATE)
         region = text_of(region_b) or None

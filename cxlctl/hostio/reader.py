@@ -79,6 +79,9 @@ class Reader:
         #: the device being read (set by the scanner); a missing file means the
         #: device vanished only when this path no longer resolves
         self.device: Optional[str] = None
+        #: the first attribute :meth:`attrs` found missing while reading :attr:`device`,
+        #: not yet told apart from a device that went away: see :meth:`confirm`
+        self.absent: Optional[str] = None
 
     # -- path helpers -------------------------------------------------------------
     def _touch(self, path: str) -> None:
@@ -96,6 +99,18 @@ class Reader:
         kernel", and reads outside any device (knobs, top-level masks) never vanish.
         """
         return self.device is not None and not os.path.exists(under(self.root, self.device))
+
+    def confirm(self) -> None:
+        """After the reads of :attr:`device`: raise :class:`Vanished` if an attribute
+        :meth:`attrs` found missing was missing because the device went away.
+
+        One existence check per device instead of one per missing attribute (a
+        kernel without ``qos_class`` misses two per memdev): a device that vanished
+        at any point of its reads is gone at their end too.
+        """
+        path, self.absent = self.absent, None
+        if path is not None and self._dev_gone(path):
+            raise Vanished(path)
 
     # -- directory handles ------------------------------------------------------------
     def _dirfd(self, d: str) -> int:
@@ -295,10 +310,10 @@ class Reader:
                 if self._stale(d):
                     out.append(self.raw(f"{d}/{n}"))  # asks through a fresh handle
                     dfd = self._dirfds.get(d, -1)
-                elif self._dev_gone(d):
-                    raise Vanished(f"{d}/{n}") from None
                 else:
-                    out.append(None)  # absent on this kernel
+                    # absent on this kernel, or the device is gone: confirm() tells, once per device
+                    self.absent = self.absent or f"{d}/{n}"
+                    out.append(None)
                 continue
             except OSError:
                 out.append(self.raw(f"{d}/{n}"))
