@@ -103,6 +103,7 @@ _ENDPOINT_STATE = ("region", "dpa_size", "mode", "size", "interleave_ways", "loc
 _IN_USE_ATTRS = ("start", "interleave_granularity", "target_type", "dpa_resource")
 _MEMDEV_ATTRS = ("numa_node", "serial", "firmware_version", "payload_max", "label_storage_size", "dev")
 _PARTITION_ATTRS = ("size", "qos_class")
+_PORT_ATTRS = ("decoders_committed",)
 
 _MATCHERS: Dict[str, Callable[[str], bool]] = {}
 
@@ -267,7 +268,7 @@ class _Scan(Attrs):
             parent_dport=None if kind == "root" else self.r.link(f"{dev}/parent_dport"),
             dports=tuple(dports),
             decoders=decoders,
-            decoders_committed=self.num(f"{dev}/decoders_committed"),
+            decoders_committed=self.num_of(dev, "decoders_committed", self.r.attrs(dev, _PORT_ATTRS)[0]),
             memdev=host if kind == "endpoint" else None,
             provider=("cxl_test" if host == "cxl_acpi.0" else "ACPI.CXL") if kind == "root" else None,
         )

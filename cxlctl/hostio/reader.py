@@ -73,6 +73,8 @@ class Reader:
         self._dirfds: Dict[str, int] = {}
         #: the device (:attr:`device`) being read when each handle was opened: see :meth:`_stale`
         self._owner: Dict[str, Optional[str]] = {}
+        #: sort keys of the entry names listed so far (see :func:`sort_names`)
+        self._keys: Dict[str, str] = {}
         self.notes: List[Tuple[str, str]] = []
         self.log: Optional[Set[str]] = set() if log else None
         self._data: Optional[Dict[str, bytes]] = {} if log else None
@@ -210,6 +212,7 @@ class Reader:
         """Release the directory handles (the reader stays usable: it reopens them)."""
         fds, self._dirfds = self._dirfds, {}
         self._owner = {}
+        self._keys = {}
         for fd in fds.values():
             os.close(fd)
 
@@ -344,7 +347,7 @@ class Reader:
     def link(self, path: str) -> Optional[str]:
         """Basename of a symlink's target, or None when there is no link."""
         target = self.readlink(path)
-        return None if target is None else os.path.basename(target.rstrip("/"))
+        return None if target is None else target.rstrip("/").rpartition("/")[2]
 
     def readlink(self, path: str) -> Optional[str]:
         self._touch(path)
@@ -413,7 +416,7 @@ class Reader:
             return []
         if accept is not None:
             names = [n for n in names if accept(n)]
-        sort_names(names)
+        sort_names(names, self._keys)
         if self.log is not None:
             self.log.add(path)
             for n in names:
@@ -691,12 +694,22 @@ def _plain_key(name: str) -> str:
     return key
 
 
-def sort_names(names: List[str]) -> None:
-    """Sort directory entries in place by :func:`natural_key` (``mem2`` before ``mem10``)."""
+def sort_names(names: List[str], keys: Optional[Dict[str, str]] = None) -> None:
+    """Sort directory entries in place by :func:`natural_key` (``mem2`` before ``mem10``).
+
+    ``keys`` keeps the string keys made (a scan lists each decoder twice: on the
+    bus, then in its port's directory).
+    """
+    if keys is None:
+        keys = {}
     try:
-        names.sort(key=_plain_key)
-    except _NotPlain:  # an odd name: the general key for all (the list is left as it was)
+        for n in names:
+            if n not in keys:
+                keys[n] = _plain_key(n)
+    except _NotPlain:  # an odd name: the general key for all
         names.sort(key=natural_key)
+        return
+    names.sort(key=keys.__getitem__)
 
 
 def read_text(root: str, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
