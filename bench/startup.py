@@ -9,20 +9,24 @@
   ``status`` under 150 ms.
 * scan cost as the tree grows: in-process ``scan()`` on synthetic trees of
   1..1024 memdevs (bench/synth.py), median of repeated runs, and the cost per
-  added memdev.  Target: at most half the 0.9 ms per memdev measured before
-  issue 10 (about 0.3 ms on the machine the issue's figures come from).
+  added memdev.  Target: half the cost per memdev measured before issue 10
+  on the same machine (0.9 ms where the issue was filed; 0.58-0.61 ms on the
+  machine of bench/README.md's figures, so 0.30 ms there).  ``--against DIR``
+  measures another checkout (the "before") interleaved with this one, on the
+  same trees, and prints the ratio.
 
 The venv is built with ``python3 -m venv`` in a temporary directory and
 ``pip install --no-deps REPO`` plus typer and rich (pip uses whatever indexes
 pip.conf names, so it works offline from local ones).  ``--repo`` measures
 another checkout (e.g. ``git archive`` of an older commit) with this script.
-Run: python bench/startup.py [--quick] [--repo DIR] [--venv DIR] [--no-scan]
+Run: python bench/startup.py [--quick] [--repo DIR] [--venv DIR] [--no-scan] [--against DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import statistics
@@ -30,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -98,33 +102,68 @@ def startup(venv: str, fixture: str, runs: int) -> Dict[str, float]:
     return {k: statistics.median(v) for k, v in xs.items()}
 
 
-def scan_cost(repo: str, quick: bool) -> List[str]:
-    sys.path.insert(0, repo)
+_SCAN_CHILD = r"""
+import json, sys, time
+repo, runs = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, repo)
+import cxlctl
+from cxlctl.inventory import scan
+assert cxlctl.__file__.startswith(repo), (cxlctl.__file__, repo)
+out = {}
+for root in sys.argv[3:]:
+    scan(root)  # warm: page cache, sort keys, imports
+    xs = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        scan(root)
+        xs.append(time.perf_counter() - t)
+    out[root] = xs
+print(json.dumps(out))
+"""
+
+
+def scan_cost(repos: List[str], quick: bool) -> List[str]:
+    """Scan cost of each checkout in ``repos`` on the same synthetic trees.
+
+    Each round runs one fresh interpreter per checkout, in turn, that scans every
+    tree a few times: noise on this shared machine then hits all checkouts alike
+    (a before/after measured back to back in one run).  Reported: the median of
+    all scans of a tree, and the cost per added memdev against the 1-memdev tree.
+    """
     sys.path.insert(0, HERE)
     from synth import grow
 
-    from cxlctl.inventory import scan
-
-    src = os.path.join(repo, "fixtures", "linux-6.12", "single-noregion")
+    src = os.path.join(REPO, "fixtures", "linux-6.12", "single-noregion")
     sizes = [1, 16, 64, 256] if quick else [1, 16, 64, 256, 1024]
-    out = ["scan cost vs memdevs (in-process scan(), median):"]
-    base: Optional[float] = None
+    rounds = 3 if quick else 6
+    times: Dict[str, Dict[int, List[float]]] = {r: {n: [] for n in sizes} for r in repos}
     with tempfile.TemporaryDirectory() as tmp:
+        trees = {n: grow(src, os.path.join(tmp, f"n{n}"), n) for n in sizes}
+        for _ in range(rounds):
+            for repo in repos:
+                p = subprocess.run(
+                    [sys.executable, "-c", _SCAN_CHILD, repo, "3", *trees.values()],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd="/",
+                )
+                got = json.loads(p.stdout)
+                for n, root in trees.items():
+                    times[repo][n].extend(got[root])
+    out = [f"scan cost vs memdevs (in-process scan(), median of {rounds * 3} scans over {rounds} interleaved rounds):"]
+    per: Dict[str, Dict[int, float]] = {}
+    for repo in repos:
+        ms = {n: statistics.median(xs) * 1000 for n, xs in times[repo].items()}
+        per[repo] = {n: (ms[n] - ms[1]) / (n - 1) for n in sizes if n > 1}
+        out.append(f"  {repo}:")
         for n in sizes:
-            root = grow(src, os.path.join(tmp, f"n{n}"), n)
-            inv = scan(root)
-            assert len(inv.memdevs) == n, (n, len(inv.memdevs))
-            xs = []
-            for _ in range(5 if n >= 256 else 9):
-                t = time.perf_counter()
-                scan(root)
-                xs.append(time.perf_counter() - t)
-            ms = statistics.median(xs) * 1000
-            if base is None:
-                base = ms
-                out.append(f"  {n:5d} memdevs: {ms:8.1f} ms")
-            else:
-                out.append(f"  {n:5d} memdevs: {ms:8.1f} ms  ({(ms - base) / (n - 1):.3f} ms per added memdev)")
+            extra = f"  ({per[repo][n]:.3f} ms per added memdev)" if n > 1 else ""
+            out.append(f"    {n:5d} memdevs: {ms[n]:8.1f} ms{extra}")
+    if len(repos) > 1:
+        new, old = repos[0], repos[1]
+        ratios = ", ".join(f"{n}: {per[new][n] / per[old][n]:.2f}" for n in sizes if n >= 256)
+        out.append(f"  per added memdev, --repo / --against: {ratios}")
     return out
 
 
@@ -135,6 +174,7 @@ def main() -> None:
     ap.add_argument("--venv", help="reuse (or create) the non-editable venv here instead of a temporary one")
     ap.add_argument("--no-scan", action="store_true", help="start-up only")
     ap.add_argument("--no-startup", action="store_true", help="scan cost only")
+    ap.add_argument("--against", help="another checkout whose scan cost is measured interleaved with --repo's")
     a = ap.parse_args()
     repo = os.path.abspath(a.repo)
     lines: List[str] = []
@@ -153,7 +193,7 @@ def main() -> None:
             lines.append(f"  {k:26s} {v:6.1f} ms{ratio}")
         lines.append("  targets: status --json <= 2x python -c pass; human status < 150 ms")
     if not a.no_scan:
-        lines.extend(scan_cost(repo, a.quick))
+        lines.extend(scan_cost([repo] + ([os.path.abspath(a.against)] if a.against else []), a.quick))
     print("\n".join(lines))
 
 
