@@ -235,7 +235,7 @@ class _Scan(Attrs):
                     hb = cur.name
                     break
                 cur = by_name.get(cur.parent or "")
-            out.append(p._replace(host_bridge=hb))
+            out.append(p if p.host_bridge == hb else p._replace(host_bridge=hb))  # most: unchanged
         return out
 
     def port(self, name: str, parent: Optional[str]) -> Port:
