@@ -104,6 +104,7 @@ _IN_USE_ATTRS = ("start", "interleave_granularity", "target_type", "dpa_resource
 _MEMDEV_ATTRS = ("numa_node", "serial", "firmware_version", "payload_max", "label_storage_size", "dev")
 _PARTITION_ATTRS = ("size", "qos_class")
 _PORT_ATTRS = ("decoders_committed",)
+_SECURITY_ATTRS = ("state",)
 
 _MATCHERS: Dict[str, Callable[[str], bool]] = {}
 
@@ -363,7 +364,7 @@ class _Scan(Attrs):
             firmware_version=text_of(fw) or None,
             host=parent,
             numa_node=node if node is not None and node >= 0 else None,
-            security_state=self.r.text(f"{dev}/security/state"),
+            security_state=text_of(self.r.attrs(f"{dev}/security", _SECURITY_ATTRS)[0]),
             payload_max=num(dev, "payload_max", payload),
             label_storage_size=num(dev, "label_storage_size", lsa),
             endpoint=endpoint,
