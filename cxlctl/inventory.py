@@ -552,6 +552,7 @@ def _fix_depths(ports: List[Port]) -> List[Port]:
 def scan(root: str = "/", reader: Optional[Reader] = None) -> Inventory:
     """Scan the tree under ``root``; retried once when devices vanish mid-scan."""
     r = reader or Reader(root)
+    r.close()  # handles kept from the reader's earlier reads may be of directories replaced since
     try:
         return _scan_twice(r)
     finally:

@@ -435,13 +435,14 @@ class Reader:
         return names
 
     def _list_kept(self, path: str) -> Optional[List[str]]:
-        """Entries of ``path`` through its kept handle (a port listed after its attributes were
-        read), None when there is none.  The handle was checked to lie inside the root, so
-        the listing needs no check of its own, and it lists the very directory checked.
-        (``/proc/self/fd/N`` reopens an ``O_PATH`` handle for reading; without /proc
-        mounted, the general path lists it.)"""
+        """Entries of ``path`` through its kept handle (a port listed after its attributes
+        were read); None when there is none, or it was not opened for the device being
+        read.  The handle was checked to lie inside the root, so the listing needs no
+        check of its own, and it lists the very directory checked.  (``/proc/self/fd/N``
+        reopens an ``O_PATH`` handle for reading; without /proc mounted, the general
+        path lists it.)"""
         fd = self._dirfds.get(path)
-        if fd is None:
+        if fd is None or self._stale(path):  # a handle from earlier may be of a replaced directory
             return None
         try:
             return os.listdir(f"{_SELF_FD}/{fd}")
