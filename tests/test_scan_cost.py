@@ -189,3 +189,21 @@ def test_bytes_parsers_agree_with_the_text_parsers() -> None:
         assert fast.num_of("/d", name, raw, unset_is_none=unset) == slow._num(f"/d/{name}", text, False, unset)
         assert fast.flag_of("/d", name, raw) == slow._flag(f"/d/{name}", text)
         assert len(fast.warnings) == len(slow.warnings)
+
+
+def test_a_kept_reader_lists_a_replaced_directory(odd_dir: str) -> None:
+    """Listing through a kept handle is for the device being read only: a handle kept from an
+    earlier read could be of a directory replaced since (a region torn down and made again)."""
+    d = os.path.join(odd_dir, "sys", "dev0")
+    r = Reader(odd_dir)
+    assert r.attrs("/sys/dev0", ("plain",)) == [b"42\n"]  # keeps a handle on dev0
+    os.rename(d, d + ".old")
+    os.makedirs(d)
+    with open(os.path.join(d, "fresh"), "w") as f:
+        f.write("1\n")
+    assert r.listdir("/sys/dev0") == ["fresh"]
+    r.device = "/sys/dev1"
+    os.makedirs(os.path.join(odd_dir, "sys", "dev1", "sub"))
+    assert r.attrs("/sys/dev1", ("x",)) == [None]  # a handle opened for dev1 ...
+    assert r.listdir("/sys/dev1") == ["sub"]  # ... lists through itself
+    r.confirm()
