@@ -69,6 +69,26 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
         cur = cand
 
 
+#: processes whose numa_maps a record keeps (the largest by RSS), and the time allowed for them
+RECORD_TOP_PROCESSES = 8
+RECORD_PROCESS_BUDGET_S = 2.0
+
+
+def _telemetry(reader: Reader, nodes: Any) -> None:
+    """Read what ``cxlctl stat`` reads, through the logging reader, so the record holds it too:
+    node vmstat/meminfo/numastat, /proc/vmstat, the cgroups' memory.numa_stat and memory.stat,
+    and the largest processes' numa_maps, statm, comm and cgroup (no environ, no cmdline)."""
+    from .telemetry.sample import kinds_of, list_cgroups, read_sample
+
+    read_sample(
+        reader,
+        kinds_of(nodes),
+        cgroups=list_cgroups(reader),
+        top=RECORD_TOP_PROCESSES,
+        budget_s=RECORD_PROCESS_BUDGET_S,
+    )
+
+
 def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     """Scan ``root`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
@@ -79,6 +99,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
+    _telemetry(reader, inv.nodes)
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
     assert reader.log is not None

@@ -19,6 +19,7 @@ from .params import Command
 from .record import record
 from .region import dax_app, region_app
 from .shell import completing, completion, enable
+from .stat import stat
 from .status import status
 from .tune import tune_app
 
@@ -60,6 +61,7 @@ def make_app() -> typer.Typer:
     a.callback()(main)
     a.command()(status)
     a.command(cls=Command)(record)
+    a.command(cls=Command)(stat)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")
