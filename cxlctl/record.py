@@ -15,10 +15,11 @@ import json
 import os
 import platform
 import time
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, Optional, Sequence, Set
 
 from .hostio.reader import Reader
 from .hostio.root import under
+from .model import Node
 
 MANIFEST = "cxlctl-record.json"
 STATUS = "cxlctl-status.json"
@@ -74,7 +75,7 @@ RECORD_TOP_PROCESSES = 8
 RECORD_PROCESS_BUDGET_S = 2.0
 
 
-def _telemetry(reader: Reader, nodes: Any) -> None:
+def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
     """Read what ``cxlctl stat`` reads, through the logging reader, so the record holds it too:
     node vmstat/meminfo/numastat, /proc/vmstat, the cgroups' memory.numa_stat and memory.stat,
     and the largest processes' numa_maps, statm, comm and cgroup (no environ, no cmdline)."""

@@ -29,7 +29,9 @@ def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
         try:
             out += parse_nodelist(v)
         except ValueError as e:
-            raise UsageError(f"--node {v!r}: {e}", hint="give node ids such as 0, 1 or 0-1 (see cxlctl status)") from None
+            raise UsageError(
+                f"--node {v!r}: {e}", hint="give node ids such as 0, 1 or 0-1 (see cxlctl status)"
+            ) from None
     return sorted(set(out))
 
 
@@ -54,10 +56,17 @@ def stat(
     count: Optional[int] = typer.Option(
         None, "--count", "-c", metavar="N", min=1, help="Number of reports, the first included (default: until Ctrl-C)."
     ),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per report, one per line (docs/json-schema.md)."),
-    node: Optional[List[str]] = typer.Option(None, "--node", metavar="N", help="Only these NUMA nodes (repeat, or 0-1)."),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per report, one per line (docs/json-schema.md)."
+    ),
+    node: Optional[List[str]] = typer.Option(
+        None, "--node", metavar="N", help="Only these NUMA nodes (repeat, or 0-1)."
+    ),
     cgroup: Optional[List[str]] = typer.Option(
-        None, "--cgroup", metavar="PATH", help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service."
+        None,
+        "--cgroup",
+        metavar="PATH",
+        help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service.",
     ),
     pid: Optional[List[int]] = typer.Option(None, "--pid", metavar="PID", help="Pages per node of a process (repeat)."),
     top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),

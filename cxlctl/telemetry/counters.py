@@ -104,7 +104,9 @@ def parse_keyvals(text: str) -> Dict[str, int]:
     return out
 
 
-def pick(found: Optional[Dict[str, int]], wanted: Iterable[str], prefixes: Tuple[str, ...] = TIERING_PREFIXES) -> Counters:
+def pick(
+    found: Optional[Dict[str, int]], wanted: Iterable[str], prefixes: Tuple[str, ...] = TIERING_PREFIXES
+) -> Counters:
     """The wanted counters from a parsed file (None: unreadable), plus other tiering counters present."""
     wanted = tuple(wanted)
     if found is None:

@@ -36,14 +36,14 @@ def rates(before: Sample, now: Sample) -> Rates:
     dt = now.time - before.time
     b_nodes = {n.id: n for n in before.nodes}
     b_cg = {c.name: c for c in before.cgroups}
-    cg_counters = {
-        c.name: counter_rates(b_cg[c.name].stat, c.stat, dt) for c in now.cgroups if c.name in b_cg
-    }
+    cg_counters = {c.name: counter_rates(b_cg[c.name].stat, c.stat, dt) for c in now.cgroups if c.name in b_cg}
     return Rates(
         seconds=dt,
         system=counter_rates(before.system, now.system, dt),
         nodes={n.id: counter_rates(b_nodes[n.id].vmstat, n.vmstat, dt) for n in now.nodes if n.id in b_nodes},
-        cgroups={k: {n: v for n, v in d.items() if n.startswith(("pgpromote_", "pgdemote_"))} for k, d in cg_counters.items()},
+        cgroups={
+            k: {n: v for n, v in d.items() if n.startswith(("pgpromote_", "pgdemote_"))} for k, d in cg_counters.items()
+        },
     )
 
 

@@ -125,7 +125,9 @@ def count(v: Optional[float]) -> str:
 
 
 def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
-    rest = {k: v for k, v in vals.items() if k.startswith("pgdemote_") and k not in ("pgdemote_kswapd", "pgdemote_direct")}
+    rest = {
+        k: v for k, v in vals.items() if k.startswith("pgdemote_") and k not in ("pgdemote_kswapd", "pgdemote_direct")
+    }
     return demote_sum(rest)
 
 

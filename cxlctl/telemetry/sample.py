@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
 from cxlctl.hostio.root import under
+from cxlctl.model import Node
 from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
 
 from .counters import (
@@ -123,9 +124,9 @@ def node_kinds(root: str) -> Dict[int, NodeInfo]:
     return {n.id: NodeInfo(n.kind, n.tier) for n in inv.nodes}
 
 
-def kinds_of(inv_nodes: Sequence[object]) -> Dict[int, NodeInfo]:
+def kinds_of(inv_nodes: Sequence[Node]) -> Dict[int, NodeInfo]:
     """:func:`node_kinds` from an inventory already scanned (``cxlctl record``)."""
-    return {getattr(n, "id"): NodeInfo(getattr(n, "kind"), getattr(n, "tier")) for n in inv_nodes}
+    return {n.id: NodeInfo(n.kind, n.tier) for n in inv_nodes}
 
 
 # -- cgroup names -----------------------------------------------------------------------------
@@ -164,6 +165,10 @@ def check_cgroup(root: str, name: str) -> None:
         )
 
 
+def _subdir_of(r: Reader, d: str) -> Callable[[str], bool]:
+    return lambda name: not name.startswith(".") and r.isdir(f"{d}/{name}")
+
+
 def list_cgroups(r: Reader, limit: int = CGROUP_LIST_LIMIT, depth: int = CGROUP_LIST_DEPTH) -> List[str]:
     """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them."""
     out: List[str] = []
@@ -172,7 +177,7 @@ def list_cgroups(r: Reader, limit: int = CGROUP_LIST_LIMIT, depth: int = CGROUP_
         nxt: List[str] = []
         for cg in level:
             d = paths.cgroup_file(cg, "").rstrip("/") or "/"
-            for n in r.listdir(d, lambda name: r.isdir(f"{d}/{name}") and not name.startswith(".")):
+            for n in r.listdir(d, _subdir_of(r, d)):
                 child = ("" if cg == "/" else cg) + "/" + n
                 if r.exists(paths.cgroup_file(child, "memory.numa_stat")):
                     out.append(child)
@@ -280,7 +285,7 @@ def top_pids(r: Reader, n: int) -> List[int]:
         return []
     rss: List[Tuple[int, int]] = []
     if r.root == "/":
-        import psutil  # ~30 ms: only when processes are asked for
+        import psutil  # type: ignore[import-untyped]  # ~30 ms: only when processes are asked for
 
         for p in psutil.process_iter(["memory_info"]):
             mi = p.info.get("memory_info")

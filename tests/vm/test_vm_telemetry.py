@@ -105,7 +105,9 @@ def _check_against_kernel(out: Path, label: str, rep: Dict[str, Any], cxl: int, 
             f"{kernel_cg.get(cxl, 0)} B, helper pages {pages}, verdicts {_ids(rep)}"
         )
     else:
-        report.append(f"{label}: node0 pgdemote_direct {node0['counters'].get('pgdemote_direct')}, verdicts {_ids(rep)}")
+        report.append(
+            f"{label}: node0 pgdemote_direct {node0['counters'].get('pgdemote_direct')}, verdicts {_ids(rep)}"
+        )
 
 
 def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
@@ -114,7 +116,9 @@ def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
     assert region is not None
     work = tmp_path / "vm"
     helper = build_helper(work / "tools")
-    res = run_guest(t, script(helper, region.create_command(t), promote=True), kernel="6.12", workdir=work, timeout=1200)
+    res = run_guest(
+        t, script(helper, region.create_command(t), promote=True), kernel="6.12", workdir=work, timeout=1200
+    )
     res.check()
     out = res.outdir
     cxl = int(_f(out, "cxl-node"))
