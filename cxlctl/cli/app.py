@@ -21,6 +21,7 @@ from .region import dax_app, region_app
 from .shell import completing, completion, enable
 from .stat import stat
 from .status import status
+from .top import top
 from .tune import tune_app
 
 
@@ -62,6 +63,7 @@ def make_app() -> typer.Typer:
     a.command()(status)
     a.command(cls=Command)(record)
     a.command(cls=Command)(stat)
+    a.command(cls=Command)(top)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")
