@@ -91,7 +91,7 @@ def view(
     header = (
         f"cxlctl top  kernel {s.kernel or '?'}  demotion {dem}  numa_balancing "
         f"{'n/a' if st.numa_balancing is None else st.numa_balancing}"
-        + ("" if r is None else f"  every {r.seconds:.1f} s")
+        + ("" if r is None else f"  every {r.seconds:.1f}s")
     )
     nodes = [(n.id, n.kind, n.memory.get("used"), n.memory.get("total")) for n in s.nodes]
     cur = History.current(r)
