@@ -586,10 +586,10 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
         )
     if st.promote_rate_limit_mbps is not None:
         b.add(
-            "numa_balancing_promote_rate_limit_megabytes_per_second",
+            "numa_balancing_promote_rate_limit_bytes_per_second",
             "gauge",
-            "kernel.numa_balancing_promote_rate_limit_MBps",
-            st.promote_rate_limit_mbps,
+            "kernel.numa_balancing_promote_rate_limit_MBps, in bytes per second (MB = 2^20 bytes, as the kernel counts)",
+            st.promote_rate_limit_mbps << 20,
         )
     for name, v in s.system.values.items():
         if v is not None:
@@ -613,14 +613,9 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
         {m for n in s.nodes if n.vmstat.readable for m in n.vmstat.missing}
         | set(s.system.missing if s.system.readable else ())
     )
+    b.add("telemetry_counter_missing", "gauge", "1 for a tiering counter this kernel does not have", None)
     for name in missing:
-        b.add(
-            "telemetry_counter_missing",
-            "gauge",
-            "1 for a tiering counter this kernel does not have",
-            1,
-            {"counter": name},
-        )
+        b.add("telemetry_counter_missing", "gauge", "", 1, {"counter": name})
     kinds = {n.id: n.kind for n in s.nodes}
     for c in s.cgroups:
         if not c.readable:
