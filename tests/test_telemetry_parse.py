@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cxlctl.errors import UsageError
@@ -73,3 +75,40 @@ def test_short_numbers_and_clean_names() -> None:
     assert size(None) == "-" and size(512) == "512" and size(6 << 20) == "6.0M" and size(300 << 30) == "300G"
     assert count(None) == "n/a" and count(1957) == "1957" and count(0.25) == "0.2" and count(123456) == "123.5k"
     assert clean("evil\x1b[2Jname") == "evil?[2Jname"
+
+
+def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:
+    """A tiny DAMON sysfs tree (one kdamond, one migrate_cold scheme), written here for this parser."""
+    from cxlctl.hostio.reader import Reader
+    from cxlctl.telemetry.damon import read_schemes
+    from cxlctl.telemetry.rates import rates
+    from cxlctl.telemetry.report import render_text, to_dict
+    from cxlctl.telemetry.sample import read_sample
+
+    d = tmp_path / "sys/kernel/mm/damon/admin/kdamonds/0"
+    sd = d / "contexts/0/schemes/0"
+    (sd / "stats").mkdir(parents=True)
+    (d / "state").write_text("on\n")
+    (sd / "action").write_text("migrate_cold\n")
+    (sd / "target_nid").write_text("1\n")
+    for name, v in (
+        ("nr_tried", 10),
+        ("sz_tried", 8 << 20),
+        ("nr_applied", 4),
+        ("sz_applied", 4 << 20),
+        ("qt_exceeds", 0),
+    ):
+        (sd / "stats" / name).write_text(f"{v}\n")
+    (d / "contexts/0/schemes/nr_schemes").write_text("1\n")  # not a scheme directory: skipped
+    (schemes,) = read_schemes(Reader(str(tmp_path)))
+    assert (schemes.key, schemes.state, schemes.action, schemes.target_nid) == ("0/0/0", "on", "migrate_cold", 1)
+    assert schemes.stats["sz_applied"] == 4 << 20
+    a = read_sample(Reader(str(tmp_path)), {}, now=(10.0, 0.0))
+    (sd / "stats" / "sz_applied").write_text(f"{12 << 20}\n")
+    b = read_sample(Reader(str(tmp_path)), {}, now=(12.0, 0.0))
+    r = rates(a, b)
+    assert r.damon["0/0/0"]["sz_applied"] == 4 << 20
+    doc = to_dict(b, r, [], 1)
+    assert doc["damon"][0]["stats"]["sz_applied"] == 12 << 20 and doc["damon"][0]["rates"]["sz_applied"] == 4 << 20
+    assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0M/s" in render_text(doc)
+    assert read_schemes(Reader(str(tmp_path / "nothing"))) == []

@@ -109,3 +109,12 @@ def test_top_on_a_terminal_sorts_on_s_and_quits_on_q() -> None:
             p.kill()
             p.wait()
         os.close(master)
+
+
+def test_top_json_is_stat_json_per_refresh() -> None:
+    import json
+
+    p = cxlctl("--root", SINGLE, "top", "--json", "--count", "2", "--interval", "0.2", check=True)
+    reps = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["report"] for r in reps] == [0, 1] and reps[0]["since_boot"] and reps[1]["interval"] > 0
+    assert {"tiering-off", "cxl-idle"} <= {v["id"] for v in reps[0]["verdicts"]}

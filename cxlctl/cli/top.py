@@ -3,7 +3,8 @@
 On a terminal: a full-screen rich view refreshed every ``--interval`` seconds;
 ``q`` quits, ``s`` cycles the sort of the cgroup and process lists (CXL, DRAM,
 total bytes).  When stdout is not a terminal (a pipe, a log, a script), the same
-facts are printed as plain text, one block per refresh.  The view itself is
+facts are printed as plain text, one block per refresh; ``--json`` prints each
+refresh as a ``stat --json`` object (JSON lines).  The view itself is
 :mod:`cxlctl.telemetry.top`.
 """
 
@@ -30,6 +31,9 @@ def top(
     interval: str = typer.Option("2", "--interval", "-i", metavar="S", help="Seconds between refreshes."),
     count: Optional[int] = typer.Option(None, "--count", "-c", metavar="N", min=1, help="Stop after N refreshes."),
     rows: int = typer.Option(8, "--rows", metavar="N", min=1, help="Cgroups and processes shown."),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per refresh (stat's schema, with the cgroups and processes looked at)."
+    ),
 ) -> None:
     """Live view: node usage by tier, promote/demote rates, top CXL users, verdicts (q quits)."""
     from cxlctl.hostio.reader import Reader
@@ -63,15 +67,24 @@ def top(
 
     import shutil
 
-    if not sys.stdout.isatty():
+    if json_out or not sys.stdout.isatty():
+        import json
+
+        from cxlctl.telemetry.report import to_dict
+
+        from .common import SCHEMA_VERSION
+
         n = 0
         try:
             while count is None or n < count:
                 if prev is not None:
                     time.sleep(max(0.0, prev.time + every - time.monotonic()))
                 s, rt, vs = refresh()
-                width = shutil.get_terminal_size((80, 24)).columns
-                sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), width) + "\n")
+                if json_out:
+                    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **to_dict(s, rt, vs, n)}) + "\n")
+                else:
+                    width = shutil.get_terminal_size((80, 24)).columns
+                    sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), width) + "\n")
                 sys.stdout.flush()
                 n += 1
         except (KeyboardInterrupt, BrokenPipeError):

@@ -20,6 +20,8 @@ class Rates(NamedTuple):
     system: Dict[str, Optional[float]]
     nodes: Dict[int, Dict[str, Optional[float]]]
     cgroups: Dict[str, Dict[str, Optional[float]]]
+    #: DAMON scheme (``kdamond/context/scheme``) → its stats per second
+    damon: Dict[str, Dict[str, Optional[float]]] = {}
 
 
 def counter_rates(before: Counters, now: Counters, seconds: float) -> Dict[str, Optional[float]]:
@@ -36,6 +38,7 @@ def rates(before: Sample, now: Sample) -> Rates:
     dt = now.time - before.time
     b_nodes = {n.id: n for n in before.nodes}
     b_cg = {c.name: c for c in before.cgroups}
+    b_damon = {sc.key: sc for sc in before.damon}
     cg_counters = {c.name: counter_rates(b_cg[c.name].stat, c.stat, dt) for c in now.cgroups if c.name in b_cg}
     return Rates(
         seconds=dt,
@@ -43,6 +46,11 @@ def rates(before: Sample, now: Sample) -> Rates:
         nodes={n.id: counter_rates(b_nodes[n.id].vmstat, n.vmstat, dt) for n in now.nodes if n.id in b_nodes},
         cgroups={
             k: {n: v for n, v in d.items() if n.startswith(("pgpromote_", "pgdemote_"))} for k, d in cg_counters.items()
+        },
+        damon={
+            sc.key: counter_rates(Counters(dict(b_damon[sc.key].stats), ()), Counters(dict(sc.stats), ()), dt)
+            for sc in now.damon
+            if sc.key in b_damon
         },
     )
 

@@ -88,6 +88,19 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
         "nodes": nodes,
         "cgroups": cgroups,
         "processes": procs,
+        "damon": [
+            {
+                "kdamond": sc.kdamond,
+                "context": sc.context,
+                "scheme": sc.scheme,
+                "state": sc.state,
+                "action": sc.action,
+                "target_nid": sc.target_nid,
+                "stats": dict(sc.stats),
+                "rates": None if r is None else r.damon.get(sc.key),
+            }
+            for sc in s.damon
+        ],
         "verdicts": [v._asdict() for v in verdicts],
         "notes": list(s.notes),
     }
@@ -193,6 +206,16 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
             continue
         where = " ".join(f"N{k}={size(v)}" for k, v in p["bytes_per_node"].items()) or "no pages"
         lines += _wrap(f"pid {p['pid']} ({clean(p['comm'] or '?')}) rss {size(p['rss'])}: {where}", width, "")
+    for d in doc["damon"]:
+        st = d["stats"] if first else (d["rates"] or {})
+        to = "" if d["target_nid"] is None else f" -> node {d['target_nid']}"
+        lines += _wrap(
+            f"damon {d['kdamond']}/{d['context']}/{d['scheme']} ({clean(d['state'] or '?')}) "
+            f"{clean(d['action'] or '?')}{to}: applied {size(st.get('sz_applied'))}"
+            f"{'' if first else '/s'} of {size(st.get('sz_tried'))} tried, quota hit {count(st.get('qt_exceeds'))}",
+            width,
+            "",
+        )
     for v in doc["verdicts"]:
         lines += _wrap(f"! {v['id']}: {v['message']}", width, "")
         lines += _wrap(f"fix: {v['fix']}", width, "  ")

@@ -50,6 +50,7 @@ from .counters import (
     pick,
     resident_per_node,
 )
+from .damon import Scheme, read_schemes
 
 #: a process' numa_maps larger than this is not read (a page-table walk per mapping)
 NUMA_MAPS_LIMIT = 16 << 20
@@ -114,6 +115,8 @@ class Sample(NamedTuple):
     cgroups: Tuple[CgroupSample, ...]
     processes: Tuple[ProcessSample, ...]
     notes: Tuple[str, ...]
+    #: DAMON schemes where kdamonds exist (read-only; see :mod:`.damon`)
+    damon: Tuple[Scheme, ...] = ()
 
 
 def node_kinds(root: str) -> Dict[int, NodeInfo]:
@@ -359,6 +362,7 @@ def read_sample(
         nodes=tuple(node_samples),
         cgroups=cg_samples,
         processes=tuple(procs),
+        damon=tuple(read_schemes(r)),
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )
 

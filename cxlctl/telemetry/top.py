@@ -39,6 +39,8 @@ class View(NamedTuple):
     processes: List[Row]
     verdicts: List[Verdict]
     sort: str
+    #: DAMON schemes: (kdamond/context/scheme, "action -> node N", bytes applied per second or None)
+    damon: List[Tuple[str, str, Optional[float]]] = []
 
 
 class History:
@@ -103,7 +105,17 @@ def view(
     procs = [
         Row(f"{p.pid} {clean(p.comm or '?')}", *_split(p.maps.bytes, cxl)) for p in s.processes if p.maps is not None
     ]
-    return View(header, nodes, rates, sorted(cgs, key=key)[:rows], sorted(procs, key=key)[:rows], verdicts, sort)
+    damon = [
+        (
+            sc.key,
+            f"{clean(sc.action or '?')}{'' if sc.target_nid is None else f' -> node {sc.target_nid}'} ({clean(sc.state or '?')})",
+            None if r is None else (r.damon.get(sc.key) or {}).get("sz_applied"),
+        )
+        for sc in s.damon
+    ]
+    return View(
+        header, nodes, rates, sorted(cgs, key=key)[:rows], sorted(procs, key=key)[:rows], verdicts, sort, damon[:rows]
+    )
 
 
 def bar(used: Optional[int], total: Optional[int], width: int) -> str:
@@ -125,6 +137,8 @@ def plain(v: View, width: int = 80) -> str:
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {clean(row.name)[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
+    for key, what, applied in v.damon:
+        lines.append(f"damon {key} {what}: applied {size(applied)}/s"[:width])
     for vd in v.verdicts:
         lines += textwrap.wrap(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width=width, subsequent_indent="  ")
     return "\n".join(lines)
@@ -158,6 +172,13 @@ def rich_view(v: View) -> Any:
             t.add_column(col, justify="right", no_wrap=True)
         for row in rows:
             t.add_row(Text(row.name), size(row.cxl), size(row.dram), size(row.total))
+        parts.append(t)
+    if v.damon:
+        t = Table(box=None, pad_edge=False, expand=True)
+        t.add_column("DAMON scheme", no_wrap=True, overflow="ellipsis", ratio=1)
+        t.add_column("applied/s", justify="right", no_wrap=True)
+        for key, what, applied in v.damon:
+            t.add_row(Text(f"{key} {what}"), size(applied))
         parts.append(t)
     for vd in v.verdicts:
         parts.append(Text(f"! {vd.id}: {vd.message}", style="yellow" if vd.severity == "warning" else ""))
