@@ -66,7 +66,9 @@ def grow(src: str, dest: str) -> str:
     helper = max(procs, key=lambda p: os.path.getsize(os.path.join(dest, "proc", p, "numa_maps")))
     cg_root = os.path.join(dest, "sys/fs/cgroup")
     cg_src = next(
-        os.path.join(cg_root, d) for d in os.listdir(cg_root) if os.path.exists(os.path.join(cg_root, d, "memory.numa_stat"))
+        os.path.join(cg_root, d)
+        for d in os.listdir(cg_root)
+        if os.path.exists(os.path.join(cg_root, d, "memory.numa_stat"))
     )
     for i in range(CGROUPS):
         d = os.path.join(cg_root, f"bench{i}.service")
@@ -107,6 +109,7 @@ def report(root: str, cgroups: List[str], top: int, pids: List[int]) -> Callable
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--tree", help="base of the synthetic host (default: fixtures/linux-6.12/*-telemetry)")
     a = ap.parse_args()
     out: List[str] = []
     big = largest_fixture()
@@ -119,7 +122,7 @@ def main() -> None:
         f"{len(cgs)} cgroups, {len(pids)} processes): {ms:.2f} ms"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        root = grow(telemetry_fixture(), os.path.join(tmp, "host"))
+        root = grow(a.tree or telemetry_fixture(), os.path.join(tmp, "host"))
         r = Reader(root)
         cgs = list_cgroups(r)
         ms_cg = median_ms(report(root, cgs, 0, []), a.runs)

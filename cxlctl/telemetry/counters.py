@@ -165,7 +165,11 @@ SHM_PREFIX = "/dev/shm/"
 
 
 def parse_numa_maps(text: str) -> NumaMaps:
-    """Sum the ``N<node>=<pages>`` fields of every mapping (pure; odd fields are skipped)."""
+    """Sum the ``N<node>=<pages>`` fields of every mapping (pure; odd fields are skipped).
+
+    A busy engine has thousands of mappings and ``top`` parses a few such files per
+    refresh, so the loop looks at a field's first character before anything else.
+    """
     pages: Dict[int, int] = {}
     nbytes: Dict[int, int] = {}
     shm: Dict[str, Dict[int, int]] = {}
@@ -177,22 +181,27 @@ def parse_numa_maps(text: str) -> NumaMaps:
         file: Optional[str] = None
         per: List[Tuple[int, int]] = []
         for f in fields[2:]:
-            key, sep, val = f.partition("=")
-            if not sep:
-                continue
-            if key == "kernelpagesize_kB":
+            c = f[0]
+            if c == "N":
+                key, sep, val = f.partition("=")
+                node = key[1:]
+                if sep and node.isdigit() and node.isascii() and val.isdigit() and val.isascii() and len(val) < 20:
+                    per.append((int(node), int(val)))
+            elif c == "k" and f.startswith("kernelpagesize_kB="):
+                val = f[18:]
                 if is_decimal(val) and 0 < int(val) <= 1 << 30:
                     page_kb = int(val)
-            elif key == "file":
-                file = val
-            elif key[:1] == "N" and is_decimal(val) and int(val) <= U64_MAX:
-                node = decimal_suffix(key, "N")
-                if node is not None:
-                    per.append((node, int(val)))
+            elif c == "f" and f.startswith("file="):
+                file = f[5:]
+        if not per:
+            continue
+        size = page_kb * 1024
+        is_shm = file is not None and file.startswith(SHM_PREFIX)
         for node, n in per:
             pages[node] = pages.get(node, 0) + n
-            nbytes[node] = nbytes.get(node, 0) + n * page_kb * 1024
-            if file is not None and file.startswith(SHM_PREFIX):
+            nbytes[node] = nbytes.get(node, 0) + n * size
+            if is_shm:
+                assert file is not None
                 f_pages = shm.setdefault(file, {})
                 f_pages[node] = f_pages.get(node, 0) + n
     return NumaMaps(pages, nbytes, shm)
