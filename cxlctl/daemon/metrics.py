@@ -26,6 +26,7 @@ import time
 from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
+from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
 
@@ -593,7 +594,7 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
         )
     for name, v in s.system.values.items():
         if v is not None:
-            b.add(f"vmstat_{_prom_name(name)}_total", "counter", f"/proc/vmstat {name}", v)
+            b.add(f"vmstat_{_prom_name(name)}_total", "counter", f"{paths.PROC_VMSTAT} {name}", v)
     for n in s.nodes:
         lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
         for name, v in n.vmstat.values.items():

@@ -184,9 +184,9 @@ def parse_numa_maps(text: str) -> NumaMaps:
             c = f[0]
             if c == "N":
                 key, sep, val = f.partition("=")
-                node = key[1:]
-                if sep and node.isdigit() and node.isascii() and val.isdigit() and val.isascii() and len(val) < 20:
-                    per.append((int(node), int(val)))
+                nid = key[1:]
+                if sep and nid.isdigit() and nid.isascii() and val.isdigit() and val.isascii() and len(val) < 20:
+                    per.append((int(nid), int(val)))
             elif c == "k" and f.startswith("kernelpagesize_kB="):
                 val = f[18:]
                 if is_decimal(val) and 0 < int(val) <= 1 << 30:

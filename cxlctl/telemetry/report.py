@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from cxlctl.hostio import paths
+
 from .rates import Rates, demote_sum
 from .sample import Sample
 from .verdicts import Verdict
@@ -184,7 +186,7 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
         "",
     )
     unread = [f"node{n['id']}/vmstat" for n in doc["nodes"] if not n["readable"]]
-    unread += [] if doc["system"]["readable"] else ["/proc/vmstat"]
+    unread += [] if doc["system"]["readable"] else [paths.PROC_VMSTAT]
     if unread:
         lines += _wrap("could not read: " + ", ".join(unread), width, "")
     sources = [n for n in doc["nodes"] if n["readable"]] + ([doc["system"]] if doc["system"]["readable"] else [])

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, NamedTuple, Optional
 
+from cxlctl.hostio import paths
+
 from .rates import Rates, demote_sum
 from .sample import NodeSample, Sample
 
@@ -78,7 +80,7 @@ def tiering_off(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         f"CXL node(s) {', '.join(str(n.id) for n in cxl)} are online but demotion is disabled and "
         f"kernel.numa_balancing is {nb} (no tiering mode), so no page will ever move between DRAM and CXL.",
         "apply a tiering profile (cxlctl tune apply inference-capacity), or set "
-        "/sys/kernel/mm/numa/demotion_enabled to true and kernel.numa_balancing to 2",
+        f"{paths.DEMOTION_ENABLED} to true and kernel.numa_balancing to 2",
     )
 
 
