@@ -152,7 +152,8 @@ def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
     grew = after_node["counters"]["pgdemote_direct"] - before["pgdemote_direct"]
     assert grew > 0, "memory.reclaim demoted nothing"
     assert abs(after_node["rates"]["pgdemote_direct"] * c1["interval"] - grew) < 1e-6 * max(grew, 1)
-    assert after_node["counters"]["pgdemote_direct"] == _keyvals(_f(out, "C1.node0.vmstat"))["pgdemote_direct"]
+    # the reclaim may still run when report 1 is taken (TCG is slow): the kernel's count only grows after it
+    assert after_node["counters"]["pgdemote_direct"] <= _keyvals(_f(out, "C1.node0.vmstat"))["pgdemote_direct"]
     assert "dram-too-tight" in _ids(c1)
     report.append(
         f"C: reclaim {_f(out, 'reclaim.rc').strip()}: node0 pgdemote_direct +{grew} pages over {c1['interval']:.2f} s "
@@ -170,15 +171,23 @@ def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
     # E: the record replays
     assert (out / "record" / "cxlctl-record.json").exists(), _f(out, "record.log")
 
-    # F: promotion (reported, not required: TCG may not promote)
+    # F: promotion (reported; required to be consistent, not to happen: TCG may not promote)
     if (out / "F.json").exists():
         f0, f1 = _reports(out, "F.json")
         sysr = f1["system"]["rates"]
+        promoted = f1["system"]["counters"]["pgpromote_success"] - f0["system"]["counters"]["pgpromote_success"]
+        p0 = f0["processes"][0]["pages_per_node"]
+        p1 = f1["processes"][0]["pages_per_node"]
         report.append(
             f"F: numa_balancing={_f(out, 'nb2').strip()}, helper touching its pages for {PROMOTE_SECONDS} s: "
-            f"hint faults {sysr.get('numa_hint_faults')}/s, pgpromote_candidate {sysr.get('pgpromote_candidate')}/s, "
-            f"pgpromote_success {sysr.get('pgpromote_success')}/s, numa_pages_migrated {sysr.get('numa_pages_migrated')}/s; "
-            f"helper pages {f1['processes'][0]['pages_per_node'] if f1['processes'] else None}; verdicts {_ids(f1)}"
+            f"hint faults {sysr.get('numa_hint_faults'):.1f}/s, pgpromote_candidate {sysr.get('pgpromote_candidate'):.1f}/s, "
+            f"pgpromote_success {sysr.get('pgpromote_success'):.1f}/s ({promoted} pages), numa_pages_migrated "
+            f"{sysr.get('numa_pages_migrated'):.1f}/s; helper pages {p0} -> {p1}; verdicts {_ids(f0)} -> {_ids(f1)}"
         )
+        node0 = next(n for n in f1["nodes"] if n["id"] == 0)
+        assert node0["counters"]["pgpromote_success"] == _keyvals(_f(out, "F1.node0.vmstat"))["pgpromote_success"]
+        if promoted > 0:  # the promoted pages came off the CXL node (other processes' pages may move too)
+            assert p0.get(str(cxl), 0) - p1.get(str(cxl), 0) > 0
+            assert "dram-too-tight" not in _ids(f1), "no direct demotion in the promotion interval"
     print("\n".join(report))
     (tmp_path / "measured.txt").write_text("\n".join(report) + "\n")
