@@ -185,7 +185,8 @@ def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
             f"{sysr.get('numa_pages_migrated'):.1f}/s; helper pages {p0} -> {p1}; verdicts {_ids(f0)} -> {_ids(f1)}"
         )
         node0 = next(n for n in f1["nodes"] if n["id"] == 0)
-        assert node0["counters"]["pgpromote_success"] == _keyvals(_f(out, "F1.node0.vmstat"))["pgpromote_success"]
+        # the helper keeps touching after the report: the kernel's count can only have grown since
+        assert node0["counters"]["pgpromote_success"] <= _keyvals(_f(out, "F1.node0.vmstat"))["pgpromote_success"]
         if promoted > 0:  # the promoted pages came off the CXL node (other processes' pages may move too)
             assert p0.get(str(cxl), 0) - p1.get(str(cxl), 0) > 0
             assert "dram-too-tight" not in _ids(f1), "no direct demotion in the promotion interval"
