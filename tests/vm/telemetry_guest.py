@@ -132,6 +132,12 @@ kfiles C1
 stat1 D
 COLUMNS=80 "$PY" -m cxlctl stat --cgroup @CGROUP@ --pid $HP > "$OUT/D.txt" 2>&1
 
+# top on a pseudo-terminal (script(1)), 80x30, three refreshes a second apart
+if [ -n "$PROMOTE" ]; then
+  script -qec "stty cols 80 rows 30; \"$PY\" -m cxlctl top --interval 1 --count 3" /dev/null > "$OUT/top.pty" 2> "$OUT/top.err"
+  echo $? > "$OUT/top.rc"
+fi
+
 # E. record the end state (onto the guest's tmpfs, then one copy out)
 rm -rf /tmp/telrec
 "$PY" -m cxlctl record /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"

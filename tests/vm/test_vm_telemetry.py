@@ -22,6 +22,7 @@ demotes part of it to the CXL node.  Checked here:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -167,6 +168,13 @@ def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
     assert "dram-too-tight" in _ids(d)
     text = _f(out, "D.txt")
     assert max(len(line) for line in text.splitlines()) <= 80 and f"cgroup {CGROUP}" in text
+
+    # top under a pseudo-terminal: the rich screen with the helper, its cgroup and the verdicts
+    assert _f(out, "top.rc").strip() == "0", _f(out, "top.err")
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _f(out, "top.pty"))
+    assert "cxlctl top" in screen and "tel_helper" in screen and CGROUP in screen, screen[-3000:]
+    assert "dram-too-tight" in screen and "q quit" in screen
+    report.append(f"top on a pty: {screen.count('cxlctl top')} screens drawn")
 
     # E: the record replays
     assert (out / "record" / "cxlctl-record.json").exists(), _f(out, "record.log")
