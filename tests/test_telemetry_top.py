@@ -118,3 +118,17 @@ def test_top_json_is_stat_json_per_refresh() -> None:
     reps = [json.loads(line) for line in p.stdout.splitlines()]
     assert [r["report"] for r in reps] == [0, 1] and reps[0]["since_boot"] and reps[1]["interval"] > 0
     assert {"tiering-off", "cxl-idle"} <= {v["id"] for v in reps[0]["verdicts"]}
+
+
+def test_top_reuses_a_process_read_less_than_max_age_ago(live_record: str) -> None:
+    """numa_maps walks page tables: top re-reads a process at most every few seconds."""
+    from cxlctl.hostio.reader import Reader
+    from cxlctl.telemetry.sample import read_sample
+
+    cache: dict[int, tuple[float, ProcessSample]] = {}
+    a = read_sample(Reader(live_record), {}, top=3, cache=cache, max_age=5.0, now=(100.0, 0.0))
+    assert a.processes and set(cache) == {p.pid for p in a.processes}
+    b = read_sample(Reader(live_record), {}, top=3, cache=cache, max_age=5.0, now=(104.0, 0.0))
+    assert all(x is y for x, y in zip(a.processes, b.processes))
+    c = read_sample(Reader(live_record), {}, top=3, cache=cache, max_age=5.0, now=(106.0, 0.0))
+    assert all(x is not y and x == y for x, y in zip(a.processes, c.processes))

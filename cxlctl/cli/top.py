@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import typer
 
@@ -25,6 +25,8 @@ from .common import host_root
 TOP_CGROUPS = 64
 TOP_PROCESSES = 20
 PROCESS_BUDGET_S = 0.3
+#: a process' numa_maps is re-read at most this often (placement changes slowly; the walk is the cost)
+PROCESS_MAX_AGE_S = 5.0
 
 
 def top(
@@ -39,7 +41,7 @@ def top(
     from cxlctl.hostio.reader import Reader
     from cxlctl.parse import parse_seconds
     from cxlctl.telemetry.rates import rates
-    from cxlctl.telemetry.sample import Sample, list_cgroups, node_kinds, read_sample
+    from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
     from cxlctl.telemetry.verdicts import judge
 
@@ -53,12 +55,19 @@ def top(
     kinds = node_kinds(root)
     hist = History()
     prev: Optional[Sample] = None
+    cache: Dict[int, Tuple[float, ProcessSample]] = {}
 
     def refresh() -> Any:
         nonlocal prev
         r_ = Reader(root)
         s = read_sample(
-            r_, kinds, cgroups=list_cgroups(r_, limit=TOP_CGROUPS), top=TOP_PROCESSES, budget_s=PROCESS_BUDGET_S
+            r_,
+            kinds,
+            cgroups=list_cgroups(r_, limit=TOP_CGROUPS),
+            top=TOP_PROCESSES,
+            budget_s=PROCESS_BUDGET_S,
+            cache=cache,
+            max_age=PROCESS_MAX_AGE_S,
         )
         rt = None if prev is None else rates(prev, s)
         hist.add(rt)

@@ -313,13 +313,17 @@ def read_sample(
     top: int = 0,
     budget_s: Optional[float] = None,
     now: Optional[Tuple[float, float]] = None,
+    cache: Optional[Dict[int, Tuple[float, ProcessSample]]] = None,
+    max_age: float = 0.0,
 ) -> Sample:
     """Read one sample: the nodes (all, or ``nodes``), the cgroups and processes asked for.
 
     ``pids`` are read first, then the ``top`` largest processes by RSS (not
     already in ``pids``) until ``budget_s`` seconds have passed: numa_maps walks
     page tables and a host can have thousands of processes.  ``now``
-    (monotonic, wall) is for tests.
+    (monotonic, wall) is for tests.  ``cache`` (kept by the caller across
+    samples) lets a "top" process read less than ``max_age`` seconds ago be
+    reused instead of walking its page tables again (``cxlctl top``).
     """
     t0, wall = now if now is not None else (time.monotonic(), time.time())
     notes: List[str] = []
@@ -350,9 +354,18 @@ def read_sample(
         if budget_s is not None and time.monotonic() - start > budget_s:
             notes.append(f"read {i} of the {len(extra)} largest processes within {budget_s:g} s; the rest left out")
             break
+        hit = cache.get(pid) if cache is not None else None
+        if hit is not None and t0 - hit[0] < max_age:
+            procs.append(hit[1])
+            continue
         p = read_process(r, pid)
         if p.maps is not None:  # a process that exited in between is left out
             procs.append(p)
+            if cache is not None:
+                cache[pid] = (t0, p)
+    if cache is not None:
+        for gone in set(cache) - set(extra):
+            del cache[gone]
     return Sample(
         time=t0,
         wall=wall,
