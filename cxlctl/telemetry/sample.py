@@ -161,7 +161,7 @@ def cgroup_name(arg: str) -> str:
 def check_cgroup(root: str, name: str) -> None:
     """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
-    if not os.path.isdir(under(root, d)):
+    if not Reader(root).isdir(d):
         raise UsageError(
             f"no cgroup {name} ({under(root, d)} does not exist)",
             hint="see `systemd-cgls` or /proc/PID/cgroup for cgroup names (cgroup v2 only)",
@@ -333,7 +333,8 @@ def read_sample(
     system = pick(_keyvals(r, paths.PROC_VMSTAT), SYSTEM_COUNTERS)
     if not system.readable:
         notes.append(f"{paths.PROC_VMSTAT} unreadable: no system-wide counters")
-    present = [n for n in (decimal_suffix(x, "node") for x in r.listdir(paths.NODE_DIR)) if n is not None]
+    names = r.listdir(paths.NODE_DIR, lambda x: decimal_suffix(x, "node") is not None)
+    present = [n for n in (decimal_suffix(x, "node") for x in names) if n is not None]
     wanted = present if nodes is None else [n for n in nodes if n in present]
     node_samples = []
     for nid in wanted:
