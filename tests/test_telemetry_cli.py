@@ -62,6 +62,7 @@ def test_node_filter() -> None:
         (["--interval", "abc"], "--interval 'abc'"),
         (["--count", "0"], "--count"),
         (["--pid", "0"], "not a process id"),
+        (["--pid", "4242"], "no process with PID 4242"),
     ],
 )
 def test_bad_input_is_a_usage_error_without_traceback(args: List[str], words: str) -> None:

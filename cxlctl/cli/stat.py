@@ -72,7 +72,6 @@ def stat(
     top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
-    from cxlctl.hostio.reader import Reader
     from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.report import render_text, to_dict
     from cxlctl.telemetry.sample import cgroup_name, check_cgroup, node_kinds, read_sample
@@ -86,9 +85,14 @@ def stat(
     cgroups = [cgroup_name(c) for c in cgroup or []]
     for c in cgroups:
         check_cgroup(root, c)
+    from cxlctl.hostio import paths
+    from cxlctl.hostio.reader import Reader
+
     for p in pid or []:
         if p <= 0:
             raise UsageError(f"--pid {p} is not a process id", hint="give a PID from ps or pgrep")
+        if not Reader(root).isdir(paths.proc_pid(p, "").rstrip("/")):
+            raise UsageError(f"no process with PID {p}", hint="check the PID (ps, pgrep)")
     kinds = node_kinds(root)
     if nodes is not None:
         unknown = [n for n in nodes if n not in kinds]
