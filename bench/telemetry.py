@@ -122,6 +122,18 @@ def main() -> None:
         f"stat, largest recorded tree ({os.path.relpath(big, REPO)}, {_files(big)} files, "
         f"{len(cgs)} cgroups, {len(pids)} processes): {ms:.2f} ms"
     )
+    tel = a.tree or telemetry_fixture()
+    r = Reader(tel)
+    cgs = list_cgroups(r)
+    ms = median_ms(report(tel, cgs, 8, []), a.runs)
+    out.append(
+        f"stat, telemetry tree ({os.path.relpath(tel, REPO)}): every cgroup ({len(cgs)}) and --top 8: {ms:.2f} ms"
+    )
+    if not a.no_live:
+        r = Reader("/")
+        cgs = list_cgroups(r, limit=64)
+        ms = median_ms(report("/", cgs, 20, []), a.runs)
+        out.append(f"stat, this host (psutil lists the processes): {len(cgs)} cgroups and --top 20: {ms:.2f} ms")
     with tempfile.TemporaryDirectory() as tmp:
         root = grow(a.tree or telemetry_fixture(), os.path.join(tmp, "host"))
         r = Reader(root)
