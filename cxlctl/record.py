@@ -100,12 +100,16 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
-    _telemetry(reader, inv.nodes)
+    # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
+    # record's status document replays exactly
+    tel = Reader(root, log=True)
+    _telemetry(tel, inv.nodes)
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
-    assert reader.log is not None
-    for path in sorted(reader.log):
-        _copy_path(reader.root, os.path.abspath(dest), path, reader.captured(path), seen)
+    assert reader.log is not None and tel.log is not None
+    for path in sorted(reader.log | tel.log):
+        data = reader.captured(path)
+        _copy_path(reader.root, os.path.abspath(dest), path, tel.captured(path) if data is None else data, seen)
     manifest: Dict[str, Any] = {
         "format": 1,
         "cxlctl_version": __version__,
@@ -115,7 +119,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         "as_root": os.geteuid() == 0,
         "source_root": reader.root,
         "files": len(seen),
-        "paths_touched": len(reader.log),
+        "paths_touched": len(reader.log | tel.log),
     }
     with open(os.path.join(dest, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=2)

@@ -402,7 +402,7 @@ class Daemon:
             else:
                 self.deadlines.pop(name, None)
         if c.telemetry_interval > 0:
-            self.deadlines.setdefault("telemetry", now)
+            self.deadlines.setdefault("telemetry", now + c.telemetry_interval)
         else:
             self.deadlines.pop("telemetry", None)
             self.telemetry = None
@@ -579,6 +579,8 @@ class Daemon:
             self.log.info("no udev monitor (--root or --no-udev): relying on the periodic rescan")
         self._start_server()
         self._reconcile("startup")
+        if self.cfg.telemetry_interval > 0:  # the first sample before READY=1, not in the event loop
+            self._sample_telemetry()
         self.ready = True
         self._arm_periodic(self.clock())
         self.publish()
