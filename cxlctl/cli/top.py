@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -25,7 +25,8 @@ from .common import host_root
 TOP_CGROUPS = 64
 TOP_PROCESSES = 20
 PROCESS_BUDGET_S = 0.3
-#: a process' numa_maps is re-read at most this often (placement changes slowly; the walk is the cost)
+#: the largest processes are listed, and a process' numa_maps re-read, at most this often
+#: (ranks and placement change slowly; listing and page-table walks are what a refresh costs)
 PROCESS_MAX_AGE_S = 5.0
 
 
@@ -41,7 +42,7 @@ def top(
     from cxlctl.hostio.reader import Reader
     from cxlctl.parse import parse_seconds
     from cxlctl.telemetry.rates import rates
-    from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample
+    from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
     from cxlctl.telemetry.verdicts import judge
 
@@ -56,10 +57,14 @@ def top(
     hist = History()
     prev: Optional[Sample] = None
     cache: Dict[int, Tuple[float, ProcessSample]] = {}
+    ranked: List[int] = []
+    ranked_at = -1e9
 
     def refresh() -> Any:
-        nonlocal prev
+        nonlocal prev, ranked, ranked_at
         r_ = Reader(root)
+        if time.monotonic() - ranked_at >= PROCESS_MAX_AGE_S:  # listing every process costs as much as the rest
+            ranked, ranked_at = top_pids(r_, TOP_PROCESSES), time.monotonic()
         s = read_sample(
             r_,
             kinds,
@@ -68,6 +73,7 @@ def top(
             budget_s=PROCESS_BUDGET_S,
             cache=cache,
             max_age=PROCESS_MAX_AGE_S,
+            ranked=ranked,
         )
         rt = None if prev is None else rates(prev, s)
         hist.add(rt)

@@ -315,6 +315,7 @@ def read_sample(
     now: Optional[Tuple[float, float]] = None,
     cache: Optional[Dict[int, Tuple[float, ProcessSample]]] = None,
     max_age: float = 0.0,
+    ranked: Optional[Sequence[int]] = None,
 ) -> Sample:
     """Read one sample: the nodes (all, or ``nodes``), the cgroups and processes asked for.
 
@@ -323,7 +324,9 @@ def read_sample(
     page tables and a host can have thousands of processes.  ``now``
     (monotonic, wall) is for tests.  ``cache`` (kept by the caller across
     samples) lets a "top" process read less than ``max_age`` seconds ago be
-    reused instead of walking its page tables again (``cxlctl top``).
+    reused instead of walking its page tables again, and ``ranked`` (the
+    largest processes, listed by the caller earlier) spares listing every
+    process again (``cxlctl top``).
     """
     t0, wall = now if now is not None else (time.monotonic(), time.time())
     notes: List[str] = []
@@ -349,7 +352,8 @@ def read_sample(
     procs: List[ProcessSample] = []
     for pid in pids:
         procs.append(read_process(r, pid))
-    extra = [p for p in top_pids(r, top) if p not in set(pids)] if top else []
+    listed = (list(ranked)[:top] if ranked is not None else top_pids(r, top)) if top else []
+    extra = [p for p in listed if p not in set(pids)]
     start = time.monotonic()
     for i, pid in enumerate(extra):
         if budget_s is not None and time.monotonic() - start > budget_s:
