@@ -162,6 +162,7 @@ def main() -> None:
                 cache=cache,
                 max_age=5.0,
                 ranked=ranked,
+                cgroup_counters=False,
             )
             rt = rates(prev, s)
             hist.add(rt)

@@ -74,6 +74,7 @@ def top(
             cache=cache,
             max_age=PROCESS_MAX_AGE_S,
             ranked=ranked,
+            cgroup_counters=json_out,  # the screen shows cgroups' bytes only
         )
         rt = None if prev is None else rates(prev, s)
         hist.add(rt)

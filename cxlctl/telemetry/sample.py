@@ -234,13 +234,14 @@ def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
     )
 
 
-def read_cgroup(r: Reader, name: str) -> CgroupSample:
+def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:
+    """A cgroup's bytes per node; with ``counters``, also its ``memory.stat`` (``top`` shows bytes only)."""
     text = r.text(paths.cgroup_file(name, "memory.numa_stat"))
     ns = parse_numa_stat(text) if text is not None else {}
-    stat = _keyvals(r, paths.cgroup_file(name, "memory.stat"))
-    counters = pick(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
+    stat = _keyvals(r, paths.cgroup_file(name, "memory.stat")) if counters else None
+    cg_counters = pick(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
-    return CgroupSample(name, d, ns, resident_per_node(ns), counters, text is not None)
+    return CgroupSample(name, d, ns, resident_per_node(ns), cg_counters, text is not None)
 
 
 def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
@@ -316,6 +317,7 @@ def read_sample(
     cache: Optional[Dict[int, Tuple[float, ProcessSample]]] = None,
     max_age: float = 0.0,
     ranked: Optional[Sequence[int]] = None,
+    cgroup_counters: bool = True,
 ) -> Sample:
     """Read one sample: the nodes (all, or ``nodes``), the cgroups and processes asked for.
 
@@ -345,7 +347,7 @@ def read_sample(
             node_samples.append(read_node(r, nid, kinds.get(nid, NodeInfo("other", None))))
         except Vanished:
             notes.append(f"node{nid} went away while it was read")
-    cg_samples = tuple(read_cgroup(r, c) for c in cgroups)
+    cg_samples = tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
     for c in cg_samples:
         if not c.readable:
             notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
