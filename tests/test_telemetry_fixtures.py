@@ -101,3 +101,24 @@ def test_text_at_80_columns(root: str) -> None:
     p = cxlctl("--root", root, "stat", "--cgroup", "/cxltel", "--top", "3", env={"COLUMNS": "80"}, check=True)
     assert max(len(line) for line in p.stdout.splitlines()) <= 80
     assert "cgroup /cxltel" in p.stdout
+
+
+@pytest.mark.parametrize("root", [T612, T61], ids=["6.12", "6.1"])
+def test_counters_the_kernel_lacks_are_null_and_listed_never_zero(root: str) -> None:
+    """Judged against the recorded node0/vmstat itself: wanted names it lacks are missing, the rest equal it."""
+    from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS
+
+    rep = _stat(root)
+    with open(os.path.join(root, "sys/devices/system/node/node0/vmstat")) as f:
+        kernel = _keyvals(f.read())
+    node0 = next(n for n in rep["nodes"] if n["id"] == 0)
+    lacks = [n for n in NODE_COUNTERS if n not in kernel]
+    assert node0["missing"] == lacks
+    assert all(node0["counters"][n] is None for n in lacks)
+    assert all(node0["counters"][n] == kernel[n] for n in NODE_COUNTERS if n in kernel)
+    with open(os.path.join(root, "proc/vmstat")) as f:
+        system = _keyvals(f.read())
+    assert rep["system"]["missing"] == [n for n in SYSTEM_COUNTERS if n not in system]
+    text = cxlctl("--root", root, "stat", check=True).stdout
+    for n in lacks:
+        assert n in text.split("not available on this kernel:")[1]
