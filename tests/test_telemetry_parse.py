@@ -112,3 +112,24 @@ def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:
     assert doc["damon"][0]["stats"]["sz_applied"] == 12 << 20 and doc["damon"][0]["rates"]["sz_applied"] == 4 << 20
     assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0M/s" in render_text(doc)
     assert read_schemes(Reader(str(tmp_path / "nothing"))) == []
+
+
+def test_asked_policy_comes_from_environ_and_record_never_copies_environ(tmp_path: Any) -> None:
+    """A process launched by cxlctl carries CXLCTL_POLICY; --pid reads it, the logging reader never sees it."""
+    from cxlctl.hostio.reader import Reader
+    from cxlctl.telemetry.sample import read_sample
+
+    d = tmp_path / "proc/77"
+    d.mkdir(parents=True)
+    (d / "environ").write_bytes(b"HOME=/root\0CXLCTL_POLICY=mode=bind nodes=1 cpunodes=0\0SECRET=x\0")
+    (d / "numa_maps").write_text("7f00 bind:1 anon=4 N0=3 N1=1 kernelpagesize_kB=4\n7f10 default file=/lib/x N0=9\n")
+    (d / "comm").write_text("engine\n")
+    r = Reader(str(tmp_path), log=True)
+    s = read_sample(r, {}, pids=[77])
+    (p,) = s.processes
+    assert p.asked == ("bind", (1,)) and p.maps is not None and p.maps.anon == {0: 3, 1: 1}
+    assert r.log is not None and not any(x.endswith("/environ") for x in r.log)
+    # not asked by PID (the "top" list): no environ read at all
+    assert read_sample(Reader(str(tmp_path)), {}, top=5).processes == () or all(
+        q.asked is None for q in read_sample(Reader(str(tmp_path)), {}, top=5).processes
+    )

@@ -243,3 +243,29 @@ def test_rates_of_two_samples_use_their_times_and_common_objects() -> None:
     assert r.nodes[0]["pgdemote_direct"] == 30.0 and 1 not in r.nodes
     assert r.system["pgpromote_success"] == 4.0
     assert r.cgroups["/x"] == {"pgdemote_direct": 10.0}  # sizes are not rates
+
+
+def launched(asked: tuple[str, tuple[int, ...]], anon: Dict[int, int], pid: int = 43) -> ProcessSample:
+    return ProcessSample(pid, "engine", None, MiB, NumaMaps(dict(anon), {}, {}, dict(anon)), asked)
+
+
+def test_kv_offload_fires_for_a_launched_process_bound_to_cxl_with_pages_on_dram() -> None:
+    v = V.kv_offload_not_on_cxl(sample(procs=[launched(("bind", (1,)), {0: 3000, 1: 1000})]), None)
+    assert v is not None and "PID 43 (launched with bind to CXL node(s) 1: 75% of" in v.message
+    assert "cxlctl policy show PID" in v.fix
+
+
+def test_kv_offload_silent_for_launched_processes_placed_as_asked_or_not_cxl_only() -> None:
+    assert V.kv_offload_not_on_cxl(sample(procs=[launched(("bind", (1,)), {1: 4000, 0: 10})]), None) is None
+    # interleaving DRAM and CXL puts pages on DRAM by design
+    assert (
+        V.kv_offload_not_on_cxl(sample(procs=[launched(("weighted-interleave", (0, 1)), {0: 3000, 1: 1000})]), None)
+        is None
+    )
+    # bound to DRAM and CXL both: DRAM pages are allowed
+    assert V.kv_offload_not_on_cxl(sample(procs=[launched(("bind", (0, 1)), {0: 4000})]), None) is None
+    # too small to judge
+    assert V.kv_offload_not_on_cxl(sample(procs=[launched(("bind", (1,)), {0: V.KV_MIN_PAGES - 1})]), None) is None
+    # file pages are not the policy's: only anonymous memory counts
+    p = ProcessSample(44, "engine", None, MiB, NumaMaps({0: 5000, 1: 1000}, {}, {}, {1: 1000}), ("bind", (1,)))
+    assert V.kv_offload_not_on_cxl(sample(procs=[p]), None) is None

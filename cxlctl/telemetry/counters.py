@@ -159,6 +159,8 @@ class NumaMaps(NamedTuple):
     pages: Dict[int, int]
     bytes: Dict[int, int]
     shm: Dict[str, Dict[int, int]]
+    #: pages per node of anonymous mappings (no ``file=``: heap, stack, anon): what a policy placed
+    anon: Dict[int, int] = {}
 
 
 SHM_PREFIX = "/dev/shm/"
@@ -173,6 +175,7 @@ def parse_numa_maps(text: str) -> NumaMaps:
     pages: Dict[int, int] = {}
     nbytes: Dict[int, int] = {}
     shm: Dict[str, Dict[int, int]] = {}
+    anon: Dict[int, int] = {}
     for line in text.splitlines():
         fields = line.split()
         if len(fields) < 3:
@@ -200,11 +203,13 @@ def parse_numa_maps(text: str) -> NumaMaps:
         for node, n in per:
             pages[node] = pages.get(node, 0) + n
             nbytes[node] = nbytes.get(node, 0) + n * size
+            if file is None:
+                anon[node] = anon.get(node, 0) + n
             if is_shm:
                 assert file is not None
                 f_pages = shm.setdefault(file, {})
                 f_pages[node] = f_pages.get(node, 0) + n
-    return NumaMaps(pages, nbytes, shm)
+    return NumaMaps(pages, nbytes, shm, anon)
 
 
 def parse_cgroup_line(text: str) -> Optional[str]:

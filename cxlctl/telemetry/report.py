@@ -67,6 +67,8 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 "pages_per_node": None if m is None else _per_node(m.pages),
                 "bytes_per_node": None if m is None else _per_node(m.bytes),
                 "shm": None if m is None else {f: _per_node(v) for f, v in sorted(m.shm.items())},
+                "anon_pages_per_node": None if m is None else _per_node(m.anon),
+                "asked_policy": None if p.asked is None else {"mode": p.asked[0], "nodes": list(p.asked[1])},
             }
         )
     st = s.settings

@@ -101,6 +101,8 @@ class ProcessSample(NamedTuple):
     cgroup: Optional[str]
     rss: Optional[int]  # bytes (statm's resident pages x page size)
     maps: Optional[NumaMaps]  # None: numa_maps unreadable (gone, permission, too large)
+    #: the policy ``cxlctl launch`` asked for (``CXLCTL_POLICY``): (mode, nodes); only for --pid processes
+    asked: Optional[Tuple[str, Tuple[int, ...]]] = None
 
 
 class Sample(NamedTuple):
@@ -268,7 +270,24 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
     return int(parts[1]) * _PAGE if len(parts) > 1 and is_decimal(parts[1]) and len(parts[1]) < 20 else None
 
 
-def read_process(r: Reader, pid: int) -> ProcessSample:
+def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
+    """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
+
+    Read with :func:`~cxlctl.hostio.reader.read_text`, not the logging reader:
+    ``cxlctl record`` must never copy a process' environment.
+    """
+    from cxlctl.hostio.reader import read_text
+    from cxlctl.launch.policy import parse_env_value
+
+    for item in (read_text(root, paths.proc_pid(pid, "environ")) or "").split("\0"):
+        if item.startswith("CXLCTL_POLICY="):
+            a = parse_env_value(item[len("CXLCTL_POLICY=") :])
+            return None if a is None else (a.mode, a.nodes)
+    return None
+
+
+def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
+    """One process; ``policy``: also what ``cxlctl launch`` asked for it (processes named with --pid)."""
     cg = r.text(paths.proc_pid(pid, "cgroup"))
     return ProcessSample(
         pid,
@@ -276,6 +295,7 @@ def read_process(r: Reader, pid: int) -> ProcessSample:
         parse_cgroup_line(cg) if cg is not None else None,
         _rss(r, pid),
         _numa_maps(r, pid),
+        asked_policy(r.root, pid) if policy else None,
     )
 
 
@@ -353,7 +373,7 @@ def read_sample(
             notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
     procs: List[ProcessSample] = []
     for pid in pids:
-        procs.append(read_process(r, pid))
+        procs.append(read_process(r, pid, policy=True))
     listed = (list(ranked)[:top] if ranked is not None else top_pids(r, top)) if top else []
     extra = [p for p in listed if p not in set(pids)]
     start = time.monotonic()

@@ -178,15 +178,29 @@ def _is_kv_file(path: str) -> bool:
     return any(h in name for h in KV_NAME_HINTS)
 
 
+#: policies that place every page on the named nodes (interleave modes share pages with DRAM by design)
+PLACING_MODES = ("bind", "preferred", "preferred-many")
+
+
 def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
     cxl = {n.id for n in _cxl_nodes(s)}
     if not cxl:
         return None
     hits = []
     seen = set()
+    launched = False
     for p in s.processes:
         if p.maps is None:
             continue
+        if p.asked is not None and p.asked[0] in PLACING_MODES and p.asked[1] and set(p.asked[1]) <= cxl:
+            total = sum(p.maps.anon.values())
+            off = sum(v for node, v in p.maps.anon.items() if node not in cxl)
+            if total >= KV_MIN_PAGES and off > KV_DRAM_SHARE * total:
+                launched = True
+                hits.append(
+                    f"PID {p.pid} (launched with {p.asked[0]} to CXL node(s) "
+                    f"{','.join(map(str, p.asked[1]))}: {100 * off // total}% of {_mib(total)} anonymous memory off CXL)"
+                )
         for f, per in sorted(p.maps.shm.items()):
             total = sum(per.values())
             off = sum(v for node, v in per.items() if node not in cxl)
@@ -204,7 +218,8 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         + (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
         + ".",
         "start the engine with cxlctl launch ... --kv-tmpfs (its /dev/shm then binds to CXL), "
-        "or mount the offload tmpfs with mpol=bind:<cxl node>",
+        "or mount the offload tmpfs with mpol=bind:<cxl node>"
+        + ("; for a launched process, check its cpuset (cpuset.mems) and cxlctl policy show PID" if launched else ""),
     )
 
 
