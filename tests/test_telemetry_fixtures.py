@@ -122,3 +122,18 @@ def test_counters_the_kernel_lacks_are_null_and_listed_never_zero(root: str) -> 
     text = cxlctl("--root", root, "stat", check=True).stdout
     for n in lacks:
         assert n in text.split("not available on this kernel:")[1]
+
+
+def test_6_1_lacks_per_node_and_per_cgroup_demotion_counters() -> None:
+    """What Debian's 6.1 really lacks (recorded): pgdemote_* per node and in memory.stat, khugepaged/proactive anywhere."""
+    rep = _stat(T61, "--cgroup", "/cxltel")
+    node0 = rep["nodes"][0]
+    assert node0["missing"] == ["pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged", "pgdemote_proactive"]
+    assert node0["counters"]["pgpromote_success"] == 0  # present, and really 0
+    assert rep["system"]["missing"] == ["pgdemote_khugepaged", "pgdemote_proactive"]
+    assert rep["system"]["counters"]["pgdemote_direct"] == _keyvals(_peer(T61, "D.vmstat"))["pgdemote_direct"]
+    (cg,) = rep["cgroups"]
+    assert "pgdemote_direct" in cg["missing"] and cg["counters"]["pgdemote_direct"] is None
+    assert cg["counters"]["anon"] == _keyvals(_peer(T61, "D.memory.stat"))["anon"]
+    assert [n["kind"] for n in rep["nodes"]] == ["dram"]  # no region on 6.1: no CXL node, so no CXL verdicts
+    assert "tiering-off" not in _ids(rep) and "cxl-idle" not in _ids(rep)

@@ -269,3 +269,15 @@ def test_kv_offload_silent_for_launched_processes_placed_as_asked_or_not_cxl_onl
     # file pages are not the policy's: only anonymous memory counts
     p = ProcessSample(44, "engine", None, MiB, NumaMaps({0: 5000, 1: 1000}, {}, {}, {1: 1000}), ("bind", (1,)))
     assert V.kv_offload_not_on_cxl(sample(procs=[p]), None) is None
+
+
+def test_dram_too_tight_falls_back_to_proc_vmstat_where_nodes_lack_the_counter() -> None:
+    """6.1 (fixtures/linux-6.1/single-noregion-telemetry) has pgdemote_* in /proc/vmstat only."""
+    lacks = ["pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged", "pgdemote_proactive"]
+    nodes = [node(0, "dram", missing=lacks), node(1, "cxl", missing=lacks)]
+    v = V.dram_too_tight(sample(nodes, system={"pgdemote_direct": 40}), None)
+    assert v is not None and "system-wide: 40 pages" in v.message and "does not count it per node" in v.message
+    v = V.dram_too_tight(sample(nodes), rate({"pgdemote_direct": 3.0}))
+    assert v is not None and "system-wide: 3 pages/s" in v.message
+    assert V.dram_too_tight(sample(nodes, system={"pgdemote_direct": 0}), None) is None
+    assert V.dram_too_tight(sample(nodes, system={"pgdemote_direct": 40}), rate({"pgdemote_direct": 0.0})) is None

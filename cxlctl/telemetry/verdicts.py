@@ -98,6 +98,14 @@ def dram_too_tight(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
                 hits.append(f"node {n.id}: {rate:.0f} pages/s")
         if "pgdemote_proactive" in n.vmstat.missing:
             proactive_counted = False
+    dram = _dram_nodes(s)
+    if dram and all("pgdemote_direct" in n.vmstat.missing for n in dram):
+        # 6.1 counts demotion in /proc/vmstat only; only upper-tier (DRAM) nodes demote there
+        total: Optional[float] = s.system.get("pgdemote_direct") if r is None else r.system.get("pgdemote_direct")
+        if total:
+            when = f"{total:.0f} pages ({_mib(total)}) since boot" if r is None else f"{total:.0f} pages/s"
+            hits.append(f"system-wide: {when}; this kernel does not count it per node")
+        proactive_counted = "pgdemote_proactive" not in s.system.missing
     if not hits:
         return None
     also = "" if proactive_counted else " (this kernel has no pgdemote_proactive: memory.reclaim writes count here too)"
