@@ -15,10 +15,11 @@ import json
 import os
 import platform
 import time
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, Optional, Sequence, Set
 
 from .hostio.reader import Reader
 from .hostio.root import under
+from .model import Node
 
 MANIFEST = "cxlctl-record.json"
 STATUS = "cxlctl-status.json"
@@ -69,6 +70,26 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
         cur = cand
 
 
+#: processes whose numa_maps a record keeps (the largest by RSS), and the time allowed for them
+RECORD_TOP_PROCESSES = 8
+RECORD_PROCESS_BUDGET_S = 2.0
+
+
+def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
+    """Read what ``cxlctl stat`` reads, through the logging reader, so the record holds it too:
+    node vmstat/meminfo/numastat, /proc/vmstat, the cgroups' memory.numa_stat and memory.stat,
+    and the largest processes' numa_maps, statm, comm and cgroup (no environ, no cmdline)."""
+    from .telemetry.sample import kinds_of, list_cgroups, read_sample
+
+    read_sample(
+        reader,
+        kinds_of(nodes),
+        cgroups=list_cgroups(reader),
+        top=RECORD_TOP_PROCESSES,
+        budget_s=RECORD_PROCESS_BUDGET_S,
+    )
+
+
 def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     """Scan ``root`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
@@ -79,11 +100,16 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
+    # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
+    # record's status document replays exactly
+    tel = Reader(root, log=True)
+    _telemetry(tel, inv.nodes)
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
-    assert reader.log is not None
-    for path in sorted(reader.log):
-        _copy_path(reader.root, os.path.abspath(dest), path, reader.captured(path), seen)
+    assert reader.log is not None and tel.log is not None
+    for path in sorted(reader.log | tel.log):
+        data = reader.captured(path)
+        _copy_path(reader.root, os.path.abspath(dest), path, tel.captured(path) if data is None else data, seen)
     manifest: Dict[str, Any] = {
         "format": 1,
         "cxlctl_version": __version__,
@@ -93,7 +119,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         "as_root": os.geteuid() == 0,
         "source_root": reader.root,
         "files": len(seen),
-        "paths_touched": len(reader.log),
+        "paths_touched": len(reader.log | tel.log),
     }
     with open(os.path.join(dest, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=2)

@@ -24,6 +24,8 @@ if [ "$SKIP_VM" != 1 ]; then
   bash scripts/install-vm-deps.sh "$PWD/.venv"
   # C compiler for the launcher's tiny guest-side test program
   command -v cc >/dev/null 2>&1 || apt-get install -y -qq gcc libc6-dev >/dev/null
+  # promtool for the metrics and alert-rule tests (tests/test_telemetry_metrics.py)
+  bash scripts/install-promtool.sh
 fi
 echo "== ruff"; .venv/bin/ruff check cxlctl tests bench; .venv/bin/ruff format --check cxlctl tests bench
 echo "== mypy"; .venv/bin/mypy

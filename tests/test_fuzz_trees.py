@@ -270,6 +270,8 @@ def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
         (["--root", root, "tune", "plan", "inference-bandwidth"], (0, 1, 2)),
         (["--root", root, "region", "plan", "--all"], (0, 1, 2)),
         (["--root", root, "region", "plan", "-w", "2", "-s", "512M"], (0, 1, 2)),
+        (["--root", root, "stat", "--json", "--top", "3"], (0, 1)),
+        (["--root", root, "stat", "--cgroup", "/"], (0, 1, 2)),
     ]
 
 

@@ -19,7 +19,9 @@ from .params import Command
 from .record import record
 from .region import dax_app, region_app
 from .shell import completing, completion, enable
+from .stat import stat
 from .status import status
+from .top import top
 from .tune import tune_app
 
 
@@ -60,6 +62,8 @@ def make_app() -> typer.Typer:
     a.callback()(main)
     a.command()(status)
     a.command(cls=Command)(record)
+    a.command(cls=Command)(stat)
+    a.command(cls=Command)(top)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")

@@ -67,6 +67,9 @@ class Config(NamedTuple):
     health_command: str
     health_timeout: float
     log_level: str
+    #: seconds between tiering samples for the metrics (0 = none); cgroups exported per node
+    telemetry_interval: float = 15.0
+    telemetry_cgroups: Tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------ value checks
@@ -125,6 +128,19 @@ def _command(v: Any) -> Any:
     return v
 
 
+def _cgroups(v: Any) -> Any:
+    """A list of cgroup v2 names (``/system.slice/vllm.service``) for per-cgroup metrics."""
+    from cxlctl.errors import UsageError
+    from cxlctl.telemetry.sample import cgroup_name
+
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or len(v) > 256:
+        raise ValueError(f"must be a list of at most 256 cgroup paths, got {v!r}")
+    try:
+        return tuple(cgroup_name(x) for x in v)
+    except UsageError as e:
+        raise ValueError(str(e)) from None
+
+
 def _namespace(v: Any) -> Any:
     if not isinstance(v, str) or len(v) > 253 or not _LABEL_NS.match(v):
         raise ValueError(f"must be a DNS subdomain such as feature.node.kubernetes.io, got {v!r}")
@@ -174,6 +190,8 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
         "listen": (_listen, DEFAULT_LISTEN),
         "allow_remote": (_bool, False),
         "textfile_dir": (_abs_path, ""),
+        "telemetry_interval": (_num(1, 3600, zero_ok=True), 15),
+        "cgroups": (_cgroups, ()),
     },
     "nfd": {
         "enabled": (_bool, True),
@@ -249,6 +267,8 @@ def validate(where: str, data: Dict[str, Any]) -> Config:
         health_command=h["command"],
         health_timeout=float(h["timeout"]),
         log_level=values["log"]["level"],
+        telemetry_interval=float(m["telemetry_interval"]),
+        telemetry_cgroups=tuple(m["cgroups"]),
     )
 
 

@@ -50,6 +50,7 @@ from .config import Config
 from .metrics import MetricsServer, Stats, View
 from .notify import Notifier
 from .reconcile import Reconciler
+from .telemetry import Sampler, Telemetry
 
 SUBSYSTEMS = ("cxl", "dax", "memory", "node")
 MAX_DRAIN = 4096  # events read per wake-up before timers get a turn
@@ -161,6 +162,8 @@ class Daemon:
         self.monitor: Optional[Monitor] = None
         self.server: Optional[MetricsServer] = None
         self.health: Optional[health_mod.Health] = None
+        self.sampler = Sampler(root, cfg.telemetry_cgroups)
+        self.telemetry: Optional[Telemetry] = None
         self.ready = False
         self.body = b""
         self.deadlines: Dict[str, float] = {}
@@ -312,6 +315,7 @@ class Daemon:
             self.health,
             self.stats,
             self.ready,
+            self.telemetry,
         )
 
     def metrics_text(self) -> str:
@@ -397,6 +401,11 @@ class Daemon:
                 self.deadlines.setdefault(name, now + every)
             else:
                 self.deadlines.pop(name, None)
+        if c.telemetry_interval > 0:
+            self.deadlines.setdefault("telemetry", now + c.telemetry_interval)
+        else:
+            self.deadlines.pop("telemetry", None)
+            self.telemetry = None
         if c.health_enabled:
             self.deadlines.setdefault("health", now)
         else:
@@ -461,7 +470,23 @@ class Daemon:
                 self.deadlines["health"] = now + self.cfg.health_interval
                 self._collect_health()
                 self.publish()
+            elif name == "telemetry":
+                self.deadlines["telemetry"] = now + self.cfg.telemetry_interval
+                self._sample_telemetry()
+                self.publish()
             now = self.clock()
+
+    def _sample_telemetry(self) -> None:
+        """One tiering sample for the metrics; node kinds from the last reconcile's inventory."""
+        from cxlctl.telemetry.sample import kinds_of
+
+        inv = self.rec.inventory
+        if self.sampler.cgroups != self.cfg.telemetry_cgroups:  # changed by a reload
+            self.sampler = Sampler(self.root, self.cfg.telemetry_cgroups)
+        try:
+            self.telemetry = self.sampler.tick(kinds_of(inv.nodes) if inv is not None else {})
+        except Exception:  # a bug in the sampler must not end the daemon
+            self.log.exception("internal error while sampling tiering counters")
 
     def _collect_health(self) -> None:
         if self.health_collector is not None:
@@ -554,6 +579,8 @@ class Daemon:
             self.log.info("no udev monitor (--root or --no-udev): relying on the periodic rescan")
         self._start_server()
         self._reconcile("startup")
+        if self.cfg.telemetry_interval > 0:  # the first sample before READY=1, not in the event loop
+            self._sample_telemetry()
         self.ready = True
         self._arm_periodic(self.clock())
         self.publish()

@@ -26,10 +26,12 @@ import time
 from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
+from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
 
 from .health import Health
+from .telemetry import Telemetry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TEXTFILE = "cxlctl.prom"
@@ -80,6 +82,8 @@ class View(NamedTuple):
     health: Optional[Health]
     stats: Stats
     ready: bool
+    #: the last tiering sample, its rates and verdicts (None until the first, or when disabled)
+    telemetry: Optional[Telemetry] = None
 
 
 # ------------------------------------------------------------------------ text format
@@ -198,6 +202,8 @@ def collect(view: View) -> Builder:
     _drift(b, view)
     _activity(b, view.stats)
     _health(b, view.health)
+    if view.telemetry is not None:
+        _telemetry(b, view.telemetry)
     return b
 
 
@@ -546,3 +552,94 @@ def families(text: str) -> Iterable[str]:
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             yield line.split()[2]
+
+
+# ------------------------------------------------------------------------ tiering telemetry
+
+
+def _prom_name(kernel_name: str) -> str:
+    """A kernel counter name as a metric name part (they are ``[a-z0-9_]`` already; be safe)."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in kernel_name)
+
+
+def _telemetry(b: Builder, t: Telemetry) -> None:
+    """Tiering counters (the kernel's names, ``_total``), memory by node and cgroup, verdicts.
+
+    Counters the kernel lacks are absent series, and listed in
+    ``telemetry_counter_missing`` so a dashboard can say "not available on this
+    kernel" instead of showing 0.
+    """
+    from cxlctl.telemetry.verdicts import VERDICTS
+
+    s = t.sample
+    st = s.settings
+    b.add("telemetry_last_sample_timestamp_seconds", "gauge", "Unix time of the last tiering sample", s.wall)
+    if st.demotion_enabled is not None:
+        b.add(
+            "demotion_enabled", "gauge", "1 when /sys/kernel/mm/numa/demotion_enabled is true", int(st.demotion_enabled)
+        )
+    if st.numa_balancing is not None:
+        b.add(
+            "numa_balancing_mode",
+            "gauge",
+            "kernel.numa_balancing (1 normal, 2 memory tiering, 3 both)",
+            st.numa_balancing,
+        )
+    if st.promote_rate_limit_mbps is not None:
+        b.add(
+            "numa_balancing_promote_rate_limit_bytes_per_second",
+            "gauge",
+            "kernel.numa_balancing_promote_rate_limit_MBps, in bytes per second (MB = 2^20 bytes, as the kernel counts)",
+            st.promote_rate_limit_mbps << 20,
+        )
+    for name, v in s.system.values.items():
+        if v is not None:
+            b.add(f"vmstat_{_prom_name(name)}_total", "counter", f"{paths.PROC_VMSTAT} {name}", v)
+    for n in s.nodes:
+        lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
+        for name, v in n.vmstat.values.items():
+            if v is not None:
+                b.add(
+                    f"node_vmstat_{_prom_name(name)}_total", "counter", f"nodeN/vmstat {name} (pages or events)", v, lab
+                )
+        for kind in ("used", "anon", "file", "shmem"):
+            b.add(
+                "node_memory_by_type_bytes",
+                "gauge",
+                "nodeN/meminfo: used (MemUsed), anon (AnonPages), file (FilePages), shmem (Shmem)",
+                n.memory.get(kind),
+                {**lab, "type": kind},
+            )
+    missing = sorted(
+        {m for n in s.nodes if n.vmstat.readable for m in n.vmstat.missing}
+        | set(s.system.missing if s.system.readable else ())
+    )
+    b.add("telemetry_counter_missing", "gauge", "1 for a tiering counter this kernel does not have", None)
+    for name in missing:
+        b.add("telemetry_counter_missing", "gauge", "", 1, {"counter": name})
+    kinds = {n.id: n.kind for n in s.nodes}
+    for c in s.cgroups:
+        if not c.readable:
+            continue
+        for node, v in sorted(c.bytes_per_node.items()):
+            b.add(
+                "cgroup_memory_bytes",
+                "gauge",
+                "memory.numa_stat anon + file of the cgroup on the node",
+                v,
+                {"cgroup": c.name, "node": str(node), "kind": kinds.get(node, "other")},
+            )
+        for name, v in c.stat.values.items():
+            if v is not None and name.startswith(("pgdemote_", "pgpromote_")):
+                b.add(
+                    f"cgroup_{_prom_name(name)}_total", "counter", f"memory.stat {name} (pages)", v, {"cgroup": c.name}
+                )
+    fired = {v.id: v for v in t.verdicts}
+    for vid in VERDICTS:
+        b.add(
+            "verdict",
+            "gauge",
+            "1 while the tiering verdict holds (docs/telemetry.md#verdicts)",
+            1 if vid in fired else 0,
+            {"verdict": vid},
+        )

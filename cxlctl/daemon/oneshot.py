@@ -31,7 +31,14 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
     rec.check_drift()
     h = health.collect(root, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
     state = target.state if target.state in _PUBLISHED_STATES else "observing"
-    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False)
+    tel = None
+    if cfg.telemetry_interval > 0:  # one sample: counters and the since-boot verdicts, no rates
+        from cxlctl.telemetry.sample import kinds_of
+
+        from .telemetry import Sampler
+
+        tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
+    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel)
 
 
 def labels(root: str, cfg: Config) -> Dict[str, str]:

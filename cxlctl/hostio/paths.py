@@ -31,6 +31,7 @@ TIER_DIR = "/sys/devices/virtual/memory_tiering"
 WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
 CGROUP_DIR = "/sys/fs/cgroup"
+DAMON_ADMIN = "/sys/kernel/mm/damon/admin"
 
 # -- procfs -------------------------------------------------------------------------------
 PROC = "/proc"
@@ -43,6 +44,7 @@ ZONE_RECLAIM_MODE = "/proc/sys/vm/zone_reclaim_mode"
 SWAPPINESS = "/proc/sys/vm/swappiness"
 SELF_STATUS = "/proc/self/status"
 SELF_CGROUP = "/proc/self/cgroup"
+PROC_VMSTAT = "/proc/vmstat"
 
 #: Knobs the tuning engine manages (name, path), in the order ``status`` lists them.
 KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
@@ -67,6 +69,17 @@ def memory_block(bid: int) -> str:
 
 def node_dir(nid: int) -> str:
     return f"{NODE_DIR}/node{nid}"
+
+
+def node_file(nid: int, what: str) -> str:
+    """``/sys/devices/system/node/nodeN/WHAT`` (``vmstat``, ``meminfo``, ``numastat``)."""
+    return f"{NODE_DIR}/node{nid}/{what}"
+
+
+def cgroup_file(cgroup: str, what: str) -> str:
+    """``WHAT`` (``memory.numa_stat``, ``memory.stat``) of cgroup ``cgroup`` as ``/proc/PID/cgroup``
+    names it (``/system.slice/x.service``; ``/`` is the root cgroup)."""
+    return CGROUP_DIR + ("" if cgroup in ("", "/") else cgroup) + "/" + what
 
 
 # -- cxlctl's own state ---------------------------------------------------------------------

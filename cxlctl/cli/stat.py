@@ -1,0 +1,128 @@
+"""``cxlctl stat``: tiering counters per node, cgroup and process, vmstat-style.
+
+The first report holds the totals since boot; each further one (``--interval``)
+the per-second rates over the interval before it.  ``--json`` prints one JSON
+object per report (JSON lines).  The reading and judging live in
+:mod:`cxlctl.telemetry`; this module parses options and loops.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import List, Optional
+
+import typer
+
+from cxlctl.errors import UsageError
+
+from .common import SCHEMA_VERSION, host_root
+
+
+def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
+    if not values:
+        return None
+    from cxlctl.parse import parse_nodelist
+
+    out: List[int] = []
+    for v in values:
+        try:
+            out += parse_nodelist(v)
+        except ValueError as e:
+            raise UsageError(
+                f"--node {v!r}: {e}", hint="give node ids such as 0, 1 or 0-1 (see cxlctl status)"
+            ) from None
+    return sorted(set(out))
+
+
+def _interval(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    from cxlctl.parse import parse_seconds
+
+    try:
+        s = parse_seconds(value)
+    except ValueError as e:
+        raise UsageError(f"--interval {value!r}: {e}", hint="give seconds, e.g. --interval 1 or 0.5") from None
+    if s < 0.1:
+        raise UsageError(f"--interval {value!r} is too short", hint="use 0.1 s or more")
+    return s
+
+
+def stat(
+    interval: Optional[str] = typer.Option(
+        None, "--interval", "-i", metavar="S", help="Seconds between reports (default: one report, totals since boot)."
+    ),
+    count: Optional[int] = typer.Option(
+        None, "--count", "-c", metavar="N", min=1, help="Number of reports, the first included (default: until Ctrl-C)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per report, one per line (docs/json-schema.md)."
+    ),
+    node: Optional[List[str]] = typer.Option(
+        None, "--node", metavar="N", help="Only these NUMA nodes (repeat, or 0-1)."
+    ),
+    cgroup: Optional[List[str]] = typer.Option(
+        None,
+        "--cgroup",
+        metavar="PATH",
+        help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service.",
+    ),
+    pid: Optional[List[int]] = typer.Option(None, "--pid", metavar="PID", help="Pages per node of a process (repeat)."),
+    top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),
+) -> None:
+    """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
+    from cxlctl.telemetry.rates import rates
+    from cxlctl.telemetry.report import render_text, to_dict
+    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, node_kinds, read_sample
+    from cxlctl.telemetry.verdicts import judge
+
+    root = host_root()
+    every = _interval(interval)
+    if count is not None and every is None:
+        every = 1.0
+    nodes = _nodes(node)
+    cgroups = [cgroup_name(c) for c in cgroup or []]
+    for c in cgroups:
+        check_cgroup(root, c)
+    from cxlctl.hostio import paths
+    from cxlctl.hostio.reader import Reader
+
+    for p in pid or []:
+        if p <= 0:
+            raise UsageError(f"--pid {p} is not a process id", hint="give a PID from ps or pgrep")
+        if not Reader(root).isdir(paths.proc_pid(p, "").rstrip("/")):
+            raise UsageError(f"no process with PID {p}", hint="check the PID (ps, pgrep)")
+    kinds = node_kinds(root)
+    if nodes is not None:
+        unknown = [n for n in nodes if n not in kinds]
+        if unknown:
+            raise UsageError(
+                f"no node {', '.join(map(str, unknown))} on this host (nodes: {', '.join(map(str, sorted(kinds)))})",
+                hint="see cxlctl status for the nodes",
+            )
+    total = count if count is not None else (None if every is not None else 1)
+    prev = None
+    n = 0
+    import shutil
+
+    width = shutil.get_terminal_size((80, 24)).columns
+    try:
+        while total is None or n < total:
+            if n:
+                assert every is not None
+                time.sleep(max(0.0, prev.time + every - time.monotonic()) if prev is not None else every)
+            s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
+            r = None if prev is None else rates(prev, s)
+            doc = to_dict(s, r, judge(s, r), n)
+            if json_out:
+                import json
+
+                sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}) + "\n")
+            else:
+                sys.stdout.write(("\n" if n else "") + render_text(doc, width) + "\n")
+            sys.stdout.flush()
+            prev = s
+            n += 1
+    except KeyboardInterrupt:
+        return

@@ -1,0 +1,220 @@
+"""Which tiering counters cxlctl reports, and pure parsers of the files that hold them.
+
+The kernel's own counter names are kept as they are (``pgdemote_direct``), so
+what ``cxlctl stat --json`` prints can be compared with ``/proc/vmstat`` by eye
+or by script.  Each source has a list of *wanted* names: a wanted counter the
+file lacks is reported as missing (older kernels: 6.1 has no
+``pgdemote_khugepaged``), and any other counter with a tiering prefix that a
+newer kernel adds is kept too, so nothing new is hidden.
+
+Parsers are strict about numbers (ASCII digits only, see :mod:`cxlctl.parse`)
+and tolerant about lines: a line that does not parse is skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
+
+#: counters of ``/sys/devices/system/node/nodeN/vmstat`` (pages, cumulative since boot)
+NODE_COUNTERS: Tuple[str, ...] = (
+    "pgpromote_success",
+    "pgpromote_candidate",
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_proactive",
+    "numa_hit",
+    "numa_miss",
+    "numa_foreign",
+    "numa_interleave",
+    "numa_local",
+    "numa_other",
+)
+
+#: counters of ``/proc/vmstat`` (events and pages, cumulative since boot)
+SYSTEM_COUNTERS: Tuple[str, ...] = (
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pages_migrated",
+    "numa_pte_updates",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+    "pgpromote_success",
+    "pgpromote_candidate",
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_proactive",
+)
+
+#: counters of a cgroup's ``memory.stat`` (pages, cumulative; the size lines are bytes)
+CGROUP_COUNTERS: Tuple[str, ...] = (
+    "pgpromote_success",
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_proactive",
+)
+
+#: ``memory.stat`` sizes (bytes, current) shown beside the counters
+CGROUP_SIZES: Tuple[str, ...] = ("anon", "file", "shmem")
+
+#: other counters kept when a kernel has them: names a newer kernel may add
+TIERING_PREFIXES: Tuple[str, ...] = ("pgpromote_", "pgdemote_", "numa_")
+
+#: the demotion counters (their sum is "demoted")
+DEMOTE_COUNTERS: Tuple[str, ...] = tuple(n for n in NODE_COUNTERS if n.startswith("pgdemote_"))
+
+#: ``memory.numa_stat`` types that add up to a cgroup's memory on a node (shmem is part of file)
+NUMA_STAT_RESIDENT: Tuple[str, ...] = ("anon", "file")
+
+
+class Counters(NamedTuple):
+    """Counters of one source: wanted names (and any other tiering counter present) → value.
+
+    ``values[name]`` is None for a wanted counter the kernel did not report;
+    ``missing`` lists those names ("not available on this kernel").
+    ``readable`` is False when the whole file could not be read (then every
+    wanted counter is missing, for that reason rather than the kernel's).
+    """
+
+    values: Dict[str, Optional[int]]
+    missing: Tuple[str, ...]
+    readable: bool = True
+
+    def get(self, name: str) -> Optional[int]:
+        return self.values.get(name)
+
+
+def parse_keyvals(text: str) -> Dict[str, int]:
+    """``name value`` lines (``vmstat``, ``numastat``, ``memory.stat``) → {name: value}.
+
+    Values are unsigned 64-bit decimals; other lines are skipped.
+    """
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or not is_decimal(parts[1]):
+            continue
+        v = int(parts[1])
+        if v <= U64_MAX:
+            out[parts[0]] = v
+    return out
+
+
+def pick(
+    found: Optional[Dict[str, int]], wanted: Iterable[str], prefixes: Tuple[str, ...] = TIERING_PREFIXES
+) -> Counters:
+    """The wanted counters from a parsed file (None: unreadable), plus other tiering counters present."""
+    wanted = tuple(wanted)
+    if found is None:
+        return Counters({n: None for n in wanted}, wanted, readable=False)
+    values: Dict[str, Optional[int]] = {n: found.get(n) for n in wanted}
+    for name in sorted(found):
+        if name not in values and name.startswith(prefixes):
+            values[name] = found[name]
+    return Counters(values, tuple(n for n in wanted if values[n] is None))
+
+
+def parse_numa_stat(text: str) -> Dict[str, Dict[int, int]]:
+    """A cgroup's ``memory.numa_stat`` (``anon N0=4096 N1=0``) → {type: {node: bytes}}."""
+    out: Dict[str, Dict[int, int]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        per: Dict[int, int] = {}
+        for f in parts[1:]:
+            key, sep, val = f.partition("=")
+            node = decimal_suffix(key, "N")
+            if not sep or node is None or not is_decimal(val) or int(val) > U64_MAX:
+                per = {}
+                break
+            per[node] = int(val)
+        if per:
+            out[parts[0]] = per
+    return out
+
+
+def resident_per_node(numa_stat: Dict[str, Dict[int, int]]) -> Dict[int, int]:
+    """Bytes a cgroup holds on each node: anon + file (page cache, shmem and tmpfs included)."""
+    out: Dict[int, int] = {}
+    for kind in NUMA_STAT_RESIDENT:
+        for node, v in numa_stat.get(kind, {}).items():
+            out[node] = out.get(node, 0) + v
+    return out
+
+
+class NumaMaps(NamedTuple):
+    """A process' pages per node from ``/proc/PID/numa_maps``.
+
+    ``pages`` counts what numa_maps prints (``N1=512``), in units of each
+    mapping's ``kernelpagesize_kB``; ``bytes`` weighs them by that size.
+    ``shm`` holds the pages per node of each mapped ``/dev/shm`` file (an
+    engine's KV offload file is one).
+    """
+
+    pages: Dict[int, int]
+    bytes: Dict[int, int]
+    shm: Dict[str, Dict[int, int]]
+    #: pages per node of anonymous mappings (no ``file=``: heap, stack, anon): what a policy placed
+    anon: Dict[int, int] = {}
+
+
+SHM_PREFIX = "/dev/shm/"
+
+
+def parse_numa_maps(text: str) -> NumaMaps:
+    """Sum the ``N<node>=<pages>`` fields of every mapping (pure; odd fields are skipped).
+
+    A busy engine has thousands of mappings and ``top`` parses a few such files per
+    refresh, so the loop looks at a field's first character before anything else.
+    """
+    pages: Dict[int, int] = {}
+    nbytes: Dict[int, int] = {}
+    shm: Dict[str, Dict[int, int]] = {}
+    anon: Dict[int, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        page_kb = 4
+        file: Optional[str] = None
+        per: List[Tuple[int, int]] = []
+        for f in fields[2:]:
+            c = f[0]
+            if c == "N":
+                key, sep, val = f.partition("=")
+                nid = key[1:]
+                if sep and nid.isdigit() and nid.isascii() and val.isdigit() and val.isascii() and len(val) < 20:
+                    per.append((int(nid), int(val)))
+            elif c == "k" and f.startswith("kernelpagesize_kB="):
+                val = f[18:]
+                if is_decimal(val) and 0 < int(val) <= 1 << 30:
+                    page_kb = int(val)
+            elif c == "f" and f.startswith("file="):
+                file = f[5:]
+        if not per:
+            continue
+        size = page_kb * 1024
+        is_shm = file is not None and file.startswith(SHM_PREFIX)
+        for node, n in per:
+            pages[node] = pages.get(node, 0) + n
+            nbytes[node] = nbytes.get(node, 0) + n * size
+            if file is None:
+                anon[node] = anon.get(node, 0) + n
+            if is_shm:
+                assert file is not None
+                f_pages = shm.setdefault(file, {})
+                f_pages[node] = f_pages.get(node, 0) + n
+    return NumaMaps(pages, nbytes, shm, anon)
+
+
+def parse_cgroup_line(text: str) -> Optional[str]:
+    """The cgroup v2 path in a ``/proc/PID/cgroup`` text (``0::/system.slice/x.service``)."""
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip() or "/"
+    return None

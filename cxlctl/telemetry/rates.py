@@ -1,0 +1,61 @@
+"""Per-second rates: a pure function of two samples.
+
+A rate is ``(now - before) / seconds``.  It is None when either value is
+missing, and when the counter went *down*: kernel counters only grow, so a
+smaller value means the object was replaced in between (a node offlined and
+onlined again, a cgroup removed and re-created under the same name) and no
+honest rate exists for that interval.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional
+
+from .counters import Counters
+from .sample import Sample
+
+
+class Rates(NamedTuple):
+    seconds: float
+    system: Dict[str, Optional[float]]
+    nodes: Dict[int, Dict[str, Optional[float]]]
+    cgroups: Dict[str, Dict[str, Optional[float]]]
+    #: DAMON scheme (``kdamond/context/scheme``) → its stats per second
+    damon: Dict[str, Dict[str, Optional[float]]] = {}
+
+
+def counter_rates(before: Counters, now: Counters, seconds: float) -> Dict[str, Optional[float]]:
+    """Rate of every counter in ``now`` (names only in ``before`` are gone: left out)."""
+    out: Dict[str, Optional[float]] = {}
+    for name, v in now.values.items():
+        b = before.values.get(name)
+        out[name] = None if v is None or b is None or v < b or seconds <= 0 else (v - b) / seconds
+    return out
+
+
+def rates(before: Sample, now: Sample) -> Rates:
+    """Rates over the interval between two samples (nodes and cgroups present in both)."""
+    dt = now.time - before.time
+    b_nodes = {n.id: n for n in before.nodes}
+    b_cg = {c.name: c for c in before.cgroups}
+    b_damon = {sc.key: sc for sc in before.damon}
+    cg_counters = {c.name: counter_rates(b_cg[c.name].stat, c.stat, dt) for c in now.cgroups if c.name in b_cg}
+    return Rates(
+        seconds=dt,
+        system=counter_rates(before.system, now.system, dt),
+        nodes={n.id: counter_rates(b_nodes[n.id].vmstat, n.vmstat, dt) for n in now.nodes if n.id in b_nodes},
+        cgroups={
+            k: {n: v for n, v in d.items() if n.startswith(("pgpromote_", "pgdemote_"))} for k, d in cg_counters.items()
+        },
+        damon={
+            sc.key: counter_rates(Counters(dict(b_damon[sc.key].stats), ()), Counters(dict(sc.stats), ()), dt)
+            for sc in now.damon
+            if sc.key in b_damon
+        },
+    )
+
+
+def demote_sum(values: Dict[str, Optional[float]]) -> Optional[float]:
+    """Sum of the ``pgdemote_*`` values present (None when the kernel has none of them)."""
+    vals = [v for k, v in values.items() if k.startswith("pgdemote_") and v is not None]
+    return sum(vals) if vals else None

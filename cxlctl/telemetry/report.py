@@ -1,0 +1,226 @@
+"""The ``cxlctl stat`` report: one JSON object per sample, and its text at 80 columns.
+
+The JSON keeps the kernel's counter names as keys (cumulative values, as the
+kernel prints them) with a ``rates`` object beside them (per second over the
+last interval; ``null`` in the first report, which covers the time since
+boot).  Node ids are JSON object keys, hence strings.  docs/json-schema.md
+describes every field.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from cxlctl.hostio import paths
+
+from .rates import Rates, demote_sum
+from .sample import Sample
+from .verdicts import Verdict
+
+
+def _per_node(d: Dict[int, int]) -> Dict[str, int]:
+    return {str(k): v for k, v in sorted(d.items())}
+
+
+def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: int) -> Dict[str, Any]:
+    """The JSON object of one report (without ``schema_version``: the emitter adds it)."""
+    nodes = []
+    for n in s.nodes:
+        nodes.append(
+            {
+                "id": n.id,
+                "kind": n.kind,
+                "tier": n.tier,
+                "memory": dict(n.memory),
+                "readable": n.vmstat.readable,
+                "counters": dict(n.vmstat.values),
+                "missing": list(n.vmstat.missing),
+                "numastat": dict(n.numastat),
+                "rates": None if r is None else r.nodes.get(n.id),
+            }
+        )
+    cgroups = []
+    for c in s.cgroups:
+        cgroups.append(
+            {
+                "name": c.name,
+                "path": c.path,
+                "readable": c.readable,
+                "bytes_per_node": _per_node(c.bytes_per_node),
+                "numa_stat": {k: _per_node(v) for k, v in c.numa_stat.items()},
+                "counters": dict(c.stat.values),
+                "missing": list(c.stat.missing),
+                "rates": None if r is None else r.cgroups.get(c.name),
+            }
+        )
+    procs = []
+    for p in s.processes:
+        m = p.maps
+        procs.append(
+            {
+                "pid": p.pid,
+                "comm": p.comm,
+                "cgroup": p.cgroup,
+                "rss": p.rss,
+                "readable": m is not None,
+                "pages_per_node": None if m is None else _per_node(m.pages),
+                "bytes_per_node": None if m is None else _per_node(m.bytes),
+                "shm": None if m is None else {f: _per_node(v) for f, v in sorted(m.shm.items())},
+                "anon_pages_per_node": None if m is None else _per_node(m.anon),
+                "asked_policy": None if p.asked is None else {"mode": p.asked[0], "nodes": list(p.asked[1])},
+            }
+        )
+    st = s.settings
+    return {
+        "report": report,
+        "since_boot": r is None,
+        "interval": None if r is None else round(r.seconds, 6),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.wall)),
+        "kernel": s.kernel,
+        "settings": {
+            "demotion_enabled": st.demotion_enabled,
+            "numa_balancing": st.numa_balancing,
+            "numa_balancing_promote_rate_limit_MBps": st.promote_rate_limit_mbps,
+        },
+        "system": {
+            "readable": s.system.readable,
+            "counters": dict(s.system.values),
+            "missing": list(s.system.missing),
+            "rates": None if r is None else r.system,
+        },
+        "nodes": nodes,
+        "cgroups": cgroups,
+        "processes": procs,
+        "damon": [
+            {
+                "kdamond": sc.kdamond,
+                "context": sc.context,
+                "scheme": sc.scheme,
+                "state": sc.state,
+                "action": sc.action,
+                "target_nid": sc.target_nid,
+                "stats": dict(sc.stats),
+                "rates": None if r is None else r.damon.get(sc.key),
+            }
+            for sc in s.damon
+        ],
+        "verdicts": [v._asdict() for v in verdicts],
+        "notes": list(s.notes),
+    }
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def clean(text: str) -> str:
+    """Text from the host (a process' comm, a cgroup name) with control characters shown as '?':
+    a name must not move the cursor or change colours of the terminal reading it."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def size(b: Optional[float]) -> str:
+    """Bytes, short: 512K, 12.0M, 1.5G ('-' for unknown)."""
+    if b is None:
+        return "-"
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if b >= 1 << shift:
+            v = b / (1 << shift)
+            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return f"{b:.0f}"
+
+
+def count(v: Optional[float]) -> str:
+    """A counter or rate, short: 1957, 12.3k, 4.5M ('n/a' when the kernel lacks it)."""
+    if v is None:
+        return "n/a"
+    if v >= 10_000_000:
+        return f"{v / 1e6:.1f}M"
+    if v >= 100_000:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.0f}" if v == int(v) or v >= 100 else f"{v:.1f}"
+
+
+def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
+    rest = {
+        k: v for k, v in vals.items() if k.startswith("pgdemote_") and k not in ("pgdemote_kswapd", "pgdemote_direct")
+    }
+    return demote_sum(rest)
+
+
+def _wrap(text: str, width: int, indent: str) -> List[str]:
+    import textwrap
+
+    return textwrap.wrap(
+        text, width=max(width, 40), initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+    )
+
+
+def render_text(doc: Dict[str, Any], width: int = 80) -> str:
+    """One report as text (at most ``width`` columns): nodes, system, cgroups, processes, verdicts."""
+    first = doc["since_boot"]
+    unit = "pages since boot" if first else f"pages/s over {doc['interval']:.1f} s"
+    st = doc["settings"]
+    dem = {True: "on", False: "off", None: "n/a"}[st["demotion_enabled"]]
+    nb = "n/a" if st["numa_balancing"] is None else st["numa_balancing"]
+    lines = [
+        f"{doc['time']}  report {doc['report']}  ({unit})",
+        f"demotion {dem}  numa_balancing {nb}  promote limit "
+        f"{'n/a' if st['numa_balancing_promote_rate_limit_MBps'] is None else str(st['numa_balancing_promote_rate_limit_MBps']) + ' MB/s'}",
+        f"{'node':>4} {'kind':<5} {'used':>6} {'free':>6} {'shmem':>6} {'promoted':>8} {'candid.':>8} "
+        f"{'dem-ksw':>8} {'dem-dir':>8} {'dem-oth':>7}",
+    ]
+    for n in doc["nodes"]:
+        vals = n["counters"] if first else (n["rates"] or {})
+        mem = n["memory"]
+        lines.append(
+            f"{n['id']:>4} {n['kind']:<5} {size(mem['used']):>6} {size(mem['free']):>6} {size(mem['shmem']):>6} "
+            f"{count(vals.get('pgpromote_success')):>8} {count(vals.get('pgpromote_candidate')):>8} "
+            f"{count(vals.get('pgdemote_kswapd')):>8} {count(vals.get('pgdemote_direct')):>8} "
+            f"{count(_other_demotions(vals)):>7}"
+        )
+    sysv = doc["system"]["counters"] if first else (doc["system"]["rates"] or {})
+    lines += _wrap(
+        f"system: hint faults {count(sysv.get('numa_hint_faults'))} (local {count(sysv.get('numa_hint_faults_local'))}), "
+        f"NUMA pages migrated {count(sysv.get('numa_pages_migrated'))}, migrate ok {count(sysv.get('pgmigrate_success'))} "
+        f"fail {count(sysv.get('pgmigrate_fail'))}",
+        width,
+        "",
+    )
+    unread = [f"node{n['id']}/vmstat" for n in doc["nodes"] if not n["readable"]]
+    unread += [] if doc["system"]["readable"] else [paths.PROC_VMSTAT]
+    if unread:
+        lines += _wrap("could not read: " + ", ".join(unread), width, "")
+    sources = [n for n in doc["nodes"] if n["readable"]] + ([doc["system"]] if doc["system"]["readable"] else [])
+    missing = sorted({m for src in sources for m in src["missing"]})
+    if missing:
+        lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
+    for c in doc["cgroups"]:
+        vals = c["counters"] if first else (c["rates"] or {})
+        where = " ".join(f"N{k}={size(v)}" for k, v in c["bytes_per_node"].items()) or "no memory.numa_stat"
+        lines += _wrap(
+            f"cgroup {clean(c['name'])}: {where}; promoted {count(vals.get('pgpromote_success'))}, "
+            f"demoted kswapd {count(vals.get('pgdemote_kswapd'))} direct {count(vals.get('pgdemote_direct'))}",
+            width,
+            "",
+        )
+    for p in doc["processes"]:
+        if not p["readable"]:
+            lines.append(f"pid {p['pid']}: numa_maps unreadable (exited, or not permitted)")
+            continue
+        where = " ".join(f"N{k}={size(v)}" for k, v in p["bytes_per_node"].items()) or "no pages"
+        lines += _wrap(f"pid {p['pid']} ({clean(p['comm'] or '?')}) rss {size(p['rss'])}: {where}", width, "")
+    for d in doc["damon"]:
+        st = d["stats"] if first else (d["rates"] or {})
+        to = "" if d["target_nid"] is None else f" -> node {d['target_nid']}"
+        lines += _wrap(
+            f"damon {d['kdamond']}/{d['context']}/{d['scheme']} ({clean(d['state'] or '?')}) "
+            f"{clean(d['action'] or '?')}{to}: applied {size(st.get('sz_applied'))}"
+            f"{'' if first else '/s'} of {size(st.get('sz_tried'))} tried, quota hit {count(st.get('qt_exceeds'))}",
+            width,
+            "",
+        )
+    for v in doc["verdicts"]:
+        lines += _wrap(f"! {v['id']}: {v['message']}", width, "")
+        lines += _wrap(f"fix: {v['fix']}", width, "  ")
+    return "\n".join(lines)

@@ -1,0 +1,412 @@
+"""One sample of the host's tiering counters, read through the host-I/O layer.
+
+Everything is read through :class:`cxlctl.hostio.reader.Reader`, so a sample of
+a ``--root`` tree is a sample of that tree, and a logging reader (``cxlctl
+record``) copies exactly the files a sample used.  Reading never raises on odd
+content: an unreadable file gives missing counters and a note.
+
+What a sample holds and where it comes from:
+
+* per node: ``nodeN/vmstat`` (promotion, demotion, NUMA counters), ``nodeN/meminfo``
+  (used, anon, file, shmem), ``nodeN/numastat``;
+* system: ``/proc/vmstat`` (hint faults, pages migrated, ...) and the settings
+  that decide whether tiering happens at all (``demotion_enabled``,
+  ``kernel.numa_balancing``, the promotion rate limit);
+* per cgroup (v2, only those asked for or listed): ``memory.numa_stat`` and
+  ``memory.stat``;
+* per process (asked for by PID, or the top N by RSS): ``numa_maps``, ``statm``,
+  ``comm`` and ``cgroup``.  The candidates for "top N" come from psutil on the
+  live host and from the ``/proc`` listing of a ``--root`` tree.
+
+Node kinds (DRAM, CXL) come from the inventory (:func:`node_kinds`), which the
+callers run once, not per sample: which node is CXL does not change between
+two reports of ``stat``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from cxlctl.errors import UsageError
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
+from cxlctl.hostio.root import under
+from cxlctl.model import Node
+from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
+
+from .counters import (
+    CGROUP_COUNTERS,
+    CGROUP_SIZES,
+    NODE_COUNTERS,
+    SYSTEM_COUNTERS,
+    Counters,
+    NumaMaps,
+    parse_cgroup_line,
+    parse_keyvals,
+    parse_numa_maps,
+    parse_numa_stat,
+    pick,
+    resident_per_node,
+)
+from .damon import Scheme, read_schemes
+
+#: a process' numa_maps larger than this is not read (a page-table walk per mapping)
+NUMA_MAPS_LIMIT = 16 << 20
+#: cgroups listed when none are asked for (``top``, ``record``)
+CGROUP_LIST_LIMIT = 256
+CGROUP_LIST_DEPTH = 3
+#: ``top`` and ``record``: how long reading processes' numa_maps may take per sample
+PROCESS_BUDGET_S = 0.5
+
+
+class NodeInfo(NamedTuple):
+    """What the inventory says about a node: its kind (dram | cxl | other) and memory tier."""
+
+    kind: str
+    tier: Optional[int]
+
+
+class NodeSample(NamedTuple):
+    id: int
+    kind: str
+    tier: Optional[int]
+    #: bytes: total, free, used, anon, file, shmem (None when meminfo lacks the line)
+    memory: Dict[str, Optional[int]]
+    vmstat: Counters
+    numastat: Dict[str, int]
+
+
+class Settings(NamedTuple):
+    """The knobs that decide whether tiering happens (None: not on this kernel or unreadable)."""
+
+    demotion_enabled: Optional[bool]
+    numa_balancing: Optional[int]
+    promote_rate_limit_mbps: Optional[int]
+
+
+class CgroupSample(NamedTuple):
+    name: str  # as /proc/PID/cgroup names it: /system.slice/x.service ("/" is the root)
+    path: str  # host path of its directory
+    numa_stat: Dict[str, Dict[int, int]]  # type -> node -> bytes ({} when unreadable)
+    bytes_per_node: Dict[int, int]  # anon + file
+    stat: Counters  # CGROUP_COUNTERS (pages) and CGROUP_SIZES (bytes)
+    readable: bool  # memory.numa_stat was there (the memory controller is enabled)
+
+
+class ProcessSample(NamedTuple):
+    pid: int
+    comm: Optional[str]
+    cgroup: Optional[str]
+    rss: Optional[int]  # bytes (statm's resident pages x page size)
+    maps: Optional[NumaMaps]  # None: numa_maps unreadable (gone, permission, too large)
+    #: the policy ``cxlctl launch`` asked for (``CXLCTL_POLICY``): (mode, nodes); only for --pid processes
+    asked: Optional[Tuple[str, Tuple[int, ...]]] = None
+
+
+class Sample(NamedTuple):
+    """The host at one moment.  ``time`` is monotonic seconds (rates use it), ``wall`` is Unix time."""
+
+    time: float
+    wall: float
+    kernel: Optional[str]
+    settings: Settings
+    system: Counters
+    nodes: Tuple[NodeSample, ...]
+    cgroups: Tuple[CgroupSample, ...]
+    processes: Tuple[ProcessSample, ...]
+    notes: Tuple[str, ...]
+    #: DAMON schemes where kdamonds exist (read-only; see :mod:`.damon`)
+    damon: Tuple[Scheme, ...] = ()
+
+
+def node_kinds(root: str) -> Dict[int, NodeInfo]:
+    """Kind and tier of every node, from one inventory scan (run once per command, not per sample)."""
+    from cxlctl.inventory import scan
+
+    inv = scan(root)
+    return {n.id: NodeInfo(n.kind, n.tier) for n in inv.nodes}
+
+
+def kinds_of(inv_nodes: Sequence[Node]) -> Dict[int, NodeInfo]:
+    """:func:`node_kinds` from an inventory already scanned (``cxlctl record``)."""
+    return {n.id: NodeInfo(n.kind, n.tier) for n in inv_nodes}
+
+
+# -- cgroup names -----------------------------------------------------------------------------
+
+
+def cgroup_name(arg: str) -> str:
+    """A cgroup as the user named it → its name as ``/proc/PID/cgroup`` shows it.
+
+    Both ``/system.slice/vllm.service`` and ``/sys/fs/cgroup/system.slice/vllm.service``
+    are accepted; ``..`` and relative names are refused (they would read outside
+    the cgroup tree).
+    """
+    a = arg.strip()
+    if a.rstrip("/") == paths.CGROUP_DIR:
+        return "/"
+    if a.startswith(paths.CGROUP_DIR + "/"):
+        a = a[len(paths.CGROUP_DIR) :]
+    if not a.startswith("/"):
+        raise UsageError(
+            f"cgroup {arg!r} is not a path",
+            hint=f"name it as /proc/PID/cgroup shows it (/system.slice/x.service) or by its path under {paths.CGROUP_DIR}",
+        )
+    parts = [p for p in a.split("/") if p]
+    if any(p in (".", "..") for p in parts) or "\0" in a:
+        raise UsageError(f"cgroup {arg!r} contains '.' or '..'", hint="give the cgroup's path without them")
+    return "/" + "/".join(parts)
+
+
+def check_cgroup(root: str, name: str) -> None:
+    """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
+    d = paths.cgroup_file(name, "").rstrip("/") or "/"
+    if not Reader(root).isdir(d):
+        raise UsageError(
+            f"no cgroup {name} ({under(root, d)} does not exist)",
+            hint="see `systemd-cgls` or /proc/PID/cgroup for cgroup names (cgroup v2 only)",
+        )
+
+
+def _subdir_of(r: Reader, d: str) -> Callable[[str], bool]:
+    return lambda name: not name.startswith(".") and r.isdir(f"{d}/{name}")
+
+
+def list_cgroups(r: Reader, limit: int = CGROUP_LIST_LIMIT, depth: int = CGROUP_LIST_DEPTH) -> List[str]:
+    """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them."""
+    out: List[str] = []
+    level = ["/"]
+    for _ in range(depth):
+        nxt: List[str] = []
+        for cg in level:
+            d = paths.cgroup_file(cg, "").rstrip("/") or "/"
+            for n in r.listdir(d, _subdir_of(r, d)):
+                child = ("" if cg == "/" else cg) + "/" + n
+                if r.exists(paths.cgroup_file(child, "memory.numa_stat")):
+                    out.append(child)
+                    nxt.append(child)
+                    if len(out) >= limit:
+                        return out
+        level = nxt
+    return out
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def _keyvals(r: Reader, path: str) -> Optional[Dict[str, int]]:
+    text = r.text(path)
+    return None if text is None else parse_keyvals(text)
+
+
+def _flag(r: Reader, path: str) -> Optional[bool]:
+    t = r.text(path)
+    if t in ("true", "1"):
+        return True
+    if t in ("false", "0"):
+        return False
+    return None
+
+
+def _num(r: Reader, path: str) -> Optional[int]:
+    t = r.text(path)
+    return int(t) if t is not None and is_decimal(t) and len(t) < 20 else None
+
+
+def read_settings(r: Reader) -> Settings:
+    return Settings(_flag(r, paths.DEMOTION_ENABLED), _num(r, paths.NUMA_BALANCING), _num(r, paths.PROMOTE_RATE_LIMIT))
+
+
+def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
+    mi_text = r.text(paths.node_file(nid, "meminfo"))
+    mi = parse_meminfo(mi_text) if mi_text else {}
+    memory: Dict[str, Optional[int]] = {
+        "total": mi.get("MemTotal"),
+        "free": mi.get("MemFree"),
+        "used": mi.get("MemUsed"),
+        "anon": mi.get("AnonPages"),
+        "file": mi.get("FilePages"),
+        "shmem": mi.get("Shmem"),
+    }
+    ns = _keyvals(r, paths.node_file(nid, "numastat")) or {}
+    return NodeSample(
+        nid, info.kind, info.tier, memory, pick(_keyvals(r, paths.node_file(nid, "vmstat")), NODE_COUNTERS), ns
+    )
+
+
+def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:
+    """A cgroup's bytes per node; with ``counters``, also its ``memory.stat`` (``top`` shows bytes only)."""
+    text = r.text(paths.cgroup_file(name, "memory.numa_stat"))
+    ns = parse_numa_stat(text) if text is not None else {}
+    stat = _keyvals(r, paths.cgroup_file(name, "memory.stat")) if counters else None
+    cg_counters = pick(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
+    d = paths.cgroup_file(name, "").rstrip("/") or "/"
+    return CgroupSample(name, d, ns, resident_per_node(ns), cg_counters, text is not None)
+
+
+def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
+    """A process' numa_maps; through the logging reader when it fits the reader's bound (1 MiB:
+    then ``record`` copies it), else one bounded read of up to :data:`NUMA_MAPS_LIMIT`."""
+    path = paths.proc_pid(pid, "numa_maps")
+    notes = len(r.notes)
+    text = r.text(path)
+    if text is None and len(r.notes) > notes and "larger than" in r.notes[-1][1]:
+        r.notes.pop()
+        try:
+            text = read_bounded(under(r.root, path), fence_of(r.root), NUMA_MAPS_LIMIT).decode("utf-8", "replace")
+        except (OSError, Refused):
+            text = None
+    return None if text is None else parse_numa_maps(text)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss(r: Reader, pid: int) -> Optional[int]:
+    t = r.text(paths.proc_pid(pid, "statm"))
+    parts = (t or "").split()
+    return int(parts[1]) * _PAGE if len(parts) > 1 and is_decimal(parts[1]) and len(parts[1]) < 20 else None
+
+
+def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
+    """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
+
+    Read with :func:`~cxlctl.hostio.reader.read_text`, not the logging reader:
+    ``cxlctl record`` must never copy a process' environment.
+    """
+    from cxlctl.hostio.reader import read_text
+    from cxlctl.launch.policy import parse_env_value
+
+    for item in (read_text(root, paths.proc_pid(pid, "environ")) or "").split("\0"):
+        if item.startswith("CXLCTL_POLICY="):
+            a = parse_env_value(item[len("CXLCTL_POLICY=") :])
+            return None if a is None else (a.mode, a.nodes)
+    return None
+
+
+def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
+    """One process; ``policy``: also what ``cxlctl launch`` asked for it (processes named with --pid)."""
+    cg = r.text(paths.proc_pid(pid, "cgroup"))
+    return ProcessSample(
+        pid,
+        r.text(paths.proc_pid(pid, "comm")),
+        parse_cgroup_line(cg) if cg is not None else None,
+        _rss(r, pid),
+        _numa_maps(r, pid),
+        asked_policy(r.root, pid) if policy else None,
+    )
+
+
+def top_pids(r: Reader, n: int) -> List[int]:
+    """The ``n`` processes with the largest RSS (kernel threads have none and are left out).
+
+    On the live host psutil lists them (it is the declared dependency for
+    process lists); under a ``--root`` tree, the tree's ``/proc`` is listed.
+    """
+    if n <= 0:
+        return []
+    rss: List[Tuple[int, int]] = []
+    if r.root == "/":
+        import psutil  # type: ignore[import-untyped]  # ~30 ms: only when processes are asked for
+
+        for p in psutil.process_iter(["memory_info"]):
+            mi = p.info.get("memory_info")
+            if mi is not None and mi.rss > 0:
+                rss.append((mi.rss, p.pid))
+    else:
+        for name in r.listdir(paths.PROC, is_decimal):
+            v = _rss(r, int(name))
+            if v:
+                rss.append((v, int(name)))
+    rss.sort(key=lambda t: (-t[0], t[1]))
+    return [pid for _, pid in rss[:n]]
+
+
+def read_sample(
+    r: Reader,
+    kinds: Dict[int, NodeInfo],
+    *,
+    nodes: Optional[Sequence[int]] = None,
+    cgroups: Sequence[str] = (),
+    pids: Sequence[int] = (),
+    top: int = 0,
+    budget_s: Optional[float] = None,
+    now: Optional[Tuple[float, float]] = None,
+    cache: Optional[Dict[int, Tuple[float, ProcessSample]]] = None,
+    max_age: float = 0.0,
+    ranked: Optional[Sequence[int]] = None,
+    cgroup_counters: bool = True,
+) -> Sample:
+    """Read one sample: the nodes (all, or ``nodes``), the cgroups and processes asked for.
+
+    ``pids`` are read first, then the ``top`` largest processes by RSS (not
+    already in ``pids``) until ``budget_s`` seconds have passed: numa_maps walks
+    page tables and a host can have thousands of processes.  ``now``
+    (monotonic, wall) is for tests.  ``cache`` (kept by the caller across
+    samples) lets a "top" process read less than ``max_age`` seconds ago be
+    reused instead of walking its page tables again, and ``ranked`` (the
+    largest processes, listed by the caller earlier) spares listing every
+    process again (``cxlctl top``).
+    """
+    t0, wall = now if now is not None else (time.monotonic(), time.time())
+    notes: List[str] = []
+    first_note = len(r.notes)  # a reader kept across samples: only this sample's notes
+    kernel = r.text(paths.OSRELEASE)
+    settings = read_settings(r)
+    system = pick(_keyvals(r, paths.PROC_VMSTAT), SYSTEM_COUNTERS)
+    if not system.readable:
+        notes.append(f"{paths.PROC_VMSTAT} unreadable: no system-wide counters")
+    names = r.listdir(paths.NODE_DIR, lambda x: decimal_suffix(x, "node") is not None)
+    present = [n for n in (decimal_suffix(x, "node") for x in names) if n is not None]
+    wanted = present if nodes is None else [n for n in nodes if n in present]
+    node_samples = []
+    for nid in wanted:
+        try:
+            node_samples.append(read_node(r, nid, kinds.get(nid, NodeInfo("other", None))))
+        except Vanished:
+            notes.append(f"node{nid} went away while it was read")
+    cg_samples = tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
+    for c in cg_samples:
+        if not c.readable:
+            notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
+    procs: List[ProcessSample] = []
+    for pid in pids:
+        procs.append(read_process(r, pid, policy=True))
+    listed = (list(ranked)[:top] if ranked is not None else top_pids(r, top)) if top else []
+    extra = [p for p in listed if p not in set(pids)]
+    start = time.monotonic()
+    for i, pid in enumerate(extra):
+        if budget_s is not None and time.monotonic() - start > budget_s:
+            notes.append(f"read {i} of the {len(extra)} largest processes within {budget_s:g} s; the rest left out")
+            break
+        hit = cache.get(pid) if cache is not None else None
+        if hit is not None and t0 - hit[0] < max_age:
+            procs.append(hit[1])
+            continue
+        p = read_process(r, pid)
+        if p.maps is not None:  # a process that exited in between is left out
+            procs.append(p)
+            if cache is not None:
+                cache[pid] = (t0, p)
+    if cache is not None:
+        for gone in set(cache) - set(extra):
+            del cache[gone]
+    return Sample(
+        time=t0,
+        wall=wall,
+        kernel=kernel,
+        settings=settings,
+        system=system,
+        nodes=tuple(node_samples),
+        cgroups=cg_samples,
+        processes=tuple(procs),
+        damon=tuple(read_schemes(r)),
+        notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
+    )
+
+
+def process_missing(p: ProcessSample) -> bool:
+    """An asked-for PID whose numa_maps could not be read (exited, or not ours to read)."""
+    return p.maps is None

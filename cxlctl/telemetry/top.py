@@ -1,0 +1,187 @@
+"""``cxlctl top``: the live view, as a model (pure) and two renderers (rich, plain text).
+
+Why split this way: what the screen shows -- nodes with used/free bars, the
+promote/demote/migrate rates with a short history, the cgroups and processes
+holding the most CXL memory, the verdicts -- is computed by :func:`view` from
+samples, rates and verdicts without a terminal, so it is unit-tested; the rich
+renderer (a terminal) and :func:`plain` (a pipe, a log) only lay it out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .rates import Rates, demote_sum
+from .report import clean, count, size
+from .sample import Sample
+from .verdicts import Verdict
+
+#: rates kept for the history sparklines
+HISTORY = 30
+SPARK = "▁▂▃▄▅▆▇█"
+#: sort keys: (key, what the column shows); ``s`` cycles through them
+SORTS: Tuple[Tuple[str, str], ...] = (("cxl", "CXL bytes"), ("dram", "DRAM bytes"), ("total", "total bytes"))
+
+
+class Row(NamedTuple):
+    name: str
+    cxl: int
+    dram: int
+    total: int
+
+
+class View(NamedTuple):
+    header: str
+    nodes: List[Tuple[int, str, Optional[int], Optional[int]]]  # id, kind, used, total
+    rates: List[Tuple[str, Optional[float], str]]  # name, pages/s now, sparkline
+    cgroups: List[Row]
+    processes: List[Row]
+    verdicts: List[Verdict]
+    sort: str
+    #: DAMON schemes: (kdamond/context/scheme, "action -> node N", bytes applied per second or None)
+    damon: List[Tuple[str, str, Optional[float]]] = []
+
+
+class History:
+    """The last :data:`HISTORY` values of the system-wide tiering rates."""
+
+    NAMES = ("promoted", "demoted", "migrated", "hint faults")
+
+    def __init__(self) -> None:
+        self.values: Dict[str, Deque[float]] = {n: deque(maxlen=HISTORY) for n in self.NAMES}
+
+    @staticmethod
+    def current(r: Optional[Rates]) -> Dict[str, Optional[float]]:
+        if r is None:
+            return {n: None for n in History.NAMES}
+        return {
+            "promoted": r.system.get("pgpromote_success"),
+            "demoted": demote_sum(r.system),
+            "migrated": r.system.get("pgmigrate_success"),
+            "hint faults": r.system.get("numa_hint_faults"),
+        }
+
+    def add(self, r: Optional[Rates]) -> None:
+        for k, v in self.current(r).items():
+            if v is not None:
+                self.values[k].append(v)
+
+    def spark(self, name: str) -> str:
+        vals = list(self.values[name])
+        if not vals:
+            return ""
+        hi = max(vals)
+        if hi <= 0:
+            return SPARK[0] * len(vals)
+        return "".join(SPARK[min(len(SPARK) - 1, int(v / hi * (len(SPARK) - 1) + 0.5))] for v in vals)
+
+
+def _split(per_node: Dict[int, int], cxl: Sequence[int]) -> Tuple[int, int, int]:
+    c = sum(v for n, v in per_node.items() if n in cxl)
+    t = sum(per_node.values())
+    return c, t - c, t
+
+
+def view(
+    s: Sample, r: Optional[Rates], verdicts: List[Verdict], hist: History, sort: str = "cxl", rows: int = 8
+) -> View:
+    """What the screen shows for one refresh (pure)."""
+    cxl = [n.id for n in s.nodes if n.kind == "cxl"]
+    st = s.settings
+    dem = {True: "on", False: "off", None: "n/a"}[st.demotion_enabled]
+    header = (
+        f"cxlctl top  kernel {s.kernel or '?'}  demotion {dem}  numa_balancing "
+        f"{'n/a' if st.numa_balancing is None else st.numa_balancing}"
+        + ("" if r is None else f"  every {r.seconds:.1f}s")
+    )
+    nodes = [(n.id, n.kind, n.memory.get("used"), n.memory.get("total")) for n in s.nodes]
+    cur = History.current(r)
+    rates = [(name, cur[name], hist.spark(name)) for name in History.NAMES]
+    key = {"cxl": lambda x: (-x.cxl, -x.total), "dram": lambda x: (-x.dram, -x.total), "total": lambda x: (-x.total,)}[
+        sort
+    ]
+    cgs = [Row(c.name, *_split(c.bytes_per_node, cxl)) for c in s.cgroups if c.readable]
+    procs = [
+        Row(f"{p.pid} {clean(p.comm or '?')}", *_split(p.maps.bytes, cxl)) for p in s.processes if p.maps is not None
+    ]
+    damon = [
+        (
+            sc.key,
+            f"{clean(sc.action or '?')}{'' if sc.target_nid is None else f' -> node {sc.target_nid}'} ({clean(sc.state or '?')})",
+            None if r is None else (r.damon.get(sc.key) or {}).get("sz_applied"),
+        )
+        for sc in s.damon
+    ]
+    return View(
+        header, nodes, rates, sorted(cgs, key=key)[:rows], sorted(procs, key=key)[:rows], verdicts, sort, damon[:rows]
+    )
+
+
+def bar(used: Optional[int], total: Optional[int], width: int) -> str:
+    """``[#####.....]`` of used/total, ``width`` characters inside the brackets."""
+    if not total or used is None:
+        return "[" + "?" * width + "]"
+    fill = min(width, max(0, round(used / total * width)))
+    return "[" + "#" * fill + "." * (width - fill) + "]"
+
+
+def plain(v: View, width: int = 80) -> str:
+    """The view as plain text (stdout not a terminal): the same facts, one block per refresh."""
+    import textwrap
+
+    lines = textwrap.wrap(v.header, width=width, subsequent_indent="  ")
+    for nid, kind, used, total in v.nodes:
+        lines.append(f"node {nid:<3} {kind:<5} {bar(used, total, 30)} {size(used):>7} of {size(total):>7}")
+    lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
+    for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
+        for row in rows:
+            lines.append(f"{title} {clean(row.name)[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
+    for key, what, applied in v.damon:
+        lines.append(f"damon {key} {what}: applied {size(applied)}/s"[:width])
+    for vd in v.verdicts:
+        lines += textwrap.wrap(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width=width, subsequent_indent="  ")
+    return "\n".join(lines)
+
+
+def rich_view(v: View) -> Any:
+    """The view as a rich renderable (a terminal)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: List[Any] = [Text(v.header, style="bold")]
+    nodes = Table(box=None, pad_edge=False, expand=True)
+    for col, just in (("node", "right"), ("kind", "left"), ("used", "left"), ("used", "right"), ("total", "right")):
+        nodes.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for nid, kind, used, total in v.nodes:
+        style = "cyan" if kind == "cxl" else ""
+        nodes.add_row(str(nid), Text(kind, style=style), bar(used, total, 24), size(used), size(total))
+    parts.append(nodes)
+    rates = Table(box=None, pad_edge=False, expand=True)
+    rates.add_column("pages/s", no_wrap=True)
+    rates.add_column("now", justify="right", no_wrap=True)
+    rates.add_column(f"last {HISTORY}", no_wrap=True, overflow="crop")
+    for name, now, spark in v.rates:
+        rates.add_row(name, count(now), spark)
+    parts.append(rates)
+    for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
+        t = Table(box=None, pad_edge=False, expand=True)
+        t.add_column(f"{title} (by {dict(SORTS)[v.sort]})", no_wrap=True, overflow="ellipsis", ratio=1)
+        for col in ("CXL", "DRAM", "total"):
+            t.add_column(col, justify="right", no_wrap=True)
+        for row in rows:
+            t.add_row(Text(row.name), size(row.cxl), size(row.dram), size(row.total))
+        parts.append(t)
+    if v.damon:
+        t = Table(box=None, pad_edge=False, expand=True)
+        t.add_column("DAMON scheme", no_wrap=True, overflow="ellipsis", ratio=1)
+        t.add_column("applied/s", justify="right", no_wrap=True)
+        for key, what, applied in v.damon:
+            t.add_row(Text(f"{key} {what}"), size(applied))
+        parts.append(t)
+    for vd in v.verdicts:
+        parts.append(Text(f"! {vd.id}: {vd.message}", style="yellow" if vd.severity == "warning" else ""))
+        parts.append(Text(f"  fix: {vd.fix}", style="dim"))
+    parts.append(Text("q quit  s sort (CXL/DRAM/total)", style="dim"))
+    return Group(*parts)

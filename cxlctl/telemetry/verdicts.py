@@ -1,0 +1,252 @@
+"""Verdicts: what the counters mean for tiering, each in one sentence with the fix.
+
+Every verdict is a pure function of a :class:`~.sample.Sample` and, from the
+second report on, the :class:`~.rates.Rates` of the last interval; none reads
+the host.  A verdict that needs rates (promotion throttled, ping-pong) stays
+silent on the first report, which holds totals since boot only.
+
+The verdicts, by id:
+
+* ``tiering-off`` -- a CXL node is online, but demotion is disabled and NUMA
+  balancing is not in tiering mode: nothing will ever move pages between tiers;
+* ``dram-too-tight`` -- pages were demoted *directly* from a DRAM node:
+  allocations stalled on reclaim (on kernels without ``pgdemote_proactive``,
+  a write to ``memory.reclaim`` counts here too);
+* ``promotion-throttled`` -- far more promotion candidates than promotions
+  while NUMA balancing is in tiering mode: the rate limit holds hot pages on CXL;
+* ``ping-pong`` -- pages are promoted and demoted at high, similar rates: the
+  same pages go back and forth;
+* ``cxl-idle`` -- CXL capacity is online but almost none of it is used;
+* ``kv-offload-not-on-cxl`` -- an engine's KV offload file in ``/dev/shm``
+  sits mostly on DRAM while a CXL node is online.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+from cxlctl.hostio import paths
+
+from .rates import Rates, demote_sum
+from .sample import NodeSample, Sample
+
+#: promotion throttled: candidates at least this many times the successes ...
+THROTTLE_RATIO = 10.0
+#: ... and at least this many candidate pages per second (1 MiB/s of 4 KiB pages)
+THROTTLE_MIN_CANDIDATES = 256.0
+#: ping-pong: both rates at least this many pages per second ...
+PINGPONG_MIN_RATE = 256.0
+#: ... and the smaller at least this share of the larger
+PINGPONG_CLOSENESS = 0.5
+#: CXL idle: used below this share of the node's memory
+IDLE_SHARE = 0.01
+#: KV offload: at least this many pages mapped, and more than this share of them off CXL
+KV_MIN_PAGES = 256
+KV_DRAM_SHARE = 0.5
+#: /dev/shm names of engine KV offload files (vLLM, SGLang HiCache, LMCache, ...)
+KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
+
+
+class Verdict(NamedTuple):
+    id: str
+    severity: str  # warning | info
+    message: str
+    fix: str
+
+
+def _mib(pages: float) -> str:
+    return f"{pages * 4096 / (1 << 20):.1f} MiB"
+
+
+def _cxl_nodes(s: Sample) -> List[NodeSample]:
+    return [n for n in s.nodes if n.kind == "cxl" and (n.memory.get("total") or 0) > 0]
+
+
+def _dram_nodes(s: Sample) -> List[NodeSample]:
+    return [n for n in s.nodes if n.kind == "dram"]
+
+
+def tiering_off(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    cxl = _cxl_nodes(s)
+    st = s.settings
+    if not cxl or st.demotion_enabled is not False:
+        return None
+    if st.numa_balancing is not None and st.numa_balancing & 2:
+        return None
+    nb = "unknown" if st.numa_balancing is None else str(st.numa_balancing)
+    return Verdict(
+        "tiering-off",
+        "warning",
+        f"CXL node(s) {', '.join(str(n.id) for n in cxl)} are online but demotion is disabled and "
+        f"kernel.numa_balancing is {nb} (no tiering mode), so no page will ever move between DRAM and CXL.",
+        "apply a tiering profile (cxlctl tune apply inference-capacity), or set "
+        f"{paths.DEMOTION_ENABLED} to true and kernel.numa_balancing to 2",
+    )
+
+
+def dram_too_tight(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    hits: List[str] = []
+    proactive_counted = True
+    for n in _dram_nodes(s):
+        if r is None:
+            v = n.vmstat.get("pgdemote_direct")
+            if v:
+                hits.append(f"node {n.id}: {v} pages ({_mib(v)}) since boot")
+        else:
+            rate = r.nodes.get(n.id, {}).get("pgdemote_direct")
+            if rate:
+                hits.append(f"node {n.id}: {rate:.0f} pages/s")
+        if "pgdemote_proactive" in n.vmstat.missing:
+            proactive_counted = False
+    dram = _dram_nodes(s)
+    if dram and all("pgdemote_direct" in n.vmstat.missing for n in dram):
+        # 6.1 counts demotion in /proc/vmstat only; only upper-tier (DRAM) nodes demote there
+        total: Optional[float] = s.system.get("pgdemote_direct") if r is None else r.system.get("pgdemote_direct")
+        if total:
+            when = f"{total:.0f} pages ({_mib(total)}) since boot" if r is None else f"{total:.0f} pages/s"
+            hits.append(f"system-wide: {when}; this kernel does not count it per node")
+        proactive_counted = "pgdemote_proactive" not in s.system.missing
+    if not hits:
+        return None
+    also = "" if proactive_counted else " (this kernel has no pgdemote_proactive: memory.reclaim writes count here too)"
+    return Verdict(
+        "dram-too-tight",
+        "warning",
+        f"pages were demoted directly from DRAM ({'; '.join(hits)}), so allocations stalled on reclaim{also}.",
+        "keep DRAM headroom: raise vm.watermark_scale_factor so kswapd demotes earlier, demote cold memory "
+        "ahead of time (memory.reclaim, DAMON migrate_cold), or place KV/offload memory on CXL (cxlctl launch)",
+    )
+
+
+def promotion_throttled(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    if r is None or s.settings.numa_balancing is None or not s.settings.numa_balancing & 2:
+        return None
+    cand = r.system.get("pgpromote_candidate")
+    ok = r.system.get("pgpromote_success")
+    if cand is None or ok is None or cand < THROTTLE_MIN_CANDIDATES or cand < THROTTLE_RATIO * max(ok, 1.0):
+        return None
+    limit = s.settings.promote_rate_limit_mbps
+    lim = f" at kernel.numa_balancing_promote_rate_limit_MBps={limit}" if limit is not None else ""
+    return Verdict(
+        "promotion-throttled",
+        "warning",
+        f"{cand:.0f} pages/s were promotion candidates but only {ok:.0f} pages/s were promoted{lim}, "
+        "so hot pages stay on CXL.",
+        "raise kernel.numa_balancing_promote_rate_limit_MBps (cxlctl tune sets it per profile), "
+        "or keep more DRAM free so promotion has room",
+    )
+
+
+def ping_pong(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    if r is None:
+        return None
+    prom = r.system.get("pgpromote_success")
+    dem = demote_sum(r.system)
+    if prom is None or dem is None:
+        return None
+    lo, hi = min(prom, dem), max(prom, dem)
+    if lo < PINGPONG_MIN_RATE or lo < PINGPONG_CLOSENESS * hi:
+        return None
+    return Verdict(
+        "ping-pong",
+        "warning",
+        f"pages are promoted ({prom:.0f}/s) and demoted ({dem:.0f}/s) at similar high rates, "
+        "so the same pages move back and forth and pay for two migrations each.",
+        "lower kernel.numa_balancing_promote_rate_limit_MBps, keep more DRAM free (vm.watermark_scale_factor), "
+        "or pin the hot set to DRAM (cxlctl launch --policy bind)",
+    )
+
+
+def cxl_idle(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    idle = []
+    for n in _cxl_nodes(s):
+        total = n.memory.get("total") or 0
+        used = n.memory.get("used")
+        if used is None and n.memory.get("free") is not None:
+            used = total - (n.memory.get("free") or 0)
+        if used is not None and used < IDLE_SHARE * total:
+            idle.append(f"node {n.id} ({used >> 20} of {total >> 20} MiB used)")
+    if not idle:
+        return None
+    if r is not None:
+        moving = demote_sum(r.system)
+        if moving:
+            return None  # pages are on their way there
+    return Verdict(
+        "cxl-idle",
+        "info",
+        f"CXL capacity is online but nearly unused: {', '.join(idle)}.",
+        "enable tiering (cxlctl tune apply inference-capacity) so cold pages demote there, "
+        "or place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)",
+    )
+
+
+def _is_kv_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1].lower()
+    return any(h in name for h in KV_NAME_HINTS)
+
+
+#: policies that place every page on the named nodes (interleave modes share pages with DRAM by design)
+PLACING_MODES = ("bind", "preferred", "preferred-many")
+
+
+def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    cxl = {n.id for n in _cxl_nodes(s)}
+    if not cxl:
+        return None
+    hits = []
+    seen = set()
+    launched = False
+    for p in s.processes:
+        if p.maps is None:
+            continue
+        if p.asked is not None and p.asked[0] in PLACING_MODES and p.asked[1] and set(p.asked[1]) <= cxl:
+            total = sum(p.maps.anon.values())
+            off = sum(v for node, v in p.maps.anon.items() if node not in cxl)
+            if total >= KV_MIN_PAGES and off > KV_DRAM_SHARE * total:
+                launched = True
+                hits.append(
+                    f"PID {p.pid} (launched with {p.asked[0]} to CXL node(s) "
+                    f"{','.join(map(str, p.asked[1]))}: {100 * off // total}% of {_mib(total)} anonymous memory off CXL)"
+                )
+        for f, per in sorted(p.maps.shm.items()):
+            total = sum(per.values())
+            off = sum(v for node, v in per.items() if node not in cxl)
+            if f in seen or not _is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
+                continue
+            seen.add(f)
+            hits.append(f"{f} (PID {p.pid}: {100 * off // total}% of {_mib(total)} off CXL)")
+    if not hits:
+        return None
+    return Verdict(
+        "kv-offload-not-on-cxl",
+        "warning",
+        f"KV offload memory sits on DRAM although CXL node(s) {', '.join(map(str, sorted(cxl)))} are online: "
+        + "; ".join(hits[:3])
+        + (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
+        + ".",
+        "start the engine with cxlctl launch ... --kv-tmpfs (its /dev/shm then binds to CXL), "
+        "or mount the offload tmpfs with mpol=bind:<cxl node>"
+        + ("; for a launched process, check its cpuset (cpuset.mems) and cxlctl policy show PID" if launched else ""),
+    )
+
+
+#: every verdict, in the order they are shown
+VERDICTS: Dict[str, Callable[[Sample, Optional[Rates]], Optional[Verdict]]] = {
+    "tiering-off": tiering_off,
+    "dram-too-tight": dram_too_tight,
+    "promotion-throttled": promotion_throttled,
+    "ping-pong": ping_pong,
+    "cxl-idle": cxl_idle,
+    "kv-offload-not-on-cxl": kv_offload_not_on_cxl,
+}
+
+
+def judge(s: Sample, r: Optional[Rates]) -> List[Verdict]:
+    """All verdicts that hold for this sample (and interval)."""
+    out = []
+    for fn in VERDICTS.values():
+        v = fn(s, r)
+        if v is not None:
+            out.append(v)
+    return out

@@ -1,0 +1,139 @@
+"""``cxlctl stat`` on the telemetry fixtures recorded in real 6.12 and 6.1 guests.
+
+The trees (tests/vm/record_telemetry_fixtures.py) hold the end state of the
+telemetry scenario: a helper in cgroup ``/cxltel`` whose pages ``memory.reclaim``
+demoted to the CXL node (6.12; 6.1 cannot create the region, so nothing is
+demoted there).  ``peers/`` holds the kernel's own files copied in the guest
+right after the last ``stat``; every number here is compared with those, parsed
+independently of cxlctl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.conftest import FIXTURES, cxlctl
+
+T612 = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
+T61 = os.path.join(FIXTURES, "linux-6.1", "single-noregion-telemetry")
+
+
+def _peer(root: str, name: str) -> str:
+    with open(os.path.join(root, "peers", name)) as f:
+        return f.read()
+
+
+def _keyvals(text: str) -> Dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if len(line.split()) == 2)}
+
+
+def _stat(root: str, *args: str) -> Dict[str, Any]:
+    out: Dict[str, Any] = json.loads(cxlctl("--root", root, "stat", "--json", *args, check=True).stdout)
+    return out
+
+
+def _ids(rep: Dict[str, Any]) -> List[str]:
+    return [v["id"] for v in rep["verdicts"]]
+
+
+def test_6_12_node_counters_equal_the_kernels_files() -> None:
+    rep = _stat(T612)
+    kernel = _keyvals(_peer(T612, "D.node0.vmstat"))
+    node0 = next(n for n in rep["nodes"] if n["id"] == 0)
+    assert node0["kind"] == "dram" and node0["readable"]
+    for name in ("pgdemote_direct", "pgdemote_kswapd", "pgpromote_success", "pgpromote_candidate"):
+        assert node0["counters"][name] == kernel[name], name
+    assert node0["counters"]["pgdemote_direct"] > 0, "the scenario demoted pages directly (memory.reclaim)"
+    assert node0["missing"] == ["pgdemote_proactive"]  # 6.12 counts memory.reclaim as direct
+    system = _keyvals(_peer(T612, "D.vmstat"))
+    assert rep["system"]["counters"]["pgdemote_direct"] == system["pgdemote_direct"]
+    assert rep["system"]["counters"]["pgmigrate_success"] == system["pgmigrate_success"]
+
+
+def test_6_12_cgroup_bytes_on_the_cxl_node_equal_memory_numa_stat() -> None:
+    rep = _stat(T612, "--cgroup", "/cxltel")
+    cxl = next(n["id"] for n in rep["nodes"] if n["kind"] == "cxl")
+    want: Dict[int, int] = {}
+    for line in _peer(T612, "D.numa_stat").splitlines():
+        kind, *fields = line.split()
+        if kind in ("anon", "file"):
+            for f in fields:
+                k, v = f.split("=")
+                want[int(k[1:])] = want.get(int(k[1:]), 0) + int(v)
+    (cg,) = rep["cgroups"]
+    assert {int(k): v for k, v in cg["bytes_per_node"].items()} == want
+    assert want[cxl] > 0
+    assert cg["counters"]["pgdemote_direct"] == _keyvals(_peer(T612, "D.memory.stat"))["pgdemote_direct"]
+    # the same cgroup named by its full path
+    rep2 = _stat(T612, "--cgroup", "/sys/fs/cgroup/cxltel")
+    assert rep2["cgroups"][0]["bytes_per_node"] == cg["bytes_per_node"]
+
+
+def test_6_12_process_pages_per_node_equal_numa_maps_and_verdicts() -> None:
+    pid = int(_peer(T612, "helper.pid"))
+    rep = _stat(T612, "--pid", str(pid))
+    (p,) = rep["processes"]
+    want: Dict[str, int] = {}
+    for line in _peer(T612, "D.numa_maps").splitlines():
+        for f in line.split()[2:]:
+            if f[0] == "N" and "=" in f and f[1 : f.index("=")].isdigit():
+                k, v = f[1:].split("=")
+                want[k] = want.get(k, 0) + int(v)
+    assert p["pages_per_node"] == want and p["comm"] == "tel_helper"
+    cxl = next(str(n["id"]) for n in rep["nodes"] if n["kind"] == "cxl")
+    assert want[cxl] > 0
+    assert "dram-too-tight" in _ids(rep) and "kv-offload-not-on-cxl" in _ids(rep)
+    assert "tiering-off" not in _ids(rep) and "cxl-idle" not in _ids(rep)
+
+
+def test_6_12_record_kept_the_helper_among_the_largest_processes() -> None:
+    pid = int(_peer(T612, "helper.pid"))
+    rep = _stat(T612, "--top", "8")
+    assert pid in [p["pid"] for p in rep["processes"]]
+
+
+@pytest.mark.parametrize("root", [T612, T61], ids=["6.12", "6.1"])
+def test_text_at_80_columns(root: str) -> None:
+    p = cxlctl("--root", root, "stat", "--cgroup", "/cxltel", "--top", "3", env={"COLUMNS": "80"}, check=True)
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80
+    assert "cgroup /cxltel" in p.stdout
+
+
+@pytest.mark.parametrize("root", [T612, T61], ids=["6.12", "6.1"])
+def test_counters_the_kernel_lacks_are_null_and_listed_never_zero(root: str) -> None:
+    """Judged against the recorded node0/vmstat itself: wanted names it lacks are missing, the rest equal it."""
+    from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS
+
+    rep = _stat(root)
+    with open(os.path.join(root, "sys/devices/system/node/node0/vmstat")) as f:
+        kernel = _keyvals(f.read())
+    node0 = next(n for n in rep["nodes"] if n["id"] == 0)
+    lacks = [n for n in NODE_COUNTERS if n not in kernel]
+    assert node0["missing"] == lacks
+    assert all(node0["counters"][n] is None for n in lacks)
+    assert all(node0["counters"][n] == kernel[n] for n in NODE_COUNTERS if n in kernel)
+    with open(os.path.join(root, "proc/vmstat")) as f:
+        system = _keyvals(f.read())
+    assert rep["system"]["missing"] == [n for n in SYSTEM_COUNTERS if n not in system]
+    text = cxlctl("--root", root, "stat", check=True).stdout
+    for n in lacks:
+        assert n in text.split("not available on this kernel:")[1]
+
+
+def test_6_1_lacks_per_node_and_per_cgroup_demotion_counters() -> None:
+    """What Debian's 6.1 really lacks (recorded): pgdemote_* per node and in memory.stat, khugepaged/proactive anywhere."""
+    rep = _stat(T61, "--cgroup", "/cxltel")
+    node0 = rep["nodes"][0]
+    assert node0["missing"] == ["pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged", "pgdemote_proactive"]
+    assert node0["counters"]["pgpromote_success"] == 0  # present, and really 0
+    assert rep["system"]["missing"] == ["pgdemote_khugepaged", "pgdemote_proactive"]
+    assert rep["system"]["counters"]["pgdemote_direct"] == _keyvals(_peer(T61, "D.vmstat"))["pgdemote_direct"]
+    (cg,) = rep["cgroups"]
+    assert "pgdemote_direct" in cg["missing"] and cg["counters"]["pgdemote_direct"] is None
+    assert cg["counters"]["anon"] == _keyvals(_peer(T61, "D.memory.stat"))["anon"]
+    assert [n["kind"] for n in rep["nodes"]] == ["dram"]  # no region on 6.1: no CXL node, so no CXL verdicts
+    assert "tiering-off" not in _ids(rep) and "cxl-idle" not in _ids(rep)
