@@ -79,6 +79,10 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
+    # DAMON's kdamonds (cxlctl.damon): not part of the inventory, but tuning reads them
+    from .damon.sysfs import read_damon
+
+    read_damon(root, reader)
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
     assert reader.log is not None
