@@ -429,7 +429,10 @@ def _damon_restore(cur: Current, restore: Restore) -> DamonPlan:
         now, want = raw.strip(), original.strip()
         setting = "damon.nr_kdamonds" if path == damon.NR_KDAMONDS else "damon.kdamond" + path.split("/")[-2] + ".state"
         action, write = ("noop", None) if now == want else ("restore", original)
-        steps.append(Step("damon", setting, path, now, want, write, action, _RESTORE_REASON, True, ""))
+        # a state file goes away with nr_kdamonds: nothing to read back afterwards
+        desired = None if path != damon.NR_KDAMONDS else want
+        note = "stopped, then removed by nr_kdamonds" if desired is None else ""
+        steps.append(Step("damon", setting, path, now, desired, write, action, _RESTORE_REASON, True, "", note))
     return DamonPlan(steps, saved, [], [], [])
 
 
