@@ -109,7 +109,7 @@ def test_units() -> None:
         ('hot_accesses = "150%"', "out of range"),
         ("color = 1", "unknown key 'color'"),
         ('memcg = "relative/path"', "memcg"),
-        ('watermarks = { high = 1, mid = 5, low = 0 }', "high >= mid >= low"),
+        ("watermarks = { high = 1, mid = 5, low = 0 }", "high >= mid >= low"),
         ('sample = "1s"\naggregate = "100ms"', "must not be shorter than sample"),
     ],
 )
@@ -235,7 +235,10 @@ def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
         assert f.read() == "on\n"
     assert engine.verify(root).drift == 0
     st = engine.status(root)
-    assert [(r.kdamond, r.owner, r.action) for r in st.damon] == [(0, "cxlctl", "migrate_cold"), (1, "cxlctl", "migrate_hot")]
+    assert [(r.kdamond, r.owner, r.action) for r in st.damon] == [
+        (0, "cxlctl", "migrate_cold"),
+        (1, "cxlctl", "migrate_hot"),
+    ]
     # applying again changes nothing
     assert engine.prepare(root, "inference-damon").plan.writes == ()
     # stop cxlctl's kdamond by hand: drift (exit 3)
@@ -263,7 +266,9 @@ def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
 def test_reapply_with_changed_settings_commits_the_running_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
     assert engine.apply(root, "inference-damon").ok
-    _write_profile(root, "d2", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\ncold_age = "2min"\n')
+    _write_profile(
+        root, "d2", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\ncold_age = "2min"\n'
+    )
     p = engine.prepare(root, "d2").plan
     writes = [(s.setting, s.write) for s in p.writes]
     assert ("damon.kdamond0.scheme0.age.min", "1200\n") in writes
@@ -302,9 +307,7 @@ def test_kdamonds_removed_by_hand_are_drift(tmp_path: Any, monkeypatch: Any) -> 
 
 
 @pytest.mark.parametrize("fault", ["EINVAL", "EBUSY", "EIO"])
-def test_a_failing_damon_write_leaves_damon_as_before(
-    tmp_path: Any, monkeypatch: Any, fault: str
-) -> None:
+def test_a_failing_damon_write_leaves_damon_as_before(tmp_path: Any, monkeypatch: Any, fault: str) -> None:
     """Every write of the apply fails in turn: DAMON (and every knob) is exactly as before."""
     root = _tree(IDLE, tmp_path, monkeypatch)
     before = snapshot(root, DAMON_VIEW)

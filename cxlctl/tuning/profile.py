@@ -172,7 +172,7 @@ def _validate(path: str, data: Dict[str, Any]) -> _Raw:
         if name == "damon":
             raise ProfileError(path, key, "DAMON tiering is set in its own [damon] section, not under [knobs]")
         if knob is None:
-            known = ", ".join(k.name for k in REGISTRY)
+            known = ", ".join(k.name for k in REGISTRY if k.name != "damon")
             raise ProfileError(path, key, f"unknown knob (known: {known})")
         table: Dict[str, Any] = spec if isinstance(spec, dict) else {"value": spec}
         allowed = {"value", "reason"} | set(knob.extra_keys)

@@ -100,8 +100,8 @@ def _tiering_engine(
     caps = cur.damon_caps
     if caps is None or not caps.tiering:
         why = caps.why_not if caps is not None else "DAMON was not probed"
-        if profile == "inference-capacity":
-            reasons.append(f"tiering by NUMA balancing (mode 2): DAMON tiering is {why}")
+        if profile == "inference-capacity" or any(a[0] == "inference-capacity" for a in alts):
+            reasons.append(f"tiering engine: NUMA balancing (inference-capacity), since DAMON tiering is {why}")
         return profile, alts
     how = "; ".join(caps.evidence[-1:])
     if profile == "inference-capacity":
@@ -117,4 +117,8 @@ def _tiering_engine(
         f"this kernel has migrate_hot/migrate_cold: {how})"
     )
     alts = [a for a in alts if a[0] != "inference-capacity"]
+    reasons.append(
+        "tiering engine, where tiering is wanted: DAMON (inference-damon) rather than NUMA balancing, since this "
+        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults, and cold pages leave DRAM before reclaim"
+    )
     return profile, [("inference-damon", when)] + alts

@@ -154,7 +154,8 @@ def test_damon_tiering_on_612(tmp_path: Path) -> None:
     assert _f(out, "foreign-apply.rc").strip() == "2", _f(out, "foreign-apply.err")
     assert "refused; nothing was changed" in _f(out, "foreign-apply.err")
     plan = _json(out, "foreign-plan.json")["plan"]
-    assert plan["steps"][-1]["action"] == "skip" if False else True
+    (step,) = [s for s in plan["steps"] if s["knob"] == "damon"]
+    assert step["action"] == "skip" and step["note"].startswith("refused: ") and "kdamond 0 (on" in step["note"]
     assert _readback(out, "foreign")["nr_kdamonds"] == "1"
 
     # -- tiering
@@ -179,7 +180,14 @@ def test_damon_tiering_on_612(tmp_path: Path) -> None:
     report.append(f"cold pages on the CXL node (>= 90 %) after {moved_at} s")
     st = _json(out, "status.json")
     rows = st["damon"]
-    report.append("DAMON stats: " + "; ".join(f"kdamond {r['kdamond']} {r['action']}: " f"applied {r['nr_applied']} ({r['sz_applied']} B), tried {r['nr_tried']}, qt_exceeds {r['qt_exceeds']}" for r in rows))
+    report.append(
+        "DAMON stats: "
+        + "; ".join(
+            f"kdamond {r['kdamond']} {r['action']}: "
+            f"applied {r['nr_applied']} ({r['sz_applied']} B), tried {r['nr_tried']}, qt_exceeds {r['qt_exceeds']}"
+            for r in rows
+        )
+    )
     print("\n".join(report))
     assert sum(int(v) for v in start["cold"].values()) == 1024 and int(start["cold"].get("0", 0)) >= 0.9 * 1024
     assert cold.get(cxl, 0) >= 0.9 * 1024, report
