@@ -29,8 +29,6 @@ ADMIN = "sys/kernel/mm/damon/admin/kdamonds"
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
            "migrate_cold", "stat")  # fmt: skip
 OPERATIONS = ("vaddr", "fvaddr", "paddr")
-ULONG_MAX = str(2**64 - 1)
-UINT_MAX = str(2**32 - 1)
 
 #: file → default content of a freshly created directory of each kind
 KDAMOND = {"state": "off\n", "pid": "-1\n", "contexts/nr_contexts": "0\n"}
@@ -52,14 +50,18 @@ SCHEME = {
     "target_nid": "-1\n",
     "apply_interval_us": "0\n",
     "access_pattern/sz/min": "0\n",
-    "access_pattern/sz/max": ULONG_MAX + "\n",
+    "access_pattern/sz/max": "0\n",
     "access_pattern/nr_accesses/min": "0\n",
-    "access_pattern/nr_accesses/max": UINT_MAX + "\n",
+    "access_pattern/nr_accesses/max": "0\n",
     "access_pattern/age/min": "0\n",
-    "access_pattern/age/max": UINT_MAX + "\n",
+    "access_pattern/age/max": "0\n",
     "quotas/ms": "0\n",
     "quotas/bytes": "0\n",
     "quotas/reset_interval_ms": "0\n",
+    "quotas/effective_bytes": "0\n",
+    "quotas/weights/sz_permil": "0\n",
+    "quotas/weights/nr_accesses_permil": "0\n",
+    "quotas/weights/age_permil": "0\n",
     "quotas/goals/nr_goals": "0\n",
     "watermarks/metric": "none\n",
     "watermarks/interval_us": "0\n",
@@ -72,9 +74,10 @@ SCHEME = {
     "stats/nr_applied": "0\n",
     "stats/sz_applied": "0\n",
     "stats/qt_exceeds": "0\n",
+    "tried_regions/total_bytes": "0\n",
 }
 FILTER = {"type": "anon\n", "matching": "N\n", "memcg_path": "\n", "addr_start": "0\n", "addr_end": "0\n",
-          "target_idx": "0\n"}  # fmt: skip
+          "damon_target_idx": "0\n"}  # fmt: skip
 GOAL = {"target_metric": "user_input\n", "target_value": "0\n", "current_value": "0\n"}
 
 #: count file name → (template of each child, children's sub-directory relative to the count's dir)

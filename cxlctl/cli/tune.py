@@ -212,17 +212,23 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     t = Table(title_justify="left")
     for col in ("knob", "current", "desired", "action", "reversible", "reason"):
         t.add_column(col, overflow="fold")
+    last = ("", "")
     for s in p.steps:
         action = {"noop": "no change", "set": "change"}.get(s.action, s.action)
         style = _ACTION_STYLE.get(s.action, "")
         reason = s.reason + (f" [dim]({s.note})[/dim]" if s.note else "")
+        note = BY_NAME[s.knob].reversible_note
+        # a group's many files (DAMON's) share one reason: say it (and the note) once, then 〃
+        if (s.knob, reason) == last and s.knob == "damon":
+            reason, note = "〃", ""
+        else:
+            last = (s.knob, reason)
         t.add_row(
             s.setting,
             _v(s.current),
             _v(s.desired),
             f"[{style}]{action}[/{style}]" if style else action,
-            ("yes" if s.reversible else "[red]no[/red]")
-            + (f" [dim]({BY_NAME[s.knob].reversible_note})[/dim]" if BY_NAME[s.knob].reversible_note else ""),
+            ("yes" if s.reversible else "[red]no[/red]") + (f" [dim]({note})[/dim]" if note else ""),
             reason,
         )
     c.print(t)

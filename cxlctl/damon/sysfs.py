@@ -385,8 +385,8 @@ def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
 
 def _config(r: Reader, release: Optional[str]) -> Dict[str, str]:
     """``CONFIG_DAMON*`` lines of ``/boot/config-<release>`` (where the distribution ships it)."""
-    if not release or "/" in release or release.startswith("."):
-        return {}
+    if not release or not re.fullmatch(r"[A-Za-z0-9_+~-][A-Za-z0-9._+~-]{0,127}", release):
+        return {}  # a release that cannot name a file under /boot (fuzzed, or odd)
     text = r.text(f"{paths.BOOT_DIR}/config-{release}") or ""
     out: Dict[str, str] = {}
     for line in text.splitlines():

@@ -188,7 +188,7 @@ def full() -> None:
     cx("verify", "tune", "verify", "--json")
     trace: List[Dict[str, object]] = []
     cold_done = hot_done = False
-    while time.time() - t0 < 150 and not (cold_done and hot_done):
+    while time.time() - t0 < 240 and not (cold_done and hot_done):
         time.sleep(3)
         c, h = pages(cold.pid), pages(hot.pid)
         trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h})

@@ -72,13 +72,15 @@ include = "inference-damon"
 [damon]
 enabled = true
 reason = "VM test"
-sample = "20ms"
-aggregate = "400ms"
-update = "2s"
-cold_age = "2s"
+sample = "100ms"
+aggregate = "2s"
+update = "4s"
+min_regions = 200
+cold_age = "4s"
 hot_accesses = "5%"
 apply_interval = "1s"
-quota_size = "8M"
+quota_size = "4G"
+quota_time = "500ms"
 quota_interval = "1s"
 memcg = "/damon-test"
 anon_only = true
@@ -110,7 +112,7 @@ def _json(out: Path, name: str) -> Any:
 
 
 def _readback(out: Path, label: str) -> Dict[str, str]:
-    rows = [line.split(" ", 1) for line in _f(out, f"{label}-readback.txt").splitlines() if " " in line]
+    rows = [line.rsplit(" ", 1) for line in _f(out, f"{label}-readback.txt").splitlines() if " " in line]
     return {k: v for k, v in rows}
 
 
