@@ -91,9 +91,9 @@ def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     assert [f.type for f in cold.filters] == ["young", "anon", "memcg"]
     assert cold.filters[2].memcg_path == "/damon-test" and cold.filters[0].matching is True
     assert cold.stats.sz_applied is not None and cold.stats.sz_applied >= 4 << 20
-    assert cold.quota.bytes == 8 << 20 and cold.quota.reset_interval_ms == 1000
+    assert cold.quota.bytes == 4 << 30 and cold.quota.ms == 500 and cold.quota.reset_interval_ms == 1000
     (ctx,) = state.kdamonds[0].contexts
-    assert ctx.operations == "paddr" and ctx.sample_us == 20_000 and ctx.aggr_us == 400_000
+    assert ctx.operations == "paddr" and ctx.sample_us == 100_000 and ctx.aggr_us == 2_000_000
     # without cxlctl's journal these are someone else's: inference-damon refuses
     from cxlctl.inventory import scan
     from cxlctl.tuning.plan import plan

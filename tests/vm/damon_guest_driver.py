@@ -91,6 +91,14 @@ def snap(name: str) -> None:
         f.write(sh(f"cd {D} && grep -r . . 2>&1 | sort"))
     with open(os.path.join(peers, "uname-r.txt"), "w") as f:
         f.write(os.uname().release + "\n")
+    # the same peers as every recorded tree (tests/test_inventory_fixtures.py compares with them)
+    for cmd, name in (("cxl list -vvv", "cxl-list"), ("daxctl list -iDRM", "daxctl-list"), ("numactl -H", "numactl-H")):
+        p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+        with open(os.path.join(peers, f"{name}.{'txt' if name == 'numactl-H' else 'json'}"), "w") as f:
+            f.write(p.stdout)
+        if p.stderr.strip():
+            with open(os.path.join(peers, f"{name}.err"), "w") as f:
+                f.write(p.stderr)
     shutil.copytree(tmp, f"{OUT}/fixtures/{name}", symlinks=True)
     log(f"recorded {name}")
 

@@ -20,6 +20,7 @@ kdamond and the boot values.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -116,7 +117,8 @@ def _readback(out: Path, label: str) -> Dict[str, str]:
     return {k: v for k, v in rows}
 
 
-def _keep(out: Path, series: str, names: List[str]) -> None:
+def _keep(out: Path, series: str, names: List[str], release: str = "") -> None:
+    """Copy the guest's records into fixtures/ (only with CXLCTL_RECORD_DAMON_FIXTURES=1)."""
     if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") != "1":
         return
     for name in names:
@@ -125,6 +127,14 @@ def _keep(out: Path, series: str, names: List[str]) -> None:
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(src, dst, symlinks=True)
+        about = (
+            f"kernel: {release or series} (Debian linux-image, unsigned)\n"
+            f"recorded: {datetime.date.today().isoformat()} by tests/vm/test_vm_damon.py "
+            "(CXLCTL_RECORD_DAMON_FIXTURES=1; guest side tests/vm/damon_guest_driver.py)\n"
+            f"topology: single: {TOPOLOGIES['single'].description}\n"
+            f"state: {name} (fixtures/README.md, DAMON trees)\n"
+        )
+        (dst / "peers" / "recorded.txt").write_text(about)
 
 
 def test_damon_tiering_on_612(tmp_path: Path) -> None:
@@ -146,7 +156,12 @@ def test_damon_tiering_on_612(tmp_path: Path) -> None:
     out = res.outdir
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
     assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
-    _keep(out, "6.12", ["single-region-damon-idle", "single-region-damon-running", "single-region-damon-tiering"])
+    _keep(
+        out,
+        "6.12",
+        ["single-region-damon-idle", "single-region-damon-running", "single-region-damon-tiering"],
+        res.kernel.release,
+    )
     cxl = int(_f(out, "cxl-node"))
     assert cxl > 0
     boot = _readback(out, "boot")
@@ -211,7 +226,7 @@ def test_damon_unavailable_on_61(tmp_path: Path) -> None:
     res = run_guest(TOPOLOGIES["single"], GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm")
     out = res.outdir
     assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
-    _keep(out, "6.1", ["single-noregion-damon"])
+    _keep(out, "6.1", ["single-noregion-damon"], res.kernel.release)
     plan = _json(out, "plan.json")["plan"]
     (d,) = [s for s in plan["steps"] if s["knob"] == "damon"]
     print(f"guest {res.kernel.release}, boot {res.boot_seconds} s: damon {d['action']}: {d['note']}")
