@@ -107,7 +107,7 @@ def readback(label: str) -> None:
     lines = [f"sysctl {k} {sh(f'sysctl -n {k}')}" for k in SYSCTLS]
     lines.append(f"demotion_enabled {get('/sys/kernel/mm/numa/demotion_enabled')}")
     lines.append(f"nr_kdamonds {get(D + '/nr_kdamonds')}")
-    lines.append("kdamonds " + " ".join(sorted(os.listdir(D))))
+    lines.append("kdamonds " + (" ".join(sorted(os.listdir(D))) if os.path.isdir(D) else "ABSENT"))
     with open(f"{OUT}/{label}-readback.txt", "w") as f:
         f.write("\n".join(lines) + "\n")
 
