@@ -92,13 +92,13 @@ def snap(name: str) -> None:
     with open(os.path.join(peers, "uname-r.txt"), "w") as f:
         f.write(os.uname().release + "\n")
     # the same peers as every recorded tree (tests/test_inventory_fixtures.py compares with them)
-    for cmd, name in (("cxl list -vvv", "cxl-list"), ("daxctl list -iDRM", "daxctl-list"), ("numactl -H", "numactl-H")):
-        p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
-        with open(os.path.join(peers, f"{name}.{'txt' if name == 'numactl-H' else 'json'}"), "w") as f:
-            f.write(p.stdout)
-        if p.stderr.strip():
-            with open(os.path.join(peers, f"{name}.err"), "w") as f:
-                f.write(p.stderr)
+    for cmd, peer in (("cxl list -vvv", "cxl-list"), ("daxctl list -iDRM", "daxctl-list"), ("numactl -H", "numactl-H")):
+        done = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+        with open(os.path.join(peers, f"{peer}.{'txt' if peer == 'numactl-H' else 'json'}"), "w") as f:
+            f.write(done.stdout)
+        if done.stderr.strip():
+            with open(os.path.join(peers, f"{peer}.err"), "w") as f:
+                f.write(done.stderr)
     shutil.copytree(tmp, f"{OUT}/fixtures/{name}", symlinks=True)
     log(f"recorded {name}")
 
@@ -196,7 +196,7 @@ def full() -> None:
     cx("verify", "tune", "verify", "--json")
     trace: List[Dict[str, object]] = []
     cold_done = hot_done = False
-    while time.time() - t0 < 240 and not (cold_done and hot_done):
+    while time.time() - t0 < 180 and not (cold_done and hot_done):
         time.sleep(3)
         c, h = pages(cold.pid), pages(hot.pid)
         trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h})
