@@ -52,11 +52,6 @@ def _write_profile(root: str, name: str, text: str) -> None:
         f.write(text)
 
 
-def _status_json(source: str) -> Dict[str, Any]:
-    with open(os.path.join(FIXTURES, source, "cxlctl-status.json")) as f:
-        return json.load(f)  # type: ignore[no-any-return]
-
-
 # ---------------------------------------------------------------------------- reader
 
 
@@ -170,18 +165,21 @@ def test_plan_on_612_monitors_each_nodes_blocks(tmp_path: Any, monkeypatch: Any)
     p = engine.prepare(root, "inference-damon").plan
     assert p.refusals == ()
     by = {s.setting: s for s in p.steps if s.knob == "damon"}
-    st = _status_json(IDLE)
-    cxl = [n for n in st["nodes"] if n["kind"] == "cxl" and n["has_memory"]]
+    from cxlctl.inventory import scan
+
+    inv = scan(root)
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
     assert len(cxl) == 1
-    cxl_id = cxl[0]["id"]
+    cxl_id = cxl[0].id
     assert by["damon.nr_kdamonds"].desired == "2" and by["damon.nr_kdamonds"].write == "2\n"
     assert by["damon.kdamond0.scheme0.action"].desired == "migrate_cold"
     assert by["damon.kdamond0.scheme0.target_nid"].desired == str(cxl_id)
     assert by["damon.kdamond1.scheme0.action"].desired == "migrate_hot"
     assert by["damon.kdamond1.scheme0.target_nid"].desired == "0"
     # the CXL kdamond monitors exactly the CXL node's online memory blocks
-    bs = st["memory_block_size"]
-    blocks = sorted(b["id"] for b in cxl[0]["memory_blocks"] if b["state"] == "online")
+    bs = inv.memory_block_size
+    assert bs
+    blocks = sorted(b.id for b in cxl[0].memory_blocks if b.state == "online")
     assert by["damon.kdamond1.region0.start"].desired == str(blocks[0] * bs)
     assert by["damon.kdamond1.region0.end"].desired == str((blocks[-1] + 1) * bs)
     # states last, after every member file
