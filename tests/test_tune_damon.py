@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, List
 
 import pytest
 
