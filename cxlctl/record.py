@@ -100,6 +100,10 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
+    # DAMON's kdamonds (cxlctl.damon): not part of the inventory, but tuning reads them
+    from .damon.sysfs import read_damon
+
+    read_damon(root, reader)
     # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
     # record's status document replays exactly
     tel = Reader(root, log=True)

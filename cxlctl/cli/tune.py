@@ -176,6 +176,26 @@ def _default_profile() -> Union[str, Profile]:
     return DEFAULT_PROFILE
 
 
+BESIDE_OPT = typer.Option(
+    False,
+    "--beside-other-damon",
+    help="Run the profile's DAMON kdamonds beside DAMON modules' (DAMON_RECLAIM/LRU_SORT/STAT) instead of refusing.",
+)
+
+
+def _beside(ref: Union[str, Profile], beside: bool) -> Union[str, Profile]:
+    """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``)."""
+    if not beside:
+        return ref
+    from cxlctl.tuning.profile import load
+
+    p = load(host_root(), ref) if isinstance(ref, str) else ref
+    settings = tuple(
+        s._replace(value=s.value._replace(beside_other_damon=True)) if s.knob == "damon" else s for s in p.settings
+    )
+    return p._replace(settings=settings)
+
+
 _ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported": "yellow", "skip": "yellow"}
 
 
@@ -192,17 +212,23 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     t = Table(title_justify="left")
     for col in ("knob", "current", "desired", "action", "reversible", "reason"):
         t.add_column(col, overflow="fold")
+    last = ("", "")
     for s in p.steps:
         action = {"noop": "no change", "set": "change"}.get(s.action, s.action)
         style = _ACTION_STYLE.get(s.action, "")
         reason = s.reason + (f" [dim]({s.note})[/dim]" if s.note else "")
+        note = BY_NAME[s.knob].reversible_note
+        # a group's many files (DAMON's) share one reason: say it (and the note) once, then 〃
+        if (s.knob, reason) == last and s.knob == "damon":
+            reason, note = "〃", ""
+        else:
+            last = (s.knob, reason)
         t.add_row(
             s.setting,
             _v(s.current),
             _v(s.desired),
             f"[{style}]{action}[/{style}]" if style else action,
-            ("yes" if s.reversible else "[red]no[/red]")
-            + (f" [dim]({BY_NAME[s.knob].reversible_note})[/dim]" if BY_NAME[s.knob].reversible_note else ""),
+            ("yes" if s.reversible else "[red]no[/red]") + (f" [dim]({note})[/dim]" if note else ""),
             reason,
         )
     c.print(t)
@@ -225,13 +251,14 @@ def plan_cmd(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     persist: bool = typer.Option(False, "--persist", help="Report conflicts as if applied with --persist."),
+    beside: bool = BESIDE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show what applying a profile would change: knob, current, desired, reason, reversible."""
     from cxlctl.tuning import jsonview as view
     from cxlctl.tuning.transaction import Transaction
 
-    prep = Transaction(host_root(), profile or _default_profile(), persist=persist or None).prepared
+    prep = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -272,6 +299,7 @@ def apply_cmd(
     persist: bool = typer.Option(
         False, "--persist", help="Also write /etc/sysctl.d/90-cxlctl.conf and /var/lib/cxlctl/active-profile."
     ),
+    beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -279,7 +307,7 @@ def apply_cmd(
     from cxlctl.tuning import jsonview as view
     from cxlctl.tuning.transaction import Transaction
 
-    txn = Transaction(host_root(), profile or _default_profile(), persist=persist or None)
+    txn = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
@@ -440,6 +468,33 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
     c.print("persisted: " + (f"{pers.profile or '?'} ({pers.sysctl_file or 'no sysctl file'})" if pers else "no"))
     if st.lock_held:
         c.print(f"lock: held by pid {st.lock_holder or '?'}")
+    if st.damon:
+        _render_damon(st, c)
+
+
+def _render_damon(st: Any, c: Console) -> None:
+    from rich.table import Table
+
+    from cxlctl.parse import format_size
+
+    def n(v: Optional[int]) -> str:
+        return "-" if v is None else str(v)
+
+    t = Table(title="DAMON schemes", title_justify="left")
+    for col in ("kdamond", "owner", "state", "action", "to node", "tried", "applied", "quota hits"):
+        t.add_column(col, overflow="fold")
+    for r in st.damon:
+        t.add_row(
+            str(r.kdamond) + (f" (pid {r.pid})" if r.pid and r.state == "on" else ""),
+            r.owner,
+            _v(r.state),
+            _v(r.action),
+            n(r.target_nid),
+            f"{n(r.nr_tried)} / {format_size(r.sz_tried)}",
+            f"{n(r.nr_applied)} / {format_size(r.sz_applied)}",
+            n(r.qt_exceeds),
+        )
+    c.print(t)
 
 
 # ---------------------------------------------------------------------------- try / confirm
@@ -473,6 +528,7 @@ def try_cmd(
     timeout: float = typer.Option(
         DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
     ),
+    beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -491,7 +547,9 @@ def try_cmd(
     try:
         try:
             with progress_bar(json_out) as progress:
-                res = Transaction(host_root(), profile).commit(wait=wait, trial_timeout=timeout, on_progress=progress)
+                res = Transaction(host_root(), _beside(profile, beside)).commit(
+                    wait=wait, trial_timeout=timeout, on_progress=progress
+                )
         except KeyboardInterrupt:
             # between recording the try and returning it: undo it here rather than leave it to expire
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -33,6 +33,15 @@ DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
 CGROUP_DIR = "/sys/fs/cgroup"
 DAMON_ADMIN = "/sys/kernel/mm/damon/admin"
 
+# -- sysfs: DAMON (Documentation/admin-guide/mm/damon/usage.rst) ------------------------------
+DAMON_ADMIN = "/sys/kernel/mm/damon/admin"
+DAMON_KDAMONDS = DAMON_ADMIN + "/kdamonds"
+DAMON_NR_KDAMONDS = DAMON_KDAMONDS + "/nr_kdamonds"
+MODULE_DIR = "/sys/module"
+#: the DAMON modules that run a kdamond of their own (not visible under DAMON_KDAMONDS)
+DAMON_MODULES = ("damon_reclaim", "damon_lru_sort", "damon_stat")
+BOOT_DIR = "/boot"
+
 # -- procfs -------------------------------------------------------------------------------
 PROC = "/proc"
 PROC_SYS = "/proc/sys/"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import TuneLock, holder, is_held
@@ -25,6 +25,7 @@ from .plan import Step
 from .results import (
     ApplyResult,
     Check,
+    DamonSchemeRow,
     FileResult,
     JournalSummary,
     PersistSummary,
@@ -285,6 +286,7 @@ def status(root: str) -> StatusResult:
             messages.append(f"{host(root, ACTIVE_PROFILE)} is not valid JSON")
         persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(root) else None, profile=name)
     held = is_held(root)
+    damon = damon_rows(root, j if active else None, messages)
     return StatusResult(
         active_profile=active,
         journal=_journal_summary(j, this) if j is not None else None,
@@ -294,4 +296,64 @@ def status(root: str) -> StatusResult:
         lock_held=held,
         lock_holder=holder(root) if held else None,
         messages=tuple(messages),
+        damon=damon,
     )
+
+
+def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple[DamonSchemeRow, ...]:
+    """Every kdamond's schemes with their statistics; cxlctl's are refreshed first.
+
+    The kernel updates a scheme's ``stats/`` files only when asked (``update_schemes_stats``
+    written to the kdamond's ``state``), so for cxlctl's running kdamonds status asks —
+    through the one write primitive, when the file is writable — and otherwise shows
+    the counters as of the last refresh and says so.  Other tools' kdamonds are only read.
+    """
+    from cxlctl.damon.sysfs import read_damon
+    from cxlctl.hostio.write import KnobError, write_knob
+
+    from .damon import owned
+
+    mine = owned(restore_map(j)) if j is not None else None
+    state = read_damon(root)
+    if not state.kdamonds:
+        return ()
+    stale = []
+    for k in state.kdamonds:
+        if mine is not None and k.id < mine and k.running:
+            hp = host(root, f"{k.path}/state")
+            if not writable(hp):
+                stale.append(k.id)
+                continue
+            try:
+                write_knob(hp, "update_schemes_stats\n")
+            except KnobError as e:
+                stale.append(k.id)
+                messages.append(f"DAMON kdamond {k.id}: cannot refresh scheme stats ({e.reason})")
+    if stale:
+        messages.append(
+            f"DAMON scheme stats of kdamond(s) {', '.join(map(str, stale))} are as of their last refresh "
+            "(run as root to refresh them)"
+        )
+    state = read_damon(root)
+    rows = []
+    for k in state.kdamonds:
+        owner = "cxlctl" if mine is not None and k.id < mine else "other"
+        for s in k.schemes:
+            st = s.stats
+            rows.append(
+                DamonSchemeRow(
+                    k.id,
+                    owner,
+                    k.state,
+                    k.pid,
+                    s.id,
+                    s.action,
+                    s.target_nid,
+                    st.nr_tried,
+                    st.sz_tried,
+                    st.nr_applied,
+                    st.sz_applied,
+                    st.qt_exceeds,
+                )
+            )
+    return tuple(rows)

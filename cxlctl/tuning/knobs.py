@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
+from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.parse import decimal_suffix, is_decimal
@@ -34,6 +35,8 @@ class Current(NamedTuple):
 
     values: Dict[str, Optional[str]]
     wi_files: Optional[Tuple[str, ...]]  # names in the weighted_interleave dir; None: no dir
+    damon: Optional[DamonState] = None  # every kdamond on the host (its files are in ``values`` too)
+    damon_caps: Optional[DamonCaps] = None
 
     def get(self, path: str) -> Optional[str]:
         return self.values.get(path)
@@ -299,6 +302,42 @@ class WeightedInterleaveKnob(Knob):
         return tuple(nodes + ([auto] if auto else []))
 
 
+class DamonKnob(Knob):
+    """DAMON tiering: kdamonds with migrate_cold/migrate_hot schemes (:mod:`cxlctl.tuning.damon`).
+
+    Set by a profile's ``[damon]`` section, not under ``[knobs]``; planned as a whole
+    by :func:`cxlctl.tuning.plan.plan`.  Member files hold numbers and words the kernel
+    echoes back as written, so the canonical form is the stripped text.
+    """
+
+    def __init__(self, name: str, path: str, summary: str, **kw: Any) -> None:
+        super().__init__(name, path, summary, **kw)
+        self.kind = "group"
+
+    def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
+        from .damon import validate
+
+        return validate(table)
+
+    def canonical(self, raw: str) -> Optional[str]:
+        t = raw.strip()
+        return t if t else None
+
+    def show(self, value: Any) -> str:
+        from .damon import DamonSpec, show
+
+        return show(value) if isinstance(value, DamonSpec) else str(value)
+
+    def probe(self, cur: Current) -> Optional[str]:
+        caps = cur.damon_caps
+        if caps is None:
+            return "DAMON was not probed"
+        return caps.why_not
+
+    def files(self, cur: Current) -> Tuple[str, ...]:
+        return ()
+
+
 def parse_ratio(text: str) -> Tuple[int, int]:
     """``"3:1"`` → (3, 1); both sides 1-255."""
     a, sep, b = text.strip().partition(":")
@@ -366,6 +405,13 @@ REGISTRY: Tuple[Knob, ...] = (
         reversible_note="only new allocations follow the weights; pages already placed stay",
         since="Linux 6.9",
     ),
+    DamonKnob(
+        "damon",
+        paths.DAMON_KDAMONDS,
+        "DAMON tiering: kdamonds that migrate cold DRAM pages to CXL and hot CXL pages to DRAM",
+        reversible_note="pages already migrated stay where they are",
+        since="Linux 6.11 with CONFIG_DAMON_PADDR",
+    ),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in REGISTRY}
@@ -390,7 +436,11 @@ def read_current(root: str) -> Current:
         wi = tuple(keep)
         for n in keep:
             values[f"{WI_DIR}/{n}"] = _read(root, f"{WI_DIR}/{n}")
-    return Current(values, wi)
+    from cxlctl.damon.sysfs import probe_host
+
+    damon, caps = probe_host(root)
+    values.update(damon.files)
+    return Current(values, wi, damon, caps)
 
 
 def knob_of_path(path: str) -> Optional[Knob]:

@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 from cxlctl.model import Inventory
 from cxlctl.parse import is_decimal
 
+from . import damon
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
 from .weights import cxl_write_bandwidth, node_bandwidth, ratio_weights, reduce_weights
@@ -45,6 +46,11 @@ class Plan(NamedTuple):
     steps: Tuple[Step, ...]
     saved: Tuple[Tuple[str, str], ...]  # (knob, path): every file the journal must hold
     warnings: Tuple[str, ...]
+    #: (path, text) of files the apply itself creates, with the value they have when
+    #: created (a new kdamond's ``state`` is ``off``): what a rollback puts back
+    baseline: Tuple[Tuple[str, str], ...] = ()
+    #: reasons the apply must not start (a kdamond of someone else); empty: go ahead
+    refusals: Tuple[str, ...] = ()
 
     @property
     def writes(self) -> Tuple[Step, ...]:
@@ -315,8 +321,15 @@ def plan(inv: Inventory, profile: Profile, current: Current, restore: Optional[R
     steps: List[Step] = []
     saved: List[Tuple[str, str]] = []
     warnings: List[str] = []
+    dp = DamonPlan([], [], [], [], [])
     for knob in REGISTRY:
         s = profile.setting(knob.name)
+        if knob.name == "damon":
+            dp = _damon(knob, s, current, inv, rs)
+            steps.extend(dp.steps)
+            saved.extend(dp.saved)
+            warnings.extend(dp.warnings)
+            continue
         if knob.kind == "group":
             ks, w = _wi(knob, s, current, inv, rs)
             warnings.extend(w)
@@ -329,7 +342,16 @@ def plan(inv: Inventory, profile: Profile, current: Current, restore: Optional[R
         if touched:
             saved.extend((knob.name, p) for p in knob.files(current) if current.get(p) is not None)
     warnings.extend(_advice(inv, steps))
-    return Plan(profile.name, profile.source, profile.placement, tuple(steps), tuple(saved), tuple(warnings))
+    return Plan(
+        profile.name,
+        profile.source,
+        profile.placement,
+        tuple(steps),
+        tuple(saved),
+        tuple(warnings),
+        tuple(dp.baseline),
+        tuple(dp.refusals),
+    )
 
 
 def _final(steps: List[Step], knob: str) -> Optional[str]:
@@ -357,7 +379,157 @@ def _advice(inv: Inventory, steps: List[Step]) -> List[str]:
         )
     if tiering and dem == "false":
         out.append("kernel.numa_balancing tiering is on but demotion is off: pages are promoted but never demoted")
+    damon_on = any(s.knob == "damon" and s.action in ("set", "noop") and s.desired == "on" for s in steps)
+    if damon_on and tiering:
+        out.append(
+            "kernel.numa_balancing tiering (mode 2) is on beside DAMON tiering: two promoters work against each "
+            "other; set kernel.numa_balancing = 0 in the profile"
+        )
     rl = [s for s in steps if s.knob == "kernel.numa_balancing_promote_rate_limit_MBps" and s.action in ("set", "noop")]
     if rl and nb is not None and not tiering:
         out.append("the promotion rate limit has no effect unless kernel.numa_balancing includes mode 2")
     return out
+
+
+# ---------------------------------------------------------------------------- DAMON
+
+
+class DamonPlan(NamedTuple):
+    steps: List[Step]
+    saved: List[Tuple[str, str]]
+    baseline: List[Tuple[str, str]]
+    warnings: List[str]
+    refusals: List[str]
+
+
+def _damon_step(
+    setting: str,
+    path: str,
+    current: Optional[str],
+    desired: Optional[str],
+    write: Optional[str],
+    action: str,
+    s: Setting,
+    note: str = "",
+) -> Step:
+    return Step("damon", setting, path, current, desired, write, action, s.reason, True, s.origin, note)
+
+
+def _damon_restore(cur: Current, restore: Restore) -> DamonPlan:
+    """The profile in effect made kdamonds and this one does not want them: stop and remove them."""
+    ours = [p for p, (k, _) in restore.items() if k == "damon" and damon.is_state(p)]
+    steps: List[Step] = []
+    saved: List[Tuple[str, str]] = []
+    for path in sorted(ours) + [damon.NR_KDAMONDS]:
+        original = restore[path][1]
+        raw = cur.get(path)
+        if original is None or raw is None:
+            continue
+        saved.append(("damon", path))
+        now, want = raw.strip(), original.strip()
+        setting = "damon.nr_kdamonds" if path == damon.NR_KDAMONDS else "damon.kdamond" + path.split("/")[-2] + ".state"
+        action, write = ("noop", None) if now == want else ("restore", original)
+        # a state file goes away with nr_kdamonds: nothing to read back afterwards
+        desired = None if path != damon.NR_KDAMONDS else want
+        note = "stopped, then removed by nr_kdamonds" if desired is None else ""
+        steps.append(Step("damon", setting, path, now, desired, write, action, _RESTORE_REASON, True, "", note))
+    return DamonPlan(steps, saved, [], [], [])
+
+
+def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, restore: Restore) -> DamonPlan:
+    """DAMON tiering's steps (see :mod:`.damon`): kdamond count, every member file, then the states."""
+    spec = s.value if s is not None else None
+    mine = damon.owned(restore)
+    if s is None or not isinstance(spec, damon.DamonSpec) or not spec.enabled:
+        return _damon_restore(cur, restore) if mine is not None else DamonPlan([], [], [], [], [])
+    why = knob.probe(cur)
+    if why:
+        return DamonPlan([_damon_step("damon", knob.path, None, None, None, "unsupported", s, why)], [], [], [], [])
+    state = cur.damon
+    assert state is not None and cur.damon_caps is not None
+    kds, notes = damon.layout(inv, spec, cur.damon_caps)
+    warnings = [f"damon: {n}" for n in notes]
+
+    def skip(note: str) -> DamonPlan:
+        return DamonPlan([_damon_step("damon", knob.path, None, None, None, "skip", s, note)], [], [], warnings, [])
+
+    if not any(n.kind == "cxl" and n.has_memory for n in inv.nodes):
+        return skip("no CXL memory node is online: nothing to tier DRAM with")
+    if not kds:
+        return skip("no DRAM/CXL node pair with online memory blocks to monitor")
+    refusals = []
+    other = damon.others(state, mine)
+    if other:
+        refusals.append(
+            "DAMON is already in use through sysfs by another tool (damo, a script): "
+            + "; ".join(other)
+            + ". cxlctl never touches it: adding a kdamond means writing nr_kdamonds, which re-creates every "
+            "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
+            "out of the profile"
+        )
+    mods = damon.module_kdamonds(state)
+    if mods and not spec.beside_other_damon:
+        refusals.append(
+            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
+            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
+        )
+    elif mods:
+        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    n = len(kds)
+    now_nr = cur.get(damon.NR_KDAMONDS)
+    now_n = now_nr.strip() if now_nr is not None else None
+    recreate = now_n != str(n)
+    if not refusals and recreate and mine is not None and any(k.running for k in state.kdamonds):
+        refusals.append(
+            f"the DAMON tiering layout changes from {mine} to {n} kdamond(s) (a memory node came or went) while "
+            "cxlctl's kdamonds run; run `cxlctl tune revert`, then apply again"
+        )
+    if refusals:
+        step = _damon_step("damon", knob.path, None, None, None, "skip", s, "refused: " + refusals[0])
+        return DamonPlan([step], [], [], warnings, refusals)
+    caps = cur.damon_caps
+    extra = []
+    if not caps.node_goals and (spec.dram_free_goal_bp is not None or spec.dram_used_goal_bp is not None):
+        extra.append("quota goals on node memory need 6.16+: fixed quotas only")
+    steps: List[Step] = []
+    desc = ", ".join(f"node{k.node}→node{k.scheme.target_nid} {k.scheme.action}" for k in kds)
+    steps.append(
+        _damon_step(
+            "damon.nr_kdamonds",
+            damon.NR_KDAMONDS,
+            now_n,
+            str(n),
+            f"{n}\n" if recreate else None,
+            "set" if recreate else "noop",
+            s,
+            desc + ("; " + "; ".join(extra) if extra else ""),
+        )
+    )
+    member_paths: List[str] = []
+    changed = {k.id: recreate for k in kds}
+    for k in kds:
+        for path, value, name in damon.files(k, spec):
+            member_paths.append(path)
+            raw = None if recreate else cur.get(path)
+            current = raw.strip() if raw is not None else None
+            if current == value:
+                steps.append(_damon_step(name, path, current, value, None, "noop", s))
+            else:
+                changed[k.id] = True
+                steps.append(_damon_step(name, path, current, value, value + "\n", "set", s))
+    states = [damon.state_path(k.id) for k in kds]
+    for k in kds:
+        path = damon.state_path(k.id)
+        raw = None if recreate else cur.get(path)
+        current = raw.strip() if raw is not None else None
+        if current == "on" and not changed[k.id]:
+            steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", None, "noop", s))
+        elif current == "on":
+            # a running kdamond takes new inputs on `commit` (6.11+ commits the whole context)
+            note = "commit: the running kdamond re-reads its files"
+            steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", "commit\n", "set", s, note))
+        else:
+            steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", "on\n", "set", s))
+    saved = [("damon", p) for p in states + [damon.NR_KDAMONDS] + member_paths]
+    baseline = [(p, "off\n") for p in states if recreate or cur.get(p) is None]
+    return DamonPlan(steps, saved, baseline, warnings, [])

@@ -48,7 +48,7 @@ from .knobs import BY_NAME, ORDER, REGISTRY
 USER_DIR = paths.USER_PROFILE_DIR
 BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles")
 PLACEMENTS = ("default", "weighted-interleave", "tiering", "dram-only")
-TOP_KEYS = ("summary", "description", "include", "placement", "knobs")
+TOP_KEYS = ("summary", "description", "include", "placement", "knobs", "damon")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_DEPTH = 16
 
@@ -169,8 +169,10 @@ def _validate(path: str, data: Dict[str, Any]) -> _Raw:
     for name, spec in knobs.items():
         key = f"knobs.{name}"
         knob = BY_NAME.get(name)
+        if name == "damon":
+            raise ProfileError(path, key, "DAMON tiering is set in its own [damon] section, not under [knobs]")
         if knob is None:
-            known = ", ".join(k.name for k in REGISTRY)
+            known = ", ".join(k.name for k in REGISTRY if k.name != "damon")
             raise ProfileError(path, key, f"unknown knob (known: {known})")
         table: Dict[str, Any] = spec if isinstance(spec, dict) else {"value": spec}
         allowed = {"value", "reason"} | set(knob.extra_keys)
@@ -190,13 +192,47 @@ def _validate(path: str, data: Dict[str, Any]) -> _Raw:
             sub = "value" if knob.kind != "group" else "weights"
             raise ProfileError(path, f"{key}.{sub}", str(e)) from None
         settings[name] = Setting(name, value, reason.strip(), path)
+    if "damon" in data:
+        settings["damon"] = _damon_section(path, data["damon"], default_reason)
     return _Raw(path, summary, description, placement, tuple(inc), settings)
+
+
+def _damon_section(path: str, table: Any, default_reason: str) -> Setting:
+    """``[damon]``: DAMON tiering (keys in :mod:`.damon`; durations "5s", sizes "256M")."""
+    if not isinstance(table, dict):
+        raise ProfileError(path, "damon", "must be a table ([damon] with enabled = true and optional settings)")
+    reason = table.get("reason", default_reason)
+    if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+        raise ProfileError(path, "damon.reason", "must be a one-line string")
+    try:
+        spec = BY_NAME["damon"].validate(None, table)
+    except ValueError as e:
+        raise ProfileError(path, "damon", str(e)) from None
+    return Setting("damon", spec, reason.strip(), path)
+
+
+def _refuse_conflicts(path: str, settings: Dict[str, Setting]) -> None:
+    """Settings that work against each other in the merged profile (includes resolved)."""
+    d = settings.get("damon")
+    nb = settings.get("kernel.numa_balancing")
+    if d is None or nb is None or not getattr(d.value, "enabled", False):
+        return
+    if isinstance(nb.value, int) and nb.value & 2:
+        raise ProfileError(
+            path,
+            "damon",
+            f"DAMON tiering and kernel.numa_balancing = {nb.value} (memory tiering) are both asked for "
+            f"(numa_balancing from {os.path.basename(nb.origin)}): two promoters move the same pages against each "
+            "other, and NUMA balancing's hint faults cost what DAMON avoids",
+            hint="set kernel.numa_balancing = 0 in this profile (as inference-damon does), or drop [damon]",
+        )
 
 
 def load(root: str, ref: str) -> Profile:
     """Load profile ``ref`` (a name or a path) with its includes; :class:`ProfileError` on any problem."""
     path, builtin = _resolve(root, ref, (), None)
     merged = _load(root, path, (), 0)
+    _refuse_conflicts(path, merged.settings)
     name = os.path.basename(path)[:-5] if path.endswith(".toml") else os.path.basename(path)
     settings = tuple(sorted(merged.settings.values(), key=lambda s: ORDER[s.knob]))
     return Profile(
@@ -222,6 +258,7 @@ def from_data(root: str, name: str, data: Dict[str, Any], source: str) -> Profil
     if not _NAME.match(name):
         raise ProfileError(source, None, f"{name!r} is not a valid profile name (letters, digits, . _ -)")
     merged = _merge(root, source, _validate(source, data), (), 0)
+    _refuse_conflicts(source, merged.settings)
     return Profile(
         name=name,
         source=source,

@@ -80,9 +80,45 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
             ("inference-capacity", "if the working set exceeds DRAM and processes run with the default policy"),
             ("latency-strict", "if the workload must stay in DRAM"),
         ]
+    profile, alts = _tiering_engine(cur, profile, alts, reasons, bool(shared))
     if missing_bw and profile == "inference-bandwidth":
         reasons.append(
             f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing_bw))}: the profile will leave the "
             'weights alone; a user profile with weights = "3:1" (DRAM:CXL) sets them by ratio'
         )
     return Recommendation(profile=profile, reasons=tuple(reasons), alternatives=tuple(alts))
+
+
+def _tiering_engine(
+    cur: Current, profile: str, alts: List[Tuple[str, str]], reasons: List[str], shared_tier: bool
+) -> Tuple[str, List[Tuple[str, str]]]:
+    """DAMON tiering (inference-damon) where the kernel has migrate_hot/migrate_cold, else NUMA balancing.
+
+    DAMON's migrate actions name their destination node, so unlike demotion and
+    NUMA-balancing promotion they work even where CXL shares DRAM's memory tier.
+    """
+    caps = cur.damon_caps
+    if caps is None or not caps.tiering:
+        why = caps.why_not if caps is not None else "DAMON was not probed"
+        if profile == "inference-capacity" or any(a[0] == "inference-capacity" for a in alts):
+            reasons.append(f"tiering engine: NUMA balancing (inference-capacity), since DAMON tiering is {why}")
+        return profile, alts
+    how = "; ".join(caps.evidence[-1:])
+    if profile == "inference-capacity":
+        reasons.append(
+            f"this kernel has DAMON's migrate_hot/migrate_cold ({how}): DAMON tiering (inference-damon) moves pages "
+            "without NUMA balancing's hint faults on every scanned page, and demotes before reclaim has to"
+        )
+        return "inference-damon", [("inference-capacity", "NUMA-balancing tiering instead of DAMON")] + alts
+    when = (
+        "to tier DRAM and CXL anyway: DAMON's migrations name the destination node, so they work without tiers"
+        if shared_tier
+        else "if the working set exceeds DRAM and processes run with the default policy (DAMON tiering; "
+        f"this kernel has migrate_hot/migrate_cold: {how})"
+    )
+    alts = [a for a in alts if a[0] != "inference-capacity"]
+    reasons.append(
+        "tiering engine, where tiering is wanted: DAMON (inference-damon) rather than NUMA balancing, since this "
+        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults, and cold pages leave DRAM before reclaim"
+    )
+    return profile, [("inference-damon", when)] + alts

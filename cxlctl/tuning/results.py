@@ -123,6 +123,23 @@ class TrialSummary(NamedTuple):
     waiting: bool  # that process is still alive
 
 
+class DamonSchemeRow(NamedTuple):
+    """One DAMOS scheme of a kdamond, for ``tune status``."""
+
+    kdamond: int
+    owner: str  # cxlctl | other
+    state: Optional[str]
+    pid: Optional[int]
+    scheme: int
+    action: Optional[str]
+    target_nid: Optional[int]
+    nr_tried: Optional[int]
+    sz_tried: Optional[int]
+    nr_applied: Optional[int]
+    sz_applied: Optional[int]
+    qt_exceeds: Optional[int]
+
+
 class StatusResult(NamedTuple):
     active_profile: Optional[str]
     journal: Optional[JournalSummary]
@@ -132,3 +149,4 @@ class StatusResult(NamedTuple):
     lock_held: bool
     lock_holder: Optional[int]
     messages: Tuple[str, ...]
+    damon: Tuple[DamonSchemeRow, ...] = ()  # every kdamond's schemes, with who owns it

@@ -33,7 +33,7 @@ import os
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from cxlctl import __version__
-from cxlctl.errors import CxlctlError
+from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.hostio.lock import TuneLock
@@ -166,7 +166,8 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
             hp = host(root, e.path)
             exists, raw = read_raw(hp)
             if not exists:
-                progress.status[e.path] = "gone"
+                # a file the apply created (a kdamond's) is gone once its parent count is restored
+                progress.status[e.path] = "gone" if want is not None else "removed"
                 continue
             if raw == want:
                 continue
@@ -196,6 +197,10 @@ def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
         if e.desired is None:
             continue
         exists, raw = read_raw(host(root, e.path))
+        if raw is None and BY_NAME[e.knob].name == "damon" and not exists:
+            # a kdamond removed by hand (nr_kdamonds written) is drift, not a kernel without the file
+            out.append(Check(e.setting, e.path, e.desired, None, "drift", "kdamond removed"))
+            continue
         if raw is None:
             out.append(
                 Check(
@@ -255,9 +260,12 @@ def file_results(entries: List[Entry], progress: Progress) -> Tuple[FileResult, 
 
 def _build_entries(p: Plan, cur: Current, restore: Restore) -> List[Entry]:
     steps = {s.path: s for s in p.steps if s.action in ("set", "noop", "restore")}
+    baseline = dict(p.baseline)
     out = []
     for knob, path in p.saved:
         raw = cur.get(path)
+        if raw is None:
+            raw = baseline.get(path)
         st = steps.get(path)
         out.append(
             Entry(
@@ -370,6 +378,11 @@ class Transaction:
         )
 
     def _check(self, p: Plan, extra: Tuple[str, ...]) -> None:
+        if p.refusals:
+            raise UsageError(
+                f"tune apply {p.profile} refused; nothing was changed: " + " ".join(p.refusals),
+                hint="`cxlctl tune plan` shows the plan; docs/tuning.md (DAMON tiering) explains the choice",
+            )
         preflight(self.root, [s.path for s in p.writes], {s.knob for s in p.writes}, "apply", extra)
 
     def _settle(self, messages: List[str]) -> Optional[Journal]:
@@ -443,7 +456,8 @@ class Transaction:
                 progress.status[st.path] = "written"
             except KnobError as e:
                 _, raw = read_raw(hp)
-                if raw is not None and st.desired is not None and canon(st.knob, raw) == st.desired:
+                command = st.write.strip() == "commit"  # reads back "on" whether or not the kernel took it
+                if raw is not None and st.desired is not None and not command and canon(st.knob, raw) == st.desired:
                     # raced to the same value (another agent), or the write took effect after all
                     progress.status[st.path] = "written"
                     progress.errors[st.path] = f"{e.kind}: {e.reason}, but the file now holds the wanted value"

@@ -1,0 +1,34 @@
+"""DAMON (Data Access MONitor) as seen through its sysfs interface: read-only.
+
+:mod:`.sysfs` reads every kdamond under ``/sys/kernel/mm/damon/admin/kdamonds/``
+(contexts, targets, regions, schemes with their access patterns, quotas, goals,
+watermarks, filters and statistics), the DAMON modules that run kdamonds of their
+own (DAMON_RECLAIM, DAMON_LRU_SORT, DAMON_STAT), and probes what the kernel can do
+(``migrate_hot``/``migrate_cold``, quota goals on node memory).  It writes nothing:
+the tuning engine (:mod:`cxlctl.tuning.damon`) plans and journals the writes, and the
+telemetry commands may show the scheme statistics it returns.
+"""
+
+from __future__ import annotations
+
+from .sysfs import (
+    DamonCaps,
+    DamonModule,
+    DamonState,
+    Kdamond,
+    Scheme,
+    SchemeStats,
+    probe,
+    read_damon,
+)
+
+__all__ = [
+    "DamonCaps",
+    "DamonModule",
+    "DamonState",
+    "Kdamond",
+    "Scheme",
+    "SchemeStats",
+    "probe",
+    "read_damon",
+]

@@ -1,0 +1,443 @@
+"""Read DAMON's sysfs tree and probe what the kernel offers (no writes).
+
+The tree (``Documentation/admin-guide/mm/damon/usage.rst``)::
+
+    /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds
+        K/state, pid
+        K/contexts/nr_contexts
+            C/avail_operations, operations
+            C/monitoring_attrs/intervals/{sample_us,aggr_us,update_us}, nr_regions/{min,max}
+            C/targets/nr_targets, T/pid_target, T/regions/nr_regions, R/{start,end}
+            C/schemes/nr_schemes
+                S/action, target_nid (6.11), apply_interval_us
+                S/access_pattern/{sz,nr_accesses,age}/{min,max}
+                S/quotas/{ms,bytes,reset_interval_ms}, goals/nr_goals, G/{target_metric,target_value,nid}
+                S/watermarks/{metric,interval_us,high,mid,low}
+                S/filters/nr_filters, F/{type,matching,memcg_path,addr_start,addr_end,allow}
+                S/stats/{nr_tried,sz_tried,nr_applied,sz_applied,qt_exceeds}
+
+Why a reader of its own: the tuning engine must know every kdamond on the host
+before it adds one (writing ``nr_kdamonds`` re-creates *all* kdamond directories and
+fails with EBUSY while any of them runs, so a kdamond of someone else — damo, a
+script — rules out adding ours), ``tune status``/``verify`` compare what runs with
+what was applied, and the telemetry commands show the scheme statistics.
+
+Everything read is kept as raw text by path too (:attr:`DamonState.files`): the
+tuning engine plans and verifies per file.  Numbers parse ASCII digits only; any
+file that does not parse reads as None.  Counts are bounded so a corrupt or hostile
+tree cannot make the reader loop for long.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader
+from cxlctl.parse import is_decimal
+
+KDAMONDS = paths.DAMON_KDAMONDS
+NR_KDAMONDS = paths.DAMON_NR_KDAMONDS
+#: at most this many entries of each kind are read (the kernel has no limit; real hosts use a few)
+MAX_ENTRIES = 64
+MAX_REGIONS = 1024
+
+#: actions the sysfs interface accepts, with the kernel that added them
+MIGRATE_SINCE = (6, 11)
+NODE_GOALS_SINCE = (6, 16)  # quota goal metrics node_mem_used_bp / node_mem_free_bp, goal ``nid``
+FILTER_ALLOW_SINCE = (6, 14)
+
+
+class Range(NamedTuple):
+    min: Optional[int]
+    max: Optional[int]
+
+
+class Region(NamedTuple):
+    start: Optional[int]
+    end: Optional[int]
+
+
+class Target(NamedTuple):
+    id: int
+    pid_target: Optional[int]
+    regions: Tuple[Region, ...]
+
+
+class QuotaGoal(NamedTuple):
+    id: int
+    target_metric: Optional[str]
+    target_value: Optional[int]
+    current_value: Optional[int]
+    nid: Optional[int]  # 6.16+
+
+
+class Quota(NamedTuple):
+    ms: Optional[int]
+    bytes: Optional[int]
+    reset_interval_ms: Optional[int]
+    goals: Tuple[QuotaGoal, ...]
+
+
+class Watermarks(NamedTuple):
+    metric: Optional[str]
+    interval_us: Optional[int]
+    high: Optional[int]
+    mid: Optional[int]
+    low: Optional[int]
+
+
+class Filter(NamedTuple):
+    id: int
+    type: Optional[str]
+    matching: Optional[bool]
+    allow: Optional[bool]  # 6.14+; None: the kernel has no such file (every filter rejects)
+    memcg_path: Optional[str]
+
+
+class SchemeStats(NamedTuple):
+    """``stats/`` of one scheme, as of the last ``update_schemes_stats`` (or the kernel's own refresh)."""
+
+    nr_tried: Optional[int]
+    sz_tried: Optional[int]
+    nr_applied: Optional[int]
+    sz_applied: Optional[int]
+    qt_exceeds: Optional[int]
+
+
+class Scheme(NamedTuple):
+    id: int
+    action: Optional[str]
+    target_nid: Optional[int]  # None: no such file (before 6.11) or unparsable
+    apply_interval_us: Optional[int]
+    sz: Range
+    nr_accesses: Range
+    age: Range
+    quota: Quota
+    watermarks: Watermarks
+    filters: Tuple[Filter, ...]
+    stats: SchemeStats
+
+
+class Context(NamedTuple):
+    id: int
+    operations: Optional[str]
+    avail_operations: Tuple[str, ...]
+    sample_us: Optional[int]
+    aggr_us: Optional[int]
+    update_us: Optional[int]
+    nr_regions: Range
+    targets: Tuple[Target, ...]
+    schemes: Tuple[Scheme, ...]
+
+
+class Kdamond(NamedTuple):
+    id: int
+    path: str  # /sys/kernel/mm/damon/admin/kdamonds/K
+    state: Optional[str]  # on | off
+    pid: Optional[int]  # of the kdamond thread while it runs
+    contexts: Tuple[Context, ...]
+
+    @property
+    def running(self) -> bool:
+        return self.state == "on"
+
+    @property
+    def schemes(self) -> Tuple[Scheme, ...]:
+        return tuple(s for c in self.contexts for s in c.schemes)
+
+
+class DamonModule(NamedTuple):
+    """A DAMON module that runs its own kdamond (invisible under ``kdamonds/``)."""
+
+    name: str  # damon_reclaim | damon_lru_sort | damon_stat
+    enabled: Optional[bool]
+    kdamond_pid: Optional[int]
+
+    @property
+    def running(self) -> bool:
+        return bool(self.enabled) or (self.kdamond_pid is not None and self.kdamond_pid > 0)
+
+
+class DamonState(NamedTuple):
+    sysfs: bool  # /sys/kernel/mm/damon/admin/kdamonds exists (CONFIG_DAMON_SYSFS)
+    nr_kdamonds: Optional[int]
+    kdamonds: Tuple[Kdamond, ...]
+    modules: Tuple[DamonModule, ...]
+    files: Dict[str, str]  # path → raw text of every file read under kdamonds/
+
+    def kdamond(self, index: int) -> Optional[Kdamond]:
+        for k in self.kdamonds:
+            if k.id == index:
+                return k
+        return None
+
+
+class DamonCaps(NamedTuple):
+    """What this kernel's DAMON can do, and how that was found out."""
+
+    sysfs: bool
+    release: Optional[str]
+    paddr: Optional[bool]  # None: not known before a context exists and without the kernel config
+    migrate: Optional[bool]  # migrate_hot/migrate_cold (6.11+)
+    node_goals: bool  # quota goals node_mem_used_bp/node_mem_free_bp (6.16+)
+    filter_allow: bool  # filters with an ``allow`` file (6.14+)
+    evidence: Tuple[str, ...]
+
+    @property
+    def tiering(self) -> bool:
+        """DAMON tiering can be set up here (unknown counts as yes: the apply proves it)."""
+        return self.sysfs and self.migrate is not False and self.paddr is not False
+
+    @property
+    def why_not(self) -> Optional[str]:
+        if self.tiering:
+            return None
+        missing = []
+        if not self.sysfs:
+            missing.append("no DAMON sysfs interface (/sys/kernel/mm/damon/admin; CONFIG_DAMON_SYSFS)")
+        if self.migrate is False:
+            missing.append("no migrate_hot/migrate_cold actions")
+        if self.paddr is False:
+            missing.append("no physical-address monitoring (CONFIG_DAMON_PADDR)")
+        return (
+            f"not available on this kernel{f' ({self.release})' if self.release else ''}: "
+            + "; ".join(missing)
+            + " (needs 6.11+ with CONFIG_DAMON_PADDR)"
+        )
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    t = text.strip()
+    return int(t) if is_decimal(t) else None
+
+
+def _bool(text: Optional[str]) -> Optional[bool]:
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if t in ("y", "yes", "1", "true", "on"):
+        return True
+    if t in ("n", "no", "0", "false", "off"):
+        return False
+    return None
+
+
+def _word(text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    t = text.strip()
+    return t if t and len(t) <= 256 and "\n" not in t else None
+
+
+class _Walk:
+    """One pass over the tree with one reader; raw texts land in ``files``."""
+
+    def __init__(self, r: Reader) -> None:
+        self.r = r
+        self.files: Dict[str, str] = {}
+
+    def text(self, path: str) -> Optional[str]:
+        raw = self.r.raw(path)
+        if raw is None:
+            return None
+        t = raw.decode("utf-8", "replace")
+        self.files[path] = t
+        return t
+
+    def num(self, path: str) -> Optional[int]:
+        return _int(self.text(path))
+
+    def range(self, d: str) -> Range:
+        return Range(self.num(d + "/min"), self.num(d + "/max"))
+
+    def entries(self, d: str, count_file: str, build: Callable[[str, int], Any], limit: int = MAX_ENTRIES) -> List[Any]:
+        """The numbered sub-directories ``d/0`` … (as listed; ``count_file`` is read for the record)."""
+        self.text(f"{d}/{count_file}")
+        out = []
+        for name in self.r.listdir(d, is_decimal)[:limit]:
+            out.append(build(f"{d}/{name}", int(name)))
+        return out
+
+    def region(self, d: str, i: int) -> Region:
+        return Region(self.num(d + "/start"), self.num(d + "/end"))
+
+    def target(self, d: str, i: int) -> Target:
+        regions = self.entries(d + "/regions", "nr_regions", self.region, MAX_REGIONS)
+        return Target(i, self.num(d + "/pid_target"), tuple(regions))
+
+    def goal(self, d: str, i: int) -> QuotaGoal:
+        nid = self.num(d + "/nid")
+        return QuotaGoal(
+            i,
+            _word(self.text(d + "/target_metric")),
+            self.num(d + "/target_value"),
+            self.num(d + "/current_value"),
+            nid,
+        )
+
+    def filter(self, d: str, i: int) -> Filter:
+        return Filter(
+            i,
+            _word(self.text(d + "/type")),
+            _bool(self.text(d + "/matching")),
+            _bool(self.text(d + "/allow")),
+            (self.text(d + "/memcg_path") or "").strip() or None,
+        )
+
+    def scheme(self, d: str, i: int) -> Scheme:
+        ap = d + "/access_pattern"
+        q = d + "/quotas"
+        w = d + "/watermarks"
+        st = d + "/stats"
+        goals = self.entries(q + "/goals", "nr_goals", self.goal) if self.r.isdir(q + "/goals") else []
+        return Scheme(
+            id=i,
+            action=_word(self.text(d + "/action")),
+            target_nid=_int(self.text(d + "/target_nid")),
+            apply_interval_us=self.num(d + "/apply_interval_us"),
+            sz=self.range(ap + "/sz"),
+            nr_accesses=self.range(ap + "/nr_accesses"),
+            age=self.range(ap + "/age"),
+            quota=Quota(self.num(q + "/ms"), self.num(q + "/bytes"), self.num(q + "/reset_interval_ms"), tuple(goals)),
+            watermarks=Watermarks(
+                _word(self.text(w + "/metric")),
+                self.num(w + "/interval_us"),
+                self.num(w + "/high"),
+                self.num(w + "/mid"),
+                self.num(w + "/low"),
+            ),
+            filters=tuple(self.entries(d + "/filters", "nr_filters", self.filter)),
+            stats=SchemeStats(
+                self.num(st + "/nr_tried"),
+                self.num(st + "/sz_tried"),
+                self.num(st + "/nr_applied"),
+                self.num(st + "/sz_applied"),
+                self.num(st + "/qt_exceeds"),
+            ),
+        )
+
+    def context(self, d: str, i: int) -> Context:
+        ma = d + "/monitoring_attrs"
+        avail = tuple(w for w in (self.text(d + "/avail_operations") or "").split() if len(w) <= 32)[:16]
+        return Context(
+            id=i,
+            operations=_word(self.text(d + "/operations")),
+            avail_operations=avail,
+            sample_us=self.num(ma + "/intervals/sample_us"),
+            aggr_us=self.num(ma + "/intervals/aggr_us"),
+            update_us=self.num(ma + "/intervals/update_us"),
+            nr_regions=self.range(ma + "/nr_regions"),
+            targets=tuple(self.entries(d + "/targets", "nr_targets", self.target)),
+            schemes=tuple(self.entries(d + "/schemes", "nr_schemes", self.scheme)),
+        )
+
+    def kdamond(self, d: str, i: int) -> Kdamond:
+        state = _word(self.text(d + "/state"))
+        return Kdamond(
+            id=i,
+            path=d,
+            state=state,
+            pid=_int(self.text(d + "/pid")),
+            contexts=tuple(self.entries(d + "/contexts", "nr_contexts", self.context)),
+        )
+
+
+def read_modules(r: Reader) -> Tuple[DamonModule, ...]:
+    out = []
+    for name in paths.DAMON_MODULES:
+        d = f"{paths.MODULE_DIR}/{name}/parameters"
+        if not r.isdir(d):
+            continue
+        enabled = _bool(r.text(d + "/enabled"))
+        pid = r.text(d + "/kdamond_pid")
+        t = (pid or "").strip()
+        out.append(DamonModule(name, enabled, int(t) if is_decimal(t) else None))
+    return tuple(out)
+
+
+def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
+    """Every kdamond under ``root``'s DAMON sysfs, and the DAMON modules' kdamonds."""
+    r = reader or Reader(root)
+    modules = read_modules(r)
+    if not r.isdir(KDAMONDS):
+        return DamonState(False, None, (), modules, {})
+    w = _Walk(r)
+    nr = _int(w.text(NR_KDAMONDS))
+    kds = tuple(w.kdamond(f"{KDAMONDS}/{n}", int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
+    return DamonState(True, nr, kds, modules, w.files)
+
+
+# ---------------------------------------------------------------------------- probing
+
+
+def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``6.12.117+deb12-amd64`` → (6, 12); None when unparsable."""
+    m = re.match(r"([0-9]+)\.([0-9]+)", release or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _config(r: Reader, release: Optional[str]) -> Dict[str, str]:
+    """``CONFIG_DAMON*`` lines of ``/boot/config-<release>`` (where the distribution ships it)."""
+    if not release or not re.fullmatch(r"[A-Za-z0-9_+~-][A-Za-z0-9._+~-]{0,127}", release):
+        return {}  # a release that cannot name a file under /boot (fuzzed, or odd)
+    text = r.text(f"{paths.BOOT_DIR}/config-{release}") or ""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.startswith("CONFIG_DAMON"):
+            out[k.strip()] = v.strip()
+        elif line.startswith("# CONFIG_DAMON") and line.endswith(" is not set"):
+            out[line[2:].split()[0]] = "n"
+    return out
+
+
+def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = None) -> DamonCaps:
+    """What DAMON can do on this kernel, from the tree itself first, then the release and kernel config.
+
+    Evidence order: a context's ``avail_operations`` lists ``paddr`` when it is built; a scheme
+    directory has ``target_nid`` exactly when the migrate actions exist (both came in 6.11).
+    Without any kdamond directory to look at (the usual idle host), the release decides
+    and ``/boot/config-<release>`` says whether CONFIG_DAMON_PADDR is set.
+    """
+    ev: List[str] = []
+    ver = kernel_version(release)
+    if not state.sysfs:
+        return DamonCaps(False, release, None, None, False, False, ("no /sys/kernel/mm/damon/admin/kdamonds",))
+    ev.append("DAMON sysfs interface present")
+    paddr: Optional[bool] = None
+    migrate: Optional[bool] = None
+    for k in state.kdamonds:
+        for c in k.contexts:
+            if c.avail_operations and paddr is None:
+                paddr = "paddr" in c.avail_operations
+                ev.append(f"avail_operations of kdamond {k.id}: {' '.join(c.avail_operations)}")
+            for s in c.schemes:
+                if migrate is None:
+                    has = f"{k.path}/contexts/{c.id}/schemes/{s.id}/target_nid" in state.files
+                    migrate = has
+                    ev.append(f"scheme directories {'have' if has else 'lack'} target_nid")
+    cfg = _config(reader, release) if reader is not None else {}
+    if paddr is None and cfg:
+        paddr = cfg.get("CONFIG_DAMON_PADDR") == "y"
+        ev.append(f"/boot/config-{release}: CONFIG_DAMON_PADDR={cfg.get('CONFIG_DAMON_PADDR', 'unset')}")
+    if migrate is None and ver is not None:
+        migrate = ver >= MIGRATE_SINCE
+        ev.append(f"kernel {ver[0]}.{ver[1]}: migrate_hot/migrate_cold {'present' if migrate else 'absent'} (6.11+)")
+    node_goals = ver is not None and ver >= NODE_GOALS_SINCE
+    allow = ver is not None and ver >= FILTER_ALLOW_SINCE
+    return DamonCaps(True, release, paddr, migrate, node_goals, allow, tuple(ev))
+
+
+def probe_host(root: str = "/") -> Tuple[DamonState, DamonCaps]:
+    """Read and probe in one go (the tuning engine and ``tune recommend`` use this)."""
+    r = Reader(root)
+    state = read_damon(root, r)
+    release = r.text(paths.OSRELEASE)
+    return state, probe(state, release, r)

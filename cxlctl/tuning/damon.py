@@ -1,0 +1,442 @@
+"""DAMON tiering as a knob group: the ``[damon]`` profile section and its plan.
+
+What it sets up (HMSDK ``gen_migpol.py`` and damo ``scripts/mem_tier.sh`` do the
+same by hand): one kdamond per memory node, each monitoring that node's physical
+address ranges (``paddr``; ranges from the node's memory blocks) with one scheme —
+
+* a DRAM node: ``migrate_cold`` to its nearest CXL node (pages not accessed for
+  ``cold_age``), so DRAM keeps room for hot data before reclaim has to act;
+* a CXL node: ``migrate_hot`` to its nearest DRAM node (regions accessed in at
+  least ``hot_accesses`` of the samples);
+
+each with access-pattern bounds, a quota (bytes and time per interval),
+optional watermarks (free-memory rate), quota goals on the DRAM node's memory use
+where the kernel has them (6.16+), and filters (young pages, a memcg, anonymous
+pages only).  One kdamond per node (not one kdamond with every range) because a
+scheme acts on every region its kdamond monitors: scoping a scheme to one node's
+addresses is what a separate context gives for free.
+
+Why the group is planned as a whole: writing ``nr_kdamonds`` removes and re-creates
+*every* kdamond directory, and fails with EBUSY while any kdamond runs.  So cxlctl
+adds kdamonds only where there are none (it never writes ``nr_kdamonds`` under
+someone else's kdamond — damo, a script), and revert writes every ``state`` ``off``
+and then ``nr_kdamonds`` back to its boot value, which removes exactly cxlctl's
+directories.  The journal saves the ``state`` files first with the value a new
+kdamond starts with (``off``) and ``nr_kdamonds`` next, so the engine's ordinary
+restore (entries in journal order) is that revert.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+from cxlctl.damon.sysfs import KDAMONDS, NR_KDAMONDS, DamonCaps, DamonState
+
+__all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
+from cxlctl.model import Inventory, Node
+from cxlctl.parse import parse_size
+
+#: what the kernel caps: sz max (ULONG_MAX on 64-bit) and age max (UINT_MAX) mean "no upper bound"
+SZ_MAX = 2**64 - 1
+AGE_MAX = 2**32 - 1
+KEYS = (
+    "enabled",
+    "reason",
+    "sample",
+    "aggregate",
+    "update",
+    "min_regions",
+    "max_regions",
+    "cold_age",
+    "hot_accesses",
+    "min_size",
+    "apply_interval",
+    "quota_size",
+    "quota_time",
+    "quota_interval",
+    "dram_free_goal",
+    "dram_used_goal",
+    "watermarks",
+    "young_filter",
+    "memcg",
+    "anon_only",
+    "beside_other_damon",
+)
+
+
+class DamonSpec(NamedTuple):
+    """A validated ``[damon]`` section (times in microseconds, sizes in bytes)."""
+
+    enabled: bool
+    sample_us: int = 5_000
+    aggr_us: int = 100_000
+    update_us: int = 1_000_000
+    min_regions: int = 10
+    max_regions: int = 1000
+    cold_age_us: int = 30_000_000  # HMSDK gen_migpol.py: age >= 30 s
+    hot_accesses_pct: float = 5.0  # damo mem_tier.sh: access rate 5%..max
+    min_size: int = 0
+    apply_interval_us: int = 1_000_000  # mem_tier.sh --damos_apply_interval 1s
+    quota_bytes: int = 200 << 20  # mem_tier.sh: 200 MB per second
+    quota_ms: int = 0  # 0: no time limit
+    quota_reset_ms: int = 1000
+    dram_free_goal_bp: Optional[int] = 50  # mem_tier.sh: node_mem_free_bp 0.5%
+    dram_used_goal_bp: Optional[int] = 9970  # mem_tier.sh: node_mem_used_bp 99.7%
+    watermarks: Optional[Tuple[int, int, int]] = None  # (high, mid, low) per-mille free memory
+    young_filter: bool = True
+    memcg: Optional[str] = None
+    anon_only: bool = False
+    beside_other_damon: bool = False
+
+
+# ---------------------------------------------------------------------------- units
+
+_DUR = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(us|ms|s|sec|min|h)$")
+_DUR_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "sec": 1_000_000, "min": 60_000_000, "h": 3_600_000_000}
+
+
+def parse_duration_us(value: Any, key: str) -> int:
+    """``"5s"``, ``"100ms"``, ``"2min"``, ``"500us"`` → microseconds (a unit is required)."""
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError(f'{key} must be a duration with a unit such as "5s", "100ms" or "2min"; got {value!r}')
+    m = _DUR.match(value.strip())
+    if not m:
+        raise ValueError(f'{key}: {value!r} is not a duration (a number and us, ms, s, min or h: "5s", "2min")')
+    us = float(m.group(1)) * _DUR_US[m.group(2)]
+    if us != int(us) or us > 2**63:
+        raise ValueError(f"{key}: {value!r} is not a whole number of microseconds")
+    return int(us)
+
+
+def parse_percent(value: Any, key: str, lo: float = 0.0, hi: float = 100.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, str) or not value.strip().endswith("%"):
+        raise ValueError(f'{key} must be a percentage such as "5%"; got {value!r}')
+    num = value.strip()[:-1].strip()
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", num):
+        raise ValueError(f'{key}: {value!r} is not a percentage such as "5%"')
+    v = float(num)
+    if not lo <= v <= hi:
+        raise ValueError(f"{key}: {value!r} is out of range ({lo:g}%-{hi:g}%)")
+    return v
+
+
+def _size(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f'{key} must be a size such as "256M" or "4K"; got {value!r}')
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{key} must not be negative")
+        return value
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"{key}: {e}") from None
+
+
+def _int(value: Any, key: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{key} must be an integer {lo}-{hi}; got {value!r}")
+    return value
+
+
+def _flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false; got {value!r}")
+    return value
+
+
+def validate(table: Mapping[str, Any]) -> DamonSpec:
+    """The ``[damon]`` table → :class:`DamonSpec`; ValueError naming the key on any problem."""
+    for k in table:
+        if k not in KEYS:
+            raise ValueError(f"unknown key {k!r} (allowed: {', '.join(KEYS)})")
+    if "enabled" not in table:
+        raise ValueError("'enabled' is missing (enabled = true turns DAMON tiering on)")
+    d = DamonSpec(enabled=_flag(table["enabled"], "enabled"))
+    kw: Dict[str, Any] = {}
+    for key, field in (("sample", "sample_us"), ("aggregate", "aggr_us"), ("update", "update_us")):
+        if key in table:
+            kw[field] = parse_duration_us(table[key], key)
+            if kw[field] <= 0:
+                raise ValueError(f"{key} must be longer than 0")
+    if "min_regions" in table:
+        kw["min_regions"] = _int(table["min_regions"], "min_regions", 3, 1_000_000)
+    if "max_regions" in table:
+        kw["max_regions"] = _int(table["max_regions"], "max_regions", 3, 1_000_000)
+    if "cold_age" in table:
+        kw["cold_age_us"] = parse_duration_us(table["cold_age"], "cold_age")
+    if "hot_accesses" in table:
+        kw["hot_accesses_pct"] = parse_percent(table["hot_accesses"], "hot_accesses", 0.0, 100.0)
+    if "min_size" in table:
+        kw["min_size"] = _size(table["min_size"], "min_size")
+    if "apply_interval" in table:
+        kw["apply_interval_us"] = parse_duration_us(table["apply_interval"], "apply_interval")
+    if "quota_size" in table:
+        kw["quota_bytes"] = _size(table["quota_size"], "quota_size")
+    if "quota_time" in table:
+        kw["quota_ms"] = parse_duration_us(table["quota_time"], "quota_time") // 1000
+    if "quota_interval" in table:
+        kw["quota_reset_ms"] = parse_duration_us(table["quota_interval"], "quota_interval") // 1000
+        if kw["quota_reset_ms"] <= 0:
+            raise ValueError("quota_interval must be at least 1ms")
+    for key, field in (("dram_free_goal", "dram_free_goal_bp"), ("dram_used_goal", "dram_used_goal_bp")):
+        if key in table:
+            v = table[key]
+            kw[field] = None if v is False else int(round(parse_percent(v, key) * 100))
+    if "watermarks" in table:
+        kw["watermarks"] = _watermarks(table["watermarks"])
+    for key in ("young_filter", "anon_only", "beside_other_damon"):
+        if key in table:
+            kw[key] = _flag(table[key], key)
+    if "memcg" in table:
+        m = table["memcg"]
+        if not isinstance(m, str) or not m.startswith("/") or "\n" in m or "\0" in m or ".." in m.split("/"):
+            raise ValueError(f'memcg must be a cgroup path under /sys/fs/cgroup such as "/inference.slice"; got {m!r}')
+        kw["memcg"] = m
+    d = d._replace(**kw)
+    if d.aggr_us < d.sample_us:
+        raise ValueError(f"aggregate ({d.aggr_us} us) must not be shorter than sample ({d.sample_us} us)")
+    if d.min_regions > d.max_regions:
+        raise ValueError(f"min_regions ({d.min_regions}) is larger than max_regions ({d.max_regions})")
+    return d
+
+
+def _watermarks(v: Any) -> Optional[Tuple[int, int, int]]:
+    if v is False or v == "off":
+        return None
+    if not isinstance(v, dict) or set(v) - {"high", "mid", "low"} or len(v) != 3:
+        raise ValueError(
+            'watermarks must be "off" or a table { high = 500, mid = 400, low = 50 } (per-mille free memory)'
+        )
+    h, m, lo = (_int(v[k], f"watermarks.{k}", 0, 1000) for k in ("high", "mid", "low"))
+    if not h >= m >= lo:
+        raise ValueError(f"watermarks must satisfy high >= mid >= low; got {h}, {m}, {lo}")
+    return h, m, lo
+
+
+def show(spec: DamonSpec) -> str:
+    """One line for ``tune show``."""
+    if not spec.enabled:
+        return "off"
+    parts = [
+        f"migrate_cold DRAM→CXL after {_dur(spec.cold_age_us)} idle",
+        f"migrate_hot CXL→DRAM at ≥{spec.hot_accesses_pct:g}% accesses",
+        f"quota {spec.quota_bytes >> 20} MiB/{_dur(spec.quota_reset_ms * 1000)}",
+        f"intervals {_dur(spec.sample_us)}/{_dur(spec.aggr_us)}/{_dur(spec.update_us)}",
+    ]
+    if spec.memcg:
+        parts.append(f"memcg {spec.memcg}")
+    if spec.anon_only:
+        parts.append("anonymous pages only")
+    return "; ".join(parts)
+
+
+def _dur(us: int) -> str:
+    for unit, mult in (("min", 60_000_000), ("s", 1_000_000), ("ms", 1_000)):
+        if us >= mult and us % mult == 0:
+            return f"{us // mult}{unit}"
+    return f"{us}us"
+
+
+# ---------------------------------------------------------------------------- the layout
+
+
+class SchemeLayout(NamedTuple):
+    action: str  # migrate_cold | migrate_hot
+    target_nid: int
+    nr_accesses: Tuple[int, int]
+    age: Tuple[int, int]
+    goals: Tuple[Tuple[str, int, int], ...]  # (metric, value, nid)
+    filters: Tuple[Tuple[str, bool, str], ...]  # (type, matching, memcg_path)
+
+
+class KdamondLayout(NamedTuple):
+    id: int
+    node: int
+    kind: str  # dram | cxl
+    regions: Tuple[Tuple[int, int], ...]
+    scheme: SchemeLayout
+
+
+def node_ranges(inv: Inventory, node: Node) -> Tuple[Tuple[int, int], ...]:
+    """Physical address ranges [start, end) of ``node``'s online memory blocks, merged."""
+    bs = inv.memory_block_size
+    if not bs:
+        return ()
+    ids = sorted(b.id for b in node.memory_blocks if b.state == "online")
+    out: List[Tuple[int, int]] = []
+    for i in ids:
+        s, e = i * bs, (i + 1) * bs
+        if out and out[-1][1] == s:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return tuple(out)
+
+
+def nearest(node: Node, candidates: List[Node]) -> Optional[Node]:
+    """The candidate at the smallest NUMA distance from ``node`` (lowest id on ties)."""
+    best: Optional[Node] = None
+    best_d = math.inf
+    for c in sorted(candidates, key=lambda n: n.id):
+        d = node.distance[c.id] if c.id < len(node.distance) else math.inf
+        if d < best_d:
+            best, best_d = c, d
+    return best
+
+
+def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[KdamondLayout], List[str]]:
+    """One kdamond per DRAM and CXL memory node (DRAM first, by id); notes on nodes left out."""
+    notes: List[str] = []
+    dram = [n for n in inv.nodes if n.kind == "dram" and n.has_memory]
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
+    hot_min = max(1, math.ceil(spec.hot_accesses_pct / 100 * (spec.aggr_us // spec.sample_us)))
+    max_acc = spec.aggr_us // spec.sample_us
+    cold_age = max(1, spec.cold_age_us // spec.aggr_us)
+    out: List[KdamondLayout] = []
+    for src, kind in [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]:
+        dest = nearest(src, cxl if kind == "dram" else dram)
+        regions = node_ranges(inv, src)
+        if dest is None:
+            continue
+        if not regions:
+            notes.append(f"node {src.id} has no online memory block to monitor")
+            continue
+        filters: List[Tuple[str, bool, str]] = []
+        if spec.young_filter:
+            # before 6.14 a filter excludes what it matches: cold skips young pages, hot skips the others
+            filters.append(("young", kind == "dram", ""))
+        if spec.anon_only:
+            filters.append(("anon", False, ""))
+        if spec.memcg:
+            filters.append(("memcg", False, spec.memcg))
+        goals: List[Tuple[str, int, int]] = []
+        dram_node = src if kind == "dram" else dest
+        if caps.node_goals:
+            if kind == "dram" and spec.dram_free_goal_bp is not None:
+                goals.append(("node_mem_free_bp", spec.dram_free_goal_bp, dram_node.id))
+            if kind == "cxl" and spec.dram_used_goal_bp is not None:
+                goals.append(("node_mem_used_bp", spec.dram_used_goal_bp, dram_node.id))
+        scheme = SchemeLayout(
+            action="migrate_cold" if kind == "dram" else "migrate_hot",
+            target_nid=dest.id,
+            nr_accesses=(0, 0) if kind == "dram" else (min(hot_min, max_acc), max_acc),
+            age=(cold_age, AGE_MAX) if kind == "dram" else (0, AGE_MAX),
+            goals=tuple(goals),
+            filters=tuple(filters),
+        )
+        out.append(KdamondLayout(len(out), src.id, kind, regions, scheme))
+    return out, notes
+
+
+def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
+    """(path, value, display name) of every file of one kdamond, in write order.
+
+    Counts (``nr_*``) come before the files they create; the kernel re-creates the
+    sub-directories on each count write, so a count is written before, never after,
+    its children.  ``state`` is not here: it is written last, after every kdamond.
+    """
+    kd = f"{KDAMONDS}/{k.id}"
+    c = f"{kd}/contexts/0"
+    s = f"{c}/schemes/0"
+    name = f"damon.kdamond{k.id}"
+    out: List[Tuple[str, str, str]] = [
+        (f"{kd}/contexts/nr_contexts", "1", f"{name}.nr_contexts"),
+        (f"{c}/operations", "paddr", f"{name}.operations"),
+        (f"{c}/monitoring_attrs/intervals/sample_us", str(spec.sample_us), f"{name}.sample_us"),
+        (f"{c}/monitoring_attrs/intervals/aggr_us", str(spec.aggr_us), f"{name}.aggr_us"),
+        (f"{c}/monitoring_attrs/intervals/update_us", str(spec.update_us), f"{name}.update_us"),
+        (f"{c}/monitoring_attrs/nr_regions/min", str(spec.min_regions), f"{name}.nr_regions.min"),
+        (f"{c}/monitoring_attrs/nr_regions/max", str(spec.max_regions), f"{name}.nr_regions.max"),
+        (f"{c}/targets/nr_targets", "1", f"{name}.nr_targets"),
+        (f"{c}/targets/0/regions/nr_regions", str(len(k.regions)), f"{name}.nr_regions"),
+    ]
+    for i, (start, end) in enumerate(k.regions):
+        r = f"{c}/targets/0/regions/{i}"
+        out += [(f"{r}/start", str(start), f"{name}.region{i}.start"), (f"{r}/end", str(end), f"{name}.region{i}.end")]
+    sc = k.scheme
+    sn = f"{name}.scheme0"
+    out += [
+        (f"{c}/schemes/nr_schemes", "1", f"{name}.nr_schemes"),
+        (f"{s}/action", sc.action, f"{sn}.action"),
+        (f"{s}/target_nid", str(sc.target_nid), f"{sn}.target_nid"),
+        (f"{s}/apply_interval_us", str(spec.apply_interval_us), f"{sn}.apply_interval_us"),
+        (f"{s}/access_pattern/sz/min", str(spec.min_size), f"{sn}.sz.min"),
+        (f"{s}/access_pattern/sz/max", str(SZ_MAX), f"{sn}.sz.max"),
+        (f"{s}/access_pattern/nr_accesses/min", str(sc.nr_accesses[0]), f"{sn}.nr_accesses.min"),
+        (f"{s}/access_pattern/nr_accesses/max", str(sc.nr_accesses[1]), f"{sn}.nr_accesses.max"),
+        (f"{s}/access_pattern/age/min", str(sc.age[0]), f"{sn}.age.min"),
+        (f"{s}/access_pattern/age/max", str(sc.age[1]), f"{sn}.age.max"),
+        (f"{s}/quotas/ms", str(spec.quota_ms), f"{sn}.quota.ms"),
+        (f"{s}/quotas/bytes", str(spec.quota_bytes), f"{sn}.quota.bytes"),
+        (f"{s}/quotas/reset_interval_ms", str(spec.quota_reset_ms), f"{sn}.quota.reset_interval_ms"),
+    ]
+    if sc.goals:
+        out.append((f"{s}/quotas/goals/nr_goals", str(len(sc.goals)), f"{sn}.quota.nr_goals"))
+        for i, (metric, value, nid) in enumerate(sc.goals):
+            g = f"{s}/quotas/goals/{i}"
+            out += [
+                (f"{g}/target_metric", metric, f"{sn}.goal{i}.target_metric"),
+                (f"{g}/target_value", str(value), f"{sn}.goal{i}.target_value"),
+                (f"{g}/nid", str(nid), f"{sn}.goal{i}.nid"),
+            ]
+    if spec.watermarks is not None and sc.action == "migrate_cold":
+        h, m, lo = spec.watermarks
+        out += [
+            (f"{s}/watermarks/metric", "free_mem_rate", f"{sn}.watermarks.metric"),
+            (f"{s}/watermarks/interval_us", str(spec.apply_interval_us), f"{sn}.watermarks.interval_us"),
+            (f"{s}/watermarks/high", str(h), f"{sn}.watermarks.high"),
+            (f"{s}/watermarks/mid", str(m), f"{sn}.watermarks.mid"),
+            (f"{s}/watermarks/low", str(lo), f"{sn}.watermarks.low"),
+        ]
+    if sc.filters:
+        out.append((f"{s}/filters/nr_filters", str(len(sc.filters)), f"{sn}.nr_filters"))
+        for i, (ftype, matching, memcg) in enumerate(sc.filters):
+            f = f"{s}/filters/{i}"
+            out += [
+                (f"{f}/type", ftype, f"{sn}.filter{i}.type"),
+                (f"{f}/matching", "Y" if matching else "N", f"{sn}.filter{i}.matching"),
+            ]
+            if memcg:
+                out.append((f"{f}/memcg_path", memcg, f"{sn}.filter{i}.memcg_path"))
+    return out
+
+
+def state_path(index: int) -> str:
+    return f"{KDAMONDS}/{index}/state"
+
+
+# ---------------------------------------------------------------------------- ownership
+
+
+def owned(restore: Mapping[str, Tuple[str, Optional[str]]]) -> Optional[int]:
+    """How many kdamonds the profile in effect created (from its journal), or None: none."""
+    if restore.get(NR_KDAMONDS, ("", None))[0] != "damon":
+        return None
+    return sum(1 for p, (k, _) in restore.items() if k == "damon" and is_state(p))
+
+
+def is_state(path: str) -> bool:
+    """``…/kdamonds/K/state``: a kdamond's on/off file."""
+    return re.fullmatch(re.escape(KDAMONDS) + r"/[0-9]+/state", path) is not None
+
+
+def others(state: DamonState, mine: Optional[int]) -> List[str]:
+    """Kdamonds under sysfs that are not cxlctl's, described for a refusal."""
+    if mine is not None and state.nr_kdamonds == mine:
+        return []
+    out = []
+    for k in state.kdamonds:
+        acts = ", ".join(sorted({s.action or "?" for s in k.schemes})) or "no schemes"
+        out.append(
+            f"kdamond {k.id} ({k.state or '?'}" + (f", pid {k.pid}" if k.pid and k.running else "") + f"; {acts})"
+        )
+    if not out and state.nr_kdamonds:
+        out.append(f"nr_kdamonds is {state.nr_kdamonds}")
+    return out
+
+
+def module_kdamonds(state: DamonState) -> List[str]:
+    return [f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name for m in state.modules if m.running]

@@ -1,0 +1,195 @@
+"""What the kernel does when DAMON's sysfs files are written, replayed on a recorded tree.
+
+A recorded tree holds regular files, so writing ``nr_kdamonds`` there changes a
+number and nothing else; the kernel instead removes every ``kdamonds/N`` directory
+and creates N fresh ones (and refuses with EBUSY while a kdamond runs).  The tuning
+engine's DAMON group depends on exactly that, so its unit tests install this model
+around the one write primitive (:func:`cxlctl.hostio.write.write_knob`): the real
+write happens first (fault injection included), then the side effect the kernel
+would have.  The model follows ``mm/damon/sysfs*.c`` of 6.12 as documented in
+``Documentation/admin-guide/mm/damon/usage.rst``; the default file contents are the
+ones Debian's 6.12 showed in the VM (tests/vm/damon_record_driver.py records them).
+The VM test (tests/vm/test_vm_damon.py) runs the same apply/revert on the real kernel.
+
+Only what cxlctl uses is modelled: the ``nr_*`` counts, ``state`` (on/off/commit/
+update_schemes_stats; ``pid``), EBUSY on ``nr_kdamonds`` while running, EINVAL on an
+unknown action or operations name.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from typing import Any, Callable, Dict, Optional
+
+from cxlctl.hostio import write as hw
+
+ADMIN = "sys/kernel/mm/damon/admin/kdamonds"
+ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
+           "migrate_cold", "stat")  # fmt: skip
+OPERATIONS = ("vaddr", "fvaddr", "paddr")
+
+#: file → default content of a freshly created directory of each kind
+KDAMOND = {"state": "off\n", "pid": "-1\n", "contexts/nr_contexts": "0\n"}
+CONTEXT = {
+    "avail_operations": "vaddr\nfvaddr\npaddr\n",
+    "operations": "vaddr\n",
+    "monitoring_attrs/intervals/sample_us": "5000\n",
+    "monitoring_attrs/intervals/aggr_us": "100000\n",
+    "monitoring_attrs/intervals/update_us": "60000000\n",
+    "monitoring_attrs/nr_regions/min": "10\n",
+    "monitoring_attrs/nr_regions/max": "1000\n",
+    "targets/nr_targets": "0\n",
+    "schemes/nr_schemes": "0\n",
+}
+TARGET = {"pid_target": "0\n", "regions/nr_regions": "0\n"}
+REGION = {"start": "0\n", "end": "0\n"}
+SCHEME = {
+    "action": "stat\n",
+    "target_nid": "-1\n",
+    "apply_interval_us": "0\n",
+    "access_pattern/sz/min": "0\n",
+    "access_pattern/sz/max": "0\n",
+    "access_pattern/nr_accesses/min": "0\n",
+    "access_pattern/nr_accesses/max": "0\n",
+    "access_pattern/age/min": "0\n",
+    "access_pattern/age/max": "0\n",
+    "quotas/ms": "0\n",
+    "quotas/bytes": "0\n",
+    "quotas/reset_interval_ms": "0\n",
+    "quotas/effective_bytes": "0\n",
+    "quotas/weights/sz_permil": "0\n",
+    "quotas/weights/nr_accesses_permil": "0\n",
+    "quotas/weights/age_permil": "0\n",
+    "quotas/goals/nr_goals": "0\n",
+    "watermarks/metric": "none\n",
+    "watermarks/interval_us": "0\n",
+    "watermarks/high": "0\n",
+    "watermarks/mid": "0\n",
+    "watermarks/low": "0\n",
+    "filters/nr_filters": "0\n",
+    "stats/nr_tried": "0\n",
+    "stats/sz_tried": "0\n",
+    "stats/nr_applied": "0\n",
+    "stats/sz_applied": "0\n",
+    "stats/qt_exceeds": "0\n",
+    "tried_regions/total_bytes": "0\n",
+}
+FILTER = {"type": "anon\n", "matching": "N\n", "memcg_path": "\n", "addr_start": "0\n", "addr_end": "0\n",
+          "damon_target_idx": "0\n"}  # fmt: skip
+GOAL = {"target_metric": "user_input\n", "target_value": "0\n", "current_value": "0\n"}
+
+#: count file name → (template of each child, children's sub-directory relative to the count's dir)
+COUNTS: Dict[str, Dict[str, str]] = {
+    "nr_kdamonds": KDAMOND,
+    "nr_contexts": CONTEXT,
+    "nr_targets": TARGET,
+    "nr_regions": REGION,
+    "nr_schemes": SCHEME,
+    "nr_filters": FILTER,
+    "nr_goals": GOAL,
+}
+FAKE_PID = 4242
+
+
+def _fill(d: str, template: Dict[str, str]) -> None:
+    for rel, text in template.items():
+        p = os.path.join(d, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "w") as f:
+            f.write(text)
+
+
+def _running(admin: str) -> bool:
+    for name in os.listdir(admin) if os.path.isdir(admin) else ():
+        st = os.path.join(admin, name, "state")
+        if name.isdigit() and os.path.isfile(st):
+            with open(st) as f:
+                if f.read().strip() == "on":
+                    return True
+    return False
+
+
+def _fail(path: str, code: int) -> None:
+    raise hw.classify(OSError(code, os.strerror(code), path), path)
+
+
+class Model:
+    """The kernel's side effects for one tree (``root``)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.admin = os.path.join(self.root, ADMIN)
+
+    def owns(self, host_path: str) -> bool:
+        return os.path.abspath(host_path).startswith(self.admin + "/")
+
+    def before(self, host_path: str, text: str) -> Optional[str]:
+        """Refuse what the kernel refuses (before the write); the previous content of ``state``."""
+        name = os.path.basename(host_path)
+        value = text.strip()
+        if name == "nr_kdamonds" and _running(self.admin):
+            _fail(host_path, errno.EBUSY)
+        if name == "action" and value not in ACTIONS:
+            _fail(host_path, errno.EINVAL)
+        if name == "operations" and value not in OPERATIONS:
+            _fail(host_path, errno.EINVAL)
+        if name == "state":
+            if value not in ("on", "off", "commit", "update_schemes_stats"):
+                _fail(host_path, errno.EINVAL)
+            if value in ("commit", "update_schemes_stats"):
+                with open(host_path) as f:
+                    if f.read().strip() != "on":
+                        _fail(host_path, errno.EINVAL)  # the kernel answers EINVAL for a stopped kdamond
+            with open(host_path) as f:
+                return f.read()
+        return None
+
+    def after(self, host_path: str, text: str, previous: Optional[str]) -> None:
+        name = os.path.basename(host_path)
+        d = os.path.dirname(host_path)
+        value = text.strip()
+        if name in COUNTS:
+            n = int(value)
+            for entry in os.listdir(d):
+                if entry.isdigit():
+                    shutil.rmtree(os.path.join(d, entry))
+            for i in range(n):
+                _fill(os.path.join(d, str(i)), COUNTS[name])
+        elif name == "state":
+            keep = value if value in ("on", "off") else (previous or "off\n").strip()
+            with open(host_path, "w") as f:
+                f.write(keep + "\n")
+            with open(os.path.join(d, "pid"), "w") as f:
+                f.write(f"{FAKE_PID if keep == 'on' else -1}\n")
+
+
+def install(monkeypatch: Any, root: str) -> Model:
+    """Wrap the write primitive for ``root`` (pytest ``monkeypatch``; undone after the test)."""
+    model = Model(root)
+    real: Callable[..., None] = hw.write_knob
+
+    def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> None:
+        if not model.owns(host_path):
+            real(host_path, text, index=index)
+            return
+        previous = model.before(host_path, text)
+        real(host_path, text, index=index)
+        model.after(host_path, text, previous)
+
+    monkeypatch.setattr(hw, "write_knob", write_knob)
+    return model
+
+
+def main_with_model(root: str, argv: list) -> int:  # type: ignore[type-arg]
+    """``python -c`` entry for crash tests: the CLI in a process whose writes follow the model."""
+
+    class _MP:
+        def setattr(self, obj: Any, name: str, value: Any) -> None:
+            setattr(obj, name, value)
+
+    install(_MP(), root)
+    from cxlctl.cli import run
+
+    return run(argv)

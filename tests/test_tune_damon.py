@@ -1,0 +1,412 @@
+"""DAMON tiering in the tuning engine: reader, profile, plan, apply/verify/revert, faults, crash.
+
+Trees: DAMON sysfs recorded in the 6.12 VM with no kdamond (``single-region-damon-idle``),
+with a kdamond someone else started (``single-region-damon-running``), and 6.1
+(``single-noregion-damon``: no DAMON sysfs at all); see
+tests/vm/test_vm_damon.py, which recorded them.  Writes go through the one write
+primitive wrapped by :mod:`tests.damon_sysfs` (the kernel's side effects of
+``nr_*``/``state`` writes, which a tree of regular files cannot have).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any, List
+
+import pytest
+
+from cxlctl.damon.sysfs import probe_host, read_damon
+from cxlctl.errors import EXIT_DRIFT, EXIT_USAGE
+from cxlctl.tuning import engine
+from cxlctl.tuning import journal as jn
+from cxlctl.tuning.damon import DamonSpec, parse_duration_us, validate
+from cxlctl.tuning.knobs import read_current
+from cxlctl.tuning.profile import ProfileError, load
+from cxlctl.tuning.recommend import recommend
+from tests import damon_sysfs
+from tests.conftest import FIXTURES, REPO, cxlctl
+from tests.tune_support import diff, journal, snapshot, work_copy
+
+IDLE = "linux-6.12/single-region-damon-idle"
+RUNNING = "linux-6.12/single-region-damon-running"
+TIERING = "linux-6.12/single-region-damon-tiering"
+OLD = "linux-6.1/single-noregion-damon"
+ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"
+DAMON_VIEW = ("sys/kernel/mm", "proc/sys", "sys/devices/system/memory")
+
+
+def _tree(source: str, tmp_path: Any, monkeypatch: Any, name: str = "root") -> str:
+    root = work_copy(source, str(tmp_path / name))
+    damon_sysfs.install(monkeypatch, root)
+    return root
+
+
+def _write_profile(root: str, name: str, text: str) -> None:
+    d = os.path.join(root, "etc/cxlctl/profiles")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name + ".toml"), "w") as f:
+        f.write(text)
+
+
+# ---------------------------------------------------------------------------- reader
+
+
+def test_reader_idle_612() -> None:
+    state, caps = probe_host(os.path.join(FIXTURES, IDLE))
+    assert state.sysfs and state.nr_kdamonds == 0 and state.kdamonds == ()
+    assert caps.migrate is True and caps.tiering and caps.why_not is None
+    assert not caps.node_goals  # node_mem_used_bp goals are 6.16+
+
+
+def test_reader_running_kdamond_of_someone_else() -> None:
+    state = read_damon(os.path.join(FIXTURES, RUNNING))
+    assert state.nr_kdamonds == 1
+    (k,) = state.kdamonds
+    assert k.running and k.pid is not None and k.pid > 0
+    (c,) = k.contexts
+    assert c.operations == "paddr" and "paddr" in c.avail_operations
+    (s,) = c.schemes
+    assert s.action == "stat"
+    assert s.stats.nr_tried is not None and s.stats.qt_exceeds is not None
+    _, caps = probe_host(os.path.join(FIXTURES, RUNNING))
+    assert caps.paddr is True and caps.migrate is True  # read from the tree itself
+    assert any("target_nid" in e for e in caps.evidence)
+
+
+def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
+    """The VM test's own kdamonds, recorded after the cold pages moved: stats show the migration."""
+    state = read_damon(os.path.join(FIXTURES, TIERING))
+    assert [k.running for k in state.kdamonds] == [True, True]
+    cold, hot = (k.schemes[0] for k in state.kdamonds)
+    assert (cold.action, cold.target_nid) == ("migrate_cold", 1) and (hot.action, hot.target_nid) == ("migrate_hot", 0)
+    assert [f.type for f in cold.filters] == ["young", "anon", "memcg"]
+    assert cold.filters[2].memcg_path == "/damon-test" and cold.filters[0].matching is True
+    assert cold.stats.sz_applied is not None and cold.stats.sz_applied >= 4 << 20
+    assert cold.quota.bytes == 4 << 30 and cold.quota.ms == 500 and cold.quota.reset_interval_ms == 1000
+    (ctx,) = state.kdamonds[0].contexts
+    assert ctx.operations == "paddr" and ctx.sample_us == 100_000 and ctx.aggr_us == 2_000_000
+    # without cxlctl's journal these are someone else's: inference-damon refuses
+    from cxlctl.inventory import scan
+    from cxlctl.tuning.plan import plan
+
+    root = os.path.join(FIXTURES, TIERING)
+    p = plan(scan(root), load(root, "inference-damon"), read_current(root))
+    assert p.refusals and "migrate_cold" in p.refusals[0]
+
+
+def test_reader_61_has_no_damon_sysfs() -> None:
+    state, caps = probe_host(os.path.join(FIXTURES, OLD))
+    assert not state.sysfs and not caps.tiering  # Debian's 6.1 has no DAMON sysfs at all
+    assert caps.why_not is not None and "needs 6.11+ with CONFIG_DAMON_PADDR" in caps.why_not
+
+
+# ---------------------------------------------------------------------------- profile
+
+
+def test_units() -> None:
+    assert parse_duration_us("5s", "k") == 5_000_000
+    assert parse_duration_us("2min", "k") == 120_000_000
+    assert parse_duration_us("100ms", "k") == 100_000
+    for bad in ("5", 5, "5 parsecs", "-1s", "1.5us", "٥s"):
+        with pytest.raises(ValueError):
+            parse_duration_us(bad, "k")
+    spec = validate({"enabled": True, "quota_size": "256M", "cold_age": "2min", "hot_accesses": "10%"})
+    assert spec.quota_bytes == 256 << 20 and spec.cold_age_us == 120_000_000 and spec.hot_accesses_pct == 10
+
+
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        ('cold_age = "5"', "cold_age"),
+        ('quota_size = "lots"', "quota_size"),
+        ('hot_accesses = "150%"', "out of range"),
+        ("color = 1", "unknown key 'color'"),
+        ('memcg = "relative/path"', "memcg"),
+        ("watermarks = { high = 1, mid = 5, low = 0 }", "high >= mid >= low"),
+        ('sample = "1s"\naggregate = "100ms"', "must not be shorter than sample"),
+    ],
+)
+def test_bad_damon_section_is_refused_with_the_key(tmp_path: Any, body: str, words: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(f'summary = "x"\n[damon]\nenabled = true\n{body}\n')
+    r = cxlctl("--root", os.path.join(FIXTURES, IDLE), "tune", "show", str(p))
+    assert r.returncode == EXIT_USAGE, r.stderr
+    assert "damon" in r.stderr and words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_damon_and_numa_balancing_tiering_together_are_refused(tmp_path: Any) -> None:
+    p = tmp_path / "both.toml"
+    p.write_text('summary = "x"\ninclude = "inference-capacity"\n[damon]\nenabled = true\n')
+    with pytest.raises(ProfileError) as e:
+        load(os.path.join(FIXTURES, IDLE), str(p))
+    assert "kernel.numa_balancing = 2" in str(e.value) and "two promoters" in str(e.value)
+    r = cxlctl("--root", os.path.join(FIXTURES, IDLE), "tune", "apply", str(p))
+    assert r.returncode == EXIT_USAGE and "two promoters" in r.stderr
+
+
+def test_builtin_inference_damon() -> None:
+    p = load(os.path.join(FIXTURES, IDLE), "inference-damon")
+    s = p.setting("damon")
+    assert s is not None and isinstance(s.value, DamonSpec) and s.value.enabled
+    nb = p.setting("kernel.numa_balancing")
+    de = p.setting("demotion_enabled")
+    assert nb is not None and nb.value == 0 and de is not None and de.value is True
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def test_plan_on_612_monitors_each_nodes_blocks(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    p = engine.prepare(root, "inference-damon").plan
+    assert p.refusals == ()
+    by = {s.setting: s for s in p.steps if s.knob == "damon"}
+    from cxlctl.inventory import scan
+
+    inv = scan(root)
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
+    assert len(cxl) == 1
+    cxl_id = cxl[0].id
+    assert by["damon.nr_kdamonds"].desired == "2" and by["damon.nr_kdamonds"].write == "2\n"
+    assert by["damon.kdamond0.scheme0.action"].desired == "migrate_cold"
+    assert by["damon.kdamond0.scheme0.target_nid"].desired == str(cxl_id)
+    assert by["damon.kdamond1.scheme0.action"].desired == "migrate_hot"
+    assert by["damon.kdamond1.scheme0.target_nid"].desired == "0"
+    # the CXL kdamond monitors exactly the CXL node's online memory blocks
+    bs = inv.memory_block_size
+    assert bs
+    blocks = sorted(b.id for b in cxl[0].memory_blocks if b.state == "online")
+    assert by["damon.kdamond1.region0.start"].desired == str(blocks[0] * bs)
+    assert by["damon.kdamond1.region0.end"].desired == str((blocks[-1] + 1) * bs)
+    # states last, after every member file
+    names = [s.setting for s in p.steps if s.knob == "damon"]
+    assert names[-2:] == ["damon.kdamond0.state", "damon.kdamond1.state"]
+    assert "quota goals on node memory need 6.16+" in by["damon.nr_kdamonds"].note
+    # the journal saves the states first (restore order), each with a new kdamond's "off"
+    saved = [path for k, path in p.saved if k == "damon"]
+    assert saved[:3] == [f"{ADMIN}/0/state", f"{ADMIN}/1/state", f"{ADMIN}/nr_kdamonds"]
+    assert dict(p.baseline) == {f"{ADMIN}/0/state": "off\n", f"{ADMIN}/1/state": "off\n"}
+
+
+def test_plan_on_61_says_unavailable_and_applies_the_rest(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(OLD, tmp_path, monkeypatch)
+    before = snapshot(root, DAMON_VIEW)
+    p = engine.prepare(root, "inference-damon").plan
+    (d,) = [s for s in p.steps if s.knob == "damon"]
+    assert d.action == "unsupported"
+    assert "not available on this kernel" in d.note and "needs 6.11+ with CONFIG_DAMON_PADDR" in d.note
+    res = engine.apply(root, "inference-damon")
+    assert res.ok, res.error
+    assert [s for s in journal(root).skipped if s[0] == "damon"]
+    changed = diff(before, snapshot(root, DAMON_VIEW))
+    assert changed and not [c for c in changed if "damon" in c]
+
+
+def test_someone_elses_kdamond_is_never_touched(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(RUNNING, tmp_path, monkeypatch)
+    before = snapshot(root)
+    p = engine.prepare(root, "inference-damon").plan
+    assert p.refusals and "kdamond 0 (on" in p.refusals[0] and "damo stop" in p.refusals[0]
+    r = cxlctl("--root", root, "tune", "apply", "inference-damon")
+    assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr, r.stderr
+    # --beside-other-damon cannot help with a sysfs kdamond (nr_kdamonds would re-create it)
+    r = cxlctl("--root", root, "tune", "apply", "--beside-other-damon", "inference-damon")
+    assert r.returncode == EXIT_USAGE
+    assert diff(before, snapshot(root)) == []
+    # the plan still shows it, and a profile without [damon] applies as ever
+    r = cxlctl("--root", root, "tune", "plan", "inference-damon")
+    assert r.returncode == 0 and "refused" in r.stdout
+    assert engine.apply(root, "inference-capacity").ok
+
+
+def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    d = os.path.join(root, "sys/module/damon_reclaim/parameters")
+    os.makedirs(d, exist_ok=True)  # the recorded module, switched on for this one case
+    for name, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    p = engine.prepare(root, "inference-damon").plan
+    assert p.refusals and "damon_reclaim (kdamond pid 321)" in p.refusals[0]
+    r = cxlctl("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
+    assert r.returncode == 0 and "running beside damon_reclaim" in r.stdout.replace("\n", " ")
+
+
+# ---------------------------------------------------------------------------- apply / verify / revert
+
+
+def _damon_files(root: str) -> List[str]:
+    return sorted(os.listdir(root + ADMIN))
+
+
+def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    before = snapshot(root)
+    res = engine.apply(root, "inference-damon")
+    assert res.ok, res.error
+    assert _damon_files(root) == ["0", "1", "nr_kdamonds"]
+    with open(root + ADMIN + "/0/contexts/0/schemes/0/action") as f:
+        assert f.read() == "migrate_cold\n"
+    with open(root + ADMIN + "/1/state") as f:
+        assert f.read() == "on\n"
+    assert engine.verify(root).drift == 0
+    st = engine.status(root)
+    assert [(r.kdamond, r.owner, r.action) for r in st.damon] == [
+        (0, "cxlctl", "migrate_cold"),
+        (1, "cxlctl", "migrate_hot"),
+    ]
+    # applying again changes nothing
+    assert engine.prepare(root, "inference-damon").plan.writes == ()
+    # stop cxlctl's kdamond by hand: drift (exit 3)
+    damon_sysfs.Model(root).after(root + ADMIN + "/1/state", "off", None)
+    with open(root + ADMIN + "/1/state", "w") as f:
+        f.write("off\n")
+    v = engine.verify(root)
+    assert [c.setting for c in v.checks if c.status == "drift"] == ["damon.kdamond1.state"]
+    assert cxlctl("--root", root, "tune", "verify").returncode == EXIT_DRIFT
+    # apply again restarts it with "on"
+    p = engine.prepare(root, "inference-damon").plan
+    assert [(s.setting, s.write) for s in p.writes] == [("damon.kdamond1.state", "on\n")]
+    # a scheme changed by hand while running: drift; re-apply commits
+    with open(root + ADMIN + "/0/contexts/0/schemes/0/target_nid", "w") as f:
+        f.write("0\n")
+    assert engine.apply(root, "inference-damon").ok
+    assert engine.verify(root).drift == 0
+    # revert removes cxlctl's kdamonds and nothing else
+    r = engine.revert(root)
+    assert r.ok, r.errors
+    assert _damon_files(root) == ["nr_kdamonds"]
+    assert diff(before, snapshot(root)) == []
+
+
+def test_reapply_with_changed_settings_commits_the_running_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    assert engine.apply(root, "inference-damon").ok
+    _write_profile(
+        root, "d2", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\ncold_age = "2min"\n'
+    )
+    p = engine.prepare(root, "d2").plan
+    writes = [(s.setting, s.write) for s in p.writes]
+    assert ("damon.kdamond0.scheme0.age.min", "1200\n") in writes
+    assert ("damon.kdamond0.state", "commit\n") in writes and ("damon.kdamond1.state", "commit\n") not in writes
+    assert engine.apply(root, "d2").ok
+    assert engine.verify(root).drift == 0
+    assert engine.revert(root).ok and _damon_files(root) == ["nr_kdamonds"]
+
+
+def test_switching_to_a_profile_without_damon_removes_the_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    before = snapshot(root)
+    assert engine.apply(root, "inference-damon").ok
+    res = engine.apply(root, "inference-bandwidth")
+    assert res.ok, res.error
+    assert _damon_files(root) == ["nr_kdamonds"]
+    assert engine.revert(root).ok
+    assert diff(before, snapshot(root)) == []
+
+
+def test_kdamonds_removed_by_hand_are_drift(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    assert engine.apply(root, "inference-damon").ok
+    for k in ("0", "1"):
+        with open(root + f"{ADMIN}/{k}/state", "w") as f:
+            f.write("off\n")
+    damon_sysfs.Model(root).after(root + ADMIN + "/nr_kdamonds", "0", None)
+    with open(root + ADMIN + "/nr_kdamonds", "w") as f:
+        f.write("0\n")
+    v = engine.verify(root)
+    assert v.drift > 0 and any(c.note == "kdamond removed" for c in v.checks)
+    assert engine.revert(root).ok
+
+
+# ---------------------------------------------------------------------------- faults and crash
+
+
+@pytest.mark.parametrize("fault", ["EINVAL", "EBUSY", "EIO"])
+def test_a_failing_damon_write_leaves_damon_as_before(tmp_path: Any, monkeypatch: Any, fault: str) -> None:
+    """Every write of the apply fails in turn: DAMON (and every knob) is exactly as before."""
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    before = snapshot(root, DAMON_VIEW)
+    writes = engine.prepare(root, "inference-damon").plan.writes
+    damon_writes = [i for i, s in enumerate(writes, 1) if s.knob == "damon"]
+    assert len(damon_writes) > 40
+    for k in range(1, len(writes) + 1):
+        monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")
+        res = engine.apply(root, "inference-damon")
+        assert not res.ok and res.rollback_errors == (), (k, res.error)
+        assert diff(before, snapshot(root, DAMON_VIEW)) == [], k
+        assert journal(root).state == jn.ROLLED_BACK
+    monkeypatch.delenv("CXLCTL_TEST_FAULT")
+    assert engine.apply(root, "inference-damon").ok
+
+
+def _kill_at(root: str, k: int) -> None:
+    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(k), CXLCTL_TEST_PAUSE_SECONDS="30")
+    env.pop("CXLCTL_TEST_FAULT", None)
+    code = (
+        "import sys; from tests.damon_sysfs import main_with_model; "
+        f"sys.exit(main_with_model({root!r}, ['--root', {root!r}, 'tune', 'apply', 'inference-damon']))"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
+    try:
+        assert p.stderr is not None
+        for line in p.stderr:
+            if line.strip() == f"cxlctl-test: paused after {k} writes":
+                break
+        else:
+            raise AssertionError(f"apply finished without pausing at {k}")
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait()
+    assert p.returncode == -signal.SIGKILL
+
+
+def test_sigkill_during_apply_then_revert_restores_damon(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    before = snapshot(root)
+    writes = engine.prepare(root, "inference-damon").plan.writes
+    first = next(i for i, s in enumerate(writes, 1) if s.knob == "damon")
+    # right after the journal, after nr_kdamonds, mid-kdamond, before and after the last state
+    for k in sorted({0, first, first + 20, len(writes) - 1, len(writes)}):
+        _kill_at(root, k)
+        assert journal(root).state == jn.APPLYING
+        if k >= first:
+            assert _damon_files(root) != ["nr_kdamonds"], k
+        res = engine.revert(root)
+        assert res.ok, (k, res.errors)
+        assert diff(before, snapshot(root)) == [], k
+
+
+# ---------------------------------------------------------------------------- recommend, CLI
+
+
+def test_recommend_names_damon_where_the_kernel_has_it() -> None:
+    new = os.path.join(FIXTURES, IDLE)
+    from cxlctl.inventory import scan
+
+    rec = recommend(scan(new), read_current(new))
+    text = " ".join(rec.reasons) + " ".join(f"{p} {w}" for p, w in rec.alternatives)
+    assert "inference-damon" in (rec.profile or "") + text and "migrate_hot/migrate_cold" in text
+    old = os.path.join(FIXTURES, OLD)
+    rec = recommend(scan(old), read_current(old))
+    assert rec.profile != "inference-damon" and "inference-damon" not in [p for p, _ in rec.alternatives]
+
+
+def test_cli_plan_and_status_at_80_columns(tmp_path: Any, monkeypatch: Any) -> None:
+    root = work_copy(IDLE, str(tmp_path / "root"))
+    r = cxlctl("--root", root, "tune", "plan", "inference-damon", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "damon." in r.stdout and "〃" in r.stdout and "Traceback" not in r.stderr
+    r = cxlctl("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert "DAMON schemes" in r.stdout and "other" in r.stdout
+    doc = json.loads(cxlctl("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", "--json").stdout)
+    (row,) = doc["damon"]
+    assert row["owner"] == "other" and row["action"] == "stat" and "qt_exceeds" in row

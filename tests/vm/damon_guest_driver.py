@@ -1,0 +1,238 @@
+"""Guest side of tests/vm/test_vm_damon.py: ``$PY damon_guest_driver.py MODE TOOLS`` inside the VM.
+
+MODE ``full`` (6.12, a CXL node online):
+
+1. record DAMON's sysfs with no kdamond (``single-region-damon-idle``);
+2. start a kdamond by hand the way damo or a script would (paddr, one ``stat``
+   scheme), record it (``single-region-damon-running``), and check that cxlctl
+   refuses to apply inference-damon beside it; then stop and remove it by hand;
+3. start two C helpers in the cgroup ``/damon-test``: ``cold`` touches 4 MiB once
+   on the DRAM node and sleeps, ``hot`` keeps touching 1 MiB placed on the CXL node;
+4. apply ``vm-damon`` (inference-damon with short ages, scoped to that cgroup and
+   to anonymous pages), verify, poll the helpers' ``numa_maps`` until the pages
+   moved (or a deadline), ``tune status``; record ``single-region-damon-tiering``;
+5. stop cxlctl's kdamond 0 by hand → ``tune verify`` reports drift; ``tune revert``
+   → no kdamond left, the sysctls back at their boot values.
+
+MODE ``old`` (6.1): record ``single-noregion-damon``; plan/apply inference-damon
+(DAMON reported unavailable, the rest applies); revert.
+
+Every cxlctl command runs in this one process (``cxlctl.cli.run``): a cold
+``python -m cxlctl`` costs 30-50 s under TCG.  Results go to ``$OUT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+from cxlctl.cli import run
+from cxlctl.record import record
+
+OUT = os.environ["OUT"]
+MODE = sys.argv[1]
+TOOLS = sys.argv[2] if len(sys.argv) > 2 else ""
+D = "/sys/kernel/mm/damon/admin/kdamonds"
+CG = "/sys/fs/cgroup/damon-test"
+SYSCTLS = ("kernel.numa_balancing", "vm.swappiness", "vm.zone_reclaim_mode")
+
+
+def log(msg: str) -> None:
+    with open(f"{OUT}/driver.log", "a") as f:
+        f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+
+
+def cx(label: str, *args: str) -> int:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(list(args))
+    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
+        with open(f"{OUT}/{label}.{ext}", "w") as f:
+            f.write(text)
+    log(f"cxlctl {' '.join(args)} -> {rc}")
+    return rc
+
+
+def sh(cmd: str) -> str:
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    log(f"$ {cmd} -> {p.returncode} {p.stderr.strip()[:200]}")
+    return p.stdout.strip()
+
+
+def put(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
+def get(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return f"ERR {e.strerror}"
+
+
+def snap(name: str) -> None:
+    """``cxlctl record`` onto the guest's tmpfs, then one copy to $OUT (9p is slow under TCG)."""
+    tmp = f"/tmp/damon-record/{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    record("/", tmp)
+    peers = os.path.join(tmp, "peers")
+    os.makedirs(peers)
+    with open(os.path.join(peers, "damon-tree.txt"), "w") as f:
+        f.write(sh(f"cd {D} && grep -r . . 2>&1 | sort"))
+    with open(os.path.join(peers, "uname-r.txt"), "w") as f:
+        f.write(os.uname().release + "\n")
+    # the same peers as every recorded tree (tests/test_inventory_fixtures.py compares with them)
+    for cmd, peer in (("cxl list -vvv", "cxl-list"), ("daxctl list -iDRM", "daxctl-list"), ("numactl -H", "numactl-H")):
+        done = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+        with open(os.path.join(peers, f"{peer}.{'txt' if peer == 'numactl-H' else 'json'}"), "w") as f:
+            f.write(done.stdout)
+        if done.stderr.strip():
+            with open(os.path.join(peers, f"{peer}.err"), "w") as f:
+                f.write(done.stderr)
+    shutil.copytree(tmp, f"{OUT}/fixtures/{name}", symlinks=True)
+    log(f"recorded {name}")
+
+
+def readback(label: str) -> None:
+    lines = [f"sysctl {k} {sh(f'sysctl -n {k}')}" for k in SYSCTLS]
+    lines.append(f"demotion_enabled {get('/sys/kernel/mm/numa/demotion_enabled')}")
+    lines.append(f"nr_kdamonds {get(D + '/nr_kdamonds')}")
+    lines.append("kdamonds " + (" ".join(sorted(os.listdir(D))) if os.path.isdir(D) else "ABSENT"))
+    with open(f"{OUT}/{label}-readback.txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def numa_maps(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/numa_maps") as f:
+            return f.read()
+    except OSError as e:
+        return f"ERR {e.strerror}"
+
+
+def foreign_kdamond() -> None:
+    """A kdamond set up by hand, as damo or a script does: paddr, one ``stat`` scheme, on."""
+    put(f"{D}/nr_kdamonds", "1")
+    put(f"{D}/0/contexts/nr_contexts", "1")
+    put(f"{D}/0/contexts/0/operations", "paddr")
+    put(f"{D}/0/contexts/0/targets/nr_targets", "1")
+    put(f"{D}/0/contexts/0/schemes/nr_schemes", "1")
+    put(f"{D}/0/contexts/0/schemes/0/action", "stat")
+    put(f"{D}/0/state", "on")
+    time.sleep(3)
+    put(f"{D}/0/state", "update_schemes_stats")
+
+
+def helper(mode: str, mib: int, node: int) -> subprocess.Popen:  # type: ignore[type-arg]
+    """Start a helper inside the test cgroup; returns once it has touched its pages."""
+    ready = f"{OUT}/{mode}.ready"
+    cmd = f"echo $$ > {CG}/cgroup.procs && exec {TOOLS}/tier {mode} {mib} {node} {ready}"
+    p = subprocess.Popen(["sh", "-c", cmd], stderr=open(f"{OUT}/{mode}.err", "w"))
+    for _ in range(600):
+        if os.path.exists(ready) and get(ready).isdigit():
+            break
+        time.sleep(0.5)
+    log(f"helper {mode} pid {p.pid} ready={get(ready)}")
+    return p
+
+
+def pages(pid: int) -> Dict[int, int]:
+    """Pages per node of the helper's biggest anonymous mapping (``numa_maps`` N<node>=<pages>)."""
+    best: Dict[int, int] = {}
+    for line in numa_maps(pid).splitlines():
+        if " anon=" not in line:
+            continue
+        cur = {}
+        for w in line.split():
+            if w.startswith("N") and "=" in w and w[1:].split("=")[0].isdigit():
+                n, v = w[1:].split("=")
+                cur[int(n)] = int(v)
+        if sum(cur.values()) > sum(best.values()):
+            best = cur
+    return best
+
+
+def full() -> None:
+    cx("status-inventory", "status", "--json")
+    with open(f"{OUT}/status-inventory.json") as f:
+        status = json.load(f)
+    cxl = [n["id"] for n in status.get("nodes", []) if n.get("kind") == "cxl" and n.get("has_memory")]
+    put(f"{OUT}/cxl-node", str(cxl[0] if cxl else -1))
+    readback("boot")
+    snap("single-region-damon-idle")
+    cx("recommend", "tune", "recommend", "--json")
+    # -- someone else's kdamond
+    foreign_kdamond()
+    snap("single-region-damon-running")
+    cx("foreign-plan", "tune", "plan", "inference-damon", "--json")
+    cx("foreign-apply", "tune", "apply", "inference-damon", "--json")
+    readback("foreign")
+    put(f"{D}/0/state", "off")
+    put(f"{D}/nr_kdamonds", "0")
+    # -- tiering, scoped to the helpers' cgroup
+    sh("grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup")
+    sh("echo +memory > /sys/fs/cgroup/cgroup.subtree_control")
+    os.makedirs(CG, exist_ok=True)
+    node = cxl[0]
+    cold = helper("cold", 4, 0)
+    hot = helper("hot", 1, node)
+    with open(f"{OUT}/pages-start.json", "w") as f:
+        json.dump({"cold": pages(cold.pid), "hot": pages(hot.pid)}, f)
+    cx("plan", "tune", "plan", "vm-damon", "--json")
+    t0 = time.time()
+    cx("apply", "tune", "apply", "vm-damon", "--json")
+    readback("applied")
+    sh(f"cd {D} && grep -r . . > {OUT}/applied-tree.txt 2>&1")
+    cx("verify", "tune", "verify", "--json")
+    trace: List[Dict[str, object]] = []
+    cold_done = hot_done = False
+    while time.time() - t0 < 180 and not (cold_done and hot_done):
+        time.sleep(3)
+        c, h = pages(cold.pid), pages(hot.pid)
+        trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h})
+        cold_done = c.get(node, 0) >= 0.9 * sum(c.values()) > 0
+        hot_done = h.get(0, 0) >= 0.5 * sum(h.values()) > 0
+        with open(f"{OUT}/pages-trace.json", "w") as f:
+            json.dump(trace, f)
+    with open(f"{OUT}/numa_maps-cold.txt", "w") as f:
+        f.write(numa_maps(cold.pid))
+    with open(f"{OUT}/numa_maps-hot.txt", "w") as f:
+        f.write(numa_maps(hot.pid))
+    cx("status", "tune", "status", "--json")
+    snap("single-region-damon-tiering")
+    # -- drift: cxlctl's kdamond stopped by hand
+    put(f"{D}/0/state", "off")
+    cx("drift-verify", "tune", "verify", "--json")
+    cx("revert", "tune", "revert", "--json")
+    readback("reverted")
+    cx("after-revert-status", "tune", "status", "--json")
+    for p in (cold, hot):
+        p.kill()
+
+
+def old() -> None:
+    readback("boot")
+    snap("single-noregion-damon")
+    cx("plan", "tune", "plan", "inference-damon", "--json")
+    cx("apply", "tune", "apply", "inference-damon", "--json")
+    readback("applied")
+    cx("revert", "tune", "revert", "--json")
+    readback("reverted")
+
+
+if __name__ == "__main__":
+    try:
+        full() if MODE == "full" else old()
+    except Exception as e:  # the host reads driver.log; the exit status fails the test
+        log(f"driver failed: {e!r}")
+        raise

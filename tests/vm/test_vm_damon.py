@@ -1,0 +1,239 @@
+"""DAMON tiering on real kernels: one 6.12 boot with a CXL node, one short 6.1 boot.
+
+6.12 (``single`` topology, a RAM region online as a CPU-less CXL node): the guest
+driver (tests/vm/damon_guest_driver.py) records DAMON's sysfs idle and with a
+kdamond started by hand, checks that cxlctl refuses to work beside that kdamond,
+then applies ``vm-damon`` — inference-damon with short ages, scoped to a cgroup
+and to anonymous pages — while two C helpers (compiled here with the host's cc)
+run in that cgroup: ``cold`` touches 4 MiB on the DRAM node once and sleeps,
+``hot`` keeps touching 1 MiB placed on the CXL node.  The cold pages must move to
+the CXL node and the hot ones back to DRAM (``/proc/PID/numa_maps``; first run:
+all 1024 cold pages on CXL after 17 s, 254 of 256 hot pages on DRAM after 20 s);
+the figures are printed (pytest -s).  Then a
+kdamond of cxlctl's stopped by hand is drift (exit 3), and revert leaves no
+kdamond and the boot values.
+
+6.1: DAMON's part of the profile is reported unavailable and the rest applies.
+
+``CXLCTL_RECORD_DAMON_FIXTURES=1`` copies the recorded trees into ``fixtures/``
+(that is how the committed DAMON fixtures were made).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.vm.harness import REPO, TOPOLOGIES, run_guest
+
+pytestmark = pytest.mark.vm
+
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "damon_guest_driver.py")
+
+TIER_C = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* tier cold|hot MIB NODE READY: map MIB MiB of anonymous memory preferring NODE, touch every
+   page, write our PID to READY; then "cold" sleeps (the pages stay untouched) and "hot" keeps
+   touching them. */
+int main(int argc, char **argv) {
+    if (argc < 5) return 2;
+    size_t len = (size_t)atoi(argv[2]) << 20;
+    unsigned long mask = 1UL << atoi(argv[3]);
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    madvise(p, len, MADV_NOHUGEPAGE);
+    if (syscall(SYS_mbind, p, len, 1 /* MPOL_PREFERRED */, &mask, 64, 0) != 0) perror("mbind");
+    memset(p, 1, len);
+    FILE *f = fopen(argv[4], "w");
+    if (!f) { perror(argv[4]); return 1; }
+    fprintf(f, "%d\n", getpid());
+    fclose(f);
+    if (strcmp(argv[1], "hot") == 0)
+        for (unsigned char v = 0;; v++)
+            for (size_t i = 0; i < len; i += 4096) p[i] = (char)v;
+    for (;;) pause();
+}
+"""
+
+VM_PROFILE = """
+summary = "VM test: inference-damon with short ages, scoped to the test cgroup"
+include = "inference-damon"
+[damon]
+enabled = true
+reason = "VM test"
+sample = "100ms"
+aggregate = "2s"
+update = "4s"
+min_regions = 200
+cold_age = "4s"
+hot_accesses = "5%"
+apply_interval = "1s"
+quota_size = "4G"
+quota_time = "500ms"
+quota_interval = "1s"
+memcg = "/damon-test"
+anon_only = true
+"""
+
+GUEST_FULL = r"""
+R=$(CREATE) || { echo "region creation failed" >&2; exit 10; }
+udevadm settle --timeout=30 || true
+mkdir -p /etc/cxlctl/profiles "$OUT/fixtures"
+cat > /etc/cxlctl/profiles/vm-damon.toml <<'EOF'
+PROFILE
+EOF
+cd "$REPO" && "$PY" DRIVER full TOOLS
+"""
+
+GUEST_OLD = r"""
+mkdir -p "$OUT/fixtures"
+cd "$REPO" && "$PY" DRIVER old
+"""
+
+
+def _f(out: Path, name: str) -> str:
+    p = out / name
+    return p.read_text() if p.exists() else f"<{name} missing>"
+
+
+def _json(out: Path, name: str) -> Any:
+    return json.loads((out / name).read_text())
+
+
+def _readback(out: Path, label: str) -> Dict[str, str]:
+    rows = [line.rsplit(" ", 1) for line in _f(out, f"{label}-readback.txt").splitlines() if " " in line]
+    return {k: v for k, v in rows}
+
+
+def _keep(out: Path, series: str, names: List[str], release: str = "") -> None:
+    """Copy the guest's records into fixtures/ (only with CXLCTL_RECORD_DAMON_FIXTURES=1)."""
+    if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") != "1":
+        return
+    for name in names:
+        src = out / "fixtures" / name
+        dst = REPO / "fixtures" / f"linux-{series}" / name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst, symlinks=True)
+        about = (
+            f"kernel: {release or series} (Debian linux-image, unsigned)\n"
+            f"recorded: {datetime.date.today().isoformat()} by tests/vm/test_vm_damon.py "
+            "(CXLCTL_RECORD_DAMON_FIXTURES=1; guest side tests/vm/damon_guest_driver.py)\n"
+            f"topology: single: {TOPOLOGIES['single'].description}\n"
+            f"state: {name} (fixtures/README.md, DAMON trees)\n"
+        )
+        (dst / "peers" / "recorded.txt").write_text(about)
+
+
+def test_damon_tiering_on_612(tmp_path: Path) -> None:
+    t = TOPOLOGIES["single"]
+    region = t.widest
+    assert region is not None
+    work = tmp_path / "vm"
+    tools = work / "tools"
+    tools.mkdir(parents=True)
+    (tools / "tier.c").write_text(TIER_C)
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / "tier"), str(tools / "tier.c")], check=True)
+    script = (
+        GUEST_FULL.replace("CREATE", region.create_command(t))
+        .replace("PROFILE", VM_PROFILE.strip())
+        .replace("DRIVER", DRIVER)
+        .replace("TOOLS", str(tools))
+    )
+    res = run_guest(t, script, kernel="6.12", workdir=work, timeout=1200)
+    out = res.outdir
+    report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
+    assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
+    _keep(
+        out,
+        "6.12",
+        ["single-region-damon-idle", "single-region-damon-running", "single-region-damon-tiering"],
+        res.kernel.release,
+    )
+    cxl = int(_f(out, "cxl-node"))
+    assert cxl > 0
+    boot = _readback(out, "boot")
+    assert boot["nr_kdamonds"] == "0"
+
+    # -- a kdamond someone else runs: refused, untouched
+    assert _f(out, "foreign-apply.rc").strip() == "2", _f(out, "foreign-apply.err")
+    assert "refused; nothing was changed" in _f(out, "foreign-apply.err")
+    plan = _json(out, "foreign-plan.json")["plan"]
+    (step,) = [s for s in plan["steps"] if s["knob"] == "damon"]
+    assert step["action"] == "skip" and step["note"].startswith("refused: ") and "kdamond 0 (on" in step["note"]
+    assert _readback(out, "foreign")["nr_kdamonds"] == "1"
+
+    # -- tiering
+    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    applied = _readback(out, "applied")
+    assert applied["sysctl kernel.numa_balancing"] == "0" and applied["demotion_enabled"] in ("1", "true")
+    assert applied["nr_kdamonds"] == "2"
+    tree = _f(out, "applied-tree.txt")
+    assert "./0/state:on" in tree and "./1/state:on" in tree
+    assert "./0/contexts/0/schemes/0/action:migrate_cold" in tree
+    assert f"./0/contexts/0/schemes/0/target_nid:{cxl}" in tree
+    assert "./1/contexts/0/schemes/0/action:migrate_hot" in tree
+    assert _f(out, "verify.rc").strip() == "0", _f(out, "verify.json")
+    start = _json(out, "pages-start.json")
+    trace = _json(out, "pages-trace.json")
+    last = trace[-1]
+    cold = {int(k): v for k, v in last["cold"].items()}
+    hot = {int(k): v for k, v in last["hot"].items()}
+    report.append(f"cold helper 4 MiB, before apply: {start['cold']}; after {last['t']} s: {cold}")
+    report.append(f"hot helper 1 MiB on node{cxl}, before apply: {start['hot']}; after {last['t']} s: {hot}")
+    moved_at = next((p["t"] for p in trace if int(p["cold"].get(str(cxl), 0)) >= 0.9 * 1024), None)
+    report.append(f"cold pages on the CXL node (>= 90 %) after {moved_at} s")
+    st = _json(out, "status.json")
+    rows = st["damon"]
+    report.append(
+        "DAMON stats: "
+        + "; ".join(
+            f"kdamond {r['kdamond']} {r['action']}: "
+            f"applied {r['nr_applied']} ({r['sz_applied']} B), tried {r['nr_tried']}, qt_exceeds {r['qt_exceeds']}"
+            for r in rows
+        )
+    )
+    print("\n".join(report))
+    assert sum(int(v) for v in start["cold"].values()) == 1024 and int(start["cold"].get("0", 0)) >= 0.9 * 1024
+    assert cold.get(cxl, 0) >= 0.9 * 1024, report
+    # the hot direction worked on QEMU TCG too (254 of 256 pages back on DRAM after 20 s when first run)
+    assert sum(hot.values()) == 256 and hot.get(0, 0) >= 0.5 * 256, report
+    assert [r["owner"] for r in rows] == ["cxlctl", "cxlctl"]
+    cold_row = next(r for r in rows if r["action"] == "migrate_cold")
+    assert cold_row["sz_applied"] >= 4 << 20 and cold_row["nr_applied"] > 0
+
+    # -- drift, then revert
+    assert _f(out, "drift-verify.rc").strip() == "3"
+    drift = _json(out, "drift-verify.json")
+    assert [c["setting"] for c in drift["checks"] if c["status"] == "drift"] == ["damon.kdamond0.state"]
+    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    back = _readback(out, "reverted")
+    assert back == boot, (back, boot)
+    assert _json(out, "after-revert-status.json")["damon"] == []
+
+
+def test_damon_unavailable_on_61(tmp_path: Path) -> None:
+    res = run_guest(TOPOLOGIES["single"], GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm")
+    out = res.outdir
+    assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
+    _keep(out, "6.1", ["single-noregion-damon"], res.kernel.release)
+    plan = _json(out, "plan.json")["plan"]
+    (d,) = [s for s in plan["steps"] if s["knob"] == "damon"]
+    print(f"guest {res.kernel.release}, boot {res.boot_seconds} s: damon {d['action']}: {d['note']}")
+    assert d["action"] == "unsupported" and "needs 6.11+ with CONFIG_DAMON_PADDR" in d["note"]
+    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    assert _readback(out, "applied")["sysctl vm.swappiness"] == "10"
+    assert _readback(out, "reverted") == _readback(out, "boot")
