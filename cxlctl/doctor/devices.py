@@ -64,21 +64,52 @@ def check_memdevs(f: Facts) -> List[Check]:
         names = ", ".join(m.name for m, _ in unused)
         free = sum(x for _, x in unused)
         ev = tuple(
-            Evidence(f"{paths.CXL_DEVICES}/{m.name}/ram/size", f"{format_size(m.ram_size)}, {format_size(m.dpa_allocated)} allocated")
+            Evidence(
+                f"{paths.CXL_DEVICES}/{m.name}/ram/size",
+                f"{format_size(m.ram_size)}, {format_size(m.dpa_allocated)} allocated",
+            )
             for m, _ in unused[:6]
         )
         if not ok:
-            out.append(Check(D, "devices.memdevs-unused", NOTE, f"{names}: {format_size(free)} in no region (this kernel cannot create RAM regions; see kernel.ram-regions)", ev))
+            out.append(
+                Check(
+                    D,
+                    "devices.memdevs-unused",
+                    NOTE,
+                    f"{names}: {format_size(free)} in no region (this kernel cannot create RAM regions; see kernel.ram-regions)",
+                    ev,
+                )
+            )
         else:
             try:
                 plans = plan_all(inv, Request())
-                cmds = [f"cxlctl region create --memdevs {','.join(t.memdev for t in p.targets)} --decoder {p.root_decoder}" for p in plans]
+                cmds = [
+                    f"cxlctl region create --memdevs {','.join(t.memdev for t in p.targets)} --decoder {p.root_decoder}"
+                    for p in plans
+                ]
                 fix = "; ".join(cmds) + " (or: cxlctl region create --all)" if cmds else "cxlctl region plan --all"
             except CxlctlError as e:
                 fix = f"cxlctl region plan --all explains what blocks it: {e}"
-            out.append(Check(D, "devices.memdevs-unused", WARN, f"{names}: {format_size(free)} of CXL capacity in no region (unused)", ev, fix))
+            out.append(
+                Check(
+                    D,
+                    "devices.memdevs-unused",
+                    WARN,
+                    f"{names}: {format_size(free)} of CXL capacity in no region (unused)",
+                    ev,
+                    fix,
+                )
+            )
     elif inv.memdevs:
-        out.append(Check(D, "devices.memdevs-unused", OK, f"every memdev's capacity is in a region ({len(inv.memdevs)} memdev(s))", (Evidence(paths.CXL_DEVICES, " ".join(m.name for m in inv.memdevs[:8])),)))
+        out.append(
+            Check(
+                D,
+                "devices.memdevs-unused",
+                OK,
+                f"every memdev's capacity is in a region ({len(inv.memdevs)} memdev(s))",
+                (Evidence(paths.CXL_DEVICES, " ".join(m.name for m in inv.memdevs[:8])),),
+            )
+        )
     return out
 
 
@@ -87,7 +118,16 @@ def check_regions(f: Facts) -> List[Check]:
     for r in f.inv.regions:
         base = f"{paths.CXL_DEVICES}/{r.name}"
         if r.committed is False:
-            out.append(Check(D, f"devices.region.{r.name}", FAIL, f"{r.name} is not committed (decoders not programmed): it provides no memory", (Evidence(f"{base}/commit", "0"),), f"cxlctl region destroy {r.name}, then cxlctl region create"))
+            out.append(
+                Check(
+                    D,
+                    f"devices.region.{r.name}",
+                    FAIL,
+                    f"{r.name} is not committed (decoders not programmed): it provides no memory",
+                    (Evidence(f"{base}/commit", "0"),),
+                    f"cxlctl region destroy {r.name}, then cxlctl region create",
+                )
+            )
         elif r.mode == "ram" and r.committed and not r.dax_region:
             res = NOTE if r.driver else FAIL
             msg = (
@@ -95,7 +135,16 @@ def check_regions(f: Facts) -> List[Check]:
                 if r.driver
                 else f"{r.name} is not bound to the cxl_region driver: no DAX device, no memory"
             )
-            out.append(Check(D, f"devices.region.{r.name}", res, msg, (Evidence(f"{base}/driver", r.driver or "no link"),), "" if r.driver else "modprobe dax_cxl; echo " + r.name + " > /sys/bus/cxl/drivers/cxl_region/bind"))
+            out.append(
+                Check(
+                    D,
+                    f"devices.region.{r.name}",
+                    res,
+                    msg,
+                    (Evidence(f"{base}/driver", r.driver or "no link"),),
+                    "" if r.driver else "modprobe dax_cxl; echo " + r.name + " > /sys/bus/cxl/drivers/cxl_region/bind",
+                )
+            )
     return out
 
 
@@ -115,7 +164,16 @@ def check_dax(f: Facts) -> List[Check]:
             continue
         what = f"{d.name}" + (f" ({d.region})" if d.region else "")
         if d.driver is None:
-            out.append(Check(D, f"devices.dax.{d.name}", FAIL, f"{what} is bound to no driver: its memory is neither a NUMA node nor a device", (Evidence(_dax(d.name, "driver"), "no link"),), _reconfigure(d.name)))
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}",
+                    FAIL,
+                    f"{what} is bound to no driver: its memory is neither a NUMA node nor a device",
+                    (Evidence(_dax(d.name, "driver"), "no link"),),
+                    _reconfigure(d.name),
+                )
+            )
         elif d.mode == "devdax":
             out.append(
                 Check(
@@ -151,7 +209,15 @@ def check_dax(f: Facts) -> List[Check]:
                 )
             )
         else:
-            out.append(Check(D, f"devices.dax.{d.name}", OK, f"{what}: system-ram, online on node {d.target_node} ({'/'.join(d.zones) or '?'})", (_blocks_ev(d),)))
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}",
+                    OK,
+                    f"{what}: system-ram, online on node {d.target_node} ({'/'.join(d.zones) or '?'})",
+                    (_blocks_ev(d),),
+                )
+            )
     return out
 
 
@@ -161,7 +227,13 @@ def check_auto_online(f: Facts) -> List[Check]:
     if v is None:
         return [Check(D, "devices.auto-online", NOTE, "auto_online_blocks is not readable (no memory hot-plug?)", ev)]
     if v == "offline":
-        offline = any(d.provider == "cxl" and d.mode == "system-ram" and d.total_memblocks and (d.online_memblocks or 0) < d.total_memblocks for d in f.inv.dax_devices)
+        offline = any(
+            d.provider == "cxl"
+            and d.mode == "system-ram"
+            and d.total_memblocks
+            and (d.online_memblocks or 0) < d.total_memblocks
+            for d in f.inv.dax_devices
+        )
         return [
             Check(
                 D,
@@ -174,8 +246,25 @@ def check_auto_online(f: Facts) -> List[Check]:
             )
         ]
     if v == "online_movable":
-        return [Check(D, "devices.auto-online", NOTE, "auto_online_blocks=online_movable: new CXL memory goes to ZONE_MOVABLE (pinned engine buffers cannot stay there)", ev, f"echo online > {paths.AUTO_ONLINE} if the engine pins host memory")]
-    return [Check(D, "devices.auto-online", OK, f"auto_online_blocks={v}: the kernel onlines new memory itself (daxctl --no-online refuses; cxlctl holds it back while it onlines)", ev)]
+        return [
+            Check(
+                D,
+                "devices.auto-online",
+                NOTE,
+                "auto_online_blocks=online_movable: new CXL memory goes to ZONE_MOVABLE (pinned engine buffers cannot stay there)",
+                ev,
+                f"echo online > {paths.AUTO_ONLINE} if the engine pins host memory",
+            )
+        ]
+    return [
+        Check(
+            D,
+            "devices.auto-online",
+            OK,
+            f"auto_online_blocks={v}: the kernel onlines new memory itself (daxctl --no-online refuses; cxlctl holds it back while it onlines)",
+            ev,
+        )
+    ]
 
 
 def check_udev(f: Facts) -> List[Check]:
@@ -194,11 +283,20 @@ def check_udev(f: Facts) -> List[Check]:
                         + secs
                         + ": it fights the mode and zone cxlctl chooses",
                         ev + tuple(Evidence(p, s) for p, s in f.daxctl_conf[:3]),
-                        "remove the [reconfigure-device] sections from " + ", ".join(sorted({p for p, _ in f.daxctl_conf})),
+                        "remove the [reconfigure-device] sections from "
+                        + ", ".join(sorted({p for p, _ in f.daxctl_conf})),
                     )
                 )
             else:
-                out.append(Check(D, "devices.udev.daxctl", OK, f"ndctl's udev rule runs daxctl on new DAX devices, but no {paths.DAXCTL_CONF_DIR}/*.conf has a [reconfigure-device] section: it changes nothing", ev))
+                out.append(
+                    Check(
+                        D,
+                        "devices.udev.daxctl",
+                        OK,
+                        f"ndctl's udev rule runs daxctl on new DAX devices, but no {paths.DAXCTL_CONF_DIR}/*.conf has a [reconfigure-device] section: it changes nothing",
+                        ev,
+                    )
+                )
         else:
             out.append(
                 Check(
@@ -221,11 +319,29 @@ def check_tiers(f: Facts) -> List[Check]:
         return []
     dram_tiers = {n.tier for n in dram if n.tier is not None}
     same = [n for n in cxl if n.tier is not None and n.tier in dram_tiers]
-    ev = tuple(Evidence(f"{paths.TIER_DIR}/memory_tier{t.id}/nodelist", format_nodelist(t.nodes)) for t in inv.tiers[:4])
+    ev = tuple(
+        Evidence(f"{paths.TIER_DIR}/memory_tier{t.id}/nodelist", format_nodelist(t.nodes)) for t in inv.tiers[:4]
+    )
     if not inv.tiers:
-        return [Check(D, "devices.tiers", NOTE, "no memory tiers in sysfs (kernel before 6.1, or CONFIG_NUMA off)", (Evidence(paths.TIER_DIR, "absent"),))]
+        return [
+            Check(
+                D,
+                "devices.tiers",
+                NOTE,
+                "no memory tiers in sysfs (kernel before 6.1, or CONFIG_NUMA off)",
+                (Evidence(paths.TIER_DIR, "absent"),),
+            )
+        ]
     if not same:
-        return [Check(D, "devices.tiers", OK, f"CXL node(s) {format_nodelist(n.id for n in cxl)} are in a lower tier than DRAM: demotion and promotion can move pages", ev)]
+        return [
+            Check(
+                D,
+                "devices.tiers",
+                OK,
+                f"CXL node(s) {format_nodelist(n.id for n in cxl)} are in a lower tier than DRAM: demotion and promotion can move pages",
+                ev,
+            )
+        ]
     why = []
     hmat = f.acpi_tables is not None and any(t.startswith("HMAT") for t in f.acpi_tables)
     if not hmat:
@@ -233,7 +349,9 @@ def check_tiers(f: Facts) -> List[Check]:
     for n in same:
         regs = [inv.region(r) for r in n.regions]
         if regs and all(r is not None and r.access0 is None and r.access1 is None for r in regs):
-            why.append(f"node {n.id}'s region(s) {', '.join(n.regions)} have no access0/access1 coordinates (no CDAT from the device)")
+            why.append(
+                f"node {n.id}'s region(s) {', '.join(n.regions)} have no access0/access1 coordinates (no CDAT from the device)"
+            )
     return [
         Check(
             D,

@@ -27,17 +27,50 @@ def check(f: Facts) -> List[Check]:
         return []
     lp = f.launch
     if not isinstance(lp, LaunchPlan):
-        return [Check(I, "inference.plan", CANNOT, f"cxlctl launch {f.engine} --dry-run cannot plan: {lp}", (Evidence(f"cxlctl launch {f.engine} --dry-run", str(lp)[:120]),))]
+        return [
+            Check(
+                I,
+                "inference.plan",
+                CANNOT,
+                f"cxlctl launch {f.engine} --dry-run cannot plan: {lp}",
+                (Evidence(f"cxlctl launch {f.engine} --dry-run", str(lp)[:120]),),
+            )
+        ]
     out: List[Check] = []
     feats = lp.features
     if feats is not None:
         ev = (Evidence(f"{f.engine} --version", feats.version or "unknown"),)
         if feats.source == "assumed":
-            out.append(Check(I, "inference.engine", WARN, f"{f.engine} is not installed here ({feats.error}); flags below are those of {f.engine} {feats.version} or later", ev, f"install {f.engine} in this environment (or give cxlctl launch --engine-cmd)"))
+            out.append(
+                Check(
+                    I,
+                    "inference.engine",
+                    WARN,
+                    f"{f.engine} is not installed here ({feats.error}); flags below are those of {f.engine} {feats.version} or later",
+                    ev,
+                    f"install {f.engine} in this environment (or give cxlctl launch --engine-cmd)",
+                )
+            )
         elif feats.source == "unavailable":
-            out.append(Check(I, "inference.engine", WARN, f"{f.engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged", ev))
+            out.append(
+                Check(
+                    I,
+                    "inference.engine",
+                    WARN,
+                    f"{f.engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged",
+                    ev,
+                )
+            )
         else:
-            out.append(Check(I, "inference.engine", OK, f"{f.engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags", ev))
+            out.append(
+                Check(
+                    I,
+                    "inference.engine",
+                    OK,
+                    f"{f.engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags",
+                    ev,
+                )
+            )
     ea = lp.engine
     kv = f"KV offload {format_size(ea.kv_bytes)}" if ea.kv_bytes else "no KV offload (no free CXL memory to size it)"
     flags = " ".join(ea.added) or "none"
@@ -48,28 +81,69 @@ def check(f: Facts) -> List[Check]:
             "inference.flags",
             NOTE,
             f"cxlctl launch {f.engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
-            (Evidence("cxlctl launch --dry-run", lp.equivalent[:200]),) + ((Evidence("environment", env[:200]),) if env else ()),
+            (Evidence("cxlctl launch --dry-run", lp.equivalent[:200]),)
+            + ((Evidence("environment", env[:200]),) if env else ()),
         )
     )
     names = set()
     for c in lp.checks:
         names.add(c.name)
         res = {"ok": OK, "note": NOTE, "warn": WARN, "fail": "fail"}.get(c.status, NOTE)
-        src = {"dev-shm": paths.DEV_SHM, "memlock": "ulimit -l", "cpuset-mems": paths.SELF_STATUS + " Mems_allowed_list", "zone-movable": paths.MEMORY_DIR}.get(c.name, "cxlctl launch pre-flight")
+        src = {
+            "dev-shm": paths.DEV_SHM,
+            "memlock": "ulimit -l",
+            "cpuset-mems": paths.SELF_STATUS + " Mems_allowed_list",
+            "zone-movable": paths.MEMORY_DIR,
+        }.get(c.name, "cxlctl launch pre-flight")
         out.append(Check(I, f"inference.{c.name}", res, c.message, (Evidence(src, c.status),), c.fix))
     if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
-        out.append(Check(I, "inference.dev-shm", NOTE, "no /dev/shm offload planned, so /dev/shm size does not matter here", (Evidence(paths.DEV_SHM, "not used"),)))
+        out.append(
+            Check(
+                I,
+                "inference.dev-shm",
+                NOTE,
+                "no /dev/shm offload planned, so /dev/shm size does not matter here",
+                (Evidence(paths.DEV_SHM, "not used"),),
+            )
+        )
     if "memlock" not in names:
         ml = f.memlock
         shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
-        out.append(Check(I, "inference.memlock", OK if ml else CANNOT, f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"), (Evidence(paths.SELF_LIMITS, shown),)))
+        out.append(
+            Check(
+                I,
+                "inference.memlock",
+                OK if ml else CANNOT,
+                f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"),
+                (Evidence(paths.SELF_LIMITS, shown),),
+            )
+        )
     thp = f.thp
     if thp is None:
-        out.append(Check(I, "inference.thp", CANNOT, "transparent hugepages setting unreadable", (Evidence(paths.THP_ENABLED, "unreadable"),)))
+        out.append(
+            Check(
+                I,
+                "inference.thp",
+                CANNOT,
+                "transparent hugepages setting unreadable",
+                (Evidence(paths.THP_ENABLED, "unreadable"),),
+            )
+        )
     else:
         sel = thp[thp.find("[") + 1 : thp.find("]")] if "[" in thp and "]" in thp else thp
         if sel == "never":
-            out.append(Check(I, "inference.thp", NOTE, "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too", (Evidence(paths.THP_ENABLED, thp),), f"echo madvise > {paths.THP_ENABLED}"))
+            out.append(
+                Check(
+                    I,
+                    "inference.thp",
+                    NOTE,
+                    "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too",
+                    (Evidence(paths.THP_ENABLED, thp),),
+                    f"echo madvise > {paths.THP_ENABLED}",
+                )
+            )
         else:
-            out.append(Check(I, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),)))
+            out.append(
+                Check(I, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))
+            )
     return out

@@ -107,7 +107,10 @@ def check_config(f: Facts) -> List[Check]:
                 "kernel.config",
                 CANNOT,
                 f.config_note or "kernel config not found",
-                (Evidence(paths.boot_config(f.inv.kernel or "RELEASE"), "absent"), Evidence(paths.PROC_CONFIG_GZ, "absent")),
+                (
+                    Evidence(paths.boot_config(f.inv.kernel or "RELEASE"), "absent"),
+                    Evidence(paths.PROC_CONFIG_GZ, "absent"),
+                ),
                 "install the kernel package's config file in /boot, or boot a kernel with CONFIG_IKCONFIG_PROC=y",
             )
         ]
@@ -135,7 +138,16 @@ def check_config(f: Facts) -> List[Check]:
                 f"a kernel built with {sym}=y or =m (Debian's 6.12 has it)",
             )
         )
-    out.insert(0, Check(K, "kernel.config", OK, f"{len(present)} of {len(CONFIG)} CXL-related options built", (Evidence(src, " ".join(present)),)))
+    out.insert(
+        0,
+        Check(
+            K,
+            "kernel.config",
+            OK,
+            f"{len(present)} of {len(CONFIG)} CXL-related options built",
+            (Evidence(src, " ".join(present)),),
+        ),
+    )
     return out
 
 
@@ -157,7 +169,9 @@ def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, str]:
 
 def check_modules(f: Facts) -> List[Check]:
     if f.modules is None and f.config is None and not f.sys_modules:
-        return [Check(K, "kernel.modules", CANNOT, f"{paths.PROC_MODULES} is unreadable and no kernel config was found")]
+        return [
+            Check(K, "kernel.modules", CANNOT, f"{paths.PROC_MODULES} is unreadable and no kernel config was found")
+        ]
     cxl = cxl_platform(f)
     ram_regions = any(r.mode == "ram" for r in f.inv.regions)
     v = version(f)
@@ -191,7 +205,12 @@ def check_modules(f: Facts) -> List[Check]:
                 f"modprobe {name}",
             )
         out.append(Check(K, f"kernel.modules.{name}", res, msg, (Evidence(paths.PROC_MODULES, how),), fix))
-    out.insert(0, Check(K, "kernel.modules", OK if fine else NOTE, "loaded or built in: " + (", ".join(fine) or "none"), tuple(ev)))
+    out.insert(
+        0,
+        Check(
+            K, "kernel.modules", OK if fine else NOTE, "loaded or built in: " + (", ".join(fine) or "none"), tuple(ev)
+        ),
+    )
     return out
 
 
@@ -223,15 +242,29 @@ def check_cmdline(f: Facts) -> List[Check]:
             out.append(Check(K, f"kernel.cmdline.{key}", res, f"{tok}: {why}", ev, fix))
         elif key == "memhp_default_state":
             if val == "online_movable":
-                res, why = WARN, "hot-added memory (new CXL regions) is onlined ZONE_MOVABLE: engines' pinned buffers cannot stay on it"
+                res, why = (
+                    WARN,
+                    "hot-added memory (new CXL regions) is onlined ZONE_MOVABLE: engines' pinned buffers cannot stay on it",
+                )
             elif val == "offline":
-                res, why = NOTE, "hot-added memory stays offline until something onlines it (cxlctl region create --online, the daemon)"
+                res, why = (
+                    NOTE,
+                    "hot-added memory stays offline until something onlines it (cxlctl region create --online, the daemon)",
+                )
             else:
                 res, why = NOTE, "sets the default of auto_online_blocks for hot-added memory"
-            fix = "memhp_default_state=online (ZONE_NORMAL by default) if the engine pins host memory" if res == WARN else ""
+            fix = (
+                "memhp_default_state=online (ZONE_NORMAL by default) if the engine pins host memory"
+                if res == WARN
+                else ""
+            )
             out.append(Check(K, "kernel.cmdline.memhp_default_state", res, f"{tok}: {why}", ev, fix))
         elif key.startswith("memory_hotplug."):
-            out.append(Check(K, f"kernel.cmdline.{key}", NOTE, f"{tok}: memory hot-plug behaviour changed from its default", ev))
+            out.append(
+                Check(
+                    K, f"kernel.cmdline.{key}", NOTE, f"{tok}: memory hot-plug behaviour changed from its default", ev
+                )
+            )
         elif key == "numa_balancing":
             res = NOTE if val != "disable" else WARN
             out.append(
@@ -239,13 +272,33 @@ def check_cmdline(f: Facts) -> List[Check]:
                     K,
                     "kernel.cmdline.numa_balancing",
                     res,
-                    f"{tok}: " + ("NUMA balancing (and tiering promotion) off at boot" if val == "disable" else "NUMA balancing set at boot"),
+                    f"{tok}: "
+                    + (
+                        "NUMA balancing (and tiering promotion) off at boot"
+                        if val == "disable"
+                        else "NUMA balancing set at boot"
+                    ),
                     ev,
-                    "cxlctl tune apply with a tiering profile sets kernel.numa_balancing at run time" if res == WARN else "",
+                    "cxlctl tune apply with a tiering profile sets kernel.numa_balancing at run time"
+                    if res == WARN
+                    else "",
                 )
             )
     if not out:
-        out.append(Check(K, "kernel.cmdline", OK, "no command-line option that changes CXL memory handling", (Evidence(paths.PROC_CMDLINE, "none of efi=nosoftreserve, memhp_default_state, memory_hotplug.*, movable_node, numa_balancing"),)))
+        out.append(
+            Check(
+                K,
+                "kernel.cmdline",
+                OK,
+                "no command-line option that changes CXL memory handling",
+                (
+                    Evidence(
+                        paths.PROC_CMDLINE,
+                        "none of efi=nosoftreserve, memhp_default_state, memory_hotplug.*, movable_node, numa_balancing",
+                    ),
+                ),
+            )
+        )
     return out
 
 
@@ -254,12 +307,21 @@ def check_cmdline(f: Facts) -> List[Check]:
 
 def check_acpi(f: Facts) -> List[Check]:
     if f.acpi_tables is None:
-        return [Check(F, "firmware.acpi", CANNOT, f"{paths.ACPI_TABLES} does not exist (not an ACPI platform, or not recorded)")]
+        return [
+            Check(
+                F,
+                "firmware.acpi",
+                CANNOT,
+                f"{paths.ACPI_TABLES} does not exist (not an ACPI platform, or not recorded)",
+            )
+        ]
     have = set(t.rstrip("0123456789") for t in f.acpi_tables)
     ev = (Evidence(paths.ACPI_TABLES, " ".join(f.acpi_tables) or "none of CEDT SRAT HMAT SLIT"),)
     out: List[Check] = []
     if "CEDT" in have:
-        out.append(Check(F, "firmware.cedt", OK, "CEDT present: the firmware describes CXL host bridges and windows", ev))
+        out.append(
+            Check(F, "firmware.cedt", OK, "CEDT present: the firmware describes CXL host bridges and windows", ev)
+        )
     elif f.inv.memdevs:
         out.append(
             Check(
@@ -330,9 +392,26 @@ def check_iomem(f: Facts) -> List[Check]:
     ev = tuple(Evidence(paths.PROC_IOMEM, f"{s:x}-{e:x} : {n}") for s, e, n in windows)
     if windows:
         total = sum(e - s + 1 for s, e, _ in windows)
-        out.append(Check(F, "firmware.cxl-windows", OK, f"{len(windows)} CXL window(s), {format_size(total)} of host address space", ev))
+        out.append(
+            Check(
+                F,
+                "firmware.cxl-windows",
+                OK,
+                f"{len(windows)} CXL window(s), {format_size(total)} of host address space",
+                ev,
+            )
+        )
     elif cxl_platform(f):
-        out.append(Check(F, "firmware.cxl-windows", WARN, "no 'CXL Window' in /proc/iomem although the host has CXL: cxl_acpi is not loaded or found no CFMWS", (Evidence(paths.PROC_IOMEM, "no CXL Window"),), "modprobe cxl_acpi"))
+        out.append(
+            Check(
+                F,
+                "firmware.cxl-windows",
+                WARN,
+                "no 'CXL Window' in /proc/iomem although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
+                (Evidence(paths.PROC_IOMEM, "no CXL Window"),),
+                "modprobe cxl_acpi",
+            )
+        )
     for i, s, e in soft:
         depth = entries[i][0]
         kids = []
@@ -340,9 +419,19 @@ def check_iomem(f: Facts) -> List[Check]:
             if d <= depth:
                 break
             kids.append(n)
-        ev2 = (Evidence(paths.PROC_IOMEM, f"{s:x}-{e:x} : Soft Reserved" + (" > " + ", ".join(kids[:3]) if kids else "")),)
+        ev2 = (
+            Evidence(paths.PROC_IOMEM, f"{s:x}-{e:x} : Soft Reserved" + (" > " + ", ".join(kids[:3]) if kids else "")),
+        )
         if kids:
-            out.append(Check(F, "firmware.soft-reserved", OK, f"Soft Reserved {format_size(e - s + 1)} at {s:#x} is claimed ({', '.join(kids[:3])})", ev2))
+            out.append(
+                Check(
+                    F,
+                    "firmware.soft-reserved",
+                    OK,
+                    f"Soft Reserved {format_size(e - s + 1)} at {s:#x} is claimed ({', '.join(kids[:3])})",
+                    ev2,
+                )
+            )
         else:
             out.append(
                 Check(

@@ -87,4 +87,6 @@ def render(f: Facts, checks: List[Check], console: Console) -> None:
     counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
     summary = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
     bad = exit_code(checks)
-    console.print(Text(f"{'problems found' if bad else 'nothing fails'}: {summary}", style="bold red" if bad else "bold green"))
+    console.print(
+        Text(f"{'problems found' if bad else 'nothing fails'}: {summary}", style="bold red" if bad else "bold green")
+    )

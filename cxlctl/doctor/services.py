@@ -45,21 +45,52 @@ def check_tools(f: Facts) -> List[Check]:
         p = _probe(f, tool, "version")
         ev_src = f"{tool} version"
         if p is None or p.rc is None:
-            out.append(Check(T, f"tools.{tool}", NOTE, f"{tool} is not installed: cxlctl does not need it ({'health data in the daemon does' if tool == 'cxl' else 'cxlctl dax reconfigure does its work'})", (Evidence(ev_src, "not found"),), f"apt install {pkg} (or dnf install {pkg})"))
+            out.append(
+                Check(
+                    T,
+                    f"tools.{tool}",
+                    NOTE,
+                    f"{tool} is not installed: cxlctl does not need it ({'health data in the daemon does' if tool == 'cxl' else 'cxlctl dax reconfigure does its work'})",
+                    (Evidence(ev_src, "not found"),),
+                    f"apt install {pkg} (or dnf install {pkg})",
+                )
+            )
             continue
         ver = p.out.strip().splitlines()[0] if p.out.strip() else "?"
         major = _major(ver) if p.rc == 0 else None
         if major is None:
-            out.append(Check(T, f"tools.{tool}", WARN, f"{tool} version failed (exit {p.rc})", (Evidence(ev_src, ver[:80]),)))
+            out.append(
+                Check(T, f"tools.{tool}", WARN, f"{tool} version failed (exit {p.rc})", (Evidence(ev_src, ver[:80]),))
+            )
         elif major < CXL_RAM_REGIONS_SINCE:
-            what = "cannot create RAM regions (cxl create-region -t ram)" if tool == "cxl" else "predates CXL RAM regions"
-            out.append(Check(T, f"tools.{tool}", NOTE, f"{tool} {ver} {what}: that needs ndctl {CXL_RAM_REGIONS_SINCE}+; cxlctl region create does it without", (Evidence(ev_src, ver),), f"ndctl {CXL_RAM_REGIONS_SINCE} or newer if you want {tool} to manage RAM regions"))
+            what = (
+                "cannot create RAM regions (cxl create-region -t ram)" if tool == "cxl" else "predates CXL RAM regions"
+            )
+            out.append(
+                Check(
+                    T,
+                    f"tools.{tool}",
+                    NOTE,
+                    f"{tool} {ver} {what}: that needs ndctl {CXL_RAM_REGIONS_SINCE}+; cxlctl region create does it without",
+                    (Evidence(ev_src, ver),),
+                    f"ndctl {CXL_RAM_REGIONS_SINCE} or newer if you want {tool} to manage RAM regions",
+                )
+            )
         else:
             out.append(Check(T, f"tools.{tool}", OK, f"{tool} {ver}", (Evidence(ev_src, ver),)))
     h = _probe(f, "numactl", "--help")
     v = _probe(f, "numactl", "--version")
     if h is None or h.rc is None:
-        out.append(Check(T, "tools.numactl", NOTE, "numactl is not installed: cxlctl launch sets the memory policy itself", (Evidence("numactl --help", "not found"),), "apt install numactl"))
+        out.append(
+            Check(
+                T,
+                "tools.numactl",
+                NOTE,
+                "numactl is not installed: cxlctl launch sets the memory policy itself",
+                (Evidence("numactl --help", "not found"),),
+                "apt install numactl",
+            )
+        )
     else:
         ver = None
         if v is not None and v.rc == 0:
@@ -67,15 +98,42 @@ def check_tools(f: Facts) -> List[Check]:
             ver = m.group(1) if m else None
         name = f"numactl {ver}" if ver else "numactl (no --version: before 2.0.17)"
         if NUMACTL_WI in h.out:
-            out.append(Check(T, "tools.numactl", OK, f"{name} has {NUMACTL_WI}", (Evidence("numactl --help", NUMACTL_WI),)))
+            out.append(
+                Check(T, "tools.numactl", OK, f"{name} has {NUMACTL_WI}", (Evidence("numactl --help", NUMACTL_WI),))
+            )
         else:
-            out.append(Check(T, "tools.numactl", NOTE, f"{name} lacks {NUMACTL_WI} (2.0.19+): cxlctl launch applies weighted interleave itself", (Evidence("numactl --help", f"no {NUMACTL_WI}"),), "numactl 2.0.19 or newer, only if you run numactl by hand"))
+            out.append(
+                Check(
+                    T,
+                    "tools.numactl",
+                    NOTE,
+                    f"{name} lacks {NUMACTL_WI} (2.0.19+): cxlctl launch applies weighted interleave itself",
+                    (Evidence("numactl --help", f"no {NUMACTL_WI}"),),
+                    "numactl 2.0.19 or newer, only if you run numactl by hand",
+                )
+            )
     s = _probe(f, "systemctl", "--version")
     if s is None or s.rc is None:
-        out.append(Check(T, "tools.systemctl", NOTE, "systemctl is not installed (no systemd): the cxlctl service cannot run here", (Evidence("systemctl --version", "not found"),)))
+        out.append(
+            Check(
+                T,
+                "tools.systemctl",
+                NOTE,
+                "systemctl is not installed (no systemd): the cxlctl service cannot run here",
+                (Evidence("systemctl --version", "not found"),),
+            )
+        )
     else:
         first = s.out.strip().splitlines()[0] if s.out.strip() else "?"
-        out.append(Check(T, "tools.systemctl", OK if s.rc == 0 else WARN, first[:80], (Evidence("systemctl --version", first[:80]),)))
+        out.append(
+            Check(
+                T,
+                "tools.systemctl",
+                OK if s.rc == 0 else WARN,
+                first[:80],
+                (Evidence("systemctl --version", first[:80]),),
+            )
+        )
     return out
 
 
@@ -88,25 +146,62 @@ def check_profile(f: Facts) -> List[Check]:
 
     st = f.tuning
     if not isinstance(st, StatusResult):
-        return [Check(S, "services.profile", CANNOT, f"tuning state unreadable: {st}", (Evidence(jn.JOURNAL, "unreadable"),), "cxlctl tune status")]
+        return [
+            Check(
+                S,
+                "services.profile",
+                CANNOT,
+                f"tuning state unreadable: {st}",
+                (Evidence(jn.JOURNAL, "unreadable"),),
+                "cxlctl tune status",
+            )
+        ]
     out: List[Check] = []
     j = st.journal
     jev = Evidence(jn.JOURNAL, f"state {j.state}, profile {j.profile}, pid {j.pid}" if j else "absent")
     if st.active_profile:
         v = st.verify
         if v is not None and v.drift:
-            out.append(Check(S, "services.profile", WARN, f"profile {st.active_profile} is applied but {len(v.drift)} setting(s) drifted: {', '.join(v.drift[:6])}", (jev,), f"cxlctl tune verify shows them; cxlctl tune apply {st.active_profile} sets them again"))
+            out.append(
+                Check(
+                    S,
+                    "services.profile",
+                    WARN,
+                    f"profile {st.active_profile} is applied but {len(v.drift)} setting(s) drifted: {', '.join(v.drift[:6])}",
+                    (jev,),
+                    f"cxlctl tune verify shows them; cxlctl tune apply {st.active_profile} sets them again",
+                )
+            )
         else:
-            out.append(Check(S, "services.profile", OK, f"profile {st.active_profile} is applied" + (f", {v.passed} setting(s) as applied" if v else ""), (jev,)))
+            out.append(
+                Check(
+                    S,
+                    "services.profile",
+                    OK,
+                    f"profile {st.active_profile} is applied" + (f", {v.passed} setting(s) as applied" if v else ""),
+                    (jev,),
+                )
+            )
     else:
-        out.append(Check(S, "services.profile", NOTE, "no cxlctl profile is applied on this boot", (jev,), "cxlctl tune recommend"))
+        out.append(
+            Check(
+                S,
+                "services.profile",
+                NOTE,
+                "no cxlctl profile is applied on this boot",
+                (jev,),
+                "cxlctl tune recommend",
+            )
+        )
     if st.trial is not None:
         t = st.trial
         when = datetime.datetime.fromtimestamp(t.deadline, datetime.timezone.utc).strftime("%H:%M:%SZ")
         msg = f"tune try of {t.profile} is unconfirmed: it reverts at {when} ({t.seconds_left:.0f} s left) unless confirmed"
         if not t.waiting:
             msg += f"; its waiting process (pid {t.pid}) is gone, the next cxlctl tune command or the daemon reverts it"
-        out.append(Check(S, "services.tune-try", WARN, msg, (jev,), "cxlctl tune confirm (keep it) or cxlctl tune revert"))
+        out.append(
+            Check(S, "services.tune-try", WARN, msg, (jev,), "cxlctl tune confirm (keep it) or cxlctl tune revert")
+        )
     if j is not None and j.this_boot:
         bad = {
             jn.APPLYING: f"the apply of {j.profile} was interrupted (pid {j.pid}): the knobs are half-applied",
@@ -116,7 +211,15 @@ def check_profile(f: Facts) -> List[Check]:
         if bad:
             out.append(Check(S, "services.journal", FAIL, bad, (jev,), "cxlctl tune revert"))
     elif j is not None:
-        out.append(Check(S, "services.journal", NOTE, "the tuning journal is from an earlier boot; the next tune command discards it", (jev,)))
+        out.append(
+            Check(
+                S,
+                "services.journal",
+                NOTE,
+                "the tuning journal is from an earlier boot; the next tune command discards it",
+                (jev,),
+            )
+        )
     return out
 
 
@@ -129,14 +232,43 @@ def check_conflicts(f: Facts) -> List[Check]:
             continue
         ev = (Evidence(c.source, f"{c.key} = {c.theirs}"),)
         if c.ours is None:
-            out.append(Check(S, "services.sysctl", NOTE, f"{c.source} sets {c.key}={c.theirs}, a knob cxlctl profiles manage", ev))
+            out.append(
+                Check(
+                    S, "services.sysctl", NOTE, f"{c.source} sets {c.key}={c.theirs}, a knob cxlctl profiles manage", ev
+                )
+            )
         elif c.ours != c.theirs and c.wins_at_boot != "cxlctl":
-            out.append(Check(S, "services.sysctl", WARN, f"{c.source} sets {c.key}={c.theirs} (cxlctl: {c.ours}); at boot {c.wins_at_boot} wins: {c.note}", ev, "cxlctl tune apply PROFILE --persist, or remove the key from " + c.source))
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    WARN,
+                    f"{c.source} sets {c.key}={c.theirs} (cxlctl: {c.ours}); at boot {c.wins_at_boot} wins: {c.note}",
+                    ev,
+                    "cxlctl tune apply PROFILE --persist, or remove the key from " + c.source,
+                )
+            )
         else:
-            out.append(Check(S, "services.sysctl", OK if c.ours == c.theirs else NOTE, f"{c.source} sets {c.key}={c.theirs}; {c.note}", ev))
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    OK if c.ours == c.theirs else NOTE,
+                    f"{c.source} sets {c.key}={c.theirs}; {c.note}",
+                    ev,
+                )
+            )
     if not out:
         src = ", ".join(paths.SYSCTL_DIRS[:2]) + ", TuneD"
-        out.append(Check(S, "services.sysctl", OK, "no sysctl.d file or TuneD profile sets the knobs cxlctl manages", (Evidence(src, "none"),)))
+        out.append(
+            Check(
+                S,
+                "services.sysctl",
+                OK,
+                "no sysctl.d file or TuneD profile sets the knobs cxlctl manages",
+                (Evidence(src, "none"),),
+            )
+        )
     return out
 
 
@@ -153,7 +285,9 @@ def _nfd_expiry(text: str) -> Optional[datetime.datetime]:
     for line in text.splitlines():
         if line.startswith("# +expiry-time="):
             try:
-                return datetime.datetime.strptime(line.split("=", 1)[1].strip(), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+                return datetime.datetime.strptime(line.split("=", 1)[1].strip(), "%Y-%m-%dT%H:%M:%SZ").replace(
+                    tzinfo=datetime.timezone.utc
+                )
             except ValueError:
                 return None
     return None
@@ -167,24 +301,74 @@ def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Chec
     else:
         p = _probe(f, "systemctl", "show", pr.UNIT, "-p", pr.SHOW_PROPS)
         if p is None or p.rc is None:
-            out.append(Check(S, "services.daemon", CANNOT, "cannot check: systemctl is not installed (no systemd)", (Evidence(src, "systemctl not found"),)))
+            out.append(
+                Check(
+                    S,
+                    "services.daemon",
+                    CANNOT,
+                    "cannot check: systemctl is not installed (no systemd)",
+                    (Evidence(src, "systemctl not found"),),
+                )
+            )
         elif p.rc != 0:
             first = (p.out.strip().splitlines() or ["no output"])[0]
-            out.append(Check(S, "services.daemon", CANNOT, f"cannot check: systemctl show failed (exit {p.rc}): {first[:120]}", (Evidence(src, first[:120]),)))
+            out.append(
+                Check(
+                    S,
+                    "services.daemon",
+                    CANNOT,
+                    f"cannot check: systemctl show failed (exit {p.rc}): {first[:120]}",
+                    (Evidence(src, first[:120]),),
+                )
+            )
         else:
             kv = parse_show(p.out)
             state = kv.get("ActiveState", "?")
             sub = kv.get("SubState", "?")
             pid = kv.get("MainPID", "0")
-            ev = (Evidence(src, " ".join(f"{k}={kv[k]}" for k in ("LoadState", "ActiveState", "SubState", "MainPID", "Result") if k in kv)),)
+            ev = (
+                Evidence(
+                    src,
+                    " ".join(
+                        f"{k}={kv[k]}" for k in ("LoadState", "ActiveState", "SubState", "MainPID", "Result") if k in kv
+                    ),
+                ),
+            )
             if kv.get("LoadState") == "not-found":
-                out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is not installed", ev, "install it as docs/daemon.md says (systemd/cxlctl.service)"))
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        NOTE,
+                        f"{pr.UNIT} is not installed",
+                        ev,
+                        "install it as docs/daemon.md says (systemd/cxlctl.service)",
+                    )
+                )
             elif state == "active":
                 out.append(Check(S, "services.daemon", OK, f"{pr.UNIT} is active ({sub}), main pid {pid}", ev))
             elif state == "failed":
-                out.append(Check(S, "services.daemon", FAIL, f"{pr.UNIT} has failed ({sub}, result {kv.get('Result', '?')})", ev, f"journalctl -b -u {pr.UNIT}; then systemctl restart {pr.UNIT}"))
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        FAIL,
+                        f"{pr.UNIT} has failed ({sub}, result {kv.get('Result', '?')})",
+                        ev,
+                        f"journalctl -b -u {pr.UNIT}; then systemctl restart {pr.UNIT}",
+                    )
+                )
             elif state == "inactive":
-                out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is installed but not running ({sub})", ev, f"systemctl enable --now {pr.UNIT}"))
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        NOTE,
+                        f"{pr.UNIT} is installed but not running ({sub})",
+                        ev,
+                        f"systemctl enable --now {pr.UNIT}",
+                    )
+                )
             else:
                 out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is {state} ({sub}), main pid {pid}", ev))
     if f.nfd_labels is not None:
@@ -193,7 +377,16 @@ def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Chec
         now = now or datetime.datetime.now(datetime.timezone.utc)
         ev2 = (Evidence(path, f"expiry {exp:%Y-%m-%dT%H:%M:%SZ}" if exp else "no expiry"),)
         if exp is not None and exp < now:
-            out.append(Check(S, "services.daemon-labels", WARN, "the daemon's node labels have expired: it stopped refreshing them (stopped, or its rescans fail)", ev2, f"systemctl status {pr.UNIT}"))
+            out.append(
+                Check(
+                    S,
+                    "services.daemon-labels",
+                    WARN,
+                    "the daemon's node labels have expired: it stopped refreshing them (stopped, or its rescans fail)",
+                    ev2,
+                    f"systemctl status {pr.UNIT}",
+                )
+            )
         else:
             out.append(Check(S, "services.daemon-labels", OK, "the daemon's node labels are current", ev2))
     return out
