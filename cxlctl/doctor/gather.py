@@ -196,6 +196,7 @@ def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
     except CxlctlError as e:
         st = str(e)
     j = applied_journal(root)
+    values: List[Tuple[str, str, Optional[str]]]
     if j is not None:
         values = [(e.knob, e.path, e.desired) for e in j.entries if e.desired is not None]
     else:

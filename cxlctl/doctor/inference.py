@@ -17,7 +17,7 @@ from cxlctl.parse import format_size
 
 from .model import CANNOT, NOTE, OK, WARN, Check, Evidence, Facts
 
-I = "Inference readiness"
+LAYER = "Inference readiness"
 
 
 def check(f: Facts) -> List[Check]:
@@ -29,7 +29,7 @@ def check(f: Facts) -> List[Check]:
     if not isinstance(lp, LaunchPlan):
         return [
             Check(
-                I,
+                LAYER,
                 "inference.plan",
                 CANNOT,
                 f"cxlctl launch {f.engine} --dry-run cannot plan: {lp}",
@@ -43,7 +43,7 @@ def check(f: Facts) -> List[Check]:
         if feats.source == "assumed":
             out.append(
                 Check(
-                    I,
+                    LAYER,
                     "inference.engine",
                     WARN,
                     f"{f.engine} is not installed here ({feats.error}); flags below are those of {f.engine} {feats.version} or later",
@@ -54,7 +54,7 @@ def check(f: Facts) -> List[Check]:
         elif feats.source == "unavailable":
             out.append(
                 Check(
-                    I,
+                    LAYER,
                     "inference.engine",
                     WARN,
                     f"{f.engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged",
@@ -64,7 +64,7 @@ def check(f: Facts) -> List[Check]:
         else:
             out.append(
                 Check(
-                    I,
+                    LAYER,
                     "inference.engine",
                     OK,
                     f"{f.engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags",
@@ -77,7 +77,7 @@ def check(f: Facts) -> List[Check]:
     env = " ".join(f"{k}={v}" for k, v in sorted(lp.env_added.items()))
     out.append(
         Check(
-            I,
+            LAYER,
             "inference.flags",
             NOTE,
             f"cxlctl launch {f.engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
@@ -95,11 +95,11 @@ def check(f: Facts) -> List[Check]:
             "cpuset-mems": paths.SELF_STATUS + " Mems_allowed_list",
             "zone-movable": paths.MEMORY_DIR,
         }.get(c.name, "cxlctl launch pre-flight")
-        out.append(Check(I, f"inference.{c.name}", res, c.message, (Evidence(src, c.status),), c.fix))
+        out.append(Check(LAYER, f"inference.{c.name}", res, c.message, (Evidence(src, c.status),), c.fix))
     if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
         out.append(
             Check(
-                I,
+                LAYER,
                 "inference.dev-shm",
                 NOTE,
                 "no /dev/shm offload planned, so /dev/shm size does not matter here",
@@ -111,7 +111,7 @@ def check(f: Facts) -> List[Check]:
         shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
         out.append(
             Check(
-                I,
+                LAYER,
                 "inference.memlock",
                 OK if ml else CANNOT,
                 f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"),
@@ -122,7 +122,7 @@ def check(f: Facts) -> List[Check]:
     if thp is None:
         out.append(
             Check(
-                I,
+                LAYER,
                 "inference.thp",
                 CANNOT,
                 "transparent hugepages setting unreadable",
@@ -134,7 +134,7 @@ def check(f: Facts) -> List[Check]:
         if sel == "never":
             out.append(
                 Check(
-                    I,
+                    LAYER,
                     "inference.thp",
                     NOTE,
                     "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too",
@@ -144,6 +144,6 @@ def check(f: Facts) -> List[Check]:
             )
         else:
             out.append(
-                Check(I, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))
+                Check(LAYER, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))
             )
     return out

@@ -92,11 +92,11 @@ def check_tools(f: Facts) -> List[Check]:
             )
         )
     else:
-        ver = None
+        nver: Optional[str] = None
         if v is not None and v.rc == 0:
             m = re.search(r"\b(\d+\.\d+\.\d+)\b", v.out)
-            ver = m.group(1) if m else None
-        name = f"numactl {ver}" if ver else "numactl (no --version: before 2.0.17)"
+            nver = m.group(1) if m else None
+        name = f"numactl {nver}" if nver else "numactl (no --version: before 2.0.17)"
         if NUMACTL_WI in h.out:
             out.append(
                 Check(T, "tools.numactl", OK, f"{name} has {NUMACTL_WI}", (Evidence("numactl --help", NUMACTL_WI),))
