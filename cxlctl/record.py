@@ -72,12 +72,13 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
 def _doctor_reads(root: str, reader: Reader, inv: Any) -> Optional[Dict[str, Any]]:
     """Run ``cxlctl doctor``'s reads with the recording reader, so a record replays doctor too
     (kernel config, modules, command line, iomem, ACPI table names, udev rules that matter);
-    returns the tools' answers to save beside the tree (live host only)."""
+    returns the tools' answers to save beside the tree (asked live on ``/``, else those the
+    tree was recorded with; None when it has none)."""
     from .doctor import probes
     from .doctor.gather import gather
 
     facts = gather(root, reader=reader, inv=inv, runner=probes.run_tool if root == "/" else None)
-    return facts.probes if root == "/" else None
+    return facts.probes  # a record of a record keeps the answers saved with it
 
 
 def _keep_names(src_root: str, dest: str, log: Set[str], seen: Set[str]) -> None:

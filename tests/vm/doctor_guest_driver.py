@@ -83,8 +83,12 @@ class Steps:
             ("uname -r", "uname-r.txt"),
             ("cat /proc/modules", "proc-modules.txt"),
         ):
+            p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
             with open(os.path.join(peers, fname), "w") as f:
-                f.write(sh(cmd)["out"])
+                f.write(p.stdout)
+            if p.stderr:  # as record_fixtures.py: stderr apart, kept only when non-empty
+                with open(os.path.join(peers, fname.rsplit(".", 1)[0] + ".err"), "w") as f:
+                    f.write(p.stderr)
 
 
 def scenario_612(s: Steps) -> None:
