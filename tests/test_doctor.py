@@ -14,7 +14,7 @@ import gzip
 import json
 import os
 import shutil
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -273,7 +273,7 @@ def test_memory_offline_with_auto_online_offline(tmp_path: object) -> None:
     assert d.evidence[0].value.startswith("0 of ")
 
 
-def _with_dax(f: Facts, **changes: object) -> Facts:
+def _with_dax(f: Facts, **changes: Any) -> Facts:
     inv = f.inv
     return f._replace(inv=inv._replace(dax_devices=tuple(d._replace(**changes) for d in inv.dax_devices)))
 

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
+from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
@@ -39,6 +40,9 @@ ACPI_NAMES = ("CEDT", "SRAT", "HMAT", "SLIT")
 #: the largest decompressed /proc/config.gz parsed (Debian's config is ~280 KiB)
 CONFIG_MAX = 4 << 20
 RECORD_MANIFEST = "cxlctl-record.json"
+#: the engine arguments doctor plans with: a model is needed to plan, and which one does not
+#: change what is checked (it is never loaded: the plan is a dry run)
+ENGINE_ARGS: Dict[str, Tuple[str, ...]] = {"vllm": ("serve", "MODEL"), "sglang": ("--model-path", "MODEL")}
 
 
 def parse_config(text: str) -> Dict[str, str]:
@@ -213,7 +217,7 @@ def _launch(root: str, inv: Inventory, engine: str) -> object:
     from cxlctl.launch.build import Request, build
 
     has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
-    req = Request(engine=engine, args=(), kv_size="auto" if has_cxl_memory else None, dry_run=True)
+    req = Request(engine=engine, args=ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True)
     try:
         return build(root, req)
     except CxlctlError as e:
@@ -250,6 +254,7 @@ def gather(
         probes = pr.load_recorded(root)
         if probes is None:
             probes_note = f"the tree {root} holds no {pr.PROBES_FILE} (tool answers are saved by `cxlctl record`)"
+    r.text(paths.SELF_CGROUP)  # for a record: the launcher's cpuset hint reads it on replay
     tuning, conflicts = _tuning(root)
     facts = Facts(
         root=root,
@@ -266,6 +271,7 @@ def gather(
         udev_rules=_udev(root, r),
         daxctl_conf=_daxctl_conf(r),
         thp=r.text(paths.THP_ENABLED),
+        mems_allowed=status_field(r.text(paths.SELF_STATUS), "Mems_allowed_list"),
         memlock=parse_memlock(r.text(paths.SELF_LIMITS)),
         probes=probes,
         probes_note=probes_note,

@@ -39,7 +39,10 @@ def check(f: Facts) -> List[Check]:
     out: List[Check] = []
     feats = lp.features
     if feats is not None:
-        ev = (Evidence(f"{f.engine} --version", feats.version or "unknown"),)
+        if feats.source == "assumed":
+            ev = (Evidence(f"which {f.engine}", "not on PATH"),)
+        else:
+            ev = (Evidence(f"{f.engine} --version", feats.version or "unknown"),)
         if feats.source == "assumed":
             out.append(
                 Check(
@@ -81,8 +84,7 @@ def check(f: Facts) -> List[Check]:
             "inference.flags",
             NOTE,
             f"cxlctl launch {f.engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
-            (Evidence("cxlctl launch --dry-run", lp.equivalent[:200]),)
-            + ((Evidence("environment", env[:200]),) if env else ()),
+            (Evidence("cxlctl launch --dry-run", lp.equivalent),) + ((Evidence("environment", env),) if env else ()),
         )
     )
     names = set()
@@ -92,10 +94,16 @@ def check(f: Facts) -> List[Check]:
         src = {
             "dev-shm": paths.DEV_SHM,
             "memlock": "ulimit -l",
-            "cpuset-mems": paths.SELF_STATUS + " Mems_allowed_list",
+            "cpuset-mems": paths.SELF_STATUS,
+            "cpuset": paths.SELF_STATUS,
             "zone-movable": paths.MEMORY_DIR,
-        }.get(c.name, "cxlctl launch pre-flight")
-        out.append(Check(LAYER, f"inference.{c.name}", res, c.message, (Evidence(src, c.status),), c.fix))
+        }.get(c.name, "cxlctl launch --dry-run")
+        value = (
+            f"Mems_allowed_list {f.mems_allowed}"
+            if src == paths.SELF_STATUS and f.mems_allowed
+            else f"pre-flight {c.name}: {c.status}"
+        )
+        out.append(Check(LAYER, f"inference.{c.name}", res, c.message, (Evidence(src, value),), c.fix))
     if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
         out.append(
             Check(

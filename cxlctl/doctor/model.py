@@ -58,6 +58,7 @@ class Facts(NamedTuple):
     udev_rules: Tuple[Tuple[str, str], ...]  # (file, matching line) that reconfigure dax or online memory
     daxctl_conf: Tuple[Tuple[str, str], ...]  # (file, [reconfigure-device ...] section)
     thp: Optional[str]
+    mems_allowed: Optional[str]  # Mems_allowed_list of this process (what a launched engine inherits)
     memlock: Optional[Tuple[str, str]]  # (soft, hard) of "Max locked memory", bytes or "unlimited"
     probes: Optional[Dict[str, Probe]]  # " ".join(argv) -> answer; None: tools not asked (replay)
     probes_note: Optional[str]
