@@ -212,6 +212,20 @@ def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
     return st, found
 
 
+def _nfd_labels(root: str, r: Reader) -> Optional[str]:
+    """The Node Feature Discovery file the daemon rewrites on every rescan (its one state file),
+    in the directory its configuration names; None when labels are off or the file is absent."""
+    from cxlctl.daemon import config, nfd
+
+    try:
+        cfg = config.load(root)
+    except CxlctlError:
+        cfg = config.defaults()
+    if not cfg.nfd_enabled:
+        return None
+    return r.text(f"{cfg.nfd_dir.rstrip('/')}/{nfd.FILE_NAME}")
+
+
 def _launch(root: str, inv: Inventory, engine: str) -> object:
     """What ``cxlctl launch ENGINE --dry-run`` would plan (its pre-flight included), or why it cannot."""
     from cxlctl.launch.build import Request, build
@@ -277,7 +291,7 @@ def gather(
         probes_note=probes_note,
         tuning=tuning,
         conflicts=conflicts,
-        nfd_labels=r.text(f"{paths.NFD_DIR}/cxlctl"),
+        nfd_labels=_nfd_labels(root, r),
         engine=engine,
         notes=tuple(r.notes),
     )
