@@ -482,3 +482,16 @@ def test_thp_never_is_noted() -> None:
     f = gather(R612, engine="vllm")
     c = one(inference.check(f._replace(thp="always madvise [never]")), "inference.thp")
     assert c.result == "note" and c.fix == "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def test_probe_runner_and_recorded_answers(tmp_path: object) -> None:
+    assert probes.run_tool(["cxlctl-no-such-tool-xyz", "version"]) is None
+    rc_out = probes.run_tool(["sh", "-c", "echo hi; exit 3"])
+    assert rc_out == (3, "hi\n")
+    got = probes.collect(runner({"cxl version": (0, "80\n")}))
+    assert got["cxl version"] == (0, "80\n") and got["daxctl version"].rc is None
+    root = str(tmp_path)
+    edit(root, "/" + probes.PROBES_FILE, "{not json")
+    assert probes.load_recorded(root) is None
+    edit(root, "/" + probes.PROBES_FILE, json.dumps(probes.to_json(got)))
+    assert probes.load_recorded(root) == got
