@@ -151,20 +151,23 @@ def check_config(f: Facts) -> List[Check]:
     return out
 
 
-def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, str]:
-    """(state, how known): loaded | built-in | loadable | not-built | absent."""
+def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
+    """(state, what shows it): loaded | built-in | present | loadable | not-built | absent."""
     cfg = (f.config or {}).get(sym)
+    src = f.config_source or "config"
     if f.modules is not None and name in f.modules:
-        return "loaded", f"{paths.PROC_MODULES}: {name} {f.modules[name]}"
+        return "loaded", Evidence(paths.PROC_MODULES, f"{name} {f.modules[name]}")
     if cfg == "y":
-        return "built-in", f"{f.config_source}: {sym}=y"
+        return "built-in", Evidence(src, f"{sym}=y")
     if cfg == "m":
-        return "loadable", f"{f.config_source}: {sym}=m; not in {paths.PROC_MODULES}"
+        return "loadable", Evidence(src, f"{sym}=m; not in {paths.PROC_MODULES}")
     if cfg == "n":
-        return "not-built", f"{f.config_source}: {sym} is not set"
-    if name in f.sys_modules:
-        return "loaded", f"{paths.SYS_MODULE}/{name} exists"
-    return "absent", f"not in {paths.PROC_MODULES}" if f.modules is not None else f"{paths.PROC_MODULES} unreadable"
+        return "not-built", Evidence(src, f"{sym} is not set")
+    if name in f.sys_modules:  # no config to tell: built in, or loaded under another name
+        return "present", Evidence(f"{paths.SYS_MODULE}/{name}", "exists")
+    if f.modules is not None:
+        return "absent", Evidence(paths.PROC_MODULES, f"no {name}; no {paths.SYS_MODULE}/{name}")
+    return "absent", Evidence(paths.PROC_MODULES, "unreadable")
 
 
 def check_modules(f: Facts) -> List[Check]:
@@ -180,9 +183,9 @@ def check_modules(f: Facts) -> List[Check]:
     ev: List[Evidence] = []
     for name, sym in MODULES:
         state, how = _module_state(f, name, sym)
-        if state in ("loaded", "built-in"):
+        if state in ("loaded", "built-in", "present"):
             fine.append(f"{name} ({state})")
-            ev.append(Evidence(how.split(":")[0], how.split(": ", 1)[-1]))
+            ev.append(how)
             continue
         if name == "dax_cxl" and v is not None and v < RAM_REGION_SINCE:
             continue  # no such module before 6.3
@@ -204,7 +207,7 @@ def check_modules(f: Facts) -> List[Check]:
                 + ")",
                 f"modprobe {name}",
             )
-        out.append(Check(K, f"kernel.modules.{name}", res, msg, (Evidence(paths.PROC_MODULES, how),), fix))
+        out.append(Check(K, f"kernel.modules.{name}", res, msg, (how,), fix))
     out.insert(
         0,
         Check(

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from typing import Any, Dict, List
 
 import pytest
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.vm
 
 SCRIPT = r"""
 cfg={config}
-if [ -f "$cfg" ]; then mount -t tmpfs -o size=8m doctor-boot /boot && cp "$cfg" "/boot/config-$(uname -r)"; fi
+[ -f "$cfg" ] || { echo "no kernel config at $cfg" >&2; exit 9; }
+mount -t tmpfs -o size=8m doctor-boot /boot && cp "$cfg" "/boot/config-$(uname -r)" || exit 9
 "$PY" "$REPO/tests/vm/doctor_guest_driver.py" {scenario} "$OUT"
 """
 
@@ -34,7 +36,13 @@ def boot(series: str) -> Dict[str, Dict[str, Any]]:
     k = kernel(series)
     cfg = k.vmlinuz.parent / "config"
     assert cfg.is_file(), f"{cfg} missing: run scripts/install-vm-deps.sh"
-    res = run_guest("single", SCRIPT.format(config=cfg, scenario=series), kernel=series, timeout=1500)
+    # the guest sees the host's /var/cache through virtme-ng's overlays only partly: hand the
+    # config over in the work folder (the guest's --rwdir), which it sees at the same path
+    work = Path(tempfile.mkdtemp(prefix=f"cxlvm-doctor-{series}-"))
+    shutil.copyfile(cfg, work / "kconfig")
+    res = run_guest(
+        "single", SCRIPT.format(config=work / "kconfig", scenario=series), kernel=series, timeout=1500, workdir=work
+    )
     sys.stderr.write(f"[doctor/{series}] boot {res.boot_seconds:.0f} s, wall {res.wall_seconds:.0f} s\n")
     assert res.returncode == 0, res.stderr[-4000:]
     assert (res.outdir / "done").exists(), res.stderr[-4000:]
