@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
