@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from cxlctl.errors import UsageError
+from cxlctl.errors import EXIT_FAILURE, CxlctlError, UsageError
 
 from .common import JSON_OPT, emit_json, host_root
 
@@ -38,6 +38,10 @@ def doctor(
 
         render(facts, checks, Console(highlight=False))
     sys.stdout.flush()
-    code = exit_code(checks)
-    if code:
-        raise typer.Exit(code)
+    if exit_code(checks):
+        failed = [c.id for c in checks if c.result == "fail"]
+        raise CxlctlError(
+            f"{len(failed)} check(s) failed: {', '.join(failed)}",
+            code=EXIT_FAILURE,
+            hint="each failed check names its evidence and its fix (cxlctl doctor; docs/doctor.md)",
+        )

@@ -343,7 +343,9 @@ def check_acpi(f: Facts) -> List[Check]:
     if "HMAT" in have:
         out.append(Check(F, "firmware.hmat", OK, "HMAT present: firmware performance data for memory tiers", ev))
     else:
-        res = WARN if any(n.kind == "cxl" for n in f.inv.nodes) else NOTE
+        # a warning only when it shows: a CXL node in DRAM's tier (devices.tiers says why)
+        dram_tiers = {n.tier for n in f.inv.nodes if n.kind == "dram" and n.tier is not None}
+        res = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
         out.append(
             Check(
                 F,
