@@ -27,7 +27,7 @@ pytestmark = pytest.mark.vm
 
 SCRIPT = r"""
 cfg={config}
-[ -f "$cfg" ] || { echo "no kernel config at $cfg" >&2; exit 9; }
+[ -f "$cfg" ] || {{ echo "no kernel config at $cfg" >&2; exit 9; }}
 mount -t tmpfs -o size=8m doctor-boot /boot && cp "$cfg" "/boot/config-$(uname -r)" || exit 9
 "$PY" "$REPO/tests/vm/doctor_guest_driver.py" {scenario} "$OUT"
 """
