@@ -495,3 +495,14 @@ def test_probe_runner_and_recorded_answers(tmp_path: object) -> None:
     assert probes.load_recorded(root) is None
     edit(root, "/" + probes.PROBES_FILE, json.dumps(probes.to_json(got)))
     assert probes.load_recorded(root) == got
+
+
+def test_tuned_profile_that_sets_zone_reclaim(tmp_path: object) -> None:
+    root = copy(R612, tmp_path)
+    edit(root, "/etc/tuned/active_profile", "hpc-compute\n")
+    _, checks = doc(root)
+    t = one(checks, "services.tuned")
+    assert t.result == "note" and "hpc-compute is active" in t.message
+    assert t.evidence[0] == ("/etc/tuned/active_profile", "hpc-compute")
+    zr = [c for c in checks if c.id == "services.sysctl" and "vm.zone_reclaim_mode" in c.message][0]
+    assert zr.result == "warn" and "tuned-adm profile" in zr.fix

@@ -291,6 +291,7 @@ def gather(
         probes_note=probes_note,
         tuning=tuning,
         conflicts=conflicts,
+        tuned_active=(r.text(paths.TUNED_ACTIVE) or None),
         nfd_labels=_nfd_labels(root, r),
         engine=engine,
         notes=tuple(r.notes),

@@ -64,6 +64,7 @@ class Facts(NamedTuple):
     probes_note: Optional[str]
     tuning: object  # cxlctl.tuning.results.StatusResult, or a str saying why it is unknown
     conflicts: Tuple[object, ...]  # cxlctl.tuning.conflicts.Conflict
+    tuned_active: Optional[str]  # /etc/tuned/active_profile (None: TuneD not installed or no profile)
     nfd_labels: Optional[str]  # the daemon's NFD feature file
     engine: Optional[str]  # --for
     launch: object = None  # cxlctl.launch.build.LaunchPlan, or a str saying why it could not be planned

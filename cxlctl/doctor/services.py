@@ -227,11 +227,25 @@ def check_conflicts(f: Facts) -> List[Check]:
     from cxlctl.tuning.conflicts import Conflict
 
     out: List[Check] = []
+    cxl = any(n.kind == "cxl" and n.has_memory for n in f.inv.nodes)
     for c in f.conflicts:
         if not isinstance(c, Conflict):
             continue
         ev = (Evidence(c.source, f"{c.key} = {c.theirs}"),)
-        if c.ours is None:
+        if c.ours is None and c.key == "vm.zone_reclaim_mode" and c.theirs != "0" and cxl:
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    WARN,
+                    f"{c.source} sets {c.key}={c.theirs} on a host with CXL nodes: allocations reclaim local DRAM instead of spilling to CXL",
+                    ev,
+                    "cxlctl tune recommend, then cxlctl tune apply PROFILE --persist (or remove the key from "
+                    + c.source
+                    + ")",
+                )
+            )
+        elif c.ours is None:
             out.append(
                 Check(
                     S, "services.sysctl", NOTE, f"{c.source} sets {c.key}={c.theirs}, a knob cxlctl profiles manage", ev
@@ -258,7 +272,24 @@ def check_conflicts(f: Facts) -> List[Check]:
                     ev,
                 )
             )
-    if not out:
+    if f.tuned_active:
+        sets = [c for c in f.conflicts if isinstance(c, Conflict) and c.source.startswith("TuneD profile")]
+        out.insert(
+            0,
+            Check(
+                S,
+                "services.tuned",
+                NOTE,
+                f"TuneD profile {f.tuned_active} is active"
+                + (
+                    f": it sets {len(sets)} knob(s) cxlctl manages (below)"
+                    if sets
+                    else "; it sets none of the knobs cxlctl manages"
+                ),
+                (Evidence(paths.TUNED_ACTIVE, f.tuned_active),),
+            ),
+        )
+    if not [c for c in out if c.id == "services.sysctl"]:
         src = ", ".join(paths.SYSCTL_DIRS[:2]) + ", TuneD"
         out.append(
             Check(
