@@ -240,9 +240,12 @@ def check_conflicts(f: Facts) -> List[Check]:
                     WARN,
                     f"{c.source} sets {c.key}={c.theirs} on a host with CXL nodes: allocations reclaim local DRAM instead of spilling to CXL",
                     ev,
-                    "cxlctl tune recommend, then cxlctl tune apply PROFILE --persist (or remove the key from "
-                    + c.source
-                    + ")",
+                    "cxlctl tune recommend, then cxlctl tune apply PROFILE --persist"
+                    + (
+                        " (TuneD re-applies sysctl.d after its profile; or choose a TuneD profile without it: tuned-adm profile NAME)"
+                        if c.source.startswith("TuneD")
+                        else f" (or remove the key from {c.source})"
+                    ),
                 )
             )
         elif c.ours is None:
