@@ -455,8 +455,14 @@ def test_sysctl_file_setting_a_managed_knob(tmp_path: object) -> None:
     edit(root, "/etc/sysctl.d/60-numa.conf", "vm.zone_reclaim_mode = 1\n")
     _, checks = doc(root)
     c = [x for x in checks if x.id == "services.sysctl"][0]
-    assert c.result == "note" and "vm.zone_reclaim_mode=1" in c.message
+    # on a host with a CXL node, zone reclaim keeps allocations off CXL: a warning, with the fix
+    assert c.result == "warn" and "vm.zone_reclaim_mode=1" in c.message
     assert c.evidence[0] == ("/etc/sysctl.d/60-numa.conf", "vm.zone_reclaim_mode = 1")
+    assert "(or remove the key from /etc/sysctl.d/60-numa.conf)" in c.fix
+    edit(root, "/etc/sysctl.d/60-numa.conf", "vm.swappiness = 10\n")
+    _, checks = doc(root)
+    c = [x for x in checks if x.id == "services.sysctl"][0]
+    assert c.result == "note" and "vm.swappiness=10" in c.message and "a knob cxlctl profiles manage" in c.message
 
 
 # --------------------------------------------------------------------------- inference readiness
