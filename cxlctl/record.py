@@ -90,6 +90,32 @@ def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
     )
 
 
+def _doctor_reads(root: str, reader: Reader, inv: Any) -> Optional[Dict[str, Any]]:
+    """Run ``cxlctl doctor``'s reads with the recording reader, so a record replays doctor too
+    (kernel config, modules, command line, iomem, ACPI table names, udev rules that matter);
+    returns the tools' answers to save beside the tree (asked live on ``/``, else those the
+    tree was recorded with; None when it has none)."""
+    from .doctor import probes
+    from .doctor.gather import gather
+
+    facts = gather(root, reader=reader, inv=inv, runner=probes.run_tool if root == "/" else None)
+    return facts.probes  # a record of a record keeps the answers saved with it
+
+
+def _keep_names(src_root: str, dest: str, log: Set[str], seen: Set[str]) -> None:
+    """Files whose *names* were used but not their content (the ACPI tables doctor lists:
+    root-only binaries it never parses) are re-created empty, so a replay lists them too."""
+    from .hostio import paths
+
+    prefix = paths.ACPI_TABLES + "/"
+    for path in sorted(log):
+        if path.startswith(prefix) and "/" not in path[len(prefix) :] and path not in seen:
+            if os.path.isfile(under(src_root, path)) and not os.path.lexists(dest + path):
+                os.makedirs(os.path.dirname(dest + path), exist_ok=True)
+                open(dest + path, "wb").close()
+                seen.add(path)
+
+
 def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     """Scan ``root`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
@@ -104,6 +130,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     from .damon.sysfs import read_damon
 
     read_damon(root, reader)
+    tools = _doctor_reads(root, reader, inv)
     # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
     # record's status document replays exactly
     tel = Reader(root, log=True)
@@ -114,6 +141,13 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     for path in sorted(reader.log | tel.log):
         data = reader.captured(path)
         _copy_path(reader.root, os.path.abspath(dest), path, tel.captured(path) if data is None else data, seen)
+    _keep_names(reader.root, os.path.abspath(dest), reader.log, seen)
+    if tools is not None:
+        from .doctor import probes
+
+        with open(os.path.join(dest, probes.PROBES_FILE), "w") as f:
+            json.dump(probes.to_json(tools), f, indent=2)
+            f.write("\n")
     manifest: Dict[str, Any] = {
         "format": 1,
         "cxlctl_version": __version__,

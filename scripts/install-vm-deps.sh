@@ -50,6 +50,13 @@ fetch_kernel() {  # $1 = name pattern for apt-cache search
     depmod "$k"
     rm -rf "$CACHE/kroot-$k"
   fi
+  # the kernel's build config, for `cxlctl doctor` in the guest (tests/vm/test_vm_doctor.py mounts it at /boot)
+  if [ ! -f "$CACHE/kernels/$k/config" ]; then
+    deb=$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)
+    if [ -z "$deb" ]; then (cd "$CACHE" && apt-get download -qq "$pkg"); deb=$(ls "$CACHE"/"${pkg}"_*.deb | head -n1); fi
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./boot/config-$k" > "$CACHE/kernels/$k/config.tmp"
+    mv "$CACHE/kernels/$k/config.tmp" "$CACHE/kernels/$k/config"
+  fi
   echo "$k"
 }
 K612=$(fetch_kernel 'linux-image-6.12.*-amd64-unsigned')

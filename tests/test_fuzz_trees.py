@@ -241,7 +241,7 @@ def _check(argv: List[str], rc: int, out: str, err: str, ok: Sequence[int] = (0,
         return f"exit {rc} not in {list(ok)}"
     if "Traceback" in both or "internal error" in both:
         return "crashed:\n" + err[-2000:]
-    if "--json" in argv and argv[-2:] == ["status", "--json"]:
+    if "--json" in argv and argv[-2:] in (["status", "--json"], ["doctor", "--json"]):
         try:
             json.loads(out)
         except ValueError as e:
@@ -272,6 +272,8 @@ def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
         (["--root", root, "region", "plan", "-w", "2", "-s", "512M"], (0, 1, 2)),
         (["--root", root, "stat", "--json", "--top", "3"], (0, 1)),
         (["--root", root, "stat", "--cgroup", "/"], (0, 1, 2)),
+        (["--root", root, "doctor", "--json"], (0, 1)),
+        (["--root", root, "doctor"], (0, 1)),
     ]
 
 

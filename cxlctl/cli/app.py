@@ -14,6 +14,7 @@ import typer
 
 from .common import CliState, run_app
 from .daemon import daemon_app
+from .doctor import doctor
 from .launch import launch_app, policy_app
 from .params import Command
 from .record import record
@@ -64,6 +65,7 @@ def make_app() -> typer.Typer:
     a.command(cls=Command)(record)
     a.command(cls=Command)(stat)
     a.command(cls=Command)(top)
+    a.command(cls=Command)(doctor)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")

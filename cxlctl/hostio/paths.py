@@ -109,3 +109,21 @@ TUNED_ACTIVE = "/etc/tuned/active_profile"
 TUNED_MAIN = "/etc/tuned/tuned-main.conf"
 TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
 DEV_SHM = "/dev/shm"
+
+# -- what `cxlctl doctor` reads besides the scan ------------------------------------------
+PROC_CMDLINE = "/proc/cmdline"
+PROC_MODULES = "/proc/modules"
+PROC_CONFIG_GZ = "/proc/config.gz"
+PROC_IOMEM = "/proc/iomem"
+SELF_LIMITS = "/proc/self/limits"
+SYS_MODULE = "/sys/module"
+ACPI_TABLES = "/sys/firmware/acpi/tables"
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+BOOT_DIR = "/boot"
+UDEV_RULES_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
+DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
+
+
+def boot_config(release: str) -> str:
+    """``/boot/config-RELEASE``: the kernel build configuration Debian/RHEL install beside the kernel."""
+    return f"{BOOT_DIR}/config-{release}"

@@ -1,0 +1,369 @@
+"""Devices and regions: capacity that is there but not serving as memory, and why.
+
+Pure functions of :class:`~.model.Facts` (the inventory does the reading and
+:mod:`cxlctl.derive` the classification).  Each finding names the object, the
+sysfs attribute that shows it, and the ``cxlctl`` command that fixes it (with
+the ndctl equivalent where one exists).  Why each exists: issue 14's field
+reports -- memory onlined ZONE_MOVABLE under pinned engine buffers (ndctl
+#110), an auto-online policy fighting the tool (ndctl #246), a device that
+always comes up as system-ram (ndctl #256), all memory in one tier (no
+HMAT/CDAT).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio import paths
+from cxlctl.model import DaxDevice, Inventory
+from cxlctl.parse import format_nodelist, format_size
+from cxlctl.regions.planner import Request, plan_all, ram_region_support
+
+from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts
+
+D = "Devices and regions"
+
+
+def _knob(inv: Inventory, name: str) -> Optional[str]:
+    for k in inv.knobs:
+        if k.name == name:
+            return k.value
+    return None
+
+
+def _dax(name: str, attr: str) -> str:
+    return f"{paths.DAX_DEVICES}/{name}/{attr}"
+
+
+def _reconfigure(name: str) -> str:
+    return f"cxlctl dax reconfigure {name} --mode system-ram --zone normal (daxctl reconfigure-device --mode=system-ram --no-movable {name})"
+
+
+def check_memdevs(f: Facts) -> List[Check]:
+    inv = f.inv
+    out: List[Check] = []
+    unused = []
+    for m in inv.memdevs:
+        total = (m.ram_size or 0) + (m.pmem_size or 0)
+        if m.driver is None:
+            out.append(
+                Check(
+                    D,
+                    f"devices.memdev.{m.name}",
+                    FAIL,
+                    f"{m.name} is bound to no driver: no endpoint, its capacity cannot join a region",
+                    (Evidence(f"{paths.CXL_DEVICES}/{m.name}/driver", "no link"),),
+                    "modprobe cxl_mem; then dmesg | grep -i cxl for the probe error",
+                )
+            )
+        elif (m.ram_size or 0) > m.dpa_allocated:
+            unused.append((m, total - m.dpa_allocated))
+    if unused:
+        ok, why = ram_region_support(inv)
+        names = ", ".join(m.name for m, _ in unused)
+        free = sum(x for _, x in unused)
+        ev = tuple(
+            Evidence(
+                f"{paths.CXL_DEVICES}/{m.name}/ram/size",
+                f"{format_size(m.ram_size)}, {format_size(m.dpa_allocated)} allocated",
+            )
+            for m, _ in unused[:6]
+        )
+        if not ok:
+            out.append(
+                Check(
+                    D,
+                    "devices.memdevs-unused",
+                    NOTE,
+                    f"{names}: {format_size(free)} in no region (this kernel cannot create RAM regions; see kernel.ram-regions)",
+                    ev,
+                )
+            )
+        else:
+            try:
+                plans = plan_all(inv, Request())
+                cmds = [
+                    f"cxlctl region create --memdevs {','.join(t.memdev for t in p.targets)} --decoder {p.root_decoder}"
+                    for p in plans
+                ]
+                fix = "; ".join(cmds) + " (or: cxlctl region create --all)" if cmds else "cxlctl region plan --all"
+            except CxlctlError as e:
+                fix = f"cxlctl region plan --all explains what blocks it: {e}"
+            out.append(
+                Check(
+                    D,
+                    "devices.memdevs-unused",
+                    WARN,
+                    f"{names}: {format_size(free)} of CXL capacity in no region (unused)",
+                    ev,
+                    fix,
+                )
+            )
+    elif inv.memdevs:
+        out.append(
+            Check(
+                D,
+                "devices.memdevs-unused",
+                OK,
+                f"every memdev's capacity is in a region ({len(inv.memdevs)} memdev(s))",
+                (Evidence(paths.CXL_DEVICES, " ".join(m.name for m in inv.memdevs[:8])),),
+            )
+        )
+    return out
+
+
+def check_regions(f: Facts) -> List[Check]:
+    out: List[Check] = []
+    for r in f.inv.regions:
+        base = f"{paths.CXL_DEVICES}/{r.name}"
+        if r.committed is False:
+            out.append(
+                Check(
+                    D,
+                    f"devices.region.{r.name}",
+                    FAIL,
+                    f"{r.name} is not committed (decoders not programmed): it provides no memory",
+                    (Evidence(f"{base}/commit", "0"),),
+                    f"cxlctl region destroy {r.name}, then cxlctl region create",
+                )
+            )
+        elif r.mode == "ram" and r.committed and not r.dax_region:
+            res = NOTE if r.driver else FAIL
+            msg = (
+                f"{r.name} has no dax region: its range is System RAM onlined by firmware, or dax_cxl is not loaded"
+                if r.driver
+                else f"{r.name} is not bound to the cxl_region driver: no DAX device, no memory"
+            )
+            out.append(
+                Check(
+                    D,
+                    f"devices.region.{r.name}",
+                    res,
+                    msg,
+                    (Evidence(f"{base}/driver", r.driver or "no link"),),
+                    "" if r.driver else "modprobe dax_cxl; echo " + r.name + " > /sys/bus/cxl/drivers/cxl_region/bind",
+                )
+            )
+    return out
+
+
+def _blocks_ev(d: DaxDevice) -> Evidence:
+    return Evidence(
+        f"{paths.MEMORY_DIR}/memoryN/state (node {d.target_node})",
+        f"{d.online_memblocks if d.online_memblocks is not None else '?'} of {d.total_memblocks if d.total_memblocks is not None else '?'} blocks online"
+        + (f", zones {'/'.join(d.zones)}" if d.zones else ""),
+    )
+
+
+def check_dax(f: Facts) -> List[Check]:
+    out: List[Check] = []
+    auto = _knob(f.inv, "auto_online_blocks")
+    for d in f.inv.dax_devices:
+        if d.provider != "cxl":
+            continue
+        what = f"{d.name}" + (f" ({d.region})" if d.region else "")
+        if d.driver is None:
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}",
+                    FAIL,
+                    f"{what} is bound to no driver: its memory is neither a NUMA node nor a device",
+                    (Evidence(_dax(d.name, "driver"), "no link"),),
+                    _reconfigure(d.name),
+                )
+            )
+        elif d.mode == "devdax":
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}",
+                    WARN,
+                    f"{what} is in devdax mode: its {format_size(d.size)} is a character device (/dev/{d.name}), not NUMA memory",
+                    (Evidence(_dax(d.name, "driver"), "device_dax"),),
+                    _reconfigure(d.name) + "; keep devdax only if an application maps /dev/" + d.name,
+                )
+            )
+        elif d.mode == "system-ram" and d.total_memblocks and (d.online_memblocks or 0) < d.total_memblocks:
+            off = d.total_memblocks - (d.online_memblocks or 0)
+            none = not d.online_memblocks
+            msg = (
+                f"{d.region or d.name} is not onlined: all {off} memory blocks of {d.name} are offline, node {d.target_node} has none of its memory"
+                if none
+                else f"{off} of {d.total_memblocks} memory blocks of {d.name} are offline (node {d.target_node})"
+            )
+            if auto == "offline":
+                msg += "; auto_online_blocks=offline left them so"
+            fix = f"cxlctl dax reconfigure {d.name} --mode system-ram --zone normal (daxctl online-memory --no-movable {d.name})"
+            out.append(Check(D, f"devices.dax.{d.name}", FAIL, msg, (_blocks_ev(d),), fix))
+        elif d.mode == "system-ram" and "Movable" in d.zones:
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}.zone",
+                    WARN,
+                    f"{d.name} (node {d.target_node}) is online in ZONE_MOVABLE: long-term pinned buffers (CUDA pinned host memory, RDMA, KV offload) are migrated out of it, back to DRAM",
+                    (_blocks_ev(d),),
+                    _reconfigure(d.name) + "; keep movable only if the memory must be hot-unpluggable",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}",
+                    OK,
+                    f"{what}: system-ram, online on node {d.target_node} ({'/'.join(d.zones) or '?'})",
+                    (_blocks_ev(d),),
+                )
+            )
+    return out
+
+
+def check_auto_online(f: Facts) -> List[Check]:
+    v = _knob(f.inv, "auto_online_blocks")
+    ev = (Evidence(paths.AUTO_ONLINE, v if v is not None else "unreadable"),)
+    if v is None:
+        return [Check(D, "devices.auto-online", NOTE, "auto_online_blocks is not readable (no memory hot-plug?)", ev)]
+    if v == "offline":
+        offline = any(
+            d.provider == "cxl"
+            and d.mode == "system-ram"
+            and d.total_memblocks
+            and (d.online_memblocks or 0) < d.total_memblocks
+            for d in f.inv.dax_devices
+        )
+        return [
+            Check(
+                D,
+                "devices.auto-online",
+                WARN,
+                "auto_online_blocks=offline: memory added by a new region or a kmem bind stays offline"
+                + (" (and some CXL memory is offline now)" if offline else ""),
+                ev,
+                f"echo online > {paths.AUTO_ONLINE} (boot: memhp_default_state=online), or let cxlctl online it: cxlctl region create --online, or the daemon's online_new_memory",
+            )
+        ]
+    if v == "online_movable":
+        return [
+            Check(
+                D,
+                "devices.auto-online",
+                NOTE,
+                "auto_online_blocks=online_movable: new CXL memory goes to ZONE_MOVABLE (pinned engine buffers cannot stay there)",
+                ev,
+                f"echo online > {paths.AUTO_ONLINE} if the engine pins host memory",
+            )
+        ]
+    return [
+        Check(
+            D,
+            "devices.auto-online",
+            OK,
+            f"auto_online_blocks={v}: the kernel onlines new memory itself (daxctl --no-online refuses; cxlctl holds it back while it onlines)",
+            ev,
+        )
+    ]
+
+
+def check_udev(f: Facts) -> List[Check]:
+    out: List[Check] = []
+    for path, line in f.udev_rules:
+        ev = (Evidence(path, line[:160]),)
+        if "daxctl" in line or "daxdev-reconfigure" in line:
+            if f.daxctl_conf:
+                secs = "; ".join(f"{p}: {s}" for p, s in f.daxctl_conf[:3])
+                out.append(
+                    Check(
+                        D,
+                        "devices.udev.daxctl",
+                        WARN,
+                        "ndctl's udev rule reconfigures DAX devices as they appear (daxctl -C / daxdev-reconfigure@), per "
+                        + secs
+                        + ": it fights the mode and zone cxlctl chooses",
+                        ev + tuple(Evidence(p, s) for p, s in f.daxctl_conf[:3]),
+                        "remove the [reconfigure-device] sections from "
+                        + ", ".join(sorted({p for p, _ in f.daxctl_conf})),
+                    )
+                )
+            else:
+                out.append(
+                    Check(
+                        D,
+                        "devices.udev.daxctl",
+                        OK,
+                        f"ndctl's udev rule runs daxctl on new DAX devices, but no {paths.DAXCTL_CONF_DIR}/*.conf has a [reconfigure-device] section: it changes nothing",
+                        ev,
+                    )
+                )
+        else:
+            out.append(
+                Check(
+                    D,
+                    "devices.udev.memory",
+                    WARN,
+                    "a udev rule onlines every hot-added memory block itself (in the zone it picks): it races cxlctl's onlining and zone choice",
+                    ev,
+                    f"mask it: an empty file of the same name in /etc/udev/rules.d ({path.rsplit('/', 1)[-1]}), then udevadm control --reload",
+                )
+            )
+    return out
+
+
+def check_tiers(f: Facts) -> List[Check]:
+    inv = f.inv
+    cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
+    dram = [n for n in inv.nodes if n.kind == "dram"]
+    if not cxl:
+        return []
+    dram_tiers = {n.tier for n in dram if n.tier is not None}
+    same = [n for n in cxl if n.tier is not None and n.tier in dram_tiers]
+    ev = tuple(
+        Evidence(f"{paths.TIER_DIR}/memory_tier{t.id}/nodelist", format_nodelist(t.nodes)) for t in inv.tiers[:4]
+    )
+    if not inv.tiers:
+        return [
+            Check(
+                D,
+                "devices.tiers",
+                NOTE,
+                "no memory tiers in sysfs (kernel before 6.1, or CONFIG_NUMA off)",
+                (Evidence(paths.TIER_DIR, "absent"),),
+            )
+        ]
+    if not same:
+        return [
+            Check(
+                D,
+                "devices.tiers",
+                OK,
+                f"CXL node(s) {format_nodelist(n.id for n in cxl)} are in a lower tier than DRAM: demotion and promotion can move pages",
+                ev,
+            )
+        ]
+    why = []
+    hmat = f.acpi_tables is not None and any(t.startswith("HMAT") for t in f.acpi_tables)
+    if not hmat:
+        why.append("no HMAT table (no firmware performance data for DRAM or CXL)")
+    for n in same:
+        regs = [inv.region(r) for r in n.regions]
+        if regs and all(r is not None and r.access0 is None and r.access1 is None for r in regs):
+            why.append(
+                f"node {n.id}'s region(s) {', '.join(n.regions)} have no access0/access1 coordinates (no CDAT from the device)"
+            )
+    return [
+        Check(
+            D,
+            "devices.tiers",
+            WARN,
+            f"CXL node(s) {format_nodelist(n.id for n in same)} share a memory tier with DRAM: demotion and NUMA-balancing promotion cannot move pages between them"
+            + ("; why: " + "; ".join(why) if why else ""),
+            ev,
+            "place memory explicitly (weighted interleave or binding: cxlctl tune recommend, cxlctl launch); enable HMAT in the BIOS",
+        )
+    ]
+
+
+def checks(f: Facts) -> List[Check]:
+    return check_memdevs(f) + check_regions(f) + check_dax(f) + check_auto_online(f) + check_udev(f) + check_tiers(f)

@@ -1,0 +1,301 @@
+"""Read everything doctor looks at, once, through the host-I/O layer.
+
+Why one reader: ``cxlctl record`` passes its logging
+:class:`~cxlctl.hostio.reader.Reader` here (after its scan), so every file a
+check depends on lands in the record and ``doctor --root RECORD`` gives the
+same answers.  What is reused rather than re-read: the inventory scan
+(:func:`cxlctl.inventory.scan`), the tuning engine's status and its
+TuneD/sysctl.d conflict finder, and the launcher's plan (``--for``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Dict, List, Optional, Tuple
+
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio import paths
+from cxlctl.hostio.proc import status_field
+from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.inventory import scan
+from cxlctl.model import Inventory
+
+from . import probes as pr
+from .model import Facts, Probe
+
+#: modules the CXL memory path uses (issue 14's list), with the config symbol that builds each
+MODULES: Tuple[Tuple[str, str], ...] = (
+    ("cxl_acpi", "CONFIG_CXL_ACPI"),
+    ("cxl_pci", "CONFIG_CXL_PCI"),
+    ("cxl_mem", "CONFIG_CXL_MEM"),
+    ("cxl_port", "CONFIG_CXL_PORT"),
+    ("dax_cxl", "CONFIG_DEV_DAX_CXL"),
+    ("device_dax", "CONFIG_DEV_DAX"),
+    ("kmem", "CONFIG_DEV_DAX_KMEM"),
+)
+#: ACPI tables that describe CXL memory: windows (CEDT), proximity (SRAT), performance (HMAT), distances (SLIT)
+ACPI_NAMES = ("CEDT", "SRAT", "HMAT", "SLIT")
+#: the largest decompressed /proc/config.gz parsed (Debian's config is ~280 KiB)
+CONFIG_MAX = 4 << 20
+RECORD_MANIFEST = "cxlctl-record.json"
+#: the engine arguments doctor plans with: a model is needed to plan, and which one does not
+#: change what is checked (it is never loaded: the plan is a dry run)
+ENGINE_ARGS: Dict[str, Tuple[str, ...]] = {"vllm": ("serve", "MODEL"), "sglang": ("--model-path", "MODEL")}
+
+
+def parse_config(text: str) -> Dict[str, str]:
+    """``CONFIG_X=y`` and ``# CONFIG_X is not set`` (as ``n``) lines of a kernel config."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        t = line.strip()
+        if t.startswith("CONFIG_"):
+            k, sep, v = t.partition("=")
+            if sep:
+                out[k] = v.strip().strip('"')
+        elif t.startswith("# CONFIG_") and t.endswith(" is not set"):
+            out[t[2:-11].strip()] = "n"
+    return out
+
+
+def gunzip(data: bytes, limit: int = CONFIG_MAX) -> Optional[bytes]:
+    """Decompress gzip ``data``, refusing output larger than ``limit`` (a bomb is not a config)."""
+    try:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = d.decompress(data, limit)
+        if d.unconsumed_tail:
+            return None
+        return out
+    except zlib.error:
+        return None
+
+
+def _config(r: Reader, kernel: Optional[str]) -> Tuple[Optional[Dict[str, str]], Optional[str], Optional[str]]:
+    """(config, where it came from, why not): /boot/config-$(uname -r), else /proc/config.gz."""
+    tried: List[str] = []
+    if kernel and "/" not in kernel and kernel not in (".", ".."):
+        path = paths.boot_config(kernel)
+        text = r.text(path)
+        if text:
+            cfg = parse_config(text)
+            if cfg:
+                return cfg, path, None
+        tried.append(path)
+    raw = r.raw(paths.PROC_CONFIG_GZ)
+    if raw:
+        data = gunzip(raw)
+        if data is not None:
+            cfg = parse_config(data.decode("utf-8", "replace"))
+            if cfg:
+                return cfg, paths.PROC_CONFIG_GZ, None
+    tried.append(paths.PROC_CONFIG_GZ)
+    return None, None, "no kernel config found (" + ", ".join(tried) + " absent or unreadable)"
+
+
+def parse_modules(text: str) -> Dict[str, str]:
+    """``/proc/modules`` → module name → state (``Live``, ``Loading``, ``Unloading``)."""
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        f = line.split()
+        if f:
+            out[f[0]] = f[4] if len(f) > 4 else "?"
+    return out
+
+
+def _udev(root: str, r: Reader) -> Tuple[Tuple[str, str], ...]:
+    """Rules that reconfigure DAX devices (ndctl's daxctl rule) or online memory blocks.
+
+    All rules files are scanned with a reader that does not log (a record would
+    otherwise copy a hundred unrelated files); the files that match are read
+    again through ``r``, so a record holds exactly the evidence.
+    """
+    quiet = Reader(root)
+    seen: Dict[str, str] = {}
+    for d in paths.UDEV_RULES_DIRS:
+        for n in quiet.listdir(d, lambda x: x.endswith(".rules")):
+            seen.setdefault(n, f"{d}/{n}")  # a name in an earlier directory masks later ones
+    out: List[Tuple[str, str]] = []
+    for n in sorted(seen):
+        path = seen[n]
+        text = quiet.text(path)
+        if not text or ("dax" not in text and "memory" not in text):
+            continue
+        hits = [ln for ln in _logical_lines(text) if _fights(ln)]
+        if hits:
+            r.raw(path)
+            out.extend((path, h) for h in hits)
+    return tuple(out)
+
+
+def _logical_lines(text: str) -> List[str]:
+    """udev rule lines with ``\\`` continuations joined, comments dropped."""
+    out: List[str] = []
+    cur = ""
+    for line in text.splitlines():
+        s = line.strip()
+        if not cur and (not s or s.startswith("#")):
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        out.append((cur + s).strip())
+        cur = ""
+    if cur:
+        out.append(cur.strip())
+    return out
+
+
+def _fights(line: str) -> bool:
+    """A rule that changes what cxlctl decides: daxctl reconfiguring, or onlining memory blocks."""
+    if "daxctl" in line or "daxdev-reconfigure" in line:
+        return True
+    compact = line.replace(" ", "")
+    return 'SUBSYSTEM=="memory"' in compact and 'ATTR{state}="' in compact
+
+
+def _daxctl_conf(r: Reader) -> Tuple[Tuple[str, str], ...]:
+    """Active ``[reconfigure-device ...]`` sections of ``/etc/daxctl.conf.d/*.conf``."""
+    out: List[Tuple[str, str]] = []
+    for n in r.listdir(paths.DAXCTL_CONF_DIR, lambda x: x.endswith(".conf")):
+        path = f"{paths.DAXCTL_CONF_DIR}/{n}"
+        for line in (r.text(path) or "").splitlines():
+            s = line.strip()
+            if s.startswith("[reconfigure-device"):
+                out.append((path, s))
+    return tuple(out)
+
+
+def parse_memlock(text: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(soft, hard) of ``Max locked memory`` in a ``/proc/PID/limits`` text."""
+    for line in (text or "").splitlines():
+        if line.startswith("Max locked memory"):
+            f = line[len("Max locked memory") :].split()
+            if len(f) >= 2:
+                return f[0], f[1]
+    return None
+
+
+def _as_root(root: str) -> bool:
+    """Whether root-only files were readable: this process' euid live, the record's own word on replay."""
+    if root == "/":
+        return os.geteuid() == 0
+    text = read_text(root, "/" + RECORD_MANIFEST)
+    try:
+        return bool(json.loads(text or "{}").get("as_root"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
+    """The tuning engine's status, and the TuneD/sysctl.d settings of the knobs it manages."""
+    from cxlctl.tuning import engine
+    from cxlctl.tuning.conflicts import find, our_keys
+    from cxlctl.tuning.knobs import REGISTRY
+    from cxlctl.tuning.state import applied_journal
+    from cxlctl.tuning.transaction import persisted
+
+    try:
+        st: object = engine.status(root)
+    except CxlctlError as e:
+        st = str(e)
+    j = applied_journal(root)
+    values: List[Tuple[str, str, Optional[str]]]
+    if j is not None:
+        values = [(e.knob, e.path, e.desired) for e in j.entries if e.desired is not None]
+    else:
+        values = [(k.name, k.path, None) for k in REGISTRY if k.kind != "group"]
+    try:
+        found = tuple(find(root, our_keys(values), persisted(root)))
+    except (CxlctlError, OSError):
+        found = ()
+    return st, found
+
+
+def _nfd_labels(root: str, r: Reader) -> Optional[str]:
+    """The Node Feature Discovery file the daemon rewrites on every rescan (its one state file),
+    in the directory its configuration names; None when labels are off or the file is absent."""
+    from cxlctl.daemon import config, nfd
+
+    try:
+        cfg = config.load(root)
+    except CxlctlError:
+        cfg = config.defaults()
+    if not cfg.nfd_enabled:
+        return None
+    return r.text(f"{cfg.nfd_dir.rstrip('/')}/{nfd.FILE_NAME}")
+
+
+def _launch(root: str, inv: Inventory, engine: str) -> object:
+    """What ``cxlctl launch ENGINE --dry-run`` would plan (its pre-flight included), or why it cannot."""
+    from cxlctl.launch.build import Request, build
+
+    has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
+    req = Request(engine=engine, args=ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True)
+    try:
+        return build(root, req)
+    except CxlctlError as e:
+        return str(e) + (f" ({e.hint})" if getattr(e, "hint", None) else "")
+
+
+def gather(
+    root: str = "/",
+    *,
+    reader: Optional[Reader] = None,
+    inv: Optional[Inventory] = None,
+    runner: Optional[pr.Runner] = None,
+    engine: Optional[str] = None,
+) -> Facts:
+    """Read the host (or a recorded tree) for doctor.  ``runner`` replaces the tool runs (tests);
+    without it the tools are run on the live host and a record's saved answers are used for a tree."""
+    r = reader or Reader(root)
+    if inv is None:
+        inv = scan(root, r)
+    cfg, cfg_src, cfg_note = _config(r, inv.kernel)
+    mods_text = r.text(paths.PROC_MODULES)
+    wanted = {m for m, _ in MODULES}
+    sys_mods = tuple(r.listdir(paths.SYS_MODULE, lambda n: n in wanted))
+    acpi: Optional[Tuple[str, ...]] = None
+    if r.isdir(paths.ACPI_TABLES):
+        acpi = tuple(r.listdir(paths.ACPI_TABLES, lambda n: n.rstrip("0123456789") in ACPI_NAMES))
+    probes: Optional[Dict[str, Probe]]
+    probes_note = None
+    if runner is not None:
+        probes = pr.collect(runner)
+    elif root == "/":
+        probes = pr.collect()
+    else:
+        probes = pr.load_recorded(root)
+        if probes is None:
+            probes_note = f"the tree {root} holds no {pr.PROBES_FILE} (tool answers are saved by `cxlctl record`)"
+    r.text(paths.SELF_CGROUP)  # for a record: the launcher's cpuset hint reads it on replay
+    tuning, conflicts = _tuning(root)
+    facts = Facts(
+        root=root,
+        as_root=_as_root(root),
+        inv=inv,
+        config=cfg,
+        config_source=cfg_src,
+        config_note=cfg_note,
+        modules=parse_modules(mods_text) if mods_text is not None else None,
+        sys_modules=sys_mods,
+        cmdline=r.text(paths.PROC_CMDLINE),
+        iomem=r.text(paths.PROC_IOMEM),
+        acpi_tables=acpi,
+        udev_rules=_udev(root, r),
+        daxctl_conf=_daxctl_conf(r),
+        thp=r.text(paths.THP_ENABLED),
+        mems_allowed=status_field(r.text(paths.SELF_STATUS), "Mems_allowed_list"),
+        memlock=parse_memlock(r.text(paths.SELF_LIMITS)),
+        probes=probes,
+        probes_note=probes_note,
+        tuning=tuning,
+        conflicts=conflicts,
+        tuned_active=(r.text(paths.TUNED_ACTIVE) or None),
+        nfd_labels=_nfd_labels(root, r),
+        engine=engine,
+        notes=tuple(r.notes),
+    )
+    if engine is not None:
+        facts = facts._replace(launch=_launch(root, inv, engine))
+    return facts

@@ -1,0 +1,157 @@
+"""Inference readiness (``doctor --for vllm|sglang``): would ``cxlctl launch`` put the engine's KV on CXL?
+
+Pure over what :func:`.gather.gather` planned: the launcher's own dry-run
+plan (:func:`cxlctl.launch.build.build`: node sets, KV size, engine flags and
+its pre-flight checks -- /dev/shm, memlock, cpuset, ZONE_MOVABLE), plus the
+THP setting and this process' memlock limit read from procfs/sysfs.  Reusing
+the launcher's plan is the point: doctor must say what a launch would meet,
+not a second opinion of it.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from cxlctl.hostio import paths
+from cxlctl.parse import format_size
+
+from .model import CANNOT, NOTE, OK, WARN, Check, Evidence, Facts
+
+LAYER = "Inference readiness"
+
+
+def check(f: Facts) -> List[Check]:
+    from cxlctl.launch.build import LaunchPlan
+
+    if f.engine is None:
+        return []
+    lp = f.launch
+    if not isinstance(lp, LaunchPlan):
+        return [
+            Check(
+                LAYER,
+                "inference.plan",
+                CANNOT,
+                f"cxlctl launch {f.engine} --dry-run cannot plan: {lp}",
+                (Evidence(f"cxlctl launch {f.engine} --dry-run", str(lp)[:120]),),
+            )
+        ]
+    out: List[Check] = []
+    feats = lp.features
+    if feats is not None:
+        if feats.source == "assumed":
+            ev = (Evidence(f"which {f.engine}", "not on PATH"),)
+        else:
+            ev = (Evidence(f"{f.engine} --version", feats.version or "unknown"),)
+        if feats.source == "assumed":
+            out.append(
+                Check(
+                    LAYER,
+                    "inference.engine",
+                    WARN,
+                    f"{f.engine} is not installed here ({feats.error}); flags below are those of {f.engine} {feats.version} or later",
+                    ev,
+                    f"install {f.engine} in this environment (or give cxlctl launch --engine-cmd)",
+                )
+            )
+        elif feats.source == "unavailable":
+            out.append(
+                Check(
+                    LAYER,
+                    "inference.engine",
+                    WARN,
+                    f"{f.engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged",
+                    ev,
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    LAYER,
+                    "inference.engine",
+                    OK,
+                    f"{f.engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags",
+                    ev,
+                )
+            )
+    ea = lp.engine
+    kv = f"KV offload {format_size(ea.kv_bytes)}" if ea.kv_bytes else "no KV offload (no free CXL memory to size it)"
+    flags = " ".join(ea.added) or "none"
+    env = " ".join(f"{k}={v}" for k, v in sorted(lp.env_added.items()))
+    out.append(
+        Check(
+            LAYER,
+            "inference.flags",
+            NOTE,
+            f"cxlctl launch {f.engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
+            (Evidence("cxlctl launch --dry-run", lp.equivalent),) + ((Evidence("environment", env),) if env else ()),
+        )
+    )
+    names = set()
+    for c in lp.checks:
+        names.add(c.name)
+        res = {"ok": OK, "note": NOTE, "warn": WARN, "fail": "fail"}.get(c.status, NOTE)
+        src = {
+            "dev-shm": paths.DEV_SHM,
+            "memlock": "ulimit -l",
+            "cpuset-mems": paths.SELF_STATUS,
+            "cpuset": paths.SELF_STATUS,
+            "zone-movable": paths.MEMORY_DIR,
+        }.get(c.name, "cxlctl launch --dry-run")
+        value = (
+            f"Mems_allowed_list {f.mems_allowed}"
+            if src == paths.SELF_STATUS and f.mems_allowed
+            else f"pre-flight {c.name}: {c.status}"
+        )
+        out.append(Check(LAYER, f"inference.{c.name}", res, c.message, (Evidence(src, value),), c.fix))
+    if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
+        out.append(
+            Check(
+                LAYER,
+                "inference.dev-shm",
+                NOTE,
+                "no /dev/shm offload planned, so /dev/shm size does not matter here",
+                (Evidence(paths.DEV_SHM, "not used"),),
+            )
+        )
+    if "memlock" not in names:
+        ml = f.memlock
+        shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
+        out.append(
+            Check(
+                LAYER,
+                "inference.memlock",
+                OK if ml else CANNOT,
+                f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"),
+                (Evidence(paths.SELF_LIMITS, shown),),
+            )
+        )
+    thp = f.thp
+    if thp is None:
+        out.append(
+            Check(
+                LAYER,
+                "inference.thp",
+                CANNOT,
+                "transparent hugepages setting unreadable",
+                (Evidence(paths.THP_ENABLED, "unreadable"),),
+            )
+        )
+    else:
+        sel = thp[thp.find("[") + 1 : thp.find("]")] if "[" in thp and "]" in thp else thp
+        if sel == "never":
+            out.append(
+                Check(
+                    LAYER,
+                    "inference.thp",
+                    NOTE,
+                    "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too",
+                    (Evidence(paths.THP_ENABLED, thp),),
+                    f"echo madvise > {paths.THP_ENABLED}",
+                )
+            )
+        else:
+            out.append(
+                Check(LAYER, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))
+            )
+    return out

@@ -1,0 +1,76 @@
+"""What doctor found (:class:`Check`) and what it read to find it (:class:`Facts`)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from cxlctl.model import Inventory
+
+#: results, mildest first; only ``fail`` makes ``doctor`` exit 1
+OK = "ok"
+NOTE = "note"
+WARN = "warn"
+FAIL = "fail"
+CANNOT = "cannot-check"
+RESULTS = (OK, NOTE, WARN, FAIL, CANNOT)
+
+#: layers in the order doctor walks them (firmware up to the engine)
+LAYERS = ("Kernel", "Firmware", "Devices and regions", "Tools", "Tuning and services", "Inference readiness")
+
+
+class Evidence(NamedTuple):
+    """One thing read: a file (or a command) and the value that mattered."""
+
+    source: str
+    value: str
+
+
+class Check(NamedTuple):
+    layer: str
+    id: str  # stable, for scripts: "kernel.modules.cxl_pci"
+    result: str  # ok | note | warn | fail | cannot-check
+    message: str  # what was found, and for cannot-check why it could not be
+    evidence: Tuple[Evidence, ...] = ()
+    fix: str = ""  # a command or a setting; empty when there is nothing to do
+
+
+class Probe(NamedTuple):
+    """A tool's answer: exit status and output; ``rc`` None means the tool is not installed."""
+
+    rc: Optional[int]
+    out: str
+
+
+class Facts(NamedTuple):
+    """Everything the checks look at, read once (see :mod:`.gather`)."""
+
+    root: str
+    as_root: bool  # could root-only files be read (live: euid 0; replay: the record's as_root)
+    inv: Inventory
+    config: Optional[Dict[str, str]]  # CONFIG_X -> y/m/value ("n" for "is not set")
+    config_source: Optional[str]
+    config_note: Optional[str]  # why the config could not be read
+    modules: Optional[Dict[str, str]]  # loaded module -> state (from /proc/modules)
+    sys_modules: Tuple[str, ...]  # /sys/module entries (built-in modules with parameters too)
+    cmdline: Optional[str]
+    iomem: Optional[str]
+    acpi_tables: Optional[Tuple[str, ...]]  # None: the directory is not there
+    udev_rules: Tuple[Tuple[str, str], ...]  # (file, matching line) that reconfigure dax or online memory
+    daxctl_conf: Tuple[Tuple[str, str], ...]  # (file, [reconfigure-device ...] section)
+    thp: Optional[str]
+    mems_allowed: Optional[str]  # Mems_allowed_list of this process (what a launched engine inherits)
+    memlock: Optional[Tuple[str, str]]  # (soft, hard) of "Max locked memory", bytes or "unlimited"
+    probes: Optional[Dict[str, Probe]]  # " ".join(argv) -> answer; None: tools not asked (replay)
+    probes_note: Optional[str]
+    tuning: object  # cxlctl.tuning.results.StatusResult, or a str saying why it is unknown
+    conflicts: Tuple[object, ...]  # cxlctl.tuning.conflicts.Conflict
+    tuned_active: Optional[str]  # /etc/tuned/active_profile (None: TuneD not installed or no profile)
+    nfd_labels: Optional[str]  # the daemon's NFD feature file
+    engine: Optional[str]  # --for
+    launch: object = None  # cxlctl.launch.build.LaunchPlan, or a str saying why it could not be planned
+    notes: Tuple[Tuple[str, str], ...] = ()
+
+
+def worst(checks: List[Check]) -> str:
+    order = {OK: 0, NOTE: 1, CANNOT: 1, WARN: 2, FAIL: 3}
+    return max((c.result for c in checks), key=lambda r: order[r], default=OK)

@@ -1,0 +1,88 @@
+"""The tools doctor asks (``cxl``, ``daxctl``, ``numactl``, ``systemctl``), behind one function.
+
+Why one injectable function: tool versions and the service state come only
+from running the tools, which unit tests cannot do on recorded trees.  So
+:func:`collect` takes a ``runner`` (default :func:`run_tool`), tests pass a
+fake, and ``cxlctl record`` saves the answers beside the tree
+(:data:`PROBES_FILE`) so that ``doctor --root RECORD`` replays them instead of
+asking the tools of the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from cxlctl.hostio.reader import read_text
+
+from .model import Probe
+
+#: the file ``cxlctl record`` writes the tools' answers to, at the top of the record
+PROBES_FILE = "cxlctl-probes.json"
+UNIT = "cxlctl.service"
+SHOW_PROPS = "LoadState,ActiveState,SubState,MainPID,Result,UnitFileState"
+
+#: every command doctor runs, in the order it runs them
+COMMANDS: Tuple[Tuple[str, ...], ...] = (
+    ("cxl", "version"),
+    ("daxctl", "version"),
+    ("numactl", "--version"),
+    ("numactl", "--help"),
+    ("systemctl", "--version"),
+    ("systemctl", "show", UNIT, "-p", SHOW_PROPS),
+)
+
+Runner = Callable[[Sequence[str]], Optional[Tuple[int, str]]]
+MAX_OUT = 64 << 10
+
+
+def key(argv: Sequence[str]) -> str:
+    return " ".join(argv)
+
+
+def run_tool(argv: Sequence[str]) -> Optional[Tuple[int, str]]:
+    """(exit status, stdout+stderr) of ``argv``; None when the program is not installed."""
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None
+    try:
+        p = subprocess.run(
+            [exe, *argv[1:]], capture_output=True, text=True, errors="replace", timeout=10, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return (124, f"{argv[0]} did not answer within 10 s")
+    except OSError as e:
+        return (126, f"cannot run {exe}: {e.strerror}")
+    return (p.returncode, (p.stdout + p.stderr)[:MAX_OUT])
+
+
+def collect(runner: Runner = run_tool) -> Dict[str, Probe]:
+    """Ask every tool of :data:`COMMANDS` once."""
+    out: Dict[str, Probe] = {}
+    for argv in COMMANDS:
+        got = runner(argv)
+        out[key(argv)] = Probe(None, "") if got is None else Probe(got[0], got[1])
+    return out
+
+
+def to_json(probes: Dict[str, Probe]) -> Dict[str, object]:
+    return {"format": 1, "probes": {k: {"rc": p.rc, "out": p.out} for k, p in probes.items()}}
+
+
+def load_recorded(root: str) -> Optional[Dict[str, Probe]]:
+    """The answers a record saved (None when ``root`` holds none or they do not parse)."""
+    text = read_text(root, "/" + PROBES_FILE)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+        raw = doc["probes"]
+        out: Dict[str, Probe] = {}
+        for k, v in raw.items():
+            rc = v.get("rc")
+            out[str(k)] = Probe(rc if isinstance(rc, int) and not isinstance(rc, bool) else None, str(v.get("out", "")))
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

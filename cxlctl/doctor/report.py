@@ -1,0 +1,92 @@
+"""Run every check in layer order; the exit code, the JSON document and the human view."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List
+
+from . import devices, inference, kernel, services
+from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Facts, worst
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def run(f: Facts) -> List[Check]:
+    """All checks of ``f``, grouped by layer (firmware-to-engine order)."""
+    kern, fw = kernel.checks(f)
+    return kern + fw + devices.checks(f) + services.check_tools(f) + services.checks(f) + inference.check(f)
+
+
+def exit_code(checks: List[Check]) -> int:
+    """0 when nothing fails, 1 otherwise."""
+    return 1 if any(c.result == FAIL for c in checks) else 0
+
+
+def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
+    counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
+    return {
+        "root": f.root,
+        "kernel": f.inv.kernel,
+        "for": f.engine,
+        "as_root": f.as_root,
+        "result": worst(checks),
+        "counts": counts,
+        "checks": [
+            {
+                "layer": c.layer,
+                "id": c.id,
+                "result": c.result,
+                "message": c.message,
+                "evidence": [{"source": e.source, "value": e.value} for e in c.evidence],
+                "fix": c.fix or None,
+            }
+            for c in checks
+        ],
+    }
+
+
+def clean(text: str) -> str:
+    """Kernel- and file-provided text made printable: control characters shown as escapes
+    (a terminal must not act on an ESC read from sysfs).  Rich markup is never parsed:
+    the renderer builds :class:`rich.text.Text`, not markup strings."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+_STYLE = {"ok": "green", "note": "cyan", "warn": "yellow", "fail": "bold red", "cannot-check": "magenta"}
+_LABEL = {"ok": "ok", "note": "note", "warn": "warn", "fail": "FAIL", "cannot-check": "n/a"}
+
+
+def render(f: Facts, checks: List[Check], console: Console) -> None:
+    """Grouped by layer: a two-column grid per layer (result, then the message with its
+    evidence and fix under it), so wrapped lines keep a hanging indent at 80 columns."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    for layer in LAYERS:
+        group = [c for c in checks if c.layer == layer]
+        if not group:
+            continue
+        console.print(Text(layer, style="bold underline"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, width=4)
+        grid.add_column(overflow="fold")
+        for c in group:
+            msg = clean(c.message)
+            if c.result == CANNOT and not msg.startswith("cannot check"):
+                msg = "cannot check: " + msg
+            grid.add_row(Text(_LABEL[c.result], style=_STYLE[c.result]), Text(msg))
+            for e in c.evidence:
+                grid.add_row("", Padding(Text(f"{clean(e.source)}: {clean(e.value)}", style="dim"), (0, 0, 0, 2)))
+            if c.fix:
+                fix = Text("fix: ", style="bold")
+                fix.append(clean(c.fix))
+                grid.add_row("", Padding(fix, (0, 0, 0, 2)))
+        console.print(Padding(grid, (0, 0, 0, 2)))
+        console.print()
+    counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
+    summary = ", ".join(f"{n} {r}" for r, n in counts.items() if n)
+    bad = exit_code(checks)
+    console.print(
+        Text(f"{'problems found' if bad else 'nothing fails'}: {summary}", style="bold red" if bad else "bold green")
+    )

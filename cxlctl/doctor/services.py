@@ -1,0 +1,431 @@
+"""Tools and "Tuning and services": the peer tools' versions, cxlctl's own state, and who else sets its knobs.
+
+Pure functions of :class:`~.model.Facts`.  The tools' answers come from
+:mod:`.probes` (run live, or replayed from a record); the tuning state from
+the tuning engine's own status; the daemon's state from ``systemctl show``
+and the Node Feature Discovery file the daemon rewrites on every rescan.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Dict, List, Optional
+
+from cxlctl.hostio import paths
+
+from . import probes as pr
+from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Probe
+
+T = "Tools"
+S = "Tuning and services"
+
+CXL_RAM_REGIONS_SINCE = 78
+NUMACTL_WI = "--weighted-interleave"
+
+
+def _probe(f: Facts, *argv: str) -> Optional[Probe]:
+    return None if f.probes is None else f.probes.get(pr.key(argv))
+
+
+def _cannot(f: Facts, layer: str, cid: str) -> Check:
+    return Check(layer, cid, CANNOT, f.probes_note or "the tools were not asked")
+
+
+def _major(text: str) -> Optional[int]:
+    m = re.search(r"\b(\d+)(?:\.\d+)*\b", text)
+    return int(m.group(1)) if m else None
+
+
+def check_tools(f: Facts) -> List[Check]:
+    if f.probes is None:
+        return [_cannot(f, T, "tools")]
+    out: List[Check] = []
+    for tool, pkg in (("cxl", "ndctl"), ("daxctl", "daxctl")):
+        p = _probe(f, tool, "version")
+        ev_src = f"{tool} version"
+        if p is None or p.rc is None:
+            out.append(
+                Check(
+                    T,
+                    f"tools.{tool}",
+                    NOTE,
+                    f"{tool} is not installed: cxlctl does not need it ({'health data in the daemon does' if tool == 'cxl' else 'cxlctl dax reconfigure does its work'})",
+                    (Evidence(ev_src, "not found"),),
+                    f"apt install {pkg} (or dnf install {pkg})",
+                )
+            )
+            continue
+        ver = p.out.strip().splitlines()[0] if p.out.strip() else "?"
+        major = _major(ver) if p.rc == 0 else None
+        if major is None:
+            out.append(
+                Check(T, f"tools.{tool}", WARN, f"{tool} version failed (exit {p.rc})", (Evidence(ev_src, ver[:80]),))
+            )
+        elif major < CXL_RAM_REGIONS_SINCE:
+            what = (
+                "cannot create RAM regions (cxl create-region -t ram)" if tool == "cxl" else "predates CXL RAM regions"
+            )
+            out.append(
+                Check(
+                    T,
+                    f"tools.{tool}",
+                    NOTE,
+                    f"{tool} {ver} {what}: that needs ndctl {CXL_RAM_REGIONS_SINCE}+; cxlctl region create does it without",
+                    (Evidence(ev_src, ver),),
+                    f"ndctl {CXL_RAM_REGIONS_SINCE} or newer if you want {tool} to manage RAM regions",
+                )
+            )
+        else:
+            out.append(Check(T, f"tools.{tool}", OK, f"{tool} {ver}", (Evidence(ev_src, ver),)))
+    h = _probe(f, "numactl", "--help")
+    v = _probe(f, "numactl", "--version")
+    if h is None or h.rc is None:
+        out.append(
+            Check(
+                T,
+                "tools.numactl",
+                NOTE,
+                "numactl is not installed: cxlctl launch sets the memory policy itself",
+                (Evidence("numactl --help", "not found"),),
+                "apt install numactl",
+            )
+        )
+    else:
+        nver: Optional[str] = None
+        if v is not None and v.rc == 0:
+            m = re.search(r"\b(\d+\.\d+\.\d+)\b", v.out)
+            nver = m.group(1) if m else None
+        name = f"numactl {nver}" if nver else "numactl (no --version: before 2.0.17)"
+        if NUMACTL_WI in h.out:
+            out.append(
+                Check(T, "tools.numactl", OK, f"{name} has {NUMACTL_WI}", (Evidence("numactl --help", NUMACTL_WI),))
+            )
+        else:
+            out.append(
+                Check(
+                    T,
+                    "tools.numactl",
+                    NOTE,
+                    f"{name} lacks {NUMACTL_WI} (2.0.19+): cxlctl launch applies weighted interleave itself",
+                    (Evidence("numactl --help", f"no {NUMACTL_WI}"),),
+                    "numactl 2.0.19 or newer, only if you run numactl by hand",
+                )
+            )
+    s = _probe(f, "systemctl", "--version")
+    if s is None or s.rc is None:
+        out.append(
+            Check(
+                T,
+                "tools.systemctl",
+                NOTE,
+                "systemctl is not installed (no systemd): the cxlctl service cannot run here",
+                (Evidence("systemctl --version", "not found"),),
+            )
+        )
+    else:
+        first = s.out.strip().splitlines()[0] if s.out.strip() else "?"
+        out.append(
+            Check(
+                T,
+                "tools.systemctl",
+                OK if s.rc == 0 else WARN,
+                first[:80],
+                (Evidence("systemctl --version", first[:80]),),
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- tuning
+
+
+def check_profile(f: Facts) -> List[Check]:
+    from cxlctl.tuning import journal as jn
+    from cxlctl.tuning.results import StatusResult
+
+    st = f.tuning
+    if not isinstance(st, StatusResult):
+        return [
+            Check(
+                S,
+                "services.profile",
+                CANNOT,
+                f"tuning state unreadable: {st}",
+                (Evidence(jn.JOURNAL, "unreadable"),),
+                "cxlctl tune status",
+            )
+        ]
+    out: List[Check] = []
+    j = st.journal
+    jev = Evidence(jn.JOURNAL, f"state {j.state}, profile {j.profile}, pid {j.pid}" if j else "absent")
+    if st.active_profile:
+        v = st.verify
+        if v is not None and v.drift:
+            out.append(
+                Check(
+                    S,
+                    "services.profile",
+                    WARN,
+                    f"profile {st.active_profile} is applied but {len(v.drift)} setting(s) drifted: {', '.join(v.drift[:6])}",
+                    (jev,),
+                    f"cxlctl tune verify shows them; cxlctl tune apply {st.active_profile} sets them again",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    S,
+                    "services.profile",
+                    OK,
+                    f"profile {st.active_profile} is applied" + (f", {v.passed} setting(s) as applied" if v else ""),
+                    (jev,),
+                )
+            )
+    else:
+        out.append(
+            Check(
+                S,
+                "services.profile",
+                NOTE,
+                "no cxlctl profile is applied on this boot",
+                (jev,),
+                "cxlctl tune recommend",
+            )
+        )
+    if st.trial is not None:
+        t = st.trial
+        when = datetime.datetime.fromtimestamp(t.deadline, datetime.timezone.utc).strftime("%H:%M:%SZ")
+        msg = f"tune try of {t.profile} is unconfirmed: it reverts at {when} ({t.seconds_left:.0f} s left) unless confirmed"
+        if not t.waiting:
+            msg += f"; its waiting process (pid {t.pid}) is gone, the next cxlctl tune command or the daemon reverts it"
+        out.append(
+            Check(S, "services.tune-try", WARN, msg, (jev,), "cxlctl tune confirm (keep it) or cxlctl tune revert")
+        )
+    if j is not None and j.this_boot:
+        bad = {
+            jn.APPLYING: f"the apply of {j.profile} was interrupted (pid {j.pid}): the knobs are half-applied",
+            jn.ROLLBACK_FAILED: f"the apply of {j.profile} failed and could not be fully rolled back: {j.error}",
+            jn.REVERT_FAILED: f"the revert of {j.profile} did not complete: {j.error}",
+        }.get(j.state)
+        if bad:
+            out.append(Check(S, "services.journal", FAIL, bad, (jev,), "cxlctl tune revert"))
+    elif j is not None:
+        out.append(
+            Check(
+                S,
+                "services.journal",
+                NOTE,
+                "the tuning journal is from an earlier boot; the next tune command discards it",
+                (jev,),
+            )
+        )
+    return out
+
+
+def check_conflicts(f: Facts) -> List[Check]:
+    from cxlctl.tuning.conflicts import Conflict
+
+    out: List[Check] = []
+    cxl = any(n.kind == "cxl" and n.has_memory for n in f.inv.nodes)
+    for c in f.conflicts:
+        if not isinstance(c, Conflict):
+            continue
+        ev = (Evidence(c.source, f"{c.key} = {c.theirs}"),)
+        if c.ours is None and c.key == "vm.zone_reclaim_mode" and c.theirs != "0" and cxl:
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    WARN,
+                    f"{c.source} sets {c.key}={c.theirs} on a host with CXL nodes: allocations reclaim local DRAM instead of spilling to CXL",
+                    ev,
+                    "cxlctl tune recommend, then cxlctl tune apply PROFILE --persist"
+                    + (
+                        " (TuneD re-applies sysctl.d after its profile; or choose a TuneD profile without it: tuned-adm profile NAME)"
+                        if c.source.startswith("TuneD")
+                        else f" (or remove the key from {c.source})"
+                    ),
+                )
+            )
+        elif c.ours is None:
+            out.append(
+                Check(
+                    S, "services.sysctl", NOTE, f"{c.source} sets {c.key}={c.theirs}, a knob cxlctl profiles manage", ev
+                )
+            )
+        elif c.ours != c.theirs and c.wins_at_boot != "cxlctl":
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    WARN,
+                    f"{c.source} sets {c.key}={c.theirs} (cxlctl: {c.ours}); at boot {c.wins_at_boot} wins: {c.note}",
+                    ev,
+                    "cxlctl tune apply PROFILE --persist, or remove the key from " + c.source,
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    S,
+                    "services.sysctl",
+                    OK if c.ours == c.theirs else NOTE,
+                    f"{c.source} sets {c.key}={c.theirs}; {c.note}",
+                    ev,
+                )
+            )
+    if f.tuned_active:
+        sets = [c for c in f.conflicts if isinstance(c, Conflict) and c.source.startswith("TuneD profile")]
+        out.insert(
+            0,
+            Check(
+                S,
+                "services.tuned",
+                NOTE,
+                f"TuneD profile {f.tuned_active} is active"
+                + (
+                    f": it sets {len(sets)} knob(s) cxlctl manages (below)"
+                    if sets
+                    else "; it sets none of the knobs cxlctl manages"
+                ),
+                (Evidence(paths.TUNED_ACTIVE, f.tuned_active),),
+            ),
+        )
+    if not [c for c in out if c.id == "services.sysctl"]:
+        src = ", ".join(paths.SYSCTL_DIRS[:2]) + ", TuneD"
+        out.append(
+            Check(
+                S,
+                "services.sysctl",
+                OK,
+                "no sysctl.d file or TuneD profile sets the knobs cxlctl manages",
+                (Evidence(src, "none"),),
+            )
+        )
+    return out
+
+
+def parse_show(text: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _nfd_expiry(text: str) -> Optional[datetime.datetime]:
+    for line in text.splitlines():
+        if line.startswith("# +expiry-time="):
+            try:
+                return datetime.datetime.strptime(line.split("=", 1)[1].strip(), "%Y-%m-%dT%H:%M:%SZ").replace(
+                    tzinfo=datetime.timezone.utc
+                )
+            except ValueError:
+                return None
+    return None
+
+
+def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Check]:
+    out: List[Check] = []
+    src = f"systemctl show {pr.UNIT} -p {pr.SHOW_PROPS}"
+    if f.probes is None:
+        out.append(_cannot(f, S, "services.daemon"))
+    else:
+        p = _probe(f, "systemctl", "show", pr.UNIT, "-p", pr.SHOW_PROPS)
+        if p is None or p.rc is None:
+            out.append(
+                Check(
+                    S,
+                    "services.daemon",
+                    CANNOT,
+                    "cannot check: systemctl is not installed (no systemd)",
+                    (Evidence(src, "systemctl not found"),),
+                )
+            )
+        elif p.rc != 0:
+            first = (p.out.strip().splitlines() or ["no output"])[0]
+            out.append(
+                Check(
+                    S,
+                    "services.daemon",
+                    CANNOT,
+                    f"cannot check: systemctl show failed (exit {p.rc}): {first[:120]}",
+                    (Evidence(src, first[:120]),),
+                )
+            )
+        else:
+            kv = parse_show(p.out)
+            state = kv.get("ActiveState", "?")
+            sub = kv.get("SubState", "?")
+            pid = kv.get("MainPID", "0")
+            ev = (
+                Evidence(
+                    src,
+                    " ".join(
+                        f"{k}={kv[k]}" for k in ("LoadState", "ActiveState", "SubState", "MainPID", "Result") if k in kv
+                    ),
+                ),
+            )
+            if kv.get("LoadState") == "not-found":
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        NOTE,
+                        f"{pr.UNIT} is not installed",
+                        ev,
+                        "install it as docs/daemon.md says (systemd/cxlctl.service)",
+                    )
+                )
+            elif state == "active":
+                out.append(Check(S, "services.daemon", OK, f"{pr.UNIT} is active ({sub}), main pid {pid}", ev))
+            elif state == "failed":
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        FAIL,
+                        f"{pr.UNIT} has failed ({sub}, result {kv.get('Result', '?')})",
+                        ev,
+                        f"journalctl -b -u {pr.UNIT}; then systemctl restart {pr.UNIT}",
+                    )
+                )
+            elif state == "inactive":
+                out.append(
+                    Check(
+                        S,
+                        "services.daemon",
+                        NOTE,
+                        f"{pr.UNIT} is installed but not running ({sub})",
+                        ev,
+                        f"systemctl enable --now {pr.UNIT}",
+                    )
+                )
+            else:
+                out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is {state} ({sub}), main pid {pid}", ev))
+    if f.nfd_labels is not None:
+        exp = _nfd_expiry(f.nfd_labels)
+        path = f"{paths.NFD_DIR}/cxlctl"
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        ev2 = (Evidence(path, f"expiry {exp:%Y-%m-%dT%H:%M:%SZ}" if exp else "no expiry"),)
+        if exp is not None and exp < now:
+            out.append(
+                Check(
+                    S,
+                    "services.daemon-labels",
+                    WARN,
+                    "the daemon's node labels have expired: it stopped refreshing them (stopped, or its rescans fail)",
+                    ev2,
+                    f"systemctl status {pr.UNIT}",
+                )
+            )
+        else:
+            out.append(Check(S, "services.daemon-labels", OK, "the daemon's node labels are current", ev2))
+    return out
+
+
+def checks(f: Facts) -> List[Check]:
+    """(Tools checks are separate: :func:`check_tools`.)"""
+    return check_profile(f) + check_conflicts(f) + check_daemon(f)

@@ -1,0 +1,165 @@
+"""Guest side of test_vm_doctor (and the recorder of the ``*-doctor`` fixtures): ONE interpreter.
+
+Usage: python doctor_guest_driver.py SCENARIO OUTDIR, SCENARIO ``6.12`` or ``6.1``.
+
+Each step runs ``cxlctl doctor --json`` in-process (cold starts cost seconds
+under TCG) and writes ``OUTDIR/<step>.json`` ({"rc", "doc", "shell"}); the
+faults are made with the peer tools (daxctl, modprobe, sysfs writes), the way
+an operator's host gets into those states.  Records (``cxlctl record``) go to
+``OUTDIR/fixtures/<name>/`` with the peers' output in ``peers/``; the host test
+copies them to ``fixtures/linux-<series>/`` when asked (CXLCTL_RECORD_FIXTURES=1).
+
+6.12: clean host with a region onlined (no failures), then in the same boot:
+region left unonlined, the fix applied, DAX device in devdax, kmem unloaded,
+auto_online_blocks=offline with memory offline, memory onlined movable, the fix.
+6.1: no region can be made: doctor must say "no RAM regions on this kernel".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List
+
+
+def cxlctl(argv: List[str]) -> Dict[str, Any]:
+    from cxlctl.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def sh(cmd: str) -> Dict[str, Any]:
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    return {"cmd": cmd, "rc": p.returncode, "out": (p.stdout + p.stderr)[-2000:]}
+
+
+class Steps:
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.shell: List[Dict[str, Any]] = []
+
+    def run(self, cmd: str) -> None:
+        r = sh(cmd)
+        self.shell.append(r)
+        sys.stderr.write(f"doctor-driver: {cmd} -> {r['rc']} {r['out'][-300:]}\n")
+
+    def doctor(self, name: str, *extra: str) -> None:
+        r = cxlctl(["doctor", "--json", *extra])
+        try:
+            doc = json.loads(r["stdout"])
+        except ValueError:
+            doc = None
+        human = cxlctl(["doctor", *extra])
+        with open(os.path.join(self.out, f"{name}.json"), "w") as f:
+            json.dump({"rc": r["rc"], "doc": doc, "stderr": r["stderr"][-3000:], "shell": self.shell}, f, indent=1)
+        with open(os.path.join(self.out, f"{name}.txt"), "w") as f:
+            f.write(human["stdout"] + human["stderr"])
+        self.shell = []
+
+    def record(self, name: str) -> None:
+        """cxlctl record onto the guest's tmpfs, copied out once, with the peers beside it."""
+        tmp = tempfile.mkdtemp(prefix="doctor-rec-")
+        shutil.rmtree(tmp)
+        r = cxlctl(["record", tmp])
+        if r["rc"] != 0:
+            raise SystemExit(f"cxlctl record failed: {r}")
+        dest = os.path.join(self.out, "fixtures", name)
+        shutil.copytree(tmp, dest, symlinks=True)
+        peers = os.path.join(dest, "peers")
+        os.makedirs(peers, exist_ok=True)
+        for cmd, fname in (
+            ("cxl list -vvv", "cxl-list.json"),
+            ("daxctl list -iDRM", "daxctl-list.json"),
+            ("numactl -H", "numactl-H.txt"),
+            ("uname -r", "uname-r.txt"),
+            ("cat /proc/modules", "proc-modules.txt"),
+        ):
+            p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+            with open(os.path.join(peers, fname), "w") as f:
+                f.write(p.stdout)
+            if p.stderr:  # as record_fixtures.py: stderr apart, kept only when non-empty
+                with open(os.path.join(peers, fname.rsplit(".", 1)[0] + ".err"), "w") as f:
+                    f.write(p.stderr)
+
+
+def scenario_612(s: Steps) -> None:
+    s.record("single-noregion-doctor")
+    s.doctor("noregion")
+    r = cxlctl(["region", "create", "--all"])
+    s.shell.append({"cmd": "cxlctl region create --all", "rc": r["rc"], "out": (r["stdout"] + r["stderr"])[-2000:]})
+    s.record("single-region-doctor")
+    s.doctor("clean")
+    s.doctor("clean-vllm", "--for", "vllm")
+    # a region left unonlined
+    s.run("daxctl offline-memory dax0.0")
+    s.doctor("unonlined")
+    fix = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal"])
+    s.shell.append(
+        {
+            "cmd": "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal",
+            "rc": fix["rc"],
+            "out": fix["stderr"][-500:],
+        }
+    )
+    s.doctor("unonlined-fixed")
+    # a DAX device in devdax
+    r = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "devdax", "--force"])
+    s.shell.append(
+        {"cmd": "cxlctl dax reconfigure dax0.0 --mode devdax --force", "rc": r["rc"], "out": r["stderr"][-500:]}
+    )
+    s.doctor("devdax")
+    # a module unloaded (kmem: nothing uses it while the device is in devdax)
+    s.run("modprobe -r kmem")
+    s.doctor("module-unloaded")
+    s.run("modprobe kmem")
+    # auto_online_blocks=offline, then the device back to system-ram: its memory stays offline
+    s.run("echo offline > /sys/devices/system/memory/auto_online_blocks")
+    s.run(
+        "daxctl reconfigure-device --mode=system-ram --no-online dax0.0 || "
+        "{ echo dax0.0 > /sys/bus/dax/drivers/device_dax/unbind; echo dax0.0 > /sys/bus/dax/drivers/kmem/new_id; "
+        "echo dax0.0 > /sys/bus/dax/drivers/kmem/bind; }; sleep 1; cat /sys/devices/system/node/node1/memory*/state | sort | uniq -c"
+    )
+    s.doctor("auto-offline")
+    # onlined movable
+    s.run(
+        "daxctl online-memory --movable dax0.0 || for b in $(ls -d /sys/devices/system/node/node1/memory*); do echo online_movable > $b/state; done"
+    )
+    s.run("echo online > /sys/devices/system/memory/auto_online_blocks")
+    s.doctor("movable")
+    fix = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal"])
+    s.shell.append(
+        {
+            "cmd": "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal",
+            "rc": fix["rc"],
+            "out": fix["stderr"][-500:],
+        }
+    )
+    s.doctor("movable-fixed")
+
+
+def scenario_61(s: Steps) -> None:
+    s.record("single-noregion-doctor")
+    s.doctor("linux61")
+
+
+def main() -> None:
+    scenario, out = sys.argv[1], sys.argv[2]
+    os.environ["COLUMNS"] = "80"
+    os.makedirs(out, exist_ok=True)
+    s = Steps(out)
+    {"6.12": scenario_612, "6.1": scenario_61}[scenario](s)
+    with open(os.path.join(out, "done"), "w") as f:
+        f.write("ok\n")
+
+
+if __name__ == "__main__":
+    main()
