@@ -16,6 +16,7 @@ from .common import CliState, run_app
 from .daemon import daemon_app
 from .launch import launch_app, policy_app
 from .params import Command
+from .ras import events, health
 from .record import record
 from .region import dax_app, region_app
 from .shell import completing, completion, enable
@@ -60,6 +61,8 @@ def make_app() -> typer.Typer:
     a.callback()(main)
     a.command()(status)
     a.command(cls=Command)(record)
+    a.command()(events)
+    a.command()(health)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")

@@ -32,6 +32,21 @@ WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
 CGROUP_DIR = "/sys/fs/cgroup"
 
+# -- tracefs (RAS events) ------------------------------------------------------------------
+TRACEFS = "/sys/kernel/tracing"
+TRACEFS_DEBUGFS = "/sys/kernel/debug/tracing"  # where kernels before 4.1 (and some setups) mount it
+#: cxlctl's own trace instances are named cxlctl-<what>; it never touches another
+TRACE_INSTANCE_PREFIX = "cxlctl-"
+#: the long-lived collection instance (``cxlctl events --collect``)
+TRACE_COLLECT_INSTANCE = "cxlctl-events"
+SOFT_OFFLINE_PAGE = "/sys/devices/system/memory/soft_offline_page"
+
+
+def cxl_device(name: str) -> str:
+    """``/sys/bus/cxl/devices/NAME`` (memdev, region, decoder, port)."""
+    return f"{CXL_DEVICES}/{name}"
+
+
 # -- procfs -------------------------------------------------------------------------------
 PROC = "/proc"
 PROC_SYS = "/proc/sys/"
@@ -43,6 +58,7 @@ ZONE_RECLAIM_MODE = "/proc/sys/vm/zone_reclaim_mode"
 SWAPPINESS = "/proc/sys/vm/swappiness"
 SELF_STATUS = "/proc/self/status"
 SELF_CGROUP = "/proc/self/cgroup"
+UPTIME = "/proc/uptime"
 
 #: Knobs the tuning engine manages (name, path), in the order ``status`` lists them.
 KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
