@@ -22,7 +22,7 @@ _HEADER = re.compile(
     r"^\s*(?P<task>.*?)-(?P<pid>[0-9]+)\s+"
     r"(?:\(\s*(?:[0-9]+|-+)\)\s+)?"  # tgid column (record-tgid option)
     r"\[(?P<cpu>[0-9]+)\]\s+"
-    r"(?:(?P<flags>[^\s[0-9]][^\s]*)\s+)?"
+    r"(?:(?P<flags>[^\s0-9][^\s]*)\s+)?"
     r"(?P<ts>[0-9]+\.[0-9]+):\s+"
     r"(?P<event>[A-Za-z_][A-Za-z0-9_]*):\s?(?P<body>.*)$"
 )
