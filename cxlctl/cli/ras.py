@@ -53,6 +53,8 @@ def events(
         raise UsageError("--follow, --stop, --input and --collect do not combine that way", hint="use one at a time")
     if duration is not None and not follow:
         raise UsageError("--duration needs --follow")
+    if since is not None and (follow or stop):
+        raise UsageError("--since selects stored events; it does not apply to --follow or --stop")
     since_s: Optional[float] = None
     if since is not None:
         try:
@@ -85,7 +87,6 @@ def events(
                 typer.echo(msg)
             return
         if follow:
-            cutoff = None
             flag = [False]
 
             def on_line(line: str) -> None:

@@ -19,7 +19,7 @@ or region the scan did not see, as after a hot-plug during ``--follow``).
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Iterator, List, NamedTuple, Optional
+from typing import Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths, tracefs
 from cxlctl.model import Inventory
@@ -119,15 +119,14 @@ def _require_events(root: str, tf: str) -> List[str]:
     return avail
 
 
-def read_collection(root: str) -> "tuple[Source, bytes]":
+def read_collection(root: str) -> Tuple[Source, bytes]:
     """The collection instance's snapshot; TracefsError with the fix when none runs."""
     tf = tracefs.find_tracefs(root)
     inst = tracefs.instance_path(tf, paths.TRACE_COLLECT_INSTANCE)
     if not tracefs.instance_exists(root, tf, paths.TRACE_COLLECT_INSTANCE):
         avail = _require_events(root, tf)
         raise tracefs.TracefsError(
-            f"no event collection is running ({inst} does not exist); "
-            f"this kernel has {len(avail)} cxl events",
+            f"no event collection is running ({inst} does not exist); this kernel has {len(avail)} cxl events",
             hint="start one with `cxlctl events --collect` (or watch live with `cxlctl events --follow`)",
             code="not_collecting",
         )

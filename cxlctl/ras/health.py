@@ -179,14 +179,7 @@ def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
 
 
 def _pids(root: str) -> List[int]:
-    """Process ids (psutil when installed, /proc otherwise; psutil cannot read a --root tree)."""
-    if root == "/":
-        try:
-            import psutil  # optional, lazily
-
-            return sorted(psutil.pids())
-        except ImportError:
-            pass
+    """Process ids, from the root's /proc (a recorded tree has none: empty)."""
     from cxlctl.hostio.root import under
 
     try:
@@ -322,7 +315,9 @@ def render_health(doc: Dict[str, Any]) -> str:
         lines.append("no CXL memory devices")
     for md in doc["memdevs"]:
         serial = f"{md['serial']:#x}" if isinstance(md["serial"], int) else "?"
-        lines.append(f"{clean(md['memdev'])}  serial {serial}  {clean(md['host'] or '?')}  {format_size(md['ram_size'])}")
+        lines.append(
+            f"{clean(md['memdev'])}  serial {serial}  {clean(md['host'] or '?')}  {format_size(md['ram_size'])}"
+        )
         h = md["health"]
         if isinstance(h, dict):
             keys = ("maintenance_needed", "performance_degraded", "hw_replacement_needed", "media_normal")

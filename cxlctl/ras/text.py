@@ -4,7 +4,7 @@ escaped, so a crafted trace field cannot drive the terminal)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .events import Event
 
@@ -46,7 +46,7 @@ def event_lines(ev: Event) -> List[str]:
 
 
 #: the fields worth a third line, per kind (the rest stays in --json)
-_DETAIL: Dict[str, tuple] = {
+_DETAIL: Dict[str, Tuple[str, ...]] = {
     "general_media": ("descriptor", "type", "transaction_type"),
     "dram": ("descriptor", "type", "transaction_type", "channel", "rank"),
     "memory_module": ("health_status", "media_status", "life_used", "temperature", "event_type"),

@@ -36,8 +36,8 @@ class Step:
     commands: Tuple[Tuple[str, Dict[str, Any]], ...]
     event: str
     dpa: Any = None
-    #: the guest asks the memdev for its poison list after the injection
-    poison_list: bool = False
+    #: devices whose poison list the guest reads after the injection
+    poison_list: Tuple[str, ...] = ()
     extra: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,8 +112,17 @@ STEPS: Tuple[Step, ...] = (
     Step("dram-in-region", "cxl-vmem0", (_dram("cxl-vmem0", 0x2040, "failure"),), "cxl_dram", 0x2040),
     Step("memory-module-in-region", "cxl-vmem0", (_module("cxl-vmem0"),), "cxl_memory_module"),
     Step("memory-module-no-region", OUTSIDE, (_module(OUTSIDE),), "cxl_memory_module"),
-    Step("poison-in-region", "cxl-vmem1", (_poison("cxl-vmem1", 0x5000),), "cxl_poison", 0x5000, poison_list=True),
-    Step("poison-no-region", OUTSIDE, (_poison(OUTSIDE, 0x3000),), "cxl_poison", 0x3000, poison_list=True),
+    # poison at the very DPAs of the media and DRAM events above: the kernel prints
+    # the HPA of a poison record, an oracle for cxlctl's translation of the others
+    Step(
+        "poison-in-region",
+        "cxl-vmem1",
+        (_poison("cxl-vmem1", 0x4000), _poison("cxl-vmem0", 0x2040)),
+        "cxl_poison",
+        0x4000,
+        poison_list=("cxl-vmem1", "cxl-vmem0"),
+    ),
+    Step("poison-no-region", OUTSIDE, (_poison(OUTSIDE, 0x3000),), "cxl_poison", 0x3000, poison_list=(OUTSIDE,)),
     Step(
         "correctable-error",
         "cxl-vmem0",
@@ -140,7 +149,7 @@ STEPS: Tuple[Step, ...] = (
 def host_driver(steps: Tuple[Step, ...] = STEPS, results: Any = None) -> Any:
     """The QMP driver for ``run_guest(qmp=...)``: for each step, wait for the
     guest's ``ready-<step>``, run the step's commands, write ``done-<step>``
-    (holding the device's serial when the guest must read the poison list).
+    (holding the serials of the devices whose poison list the guest reads).
     A QEMU error is written to ``$OUT/qmp-<step>.err`` and the guest goes on,
     so one unsupported injection does not hide the others."""
 
@@ -155,8 +164,8 @@ def host_driver(steps: Tuple[Step, ...] = STEPS, results: Any = None) -> Any:
                     errors.append(f"{cmd}: {e}")
             if errors:
                 (s.out / f"qmp-{st.name}.err").write_text("\n".join(errors) + "\n")
-            serial = TOPOLOGY.serials[st.device] if st.poison_list else ""
-            s.signal(f"done-{st.name}", f"{serial:#x}\n" if serial != "" else "\n")
+            serials = " ".join(f"{TOPOLOGY.serials[d]:#x}" for d in st.poison_list)
+            s.signal(f"done-{st.name}", serials + "\n")
         if results is not None:
             results.append("driver done")
 

@@ -45,18 +45,30 @@ mkdir -p "$OUT/events/formats"
 for f in "$I"/events/cxl/*/format; do
   e=${{f%/format}}; cp "$f" "$OUT/events/formats/${{e##*/}}.format"
 done
+# a first look at cxlctl itself (kept in $OUT, not in the fixtures)
+"$PY" -m cxlctl events --collect --json > "$OUT/collect-start.jsonl" 2> "$OUT/collect-start.err"
+"$PY" -m cxlctl events --follow --json --duration 900 > "$OUT/follow.jsonl" 2> "$OUT/follow.err" &
+FPID=$!
+for i in $(seq 300); do grep -q following "$OUT/follow.err" 2>/dev/null && break; sleep 0.2; done
 for step in {steps}; do
   echo > "$I/trace"
-  serial=$(ras_wait_host "$step") || exit 5
-  if [ -n "$serial" ]; then
+  serials=$(ras_wait_host "$step") || exit 5
+  for serial in $serials; do
     m=$(memdev_by_serial "$serial") && echo 1 > "/sys/bus/cxl/devices/$m/trigger_poison_list"
-  fi
+  done
   sleep 3
   grep -v '^#' "$I/trace" > "$OUT/events/$step.txt"
   dmesg | tail -n 15 > "$OUT/events/$step.dmesg"
 done
 echo 0 > "$I/events/cxl/enable"
 rmdir "$I"
+sleep 2
+kill -TERM $FPID; wait $FPID; echo "follow rc $?" >> "$OUT/follow.err"
+"$PY" -m cxlctl events --json > "$OUT/collect.jsonl" 2> "$OUT/collect.err"
+"$PY" -m cxlctl health --json > "$OUT/health.json" 2> "$OUT/health.err"
+"$PY" -m cxlctl health > "$OUT/health.txt" 2>&1
+"$PY" -m cxlctl events --stop
+ls /sys/kernel/tracing/instances/ > "$OUT/instances-after.txt"
 """
     )
 
