@@ -190,3 +190,65 @@ ras_wait_host() {
   cat "$OUT/done-$step"
 }
 """
+
+
+def guest_session(before_steps: str = "", after_steps: str = "") -> str:
+    """The guest side both the recorder and the VM test run, in one boot:
+
+    1. create the 2-way region (``$R``), write ``$OUT/facts.txt`` (memdev of each
+       QEMU device, region base/ways/granularity, block size, the region's node);
+    2. ``before_steps`` (shell), then an independent kernel view: the test's own
+       trace instance ``ras-kernel-view`` (not cxlctl's) with every cxl event on;
+    3. ``cxlctl events --collect`` and a background ``cxlctl events --follow
+       --json`` whose lines are stamped with the guest's uptime on arrival;
+    4. per step: clear the kernel view, hand over to the host (which injects),
+       read the poison lists the step names, wait 3 s, save the kernel view to
+       ``$OUT/kernel/<step>.txt`` (its arrival time in ``$OUT/t/<step>``);
+    5. stop the follower; ``after_steps`` (shell).
+    """
+    steps = " ".join(st.name for st in STEPS)
+    devs = " ".join(f"{d}={TOPOLOGY.serials[d]:#x}" for d in TOPOLOGY.device_ids)
+    return (
+        GUEST_FUNCS
+        + f"""
+set -u
+R=$({REGION.create_command(TOPOLOGY)}) || exit 3
+D=/sys/bus/cxl/devices
+{{
+  for pair in {devs}; do echo "memdev ${{pair%%=*}} $(memdev_by_serial ${{pair#*=}})"; done
+  echo "region $R"
+  echo "region_base $(cat $D/$R/resource)"
+  echo "region_size $(cat $D/$R/size)"
+  echo "block_size 0x$(cat /sys/devices/system/memory/block_size_bytes)"
+  for x in $D/$R/dax_region*/dax*; do echo "node $(cat /sys/bus/dax/devices/${{x##*/}}/target_node)"; done
+}} > "$OUT/facts.txt"
+{before_steps}
+ras_tracefs || exit 4
+K=$TR/instances/ras-kernel-view
+mkdir "$K" && echo 1 > "$K/events/cxl/enable" || exit 4
+mkdir -p "$OUT/kernel" "$OUT/t" "$OUT/formats"
+for f in "$K"/events/cxl/*/format; do e=${{f%/format}}; cp "$f" "$OUT/formats/${{e##*/}}.format"; done
+ls "$K/events/cxl" > "$OUT/kernel-events.txt"
+"$PY" -m cxlctl events --collect --json > "$OUT/collect-start.jsonl" 2> "$OUT/collect-start.err"
+"$PY" -m cxlctl events --follow --json 2> "$OUT/follow.err" > >(while IFS= read -r l; do
+    echo "$(cut -d' ' -f1 /proc/uptime) $l"; done > "$OUT/follow.jsonl") &
+FPID=$!
+for i in $(seq 600); do grep -q following "$OUT/follow.err" 2>/dev/null && break; sleep 0.2; done
+for step in {steps}; do
+  echo > "$K/trace"
+  serials=$(ras_wait_host "$step") || exit 5
+  cut -d' ' -f1 /proc/uptime > "$OUT/t/$step"
+  for serial in $serials; do
+    m=$(memdev_by_serial "$serial") && echo 1 > "$D/$m/trigger_poison_list"
+  done
+  sleep 3
+  grep -v '^#' "$K/trace" > "$OUT/kernel/$step.txt"
+  dmesg | tail -n 12 > "$OUT/kernel/$step.dmesg"
+done
+echo 0 > "$K/events/cxl/enable"; rmdir "$K"
+sleep 1
+kill -TERM "$FPID"; wait "$FPID"; echo "$?" > "$OUT/follow.rc"; sleep 1
+ls "$TR/instances/" > "$OUT/instances-after-follow.txt"
+{after_steps}
+"""
+    )

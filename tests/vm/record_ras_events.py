@@ -20,7 +20,7 @@ import shutil
 import sys
 
 from tests.vm.harness import REPO, run_guest
-from tests.vm.ras_steps import GUEST_FUNCS, REGION, STEPS, TOPOLOGY, host_driver
+from tests.vm.ras_steps import TOPOLOGY, guest_session, host_driver
 from tests.vm.record_fixtures import SNAP
 
 DEST = REPO / "fixtures" / "linux-6.12"
@@ -28,48 +28,13 @@ TREE = "hb2x2-region-ras"
 
 
 def guest_script() -> str:
-    steps = " ".join(s.name for s in STEPS)
-    return (
-        SNAP
-        + GUEST_FUNCS
-        + f"""
-set -u
-R=$({REGION.create_command(TOPOLOGY)}) || exit 3
-echo "region $R" >&2
-snap {TREE} || exit 2
-ras_tracefs || exit 4
-I=$TR/instances/cxlctl-record
-mkdir "$I" || exit 4
-echo 1 > "$I/events/cxl/enable" || exit 4
-mkdir -p "$OUT/events/formats"
-for f in "$I"/events/cxl/*/format; do
-  e=${{f%/format}}; cp "$f" "$OUT/events/formats/${{e##*/}}.format"
-done
-# a first look at cxlctl itself (kept in $OUT, not in the fixtures)
-"$PY" -m cxlctl events --collect --json > "$OUT/collect-start.jsonl" 2> "$OUT/collect-start.err"
-"$PY" -m cxlctl events --follow --json --duration 900 > "$OUT/follow.jsonl" 2> "$OUT/follow.err" &
-FPID=$!
-for i in $(seq 300); do grep -q following "$OUT/follow.err" 2>/dev/null && break; sleep 0.2; done
-for step in {steps}; do
-  echo > "$I/trace"
-  serials=$(ras_wait_host "$step") || exit 5
-  for serial in $serials; do
-    m=$(memdev_by_serial "$serial") && echo 1 > "/sys/bus/cxl/devices/$m/trigger_poison_list"
-  done
-  sleep 3
-  grep -v '^#' "$I/trace" > "$OUT/events/$step.txt"
-  dmesg | tail -n 15 > "$OUT/events/$step.dmesg"
-done
-echo 0 > "$I/events/cxl/enable"
-rmdir "$I"
-sleep 2
-kill -TERM $FPID; wait $FPID; echo "follow rc $?" >> "$OUT/follow.err"
+    return SNAP + guest_session(
+        before_steps=f"snap {TREE} || exit 2",
+        after_steps="""
 "$PY" -m cxlctl events --json > "$OUT/collect.jsonl" 2> "$OUT/collect.err"
 "$PY" -m cxlctl health --json > "$OUT/health.json" 2> "$OUT/health.err"
-"$PY" -m cxlctl health > "$OUT/health.txt" 2>&1
 "$PY" -m cxlctl events --stop
-ls /sys/kernel/tracing/instances/ > "$OUT/instances-after.txt"
-"""
+""",
     )
 
 
@@ -83,7 +48,9 @@ def main() -> int:
     ev = DEST / "events"
     if ev.exists():
         shutil.rmtree(ev)
-    shutil.copytree(r.outdir / "events", ev)
+    shutil.copytree(r.outdir / "kernel", ev)
+    shutil.copytree(r.outdir / "formats", ev / "formats")
+    shutil.copy(r.outdir / "facts.txt", ev / "facts.txt")
     for err in r.outdir.glob("qmp-*.err"):
         shutil.copy(err, ev / err.name)
     tree = DEST / TREE
