@@ -67,6 +67,9 @@ class Config(NamedTuple):
     health_command: str
     health_timeout: float
     log_level: str
+    #: RAS (docs/ras.md): watch the cxl trace events; the action on poison in online memory
+    ras_enabled: bool = True
+    ras_poison_action: str = "none"  # none | soft-offline
 
 
 # ------------------------------------------------------------------------ value checks
@@ -187,6 +190,10 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
         "timeout": (_num(1, 120), 10),
     },
     "log": {"level": (_choice("debug", "info", "warning", "error"), "info")},
+    "ras": {
+        "enabled": (_bool, True),
+        "poison_action": (_choice("none", "soft-offline"), "none"),
+    },
 }
 
 
@@ -249,6 +256,8 @@ def validate(where: str, data: Dict[str, Any]) -> Config:
         health_command=h["command"],
         health_timeout=float(h["timeout"]),
         log_level=values["log"]["level"],
+        ras_enabled=values["ras"]["enabled"],
+        ras_poison_action=values["ras"]["poison_action"],
     )
 
 

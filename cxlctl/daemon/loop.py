@@ -178,6 +178,8 @@ class Daemon:
         self.retry_after = RETRY_AFTER_LOCKED
         self.rebuild_retry = REBUILD_RETRY
         self._said: Dict[str, str] = {}
+        self.ras: Optional[Any] = None  # RasWatcher (cxlctl.daemon.ras), when [ras] enabled
+        self._ras_fd: Optional[int] = None
 
     # -- control from outside (signals, tests) ------------------------------------------
 
@@ -554,6 +556,7 @@ class Daemon:
             self.log.info("no udev monitor (--root or --no-udev): relying on the periodic rescan")
         self._start_server()
         self._reconcile("startup")
+        self._start_ras()
         self.ready = True
         self._arm_periodic(self.clock())
         self.publish()
@@ -578,6 +581,8 @@ class Daemon:
                 self._on_monitor(mask)
             elif self.server is not None and fd == self.server.fileno():
                 self.server.handle_ready()
+            elif self._ras_fd is not None and fd == self._ras_fd:
+                self._on_ras(mask)
         if self._stop:
             return
         if self._reload:
@@ -600,8 +605,41 @@ class Daemon:
         finally:
             self.close()
 
+    # -- RAS events (docs/ras.md) ---------------------------------------------------------
+
+    def _start_ras(self) -> None:
+        if not self.cfg.ras_enabled or self.ras is not None:
+            return
+        from .ras import RasWatcher
+
+        self.ras = RasWatcher(self.root, self.log, self.cfg.ras_poison_action)
+        self.stats.ras = self.ras.stats
+        fd = self.ras.start()
+        if fd is not None:
+            self._ras_fd = fd
+            self._poller.register(fd, select.POLLIN)
+
+    def _stop_ras(self) -> None:
+        if self._ras_fd is not None:
+            try:
+                self._poller.unregister(self._ras_fd)
+            except (KeyError, ValueError):
+                pass
+            self._ras_fd = None
+        if self.ras is not None:
+            self.ras.stop()
+            self.ras = None
+
+    def _on_ras(self, mask: int) -> None:
+        assert self.ras is not None
+        if self.ras.on_readable(self.rec.inventory):
+            self.publish()
+        if self.ras.fd is None:  # the pipe failed and the watcher gave up
+            self._stop_ras()
+
     def close(self) -> None:
         """Release the endpoint, the monitor, the signal handlers and the wake-up pipe."""
+        self._stop_ras()
         self._stop_server()
         self._drop_monitor()
         self._restore_signals()

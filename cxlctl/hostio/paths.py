@@ -40,6 +40,7 @@ TRACE_INSTANCE_PREFIX = "cxlctl-"
 #: the long-lived collection instance (``cxlctl events --collect``)
 TRACE_COLLECT_INSTANCE = "cxlctl-events"
 SOFT_OFFLINE_PAGE = "/sys/devices/system/memory/soft_offline_page"
+JOURNAL_SOCKET = "/run/systemd/journal/socket"  # journald's native protocol (structured RAS entries)
 
 
 def cxl_device(name: str) -> str:
