@@ -71,12 +71,65 @@ def _touch_binary() -> Path:
     return d / "touch"
 
 
+#: a stand-in for journald's native socket in the guest (no systemd there): every
+#: datagram, stamped with the guest's uptime, as one JSON line
+FAKE_JOURNALD = r"""
+import json, os, socket, sys
+os.makedirs("/run/systemd/journal", exist_ok=True)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/run/systemd/journal/socket")
+open(sys.argv[1] + ".ready", "w").close()
+with open(sys.argv[1], "a") as out:
+    while True:
+        d = s.recv(65536)
+        up = open("/proc/uptime").read().split()[0]
+        out.write(json.dumps({"_up": float(up), "raw": d.decode("utf-8", "replace")}) + "\n")
+        out.flush()
+"""
+
+#: KPF_HWPOISON (bit 19 of /proc/kpageflags) of every page the daemon journaled as soft-offlined
+KPAGEFLAGS = r"""
+import json, re, struct, sys
+f = open("/proc/kpageflags", "rb")
+for line in open(sys.argv[1]):
+    raw = json.loads(line)["raw"]
+    m = re.search(r"CXL_PAGE=(0x[0-9a-f]+)", raw)
+    if m and "CXL_ACTION_RESULT=offlined" in raw:
+        f.seek((int(m.group(1), 16) >> 12) * 8)
+        print(m.group(1), (struct.unpack("<Q", f.read(8))[0] >> 19) & 1)
+"""
+
+DAEMON_TOML = """
+[ras]
+poison_action = "soft-offline"
+[health]
+enabled = false
+[nfd]
+enabled = false
+"""
+
+
 def _script(touch: Path) -> str:
+    d = Path(tempfile.mkdtemp(prefix="cxlctl-ras-py-"))
+    (d / "journald.py").write_text(FAKE_JOURNALD)
+    (d / "kpageflags.py").write_text(KPAGEFLAGS)
+    (d / "cxlctl.toml").write_text(DAEMON_TOML)
     before = f"""
 NODE=$(awk '$1=="node"{{print $2; exit}}' "$OUT/facts.txt")
 numactl --membind="$NODE" {touch} 1 "$OUT/touch.pid" &
 TPID=$!
 for i in $(seq 300); do [ -s "$OUT/touch.pid" ] && break; sleep 0.2; done
+grep HardwareCorrupted /proc/meminfo > "$OUT/hwcorrupt-before.txt"
+KPF={d}/kpageflags.py
+# the daemon, with the soft-offline action, and a fake journald to catch its entries
+ras_tracefs || exit 4
+if [ ! -e /run/systemd/journal/socket ]; then
+  "$PY" {d}/journald.py "$OUT/journal.jsonl" 2> "$OUT/journald.err" &
+  for i in $(seq 300); do [ -e "$OUT/journal.jsonl.ready" ] && break; sleep 0.2; done
+fi
+"$PY" -m cxlctl daemon run --no-udev --config {d}/cxlctl.toml > "$OUT/daemon.out" 2> "$OUT/daemon.log" &
+DPID=$!
+for i in $(seq 600); do grep -q "CXL RAS events\\|RAS events not watched" "$OUT/daemon.log" && break; sleep 0.2; done
 """
     after = """
 "$PY" -m cxlctl events --json > "$OUT/collect.jsonl" 2> "$OUT/collect.err"
@@ -86,6 +139,11 @@ COLUMNS=80 "$PY" -m cxlctl events > "$OUT/events.txt" 2> "$OUT/events.err"
 "$PY" -m cxlctl health --json > "$OUT/health.json" 2> "$OUT/health.err"
 echo $? > "$OUT/health.rc"
 COLUMNS=80 "$PY" -m cxlctl health > "$OUT/health.txt" 2>&1
+"$PY" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen("http://127.0.0.1:9860/metrics", timeout=10).read().decode())' \\
+  > "$OUT/metrics.txt" 2> "$OUT/metrics.err"
+grep HardwareCorrupted /proc/meminfo > "$OUT/hwcorrupt-after.txt"
+"$PY" "$KPF" "$OUT/journal.jsonl" > "$OUT/kpageflags.txt" 2>&1
+kill -TERM "$DPID"; wait "$DPID"; echo $? > "$OUT/daemon.rc"
 kill "$TPID"
 "$PY" -m cxlctl events --stop > "$OUT/stop.txt" 2>&1
 "$PY" -m cxlctl events > "$OUT/after-stop.txt" 2>&1; echo $? >> "$OUT/after-stop.txt"
@@ -247,3 +305,66 @@ def test_ras_events_and_health_end_to_end() -> None:
     assert not [x for x in r.file("instances-after-follow.txt").split() if x.startswith("cxlctl-follow")]
     assert not [x for x in r.file("instances-after.txt").split() if x.startswith("cxlctl-")]
     assert "no event collection is running" in r.file("after-stop.txt")
+    _check_daemon(r, f, fevents, poison_hpa)
+
+
+def _journal(r: GuestResult) -> List[Dict[str, Any]]:
+    out = []
+    for line in r.file("journal.jsonl").splitlines():
+        d = json.loads(line)
+        fields: Dict[str, Any] = dict(kv.split("=", 1) for kv in d["raw"].splitlines() if "=" in kv)
+        fields["_up"] = d["_up"]
+        out.append(fields)
+    return out
+
+
+def _check_daemon(
+    r: GuestResult, f: Dict[str, Any], fevents: List[Dict[str, Any]], poison_hpa: Dict[Tuple[str, int], int]
+) -> None:
+    """The daemon saw the same events: one structured journal entry each (stable
+    MESSAGE_ID, memdev/region/node/HPA fields) within seconds, counters per
+    memdev/kind/severity, and soft-offlined exactly the poisoned pages of the
+    online region (HWPOISON set on them, HardwareCorrupted up by as much)."""
+    from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT
+
+    log = r.file("daemon.log")
+    assert "CXL RAS events in" in log, log[-2000:]
+    assert r.file("daemon.rc").strip() == "0", log[-2000:]
+    j = _journal(r)
+    evj = [e for e in j if e.get("MESSAGE_ID") == MESSAGE_ID_EVENT]
+    region, memdev = f["region"], f["memdev"]
+    lags = []
+    for st in STEPS:
+        md = memdev[st.device]
+        if not [e for e in fevents if e["event"] == st.event and e["memdev"] == md]:
+            continue  # not delivered by the kernel (checked above)
+        t0 = float(r.file(f"t/{st.name}"))
+        mine = [e for e in evj if e["CXL_EVENT"] == st.event and e["CXL_MEMDEV"] == md and e["_up"] >= t0 - 1]
+        if st.dpa is not None:
+            mine = [e for e in mine if e.get("CXL_DPA") == f"{st.dpa:#x}"]
+        assert mine, f"daemon journaled nothing for {st.name}"
+        e = mine[0]
+        lags.append(e["_up"] - t0)
+        assert e["_up"] - t0 < 10, (st.name, e["_up"] - t0)
+        if st.dpa is not None and st.device in INSIDE:
+            assert e["CXL_REGION"] == region and int(e["CXL_NODE"]) == f["node"]
+            assert int(e["CXL_HPA"], 16) == poison_hpa[(md, st.dpa)]
+    print(f"  daemon journal lag: max {max(lags):.1f} s over {len(lags)} steps")
+    metrics = r.file("metrics.txt")
+    for md in {memdev["cxl-vmem0"], memdev["cxl-vmem1"], memdev[OUTSIDE]}:
+        assert re.search(rf'cxlctl_ras_events_total{{memdev="{md}",kind="\w+",severity="\w+"}} [1-9]', metrics), md
+    line = f'cxlctl_ras_events_total{{memdev="{memdev[OUTSIDE]}",kind="memory_module",severity="warning"}} 1'
+    assert line in metrics
+    assert "cxlctl_ras_watch_up 1" in metrics and "cxlctl_ras_parse_errors_total 0" in metrics
+    # soft-offline: exactly the poisoned pages in the online region
+    want = sorted({hpa - hpa % 4096 for hpa in poison_hpa.values()})
+    acts = [e for e in j if e.get("MESSAGE_ID") == MESSAGE_ID_ACTION]
+    done = sorted(int(e["CXL_PAGE"], 16) for e in acts if e["CXL_ACTION_RESULT"] == "offlined")
+    assert done == want, (acts, want)
+    assert [e for e in acts if e["CXL_ACTION_RESULT"] == "skipped"], "poison outside a region must be skipped"
+    flags = dict(line.split() for line in r.file("kpageflags.txt").splitlines())
+    assert flags == {f"{p:#x}": "1" for p in want}, r.file("kpageflags.txt")
+    kb = [int(r.file(n).split()[1]) for n in ("hwcorrupt-before.txt", "hwcorrupt-after.txt")]
+    assert kb[1] - kb[0] == 4 * len(want), kb
+    assert f'cxlctl_ras_poison_actions_total{{result="offlined"}} {len(want)}' in metrics
+    print(f"  soft-offlined {[hex(p) for p in want]}; HardwareCorrupted {kb[0]} -> {kb[1]} kB")
