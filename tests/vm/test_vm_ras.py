@@ -109,12 +109,15 @@ enabled = false
 """
 
 
-def _script(touch: Path) -> str:
+def _script(touch: Path, prelude: str = "") -> str:
+    """The guest script; ``prelude`` (shell) runs right after the region exists
+    (the fixture recorder snapshots the tree there)."""
     d = Path(tempfile.mkdtemp(prefix="cxlctl-ras-py-"))
     (d / "journald.py").write_text(FAKE_JOURNALD)
     (d / "kpageflags.py").write_text(KPAGEFLAGS)
     (d / "cxlctl.toml").write_text(DAEMON_TOML)
     before = f"""
+{prelude}
 NODE=$(awk '$1=="node"{{print $2; exit}}' "$OUT/facts.txt")
 numactl --membind="$NODE" {touch} 1 "$OUT/touch.pid" &
 TPID=$!
@@ -202,10 +205,20 @@ def _jsonl(text: str, stamped: bool = False) -> List[Dict[str, Any]]:
     return out
 
 
-def test_ras_events_and_health_end_to_end() -> None:
-    r = run_guest(TOPOLOGY, _script(_touch_binary()), kernel="6.12", timeout=1500, qmp=host_driver())
+def boot(prelude: str = "") -> GuestResult:
+    """One guest run of the whole RAS session (also what the fixture recorder boots)."""
+    r = run_guest(TOPOLOGY, _script(_touch_binary(), prelude), kernel="6.12", timeout=1500, qmp=host_driver())
     r.check()
     print(f"\nRAS VM: boot {r.boot_seconds} s, wall {r.wall_seconds} s, $OUT={r.outdir}")
+    return r
+
+
+def test_ras_events_and_health_end_to_end() -> None:
+    check(boot())
+
+
+def check(r: GuestResult) -> None:
+    """Every assertion of the RAS VM proof, on one guest run's results."""
     f = _facts(r)
     memdev = f["memdev"]
     region, node, bs = f["region"], f["node"], f["block_size"]
