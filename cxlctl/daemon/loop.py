@@ -515,6 +515,11 @@ class Daemon:
         if old.metrics_listen != new.metrics_listen:
             self._stop_server()
             self._start_server()
+        if old.ras_enabled != new.ras_enabled:
+            self._stop_ras()
+            self._start_ras()
+        elif self.ras is not None:
+            self.ras.poison_action = new.ras_poison_action
         # periodic timers restart from now with the new intervals
         for k in ("rescan", "drift", "health"):
             self.deadlines.pop(k, None)
