@@ -32,7 +32,7 @@ def inv() -> Inventory:
     return scan(str(TREE))
 
 
-def _watcher(root: str, action: str = "none") -> "tuple[RasWatcher, List[Dict[str, object]]]":
+def _watcher(root: str, action: str = "none") -> tuple[RasWatcher, List[Dict[str, object]]]:
     sent: List[Dict[str, object]] = []
 
     def journal_fn(fields: Dict[str, object]) -> bool:
@@ -69,7 +69,7 @@ def test_events_are_journaled_and_counted(inv: Inventory, tmp_path: Path) -> Non
     assert line in text
     n_poison = sum(1 for x in evs if x.kind == "poison")
     assert n_poison >= 2
-    assert f'kind="poison",severity="poison"}} ' in text
+    assert 'kind="poison",severity="poison"} ' in text
     assert "cxlctl_ras_watch_up 1" in text and "cxlctl_ras_parse_errors_total 0" in text
 
 
