@@ -10,7 +10,7 @@ cgroups and processes holding memory on those nodes.
 Sources, each optional (the report says which were missing and why):
 
 * sysfs (always): memdev identity, regions, nodes, blocks;
-* ``cxl list -H -m <memdev>`` (ndctl; the device's health log via the
+* ``cxl list -M -H`` (ndctl; the device's health log via the
   mailbox), and ``--media-errors`` where this ndctl has it (v80+);
 * the poison list: ``memX/trigger_poison_list`` (root) makes the kernel read
   the device's list and emit one ``cxl_poison`` event per record, captured in
@@ -63,13 +63,13 @@ def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[s
         return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"]
     if not memdevs:
         return health, media, notes
-    doc, why = _cxl_tool(["list", "-H", *sum((["-m", m] for m in memdevs), [])])
+    doc, why = _cxl_tool(["list", "-M", "-H"])
     if why:
         notes.append(why)
     for obj in doc if isinstance(doc, list) else []:
         if isinstance(obj, dict) and isinstance(obj.get("memdev"), str):
             health[obj["memdev"]] = obj.get("health")
-    doc, why = _cxl_tool(["list", "--media-errors", *sum((["-m", m] for m in memdevs), [])])
+    doc, why = _cxl_tool(["list", "-M", "--media-errors"])
     if why:
         notes.append(why + " (--media-errors needs ndctl v80+)")
     for obj in doc if isinstance(doc, list) else []:
