@@ -146,6 +146,16 @@ def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[st
     return counts, None
 
 
+def _status(name: str, health: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """ok/warning/critical and why, by the daemon's rules (cxlctl.daemon.health)."""
+    if name not in health:
+        return None
+    from cxlctl.daemon.health import classify
+
+    c = classify(name, health[name])
+    return {"status": c.status, "reasons": list(c.reasons)}
+
+
 # ----------------------------------------------------------------------- impact
 
 
@@ -271,6 +281,7 @@ def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = No
                 "ram_size": m.ram_size,
                 "driver": m.driver,
                 "health": health.get(m.name),
+                "health_status": _status(m.name, health),
                 "media_errors": media.get(m.name),
                 "poison": None
                 if m.name not in poison_by
@@ -319,14 +330,13 @@ def render_health(doc: Dict[str, Any]) -> str:
             f"{clean(md['memdev'])}  serial {serial}  {clean(md['host'] or '?')}  {format_size(md['ram_size'])}"
         )
         h = md["health"]
-        if isinstance(h, dict):
-            keys = ("maintenance_needed", "performance_degraded", "hw_replacement_needed", "media_normal")
-            flags = [k for k in keys if h.get(k) is True and k != "media_normal"]
+        st = md["health_status"]
+        if isinstance(h, dict) and st:
             life = h.get("life_used_percent")
             temp = h.get("temperature")
             lines.append(
-                "  health: "
-                + (", ".join(flags) if flags else "no alerts")
+                f"  health: {st['status']}"
+                + (f" ({', '.join(clean(str(x)) for x in st['reasons'])})" if st["reasons"] else "")
                 + (f"; life used {life}%" if life is not None else "")
                 + (f"; {temp} C" if temp is not None else "")
             )
