@@ -73,7 +73,7 @@ class Mapper:
         self.root = root
         self._scan = scan
         self.inv = inv
-        self._rescanned = False
+        self._rescanned = -1e9
 
     def _inventory(self) -> Optional[Inventory]:
         if self.inv is None and self._scan:
@@ -87,10 +87,17 @@ class Mapper:
             inv = self._inventory()
             ev = to_event(t, inv)
             if inv is not None and ev.memdev and inv.memdev(ev.memdev) is None and self._scan:
-                from cxlctl.inventory import scan
+                # a memdev the scan did not know: hot-added since (rescan, at most once
+                # a minute), or an event from another host (--input)
+                import time
 
-                self.inv = scan(self.root)
-                ev = to_event(t, self.inv)
+                now = time.monotonic()
+                if now - self._rescanned >= 60:
+                    from cxlctl.inventory import scan
+
+                    self._rescanned = now
+                    self.inv = scan(self.root)
+                    ev = to_event(t, self.inv)
             yield ev
 
 
