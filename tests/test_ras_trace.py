@@ -87,3 +87,40 @@ def test_random_bytes_never_raise() -> None:
     n = len(list(s.feed(lines)))
     assert n + s.error_count + s.ignored <= len(lines)
     assert s.error_count > 0
+
+
+def test_follow_pipe_reads_a_fifo_until_stopped(tmp_path: object) -> None:
+    """trace_pipe stand-in: a FIFO written in bursts, partial lines across
+    chunks; the reader never blocks longer than its poll and stops on request."""
+    import os
+    import threading
+    from pathlib import Path
+
+    from cxlctl.hostio.tracefs import follow_pipe
+    from cxlctl.ras.trace import split_lines
+
+    root = Path(str(tmp_path))
+    inst = "/sys/kernel/tracing/instances/cxlctl-follow-1"
+    d = root / inst.lstrip("/")
+    d.mkdir(parents=True)
+    os.mkfifo(d / "trace_pipe")
+    stop = [False]
+    got: "list[str]" = []
+
+    def writer() -> None:
+        fd = os.open(d / "trace_pipe", os.O_WRONLY)
+        half = len(AER) // 2
+        os.write(fd, (AER[:half]).encode())
+        os.write(fd, (AER[half:] + "\n" + AER + "\n").encode())
+        os.close(fd)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    tail = b""
+    for chunk in follow_pipe(str(root), inst, stop, poll_s=0.05):
+        lines, tail = split_lines(tail + chunk)
+        got += lines
+        if len(got) >= 2:
+            stop[0] = True
+    t.join(timeout=5)
+    assert got == [AER, AER] and tail == b""
