@@ -105,7 +105,7 @@ def test_follow_pipe_reads_a_fifo_until_stopped(tmp_path: object) -> None:
     d.mkdir(parents=True)
     os.mkfifo(d / "trace_pipe")
     stop = [False]
-    got: "list[str]" = []
+    got: list[str] = []
 
     def writer() -> None:
         fd = os.open(d / "trace_pipe", os.O_WRONLY)
