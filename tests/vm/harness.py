@@ -590,7 +590,11 @@ def run_guest(
                 print(f"vm-harness: {msg}; booting again", file=sys.stderr, flush=True)
                 continue
             res.attempts = attempt
-            if driver is not None and driver.error:
+            if driver is not None and driver.error and res.returncode != 0:
+                # the script failed first: that is the story (check() tells it); the
+                # driver only stopped waiting for it
+                res.extra["qmp_error"] = driver.error
+            elif driver is not None and driver.error:
                 raise HarnessError(
                     f"the host's QMP driver failed ({topo.name}, {kern.release}):\n{driver.error}\n"
                     f"--- guest stdout ---\n{_tail(res.stdout)}\n--- guest stderr ---\n{_tail(res.stderr)}"

@@ -211,7 +211,6 @@ def guest_session(before_steps: str = "", after_steps: str = "") -> str:
     return (
         GUEST_FUNCS
         + f"""
-set -u
 R=$({REGION.create_command(TOPOLOGY)}) || exit 3
 D=/sys/bus/cxl/devices
 {{
