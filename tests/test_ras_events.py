@@ -21,7 +21,7 @@ import pytest
 
 from cxlctl.inventory import scan
 from cxlctl.ras.collect import Mapper
-from cxlctl.ras.events import Event
+from cxlctl.ras.events import Event, map_address
 from cxlctl.ras.trace import Stream
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +34,8 @@ def _facts() -> Dict[str, Any]:
     f: Dict[str, Any] = {"memdev": {}}
     for line in (EVENTS / "facts.txt").read_text().splitlines():
         k, *v = line.split()
+        if not v:
+            continue
         if k == "memdev":
             f["memdev"][v[0]] = v[1]
         elif k in ("region_base", "region_size", "block_size"):
@@ -71,27 +73,38 @@ def test_every_recorded_stream_parses_cleanly() -> None:
 
 
 def test_media_error_in_a_region_maps_through_the_decoders() -> None:
+    """6.12.117 prints the HPA of media, DRAM and poison events itself: cxlctl
+    takes it as given, and its own decoder translation of the DPA (used where a
+    kernel gives no HPA) must land on exactly that HPA, for each of them."""
     f = _facts()
-    evs, _ = _events("general-media-in-region")
-    (e,) = [x for x in evs if x.kind == "general_media"]
-    assert e.memdev == f["memdev"]["cxl-vmem1"] and e.dpa == 0x4000 and e.severity == "informational"
-    m = e.mapping
-    assert m.region == f["region"] and m.hpa_source == "decoder"
-    # the kernel's own HPA for a poison record at this very DPA (same boot)
-    poison, _ = _events("poison-in-region")
-    oracle = {(p.memdev, p.dpa): p.mapping.hpa for p in poison if p.kind == "poison"}
-    assert m.hpa == oracle[(e.memdev, 0x4000)]
-    assert m.node == f["node"] and m.memory_block == m.hpa // f["block_size"] and m.block_state == "online"
+    inv = scan(str(TREE))
+    checked = 0
+    for name, kind in (
+        ("general-media-in-region", "general_media"),
+        ("dram-in-region", "dram"),
+        ("poison-in-region", "poison"),
+    ):
+        evs, _ = _events(name)
+        for e in [x for x in evs if x.kind == kind]:
+            m = e.mapping
+            assert m.hpa_source == "kernel" and m.region == f["region"] and m.hpa is not None
+            assert m.node == f["node"] and m.memory_block == m.hpa // f["block_size"] and m.block_state == "online"
+            assert e.memdev is not None and e.dpa is not None
+            mine = map_address(inv, e.memdev, e.dpa, None, None)
+            assert mine.hpa_source == "decoder" and mine.region == f["region"]
+            assert mine.hpa == m.hpa, (name, e.memdev, hex(e.dpa), mine.hpa, m.hpa)
+            assert (mine.node, mine.memory_block) == (m.node, m.memory_block)
+            checked += 1
+    assert checked == 4  # GM on vmem1, DRAM on vmem0, poison on both
 
 
-def test_dram_error_maps_too() -> None:
+def test_severity_and_device_of_the_media_events() -> None:
     f = _facts()
-    evs, _ = _events("dram-in-region")
-    (e,) = [x for x in evs if x.kind == "dram"]
-    assert e.memdev == f["memdev"]["cxl-vmem0"] and e.dpa == 0x2040 and e.severity == "failure"
-    poison, _ = _events("poison-in-region")
-    oracle = {(p.memdev, p.dpa): p.mapping.hpa for p in poison if p.kind == "poison"}
-    assert e.mapping.hpa == oracle[(e.memdev, 0x2040)] and e.mapping.region == f["region"]
+    (gm,) = [x for x in _events("general-media-in-region")[0] if x.kind == "general_media"]
+    assert gm.memdev == f["memdev"]["cxl-vmem1"] and gm.dpa == 0x4000 and gm.severity == "informational"
+    (dr,) = [x for x in _events("dram-in-region")[0] if x.kind == "dram"]
+    assert dr.memdev == f["memdev"]["cxl-vmem0"] and dr.dpa == 0x2040 and dr.severity == "failure"
+    assert dr.fields["channel"] == "1" and dr.fields["validity_flags"] == "CHANNEL|RANK"
 
 
 def test_events_outside_a_region_say_why_they_hit_nothing() -> None:

@@ -46,8 +46,9 @@ def _cxl_tool(args: List[str], timeout: float = 20) -> Tuple[Optional[Any], Opti
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"cxl {' '.join(args)}: {e}"
     if p.returncode != 0:
-        err = (p.stderr.strip().splitlines() or ["failed"])[-1]
-        return None, f"cxl {' '.join(args)}: {err[:200]}"
+        lines = p.stderr.strip().splitlines() or ["failed"]
+        bad = [x for x in lines if "unknown option" in x or "error:" in x.lower()]
+        return None, f"cxl {' '.join(args)}: {(bad or lines)[0].strip()[:200]}"
     try:
         return (json.loads(p.stdout) if p.stdout.strip() else []), None
     except ValueError:
@@ -67,8 +68,10 @@ def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[s
     if why:
         notes.append(why)
     for obj in doc if isinstance(doc, list) else []:
-        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str):
-            health[obj["memdev"]] = obj.get("health")
+        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str) and isinstance(obj.get("health"), dict):
+            health[obj["memdev"]] = obj["health"]
+    if doc is not None and not health:
+        notes.append("ndctl ran but reported no health object for any memdev (the device gave none)")
     doc, why = _cxl_tool(["list", "-M", "--media-errors"])
     if why:
         notes.append(why + " (--media-errors needs ndctl v80+)")

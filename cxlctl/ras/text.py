@@ -55,7 +55,7 @@ def _event_lines(ev: Event) -> List[str]:
     out = [head]
     if where:
         out.append("    " + ", ".join(where))
-    elif m.why:
+    if m.why and m.hpa is None:
         out.append("    " + clean(m.why))
     if detail:
         out.append("    " + clean(detail))
@@ -66,7 +66,7 @@ def _event_lines(ev: Event) -> List[str]:
 _DETAIL: Dict[str, Tuple[str, ...]] = {
     "general_media": ("descriptor", "type", "transaction_type"),
     "dram": ("descriptor", "type", "transaction_type", "channel", "rank"),
-    "memory_module": ("health_status", "media_status", "life_used", "temperature", "event_type"),
+    "memory_module": ("event_type", "health_status", "media_status", "life_used", "device_temp"),
     "poison": ("source", "flags", "dpa_length"),
     "correctable": ("status",),
     "uncorrectable": ("status", "first_error"),

@@ -9,15 +9,19 @@ program with 1 MiB bound to the region's node, starts ``cxlctl events
 independent trace instance as the kernel's view.  The host injects, step by
 step: general media (inside/outside a region), DRAM, memory module
 (inside/outside), poison (inside/outside; the guest reads the poison lists),
-correctable and uncorrectable protocol errors.
+correctable and uncorrectable protocol errors (the last two: accepted by QEMU,
+but this guest's kernel reports nothing; the test then requires cxlctl to
+report nothing either, and says so).
 
 For every step:
 
 * the kernel's own trace output has the event, on the memdev the host aimed at;
 * ``--follow`` printed it within a few seconds, with the same memdev, DPA and
   severity, mapped to the region, node and memory block the guest's sysfs
-  says; the HPA cxlctl computes for a media/DRAM error at a DPA equals the HPA
-  the *kernel* printed for a poison record injected at that same DPA;
+  says; its HPA for a media/DRAM error at a DPA equals the HPA the *kernel*
+  printed for a poison record injected at that same DPA (6.12.117 prints an
+  HPA for media/DRAM events too; cxlctl's own decoder translation is checked
+  against them on the recorded streams, tests/test_ras_events.py);
 * the collection snapshot (``cxlctl events --json``) holds the same events;
 * nothing could not be parsed.
 
@@ -159,6 +163,8 @@ def _facts(r: GuestResult) -> Dict[str, Any]:
     f: Dict[str, Any] = {"memdev": {}}
     for line in r.file("facts.txt").splitlines():
         k, *v = line.split()
+        if not v:
+            continue  # e.g. "node " for a dax_region glob hit that is no device
         if k == "memdev":
             f["memdev"][v[0]] = v[1]
         elif k in ("region_base", "region_size", "block_size"):
@@ -266,7 +272,14 @@ def check(r: GuestResult) -> None:
         if st.dpa is not None:
             assert kdpa == st.dpa == e["dpa"], (st.name, kev, e)
         # the same event in the collection snapshot
-        assert any(c["timestamp"] == e["timestamp"] and c["event"] == e["event"] for c in cevents), st.name
+        # (each trace instance stamps its own copy: a few microseconds apart)
+        assert any(
+            c["event"] == e["event"]
+            and c["memdev"] == e["memdev"]
+            and c["dpa"] == e["dpa"]
+            and abs(c["timestamp"] - e["timestamp"]) < 0.01
+            for c in cevents
+        ), st.name
         inside = st.device in INSIDE
         if st.dpa is None:  # memory module, AER: no address, no mapping
             assert e["hpa"] is None and e["region"] is None
@@ -279,7 +292,9 @@ def check(r: GuestResult) -> None:
         oracle = poison_hpa.get((want_md, st.dpa))
         assert oracle is not None, f"no kernel poison HPA for {want_md} DPA {st.dpa:#x}"
         assert e["hpa"] == oracle, f"{st.name}: cxlctl HPA {e['hpa']:#x}, kernel {oracle:#x}"
-        assert e["hpa_source"] == ("kernel" if st.event == "cxl_poison" else "decoder")
+        # 6.12.117 prints HPA and region for media/DRAM events too (taken as given);
+        # the decoder translation is checked against these HPAs in tests/test_ras_events.py
+        assert e["hpa_source"] in ("kernel", "decoder")
         assert f["region_base"] <= e["hpa"] < f["region_base"] + f["region_size"]
         assert e["memory_block"] == e["hpa"] // bs and e["node"] == node, e
         assert e["block_state"] == "online", e
