@@ -55,7 +55,7 @@ def _event_lines(ev: Event) -> List[str]:
     out = [head]
     if where:
         out.append("    " + ", ".join(where))
-    if m.why and m.hpa is None:
+    if m.why and m.hpa is None and ev.dpa is not None:
         out.append("    " + clean(m.why))
     if detail:
         out.append("    " + clean(detail))
@@ -76,5 +76,9 @@ _DETAIL: Dict[str, Tuple[str, ...]] = {
 
 def _detail(ev: Event) -> str:
     keys = _DETAIL.get(ev.kind, ())
-    parts = [f"{k}={ev.fields[k]}" for k in keys if ev.fields.get(k) not in (None, "")]
+    parts = [
+        f"{k}='{ev.fields[k]}'" if " " in ev.fields[k] else f"{k}={ev.fields[k]}"
+        for k in keys
+        if ev.fields.get(k) not in (None, "")
+    ]
     return " ".join(parts)
