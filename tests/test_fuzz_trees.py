@@ -274,7 +274,17 @@ def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
         (["--root", root, "stat", "--cgroup", "/"], (0, 1, 2)),
         (["--root", root, "doctor", "--json"], (0, 1)),
         (["--root", root, "doctor"], (0, 1)),
+        # RAS: the fault domain over the odd tree, and a real event stream mapped onto it
+        (["--root", root, "health", "--no-poison", "--json"], (0, 1)),
+        (["--root", root, "events", "--input", _RAS_STREAM, "--json"], (0, 1)),
     ]
+
+
+#: a real 6.12 event stream (tests/vm/record_ras_events.py): DPA-only, so it is
+#: translated through the mutated tree's decoders
+_RAS_STREAM = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "linux-6.12", "events", "dram-in-region.txt"
+)
 
 
 @pytest.mark.parametrize("fixture", ROOTS, ids=[fixture_id(r) for r in ROOTS])

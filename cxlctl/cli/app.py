@@ -17,6 +17,7 @@ from .daemon import daemon_app
 from .doctor import doctor
 from .launch import launch_app, policy_app
 from .params import Command
+from .ras import events, health
 from .record import record
 from .region import dax_app, region_app
 from .shell import completing, completion, enable
@@ -66,6 +67,8 @@ def make_app() -> typer.Typer:
     a.command(cls=Command)(stat)
     a.command(cls=Command)(top)
     a.command(cls=Command)(doctor)
+    a.command()(events)
+    a.command()(health)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(dax_app, name="dax")

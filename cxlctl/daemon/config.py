@@ -70,6 +70,9 @@ class Config(NamedTuple):
     #: seconds between tiering samples for the metrics (0 = none); cgroups exported per node
     telemetry_interval: float = 15.0
     telemetry_cgroups: Tuple[str, ...] = ()
+    #: RAS (docs/ras.md): watch the cxl trace events; the action on poison in online memory
+    ras_enabled: bool = True
+    ras_poison_action: str = "none"  # none | soft-offline
 
 
 # ------------------------------------------------------------------------ value checks
@@ -205,6 +208,10 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
         "timeout": (_num(1, 120), 10),
     },
     "log": {"level": (_choice("debug", "info", "warning", "error"), "info")},
+    "ras": {
+        "enabled": (_bool, True),
+        "poison_action": (_choice("none", "soft-offline"), "none"),
+    },
 }
 
 
@@ -269,6 +276,8 @@ def validate(where: str, data: Dict[str, Any]) -> Config:
         log_level=values["log"]["level"],
         telemetry_interval=float(m["telemetry_interval"]),
         telemetry_cgroups=tuple(m["cgroups"]),
+        ras_enabled=values["ras"]["enabled"],
+        ras_poison_action=values["ras"]["poison_action"],
     )
 
 

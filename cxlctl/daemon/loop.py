@@ -181,6 +181,8 @@ class Daemon:
         self.retry_after = RETRY_AFTER_LOCKED
         self.rebuild_retry = REBUILD_RETRY
         self._said: Dict[str, str] = {}
+        self.ras: Optional[Any] = None  # RasWatcher (cxlctl.daemon.ras), when [ras] enabled
+        self._ras_fd: Optional[int] = None
 
     # -- control from outside (signals, tests) ------------------------------------------
 
@@ -538,6 +540,11 @@ class Daemon:
         if old.metrics_listen != new.metrics_listen:
             self._stop_server()
             self._start_server()
+        if old.ras_enabled != new.ras_enabled:
+            self._stop_ras()
+            self._start_ras()
+        elif self.ras is not None:
+            self.ras.poison_action = new.ras_poison_action
         # periodic timers restart from now with the new intervals
         for k in ("rescan", "drift", "health"):
             self.deadlines.pop(k, None)
@@ -581,6 +588,7 @@ class Daemon:
         self._reconcile("startup")
         if self.cfg.telemetry_interval > 0:  # the first sample before READY=1, not in the event loop
             self._sample_telemetry()
+        self._start_ras()
         self.ready = True
         self._arm_periodic(self.clock())
         self.publish()
@@ -605,6 +613,8 @@ class Daemon:
                 self._on_monitor(mask)
             elif self.server is not None and fd == self.server.fileno():
                 self.server.handle_ready()
+            elif self._ras_fd is not None and fd == self._ras_fd:
+                self._on_ras(mask)
         if self._stop:
             return
         if self._reload:
@@ -627,8 +637,41 @@ class Daemon:
         finally:
             self.close()
 
+    # -- RAS events (docs/ras.md) ---------------------------------------------------------
+
+    def _start_ras(self) -> None:
+        if not self.cfg.ras_enabled or self.ras is not None:
+            return
+        from .ras import RasWatcher
+
+        self.ras = RasWatcher(self.root, self.log, self.cfg.ras_poison_action)
+        self.stats.ras = self.ras.stats
+        fd = self.ras.start()
+        if fd is not None:
+            self._ras_fd = fd
+            self._poller.register(fd, select.POLLIN)
+
+    def _stop_ras(self) -> None:
+        if self._ras_fd is not None:
+            try:
+                self._poller.unregister(self._ras_fd)
+            except (KeyError, ValueError):
+                pass
+            self._ras_fd = None
+        if self.ras is not None:
+            self.ras.stop()
+            self.ras = None
+
+    def _on_ras(self, mask: int) -> None:
+        assert self.ras is not None
+        if self.ras.on_readable(self.rec.inventory):
+            self.publish()
+        if self.ras.fd is None:  # the pipe failed and the watcher gave up
+            self._stop_ras()
+
     def close(self) -> None:
         """Release the endpoint, the monitor, the signal handlers and the wake-up pipe."""
+        self._stop_ras()
         self._stop_server()
         self._drop_monitor()
         self._restore_signals()

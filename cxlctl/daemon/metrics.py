@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
 from cxlctl.hostio import paths
@@ -60,6 +60,7 @@ class Stats:
         self.reloads = 0
         self.reload_failures = 0
         self.last_scan_time: Optional[float] = None
+        self.ras: Optional[Any] = None  # cxlctl.daemon.ras.RasStats while RAS events are watched
 
     def bump(self, table: Dict[str, int], key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -204,6 +205,7 @@ def collect(view: View) -> Builder:
     _health(b, view.health)
     if view.telemetry is not None:
         _telemetry(b, view.telemetry)
+    _ras(b, view.stats.ras)
     return b
 
 
@@ -643,3 +645,18 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
             1 if vid in fired else 0,
             {"verdict": vid},
         )
+
+
+def _ras(b: Builder, ras: Any) -> None:
+    """CXL RAS events by memdev, kind and severity (docs/ras.md); absent when not watched."""
+    if ras is None:
+        return
+    b.add("ras_watch_up", "gauge", "1 while the daemon watches the CXL RAS trace events", 1 if ras.up else 0)
+    b.add("ras_events_total", "counter", "CXL RAS trace events seen, by memdev, kind and severity", None)
+    for (memdev, kind, sev), n in sorted(ras.events.items()):
+        b.add("ras_events_total", "counter", "", n, {"memdev": memdev, "kind": kind, "severity": sev})
+    b.add("ras_parse_errors_total", "counter", "CXL trace lines that could not be parsed", ras.parse_errors)
+    b.add("ras_events_lost_total", "counter", "CXL trace events the ring buffer dropped", ras.lost)
+    b.add("ras_poison_actions_total", "counter", "soft-offline actions on poison, by result", None)
+    for result, n in sorted(ras.actions.items()):
+        b.add("ras_poison_actions_total", "counter", "", n, {"result": result})

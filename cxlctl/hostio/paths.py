@@ -42,6 +42,22 @@ MODULE_DIR = "/sys/module"
 DAMON_MODULES = ("damon_reclaim", "damon_lru_sort", "damon_stat")
 BOOT_DIR = "/boot"
 
+# -- tracefs (RAS events) ------------------------------------------------------------------
+TRACEFS = "/sys/kernel/tracing"
+TRACEFS_DEBUGFS = "/sys/kernel/debug/tracing"  # where kernels before 4.1 (and some setups) mount it
+#: cxlctl's own trace instances are named cxlctl-<what>; it never touches another
+TRACE_INSTANCE_PREFIX = "cxlctl-"
+#: the long-lived collection instance (``cxlctl events --collect``)
+TRACE_COLLECT_INSTANCE = "cxlctl-events"
+SOFT_OFFLINE_PAGE = "/sys/devices/system/memory/soft_offline_page"
+JOURNAL_SOCKET = "/run/systemd/journal/socket"  # journald's native protocol (structured RAS entries)
+
+
+def cxl_device(name: str) -> str:
+    """``/sys/bus/cxl/devices/NAME`` (memdev, region, decoder, port)."""
+    return f"{CXL_DEVICES}/{name}"
+
+
 # -- procfs -------------------------------------------------------------------------------
 PROC = "/proc"
 PROC_SYS = "/proc/sys/"
@@ -54,6 +70,7 @@ SWAPPINESS = "/proc/sys/vm/swappiness"
 SELF_STATUS = "/proc/self/status"
 SELF_CGROUP = "/proc/self/cgroup"
 PROC_VMSTAT = "/proc/vmstat"
+UPTIME = "/proc/uptime"
 
 #: Knobs the tuning engine manages (name, path), in the order ``status`` lists them.
 KNOB_PATHS: Tuple[Tuple[str, str], ...] = (

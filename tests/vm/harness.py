@@ -40,7 +40,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from tests.vm.qmp import QmpSession
 
 #: checkout root: tests/vm/harness.py -> parents[2].  Not hard-coded because CI
 #: runs from a different clone folder.
@@ -516,6 +519,7 @@ def run_guest(
     workdir: Optional[Path] = None,
     settle_timeout: int = 60,
     extra_qemu_args: Sequence[str] = (),
+    qmp: Optional[Callable[[QmpSession], None]] = None,
 ) -> GuestResult:
     """Boot ``topology`` on ``kernel`` and run ``script`` (bash) as root in it.
 
@@ -536,6 +540,11 @@ def run_guest(
     in CI while a guest program touched CXL memory); what that attempt wrote is
     moved to ``attemptN/`` first.  A failure inside the script, a guest kernel
     panic or a timeout is never retried: those are the test's.
+
+    ``qmp``: a host-side driver, called in a thread once the guest's runner has
+    started, with a :class:`tests.vm.qmp.QmpSession` (a client on QEMU's QMP
+    socket, ``-qmp unix:<workdir>/harness/qmp.sock``, plus file handshakes
+    through ``$OUT``).  If it raises, ``run_guest`` raises after the guest ends.
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -556,10 +565,18 @@ def run_guest(
         tries = boot_tries()
         before = set(os.listdir(base))
         for attempt in range(1, tries + 1):
-            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, extra_qemu_args, env)
+            qemu_args = list(extra_qemu_args)
+            if qmp is not None:
+                qemu_args += ["-qmp", f"unix:{hdir / 'qmp.sock'},server=on,wait=off"]
+            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, qemu_args, env)
+            driver = _QmpDriver(qmp, hdir, out) if qmp is not None else None
             t0 = time.monotonic()
             try:
-                res = _boot_and_collect(cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0)
+                try:
+                    res = _boot_and_collect(cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0)
+                finally:
+                    if driver is not None:
+                        driver.finish()
             except _BootRetry as r:
                 # keep the dead boot's console for the post-mortem
                 kept = base / f"console-attempt{attempt}.log"
@@ -573,10 +590,56 @@ def run_guest(
                 print(f"vm-harness: {msg}; booting again", file=sys.stderr, flush=True)
                 continue
             res.attempts = attempt
+            if driver is not None and driver.error and res.returncode != 0:
+                # the script failed first: that is the story (check() tells it); the
+                # driver only stopped waiting for it
+                res.extra["qmp_error"] = driver.error
+            elif driver is not None and driver.error:
+                raise HarnessError(
+                    f"the host's QMP driver failed ({topo.name}, {kern.release}):\n{driver.error}\n"
+                    f"--- guest stdout ---\n{_tail(res.stdout)}\n--- guest stderr ---\n{_tail(res.stderr)}"
+                )
             return res
         raise AssertionError("unreachable")
     finally:
         vm_lock.close()
+
+
+class _QmpDriver:
+    """Runs a test's QMP driver in a thread for one boot attempt: it starts
+    once the runner's first file exists (QEMU is up, its socket is there) and
+    is told to stop when the guest has ended, so it can never outlive the boot."""
+
+    def __init__(self, fn: Callable[[QmpSession], None], hdir: Path, out: Path) -> None:
+        import threading
+
+        from tests.vm.qmp import QmpSession
+
+        self.error = ""
+        self._stop = threading.Event()
+        self._session = QmpSession(hdir / "qmp.sock", out, self._stop)
+        self._fn = fn
+        self._started = hdir / "uptime-start"
+        self._thread = threading.Thread(target=self._run, name="qmp-driver", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import traceback
+
+        try:
+            while not self._started.exists():
+                if self._stop.is_set():
+                    return
+                time.sleep(0.2)
+            self._fn(self._session)
+        except BaseException:
+            self.error = traceback.format_exc()
+        finally:
+            self._session.close()
+
+    def finish(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
 
 
 def _set_aside(base: Path, before: set[str], attempt: int) -> None:

@@ -1,0 +1,401 @@
+"""``cxlctl health``: per memdev, what the kernel and ndctl say about its health,
+its poison list, the RAS events counted for it, and its fault domain.
+
+Why the fault domain: an operator deciding whether to drain or replace an
+expander needs what fails with it.  An interleaved region fails with *any* of
+its devices, so a memdev's impact is every region it is a target of, the
+nodes those regions' memory is onlined into, their memory blocks, and the
+cgroups and processes holding memory on those nodes.
+
+Sources, each optional (the report says which were missing and why):
+
+* sysfs (always): memdev identity, regions, nodes, blocks;
+* ``cxl list -M -H`` (ndctl; the device's health log via the
+  mailbox), and ``--media-errors`` where this ndctl has it (v80+);
+* the poison list: ``memX/trigger_poison_list`` (root) makes the kernel read
+  the device's list and emit one ``cxl_poison`` event per record, captured in
+  a short-lived private trace instance;
+* event counts: the ``cxlctl-events`` collection instance, when running.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from cxlctl.hostio import paths
+from cxlctl.model import Inventory
+
+from .events import Event
+
+
+def _cxl_tool(args: List[str], timeout: float = 20) -> Tuple[Optional[Any], Optional[str]]:
+    """Run ``cxl ARGS`` (ndctl); (parsed JSON, None) or (None, why not)."""
+    import json
+    import shutil
+    import subprocess
+
+    exe = shutil.which("cxl")
+    if exe is None:
+        return None, "ndctl's cxl tool is not installed (apt install ndctl)"
+    try:
+        p = subprocess.run(
+            [exe, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"cxl {' '.join(args)}: {e}"
+    if p.returncode != 0:
+        lines = p.stderr.strip().splitlines() or ["failed"]
+        bad = [x for x in lines if "unknown option" in x or "error:" in x.lower()]
+        return None, f"cxl {' '.join(args)}: {(bad or lines)[0].strip()[:200]}"
+    try:
+        return (json.loads(p.stdout) if p.stdout.strip() else []), None
+    except ValueError:
+        return None, f"cxl {' '.join(args)}: output is not JSON"
+
+
+def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
+    """(health per memdev, media errors per memdev, notes) from ndctl; empty under a --root tree."""
+    notes: List[str] = []
+    health: Dict[str, Any] = {}
+    media: Dict[str, Any] = {}
+    if root != "/":
+        return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"]
+    if not memdevs:
+        return health, media, notes
+    doc, why = _cxl_tool(["list", "-M", "-H"])
+    if why:
+        notes.append(why)
+    for obj in doc if isinstance(doc, list) else []:
+        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str) and isinstance(obj.get("health"), dict):
+            health[obj["memdev"]] = obj["health"]
+    if doc is not None and not health:
+        notes.append("ndctl ran but reported no health object for any memdev (the device gave none)")
+    doc, why = _cxl_tool(["list", "-M", "--media-errors"])
+    if why:
+        notes.append(why + " (--media-errors needs ndctl v80+)")
+    for obj in doc if isinstance(doc, list) else []:
+        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str):
+            media[obj["memdev"]] = obj.get("media_errors")
+    return health, media, notes
+
+
+def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str, List[Event]], List[str]]:
+    """Trigger each memdev's poison list and collect the ``cxl_poison`` events.
+
+    Uses its own instance (``cxlctl-health-<pid>``) with only ``cxl_poison``
+    enabled, so a running collection or follower is not disturbed, and removes
+    it afterwards.  Returns (events per memdev, notes)."""
+    from cxlctl.hostio import tracefs
+    from cxlctl.hostio.root import under
+    from cxlctl.hostio.write import KnobError, write_knob
+
+    from .collect import Mapper
+    from .trace import Stream
+
+    out: Dict[str, List[Event]] = {}
+    notes: List[str] = []
+    have = [m for m in memdevs if os.path.exists(under(root, f"{paths.cxl_device(m)}/trigger_poison_list"))]
+    if not have:
+        return out, ["no memdev has trigger_poison_list (kernel before 6.4, or the device lacks poison list support)"]
+    try:
+        tf = tracefs.find_tracefs(root)
+    except tracefs.TracefsError as e:
+        return out, [f"poison list not read: {e}"]
+    if "cxl_poison" not in tracefs.cxl_events(root, tf):
+        return out, ["poison list not read: this kernel has no cxl_poison trace event"]
+    name = f"{paths.TRACE_INSTANCE_PREFIX}health-{os.getpid()}"
+    try:
+        inst = tracefs.create_instance(root, tf, name, ["cxl_poison"])
+    except tracefs.TracefsError as e:
+        return out, [f"poison list not read: {e}"]
+    try:
+        for m in have:
+            try:
+                write_knob(under(root, f"{paths.cxl_device(m)}/trigger_poison_list"), "1\n")
+                out[m] = []
+            except KnobError as e:
+                notes.append(f"{m}: trigger_poison_list: {e.reason}")
+        time.sleep(0.2)  # the kernel emits the events synchronously; let the buffer settle
+        data = tracefs.read_trace(root, inst)
+    finally:
+        tracefs.remove_instance(root, tf, name)
+    stream = Stream()
+    for ev in Mapper(root, inv).map(data.decode("utf-8", "replace").splitlines(), stream):
+        if ev.memdev in out:
+            out[ev.memdev].append(ev)
+    if stream.error_count:
+        notes.append(f"{stream.error_count} poison trace line(s) could not be parsed")
+    return out, notes
+
+
+def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[str, int]]], Optional[str]]:
+    """Counts of collected events per memdev, "kind/severity" keys; None + why when no collection runs."""
+    from cxlctl.hostio.tracefs import TracefsError
+
+    from .collect import Mapper, read_collection
+    from .trace import Stream
+
+    try:
+        _, data = read_collection(root)
+    except TracefsError as e:
+        return None, str(e)
+    counts: Dict[str, Dict[str, int]] = {}
+    for ev in Mapper(root, inv).map(data.decode("utf-8", "replace").splitlines(), Stream()):
+        key = f"{ev.kind}/{ev.severity}" if ev.severity != ev.kind else ev.kind
+        d = counts.setdefault(ev.memdev or "?", {})
+        d[key] = d.get(key, 0) + 1
+    return counts, None
+
+
+def _status(name: str, health: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """ok/warning/critical and why, by the daemon's rules (cxlctl.daemon.health)."""
+    if name not in health:
+        return None
+    from cxlctl.daemon.health import classify
+
+    c = classify(name, health[name])
+    return {"status": c.status, "reasons": list(c.reasons)}
+
+
+# ----------------------------------------------------------------------- impact
+
+
+def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
+    """What fails with ``memdev``: its regions (and their other devices), nodes, blocks."""
+    m = inv.memdev(memdev)
+    regions = list(m.regions) if m else []
+    peers: Set[str] = set()
+    nodes: Set[int] = set()
+    blocks: List[int] = []
+    bs = inv.memory_block_size
+    for rn in regions:
+        r = inv.region(rn)
+        if r is None:
+            continue
+        peers.update(t.memdev for t in r.targets if t.memdev and t.memdev != memdev)
+        for d in inv.dax_devices:
+            if d.name in r.dax_devices and d.target_node is not None and d.target_node >= 0:
+                nodes.add(d.target_node)
+        if r.resource is not None and r.size and bs:
+            lo, hi = r.resource // bs, (r.resource + r.size - 1) // bs
+            for n in inv.nodes:
+                blocks.extend(b.id for b in n.memory_blocks if lo <= b.id <= hi)
+    # nodes that hold *only* this memdev's regions are lost whole; others partly
+    return {
+        "regions": regions,
+        "shared_with": sorted(peers),
+        "nodes": sorted(nodes),
+        "memory_blocks": sorted(set(blocks)),
+    }
+
+
+def _pids(root: str) -> List[int]:
+    """Process ids, from the root's /proc (a recorded tree has none: empty)."""
+    from cxlctl.hostio.root import under
+
+    try:
+        names = os.listdir(under(root, paths.PROC))
+    except OSError:
+        return []
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit())
+
+
+def processes_on(root: str, nodes: Set[int], limit: int = 4000) -> Tuple[List[Dict[str, Any]], int]:
+    """Processes with pages on ``nodes`` (from numa_maps), largest first; and how
+    many processes could not be read (not root, exited)."""
+    from cxlctl.hostio.reader import Refused, fence_of, read_bounded
+    from cxlctl.hostio.root import under
+    from cxlctl.launch.proof import parse_numa_maps
+
+    out: List[Dict[str, Any]] = []
+    unreadable = 0
+    if not nodes:
+        return out, 0
+    fence = fence_of(root)
+    for pid in _pids(root)[:limit]:
+        try:
+            text = read_bounded(under(root, paths.proc_pid(pid, "numa_maps")), fence, 32 << 20).decode(
+                "utf-8", "replace"
+            )
+        except (OSError, Refused):
+            unreadable += 1
+            continue
+        pages: Dict[int, int] = {}
+        for mp in parse_numa_maps(text):
+            for n, p in mp.pages.items():
+                if n in nodes:
+                    pages[n] = pages.get(n, 0) + p * mp.page_kb * 1024
+        if not pages:
+            continue
+        from cxlctl.hostio.reader import read_text
+
+        comm = (read_text(root, paths.proc_pid(pid, "comm")) or "").strip()
+        cg = (read_text(root, paths.proc_pid(pid, "cgroup")) or "").strip().splitlines()
+        cgroup = cg[0].split(":", 2)[-1] if cg else None
+        out.append({"pid": pid, "comm": comm, "cgroup": cgroup, "bytes_by_node": pages, "bytes": sum(pages.values())})
+    out.sort(key=lambda p: -int(p["bytes"]))
+    return out, unreadable
+
+
+def cgroups_on(procs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Cgroups of the affected processes, with the bytes their processes hold there."""
+    agg: Dict[str, int] = {}
+    for p in procs:
+        if p.get("cgroup"):
+            agg[p["cgroup"]] = agg.get(p["cgroup"], 0) + int(p["bytes"])
+    return [{"cgroup": k, "bytes": v} for k, v in sorted(agg.items(), key=lambda kv: -kv[1])]
+
+
+# ----------------------------------------------------------------------- report
+
+
+def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = None) -> Dict[str, Any]:
+    from cxlctl.inventory import scan
+
+    inv = inv or scan(root)
+    names = [m.name for m in inv.memdevs]
+    notes: List[str] = []
+    errors: List[str] = []
+    health, media, nd_notes = _ndctl_health(root, names)
+    notes += nd_notes
+    poison_by: Dict[str, List[Event]] = {}
+    if poison and names:
+        if os.geteuid() != 0 and root == "/":
+            notes.append("poison list not read: trigger_poison_list needs root")
+        else:
+            poison_by, p_notes = read_poison(root, inv, names)
+            notes += p_notes
+    counts, why = _event_counts(root, inv)
+    if why:
+        notes.append(f"event counts: {why}")
+    all_nodes: Set[int] = set()
+    memdevs: List[Dict[str, Any]] = []
+    for m in inv.memdevs:
+        fd = fault_domain(inv, m.name)
+        all_nodes.update(fd["nodes"])
+        memdevs.append(
+            {
+                "memdev": m.name,
+                "serial": m.serial,
+                "host": m.host,
+                "firmware_version": m.firmware_version,
+                "ram_size": m.ram_size,
+                "driver": m.driver,
+                "health": health.get(m.name),
+                "health_status": _status(m.name, health),
+                "media_errors": media.get(m.name),
+                "poison": None
+                if m.name not in poison_by
+                else [
+                    {
+                        "dpa": e.dpa,
+                        "length": e.length,
+                        "hpa": e.mapping.hpa,
+                        "region": e.mapping.region,
+                        "node": e.mapping.node,
+                        "memory_block": e.mapping.memory_block,
+                        "source": e.fields.get("source"),
+                    }
+                    for e in poison_by.get(m.name, [])
+                ],
+                "event_counts": None if counts is None else counts.get(m.name, {}),
+                "impact": fd,
+            }
+        )
+    procs, unreadable = processes_on(root, all_nodes)
+    if unreadable and os.geteuid() != 0:
+        notes.append(f"{unreadable} processes' numa_maps unreadable (not root): the process list is partial")
+    for md in memdevs:
+        nodes = set(md["impact"]["nodes"])
+        mine = [p for p in procs if nodes & set(p["bytes_by_node"])]
+        md["impact"]["processes"] = [
+            {**p, "bytes_by_node": {str(k): v for k, v in p["bytes_by_node"].items()}} for p in mine[:50]
+        ]
+        md["impact"]["process_count"] = len(mine)
+        md["impact"]["cgroups"] = cgroups_on(mine)
+    return {"memdevs": memdevs, "notes": notes, "errors": errors}
+
+
+def render_health(doc: Dict[str, Any]) -> str:
+    """Plain text, 80 columns: one block per memdev."""
+    from cxlctl.parse import format_size
+
+    from .text import clean
+
+    lines: List[str] = []
+    if not doc["memdevs"]:
+        lines.append("no CXL memory devices")
+    for md in doc["memdevs"]:
+        serial = f"{md['serial']:#x}" if isinstance(md["serial"], int) else "?"
+        lines.append(
+            f"{clean(md['memdev'])}  serial {serial}  {clean(md['host'] or '?')}  {format_size(md['ram_size'])}"
+        )
+        h = md["health"]
+        st = md["health_status"]
+        if isinstance(h, dict) and st:
+            life = h.get("life_used_percent")
+            temp = h.get("temperature")
+            lines.append(
+                f"  health: {st['status']}"
+                + (f" ({', '.join(clean(str(x)) for x in st['reasons'])})" if st["reasons"] else "")
+                + (f"; life used {life}%" if life is not None else "")
+                + (f"; {temp} C" if temp is not None else "")
+            )
+        else:
+            lines.append("  health: not available (ndctl)")
+        if md["poison"] is not None:
+            if md["poison"]:
+                for p in md["poison"][:10]:
+                    where = ", ".join(
+                        x
+                        for x in (
+                            f"HPA {p['hpa']:#x}" if p["hpa"] is not None else "",
+                            clean(p["region"] or ""),
+                            f"node {p['node']}" if p["node"] is not None else "",
+                            f"block {p['memory_block']}" if p["memory_block"] is not None else "",
+                        )
+                        if x
+                    )
+                    dpa = f"{p['dpa']:#x}" if p["dpa"] is not None else "?"
+                    lines.append(f"  poison: DPA {dpa} +{p['length'] or 0:#x}" + (f" -> {where}" if where else ""))
+                if len(md["poison"]) > 10:
+                    lines.append(f"  poison: {len(md['poison']) - 10} more (see --json)")
+            else:
+                lines.append("  poison: none")
+        if md["event_counts"]:
+            lines.append("  events: " + ", ".join(f"{k} {v}" for k, v in sorted(md["event_counts"].items())))
+        imp = md["impact"]
+        if imp["regions"]:
+            lines.append(
+                "  impact: "
+                + ", ".join(clean(r) for r in imp["regions"])
+                + (f" (with {', '.join(clean(x) for x in imp['shared_with'])})" if imp["shared_with"] else "")
+                + (f"; node {', '.join(str(n) for n in imp['nodes'])}" if imp["nodes"] else "")
+                + (f"; {len(imp['memory_blocks'])} memory blocks" if imp["memory_blocks"] else "")
+            )
+            lines.append(
+                f"  processes with memory there: {imp['process_count']}"
+                + (
+                    " (" + ", ".join(f"{clean(p['comm'])}[{p['pid']}]" for p in imp["processes"][:4]) + ")"
+                    if imp["processes"]
+                    else ""
+                )
+            )
+        else:
+            lines.append("  impact: in no region (no memory in use)")
+    for n in doc["notes"]:
+        lines.append(f"note: {clean(n)}")
+    return "\n".join(_wrap(line) for line in lines) + "\n"
+
+
+def _wrap(line: str, width: int = 80) -> str:
+    import shutil
+    import textwrap
+
+    w = max(width, shutil.get_terminal_size((width, 24)).columns)
+    if len(line) <= w:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return "\n".join(textwrap.wrap(line, w, subsequent_indent=indent, break_on_hyphens=False))

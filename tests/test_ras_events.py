@@ -1,0 +1,199 @@
+"""``cxlctl events`` on event streams a real 6.12 kernel wrote in the VM
+(``fixtures/linux-6.12/events/``, recorded by ``tests/vm/record_ras_events.py``
+together with the sysfs tree ``hb2x2-region-ras`` of the same boot).
+
+Each stream is parsed without an error and mapped onto that tree: memdev,
+severity, DPA, region, node and memory block as the guest's sysfs (``facts.txt``)
+and the kernel's own poison HPAs say.  Plus the CLI on malformed input and on
+hosts without tracefs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from cxlctl.inventory import scan
+from cxlctl.ras.collect import Mapper
+from cxlctl.ras.events import Event, map_address
+from cxlctl.ras.trace import Stream
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = REPO / "fixtures" / "linux-6.12"
+EVENTS = FIX / "events"
+TREE = FIX / "hb2x2-region-ras"
+
+
+def _facts() -> Dict[str, Any]:
+    f: Dict[str, Any] = {"memdev": {}}
+    for line in (EVENTS / "facts.txt").read_text().splitlines():
+        k, *v = line.split()
+        if not v:
+            continue
+        if k == "memdev":
+            f["memdev"][v[0]] = v[1]
+        elif k in ("region_base", "region_size", "block_size"):
+            f[k] = int(v[0], 0)
+        elif k == "node":
+            f["node"] = int(v[0])
+        else:
+            f[k] = v[0]
+    return f
+
+
+def _events(name: str) -> Tuple[List[Event], Stream]:
+    inv = scan(str(TREE))
+    s = Stream()
+    evs = list(Mapper(str(TREE), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
+    return evs, s
+
+
+def _cli(*args: str, stdin: str = "", env: Dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "cxlctl", *args], capture_output=True, text=True, input=stdin, env=e, timeout=60
+    )
+
+
+def test_every_recorded_stream_parses_cleanly() -> None:
+    files = sorted(EVENTS.glob("*.txt"))
+    files = [f for f in files if f.name != "facts.txt"]
+    assert files, "no recorded streams"
+    for f in files:
+        s = Stream()
+        n = len(list(s.feed(f.read_text().splitlines())))
+        assert s.error_count == 0, (f.name, s.errors)
+        assert n == s.parsed
+
+
+def test_media_error_in_a_region_maps_through_the_decoders() -> None:
+    """6.12.117 prints the HPA of media, DRAM and poison events itself: cxlctl
+    takes it as given, and its own decoder translation of the DPA (used where a
+    kernel gives no HPA) must land on exactly that HPA, for each of them."""
+    f = _facts()
+    inv = scan(str(TREE))
+    checked = 0
+    for name, kind in (
+        ("general-media-in-region", "general_media"),
+        ("dram-in-region", "dram"),
+        ("poison-in-region", "poison"),
+    ):
+        evs, _ = _events(name)
+        for e in [x for x in evs if x.kind == kind]:
+            m = e.mapping
+            assert m.hpa_source == "kernel" and m.region == f["region"] and m.hpa is not None
+            assert m.node == f["node"] and m.memory_block == m.hpa // f["block_size"] and m.block_state == "online"
+            assert e.memdev is not None and e.dpa is not None
+            mine = map_address(inv, e.memdev, e.dpa, None, None)
+            assert mine.hpa_source == "decoder" and mine.region == f["region"]
+            assert mine.hpa == m.hpa, (name, e.memdev, hex(e.dpa), mine.hpa, m.hpa)
+            assert (mine.node, mine.memory_block) == (m.node, m.memory_block)
+            checked += 1
+    assert checked == 4  # GM on vmem1, DRAM on vmem0, poison on both
+
+
+def test_severity_and_device_of_the_media_events() -> None:
+    f = _facts()
+    (gm,) = [x for x in _events("general-media-in-region")[0] if x.kind == "general_media"]
+    assert gm.memdev == f["memdev"]["cxl-vmem1"] and gm.dpa == 0x4000 and gm.severity == "informational"
+    (dr,) = [x for x in _events("dram-in-region")[0] if x.kind == "dram"]
+    assert dr.memdev == f["memdev"]["cxl-vmem0"] and dr.dpa == 0x2040 and dr.severity == "failure"
+    assert dr.fields["channel"] == "1" and dr.fields["validity_flags"] == "CHANNEL|RANK"
+
+
+def test_events_outside_a_region_say_why_they_hit_nothing() -> None:
+    f = _facts()
+    evs, _ = _events("general-media-no-region")
+    (e,) = [x for x in evs if x.kind == "general_media"]
+    assert e.memdev == f["memdev"]["cxl-vmem3"] and e.severity == "failure"
+    assert e.mapping.region is None and e.mapping.hpa is None and e.mapping.node is None
+    assert e.mapping.why and "no endpoint decoder" in e.mapping.why
+    evs, _ = _events("poison-no-region")
+    (p,) = [x for x in evs if x.kind == "poison"]
+    assert p.dpa == 0x3000 and p.mapping.hpa is None and p.mapping.region is None
+
+
+def test_memory_module_event_names_the_device() -> None:
+    f = _facts()
+    evs, _ = _events("memory-module-in-region")
+    (e,) = [x for x in evs if x.kind == "memory_module"]
+    assert e.memdev == f["memdev"]["cxl-vmem0"] and e.severity == "warning"
+    assert e.mapping.hpa is None and e.mapping.why == "the event carries no address"
+
+
+def test_cli_input_json_lines_and_parse_errors(tmp_path: Path) -> None:
+    """Real lines with malformed ones between them: every good event printed,
+    the bad lines counted in the summary, exit 0, no traceback."""
+    good = (EVENTS / "general-media-in-region.txt").read_text().splitlines()
+    bad = ["not a trace line", good[0][: len(good[0]) // 2] + " flags='cut", "\x1b[31mred"]
+    src = tmp_path / "mixed.txt"
+    src.write_text("\n".join([bad[0], *good, bad[1], bad[2]]) + "\n")
+    p = _cli("--root", str(TREE), "events", "--input", str(src), "--json")
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [x["type"] for x in lines][-1] == "summary"
+    summary = lines[-1]
+    assert summary["events"] == len(good) and summary["parse_errors"] == 3
+    assert [e["line_no"] for e in summary["errors"]] == [1, len(good) + 2, len(good) + 3]
+    ev = lines[0]
+    assert ev["kind"] == "general_media" and ev["region"] == _facts()["region"]
+    # text: the same, errors counted on stderr, lines within 80 columns, escapes shown
+    p = _cli("--root", str(TREE), "events", "--input", str(src), env={"COLUMNS": "80"})
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert "3 line(s) could not be parsed" in p.stderr
+    assert max(len(x) for x in p.stdout.splitlines()) <= 80
+
+
+def test_cli_since_filters_relative_to_the_stream(tmp_path: Path) -> None:
+    a = (EVENTS / "general-media-in-region.txt").read_text()
+    b = (EVENTS / "memory-module-in-region.txt").read_text()
+    src = tmp_path / "two.txt"
+    src.write_text(a + b)
+    both = _cli("--root", str(TREE), "events", "--input", str(src), "--json")
+    last = _cli("--root", str(TREE), "events", "--input", str(src), "--json", "--since", "0s")
+    n_both = json.loads(both.stdout.splitlines()[-1])["events"]
+    n_last = json.loads(last.stdout.splitlines()[-1])["events"]
+    assert n_both == 2 and n_last == 1
+    bad = _cli("events", "--since", "yesterday")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_cli_without_tracefs_says_how_to_mount_it(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    p = _cli("--root", str(tmp_path), "events")
+    assert p.returncode == 1 and "tracefs is not mounted" in p.stderr and "mount -t tracefs" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_kernel_without_cxl_events(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel" / "tracing" / "instances").mkdir(parents=True)
+    (tmp_path / "sys" / "kernel" / "tracing" / "events").mkdir()
+    p = _cli("--root", str(tmp_path), "events", "--follow")
+    assert p.returncode == 1 and "no cxl trace events" in p.stderr
+    p = _cli("--root", str(tmp_path), "events")
+    assert p.returncode == 1 and "no cxl trace events" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the message a non-root user gets")
+def test_cli_not_root(tmp_path: Path) -> None:
+    t = tmp_path / "sys" / "kernel" / "tracing"
+    t.mkdir(parents=True)
+    t.chmod(0o700 & 0o000)
+    try:
+        p = _cli("--root", str(tmp_path), "events")
+    finally:
+        t.chmod(0o755)
+    assert p.returncode == 1 and "root" in p.stderr
+
+
+def test_cli_bad_combinations_are_usage_errors() -> None:
+    for args in (["--follow", "--stop"], ["--duration", "3"], ["--since", "1m", "--follow"]):
+        p = _cli("events", *args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "Traceback" not in p.stderr
