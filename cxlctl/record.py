@@ -79,6 +79,9 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)
     inv = scan(root, reader)
+    from .daemon.nfd import tiering_engine
+
+    tiering_engine(root, reader)  # the NFD tiering label's inputs (a running kdamond) go into the record too
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
     assert reader.log is not None

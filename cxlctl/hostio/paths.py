@@ -87,3 +87,6 @@ TUNED_ACTIVE = "/etc/tuned/active_profile"
 TUNED_MAIN = "/etc/tuned/tuned-main.conf"
 TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
 DEV_SHM = "/dev/shm"
+
+# -- DAMON (read only: is a kdamond running? for the NFD tiering label) ----------------------
+DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
