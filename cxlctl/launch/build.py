@@ -125,7 +125,7 @@ def _model_kv(req: Request, ea: eng.EngineArgs, notes: List[str]) -> Optional[kv
     if path is None and ea.model and os.path.isfile(os.path.join(ea.model, "config.json")):
         path = ea.model
     if path is None:
-        if ea.kv_bytes and req.engine != "exec":
+        if ea.kv_bytes and req.engine not in ("exec", "lmcache"):
             notes.append("no local model directory (or --model-config): tokens that fit are not computed")
         return None
     return kvsize.model_kv(kvsize.load_config(path), ea.kv_cache_dtype)

@@ -4,8 +4,9 @@ In the guest:
 
 1. ``cxlctl region create --ways 1 --online devdax`` (a character device,
    ``/dev/daxN.0``) and a second 1-way region onlined as system RAM (a CXL NUMA
-   node, so the node also has tiered memory to label); ``cxlctl record`` keeps
-   the tree (``tests/vm/record_fleet.py`` turns it into a fixture).
+   node, so the node also has tiered memory to label); ``cxlctl record`` of
+   that state is kept in $OUT (tests/vm/record_fleet.py records the same state
+   as the fixture ``linux-6.12/switch2-devdax``).
 2. ``cxlctl launch lmcache --devdax auto -- server …`` with a fake ``lmcache``
    (a shell script answering ``server --help`` with a devdax-capable help text,
    then exec'ing a small C program) that parses ``--l1-devdax-path`` and
@@ -114,7 +115,8 @@ cx create-ram region create --ways 1 --online system-ram --json
 udevadm settle --timeout=30 || true
 ls -l /dev/dax* > "$OUT/dev-dax.txt" 2>&1
 cx status status --json
-cx record record "$OUT/record"
+# record onto the guest's tmpfs and copy once (many small writes through the 9p rwdir are slow under TCG)
+cx record record /tmp/fleet-record && cp -a /tmp/fleet-record "$OUT/record"
 DAX=$("$PY" -c 'import json,sys; print([d["name"] for d in json.load(open(sys.argv[1]))["dax_devices"] if d["mode"]=="devdax"][0])' "$OUT/status.out")
 echo "$DAX" > "$OUT/devdax-name"
 
