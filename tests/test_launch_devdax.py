@@ -187,3 +187,14 @@ def test_sglang_auto_numa_bind_is_switched_off_and_said(capsys: Any, tree: str, 
     capsys.readouterr()
     assert run(["--root", tree, "launch", "sglang", "--dry-run", "--", "--model-path", "m"]) == 0
     assert "cxlctl's binding wins" in capsys.readouterr().out  # the human dry run says it too
+
+
+def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, tree: str, monkeypatch: Any) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    d = dry(capsys, tree, "lmcache", ["--devdax", "auto"], ["server"])
+    assert d["engine"]["flags_source"] == "assumed" and d["engine"]["version"] is None
+    assert any("an LMCache with the devdax L1" in w for w in d["warnings"])
+    assert "--l1-devdax-path" in d["argv"] and "--cxl-pool-id" not in d["argv"]
+    capsys.readouterr()
+    assert run(["--root", tree, "launch", "lmcache", "--devdax", "auto", "--", "server"]) == 2
+    assert "lmcache engine not found" in capsys.readouterr().err

@@ -91,14 +91,15 @@ _NAME = {"vllm": "vLLM", "sglang": "SGLang", "lmcache": "LMCache"}
 def assumed(engine: str, why: str) -> Features:
     """Features a dry run plans with when the engine is not there to be asked."""
     version, flags = ASSUMED[engine]
-    return Features(engine, version, flags, "assumed", why)
+    # LMCache's devdax L1 is not tied to a release number here: the plan names the feature instead
+    return Features(engine, None if engine == "lmcache" else version, flags, "assumed", why)
 
 
 def _source_note(feats: Features) -> Tuple[List[str], List[str]]:
     """(notes, warnings) saying where the engine's flags came from."""
     name = _NAME.get(feats.engine, feats.engine)
     if feats.source == "assumed":
-        which = f"{name} {feats.version} or later" if feats.engine != "lmcache" else "an LMCache with the devdax L1"
+        which = "an LMCache with the devdax L1" if feats.engine == "lmcache" else f"{name} {feats.version} or later"
         return [], [
             f"{name} not found ({feats.error}); dry run assuming the flags of {which}: "
             + ", ".join(sorted(feats.flags))
