@@ -117,7 +117,7 @@ ls -l /dev/dax* > "$OUT/dev-dax.txt" 2>&1
 cx status status --json
 # record onto the guest's tmpfs and copy once (many small writes through the 9p rwdir are slow under TCG)
 cx record record /tmp/fleet-record && cp -a /tmp/fleet-record "$OUT/record"
-DAX=$("$PY" -c 'import json,sys; print([d["name"] for d in json.load(open(sys.argv[1]))["dax_devices"] if d["mode"]=="devdax"][0])' "$OUT/status.out")
+DAX=$("$PY" -c 'import json,sys; print([d["chardev"] for d in json.load(open(sys.argv[1]))["dax_devices"] if d["mode"]=="devdax"][0])' "$OUT/status.out")
 echo "$DAX" > "$OUT/devdax-name"
 
 # 2. LMCache's server with its L1 on the device (the whole device)
@@ -202,15 +202,22 @@ def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
         f"DAEMON_ARGS=({' '.join(daemon_args)})\n" + GUEST
     )
     res = run_guest("switch2", script, kernel="6.12", workdir=work, timeout=900).check()
-    out = res.outdir
-    report: List[str] = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
+    report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
+    report += check(res.outdir)
+    print("\n".join(report))
+    (tmp_path / "measured.txt").write_text("\n".join(report) + "\n")
+
+
+def check(out: Path) -> List[str]:
+    """The host's checks of what the guest left in ``out`` (usable on a kept run's $OUT)."""
+    report: List[str] = []
 
     # -- 1. the regions
     assert _f(out, "create-devdax.rc").strip() == "0", _f(out, "create-devdax.err")
     assert _f(out, "create-ram.rc").strip() == "0", _f(out, "create-ram.err")
     dax = _f(out, "devdax-name").strip()
     status = _json(out, "status.out")
-    dev = next(d for d in status["dax_devices"] if d["name"] == dax)
+    dev = next(d for d in status["dax_devices"] if d["chardev"] == dax)
     assert dev["mode"] == "devdax" and dev["size"] == 256 << 20
     assert f"/dev/{dax}" in _f(out, "dev-dax.txt")
     cxl_nodes = [n["id"] for n in status["nodes"] if n["kind"] == "cxl"]
@@ -270,7 +277,7 @@ def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
     assert labels[ns + "cxl.weighted-interleave.mode"] == "manual"
     assert labels[ns + "cxl.tiering"] in ("none", "numa-balancing"), labels
     after = _json(out, "status-after.out")
-    assert next(d for d in after["dax_devices"] if d["name"] == dax)["mode"] == "devdax", "the daemon left it alone"
+    assert next(d for d in after["dax_devices"] if d["chardev"] == dax)["mode"] == "devdax", "the daemon left it alone"
     report.append(
         "daemon --once on the ConfigMap: profile "
         + tune["active_profile"]
@@ -278,5 +285,4 @@ def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
         + ", ".join(f"{k[len(ns) :]}={v}" for k, v in sorted(labels.items()) if "tier" in k or "tiering" in k)
         + (f", health={labels[ns + 'cxl.health']}" if ns + "cxl.health" in labels else ", no health label (no data)")
     )
-    print("\n".join(report))
-    (tmp_path / "measured.txt").write_text("\n".join(report) + "\n")
+    return report
