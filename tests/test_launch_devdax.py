@@ -198,3 +198,16 @@ def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, 
     capsys.readouterr()
     assert run(["--root", tree, "launch", "lmcache", "--devdax", "auto", "--", "server"]) == 2
     assert "lmcache engine not found" in capsys.readouterr().err
+
+
+def test_recorded_devdax_tree(capsys: Any, tmp_path: Any, fakes: Fakes) -> None:
+    """fixtures/linux-6.12/switch2-devdax (tests/vm/record_fleet.py): dax0.0 devdax beside dax1.0 system-ram."""
+    t = copy_tree(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
+    write_status(t, "0-1")
+    (tmp_path / "rec" / "dev").mkdir()
+    with open(tmp_path / "rec" / "dev" / "dax0.0", "wb") as f:
+        f.truncate(256 * MIB)  # the recorder copies sysfs and procfs, not /dev
+    d = dry(capsys, t, "lmcache", ["--devdax", "auto"], ["server"])
+    assert (d["devdax"]["device"], d["devdax"]["size"], d["devdax"]["align"]) == ("dax0.0", 256 * MIB, 2 * MIB)
+    assert _after(d["argv"], "--l1-size-gb") == "0.25"
+    usage(capsys, t, "lmcache", ["--devdax", "dax1.0"], ["server"], "system-ram mode (NUMA node 1)")
