@@ -135,6 +135,9 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     # record's status document replays exactly
     tel = Reader(root, log=True)
     _telemetry(tel, inv.nodes)
+    from .daemon.nfd import tiering_engine
+
+    tiering_engine(root, reader)  # the NFD tiering label's inputs (a running kdamond) go into the record too
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
     assert reader.log is not None and tel.log is not None

@@ -95,6 +95,40 @@ options:
   --enable-lmcache
 """
 
+#: ``lmcache server --help`` of a build with the devdax L1 (LMCache PR #3584) — abridged to the
+#: "L1 Memory Manager" group cxlctl reads (lmcache/v1/distributed/config.py) and the eviction flag
+HELP_LMCACHE = """usage: lmcache server [-h] [--host HOST] [--port PORT] --l1-size-gb L1_SIZE_GB ...
+
+L1 Memory Manager:
+  --l1-size-gb L1_SIZE_GB
+                        The size of L1 memory in GB.
+  --l1-use-lazy, --no-l1-use-lazy
+                        Whether to use lazy loading for L1 memory. (Default is True)
+  --l1-init-size-gb L1_INIT_SIZE_GB
+  --l1-align-bytes L1_ALIGN_BYTES
+  --l1-devdax-path L1_DEVDAX_PATH
+                        Optional /dev/dax device or mmap-able file to use as the L1 backing arena.
+  --shm-name SHM_NAME
+Eviction:
+  --eviction-policy {LRU,ARC,IsolatedLRU,noop}
+"""
+#: the same with the shared CXL slab flags (bytes offset into a pool shared by several servers)
+HELP_LMCACHE_POOL = (
+    HELP_LMCACHE
+    + """CXL pool:
+  --cxl-pool-id CXL_POOL_ID
+  --cxl-pool-offset CXL_POOL_OFFSET
+"""
+)
+#: an LMCache from before the devdax L1
+HELP_LMCACHE_OLD = """usage: lmcache server [-h] --l1-size-gb L1_SIZE_GB ...
+
+L1 Memory Manager:
+  --l1-size-gb L1_SIZE_GB
+  --l1-use-lazy, --no-l1-use-lazy
+  --shm-name SHM_NAME
+"""
+
 #: the body shared by the fake engines: answer probes, else report what arrived
 _REPORT = r"""
 import ctypes, json, os, platform, sys
@@ -113,7 +147,7 @@ def mempolicy():
 def report(argv):
     st = open("/proc/self/status").read().splitlines()
     field = lambda k: next((l.split(":", 1)[1].strip() for l in st if l.startswith(k + ":")), None)
-    keep = ("CXLCTL_", "LMCACHE_", "SGLANG_", "CUDA_")
+    keep = ("CXLCTL_", "LMCACHE_", "SGLANG_", "CUDA_", "MC_CXL_")
     out = {
         "argv": argv,
         "pid": os.getpid(),
@@ -143,13 +177,23 @@ if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
 report(sys.argv)
 """
 
-FAKE_SGLANG_INIT = '__version__ = "0.5.4"\n'
+FAKE_SGLANG_INIT = 'import os\n__version__ = os.environ.get("FAKE_SGLANG_VERSION", "0.5.4")\n'
 FAKE_SGLANG_SERVER = r"""
 args = sys.argv[1:]
 if "--help" in args:
     with open(os.environ["FAKE_COUNT"], "a") as f:
         f.write("sglang --help\n")
     sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
+    sys.exit(0)
+report(sys.argv)
+"""
+
+FAKE_LMCACHE = r"""
+args = sys.argv[1:]
+if args[:1] == ["server"] and "--help" in args:
+    with open(os.environ["FAKE_COUNT"], "a") as f:
+        f.write("lmcache server --help\n")
+    sys.stdout.write(open(os.environ["FAKE_LMCACHE_HELP"]).read())
     sys.exit(0)
 report(sys.argv)
 """
@@ -201,6 +245,9 @@ class Fakes:
         os.symlink(sys.executable, os.path.join(self.bin, "python3"))
         if new_numactl:
             _write_exe(os.path.join(self.bin, "numactl"), FAKE_NUMACTL)
+        _write_exe(os.path.join(self.bin, "lmcache"), _REPORT + FAKE_LMCACHE)
+        self.lmcache_help = os.path.join(base, "lmcache-help.txt")
+        self.set_lmcache(HELP_LMCACHE)
         self.vllm_version = vllm_version
         self.help = os.path.join(base, "help.txt")
         self.set_vllm(vllm_version)
@@ -209,6 +256,17 @@ class Fakes:
         self.vllm_version = version
         with open(self.help, "w") as f:
             f.write(HELP_VLLM[version])
+
+    def set_lmcache(self, text: str) -> None:
+        with open(self.lmcache_help, "w") as f:
+            f.write(text)
+
+    def add_mooncake(self, version: str = "0.3.12") -> None:
+        """A ``mooncake-transfer-engine`` distribution the fake python sees (importlib.metadata reads it)."""
+        d = os.path.join(self.pkg, f"mooncake_transfer_engine-{version}.dist-info")
+        os.makedirs(d)
+        with open(os.path.join(d, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: mooncake-transfer-engine\nVersion: {version}\n")
 
     def set_sglang(self) -> None:
         with open(self.help, "w") as f:
@@ -225,6 +283,7 @@ class Fakes:
             "FAKE_HELP": self.help,
             "FAKE_VLLM_VERSION": self.vllm_version,
             "FAKE_NUMACTL_OUT": self.numactl_out,
+            "FAKE_LMCACHE_HELP": self.lmcache_help,
         }
         e.update(extra)
         return e
@@ -300,6 +359,22 @@ def add_socket(tree: str, new: int, cpus: str, *, distances: Dict[int, int], mem
 
         with open(p, "w") as f:
             f.write(format_nodelist(set(parse_nodelist(text)) | {new}) + "\n")
+
+
+def make_devdax(tree: str, name: str = "dax0.0") -> None:
+    """Rebind a DAX device of a copied tree to ``device_dax`` the way sysfs shows it (driver link),
+    and give it its device node: a regular file of the device's size under ``dev/`` (the backends
+    map files as well; the VM test maps the real character device)."""
+    base = os.path.join(tree, "sys/bus/dax/devices", name)
+    link = os.path.join(base, "driver")
+    target = os.readlink(link)
+    os.unlink(link)
+    os.symlink(target.rsplit("/", 1)[0] + "/device_dax", link)
+    with open(os.path.join(base, "size")) as f:
+        size = int(f.read().strip())
+    os.makedirs(os.path.join(tree, "dev"), exist_ok=True)
+    with open(os.path.join(tree, "dev", name), "wb") as f:
+        f.truncate(size)
 
 
 def write_status(tree: str, mems: str, cpus: str = "0-1", cgroup: Optional[str] = None) -> None:

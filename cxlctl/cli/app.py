@@ -15,6 +15,7 @@ import typer
 from .common import CliState, run_app
 from .daemon import daemon_app
 from .doctor import doctor
+from .k8s import k8s_app
 from .launch import launch_app, policy_app
 from .params import Command
 from .ras import events, health
@@ -75,6 +76,7 @@ def make_app() -> typer.Typer:
     a.add_typer(launch_app, name="launch")
     a.add_typer(policy_app, name="policy")
     a.add_typer(daemon_app, name="daemon")
+    a.add_typer(k8s_app, name="k8s")
     a.command(cls=Command)(completion)
     return a
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 launch_app = group(
     "launch",
-    "Run a program, vLLM or SGLang with its host memory on DRAM+CXL (node sets, policy, KV offload size, pre-flight).",
+    "Run a program, vLLM, SGLang or LMCache's server with its host memory on DRAM+CXL (node sets, policy, KV offload size, devdax, pre-flight).",
 )
 policy_app = group("policy", "Show a process' memory policy and where its pages are.")
 
@@ -89,6 +89,24 @@ KEEP_NB_OPT = typer.Option(
     False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
 )
 LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache with --kv-size (LMCACHE_* environment).")
+DEVDAX_OPT = typer.Option(
+    None,
+    "--devdax",
+    metavar="DEV|auto",
+    help="KV cache on a devdax device (daxX.Y, /dev/daxX.Y, auto = the only one); --kv-size maps part of it.",
+)
+POOL_OPT = typer.Option(
+    None,
+    "--devdax-pool-id",
+    metavar="ID",
+    help="With --devdax: the shared CXL pool's id (LMCache/Mooncake pool builds).",
+)
+OFFSET_OPT = typer.Option(
+    None, "--devdax-offset", metavar="BYTES", help="With --devdax-pool-id: this process' offset in the pool."
+)
+MOONCAKE_OPT = typer.Option(
+    False, "--mooncake", help="Give --devdax to Mooncake's CXL transport (MC_CXL_DEV_PATH, MC_CXL_DEV_SIZE)."
+)
 ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
@@ -125,6 +143,16 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         if lp.tokens is not None:
             line += f", {lp.tokens:,} tokens"
         out.append(("kv", line))
+    dd = lp.devdax
+    if dd is not None:
+        who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
+        out.append(
+            (
+                "devdax",
+                f"{dd.path} {format_size(dd.size)} of {format_size(dd.device_size)} for the {who}"
+                + (f", pool {dd.pool_id} offset {dd.offset}" if dd.pool_id else ""),
+            )
+        )
     if lp.tmpfs is not None:
         out.append(
             (
@@ -158,7 +186,7 @@ def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(f"warning: {x}\n")
         return
-    keep = ("policy", "weights", "kv", "tmpfs")
+    keep = ("policy", "weights", "kv", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(f"cxlctl: {label} {text}\n")
@@ -191,6 +219,10 @@ def _launch(
     kv_tmpfs: bool = False,
     keep_numa_bind: bool = False,
     lmcache: bool = False,
+    devdax: Optional[str] = None,
+    devdax_pool_id: Optional[str] = None,
+    devdax_offset: Optional[str] = None,
+    mooncake: bool = False,
 ) -> None:
     from cxlctl.launch.build import Request, build, execute, to_json
 
@@ -210,6 +242,10 @@ def _launch(
         keep_numa_bind=keep_numa_bind,
         lmcache=lmcache,
         dry_run=dry_run,
+        devdax=devdax,
+        devdax_pool_id=devdax_pool_id,
+        devdax_offset=devdax_offset,
+        mooncake=mooncake,
     )
     lp = build(host_root(), req)
     if json_out:
@@ -242,6 +278,10 @@ def exec_cmd(
         False, "--kv-tmpfs", help="Private /dev/shm tmpfs bound to the CXL nodes, sized --kv-size (root)."
     ),
     lmcache: bool = LMCACHE_OPT,
+    devdax: Optional[str] = DEVDAX_OPT,
+    devdax_pool_id: Optional[str] = POOL_OPT,
+    devdax_offset: Optional[str] = OFFSET_OPT,
+    mooncake: bool = MOONCAKE_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -258,6 +298,10 @@ def exec_cmd(
         reserve=reserve,
         model_config=None,
         dry_run=dry_run,
+        devdax=devdax,
+        devdax_pool_id=devdax_pool_id,
+        devdax_offset=devdax_offset,
+        mooncake=mooncake,
         json_out=json_out,
         kv_tmpfs=kv_tmpfs,
         lmcache=lmcache,
@@ -279,6 +323,10 @@ def vllm_cmd(
     keep_numa_bind: bool = KEEP_NB_OPT,
     lmcache: bool = LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,
+    devdax: Optional[str] = DEVDAX_OPT,
+    devdax_pool_id: Optional[str] = POOL_OPT,
+    devdax_offset: Optional[str] = OFFSET_OPT,
+    mooncake: bool = MOONCAKE_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -296,6 +344,10 @@ def vllm_cmd(
         reserve=reserve,
         model_config=model_config,
         dry_run=dry_run,
+        devdax=devdax,
+        devdax_pool_id=devdax_pool_id,
+        devdax_offset=devdax_offset,
+        mooncake=mooncake,
         json_out=json_out,
         kv_tmpfs=kv_tmpfs,
         keep_numa_bind=keep_numa_bind,
@@ -316,6 +368,10 @@ def sglang_cmd(
     model_config: Optional[str] = MODELCFG_OPT,
     lmcache: bool = LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,
+    devdax: Optional[str] = DEVDAX_OPT,
+    devdax_pool_id: Optional[str] = POOL_OPT,
+    devdax_offset: Optional[str] = OFFSET_OPT,
+    mooncake: bool = MOONCAKE_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -333,8 +389,53 @@ def sglang_cmd(
         reserve=reserve,
         model_config=model_config,
         dry_run=dry_run,
+        devdax=devdax,
+        devdax_pool_id=devdax_pool_id,
+        devdax_offset=devdax_offset,
+        mooncake=mooncake,
         json_out=json_out,
         lmcache=lmcache,
+    )
+
+
+@launch_app.command("lmcache", context_settings=_CTX)
+def lmcache_cmd(
+    args: Optional[List[str]] = ARGS,
+    devdax: Optional[str] = DEVDAX_OPT,
+    devdax_pool_id: Optional[str] = POOL_OPT,
+    devdax_offset: Optional[str] = OFFSET_OPT,
+    kv_size: Optional[str] = typer.Option(
+        None, "--kv-size", metavar="SIZE", help="Bytes of the device to map (K/M/G/T); default the whole device."
+    ),
+    policy: Optional[str] = POLICY_OPT,
+    cpu_nodes: Optional[str] = CPU_OPT,
+    mem_nodes: Optional[str] = MEM_OPT,
+    ratio: Optional[str] = RATIO_OPT,
+    gpus: Optional[str] = GPUS_OPT,
+    engine_cmd: Optional[str] = typer.Option(
+        None, "--engine-cmd", metavar="CMD", help="The LMCache command (default: `lmcache`)."
+    ),
+    dry_run: bool = DRY_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Run LMCache's server with its L1 on a CXL devdax device: cxlctl launch lmcache --devdax DEV -- server ..."""
+    _launch(
+        "lmcache",
+        args,
+        engine_cmd=engine_cmd,
+        policy=policy,
+        cpu_nodes=cpu_nodes,
+        mem_nodes=mem_nodes,
+        ratio=ratio,
+        gpus=gpus,
+        kv_size=kv_size,
+        reserve=None,
+        model_config=None,
+        dry_run=dry_run,
+        json_out=json_out,
+        devdax=devdax,
+        devdax_pool_id=devdax_pool_id,
+        devdax_offset=devdax_offset,
     )
 
 

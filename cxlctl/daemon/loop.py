@@ -344,7 +344,13 @@ class Daemon:
             # not a Kubernetes node (or NFD not deployed): never create /etc/kubernetes here
             self._once_log("nfd", f"no {cfg.nfd_dir}: Node Feature Discovery labels not written")
         elif cfg.nfd_enabled and inv is not None:
-            lbls = nfd_mod.labels(inv, self.rec.target.name if self.rec.state == "applied" else None, cfg.nfd_namespace)
+            lbls = nfd_mod.labels(
+                inv,
+                self.rec.target.name if self.rec.state == "applied" else None,
+                cfg.nfd_namespace,
+                tiering=nfd_mod.tiering_engine(self.root),
+                health=self.health,
+            )
             # labels lapse if the daemon stops refreshing them: 3 rescan periods (or an hour)
             ttl = max(3 * cfg.rescan_interval, 3600.0)
             try:

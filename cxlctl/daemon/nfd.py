@@ -15,6 +15,14 @@ starting and ending alphanumeric — so node id lists use ``_`` rather than
 commas.  A ``# +expiry-time=`` directive (RFC 3339) makes the labels lapse if
 the daemon stops refreshing the file (it rewrites it on every rescan).  The
 temporary file is a dot-file, which NFD skips, then renamed into place.
+
+Beyond presence and totals, the labels say what a scheduler needs to place an
+inference pod: CXL capacity online/free per memory tier, whether and how
+weighted interleave is set (``auto`` since 6.16, else manual weights), the
+tiering engine in effect (kernel NUMA-balancing tiering, a running DAMON
+kdamond, both, or none: :func:`tiering_engine`, read only) and, only where the
+daemon's health probe (``cxl list -H``) really returned device data, the worst
+memdev health.  Nothing is guessed: without data a label is left out.
 """
 
 from __future__ import annotations
@@ -22,10 +30,16 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
+from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory
+from cxlctl.parse import is_decimal
+
+if TYPE_CHECKING:
+    from cxlctl.daemon.health import Health
 
 FILE_NAME = "cxlctl"
 GIB = 1 << 30
@@ -40,7 +54,47 @@ def _gib(n: int) -> str:
     return str(n // GIB)
 
 
-def labels(inv: Inventory, profile: Optional[str], namespace: str = "feature.node.kubernetes.io") -> Dict[str, str]:
+#: kernel.numa_balancing bit 2: NUMA_BALANCING_MEMORY_TIERING (promotion from slow tiers)
+NUMA_BALANCING_TIERING = 2
+_HEALTH_ORDER = ("ok", "warning", "critical")
+
+
+def tiering_engine(root: str, reader: Optional[Reader] = None) -> str:
+    """Which tiering engine is in effect: ``none``, ``numa-balancing``, ``damon`` or ``damon_numa-balancing``.
+
+    Read only, and deliberately small: NUMA-balancing tiering is bit 2 of
+    ``kernel.numa_balancing``; DAMON counts when any kdamond under
+    ``/sys/kernel/mm/damon/admin/kdamonds/N/state`` reads ``on`` (whoever
+    started it: cxlctl, damo, HMSDK).  The DAMON reader proper lives with the
+    tiering work; this only answers "is one running".
+    """
+    r = reader if reader is not None else Reader(root)
+    out = []
+    ids = r.listdir(paths.DAMON_KDAMONDS, accept=is_decimal) if r.isdir(paths.DAMON_KDAMONDS) else []
+    if any((r.text(f"{paths.DAMON_KDAMONDS}/{i}/state") or "").strip() == "on" for i in ids):
+        out.append("damon")
+    nb = (r.text(paths.NUMA_BALANCING) or "").strip()
+    if is_decimal(nb) and int(nb) & NUMA_BALANCING_TIERING:
+        out.append("numa-balancing")
+    return "_".join(out) or "none"
+
+
+def health_summary(h: Optional[Health]) -> Optional[str]:
+    """The worst memdev health (ok / warning / critical), or None when the probe returned no device data."""
+    if h is None or not h.available:
+        return None
+    seen = [m.status for m in h.memdevs if m.status in _HEALTH_ORDER]
+    return max(seen, key=_HEALTH_ORDER.index) if seen else None
+
+
+def labels(
+    inv: Inventory,
+    profile: Optional[str],
+    namespace: str = "feature.node.kubernetes.io",
+    *,
+    tiering: Optional[str] = None,
+    health: Optional[Health] = None,
+) -> Dict[str, str]:
     """Label name → value for ``inv`` (pure; values always valid Kubernetes label values)."""
     cxl = sorted(n.id for n in inv.nodes if n.kind == "cxl" and n.has_memory)
     ns = namespace + "/"
@@ -59,7 +113,25 @@ def labels(inv: Inventory, profile: Optional[str], namespace: str = "feature.nod
     if cxl:
         # tiering (demotion/promotion) needs CXL in a lower tier than DRAM (HMAT/CDAT data)
         out["cxl.separate-tier"] = "true" if cxl_tiers and not (cxl_tiers & dram_tiers) else "false"
-    out["cxl.weighted-interleave"] = "true" if inv.weighted_interleave.supported else "false"
+    # capacity per memory tier holding CXL memory (memory_tierN ids: HMAT/CDAT-derived abstract distance)
+    per_tier: Dict[int, List[int]] = {}
+    for n in inv.nodes:
+        if n.kind == "cxl" and n.has_memory and n.tier is not None:
+            acc = per_tier.setdefault(n.tier, [0, 0])
+            acc[0] += n.mem_total or 0
+            acc[1] += n.mem_free or 0
+    for tier, (online, free) in sorted(per_tier.items()):
+        # MiB: a tier can hold less than a GiB (and Gt compares integers); 2^63 MiB is far away
+        out[f"cxl.tier-{tier}.online-mib"] = str(online >> 20)
+        out[f"cxl.tier-{tier}.free-mib"] = str(free >> 20)
+    wi = inv.weighted_interleave
+    out["cxl.weighted-interleave"] = "true" if wi.supported else "false"
+    out["cxl.weighted-interleave.mode"] = "none" if not wi.supported else "auto" if wi.auto else "manual"
+    if tiering is not None:
+        out["cxl.tiering"] = tiering
+    hs = health_summary(health)
+    if hs is not None:
+        out["cxl.health"] = hs
     if profile and valid_value(profile):
         out["cxl.profile"] = profile
     result = {ns + k: v for k, v in out.items() if valid_value(v)}

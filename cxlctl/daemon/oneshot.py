@@ -46,4 +46,11 @@ def labels(root: str, cfg: Config) -> Dict[str, str]:
     from cxlctl.inventory import scan
 
     target = resolve_target(root, cfg)
-    return nfd.labels(scan(root), target.name if target.state == "applied" else None, cfg.nfd_namespace)
+    h = health.collect(root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
+    return nfd.labels(
+        scan(root),
+        target.name if target.state == "applied" else None,
+        cfg.nfd_namespace,
+        tiering=nfd.tiering_engine(root),
+        health=h,
+    )

@@ -31,7 +31,6 @@ TIER_DIR = "/sys/devices/virtual/memory_tiering"
 WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
 CGROUP_DIR = "/sys/fs/cgroup"
-DAMON_ADMIN = "/sys/kernel/mm/damon/admin"
 
 # -- sysfs: DAMON (Documentation/admin-guide/mm/damon/usage.rst) ------------------------------
 DAMON_ADMIN = "/sys/kernel/mm/damon/admin"

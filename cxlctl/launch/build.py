@@ -24,6 +24,7 @@ from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist, format_size
 
+from . import devdax as devdax_mod
 from . import engines as eng
 from . import kvsize, preflight, sysweights
 from .nodesets import NodeSets, cpus_of, nearest_cxl, resolve
@@ -46,6 +47,10 @@ class Request(NamedTuple):
     keep_numa_bind: bool = False
     lmcache: bool = False
     dry_run: bool = False  # plan even without the engine installed (its flags are then assumed)
+    devdax: Optional[str] = None  # daxX.Y | /dev/daxX.Y | auto: a KV backend maps the device
+    devdax_pool_id: Optional[str] = None
+    devdax_offset: Optional[str] = None
+    mooncake: bool = False  # --devdax goes to Mooncake's CXL transport (MC_CXL_*)
 
 
 class LaunchPlan(NamedTuple):
@@ -70,6 +75,8 @@ class LaunchPlan(NamedTuple):
     notes: Tuple[str, ...]
     warnings: Tuple[str, ...]
     wi_users: Tuple[Tuple[int, str], ...]
+    devdax: Optional[devdax_mod.Devdax] = None
+    mooncake_version: Optional[str] = None
 
     @property
     def failed(self) -> List[preflight.Check]:
@@ -118,7 +125,7 @@ def _model_kv(req: Request, ea: eng.EngineArgs, notes: List[str]) -> Optional[kv
     if path is None and ea.model and os.path.isfile(os.path.join(ea.model, "config.json")):
         path = ea.model
     if path is None:
-        if ea.kv_bytes and req.engine != "exec":
+        if ea.kv_bytes and req.engine not in ("exec", "lmcache"):
             notes.append("no local model directory (or --model-config): tokens that fit are not computed")
         return None
     return kvsize.model_kv(kvsize.load_config(path), ea.kv_cache_dtype)
@@ -153,7 +160,44 @@ def _check_request(req: Request) -> Tuple[str, Optional[Tuple[int, int]], List[s
         raise UsageError(
             "nothing to launch", hint="give the program after --: cxlctl launch exec [options] -- PROGRAM ARGS..."
         )
+    _check_devdax_request(req)
     return mode, ratio, cmd
+
+
+def _check_devdax_request(req: Request) -> None:
+    """--devdax belongs to one backend: LMCache's server (engine lmcache) or Mooncake (--mooncake)."""
+    if req.engine == "lmcache":
+        if req.devdax is None:
+            raise UsageError(
+                "cxlctl launch lmcache puts LMCache's L1 on a devdax device: --devdax is required",
+                hint="cxlctl launch lmcache --devdax auto -- server ... (cxlctl region create --online devdax makes one)",
+            )
+        if req.mooncake or req.lmcache or req.kv_tmpfs:
+            raise UsageError(
+                "--mooncake, --lmcache and --kv-tmpfs do not apply to cxlctl launch lmcache",
+                hint="LMCache's server takes its L1 from --devdax",
+            )
+    elif req.devdax is not None and not req.mooncake:
+        raise UsageError(
+            f"--devdax with {req.engine}: say which backend maps the device",
+            hint="add --mooncake (Mooncake's CXL transport), or run LMCache's server with cxlctl launch lmcache --devdax",
+        )
+    if req.mooncake and req.devdax is None:
+        raise UsageError(
+            "--mooncake needs --devdax (the device Mooncake maps)", hint="add --devdax auto or --devdax daxX.Y"
+        )
+    if req.devdax is None and (req.devdax_pool_id is not None or req.devdax_offset is not None):
+        raise UsageError("--devdax-pool-id and --devdax-offset need --devdax", hint="add --devdax daxX.Y")
+    if req.devdax is not None:
+        if req.lmcache:
+            raise UsageError(
+                "--lmcache (LMCache's CPU cache in the engine) and --devdax are two different KV caches",
+                hint="give one of them",
+            )
+        if req.kv_tmpfs:
+            raise UsageError("--kv-tmpfs and --devdax are two different KV placements", hint="give one of them")
+        if req.reserve is not None:
+            raise UsageError("--reserve does not apply to --devdax", hint="--kv-size SIZE maps part of the device")
 
 
 def _resolve_nodes(root: str, inv: Inventory, req: Request) -> NodeSets:
@@ -173,7 +217,62 @@ def _resolve_nodes(root: str, inv: Inventory, req: Request) -> NodeSets:
     )
 
 
+def _devdax(inv: Inventory, req: Request) -> Optional[devdax_mod.Devdax]:
+    """The devdax device and the bytes the backend maps (--kv-size SIZE, or the whole device)."""
+    if req.devdax is None:
+        return None
+    want = None
+    if req.kv_size is not None and req.kv_size.strip().lower() != "auto":
+        want = kvsize.parse_size_arg(req.kv_size, "--kv-size")
+        if want == 0:
+            raise UsageError("--kv-size 0: nothing to map", hint="leave out --kv-size to map the whole device")
+    return devdax_mod.resolve(inv, req.devdax, want, req.devdax_pool_id, req.devdax_offset)
+
+
+def _mooncake(
+    req: Request, cmd: List[str], environ: Dict[str, str], dd: devdax_mod.Devdax, notes: List[str], warnings: List[str]
+) -> Tuple[Dict[str, str], Optional[str]]:
+    """Mooncake's MC_CXL_* environment, after asking the engine's python which Mooncake it has."""
+    python = _engine_python(req, cmd, environ)
+    version, err = devdax_mod.mooncake_version(python, environ) if python else (None, "no python3 on PATH")
+    if version is None:
+        if not req.dry_run:
+            raise UsageError(
+                f"--mooncake: {err}",
+                hint=f"pip install {devdax_mod.MOONCAKE_DIST} in the engine's environment",
+            )
+        warnings.append(
+            f"Mooncake not found ({err}); dry run assuming {devdax_mod.MOONCAKE_DIST} {devdax_mod.MOONCAKE_ASSUMED}"
+        )
+    else:
+        notes.append(f"Mooncake {version} ({devdax_mod.MOONCAKE_DIST}, as {python} sees it)")
+    return devdax_mod.mooncake_env(dd, version or devdax_mod.MOONCAKE_ASSUMED, environ, notes, warnings), version
+
+
+def _engine_python(req: Request, cmd: List[str], environ: Dict[str, str]) -> Optional[str]:
+    """The interpreter that runs the engine: SGLang's python, a script's ``#!`` python, else python3."""
+    path = environ.get("PATH")
+    if req.engine == "sglang":
+        return shutil.which(cmd[0], path=path)
+    exe = shutil.which(cmd[0] if cmd else req.args[0], path=path)
+    if exe is not None:
+        try:
+            with open(exe, "rb") as f:
+                first = f.readline(256).decode("utf-8", "replace").strip()
+        except OSError:
+            first = ""
+        if first.startswith("#!") and "python" in first:
+            interp = first[2:].split()
+            if interp and interp[0].endswith("/env") and len(interp) > 1:
+                return shutil.which(interp[1], path=path)
+            if interp and os.path.isabs(interp[0]):
+                return interp[0]
+    return shutil.which("python3", path=path)
+
+
 def _kv_request(inv: Inventory, req: Request, ns: NodeSets, notes: List[str]) -> Optional[kvsize.KvRequest]:
+    if req.devdax is not None:
+        return None  # --kv-size sizes the device mapping (_devdax)
     # --kv-tmpfs puts the KV on the nearest CXL nodes even when the process' memory set has none
     kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs else ())
     kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
@@ -329,6 +428,7 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     ns = _resolve_nodes(root, inv, req)
     pnodes = _policy_nodes(req, mode, ns, notes)
     kv = _kv_request(inv, req, ns, notes)
+    dd = _devdax(inv, req)
     feats = _engine_features(req, cmd, environ)
     ea = eng.build_args(
         req.engine,
@@ -339,7 +439,13 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         lmcache=req.lmcache,
         keep_numa_bind=req.keep_numa_bind,
         kv_tmpfs=req.kv_tmpfs,
+        devdax=dd,
+        environ=environ,
     )
+    mc_version = None
+    if dd is not None and req.mooncake:
+        mc_env, mc_version = _mooncake(req, cmd, environ, dd, notes, warnings)
+        ea = ea._replace(env={**ea.env, **mc_env}, kv_bytes=dd.size)
     tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
@@ -351,11 +457,14 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         policy,
         ns,
         pins=ea.pins,
-        kv_bytes=ea.kv_bytes,
+        kv_bytes=ea.kv_bytes if dd is None else None,  # a devdax KV is not on a NUMA node
         shm_bytes=ea.shm_bytes,
         kv_tmpfs=tmpfs,
         engine=req.engine,
     )
+    if dd is not None:
+        status, message, fix = devdax_mod.node_check(root, dd)
+        checks.append(preflight.Check("devdax", status, message, fix))
     numactl, method, argv = _exec_argv(policy, ea, environ, notes)
     added = _env_added(req, ns, ea, policy, environ, warnings)
     env = dict(environ)
@@ -384,6 +493,8 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         notes=tuple(notes) + ea.notes,
         warnings=tuple(warnings) + ea.warnings,
         wi_users=w.users,
+        devdax=dd,
+        mooncake_version=mc_version,
     )
 
 
@@ -485,6 +596,20 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
             "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
             "tokens": lp.tokens,
             "model_config": lp.model.source if lp.model else None,
+        },
+        "devdax": None
+        if lp.devdax is None
+        else {
+            "device": lp.devdax.name,
+            "path": lp.devdax.path,
+            "device_size": lp.devdax.device_size,
+            "size": lp.devdax.size,
+            "align": lp.devdax.align,
+            "offset": lp.devdax.offset,
+            "pool_id": lp.devdax.pool_id,
+            "region": lp.devdax.region,
+            "backend": "lmcache" if lp.request.engine == "lmcache" else "mooncake",
+            "mooncake_version": lp.mooncake_version,
         },
         "tmpfs": None
         if lp.tmpfs is None

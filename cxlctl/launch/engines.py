@@ -17,7 +17,9 @@ Facts, units and traps are in inference_flags.md; the short version:
   CPU affinity is already constrained, so CPUs are always bound and
   ``SGLANG_AUTO_NUMA_BIND=0`` is exported too.
 * **LMCache** (``--lmcache``): ``LMCACHE_LOCAL_CPU`` and
-  ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker).
+  ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker).  Its
+  multi-process server (``cxlctl launch lmcache -- server …``) takes a devdax
+  device as its L1 arena (:mod:`cxlctl.launch.devdax`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.atomic import atomic_write
@@ -36,8 +38,13 @@ from cxlctl.parse import format_size
 
 from .kvsize import GIB, gib
 
-ENGINES = ("exec", "vllm", "sglang")
-DEFAULT_CMD = {"vllm": ["vllm"], "sglang": ["python3", "-m", "sglang.launch_server"]}
+if TYPE_CHECKING:
+    from .devdax import Devdax
+
+ENGINES = ("exec", "vllm", "sglang", "lmcache")
+DEFAULT_CMD = {"vllm": ["vllm"], "sglang": ["python3", "-m", "sglang.launch_server"], "lmcache": ["lmcache"]}
+#: SGLang turned its automatic NUMA binding on by default in 0.5.18 (SGLANG_AUTO_NUMA_BIND)
+SGLANG_AUTO_NUMA_BIND_DEFAULT_SINCE = (0, 5, 18)
 #: first vLLM release assumed to allocate the offload as /dev/shm/vllm_offload_*.mmap
 #: (PR #50094, merged 2026-08; the exact release is not pinned down: docs/launch.md)
 VLLM_SHM_OFFLOAD_SINCE = (0, 28)
@@ -72,22 +79,29 @@ ASSUMED: Dict[str, Tuple[str, FrozenSet[str]]] = {
             {"--hicache-size", "--enable-hierarchical-cache", "--disable-hicache-numa-detect", "--enable-lmcache"}
         ),
     ),
+    # the devdax L1 (LMCache PR #3584, June 2026); the shared-pool flags are not assumed
+    "lmcache": (
+        "devdax",
+        frozenset({"--l1-size-gb", "--l1-devdax-path", "--l1-use-lazy", "--no-l1-use-lazy", "--shm-name"}),
+    ),
 }
-_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
+_NAME = {"vllm": "vLLM", "sglang": "SGLang", "lmcache": "LMCache"}
 
 
 def assumed(engine: str, why: str) -> Features:
     """Features a dry run plans with when the engine is not there to be asked."""
     version, flags = ASSUMED[engine]
-    return Features(engine, version, flags, "assumed", why)
+    # LMCache's devdax L1 is not tied to a release number here: the plan names the feature instead
+    return Features(engine, None if engine == "lmcache" else version, flags, "assumed", why)
 
 
 def _source_note(feats: Features) -> Tuple[List[str], List[str]]:
     """(notes, warnings) saying where the engine's flags came from."""
     name = _NAME.get(feats.engine, feats.engine)
     if feats.source == "assumed":
+        which = "an LMCache with the devdax L1" if feats.engine == "lmcache" else f"{name} {feats.version} or later"
         return [], [
-            f"{name} not found ({feats.error}); dry run assuming the flags of {name} {feats.version} or later: "
+            f"{name} not found ({feats.error}); dry run assuming the flags of {which}: "
             + ", ".join(sorted(feats.flags))
         ]
     if feats.source == "unavailable":
@@ -157,6 +171,8 @@ def _version_probe(engine: str, cmd: Sequence[str]) -> Optional[List[str]]:
 def _help_probes(engine: str, cmd: Sequence[str]) -> List[List[str]]:
     if engine == "vllm":
         return [[*cmd, "serve", "--help=all"], [*cmd, "serve", "--help"]]
+    if engine == "lmcache":
+        return [[*cmd, "server", "--help"]]
     return [[*cmd, "--help"]]
 
 
@@ -274,14 +290,19 @@ def build_args(
     lmcache: bool,
     keep_numa_bind: bool,
     kv_tmpfs: bool,
+    devdax: Optional[Devdax] = None,
+    environ: Optional[Dict[str, str]] = None,
 ) -> EngineArgs:
     """The engine's argv and environment for a launch (pure: features come in)."""
+    if engine == "lmcache":
+        assert feats is not None and devdax is not None
+        return _lmcache_server(cmd, user, feats, devdax)
     if engine == "vllm":
         assert feats is not None
         return _vllm(cmd, user, feats, kv, lmcache, keep_numa_bind, kv_tmpfs)
     if engine == "sglang":
         assert feats is not None
-        return _sglang(cmd, user, feats, kv, lmcache)
+        return _sglang(cmd, user, feats, kv, lmcache, environ or {})
     return _exec(cmd, user, kv, lmcache, kv_tmpfs)
 
 
@@ -458,7 +479,58 @@ def _vllm(
     )
 
 
-def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool) -> EngineArgs:
+def _lmcache_server(cmd: Sequence[str], user: Sequence[str], feats: Features, dd: Devdax) -> EngineArgs:
+    """``lmcache server`` with its L1 arena on a devdax device."""
+    from .devdax import lmcache_args
+
+    args = list(user)
+    if not args or args[0] != "server":
+        raise UsageError(
+            "cxlctl launch lmcache runs LMCache's multi-process server",
+            hint="cxlctl launch lmcache --devdax auto -- server --eviction-policy LRU ...",
+        )
+    notes, warnings = _source_note(feats)
+    known = feats.source != "unavailable"
+    added = lmcache_args(args, sorted(feats.flags), known, dd, notes, feats.version)
+    return EngineArgs(
+        tuple(cmd) + tuple(args),
+        {},
+        tuple(added),
+        (),
+        tuple(notes),
+        tuple(warnings),
+        False,
+        None,
+        dd.size,
+        1,
+        None,
+        None,
+    )
+
+
+def _sglang_numa_bind(feats: Features, environ: Dict[str, str], notes: List[str], warnings: List[str]) -> None:
+    """SGLang's own NUMA binding would replace cxlctl's policy: it is switched off, and the plan says so."""
+    ver = version_tuple(feats.version)
+    default_on = ver is None or ver >= SGLANG_AUTO_NUMA_BIND_DEFAULT_SINCE
+    notes.append(
+        "SGLANG_AUTO_NUMA_BIND=0: cxlctl's binding wins; SGLang "
+        + (
+            f"{feats.version} binds each scheduler to its GPU's node by default (on since 0.5.18)"
+            if default_on and ver is not None
+            else "0.5.18+ binds each scheduler to its GPU's node by default"
+            if ver is None
+            else f"{feats.version} binds schedulers to their GPU's node when CPU affinity is unconstrained"
+        )
+        + " (numa_set_preferred), which would replace the memory policy"
+    )
+    old = environ.get("SGLANG_AUTO_NUMA_BIND")
+    if old not in (None, "0"):
+        warnings.append(f"SGLANG_AUTO_NUMA_BIND={old} in the environment is replaced by 0 (cxlctl binds)")
+
+
+def _sglang(
+    cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool, environ: Dict[str, str]
+) -> EngineArgs:
     args = list(user)
     if not args:
         raise UsageError(
@@ -468,6 +540,7 @@ def _sglang(cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Option
     added: List[str] = []
     known = feats.source != "unavailable"
     env = {"SGLANG_AUTO_NUMA_BIND": "0"}
+    _sglang_numa_bind(feats, environ, notes, warnings)
     if has_opt(args, ["--numa-node"]):
         warnings.append("SGLang's --numa-node binds each scheduler to a node and replaces cxlctl's memory policy")
     if known and feats.has("--disable-hicache-numa-detect") and not has_opt(args, ["--disable-hicache-numa-detect"]):

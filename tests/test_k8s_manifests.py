@@ -1,0 +1,265 @@
+"""The Kubernetes manifests in deploy/kubernetes/, validated offline.
+
+* Core kinds (Namespace, ServiceAccount, ConfigMap, DaemonSet, Deployment,
+  Service, Role, RoleBinding) against the Kubernetes OpenAPI schemas with
+  ``kubernetes-validate`` (PyPI; the schemas of every release ship inside the
+  wheel, so nothing is fetched at test time), in strict mode: an unknown field
+  is an error, as ``kubectl apply --validate=strict`` would make it.
+* The ServiceMonitor (a CRD) against prometheus-operator v0.93.0's CRD schema,
+  vendored in tests/schemas/ (source in tests/schemas/README.md), made strict
+  the same way (the API server would silently prune an unknown field).
+* The ConfigMap's cxlctl.toml with the daemon's own configuration loader.
+* The vLLM Deployment: its entrypoint arguments are accepted by ``cxlctl launch
+  vllm`` (a dry run on a recorded tree with GPUs, a fake vLLM), it asks for no
+  privilege and no host path, and it schedules on labels the daemon writes.
+* The Containerfile: targets, build-context paths, and the commands the
+  manifests run.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+import re
+from typing import Any, Dict, Iterator, List, Tuple
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from cxlctl.cli import run
+from cxlctl.daemon import nfd
+from cxlctl.daemon.config import load
+from cxlctl.inventory import scan
+from tests.conftest import REPO, copy_tree, fixture_roots
+from tests.launch_support import Fakes, add_gpu, write_status
+
+DEPLOY = os.path.join(REPO, "deploy", "kubernetes")
+SCHEMAS = os.path.join(REPO, "tests", "schemas")
+#: the oldest Kubernetes minor still supported upstream when this was written, and the newest the validator knows
+K8S_VERSIONS = ("1.32.0", "1.37.0")
+
+
+def _docs() -> Iterator[Tuple[str, Dict[str, Any]]]:
+    for path in sorted(glob.glob(os.path.join(DEPLOY, "*.yaml"))):
+        with open(path) as f:
+            for doc in yaml.safe_load_all(f):
+                if doc is not None:
+                    yield os.path.basename(path), doc
+
+
+def _find(kind: str, name: str) -> Dict[str, Any]:
+    for _, d in _docs():
+        if d["kind"] == kind and d["metadata"]["name"] == name:
+            return d
+    raise AssertionError(f"no {kind} {name}")
+
+
+def test_every_manifest_is_known_and_complete() -> None:
+    kinds = sorted(f"{f}:{d['kind']}" for f, d in _docs())
+    assert kinds == sorted(
+        [
+            "cxlctl-daemonset.yaml:Namespace",
+            "cxlctl-daemonset.yaml:ServiceAccount",
+            "cxlctl-daemonset.yaml:ConfigMap",
+            "cxlctl-daemonset.yaml:DaemonSet",
+            "cxlctl-openshift-scc.yaml:Role",
+            "cxlctl-openshift-scc.yaml:RoleBinding",
+            "cxlctl-servicemonitor.yaml:Service",
+            "cxlctl-servicemonitor.yaml:ServiceMonitor",
+            "vllm-deployment.yaml:Deployment",
+        ]
+    )
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_core_manifests_validate_against_the_kubernetes_schemas(version: str) -> None:
+    n = 0
+    for _, doc in _docs():
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        n += 1
+    assert n == 8
+
+
+def test_the_validator_catches_a_typo() -> None:
+    ds = copy.deepcopy(_find("DaemonSet", "cxlctl"))
+    ds["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSIONS[-1], strict=True)
+    dep = copy.deepcopy(_find("Deployment", "vllm-cxl"))
+    dep["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] = {"x": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(dep, K8S_VERSIONS[-1], strict=True)
+
+
+# --------------------------------------------------------------------------- ServiceMonitor (CRD)
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD's structural schema, with unknown fields refused where the CRD lists the known ones."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def _servicemonitor_schema() -> Dict[str, Any]:
+    with open(os.path.join(SCHEMAS, "monitoring.coreos.com_servicemonitors.yaml")) as f:
+        crd = yaml.safe_load(f)
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema: Dict[str, Any] = _strict(v1["schema"]["openAPIV3Schema"])
+    # apiVersion/kind/metadata are the API server's; the CRD leaves metadata open
+    schema["properties"]["metadata"] = {"type": "object"}
+    return schema
+
+
+def test_servicemonitor_validates_against_the_prometheus_operator_crd() -> None:
+    sm = _find("ServiceMonitor", "cxlctl")
+    schema = _servicemonitor_schema()
+    jsonschema.validate(sm, schema)
+    bad = copy.deepcopy(sm)
+    bad["spec"]["endpoints"][0]["intervall"] = "60s"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    # it selects the Service that exposes the DaemonSet's port
+    svc = _find("Service", "cxlctl-metrics")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+    ds = _find("DaemonSet", "cxlctl")
+    assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert [p["containerPort"] for p in ports if p["name"] == "metrics"] == [9860]
+
+
+# --------------------------------------------------------------------------- the DaemonSet and its ConfigMap
+
+
+def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
+    text = _find("ConfigMap", "cxlctl-config")["data"]["cxlctl.toml"]
+    p = tmp_path / "cxlctl.toml"
+    p.write_text(text)
+    cfg = load("/", str(p))
+    assert cfg.profile == "inference-bandwidth"
+    assert (cfg.drift_interval, cfg.drift_action) == (60, "reapply")
+    assert cfg.metrics_listen == ("0.0.0.0", 9860) and cfg.metrics_allow_remote is True
+    assert cfg.nfd_enabled and cfg.nfd_dir == "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+def test_daemonset_runs_the_daemon_on_the_configmap() -> None:
+    ds = _find("DaemonSet", "cxlctl")
+    spec = ds["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    assert c["command"] == ["cxlctl", "daemon", "run", "--config", "/etc/cxlctl/cxlctl.toml"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    cfg = mounts["/etc/cxlctl/cxlctl.toml"]
+    assert cfg["subPath"] == "cxlctl.toml"
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols[cfg["name"]]["configMap"]["name"] == "cxlctl-config"
+    assert spec["serviceAccountName"] == "cxlctl" and spec["automountServiceAccountToken"] is False
+    sa = _find("ServiceAccount", "cxlctl")
+    assert sa["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    ns = _find("Namespace", "cxlctl")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+# --------------------------------------------------------------------------- the vLLM Deployment
+
+
+def _vllm() -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    dep = _find("Deployment", "vllm-cxl")
+    spec: Dict[str, Any] = dep["spec"]["template"]["spec"]
+    return spec, spec["containers"][0]
+
+
+def test_deployment_is_unprivileged_with_a_memory_dev_shm() -> None:
+    spec, c = _vllm()
+    sc = c["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    assert not [v for v in spec["volumes"] if "hostPath" in v], "no host paths: /sys and /proc are the runtime's"
+    shm = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/dev/shm"]
+    (vol,) = [v for v in spec["volumes"] if v["name"] == shm]
+    assert vol["emptyDir"]["medium"] == "Memory" and vol["emptyDir"]["sizeLimit"]
+
+
+def test_deployment_schedules_on_labels_the_daemon_writes() -> None:
+    spec, _ = _vllm()
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
+    written = set(nfd.labels(scan(fixture_roots("linux-6.12/single-region")[0]), None, tiering="none"))
+    written.add("feature.node.kubernetes.io/cxl.health")  # written when the health probe has device data
+    assert keys <= written, keys - written
+
+
+def test_deployment_entrypoint_is_a_valid_launch(capsys: Any, tmp_path: Any) -> None:
+    """Its arguments go through `cxlctl launch vllm --dry-run` on a recorded tree with two GPUs."""
+    _, c = _vllm()
+    assert c["command"] == ["cxlctl", "launch", "vllm"]
+    args: List[str] = list(c["args"])
+    # the recorded CXL node holds 512 MiB: a 16G reserve would leave nothing to size
+    args = [re.sub(r"^--reserve=.*", "--reserve=64M", a) for a in args]
+    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    add_gpu(t, "0000:17:00.0", 0)
+    add_gpu(t, "0000:18:00.0", 0)
+    write_status(t, "0-1")
+    fakes = Fakes(str(tmp_path / "fakes"))
+    old = dict(os.environ)
+    os.environ.update(fakes.env())
+    try:
+        capsys.readouterr()
+        rc = run(["--root", t, "launch", "vllm", "--dry-run", "--json", *args])
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    plan = json.loads(out.out)
+    assert plan["argv"][:2] == ["vllm", "serve"] and "--kv-offloading-size" in plan["argv"]
+    assert plan["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+# --------------------------------------------------------------------------- the Containerfile
+
+
+def _containerfile() -> List[Tuple[str, str]]:
+    with open(os.path.join(DEPLOY, "Containerfile")) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    out = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s and not s.startswith("#"):
+            word, _, rest = s.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_containerfile_targets_paths_and_commands() -> None:
+    ins = _containerfile()
+    assert {w for w, _ in ins} <= {"ARG", "FROM", "RUN", "COPY", "ENTRYPOINT", "CMD"}
+    stages = [r.split(" AS ")[-1] for w, r in ins if w == "FROM"]
+    assert stages == ["daemon", "vllm"]
+    for w, r in ins:
+        if w == "COPY":
+            *srcs, _dest = r.split()
+            for s in srcs:
+                assert os.path.exists(os.path.join(REPO, s)), s
+    by_stage: Dict[str, List[Tuple[str, str]]] = {}
+    cur = ""
+    for w, r in ins:
+        if w == "FROM":
+            cur = r.split(" AS ")[-1]
+        by_stage.setdefault(cur, []).append((w, r))
+    daemon_cmd = json.loads([r for w, r in by_stage["daemon"] if w == "CMD"][0])
+    assert daemon_cmd == _find("DaemonSet", "cxlctl")["spec"]["template"]["spec"]["containers"][0]["command"]
+    vllm_entry = json.loads([r for w, r in by_stage["vllm"] if w == "ENTRYPOINT"][0])
+    assert vllm_entry == _vllm()[1]["command"]
