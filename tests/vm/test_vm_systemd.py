@@ -226,6 +226,7 @@ def _mono(p: Dict[str, str], key: str) -> float:
 
 
 def test_service_under_systemd(capsys: Any) -> None:
+    """One boot; every check is in :func:`check`."""
     t = TOPOLOGIES["hb2"]
     region = t.regions[0]  # 2-way across both host bridges: one new NUMA node
     knob_files = " ".join(k.path for k in REGISTRY if k.name != "weighted_interleave")
@@ -237,8 +238,21 @@ def test_service_under_systemd(capsys: Any) -> None:
         .replace("WATCHDOG_S", str(WATCHDOG_S))
     )
     res = run_guest(t, script, kernel="6.12", timeout=1500, systemd=True)
-    out = str(res.outdir)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    lines = [f"boot {res.boot_seconds} s (systemd as PID 1, to the test script), wall {res.wall_seconds} s"]
+    lines += check(str(res.outdir))
+    with capsys.disabled():
+        print("\n[vm systemd] " + "\n[vm systemd] ".join(lines))
+    with open(os.path.join(res.outdir, "measurements.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def check(out: str) -> List[str]:
+    """Every assertion on what the guest left in ``out``; returns the measurements.
+
+    Separate from the boot so a run's folder can be checked again by hand
+    (``python -c 'from tests.vm.test_vm_systemd import check; print(check(DIR))'``).
+    """
     journal = _read(out, "journal.txt")
     ctx = f"\n--- journal ---\n{journal[-6000:]}\n--- steps ---\n{_read(out, 'steps.log')}"
     props = _props(_read(out, "props.txt"))
@@ -263,13 +277,13 @@ def test_service_under_systemd(capsys: Any) -> None:
     assert ready["/proc/sys/kernel/numa_balancing"] == "2", ready
     assert ready["/sys/kernel/mm/numa/demotion_enabled"] == "true", ready
     assert ready["/sys/devices/system/memory/auto_online_blocks"] == "online_movable", ready
-    assert ready[wi + "node0"] == "3", ready
+    # no CXL memory yet: the weights are skipped until a CXL node appears
+    assert ready[wi + "node0"] == before[wi + "node0"], ready
     assert before != ready
     m = parse_exposition(_read(out, "metrics-ready.txt"))
     assert m.get("cxlctl_ready") == 1 and m.get("cxlctl_profile_info", profile="vm-systemd") == 1
-    # CAP_NET_ADMIN: the 128 MiB udev buffer was set; /dev/cxl reachable: `cxl list -H` ran
+    # CAP_NET_ADMIN: the 128 MiB udev buffer was set
     assert "cannot set the udev receive buffer" not in journal, ctx
-    assert m.get("cxlctl_health_available") == 1, _read(out, "metrics-ready.txt")[-2000:] + ctx
 
     # 3. the live unit's exposure
     sec = _read(out, "security.txt")
@@ -301,6 +315,8 @@ def test_service_under_systemd(capsys: Any) -> None:
     assert _read(out, "metrics-reloaded.rc").strip() == "0"
     mr = parse_exposition(_read(out, "metrics-reloaded.txt"))
     assert mr.get("cxlctl_reloads_total", result="ok") == 1
+    # DeviceAllow=char-cxl: `cxl list -M -H` reached /dev/cxl/memN from inside the sandbox
+    assert mr.get("cxlctl_health_available") == 1, _read(out, "metrics-reloaded.txt")[-2000:] + ctx
     assert _read(out, "metrics-old-port.rc").strip() != "0", "the old endpoint still answers after the reload"
     assert "configuration reloaded from /etc/cxlctl/cxlctl.toml" in journal, ctx
 
@@ -332,8 +348,7 @@ def test_service_under_systemd(capsys: Any) -> None:
     assert after[wi + f"node{node}"] == "1", after
 
     ready_install = [float(x) for x in _read(out, "install-times").split()]
-    lines: List[str] = [
-        f"boot {res.boot_seconds} s (systemd as PID 1, to the test script), wall {res.wall_seconds} s",
+    return [
         "systemd: " + " ".join(_read(out, "boot.txt").split("\n", 4)[-1].split()),
         f"install.sh (enable --now) returned after {ready_install[1] - ready_install[0]:.1f} s; "
         f"main process start -> READY (active) {ready_s:.1f} s",
@@ -343,7 +358,3 @@ def test_service_under_systemd(capsys: Any) -> None:
         f"(WatchdogSec={WATCHDOG_S})",
         f"systemd-analyze security (live unit): {exposure} {sm.group(2)}",
     ]
-    with capsys.disabled():
-        print("\n[vm systemd] " + "\n[vm systemd] ".join(lines))
-    with open(os.path.join(out, "measurements.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
