@@ -53,32 +53,6 @@ GUEST_LIB = Path(__file__).resolve().parent / "guest-lib.sh"
 GUEST_MODULES = ("cxl_acpi", "cxl_pci", "cxl_mem", "dax_cxl", "device_dax", "kmem")
 
 
-#: units masked when the guest boots systemd (``run_guest(systemd=True)``): the guest
-#: runs the *host's* systemd on the host's root (read-only 9p, overlays set up only
-#: later, by virtme's init inside serial-getty@ttyS0), so the host's own boot jobs
-#: would run there too.  systemd-tmpfiles-setup is the one that matters: its
-#: ``--remove --boot`` walks the host's whole /tmp ("D /tmp") to empty it, which over
-#: 9p under TCG never finished in 4 minutes (and would delete the host's /tmp if the
-#: root were ever exported writable); virtme's init runs ``systemd-tmpfiles --create``
-#: itself once the overlays are in place.  The rest are host services and timers
-#: that have nothing to do in a test guest and only cost emulated CPU.
-GUEST_SYSTEMD_MASKS = (
-    "systemd-tmpfiles-setup.service",
-    "systemd-tmpfiles-clean.timer",
-    "systemd-timesyncd.service",
-    "systemd-pstore.service",
-    "e2scrub_reap.service",
-    "ndctl-monitor.service",
-    "postgresql.service",
-    "apt-daily.timer",
-    "apt-daily-upgrade.timer",
-    "dpkg-db-backup.timer",
-    "e2scrub_all.timer",
-    "fstrim.timer",
-    "man-db.timer",
-)
-
-
 class HarnessError(RuntimeError):
     """Base class for everything the VM harness raises."""
 
@@ -542,7 +516,6 @@ def run_guest(
     workdir: Optional[Path] = None,
     settle_timeout: int = 60,
     extra_qemu_args: Sequence[str] = (),
-    systemd: bool = False,
 ) -> GuestResult:
     """Boot ``topology`` on ``kernel`` and run ``script`` (bash) as root in it.
 
@@ -563,10 +536,6 @@ def run_guest(
     in CI while a guest program touched CXL memory); what that attempt wrote is
     moved to ``attemptN/`` first.  A failure inside the script, a guest kernel
     panic or a timeout is never retried: those are the test's.
-
-    ``systemd=True`` boots the host's systemd as the guest's init (vng
-    ``--systemd``, experimental in virtme-ng 1.42) so the script runs under a
-    real service manager and ``systemctl`` works (tests/vm/test_vm_systemd.py).
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -587,9 +556,7 @@ def run_guest(
         tries = boot_tries()
         before = set(os.listdir(base))
         for attempt in range(1, tries + 1):
-            cmd = _prepare(
-                vng, script, base, out, hdir, topo, kern, memory, settle_timeout, extra_qemu_args, env, systemd=systemd
-            )
+            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, extra_qemu_args, env)
             t0 = time.monotonic()
             try:
                 res = _boot_and_collect(cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0)
@@ -639,7 +606,6 @@ def _prepare(
     settle_timeout: int,
     extra_qemu_args: Sequence[str],
     env: Optional[Dict[str, str]] = None,
-    systemd: bool = False,
 ) -> List[str]:
     """Lay out a fresh runner folder and return the vng command line."""
     if hdir.exists():
@@ -682,7 +648,6 @@ def _prepare(
         "--rwdir",
         str(base),
         "--qemu-opts=" + " ".join(q(a) for a in qemu),
-        *(["--systemd", *(f"--append=systemd.mask={u}" for u in GUEST_SYSTEMD_MASKS)] if systemd else []),
         "--exec",
         f"bash {q(str(hdir / 'runner.sh'))}",
     ]

@@ -191,25 +191,3 @@ def test_real_qemu_is_wrapped_and_version_passes_through(tmp_path: Path, monkeyp
     out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("QEMU emulator version")
     assert not (work / "harness" / "qemu-status").exists()
-
-
-def test_systemd_option_boots_systemd_with_the_host_boot_jobs_masked(tmp_path: Path) -> None:
-    """run_guest(systemd=True) asks vng for systemd as init and masks the host's
-    tmpfiles-setup (it walks the host's /tmp to empty it: a boot never finished);
-    without the option the command line is what it always was."""
-    from tests.vm import harness
-
-    k = Kernel(series="6.12", release="fake", vmlinuz=tmp_path / "vmlinuz")
-    topo = TOPOLOGIES["hb2"]
-
-    def cmd(**kw: bool) -> list[str]:
-        base = tmp_path / ("sd" if kw else "plain")
-        base.mkdir()
-        return harness._prepare("vng", "true", base, base / "out", base / "harness", topo, k, "2G", 60, (), {}, **kw)
-
-    plain, sd = cmd(), cmd(systemd=True)
-    assert "--systemd" not in plain and not any("systemd.mask" in a for a in plain)
-    assert "--append=systemd.mask=systemd-tmpfiles-setup.service" in sd
-    extra = [a for a in sd if a not in plain and str(tmp_path) not in a]
-    assert extra == ["--systemd"] + [f"--append=systemd.mask={u}" for u in harness.GUEST_SYSTEMD_MASKS]
-    assert sd.index("--systemd") < sd.index("--exec")
