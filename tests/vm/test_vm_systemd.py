@@ -167,6 +167,8 @@ sd() { nsenter -t "$SDPID" -m -p -- "$@"; }
 systemctl() { sd systemctl "$@"; }
 journalctl() { sd journalctl "$@"; }
 systemd-analyze() { sd systemd-analyze "$@"; }
+# its private bus socket first (before it exists, is-system-running answers "offline" at once)
+for i in $(seq 600); do sd test -S /run/systemd/private && break; sleep 0.2; done
 timeout 300 nsenter -t "$SDPID" -m -p -- systemctl is-system-running --wait > "$OUT/system-state.txt" 2>&1
 T_SD1=$(now)
 
