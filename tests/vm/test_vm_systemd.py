@@ -154,7 +154,7 @@ unshare --pid --fork --mount --propagation private -- bash -c '
   mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
   mkdir -p /run/udev && mount --move /tmp/sd-udev /run/udev
   mount -t proc proc /proc
-  exec /lib/systemd/systemd --system --log-target=console systemd.unit=basic.target SYSTEMD_MASKS
+  exec /lib/systemd/systemd --system systemd.unit=basic.target SYSTEMD_MASKS
 ' > "$OUT/systemd-console.log" 2>&1 < /dev/null &
 UNSHARE=$!
 SDPID=
@@ -175,6 +175,8 @@ T_SD1=$(now)
 # whatever happens, leave the service's journal and state for the host to read
 trap 'journalctl -u "$UNIT" --no-pager -o short-monotonic > "$OUT/journal.txt" 2>&1
       systemctl show "$UNIT" --no-pager > "$OUT/show.txt" 2>&1
+      journalctl --no-pager -o short-monotonic -n 300 > "$OUT/journal-all.txt" 2>&1
+      systemctl list-units --all --no-pager > "$OUT/units.txt" 2>&1
       kill -KILL "$SDPID" 2>/dev/null' EXIT
 
 { echo "pid1=$(sd cat /proc/1/comm)"; echo "started=$T_SD0"; echo "running=$T_SD1"
