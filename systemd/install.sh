@@ -7,7 +7,8 @@
 #
 # What it does:
 #   * copies systemd/cxlctl.service to /etc/systemd/system/, with ExecStart pointing at
-#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`);
+#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`), and ProtectHome=read-only
+#     instead of yes when that cxlctl or its Python lives under /home, /root or /run/user;
 #   * writes /etc/cxlctl/cxlctl.toml from the commented example, unless one exists;
 #   * systemctl daemon-reload + enable [--now] (skipped with DESTDIR).
 # Undo: docs/daemon.md, "Uninstall".
@@ -17,7 +18,7 @@ START=1
 for a in "$@"; do
   case "$a" in
     --no-start) START=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
