@@ -18,7 +18,7 @@ START=1
 for a in "$@"; do
   case "$a" in
     --no-start) START=0 ;;
-    -h|--help) sed -n '2,16p' "$(basename "$0")"; exit 0 ;;
+    -h|--help) sed -n '2,/^# Undo/p' "$(basename "$0")"; exit 0 ;;
     *) echo "install.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
