@@ -7,7 +7,8 @@
 #
 # What it does:
 #   * copies systemd/cxlctl.service to /etc/systemd/system/, with ExecStart pointing at
-#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`);
+#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`), and ProtectHome=read-only
+#     instead of yes when that cxlctl or its Python lives under /home, /root or /run/user;
 #   * writes /etc/cxlctl/cxlctl.toml from the commented example, unless one exists;
 #   * systemctl daemon-reload + enable [--now] (skipped with DESTDIR).
 # Undo: docs/daemon.md, "Uninstall".
@@ -17,7 +18,7 @@ START=1
 for a in "$@"; do
   case "$a" in
     --no-start) START=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^# Undo/p' "$(basename "$0")"; exit 0 ;;
     *) echo "install.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -32,8 +33,22 @@ if [ -z "$DEST" ] && [ "$(id -u)" != 0 ]; then
   echo "install.sh: run as root (or set DESTDIR to stage the files)" >&2
   exit 1
 fi
+# ProtectHome=yes hides /home, /root and /run/user from the service: a cxlctl (or the Python
+# it runs on) installed there (pipx's ~/.local, pyenv's ~/.pyenv, a venv in a home folder) could
+# not even be executed (status 203/EXEC).  Then the unit gets ProtectHome=read-only instead.
+PROTECT_HOME=yes
+in_home() { case "$1" in /home/* | /root/* | /run/user/*) return 0 ;; *) return 1 ;; esac; }
+INTERP=$(head -c 256 "$BIN" | sed -n '1s/^#![[:space:]]*\([^[:space:]]*\).*/\1/p')
+for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readlink -f "$INTERP")"}; do
+  if in_home "$p"; then
+    PROTECT_HOME=read-only
+    echo "install.sh: $p is under a home folder: the unit gets ProtectHome=read-only (not yes) so systemd can run it" >&2
+    break
+  fi
+done
 install -d -m 0755 "$DEST/etc/systemd/system" "$DEST/etc/cxlctl"
-sed "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
+sed -e "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" -e "s#^ProtectHome=yes\$#ProtectHome=$PROTECT_HOME#" \
+  cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
 chmod 0644 "$DEST/etc/systemd/system/cxlctl.service.tmp"
 mv "$DEST/etc/systemd/system/cxlctl.service.tmp" "$DEST/etc/systemd/system/cxlctl.service"
 if [ ! -e "$DEST/etc/cxlctl/cxlctl.toml" ]; then

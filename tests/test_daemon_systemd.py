@@ -127,3 +127,33 @@ def test_install_script_refuses_without_cxlctl(tmp_path: Any) -> None:
     )
     assert p.returncode == 1 and "no cxlctl executable found" in p.stderr
     assert not os.path.exists(tmp_path / "etc")
+
+
+def _stage_with(tmp_path: Any, name: str, shebang: str) -> str:
+    exe = tmp_path / name
+    exe.write_text(f"#!{shebang}\n")
+    exe.chmod(0o755)
+    stage = tmp_path / f"stage-{name}"
+    p = subprocess.run(
+        ["bash", os.path.join(REPO, "systemd", "install.sh"), "--no-start"],
+        env={**os.environ, "DESTDIR": str(stage), "CXLCTL": str(exe)},
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    with open(stage / "etc/systemd/system/cxlctl.service") as f:
+        unit = f.read()
+    return [ln for ln in unit.splitlines() if ln.startswith("ProtectHome=")][0] + "|" + p.stderr
+
+
+def test_install_keeps_protect_home_unless_cxlctl_lives_in_a_home(tmp_path: Any) -> None:
+    """Under systemd, ProtectHome=yes made a cxlctl whose Python is pyenv's in /root
+    unexecutable (status 203/EXEC, tests/vm/test_vm_systemd.py): such an install gets
+    ProtectHome=read-only, any other keeps yes."""
+    line, err = _stage_with(tmp_path, "sys", "/usr/bin/python3").split("|", 1)
+    assert line == "ProtectHome=yes" and err == ""
+    line, err = _stage_with(tmp_path, "pyenv", "/root/.pyenv/versions/3.11.7/bin/python3.11").split("|", 1)
+    assert line == "ProtectHome=read-only"
+    assert "/root/.pyenv/versions/3.11.7/bin/python3.11 is under a home folder" in err
+    line, _ = _stage_with(tmp_path, "pipx", "/home/ops/.local/pipx/venvs/cxlctl/bin/python").split("|", 1)
+    assert line == "ProtectHome=read-only"
