@@ -49,6 +49,7 @@ The host checks the files the guest left in $OUT and prints the measurements.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any, Dict, List
@@ -401,9 +402,15 @@ def check(out: str) -> List[str]:
     gaps = [b - a for a, b in zip(pings, pings[1:])]
     assert max(gaps) < WATCHDOG_S, gaps
 
-    # DOCTOR: `cxlctl doctor` (branch doctor) reports the service's state.  The guest runs
-    # `cxlctl doctor --json` while the service runs (doctor-running.json) and after the stop
-    # (doctor-stopped.json) once the command exists; assert here what it says about cxlctl.service.
+    # DOCTOR: `cxlctl doctor` reports the service's state from the live systemd: active with
+    # its main PID while it runs (doctor-running.json), inactive after the stop (doctor-stopped.json)
+    for label, want in (("running", "ok"), ("stopped", "note")):
+        rc = _read(out, f"doctor-{label}.rc").strip()
+        assert rc in ("0", "1"), (label, rc, _read(out, f"doctor-{label}.err"))
+        svc = [c for c in json.loads(_read(out, f"doctor-{label}.json"))["checks"] if c["id"] == "services.daemon"]
+        assert len(svc) == 1 and svc[0]["result"] == want, (label, svc)
+        if label == "running":
+            assert f"main pid {started['MainPID']}" in svc[0]["message"], svc
 
     # 7. stop: exit 0, rolled back; every knob as before the service started
     assert _read(out, "stop.rc").strip() == "0", _read(out, "stop.out")
