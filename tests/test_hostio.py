@@ -296,3 +296,14 @@ def test_launch_reads_this_process_through_the_layer() -> None:
     assert doc["name"] == proc.comm(os.getpid())
     mems, cpus = preflight.self_allowed("/")
     assert mems and cpus and os.sched_getaffinity(0) <= set(cpus)
+
+
+def test_a_name_with_a_nul_byte_reads_as_absent(tmp_path: Path) -> None:
+    """Paths made from kernel text (``/boot/config-<osrelease>``) may carry a NUL
+    byte; os.open raises ValueError for those.  The fuzzer found doctor crashing on it."""
+    from cxlctl.hostio.reader import Reader
+
+    (tmp_path / "boot").mkdir()
+    r = Reader(str(tmp_path))
+    assert r.raw("/boot/config-6.1\x00x") is None
+    assert not r.exists("/boot/config-6.1\x00x")

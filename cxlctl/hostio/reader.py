@@ -186,15 +186,20 @@ class Reader:
         again through a fresh one: the directory may have been replaced since (a reader
         kept across a region or DAX reconfiguration on a tree that changes).  A handle
         opened while reading the current device is not asked again (see :meth:`_stale`)."""
-        dfd = self._dirfds.get(d)
-        if dfd is not None:
-            try:
-                return op(dfd)
-            except FileNotFoundError:
-                if not self._stale(d):
-                    raise
-                os.close(self._dirfds.pop(d))
-        return op(self._dirfd(d or "/"))
+        try:
+            dfd = self._dirfds.get(d)
+            if dfd is not None:
+                try:
+                    return op(dfd)
+                except FileNotFoundError:
+                    if not self._stale(d):
+                        raise
+                    os.close(self._dirfds.pop(d))
+            return op(self._dirfd(d or "/"))
+        except ValueError:
+            # a NUL byte in a name made from kernel text (a release "6.1\0x" in
+            # /boot/config-RELEASE): no such file can exist
+            raise FileNotFoundError(errno.ENOENT, "name with a NUL byte", d) from None
 
     def _stale(self, d: str) -> bool:
         """May the kept handle of ``d`` point at a directory replaced since it was opened?
