@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 from typing import Any, Dict
 
 import pytest
