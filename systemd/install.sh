@@ -46,8 +46,19 @@ for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readli
     break
   fi
 done
+# PrivateTmp=yes gives the service an empty /tmp and /var/tmp: a cxlctl installed there (a
+# checkout under /tmp, as scripts/ci-fresh.sh makes) would fail with 203/EXEC.  Then PrivateTmp=no.
+PRIVATE_TMP=yes
+for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readlink -f "$INTERP")"}; do
+  case "$p" in /tmp/* | /var/tmp/*)
+    PRIVATE_TMP=no
+    echo "install.sh: $p is under /tmp: the unit gets PrivateTmp=no (not yes) so systemd can run it" >&2
+    break ;;
+  esac
+done
 install -d -m 0755 "$DEST/etc/systemd/system" "$DEST/etc/cxlctl"
 sed -e "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" -e "s#^ProtectHome=yes\$#ProtectHome=$PROTECT_HOME#" \
+  -e "s#^PrivateTmp=yes\$#PrivateTmp=$PRIVATE_TMP#" \
   cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
 chmod 0644 "$DEST/etc/systemd/system/cxlctl.service.tmp"
 mv "$DEST/etc/systemd/system/cxlctl.service.tmp" "$DEST/etc/systemd/system/cxlctl.service"
