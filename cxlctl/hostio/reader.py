@@ -357,21 +357,12 @@ class Reader:
     def readlink(self, path: str) -> Optional[str]:
         """Target of the link at ``path`` (through its directory's handle, on the live host
         too: a scan reads five links per memdev), None when there is none."""
-        if self.log is not None:
-            self.log.add(path)
+        self._touch(path)
         try:
             d, _, name = path.rpartition("/")
             if name in _NOT_NAMES:
                 return os.readlink(under(self.root, path))
-            dfd = self._dirfds.get(d)
-            if dfd is not None:
-                try:
-                    return os.readlink(name, dir_fd=dfd)
-                except FileNotFoundError:
-                    if not self._stale(d):
-                        raise
-                    os.close(self._dirfds.pop(d))  # asked again through a fresh handle, as _at does
-            return os.readlink(name, dir_fd=self._dirfd(d or "/"))
+            return self._at(d, lambda dfd: os.readlink(name, dir_fd=dfd))
         except Refused as e:
             self.notes.append((path, e.reason))
             return None
