@@ -32,7 +32,6 @@ DRIVER_MODE: Dict[str, str] = {"kmem": "system-ram", "device_dax": "devdax", "fs
 
 #: attributes where a negative number is a real value (-1 = NUMA_NO_NODE / no class)
 _SIGNED = ("/numa_node", "/target_node", "qos_class")
-_SIGNED_NAMES = ("numa_node", "target_node")  # the same for an attribute's own name (and *qos_class)
 _HEX = b"0123456789abcdefABCDEF"
 
 
@@ -86,9 +85,10 @@ class Attrs:
         if t[:2] == b"0x" and 2 < len(t) <= 18 and not t[2:].lstrip(_HEX):
             v = int(t, 16)
             return None if unset_is_none and v == U64_MAX else v
-        if t[:1] == b"-" and t[1:].isdigit() and len(t) < 20 and (name in _SIGNED_NAMES or name.endswith("qos_class")):
+        path = f"{d}/{name}"
+        if t[:1] == b"-" and t[1:].isdigit() and len(t) < 20 and path.endswith(_SIGNED):
             return -int(t[1:])  # numa_node -1 (NUMA_NO_NODE), a qos_class of -1
-        return self._num(f"{d}/{name}", b.decode("utf-8", "replace").strip(), False, unset_is_none)
+        return self._num(path, b.decode("utf-8", "replace").strip(), False, unset_is_none)
 
     def flag_of(self, d: str, name: str, b: Optional[bytes]) -> Optional[bool]:
         """:meth:`flag` of content already read."""
