@@ -37,7 +37,7 @@ other; nothing on the host is changed.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.model import Inventory
@@ -265,7 +265,3 @@ def check_namespace(ns: str) -> str:
     if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", ns):
         raise UsageError(f"--namespace {ns!r} is not a Kubernetes namespace name", hint="e.g. --namespace kube-system")
     return ns
-
-
-def summary(cfg: NriConfig) -> Sequence[str]:
-    return [f"{c.name}: {c.mode} over node(s) {format_nodelist(c.nodes)} — {c.purpose}" for c in cfg.classes]

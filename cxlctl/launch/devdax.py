@@ -39,7 +39,6 @@ MOONCAKE_CXL_SINCE = (0, 3, 6)
 MOONCAKE_DIST = "mooncake-transfer-engine"
 #: what a dry run assumes without Mooncake installed: the release these rules were checked against
 MOONCAKE_ASSUMED = "0.3.12"
-LMCACHE_DEVDAX_FLAGS = ("--l1-devdax-path", "--l1-size-gb")
 LMCACHE_POOL_FLAGS = ("--cxl-pool-id", "--cxl-pool-offset")
 _DAX_NAME = re.compile(r"^dax\d+\.\d+$")
 
