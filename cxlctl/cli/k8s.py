@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from .common import JSON_OPT, emit_json, group, host_root
+from .common import JSON_OPT, emit_json, group, host_root, note
 
 k8s_app = group("k8s", "Generate configuration for Kubernetes components from this host (NRI memory-policy plugin).")
 
@@ -45,7 +45,5 @@ def nri_config_cmd(
         emit_json(nri.to_json(cfg))
         return
     sys.stdout.write(nri.to_configmap(cfg, namespace) if configmap else nri.to_yaml(cfg))
-    for n in cfg.notes:
-        sys.stderr.write(f"cxlctl: note: {n}\n")
-    for w in cfg.warnings:
-        sys.stderr.write(f"cxlctl: warning: {w}\n")
+    note(f"note: {n}" for n in cfg.notes)
+    note(f"warning: {w}" for w in cfg.warnings)
