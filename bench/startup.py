@@ -111,13 +111,13 @@ from cxlctl.inventory import scan
 assert cxlctl.__file__.startswith(repo), (cxlctl.__file__, repo)
 out = {}
 for root in sys.argv[3:]:
-    scan(root)  # warm: page cache, sort keys, imports
+    n = len(scan(root).memdevs)  # warm: page cache, sort keys, imports
     xs = []
     for _ in range(runs):
         t = time.perf_counter()
         scan(root)
         xs.append(time.perf_counter() - t)
-    out[root] = xs
+    out[root] = {"memdevs": n, "times": xs}
 print(json.dumps(out))
 """
 
@@ -150,7 +150,8 @@ def scan_cost(repos: List[str], quick: bool) -> List[str]:
                 )
                 got = json.loads(p.stdout)
                 for n, root in trees.items():
-                    times[repo][n].extend(got[root])
+                    assert got[root]["memdevs"] == n, (repo, n, got[root]["memdevs"])
+                    times[repo][n].extend(got[root]["times"])
     out = [f"scan cost vs memdevs (in-process scan(), median of {rounds * 3} scans over {rounds} interleaved rounds):"]
     per: Dict[str, Dict[int, float]] = {}
     for repo in repos:
