@@ -16,7 +16,7 @@ import typer
 
 from cxlctl.errors import UsageError
 
-from .common import SCHEMA_VERSION, host_root
+from .common import emit_json, host_root
 
 
 def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
@@ -116,9 +116,7 @@ def stat(
             r = None if prev is None else rates(prev, s)
             doc = to_dict(s, r, judge(s, r), n)
             if json_out:
-                import json
-
-                sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}) + "\n")
+                emit_json(doc, indent=None)
             else:
                 sys.stdout.write(("\n" if n else "") + render_text(doc, width) + "\n")
             sys.stdout.flush()

@@ -19,7 +19,7 @@ import typer
 
 from cxlctl.errors import UsageError
 
-from .common import host_root
+from .common import emit_json, host_root
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -84,11 +84,7 @@ def top(
     import shutil
 
     if json_out or not sys.stdout.isatty():
-        import json
-
         from cxlctl.telemetry.report import to_dict
-
-        from .common import SCHEMA_VERSION
 
         n = 0
         try:
@@ -97,7 +93,7 @@ def top(
                     time.sleep(max(0.0, prev.time + every - time.monotonic()))
                 s, rt, vs = refresh()
                 if json_out:
-                    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **to_dict(s, rt, vs, n)}) + "\n")
+                    emit_json(to_dict(s, rt, vs, n), indent=None)
                 else:
                     width = shutil.get_terminal_size((80, 24)).columns
                     sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), width) + "\n")
