@@ -17,9 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
-from cxlctl.errors import UsageError
-
-from .common import emit_json, host_root
+from .common import emit_json, host_root, interval_option
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -40,18 +38,12 @@ def top(
 ) -> None:
     """Live view: node usage by tier, promote/demote rates, top CXL users, verdicts (q quits)."""
     from cxlctl.hostio.reader import Reader
-    from cxlctl.parse import parse_seconds
     from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
     from cxlctl.telemetry.verdicts import judge
 
-    try:
-        every = parse_seconds(interval)
-    except ValueError as e:
-        raise UsageError(f"--interval {interval!r}: {e}", hint="give seconds, e.g. --interval 2") from None
-    if every < 0.2:
-        raise UsageError(f"--interval {interval!r} is too short", hint="use 0.2 s or more")
+    every = interval_option(interval, 0.2, "2")
     root = host_root()
     kinds = node_kinds(root)
     hist = History()
