@@ -95,9 +95,9 @@ def stat(
     width = shutil.get_terminal_size((80, 24)).columns
     try:
         while total is None or n < total:
-            if n:
+            if prev is not None:
                 assert every is not None
-                time.sleep(max(0.0, prev.time + every - time.monotonic()) if prev is not None else every)
+                time.sleep(max(0.0, prev.time + every - time.monotonic()))
             s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
             r = None if prev is None else rates(prev, s)
             doc = to_dict(s, r, judge(s, r), n)
