@@ -151,6 +151,22 @@ def test_a_reload_that_changes_the_cgroups_makes_a_new_sampler(tmp_path: Any) ->
         d.close()
 
 
+def test_a_reload_restarts_the_telemetry_timer_with_the_new_interval(tmp_path: Any) -> None:
+    root = work_tree(pristine(LIVE), str(tmp_path / "root"))
+    cfgfile = tmp_path / "cxlctl.toml"
+    body = "[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n"
+    cfgfile.write_text(body + "telemetry_interval = 3600\n")
+    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    try:
+        d.startup()
+        assert d.deadlines["telemetry"] > d.clock() + 3000
+        cfgfile.write_text(body + "telemetry_interval = 2\n")
+        d._do_reload()
+        assert d.deadlines["telemetry"] <= d.clock() + 2, "not an hour later, as the old interval said"
+    finally:
+        d.close()
+
+
 def test_every_metric_the_dashboard_queries_is_exported() -> None:
     with open(DASHBOARD) as f:
         dash = json.load(f)

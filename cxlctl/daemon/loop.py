@@ -552,7 +552,7 @@ class Daemon:
         if old.telemetry_cgroups != new.telemetry_cgroups:  # a sampler reads the cgroups it was made with
             self.sampler = Sampler(self.root, new.telemetry_cgroups)
         # periodic timers restart from now with the new intervals
-        for k in ("rescan", "drift", "health"):
+        for k in ("rescan", "drift", "health", "telemetry"):
             self.deadlines.pop(k, None)
         self._arm_periodic(self.clock())
         self._reconcile("reload")
