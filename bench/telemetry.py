@@ -141,26 +141,27 @@ def main() -> None:
 
         from rich.console import Console
 
+        from cxlctl.cli.top import PROCESS_BUDGET_S, PROCESS_MAX_AGE_S, TOP_CGROUPS, TOP_PROCESSES
         from cxlctl.telemetry.top import History, rich_view, view
 
         kinds = node_kinds(root)
         hist = History()
-        prev = read_sample(Reader(root), kinds, cgroups=cgs, top=20)
+        prev = read_sample(Reader(root), kinds, cgroups=cgs, top=TOP_PROCESSES)
         cpu = []
         # as cxlctl top keeps them: the ranking and each numa_maps are re-read every 5 s, not per refresh
         cache: Dict[int, Tuple[float, ProcessSample]] = {}
-        ranked = top_pids(Reader(root), 20)
+        ranked = top_pids(Reader(root), TOP_PROCESSES)
         for _ in range(a.runs):
             time.sleep(1.0 / a.runs)  # the cache's clock: spread the refreshes over about a second each run
             c0 = time.process_time()
             s = read_sample(
                 Reader(root),
                 kinds,
-                cgroups=list_cgroups(Reader(root), limit=64),
-                top=20,
-                budget_s=0.3,
+                cgroups=list_cgroups(Reader(root), limit=TOP_CGROUPS),
+                top=TOP_PROCESSES,
+                budget_s=PROCESS_BUDGET_S,
                 cache=cache,
-                max_age=5.0,
+                max_age=PROCESS_MAX_AGE_S,
                 ranked=ranked,
                 cgroup_counters=False,
             )

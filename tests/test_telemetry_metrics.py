@@ -24,6 +24,7 @@ from typing import Any, Optional, Set
 import pytest
 
 from cxlctl.daemon import metrics
+from cxlctl.daemon.config import load
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.telemetry import Sampler
 from cxlctl.inventory import scan
@@ -129,6 +130,39 @@ def test_telemetry_interval_zero_turns_sampling_off(tmp_path: Any) -> None:
         d.startup()
         assert "telemetry" not in d.deadlines
         assert "cxlctl_verdict" not in d.metrics_text()
+    finally:
+        d.close()
+
+
+def test_a_reload_that_changes_the_cgroups_makes_a_new_sampler(tmp_path: Any) -> None:
+    root = work_tree(pristine(LIVE), str(tmp_path / "root"))
+    cfgfile = tmp_path / "cxlctl.toml"
+    cfgfile.write_text("[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n")
+    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    try:
+        d.startup()
+        same = d.sampler
+        d._do_reload()
+        assert d.sampler is same, "an unchanged list keeps the sampler (and the sample rates need)"
+        cfgfile.write_text(cfgfile.read_text() + "cgroups = ['/system.slice/x.service']\n")
+        d._do_reload()
+        assert d.sampler is not same and d.sampler.cgroups == ("/system.slice/x.service",)
+    finally:
+        d.close()
+
+
+def test_a_reload_restarts_the_telemetry_timer_with_the_new_interval(tmp_path: Any) -> None:
+    root = work_tree(pristine(LIVE), str(tmp_path / "root"))
+    cfgfile = tmp_path / "cxlctl.toml"
+    body = "[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n"
+    cfgfile.write_text(body + "telemetry_interval = 3600\n")
+    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    try:
+        d.startup()
+        assert d.deadlines["telemetry"] > d.clock() + 3000
+        cfgfile.write_text(body + "telemetry_interval = 2\n")
+        d._do_reload()
+        assert d.deadlines["telemetry"] <= d.clock() + 2, "not an hour later, as the old interval said"
     finally:
         d.close()
 

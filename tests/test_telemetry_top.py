@@ -42,6 +42,15 @@ def test_view_sorts_cgroups_and_processes_by_cxl_then_dram() -> None:
     assert [r.name for r in v.cgroups] == ["/c", "/a"]
 
 
+def test_view_cleans_host_text_for_both_renderers() -> None:
+    # the rich screen shows the model's text as it is: an ESC in a cgroup directory's name or in
+    # osrelease must not reach the terminal
+    s = sample([node(0, "dram")], cgroups=[_cg("/evil\x1b[31m", {0: MiB})])._replace(kernel="6.1\x1b[2J")
+    v = view(s, None, [], History())
+    assert [r.name for r in v.cgroups] == ["/evil?[31m"]
+    assert "kernel 6.1?[2J " in v.header and "\x1b" not in plain(v, 80)
+
+
 def test_history_sparkline_scales_to_the_largest_rate() -> None:
     h = History()
     for x in (0.0, 50.0, 100.0):

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Text
 import typer
 from typer._click.globals import get_current_context
 
-from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError
+from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.progress import ProgressFn
 
 from .params import seconds
@@ -61,6 +61,19 @@ def host_root() -> str:
 
         return resolve_root(None)
     return state.root
+
+
+def interval_option(value: str, minimum: float, example: str) -> float:
+    """``--interval`` of a command that reports repeatedly (``stat``, ``top``): seconds, at least ``minimum``."""
+    from cxlctl.parse import parse_seconds
+
+    try:
+        s = parse_seconds(value)
+    except ValueError as e:
+        raise UsageError(f"--interval {value!r}: {e}", hint=f"give seconds, e.g. --interval {example}") from None
+    if s < minimum:
+        raise UsageError(f"--interval {value!r} is too short", hint=f"use {minimum:g} s or more")
+    return s
 
 
 def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Optional[int] = 2) -> None:

@@ -16,7 +16,7 @@ import typer
 
 from cxlctl.errors import UsageError
 
-from .common import SCHEMA_VERSION, host_root
+from .common import emit_json, host_root, interval_option
 
 
 def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
@@ -33,20 +33,6 @@ def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
                 f"--node {v!r}: {e}", hint="give node ids such as 0, 1 or 0-1 (see cxlctl status)"
             ) from None
     return sorted(set(out))
-
-
-def _interval(value: Optional[str]) -> Optional[float]:
-    if value is None:
-        return None
-    from cxlctl.parse import parse_seconds
-
-    try:
-        s = parse_seconds(value)
-    except ValueError as e:
-        raise UsageError(f"--interval {value!r}: {e}", hint="give seconds, e.g. --interval 1 or 0.5") from None
-    if s < 0.1:
-        raise UsageError(f"--interval {value!r} is too short", hint="use 0.1 s or more")
-    return s
 
 
 def stat(
@@ -78,7 +64,7 @@ def stat(
     from cxlctl.telemetry.verdicts import judge
 
     root = host_root()
-    every = _interval(interval)
+    every = None if interval is None else interval_option(interval, 0.1, "1 or 0.5")
     if count is not None and every is None:
         every = 1.0
     nodes = _nodes(node)
@@ -109,16 +95,14 @@ def stat(
     width = shutil.get_terminal_size((80, 24)).columns
     try:
         while total is None or n < total:
-            if n:
+            if prev is not None:
                 assert every is not None
-                time.sleep(max(0.0, prev.time + every - time.monotonic()) if prev is not None else every)
+                time.sleep(max(0.0, prev.time + every - time.monotonic()))
             s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
             r = None if prev is None else rates(prev, s)
             doc = to_dict(s, r, judge(s, r), n)
             if json_out:
-                import json
-
-                sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}) + "\n")
+                emit_json(doc, indent=None)
             else:
                 sys.stdout.write(("\n" if n else "") + render_text(doc, width) + "\n")
             sys.stdout.flush()

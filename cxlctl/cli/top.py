@@ -17,9 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
-from cxlctl.errors import UsageError
-
-from .common import host_root
+from .common import emit_json, host_root, interval_option
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -40,18 +38,12 @@ def top(
 ) -> None:
     """Live view: node usage by tier, promote/demote rates, top CXL users, verdicts (q quits)."""
     from cxlctl.hostio.reader import Reader
-    from cxlctl.parse import parse_seconds
     from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
     from cxlctl.telemetry.verdicts import judge
 
-    try:
-        every = parse_seconds(interval)
-    except ValueError as e:
-        raise UsageError(f"--interval {interval!r}: {e}", hint="give seconds, e.g. --interval 2") from None
-    if every < 0.2:
-        raise UsageError(f"--interval {interval!r} is too short", hint="use 0.2 s or more")
+    every = interval_option(interval, 0.2, "2")
     root = host_root()
     kinds = node_kinds(root)
     hist = History()
@@ -84,11 +76,7 @@ def top(
     import shutil
 
     if json_out or not sys.stdout.isatty():
-        import json
-
         from cxlctl.telemetry.report import to_dict
-
-        from .common import SCHEMA_VERSION
 
         n = 0
         try:
@@ -97,7 +85,7 @@ def top(
                     time.sleep(max(0.0, prev.time + every - time.monotonic()))
                 s, rt, vs = refresh()
                 if json_out:
-                    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **to_dict(s, rt, vs, n)}) + "\n")
+                    emit_json(to_dict(s, rt, vs, n), indent=None)
                 else:
                     width = shutil.get_terminal_size((80, 24)).columns
                     sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), width) + "\n")

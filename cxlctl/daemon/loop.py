@@ -489,8 +489,6 @@ class Daemon:
         from cxlctl.telemetry.sample import kinds_of
 
         inv = self.rec.inventory
-        if self.sampler.cgroups != self.cfg.telemetry_cgroups:  # changed by a reload
-            self.sampler = Sampler(self.root, self.cfg.telemetry_cgroups)
         try:
             self.telemetry = self.sampler.tick(kinds_of(inv.nodes) if inv is not None else {})
         except Exception:  # a bug in the sampler must not end the daemon
@@ -551,8 +549,10 @@ class Daemon:
             self._start_ras()
         elif self.ras is not None:
             self.ras.poison_action = new.ras_poison_action
+        if old.telemetry_cgroups != new.telemetry_cgroups:  # a sampler reads the cgroups it was made with
+            self.sampler = Sampler(self.root, new.telemetry_cgroups)
         # periodic timers restart from now with the new intervals
-        for k in ("rescan", "drift", "health"):
+        for k in ("rescan", "drift", "health", "telemetry"):
             self.deadlines.pop(k, None)
         self._arm_periodic(self.clock())
         self._reconcile("reload")

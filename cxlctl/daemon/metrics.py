@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
 from cxlctl.hostio import paths
@@ -31,7 +31,9 @@ from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
 
 from .health import Health
-from .telemetry import Telemetry
+
+if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
+    from .telemetry import Telemetry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TEXTFILE = "cxlctl.prom"

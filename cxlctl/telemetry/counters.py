@@ -17,14 +17,18 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
 
-#: counters of ``/sys/devices/system/node/nodeN/vmstat`` (pages, cumulative since boot)
-NODE_COUNTERS: Tuple[str, ...] = (
+#: promotion and demotion between tiers (pages, cumulative): counted per node, system-wide and per cgroup
+PROMOTE_DEMOTE: Tuple[str, ...] = (
     "pgpromote_success",
     "pgpromote_candidate",
     "pgdemote_kswapd",
     "pgdemote_direct",
     "pgdemote_khugepaged",
     "pgdemote_proactive",
+)
+
+#: counters of ``/sys/devices/system/node/nodeN/vmstat`` (pages, cumulative since boot)
+NODE_COUNTERS: Tuple[str, ...] = PROMOTE_DEMOTE + (
     "numa_hit",
     "numa_miss",
     "numa_foreign",
@@ -41,22 +45,10 @@ SYSTEM_COUNTERS: Tuple[str, ...] = (
     "numa_pte_updates",
     "pgmigrate_success",
     "pgmigrate_fail",
-    "pgpromote_success",
-    "pgpromote_candidate",
-    "pgdemote_kswapd",
-    "pgdemote_direct",
-    "pgdemote_khugepaged",
-    "pgdemote_proactive",
-)
+) + PROMOTE_DEMOTE
 
-#: counters of a cgroup's ``memory.stat`` (pages, cumulative; the size lines are bytes)
-CGROUP_COUNTERS: Tuple[str, ...] = (
-    "pgpromote_success",
-    "pgdemote_kswapd",
-    "pgdemote_direct",
-    "pgdemote_khugepaged",
-    "pgdemote_proactive",
-)
+#: counters of a cgroup's ``memory.stat`` (pages, cumulative; the size lines are bytes); memcg counts no candidates
+CGROUP_COUNTERS: Tuple[str, ...] = tuple(n for n in PROMOTE_DEMOTE if n != "pgpromote_candidate")
 
 #: ``memory.stat`` sizes (bytes, current) shown beside the counters
 CGROUP_SIZES: Tuple[str, ...] = ("anon", "file", "shmem")
@@ -65,7 +57,7 @@ CGROUP_SIZES: Tuple[str, ...] = ("anon", "file", "shmem")
 TIERING_PREFIXES: Tuple[str, ...] = ("pgpromote_", "pgdemote_", "numa_")
 
 #: the demotion counters (their sum is "demoted")
-DEMOTE_COUNTERS: Tuple[str, ...] = tuple(n for n in NODE_COUNTERS if n.startswith("pgdemote_"))
+DEMOTE_COUNTERS: Tuple[str, ...] = tuple(n for n in PROMOTE_DEMOTE if n.startswith("pgdemote_"))
 
 #: ``memory.numa_stat`` types that add up to a cgroup's memory on a node (shmem is part of file)
 NUMA_STAT_RESIDENT: Tuple[str, ...] = ("anon", "file")

@@ -91,7 +91,7 @@ def view(
     st = s.settings
     dem = {True: "on", False: "off", None: "n/a"}[st.demotion_enabled]
     header = (
-        f"cxlctl top  kernel {s.kernel or '?'}  demotion {dem}  numa_balancing "
+        f"cxlctl top  kernel {clean(s.kernel or '?')}  demotion {dem}  numa_balancing "
         f"{'n/a' if st.numa_balancing is None else st.numa_balancing}"
         + ("" if r is None else f"  every {r.seconds:.1f}s")
     )
@@ -101,7 +101,7 @@ def view(
     key = {"cxl": lambda x: (-x.cxl, -x.total), "dram": lambda x: (-x.dram, -x.total), "total": lambda x: (-x.total,)}[
         sort
     ]
-    cgs = [Row(c.name, *_split(c.bytes_per_node, cxl)) for c in s.cgroups if c.readable]
+    cgs = [Row(clean(c.name), *_split(c.bytes_per_node, cxl)) for c in s.cgroups if c.readable]
     procs = [
         Row(f"{p.pid} {clean(p.comm or '?')}", *_split(p.maps.bytes, cxl)) for p in s.processes if p.maps is not None
     ]
@@ -136,7 +136,7 @@ def plain(v: View, width: int = 80) -> str:
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
-            lines.append(f"{title} {clean(row.name)[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
+            lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
     for key, what, applied in v.damon:
         lines.append(f"damon {key} {what}: applied {size(applied)}/s"[:width])
     for vd in v.verdicts:

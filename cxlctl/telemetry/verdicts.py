@@ -191,6 +191,8 @@ PLACING_MODES = ("bind", "preferred", "preferred-many")
 
 
 def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    from .report import clean  # a /dev/shm name is host text (report imports this module)
+
     cxl = {n.id for n in _cxl_nodes(s)}
     if not cxl:
         return None
@@ -215,7 +217,7 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
             if f in seen or not _is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
                 continue
             seen.add(f)
-            hits.append(f"{f} (PID {p.pid}: {100 * off // total}% of {_mib(total)} off CXL)")
+            hits.append(f"{clean(f)} (PID {p.pid}: {100 * off // total}% of {_mib(total)} off CXL)")
     if not hits:
         return None
     return Verdict(
