@@ -77,6 +77,16 @@ def test_reader_running_kdamond_of_someone_else() -> None:
     assert any("target_nid" in e for e in caps.evidence)
 
 
+def test_reader_takes_no_number_longer_than_a_u64(tmp_path: Any) -> None:
+    """A DAMON file of thousands of digits reads as None (``int()`` raises past 4300 digits)."""
+    k = tmp_path / "sys/kernel/mm/damon/admin/kdamonds"
+    (k / "0").mkdir(parents=True)
+    (k / "nr_kdamonds").write_text("9" * 5000 + "\n")
+    (k / "0" / "pid").write_text("18446744073709551615\n")
+    state = read_damon(str(tmp_path))
+    assert state.nr_kdamonds is None and state.kdamonds[0].pid == (1 << 64) - 1
+
+
 def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     """The VM test's own kdamonds, recorded after the cold pages moved: stats show the migration."""
     state = read_damon(os.path.join(FIXTURES, TIERING))
