@@ -375,6 +375,14 @@ def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
     return DamonState(True, nr, kds, modules, w.files)
 
 
+def any_running(r: Reader) -> bool:
+    """Whether any kdamond under ``kdamonds/`` is on, reading only their ``state`` files
+    (the NFD tiering label asks no more; :attr:`Kdamond.running` answers the same for a full read)."""
+    if not r.isdir(KDAMONDS):
+        return False
+    return any(_word(r.text(f"{KDAMONDS}/{n}/state")) == "on" for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
+
+
 # ---------------------------------------------------------------------------- probing
 
 
