@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from typing import Any, List
 
@@ -28,8 +26,8 @@ from cxlctl.tuning.knobs import read_current
 from cxlctl.tuning.profile import ProfileError, load
 from cxlctl.tuning.recommend import recommend
 from tests import damon_sysfs
-from tests.conftest import FIXTURES, REPO, cxlctl
-from tests.tune_support import diff, journal, snapshot, work_copy
+from tests.conftest import FIXTURES, cxlctl
+from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
 RUNNING = "linux-6.12/single-region-damon-running"
@@ -355,26 +353,11 @@ def test_a_failing_damon_write_leaves_damon_as_before(tmp_path: Any, monkeypatch
 
 
 def _kill_at(root: str, k: int) -> None:
-    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(k), CXLCTL_TEST_PAUSE_SECONDS="30")
-    env.pop("CXLCTL_TEST_FAULT", None)
     code = (
         "import sys; from tests.damon_sysfs import main_with_model; "
         f"sys.exit(main_with_model({root!r}, ['--root', {root!r}, 'tune', 'apply', 'inference-damon']))"
     )
-    p = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
-    )
-    try:
-        assert p.stderr is not None
-        for line in p.stderr:
-            if line.strip() == f"cxlctl-test: paused after {k} writes":
-                break
-        else:
-            raise AssertionError(f"apply finished without pausing at {k}")
-        p.send_signal(signal.SIGKILL)
-    finally:
-        p.wait()
-    assert p.returncode == -signal.SIGKILL
+    kill_at_pause([sys.executable, "-c", code], k)
 
 
 def test_sigkill_during_apply_then_revert_restores_damon(tmp_path: Any, monkeypatch: Any) -> None:
