@@ -11,7 +11,7 @@ import re
 import socket
 import struct
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -78,6 +78,19 @@ def test_parse_errors_are_counted_not_fatal(inv: Inventory, tmp_path: Path) -> N
     lines = ["garbage", *_lines("dram-in-region"), "  x-1 [000] ..... 1.0: cxl_dram: flags='cut"]
     evs = w.handle_lines(lines, inv)
     assert [e.kind for e in evs] == ["dram"] and w.stats.parse_errors == 2
+
+
+def test_the_parse_error_logged_is_the_batchs_own(tmp_path: Path, caplog: Any) -> None:
+    """The warning shows the first bad line of this read, never an older one the stream kept."""
+    w, _ = _watcher(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="test-ras"):
+        w.handle_lines(["garbage one", "garbage two"], None)
+        w.handle_lines(["garbage" + str(i) for i in range(30)], None)
+        w.handle_lines(["garbage late"], None)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert "2 CXL trace line(s) could not be parsed (first: not a trace event line" in msgs[0]
+    assert "'garbage one'" in msgs[0] and "'garbage0'" in msgs[1]
+    assert msgs[2] == "1 CXL trace line(s) could not be parsed" and w.stats.parse_errors == 33
 
 
 def test_soft_offline_writes_the_poisoned_page(inv: Inventory, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from cxlctl.inventory import scan
 from cxlctl.ras.collect import Mapper
 from cxlctl.ras.events import Event, map_address
 from cxlctl.ras.trace import Stream
+from tests.vm.ras_steps import parse_facts
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "fixtures" / "linux-6.12"
@@ -31,20 +32,7 @@ TREE = FIX / "hb2x2-region-ras"
 
 
 def _facts() -> Dict[str, Any]:
-    f: Dict[str, Any] = {"memdev": {}}
-    for line in (EVENTS / "facts.txt").read_text().splitlines():
-        k, *v = line.split()
-        if not v:
-            continue
-        if k == "memdev":
-            f["memdev"][v[0]] = v[1]
-        elif k in ("region_base", "region_size", "block_size"):
-            f[k] = int(v[0], 0)
-        elif k == "node":
-            f["node"] = int(v[0])
-        else:
-            f[k] = v[0]
-    return f
+    return parse_facts((EVENTS / "facts.txt").read_text())
 
 
 def _events(name: str) -> Tuple[List[Event], Stream]:

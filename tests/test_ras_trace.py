@@ -72,6 +72,18 @@ def test_stream_counts_errors_and_keeps_going() -> None:
     assert summary["parse_errors"] == 3 and summary["parsed"] == 2
 
 
+def test_a_number_of_thousands_of_digits_is_no_crash() -> None:
+    """``int()`` raises past 4300 digits: a LOST marker or a pid that long is garbage, counted as such."""
+    s = Stream()
+    lines = [
+        "CPU:0 [LOST " + "9" * 5000 + " EVENTS]",
+        "  bash-" + "1" * 5000 + " [000] ..... 1.0: cxl_poison: memdev=mem0",
+    ]
+    assert list(s.feed(lines)) == []
+    assert s.lost == 0 and s.error_count == 1
+    assert "not a trace event line" in s.errors[0].reason
+
+
 def test_random_bytes_never_raise() -> None:
     """Seeded garbage, cut lines and mangled copies of a real-shaped line: the
     stream only ever counts them."""

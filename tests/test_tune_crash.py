@@ -21,35 +21,13 @@ from cxlctl.cli import run
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.conftest import REPO
-from tests.tune_support import LIVE, diff, journal, representative, snapshot, work_copy
+from tests.tune_support import LIVE, diff, journal, kill_at_pause, representative, snapshot, work_copy
 
 COUNTS: Dict[Tuple[str, str], int] = {}
 
 
 def _kill_apply_at(root: str, profile: str, k: int) -> None:
-    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(k), CXLCTL_TEST_PAUSE_SECONDS="30")
-    env.pop("CXLCTL_TEST_FAULT", None)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", profile],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
-    )
-    try:
-        assert p.stderr is not None
-        seen: List[str] = []
-        for line in p.stderr:
-            seen.append(line)
-            if line.strip() == f"cxlctl-test: paused after {k} writes":
-                break
-        else:
-            raise AssertionError(f"apply finished without pausing at {k}: {''.join(seen)}")
-        p.send_signal(signal.SIGKILL)
-    finally:
-        p.wait()
-    assert p.returncode == -signal.SIGKILL
+    kill_at_pause([sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", profile], k)
 
 
 def _crash_sources() -> List[str]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from typing import Any, List
 
@@ -28,8 +26,8 @@ from cxlctl.tuning.knobs import read_current
 from cxlctl.tuning.profile import ProfileError, load
 from cxlctl.tuning.recommend import recommend
 from tests import damon_sysfs
-from tests.conftest import FIXTURES, REPO, cxlctl
-from tests.tune_support import diff, journal, snapshot, work_copy
+from tests.conftest import FIXTURES, cxlctl
+from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
 RUNNING = "linux-6.12/single-region-damon-running"
@@ -77,6 +75,16 @@ def test_reader_running_kdamond_of_someone_else() -> None:
     assert any("target_nid" in e for e in caps.evidence)
 
 
+def test_reader_takes_no_number_longer_than_a_u64(tmp_path: Any) -> None:
+    """A DAMON file of thousands of digits reads as None (``int()`` raises past 4300 digits)."""
+    k = tmp_path / "sys/kernel/mm/damon/admin/kdamonds"
+    (k / "0").mkdir(parents=True)
+    (k / "nr_kdamonds").write_text("9" * 5000 + "\n")
+    (k / "0" / "pid").write_text("18446744073709551615\n")
+    state = read_damon(str(tmp_path))
+    assert state.nr_kdamonds is None and state.kdamonds[0].pid == (1 << 64) - 1
+
+
 def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     """The VM test's own kdamonds, recorded after the cold pages moved: stats show the migration."""
     state = read_damon(os.path.join(FIXTURES, TIERING))
@@ -111,7 +119,7 @@ def test_units() -> None:
     assert parse_duration_us("5s", "k") == 5_000_000
     assert parse_duration_us("2min", "k") == 120_000_000
     assert parse_duration_us("100ms", "k") == 100_000
-    for bad in ("5", 5, "5 parsecs", "-1s", "1.5us", "٥s"):
+    for bad in ("5", 5, "5 parsecs", "-1s", "1.5us", "٥s", "9" * 400 + "s"):  # the last overflows a float
         with pytest.raises(ValueError):
             parse_duration_us(bad, "k")
     spec = validate({"enabled": True, "quota_size": "256M", "cold_age": "2min", "hot_accesses": "10%"})
@@ -345,26 +353,11 @@ def test_a_failing_damon_write_leaves_damon_as_before(tmp_path: Any, monkeypatch
 
 
 def _kill_at(root: str, k: int) -> None:
-    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(k), CXLCTL_TEST_PAUSE_SECONDS="30")
-    env.pop("CXLCTL_TEST_FAULT", None)
     code = (
         "import sys; from tests.damon_sysfs import main_with_model; "
         f"sys.exit(main_with_model({root!r}, ['--root', {root!r}, 'tune', 'apply', 'inference-damon']))"
     )
-    p = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
-    )
-    try:
-        assert p.stderr is not None
-        for line in p.stderr:
-            if line.strip() == f"cxlctl-test: paused after {k} writes":
-                break
-        else:
-            raise AssertionError(f"apply finished without pausing at {k}")
-        p.send_signal(signal.SIGKILL)
-    finally:
-        p.wait()
-    assert p.returncode == -signal.SIGKILL
+    kill_at_pause([sys.executable, "-c", code], k)
 
 
 def test_sigkill_during_apply_then_revert_restores_damon(tmp_path: Any, monkeypatch: Any) -> None:

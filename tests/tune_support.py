@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,3 +186,28 @@ def write_boot_id(root: str, value: str) -> None:
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "boot_id"), "w") as f:
         f.write(value + "\n")
+
+
+def kill_at_pause(argv: List[str], k: int) -> None:
+    """Run ``argv`` (a ``tune apply``) with ``CXLCTL_TEST_PAUSE_AFTER_WRITES=k``, SIGKILL it at the pause.
+
+    The apply prints ``cxlctl-test: paused after k writes`` to stderr and sleeps; it is
+    killed right there (no cleanup handler can run).  An apply that ends without
+    pausing fails the test with what it printed.
+    """
+    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(k), CXLCTL_TEST_PAUSE_SECONDS="30")
+    env.pop("CXLCTL_TEST_FAULT", None)
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        assert p.stderr is not None
+        seen: List[str] = []
+        for line in p.stderr:
+            seen.append(line)
+            if line.strip() == f"cxlctl-test: paused after {k} writes":
+                break
+        else:
+            raise AssertionError(f"apply finished without pausing at {k}: {''.join(seen)}")
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait()
+    assert p.returncode == -signal.SIGKILL

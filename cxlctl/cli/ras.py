@@ -14,7 +14,7 @@ import typer
 
 from cxlctl.errors import EXIT_FAILURE, CxlctlError, UsageError
 
-from .common import JSON_OPT, SCHEMA_VERSION, host_root
+from .common import JSON_OPT, SCHEMA_VERSION, emit_json, host_root
 
 
 def _tracefs_error(e: Exception) -> CxlctlError:
@@ -175,7 +175,7 @@ def health(
     root = host_root()
     doc = collect_health(root, poison=poison)
     if json_out:
-        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2) + "\n")
+        emit_json(doc)
         return
     sys.stdout.write(render_health(doc))
     if doc.get("errors"):

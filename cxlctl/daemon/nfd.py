@@ -65,13 +65,13 @@ def tiering_engine(root: str, reader: Optional[Reader] = None) -> str:
     Read only, and deliberately small: NUMA-balancing tiering is bit 2 of
     ``kernel.numa_balancing``; DAMON counts when any kdamond under
     ``/sys/kernel/mm/damon/admin/kdamonds/N/state`` reads ``on`` (whoever
-    started it: cxlctl, damo, HMSDK).  The DAMON reader proper lives with the
-    tiering work; this only answers "is one running".
+    started it: cxlctl, damo, HMSDK), asked of :func:`cxlctl.damon.sysfs.any_running`.
     """
+    from cxlctl.damon.sysfs import any_running
+
     r = reader if reader is not None else Reader(root)
     out = []
-    ids = r.listdir(paths.DAMON_KDAMONDS, accept=is_decimal) if r.isdir(paths.DAMON_KDAMONDS) else []
-    if any((r.text(f"{paths.DAMON_KDAMONDS}/{i}/state") or "").strip() == "on" for i in ids):
+    if any_running(r):
         out.append("damon")
     nb = (r.text(paths.NUMA_BALANCING) or "").strip()
     if is_decimal(nb) and int(nb) & NUMA_BALANCING_TIERING:

@@ -143,7 +143,9 @@ class RasWatcher:
         new_err = self.stream.error_count - errors0
         if new_err:
             self.stats.parse_errors += new_err
-            self.log.warning("%d CXL trace line(s) could not be parsed (first: %s)", new_err, self.stream.errors[-1:])
+            kept = self.stream.errors[errors0:]  # the stream keeps only its first few for the daemon's life
+            first = f" (first: {kept[0].reason}: {kept[0].text!r})" if kept else ""
+            self.log.warning("%d CXL trace line(s) could not be parsed%s", new_err, first)
         if self.stream.lost > lost0:
             self.stats.lost += self.stream.lost - lost0
             self.log.warning("the RAS trace buffer dropped %d event(s)", self.stream.lost - lost0)

@@ -212,10 +212,14 @@ class DamonCaps(NamedTuple):
 
 
 def _int(text: Optional[str]) -> Optional[int]:
+    """ASCII digits, at most 20 of them (the kernel prints no more than a u64): else None.
+
+    The bound also keeps ``int()`` from raising on a file of more than 4300 digits.
+    """
     if text is None:
         return None
     t = text.strip()
-    return int(t) if is_decimal(t) else None
+    return int(t) if is_decimal(t) and len(t) <= 20 else None
 
 
 def _bool(text: Optional[str]) -> Optional[bool]:
@@ -355,10 +359,7 @@ def read_modules(r: Reader) -> Tuple[DamonModule, ...]:
         d = f"{paths.MODULE_DIR}/{name}/parameters"
         if not r.isdir(d):
             continue
-        enabled = _bool(r.text(d + "/enabled"))
-        pid = r.text(d + "/kdamond_pid")
-        t = (pid or "").strip()
-        out.append(DamonModule(name, enabled, int(t) if is_decimal(t) else None))
+        out.append(DamonModule(name, _bool(r.text(d + "/enabled")), _int(r.text(d + "/kdamond_pid"))))
     return tuple(out)
 
 
@@ -372,6 +373,14 @@ def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
     nr = _int(w.text(NR_KDAMONDS))
     kds = tuple(w.kdamond(f"{KDAMONDS}/{n}", int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
     return DamonState(True, nr, kds, modules, w.files)
+
+
+def any_running(r: Reader) -> bool:
+    """Whether any kdamond under ``kdamonds/`` is on, reading only their ``state`` files
+    (the NFD tiering label asks no more; :attr:`Kdamond.running` answers the same for a full read)."""
+    if not r.isdir(KDAMONDS):
+        return False
+    return any(_word(r.text(f"{KDAMONDS}/{n}/state")) == "on" for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
 
 
 # ---------------------------------------------------------------------------- probing

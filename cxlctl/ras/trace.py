@@ -19,9 +19,9 @@ from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 #: the line header; flags (``.....``, ``d..1.``) are absent when the instance's
 #: ``irq-info`` option is off, and the task name may contain spaces and dashes
 _HEADER = re.compile(
-    r"^\s*(?P<task>.*?)-(?P<pid>[0-9]+)\s+"
+    r"^\s*(?P<task>.*?)-(?P<pid>[0-9]{1,20})\s+"
     r"(?:\(\s*(?:[0-9]+|-+)\)\s+)?"  # tgid column (record-tgid option)
-    r"\[(?P<cpu>[0-9]+)\]\s+"
+    r"\[(?P<cpu>[0-9]{1,20})\]\s+"
     r"(?:(?P<flags>[^\s0-9][^\s]*)\s+)?"
     r"(?P<ts>[0-9]+\.[0-9]+):\s+"
     r"(?P<event>[A-Za-z_][A-Za-z0-9_]*):\s?(?P<body>.*)$"
@@ -134,8 +134,10 @@ def is_comment(line: str) -> bool:
 
 
 def lost_events(line: str) -> int:
-    """Events the ring buffer dropped, from a ``CPU:N [LOST n EVENTS]`` marker (0 otherwise)."""
-    m = re.search(r"\[LOST ([0-9]+) EVENTS\]", line)
+    """Events the ring buffer dropped, from a ``CPU:N [LOST n EVENTS]`` marker (0 otherwise).
+
+    Numbers in trace lines are bounded to 20 digits (a u64): ``int()`` raises past 4300."""
+    m = re.search(r"\[LOST ([0-9]{1,20}) EVENTS\]", line)
     return int(m.group(1)) if m else 0
 
 

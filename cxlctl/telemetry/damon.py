@@ -14,11 +14,8 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional
 
-from cxlctl.hostio import paths
+from cxlctl.damon.sysfs import read_damon
 from cxlctl.hostio.reader import Reader
-from cxlctl.parse import decimal_suffix, is_decimal
-
-STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")
 
 
 class Scheme(NamedTuple):
@@ -35,37 +32,12 @@ class Scheme(NamedTuple):
         return f"{self.kdamond}/{self.context}/{self.scheme}"
 
 
-def _num(r: Reader, path: str) -> Optional[int]:
-    t = r.text(path)
-    return int(t) if t is not None and is_decimal(t) and len(t) < 21 else None
-
-
-def _ids(r: Reader, d: str) -> List[int]:
-    return [n for n in (decimal_suffix(x, "") for x in r.listdir(d, is_decimal)) if n is not None]
-
-
 def read_schemes(r: Reader, limit: int = 64) -> List[Scheme]:
-    """Every scheme of every kdamond (at most ``limit``); [] without DAMON sysfs."""
-    out: List[Scheme] = []
-    base = paths.DAMON_ADMIN + "/kdamonds"
-    for k in _ids(r, base):
-        kd = f"{base}/{k}"
-        state = r.text(f"{kd}/state")
-        for c in _ids(r, f"{kd}/contexts"):
-            sd = f"{kd}/contexts/{c}/schemes"
-            for s in _ids(r, sd):
-                d = f"{sd}/{s}"
-                out.append(
-                    Scheme(
-                        k,
-                        c,
-                        s,
-                        state,
-                        r.text(f"{d}/action"),
-                        _num(r, f"{d}/target_nid"),
-                        {name: _num(r, f"{d}/stats/{name}") for name in STATS},
-                    )
-                )
-                if len(out) >= limit:
-                    return out
-    return out
+    """Every scheme of every kdamond (at most ``limit``), as :func:`cxlctl.damon.read_damon` reads them; [] without DAMON sysfs."""
+    out = [
+        Scheme(k.id, c.id, s.id, k.state, s.action, s.target_nid, s.stats._asdict())
+        for k in read_damon(reader=r).kdamonds
+        for c in k.contexts
+        for s in c.schemes
+    ]
+    return out[:limit]

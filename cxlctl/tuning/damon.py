@@ -105,7 +105,7 @@ def parse_duration_us(value: Any, key: str) -> int:
     if not m:
         raise ValueError(f'{key}: {value!r} is not a duration (a number and us, ms, s, min or h: "5s", "2min")')
     us = float(m.group(1)) * _DUR_US[m.group(2)]
-    if us != int(us) or us > 2**63:
+    if us > 2**63 or us != int(us):  # int() of a float overflowed to inf raises
         raise ValueError(f"{key}: {value!r} is not a whole number of microseconds")
     return int(us)
 

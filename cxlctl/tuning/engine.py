@@ -318,6 +318,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     if not state.kdamonds:
         return ()
     stale = []
+    refreshed = False
     for k in state.kdamonds:
         if mine is not None and k.id < mine and k.running:
             hp = host(root, f"{k.path}/state")
@@ -326,6 +327,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
                 continue
             try:
                 write_knob(hp, "update_schemes_stats\n")
+                refreshed = True
             except KnobError as e:
                 stale.append(k.id)
                 messages.append(f"DAMON kdamond {k.id}: cannot refresh scheme stats ({e.reason})")
@@ -334,7 +336,8 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
             f"DAMON scheme stats of kdamond(s) {', '.join(map(str, stale))} are as of their last refresh "
             "(run as root to refresh them)"
         )
-    state = read_damon(root)
+    if refreshed:
+        state = read_damon(root)  # the refreshed stats
     rows = []
     for k in state.kdamonds:
         owner = "cxlctl" if mine is not None and k.id < mine else "other"

@@ -426,6 +426,14 @@ def _precompile() -> None:
         compileall.compile_dir(str(REPO / pkg), quiet=1, force=False)
 
 
+def build_c(tools: Path, name: str, source: str) -> Path:
+    """``tools/name`` compiled from ``source`` with ``cc -O2 -Wall`` (``tools`` is created as needed)."""
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / f"{name}.c").write_text(source)
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / name), str(tools / f"{name}.c")], check=True)
+    return tools / name
+
+
 def boot_tries() -> int:
     """How many times a guest that dies before init is booted (``$CXLCTL_VM_BOOT_TRIES``, default 3)."""
     try:

@@ -192,6 +192,24 @@ ras_wait_host() {
 """
 
 
+def parse_facts(text: str) -> Dict[str, Any]:
+    """``facts.txt`` as :func:`guest_session` writes it: memdev by QEMU device, numbers as ints."""
+    f: Dict[str, Any] = {"memdev": {}}
+    for line in text.splitlines():
+        k, *v = line.split()
+        if not v:
+            continue  # e.g. "node " for a dax_region glob hit that is no device
+        if k == "memdev":
+            f["memdev"][v[0]] = v[1]
+        elif k in ("region_base", "region_size", "block_size"):
+            f[k] = int(v[0], 0)
+        elif k == "node":
+            f["node"] = int(v[0])
+        else:
+            f[k] = v[0]
+    return f
+
+
 def guest_session(before_steps: str = "", after_steps: str = "") -> str:
     """The guest side both the recorder and the VM test run, in one boot:
 

@@ -25,13 +25,12 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
-from tests.vm.harness import REPO, TOPOLOGIES, run_guest
+from tests.vm.harness import REPO, TOPOLOGIES, build_c, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -144,9 +143,7 @@ def test_damon_tiering_on_612(tmp_path: Path) -> None:
     assert region is not None
     work = tmp_path / "vm"
     tools = work / "tools"
-    tools.mkdir(parents=True)
-    (tools / "tier.c").write_text(TIER_C)
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / "tier"), str(tools / "tier.c")], check=True)
+    build_c(tools, "tier", TIER_C)
     script = (
         GUEST_FULL.replace("CREATE", region.create_command(t))
         .replace("PROFILE", VM_PROFILE.strip())

@@ -24,7 +24,6 @@ policy and execs.  The measured ratios are printed (pytest -s shows them).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -32,7 +31,7 @@ import pytest
 
 from cxlctl.launch.proof import parse_numa_maps
 from tests.launch_support import HELP_VLLM
-from tests.vm.harness import TOPOLOGIES, run_guest
+from tests.vm.harness import TOPOLOGIES, build_c, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -183,9 +182,7 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     assert region is not None
     work = tmp_path / "vm"
     tools = work / "tools"
-    tools.mkdir(parents=True)
-    (tools / "touch.c").write_text(TOUCH_C)
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / "touch"), str(tools / "touch.c")], check=True)
+    build_c(tools, "touch", TOUCH_C)
     (tools / "help.txt").write_text(HELP_VLLM["0.29.0"])
     fake = tools / "vllm"
     fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))

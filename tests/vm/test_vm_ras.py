@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 from tests.vm.harness import GuestResult, run_guest
-from tests.vm.ras_steps import INSIDE, OUTSIDE, STEPS, TOPOLOGY, guest_session, host_driver
+from tests.vm.ras_steps import INSIDE, OUTSIDE, STEPS, TOPOLOGY, guest_session, host_driver, parse_facts
 
 pytestmark = pytest.mark.vm
 
@@ -159,23 +159,6 @@ ls /sys/kernel/tracing/instances/ > "$OUT/instances-after.txt"
     return guest_session(before_steps=before, after_steps=after)
 
 
-def _facts(r: GuestResult) -> Dict[str, Any]:
-    f: Dict[str, Any] = {"memdev": {}}
-    for line in r.file("facts.txt").splitlines():
-        k, *v = line.split()
-        if not v:
-            continue  # e.g. "node " for a dax_region glob hit that is no device
-        if k == "memdev":
-            f["memdev"][v[0]] = v[1]
-        elif k in ("region_base", "region_size", "block_size"):
-            f[k] = int(v[0], 0)
-        elif k == "node":
-            f["node"] = int(v[0])
-        else:
-            f[k] = v[0]
-    return f
-
-
 #: independent of cxlctl's parser: just the event name, memdev, DPA and HPA fields
 _KLINE = re.compile(r"\s(cxl_\w+):\s.*?\bmemdev=(mem\d+)")
 
@@ -225,7 +208,7 @@ def test_ras_events_and_health_end_to_end() -> None:
 
 def check(r: GuestResult) -> None:
     """Every assertion of the RAS VM proof, on one guest run's results."""
-    f = _facts(r)
+    f = parse_facts(r.file("facts.txt"))
     memdev = f["memdev"]
     region, node, bs = f["region"], f["node"], f["block_size"]
     follow = [e for e in _jsonl(r.file("follow.jsonl"), stamped=True)]
