@@ -79,6 +79,8 @@ def test_tiering_engine_reads_numa_balancing_and_a_running_kdamond(tmp_path: Any
     assert nfd.tiering_engine(t) == "none"
     _set(t, "/proc/sys/kernel/numa_balancing", "\u0662\n")  # not ASCII digits: not a value
     assert nfd.tiering_engine(t) == "none"
+    _set(t, "/proc/sys/kernel/numa_balancing", "2" * 5000 + "\n")  # int() raised ValueError on this
+    assert nfd.tiering_engine(t) == "none"
 
 
 def _health(*statuses: str, available: bool = True) -> Health:

@@ -36,7 +36,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory
-from cxlctl.parse import is_decimal
+from cxlctl.parse import is_decimal, parse_int
 
 if TYPE_CHECKING:
     from cxlctl.daemon.health import Health
@@ -74,7 +74,11 @@ def tiering_engine(root: str, reader: Optional[Reader] = None) -> str:
     if any_running(r):
         out.append("damon")
     nb = (r.text(paths.NUMA_BALANCING) or "").strip()
-    if is_decimal(nb) and int(nb) & NUMA_BALANCING_TIERING:
+    try:
+        mode = parse_int(nb) if is_decimal(nb) else 0
+    except ValueError:  # wider than 64 bits: corruption, not a mode
+        mode = 0
+    if mode & NUMA_BALANCING_TIERING:
         out.append("numa-balancing")
     return "_".join(out) or "none"
 
