@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -39,7 +38,7 @@ import yaml
 
 from tests.conftest import REPO
 from tests.launch_support import HELP_LMCACHE
-from tests.vm.harness import run_guest
+from tests.vm.harness import build_c, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -179,9 +178,7 @@ def _manifest(kind: str) -> Dict[str, Any]:
 def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
     work = tmp_path / "vm"
     tools = work / "tools"
-    tools.mkdir(parents=True)
-    (tools / "ddmap.c").write_text(DDMAP_C)
-    subprocess.run(["cc", "-O2", "-Wall", "-o", str(tools / "ddmap"), str(tools / "ddmap.c")], check=True)
+    build_c(tools, "ddmap", DDMAP_C)
     (tools / "lmcache-help.txt").write_text(HELP_LMCACHE)
     fake = tools / "lmcache"
     fake.write_text(
