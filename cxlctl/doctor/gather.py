@@ -254,7 +254,7 @@ def gather(
     cfg, cfg_src, cfg_note = _config(r, inv.kernel)
     mods_text = r.text(paths.PROC_MODULES)
     wanted = {m for m, _ in MODULES}
-    sys_mods = tuple(r.listdir(paths.SYS_MODULE, lambda n: n in wanted))
+    sys_mods = tuple(r.listdir(paths.MODULE_DIR, lambda n: n in wanted))
     acpi: Optional[Tuple[str, ...]] = None
     if r.isdir(paths.ACPI_TABLES):
         acpi = tuple(r.listdir(paths.ACPI_TABLES, lambda n: n.rstrip("0123456789") in ACPI_NAMES))
