@@ -174,13 +174,6 @@ def derive(
     )
 
 
-def _knob(inv: Inventory, name: str) -> Optional[str]:
-    for k in inv.knobs:
-        if k.name == name:
-            return k.value
-    return None
-
-
 def _explain(
     inv: Inventory,
     memdevs: Sequence[Memdev],
@@ -262,7 +255,7 @@ def _dax_warnings(dax: Sequence[DaxDevice]) -> List[Warning_]:
 def _knob_warnings(inv: Inventory, cxl: Sequence[Node]) -> List[Warning_]:
     """Kernel knobs that keep allocations off CXL or pages from moving between tiers."""
     out: List[Warning_] = []
-    zr = _knob(inv, "vm.zone_reclaim_mode")
+    zr = inv.knob_value("vm.zone_reclaim_mode")
     if cxl and zr not in (None, "0"):
         out.append(
             Warning_(
@@ -273,8 +266,8 @@ def _knob_warnings(inv: Inventory, cxl: Sequence[Node]) -> List[Warning_]:
                 "vm.zone_reclaim_mode",
             )
         )
-    nb = _knob(inv, "kernel.numa_balancing")
-    dem = _knob(inv, "demotion_enabled")
+    nb = inv.knob_value("kernel.numa_balancing")
+    dem = inv.knob_value("demotion_enabled")
     if cxl and nb is not None and is_decimal(nb) and int(nb) & 2 and dem == "false":
         out.append(
             Warning_(

@@ -252,3 +252,10 @@ class Inventory(_Record):
             if d.name == name:
                 return d
         return None
+
+    def knob_value(self, name: str) -> Optional[str]:
+        """The value of knob ``name`` as read (None: not read, or no such knob)."""
+        for k in self.knobs:
+            if k.name == name:
+                return k.value
+        return None

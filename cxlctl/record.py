@@ -95,10 +95,9 @@ def _doctor_reads(root: str, reader: Reader, inv: Any) -> Optional[Dict[str, Any
     (kernel config, modules, command line, iomem, ACPI table names, udev rules that matter);
     returns the tools' answers to save beside the tree (asked live on ``/``, else those the
     tree was recorded with; None when it has none)."""
-    from .doctor import probes
     from .doctor.gather import gather
 
-    facts = gather(root, reader=reader, inv=inv, runner=probes.run_tool if root == "/" else None)
+    facts = gather(root, reader=reader, inv=inv)
     return facts.probes  # a record of a record keeps the answers saved with it
 
 

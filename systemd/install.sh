@@ -8,7 +8,8 @@
 # What it does:
 #   * copies systemd/cxlctl.service to /etc/systemd/system/, with ExecStart pointing at
 #     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`), and ProtectHome=read-only
-#     instead of yes when that cxlctl or its Python lives under /home, /root or /run/user;
+#     instead of yes when that cxlctl or its Python lives under /home, /root or /run/user,
+#     and PrivateTmp=no instead of yes when it lives under /tmp or /var/tmp;
 #   * writes /etc/cxlctl/cxlctl.toml from the commented example, unless one exists;
 #   * systemctl daemon-reload + enable [--now] (skipped with DESTDIR).
 # Undo: docs/daemon.md, "Uninstall".
@@ -36,24 +37,23 @@ fi
 # ProtectHome=yes hides /home, /root and /run/user from the service: a cxlctl (or the Python
 # it runs on) installed there (pipx's ~/.local, pyenv's ~/.pyenv, a venv in a home folder) could
 # not even be executed (status 203/EXEC).  Then the unit gets ProtectHome=read-only instead.
+# PrivateTmp=yes gives the service an empty /tmp and /var/tmp: a cxlctl installed there (a
+# checkout under /tmp, as scripts/ci-fresh.sh makes) would fail the same way.  Then PrivateTmp=no.
 PROTECT_HOME=yes
-in_home() { case "$1" in /home/* | /root/* | /run/user/*) return 0 ;; *) return 1 ;; esac; }
+PRIVATE_TMP=yes
 INTERP=$(head -c 256 "$BIN" | sed -n '1s/^#![[:space:]]*\([^[:space:]]*\).*/\1/p')
 for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readlink -f "$INTERP")"}; do
-  if in_home "$p"; then
-    PROTECT_HOME=read-only
-    echo "install.sh: $p is under a home folder: the unit gets ProtectHome=read-only (not yes) so systemd can run it" >&2
-    break
-  fi
-done
-# PrivateTmp=yes gives the service an empty /tmp and /var/tmp: a cxlctl installed there (a
-# checkout under /tmp, as scripts/ci-fresh.sh makes) would fail with 203/EXEC.  Then PrivateTmp=no.
-PRIVATE_TMP=yes
-for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readlink -f "$INTERP")"}; do
-  case "$p" in /tmp/* | /var/tmp/*)
-    PRIVATE_TMP=no
-    echo "install.sh: $p is under /tmp: the unit gets PrivateTmp=no (not yes) so systemd can run it" >&2
-    break ;;
+  case "$p" in
+    /home/* | /root/* | /run/user/*)
+      if [ "$PROTECT_HOME" = yes ]; then
+        PROTECT_HOME=read-only
+        echo "install.sh: $p is under a home folder: the unit gets ProtectHome=read-only (not yes) so systemd can run it" >&2
+      fi ;;
+    /tmp/* | /var/tmp/*)
+      if [ "$PRIVATE_TMP" = yes ]; then
+        PRIVATE_TMP=no
+        echo "install.sh: $p is under /tmp: the unit gets PrivateTmp=no (not yes) so systemd can run it" >&2
+      fi ;;
   esac
 done
 install -d -m 0755 "$DEST/etc/systemd/system" "$DEST/etc/cxlctl"

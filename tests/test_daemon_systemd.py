@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from cxlctl.daemon.config import load, validate
 from cxlctl.tuning.knobs import REGISTRY
@@ -129,7 +129,8 @@ def test_install_script_refuses_without_cxlctl(tmp_path: Any) -> None:
     assert not os.path.exists(tmp_path / "etc")
 
 
-def _stage_with(tmp_path: Any, name: str, shebang: str) -> str:
+def _stage_with(tmp_path: Any, name: str, shebang: str) -> Tuple[str, str]:
+    """(the staged unit's ProtectHome= line, install.sh's stderr) for a cxlctl run by ``shebang``."""
     exe = tmp_path / name
     exe.write_text(f"#!{shebang}\n")
     exe.chmod(0o755)
@@ -143,19 +144,19 @@ def _stage_with(tmp_path: Any, name: str, shebang: str) -> str:
     assert p.returncode == 0, p.stderr
     with open(stage / "etc/systemd/system/cxlctl.service") as f:
         unit = f.read()
-    return [ln for ln in unit.splitlines() if ln.startswith("ProtectHome=")][0] + "|" + p.stderr
+    return [ln for ln in unit.splitlines() if ln.startswith("ProtectHome=")][0], p.stderr
 
 
 def test_install_keeps_protect_home_unless_cxlctl_lives_in_a_home(tmp_path: Any) -> None:
     """Under systemd, ProtectHome=yes made a cxlctl whose Python is pyenv's in /root
     unexecutable (status 203/EXEC, tests/vm/test_vm_systemd.py): such an install gets
     ProtectHome=read-only, any other keeps yes."""
-    line, err = _stage_with(tmp_path, "sys", "/usr/bin/python3").split("|", 1)
+    line, err = _stage_with(tmp_path, "sys", "/usr/bin/python3")
     assert (
         line == "ProtectHome=yes" and "ProtectHome" not in err
     )  # (tmp_path is under /tmp: a PrivateTmp note is expected)
-    line, err = _stage_with(tmp_path, "pyenv", "/root/.pyenv/versions/3.11.7/bin/python3.11").split("|", 1)
+    line, err = _stage_with(tmp_path, "pyenv", "/root/.pyenv/versions/3.11.7/bin/python3.11")
     assert line == "ProtectHome=read-only"
     assert "/root/.pyenv/versions/3.11.7/bin/python3.11 is under a home folder" in err
-    line, _ = _stage_with(tmp_path, "pipx", "/home/ops/.local/pipx/venvs/cxlctl/bin/python").split("|", 1)
+    line, _ = _stage_with(tmp_path, "pipx", "/home/ops/.local/pipx/venvs/cxlctl/bin/python")
     assert line == "ProtectHome=read-only"

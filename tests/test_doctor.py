@@ -130,6 +130,7 @@ def test_human_output_fits_80_columns_grouped_by_layer() -> None:
     assert p.returncode == 1
     lines = p.stdout.splitlines()
     assert all(len(x) <= 80 for x in lines), max(lines, key=len)
+    assert not [x for x in lines if x.endswith(" ")], "lines padded with trailing spaces"
     heads = [x for x in lines if x in ("Kernel", "Firmware", "Devices and regions", "Tools", "Tuning and services")]
     assert heads == ["Kernel", "Firmware", "Devices and regions", "Tools", "Tuning and services"]
     words = " ".join(p.stdout.split())  # the text, unwrapped

@@ -142,13 +142,29 @@ def labels(
     return result
 
 
+EXPIRY_DIRECTIVE = "# +expiry-time="
+EXPIRY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def render(lbls: Dict[str, str], expiry: Optional[datetime.datetime] = None) -> str:
     lines = ["# Written by the cxlctl daemon (docs/daemon.md); rewritten on every rescan. Do not edit."]
     if expiry is not None:
-        ts = expiry.astimezone(datetime.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-        lines.append(f"# +expiry-time={ts}")
+        ts = expiry.astimezone(datetime.timezone.utc).replace(microsecond=0).strftime(EXPIRY_FORMAT)
+        lines.append(EXPIRY_DIRECTIVE + ts)
     lines += [f"{k}={v}" for k, v in sorted(lbls.items())]
     return "\n".join(lines) + "\n"
+
+
+def expiry_of(text: str) -> Optional[datetime.datetime]:
+    """The expiry :func:`render` wrote into ``text`` (None: none, or not in its format)."""
+    for line in text.splitlines():
+        if line.startswith(EXPIRY_DIRECTIVE):
+            try:
+                ts = datetime.datetime.strptime(line[len(EXPIRY_DIRECTIVE) :].strip(), EXPIRY_FORMAT)
+            except ValueError:
+                return None
+            return ts.replace(tzinfo=datetime.timezone.utc)
+    return None
 
 
 def write(directory: str, text: str) -> str:

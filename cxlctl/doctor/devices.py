@@ -12,24 +12,17 @@ HMAT/CDAT).
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
-from cxlctl.model import DaxDevice, Inventory
+from cxlctl.model import DaxDevice
 from cxlctl.parse import format_nodelist, format_size
 from cxlctl.regions.planner import Request, plan_all, ram_region_support
 
 from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts
 
 D = "Devices and regions"
-
-
-def _knob(inv: Inventory, name: str) -> Optional[str]:
-    for k in inv.knobs:
-        if k.name == name:
-            return k.value
-    return None
 
 
 def _dax(name: str, attr: str) -> str:
@@ -158,7 +151,7 @@ def _blocks_ev(d: DaxDevice) -> Evidence:
 
 def check_dax(f: Facts) -> List[Check]:
     out: List[Check] = []
-    auto = _knob(f.inv, "auto_online_blocks")
+    auto = f.inv.knob_value("auto_online_blocks")
     for d in f.inv.dax_devices:
         if d.provider != "cxl":
             continue
@@ -222,7 +215,7 @@ def check_dax(f: Facts) -> List[Check]:
 
 
 def check_auto_online(f: Facts) -> List[Check]:
-    v = _knob(f.inv, "auto_online_blocks")
+    v = f.inv.knob_value("auto_online_blocks")
     ev = (Evidence(paths.AUTO_ONLINE, v if v is not None else "unreadable"),)
     if v is None:
         return [Check(D, "devices.auto-online", NOTE, "auto_online_blocks is not readable (no memory hot-plug?)", ev)]

@@ -21,6 +21,7 @@ from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
+from cxlctl.record import MANIFEST
 
 from . import probes as pr
 from .model import Facts, Probe
@@ -39,7 +40,6 @@ MODULES: Tuple[Tuple[str, str], ...] = (
 ACPI_NAMES = ("CEDT", "SRAT", "HMAT", "SLIT")
 #: the largest decompressed /proc/config.gz parsed (Debian's config is ~280 KiB)
 CONFIG_MAX = 4 << 20
-RECORD_MANIFEST = "cxlctl-record.json"
 #: the engine arguments doctor plans with: a model is needed to plan, and which one does not
 #: change what is checked (it is never loaded: the plan is a dry run)
 ENGINE_ARGS: Dict[str, Tuple[str, ...]] = {"vllm": ("serve", "MODEL"), "sglang": ("--model-path", "MODEL")}
@@ -180,7 +180,7 @@ def _as_root(root: str) -> bool:
     """Whether root-only files were readable: this process' euid live, the record's own word on replay."""
     if root == "/":
         return os.geteuid() == 0
-    text = read_text(root, "/" + RECORD_MANIFEST)
+    text = read_text(root, "/" + MANIFEST)
     try:
         return bool(json.loads(text or "{}").get("as_root"))
     except (ValueError, AttributeError):
@@ -254,7 +254,7 @@ def gather(
     cfg, cfg_src, cfg_note = _config(r, inv.kernel)
     mods_text = r.text(paths.PROC_MODULES)
     wanted = {m for m, _ in MODULES}
-    sys_mods = tuple(r.listdir(paths.SYS_MODULE, lambda n: n in wanted))
+    sys_mods = tuple(r.listdir(paths.MODULE_DIR, lambda n: n in wanted))
     acpi: Optional[Tuple[str, ...]] = None
     if r.isdir(paths.ACPI_TABLES):
         acpi = tuple(r.listdir(paths.ACPI_TABLES, lambda n: n.rstrip("0123456789") in ACPI_NAMES))

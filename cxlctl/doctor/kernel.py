@@ -164,9 +164,9 @@ def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
     if cfg == "n":
         return "not-built", Evidence(src, f"{sym} is not set")
     if name in f.sys_modules:  # no config to tell: built in, or loaded under another name
-        return "present", Evidence(f"{paths.SYS_MODULE}/{name}", "exists")
+        return "present", Evidence(f"{paths.MODULE_DIR}/{name}", "exists")
     if f.modules is not None:
-        return "absent", Evidence(paths.PROC_MODULES, f"no {name}; no {paths.SYS_MODULE}/{name}")
+        return "absent", Evidence(paths.PROC_MODULES, f"no {name}; no {paths.MODULE_DIR}/{name}")
     return "absent", Evidence(paths.PROC_MODULES, "unreadable")
 
 

@@ -9,6 +9,7 @@ from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Facts, worst
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 
 def run(f: Facts) -> List[Check]:
@@ -56,11 +57,21 @@ _STYLE = {"ok": "green", "note": "cyan", "warn": "yellow", "fail": "bold red", "
 _LABEL = {"ok": "ok", "note": "note", "warn": "warn", "fail": "FAIL", "cannot-check": "n/a"}
 
 
+def _hang(console: Console, lead: Text, body: Text, indent: int) -> None:
+    """``lead`` (``indent`` cells), then ``body`` wrapped to the rest of the width with a
+    hanging indent, words longer than a line folded.  Printed line by line, not as a table
+    cell: a table pads every line to the full width with trailing spaces."""
+    from rich.text import Text
+
+    lines = body.wrap(console, max(console.width - indent, 20), overflow="fold") or [Text()]
+    for i, line in enumerate(lines):
+        line.rstrip()
+        console.print(Text.assemble(lead if i == 0 else " " * indent, line), soft_wrap=True)
+
+
 def render(f: Facts, checks: List[Check], console: Console) -> None:
-    """Grouped by layer: a two-column grid per layer (result, then the message with its
-    evidence and fix under it), so wrapped lines keep a hanging indent at 80 columns."""
-    from rich.padding import Padding
-    from rich.table import Table
+    """Grouped by layer: the result, then the message with its evidence and fix under it;
+    wrapped lines keep a hanging indent at 80 columns."""
     from rich.text import Text
 
     for layer in LAYERS:
@@ -68,21 +79,18 @@ def render(f: Facts, checks: List[Check], console: Console) -> None:
         if not group:
             continue
         console.print(Text(layer, style="bold underline"))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(no_wrap=True, width=4)
-        grid.add_column(overflow="fold")
         for c in group:
             msg = clean(c.message)
             if c.result == CANNOT and not msg.startswith("cannot check"):
                 msg = "cannot check: " + msg
-            grid.add_row(Text(_LABEL[c.result], style=_STYLE[c.result]), Text(msg))
+            label = Text.assemble("  ", (f"{_LABEL[c.result]:<4}", _STYLE[c.result]), " ")
+            _hang(console, label, Text(msg), 7)
             for e in c.evidence:
-                grid.add_row("", Padding(Text(f"{clean(e.source)}: {clean(e.value)}", style="dim"), (0, 0, 0, 2)))
+                _hang(console, Text(" " * 9), Text(f"{clean(e.source)}: {clean(e.value)}", style="dim"), 9)
             if c.fix:
                 fix = Text("fix: ", style="bold")
                 fix.append(clean(c.fix))
-                grid.add_row("", Padding(fix, (0, 0, 0, 2)))
-        console.print(Padding(grid, (0, 0, 0, 2)))
+                _hang(console, Text(" " * 9), fix, 9)
         console.print()
     counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
     summary = ", ".join(f"{n} {r}" for r, n in counts.items() if n)

@@ -315,18 +315,6 @@ def parse_show(text: str) -> Dict[str, str]:
     return out
 
 
-def _nfd_expiry(text: str) -> Optional[datetime.datetime]:
-    for line in text.splitlines():
-        if line.startswith("# +expiry-time="):
-            try:
-                return datetime.datetime.strptime(line.split("=", 1)[1].strip(), "%Y-%m-%dT%H:%M:%SZ").replace(
-                    tzinfo=datetime.timezone.utc
-                )
-            except ValueError:
-                return None
-    return None
-
-
 def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Check]:
     out: List[Check] = []
     src = f"systemctl show {pr.UNIT} -p {pr.SHOW_PROPS}"
@@ -406,10 +394,12 @@ def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Chec
             else:
                 out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is {state} ({sub}), main pid {pid}", ev))
     if f.nfd_labels is not None:
-        exp = _nfd_expiry(f.nfd_labels)
-        path = f"{paths.NFD_DIR}/cxlctl"
+        from cxlctl.daemon import nfd
+
+        exp = nfd.expiry_of(f.nfd_labels)
+        path = f"{paths.NFD_DIR}/{nfd.FILE_NAME}"
         now = now or datetime.datetime.now(datetime.timezone.utc)
-        ev2 = (Evidence(path, f"expiry {exp:%Y-%m-%dT%H:%M:%SZ}" if exp else "no expiry"),)
+        ev2 = (Evidence(path, f"expiry {exp.strftime(nfd.EXPIRY_FORMAT)}" if exp else "no expiry"),)
         if exp is not None and exp < now:
             out.append(
                 Check(

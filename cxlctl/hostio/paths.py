@@ -132,10 +132,8 @@ PROC_MODULES = "/proc/modules"
 PROC_CONFIG_GZ = "/proc/config.gz"
 PROC_IOMEM = "/proc/iomem"
 SELF_LIMITS = "/proc/self/limits"
-SYS_MODULE = "/sys/module"
 ACPI_TABLES = "/sys/firmware/acpi/tables"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
-BOOT_DIR = "/boot"
 UDEV_RULES_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
 DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
 

@@ -52,6 +52,13 @@ class Steps:
         self.shell.append(r)
         sys.stderr.write(f"doctor-driver: {cmd} -> {r['rc']} {r['out'][-300:]}\n")
 
+    def cxlctl(self, *argv: str) -> None:
+        """A cxlctl command (in-process) that makes or fixes a state, logged as the shell steps are."""
+        r = cxlctl(list(argv))
+        self.shell.append(
+            {"cmd": " ".join(("cxlctl",) + argv), "rc": r["rc"], "out": (r["stdout"] + r["stderr"])[-2000:]}
+        )
+
     def doctor(self, name: str, *extra: str) -> None:
         r = cxlctl(["doctor", "--json", *extra])
         try:
@@ -94,28 +101,17 @@ class Steps:
 def scenario_612(s: Steps) -> None:
     s.record("single-noregion-doctor")
     s.doctor("noregion")
-    r = cxlctl(["region", "create", "--all"])
-    s.shell.append({"cmd": "cxlctl region create --all", "rc": r["rc"], "out": (r["stdout"] + r["stderr"])[-2000:]})
+    s.cxlctl("region", "create", "--all")
     s.record("single-region-doctor")
     s.doctor("clean")
     s.doctor("clean-vllm", "--for", "vllm")
     # a region left unonlined
     s.run("daxctl offline-memory dax0.0")
     s.doctor("unonlined")
-    fix = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal"])
-    s.shell.append(
-        {
-            "cmd": "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal",
-            "rc": fix["rc"],
-            "out": fix["stderr"][-500:],
-        }
-    )
+    s.cxlctl("dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal")
     s.doctor("unonlined-fixed")
     # a DAX device in devdax
-    r = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "devdax", "--force"])
-    s.shell.append(
-        {"cmd": "cxlctl dax reconfigure dax0.0 --mode devdax --force", "rc": r["rc"], "out": r["stderr"][-500:]}
-    )
+    s.cxlctl("dax", "reconfigure", "dax0.0", "--mode", "devdax", "--force")
     s.doctor("devdax")
     # a module unloaded (kmem: nothing uses it while the device is in devdax)
     s.run("modprobe -r kmem")
@@ -135,14 +131,7 @@ def scenario_612(s: Steps) -> None:
     )
     s.run("echo online > /sys/devices/system/memory/auto_online_blocks")
     s.doctor("movable")
-    fix = cxlctl(["dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal"])
-    s.shell.append(
-        {
-            "cmd": "cxlctl dax reconfigure dax0.0 --mode system-ram --zone normal",
-            "rc": fix["rc"],
-            "out": fix["stderr"][-500:],
-        }
-    )
+    s.cxlctl("dax", "reconfigure", "dax0.0", "--mode", "system-ram", "--zone", "normal")
     s.doctor("movable-fixed")
 
 
