@@ -204,7 +204,6 @@ class _Scan(Attrs):
             rg = self.guarded(f"{paths.CXL_DEVICES}/{n}", self.region, n, parents.get(n), dec_by_name)
             if rg is not None:
                 regions.append(rg)
-        ports = self._with_host_bridges(ports)
         return ports, decoders, memdevs, regions
 
     def _parent_of(self, entry: str) -> str:
@@ -486,7 +485,7 @@ class _Scan(Attrs):
         r = self.r
         kernel = r.text(paths.OSRELEASE)
         ports, decoders, memdevs, regions = self.cxl()
-        ports = _fix_depths(ports)
+        ports = self._with_host_bridges(_fix_depths(ports))  # needs the depths: walks up to depth 1
         buses = [p for p in ports if p.kind == "root"]
         endpoints = [p for p in ports if p.kind == "endpoint"]
         plain_ports = [p for p in ports if p.kind == "port"]

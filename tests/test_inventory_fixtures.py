@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -118,3 +118,33 @@ def test_port_decoders_are_only_decoder_objects(root: str) -> None:
         for d in p["decoders"]:
             assert re.fullmatch(r"decoder[0-9]+\.[0-9]+", d), (p, d)
             assert d in names
+
+
+def _host_bridges_in_cxl_list(o: Any, path: Tuple[str, ...] = ()) -> Dict[str, str]:
+    """Port/endpoint name → the depth-1 port above it, read off ``cxl list``'s nesting (bus → port → …)."""
+    out: Dict[str, str] = {}
+    if isinstance(o, list):
+        for v in o:
+            out.update(_host_bridges_in_cxl_list(v, path))
+    elif isinstance(o, dict):
+        name = o.get("port") or o.get("endpoint") or o.get("bus")
+        if isinstance(name, str) and name.startswith(("root", "port", "endpoint")):
+            path = path + (name,)
+            if len(path) >= 2 and not name.startswith("root"):
+                out[name] = path[1]
+        for v in o.values():
+            if isinstance(v, (list, dict)):
+                out.update(_host_bridges_in_cxl_list(v, path))
+    return out
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=[fixture_id(r) for r in ROOTS])
+def test_host_bridge_is_the_depth_one_port_above(root: str) -> None:
+    """``host_bridge`` names the port under the root that a port or endpoint hangs from, as
+    ``cxl list``'s nesting shows it (it was null everywhere while it was computed before the depths)."""
+    st = status_json(root)
+    want = _host_bridges_in_cxl_list(_peer(root, "cxl-list.json"))
+    got = {p["port"]: p["host_bridge"] for p in st["ports"]}
+    got.update({e["endpoint"]: e["host_bridge"] for e in st["endpoints"]})
+    assert want, "cxl list nests no port"
+    assert {n: got.get(n) for n in want} == want
