@@ -10,9 +10,10 @@ Every fact the inventory knows comes through :class:`Reader`, for three reasons:
   subset of the tree that the scan used.
 
 Reads are also *bounded and safe on hostile trees*: a file larger than
-:data:`MAX_BYTES` is not parsed, a FIFO or device node is never opened for
-reading (a FIFO would block, ``/dev/zero`` never ends), files are opened
-``O_NONBLOCK``, and a link whose target lies outside a ``--root`` tree is
+:data:`MAX_BYTES` is not parsed, a link to a device node is never opened
+(``/dev/zero`` never ends; opening some devices has effects), files are opened
+``O_NONBLOCK`` so a FIFO is never waited on (its type is checked when a read
+says "empty" or "would block"), and a link whose target lies outside a ``--root`` tree is
 treated as absent.  Each refusal leaves a note, so ``status`` says what it
 skipped instead of hanging or reading the host's files.
 """
