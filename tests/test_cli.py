@@ -354,3 +354,25 @@ def test_cli_tables_fold_instead_of_cutting_at_80_columns(argv: List[str]) -> No
     p = cxlctl("--root", root, *argv, env={"COLUMNS": "80"})
     assert p.returncode == 0, p.stderr
     assert "…" not in p.stdout and max(len(ln) for ln in p.stdout.splitlines()) <= 80, p.stdout
+
+
+def test_an_exit_code_raised_inside_a_command_is_the_process_exit_code() -> None:
+    """click without standalone mode *returns* a ``typer.Exit``'s code; run_app must pass it on
+    (``cxlctl daemon`` ends with ``typer.Exit(rc)``: a failed shutdown rollback exited 0, and
+    systemd's ``Restart=on-failure`` never saw it)."""
+    import typer
+
+    from cxlctl.cli.common import run_app
+
+    app = typer.Typer()
+
+    @app.command()
+    def fails() -> None:
+        raise typer.Exit(3)
+
+    @app.command()
+    def works() -> None:
+        pass
+
+    assert run_app(app, ["fails"]) == 3
+    assert run_app(app, ["works"]) == 0

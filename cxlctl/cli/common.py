@@ -146,7 +146,10 @@ def progress_bar(json_out: bool) -> Iterator[Optional[ProgressFn]]:
 def run_app(app: typer.Typer, argv: List[str]) -> int:
     """Run ``app``; map every expected failure to a message and an exit code."""
     try:
-        app(args=argv, prog_name="cxlctl", standalone_mode=False)
+        # without standalone mode click *returns* the code of a ``typer.Exit(code)``
+        # raised inside a command instead of raising it: dropping that return value
+        # made ``cxlctl daemon``'s failures and ``health``'s errors exit 0
+        rv = app(args=argv, prog_name="cxlctl", standalone_mode=False)
     except CxlctlError as e:
         sys.stderr.write(e.render() + "\n")
         return e.code
@@ -165,6 +168,8 @@ def run_app(app: typer.Typer, argv: List[str]) -> int:
             f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
         )
         return EXIT_FAILURE
+    if isinstance(rv, int) and not isinstance(rv, bool):
+        return rv
     return 0
 
 
