@@ -51,15 +51,17 @@ def test_a_long_stream_of_events_is_capped_by_max_delay(tmp_path: Any) -> None:
         d.startup()
         t0 = time.monotonic()
         first = None
-        while time.monotonic() - t0 < 1.2:
+        while time.monotonic() - t0 < 2.0:
             fac.current.trigger()
             step_for(d, 0.03)
             if first is None and d.stats.rescans.get("event", 0):
                 first = time.monotonic() - t0
         n = d.stats.rescans.get("event", 0)
         # the first rescan came while events were still arriving, about max_delay after the first
-        assert first is not None and 0.35 <= first < 0.9, first
-        assert 1 <= n <= 3, d.stats.rescans
+        # (uncapped, it would wait for the stream to end at 2.0 s); the upper bound leaves room
+        # for a loaded machine, where one scan inside step() can take a few hundred ms
+        assert first is not None and 0.35 <= first < 1.5, first
+        assert 1 <= n <= 5, d.stats.rescans
     finally:
         d.close()
 
