@@ -514,10 +514,9 @@ def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp
         run(["--root", root, "launch", "exec", "--policy", "bind", "--mem-nodes", "1", "--dry-run", "--", "true"]) == 1
     )
     out = capsys.readouterr()
-    assert "FAIL  cpuset-mems: node(s) 1 are outside this process' cpuset (Mems_allowed_list 0)" in out.out
-    assert (
-        "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in out.out and "cpuset.mems.effective is '0'" in out.out
-    )
+    text = " ".join(out.out.split())  # the dry run folds prose at 80 columns
+    assert "FAIL cpuset-mems: node(s) 1 are outside this process' cpuset (Mems_allowed_list 0)" in text
+    assert "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in text and "cpuset.mems.effective is '0'" in text
     assert "pre-flight failed (1 problem(s)); nothing was launched" in out.err
     # inside the cpuset: fine; relative lists are relative to it
     doc = dry(capsys, root, "exec", ["--policy", "bind", "--mem-nodes", "+0"], ["true"])
@@ -626,3 +625,22 @@ def test_parse_numa_maps_policies() -> None:
     )
     assert parse_policy("bind=static:1") == ("bind", (1,), "static")
     assert parse_policy("what:0") is None
+
+
+def test_dry_run_prose_fits_80_columns_and_commands_stay_whole(region: str, capsys: Any, monkeypatch: Any) -> None:
+    """Notes, warnings and checks are folded at 80 columns (a pipe); argv/env/numactl lines are
+    never folded, so they can be copied; a wider COLUMNS is used."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("PATH", "/nonexistent")  # vLLM not found: its long warning
+    capsys.readouterr()
+    run(["--root", region, "launch", "vllm", "--dry-run", "--", "vllm", "serve", "m"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(x.startswith("warning: vLLM not found") for x in lines)
+    numactl = [x for x in lines if x.startswith("numactl:")]
+    assert numactl and len(numactl[0]) > 80 and numactl[0].endswith("-- vllm vllm serve m")
+    assert all(len(x) <= 80 for x in lines if not x.startswith(("numactl:", "env:", "argv:"))), out
+    monkeypatch.setenv("COLUMNS", "200")
+    run(["--root", region, "launch", "vllm", "--dry-run", "--", "vllm", "serve", "m"])
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide) < len(lines) and max(len(x) for x in wide) > 100

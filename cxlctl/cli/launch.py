@@ -11,6 +11,7 @@ is the engine's alone; ``--dry-run`` prints it on stdout.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
@@ -166,37 +167,82 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     return out
 
 
+# lines that are commands to copy and paste: never wrapped
+_VERBATIM = ("argv", "env", "numactl")
+
+
+def _width(f: TextIO) -> int:
+    """The terminal's width when ``f`` is one (COLUMNS first, as ls does), else 80: a pipe or a log
+    is read at 80 columns; never narrower than 60, where wrapping would only make it worse."""
+    import shutil
+
+    cols = 80
+    env = os.environ.get("COLUMNS", "")
+    if env.isascii() and env.isdigit():
+        cols = int(env)
+    else:
+        try:
+            if f.isatty():
+                cols = shutil.get_terminal_size((80, 24)).columns
+        except (AttributeError, ValueError, OSError):
+            pass
+    return max(cols, 60)
+
+
+def _wrapped(first: str, text: str, width: int, indent: str) -> str:
+    """``first + text`` folded at ``width`` on spaces (paths and flags are never broken), the
+    continuation lines indented by ``indent``."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return "\n".join(lines or [first.rstrip()]) + "\n"
+
+
 def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
-    """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr."""
+    """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr.
+
+    Prose (notes, warnings, checks and their fixes) is folded at the terminal's width, 80 for a
+    pipe; the command lines (argv, env, numactl) stay whole so they can be copied."""
     w = f.write
+    width = _width(f)
     if dry_run:
         w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
         prev = ""
         for label, text in _lines(lp):
-            w(f"{(label + ':') if label != prev else '':9} {text}\n")
+            head = f"{(label + ':') if label != prev else '':9} "
+            w(f"{head}{text}\n" if label in _VERBATIM else _wrapped(head, text, width, " " * 12))
             prev = label
         if lp.checks:
             w("checks:\n")
         for c in lp.checks:
-            w(f"  {c.status.upper():5} {c.name}: {c.message}\n")
+            w(_wrapped(f"  {c.status.upper():5} ", f"{c.name}: {c.message}", width, " " * 10))
             if c.fix and c.status in ("fail", "warn"):
-                w(f"        fix: {c.fix}\n")
+                w(_wrapped("        fix: ", c.fix, width, " " * 13))
         for n in lp.notes:
-            w(f"note: {n}\n")
+            w(_wrapped("note: ", n, width, "      "))
         for x in lp.warnings:
-            w(f"warning: {x}\n")
+            w(_wrapped("warning: ", x, width, "         "))
         return
     keep = ("policy", "weights", "kv", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
-            w(f"cxlctl: {label} {text}\n")
+            w(_wrapped(f"cxlctl: {label} ", text, width, "  "))
     for c in lp.checks:
         if c.status in ("fail", "warn"):
-            w(f"cxlctl: {c.status}: {c.name}: {c.message}\n" + (f"  fix: {c.fix}\n" if c.fix else ""))
+            w(_wrapped(f"cxlctl: {c.status}: ", f"{c.name}: {c.message}", width, "  "))
+            if c.fix:
+                w(_wrapped("  fix: ", c.fix, width, "    "))
     for n in lp.notes:
-        w(f"cxlctl: note: {n}\n")
+        w(_wrapped("cxlctl: note: ", n, width, "  "))
     for x in lp.warnings:
-        w(f"cxlctl: warning: {x}\n")
+        w(_wrapped("cxlctl: warning: ", x, width, "  "))
     if not lp.failed:
         w("cxlctl: exec " + " ".join(shlex.quote(a) for a in lp.argv) + "\n")
 
