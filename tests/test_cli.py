@@ -376,3 +376,26 @@ def test_an_exit_code_raised_inside_a_command_is_the_process_exit_code() -> None
 
     assert run_app(app, ["fails"]) == 3
     assert run_app(app, ["works"]) == 0
+
+
+def test_errors_and_notes_fold_on_a_terminal_only(monkeypatch: Any) -> None:
+    """On a terminal a long error is folded at its width (paths never broken); in a pipe or the
+    journal it stays one line, so grep and journalctl keep the record whole."""
+    import io
+
+    from cxlctl.cli.common import fold_for_terminal
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "80")
+    msg = "cxlctl: error: no window can hold a 2-way region: " + "; ".join(
+        f"decoder0.{i} cannot reach 2 free memdevs evenly" for i in range(3)
+    )
+    msg += "\n  hint: see /sys/bus/cxl/devices/decoder0.0/interleave_ways_and_a_very_long_name_that_is_a_path_really"
+    folded = fold_for_terminal(msg, Tty()).splitlines()
+    assert len(folded) > 3 and all(len(x) <= 80 for x in folded[:-1])
+    assert folded[-1].strip().startswith("/sys/bus/cxl/devices/decoder0.0/interleave")  # a path is never split
+    assert " ".join(" ".join(folded).split()) == " ".join(msg.split())
+    assert fold_for_terminal(msg, io.StringIO()) == msg  # a pipe: untouched

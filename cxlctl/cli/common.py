@@ -82,9 +82,36 @@ def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Opti
     out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
 
 
+def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
+    """``text`` folded at the terminal's width when ``stream`` (stderr) is a terminal;
+    unchanged otherwise.
+
+    Messages on stderr are one line each in a pipe, a log or the journal, where a line is a
+    record that grep and journalctl keep whole; on a person's terminal a 200-column error
+    is folded on spaces (paths and flags never broken), continuation lines indented."""
+    import shutil
+    import textwrap
+
+    stream = stream or sys.stderr
+    try:
+        if not stream.isatty():
+            return text
+    except (AttributeError, ValueError, OSError):
+        return text
+    width = max(shutil.get_terminal_size((80, 24)).columns, 60)
+    out: List[str] = []
+    for line in text.split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+        out.extend(
+            textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+            or [line]
+        )
+    return "\n".join(out)
+
+
 def note(msgs: Iterable[str]) -> None:
     for m in msgs:
-        sys.stderr.write(f"cxlctl: {m}\n")
+        sys.stderr.write(fold_for_terminal(f"cxlctl: {m}") + "\n")
 
 
 def logger(verbose: bool) -> Callable[[str], None]:
@@ -151,7 +178,7 @@ def run_app(app: typer.Typer, argv: List[str]) -> int:
         # made ``cxlctl daemon``'s failures and ``health``'s errors exit 0
         rv = app(args=argv, prog_name="cxlctl", standalone_mode=False)
     except CxlctlError as e:
-        sys.stderr.write(e.render() + "\n")
+        sys.stderr.write(fold_for_terminal(e.render()) + "\n")
         return e.code
     except typer.Exit as e:  # --version, --help
         return int(e.exit_code or 0)
