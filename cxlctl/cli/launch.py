@@ -189,6 +189,13 @@ def _width(f: TextIO) -> int:
     return max(cols, 60)
 
 
+def _isatty(f: TextIO) -> bool:
+    try:
+        return f.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _wrapped(first: str, text: str, width: int, indent: str) -> str:
     """``first + text`` folded at ``width`` on spaces (paths and flags are never broken), the
     continuation lines indented by ``indent``."""
@@ -209,9 +216,12 @@ def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
     """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr.
 
     Prose (notes, warnings, checks and their fixes) is folded at the terminal's width, 80 for a
-    pipe; the command lines (argv, env, numactl) stay whole so they can be copied."""
+    pipe; the command lines (argv, env, numactl) stay whole so they can be copied.  The real
+    launch's account on stderr is folded only on a terminal: under systemd it is journal records."""
     w = f.write
     width = _width(f)
+    if not dry_run and not _isatty(f):
+        width = 1 << 20  # the account on stderr, in the journal: one record per line (docs/cli.md)
     if dry_run:
         w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
         prev = ""
