@@ -176,7 +176,7 @@ def health(
     doc = collect_health(root, poison=poison)
     if json_out:
         emit_json(doc)
-        return
-    sys.stdout.write(render_health(doc))
-    if doc.get("errors"):
+    else:
+        sys.stdout.write(render_health(doc))
+    if doc.get("errors"):  # a critical device or poison: exit 1, for scripts and checks
         raise typer.Exit(EXIT_FAILURE)

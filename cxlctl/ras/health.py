@@ -307,6 +307,7 @@ def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = No
     procs, unreadable = processes_on(root, all_nodes)
     if unreadable and os.geteuid() != 0:
         notes.append(f"{unreadable} processes' numa_maps unreadable (not root): the process list is partial")
+    errors.extend(problems(memdevs))
     for md in memdevs:
         nodes = set(md["impact"]["nodes"])
         mine = [p for p in procs if nodes & set(p["bytes_by_node"])]
@@ -316,6 +317,20 @@ def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = No
         md["impact"]["process_count"] = len(mine)
         md["impact"]["cgroups"] = cgroups_on(mine)
     return {"memdevs": memdevs, "notes": notes, "errors": errors}
+
+
+def problems(memdevs: List[Dict[str, Any]]) -> List[str]:
+    """What makes ``cxlctl health`` exit 1: a device whose health log says critical, or poison
+    on its list.  A warning (life used past the threshold, a temperature alarm) is shown but is
+    not a failure: it asks for a plan, not for action now."""
+    out: List[str] = []
+    for md in memdevs:
+        st = md.get("health_status")
+        if isinstance(st, dict) and st.get("status") == "critical":
+            out.append(f"{md['memdev']}: health critical ({', '.join(str(x) for x in st.get('reasons') or [])})")
+        if md.get("poison"):
+            out.append(f"{md['memdev']}: {len(md['poison'])} poisoned range(s)")
+    return out
 
 
 def render_health(doc: Dict[str, Any]) -> str:
@@ -387,6 +402,8 @@ def render_health(doc: Dict[str, Any]) -> str:
             lines.append("  impact: in no region (no memory in use)")
     for n in doc["notes"]:
         lines.append(f"note: {clean(n)}")
+    for e in doc.get("errors") or []:
+        lines.append(f"PROBLEM: {clean(e)}")
     return "\n".join(_wrap(line) for line in lines) + "\n"
 
 

@@ -1,0 +1,62 @@
+"""``cxlctl health`` exits 1 when a device needs action now (critical health or poison).
+
+The health object is what ndctl prints; under ``--root`` ndctl is not consulted, so the
+test hands ``collect_health`` ndctl's answer (the field names of ``cxl list -H``) and runs the
+rest -- inventory, impact, rendering, exit status -- on the recorded hb2x2 tree.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from cxlctl.__main__ import main
+from cxlctl.ras import health as hmod
+from tests.conftest import fixture_roots
+
+TREE = [r for r in fixture_roots() if r.endswith("linux-6.12/hb2x2-region")][0]
+
+OK: Dict[str, Any] = {"maintenance_needed": False, "performance_degraded": False, "hw_replacement_needed": False}
+
+
+def _ndctl(answer: Dict[str, Dict[str, Any]]) -> Any:
+    def fake(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
+        return {m: answer.get(m, OK) for m in memdevs}, {}, []
+
+    return fake
+
+
+def test_a_healthy_host_exits_0(monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setattr(hmod, "_ndctl_health", _ndctl({}))
+    assert main(["--root", TREE, "health", "--no-poison"]) == 0
+    out = capsys.readouterr().out
+    assert "health: ok" in out and "PROBLEM" not in out
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_critical_device_exits_1_and_is_named(monkeypatch: Any, capsys: Any, json_out: bool) -> None:
+    monkeypatch.setattr(hmod, "_ndctl_health", _ndctl({"mem1": {**OK, "hw_replacement_needed": True}}))
+    argv = ["--root", TREE, "health", "--no-poison"] + (["--json"] if json_out else [])
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    if json_out:
+        doc = json.loads(out)
+        assert doc["errors"] == ["mem1: health critical (hw_replacement_needed)"]
+    else:
+        assert "PROBLEM: mem1: health critical (hw_replacement_needed)" in out
+
+
+def test_a_warning_is_shown_but_is_not_a_failure(monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setattr(hmod, "_ndctl_health", _ndctl({"mem0": {**OK, "ext_life_used": "warning"}}))
+    assert main(["--root", TREE, "health", "--no-poison"]) == 0
+    assert "health: warning (ext_life_used=warning)" in capsys.readouterr().out
+
+
+def test_poison_on_a_list_is_a_problem() -> None:
+    md: List[Dict[str, Any]] = [
+        {"memdev": "mem2", "health_status": None, "poison": [{"dpa": 0x4000}]},
+        {"memdev": "mem3", "poison": []},
+    ]
+    assert hmod.problems(md) == ["mem2: 1 poisoned range(s)"]
