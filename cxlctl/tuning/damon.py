@@ -425,7 +425,9 @@ def is_state(path: str) -> bool:
 
 def others(state: DamonState, mine: Optional[int]) -> List[str]:
     """Kdamonds under sysfs that are not cxlctl's, described for a refusal."""
-    if mine is not None and state.nr_kdamonds == mine:
+    if mine is not None and state.nr_kdamonds is not None and state.nr_kdamonds <= mine:
+        # fewer than cxlctl journaled: a re-target removed some (a node went); the journal keeps
+        # their files for a rollback, so it counts more states than run now
         return []
     out = []
     for k in state.kdamonds:
