@@ -498,11 +498,11 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     if not caps.node_goals and (spec.dram_free_goal_bp is not None or spec.dram_used_goal_bp is not None):
         extra.append("quota goals on node memory need 6.16+: fixed quotas only")
     steps: List[Step] = []
-    for k in stop:
+    for running in stop:
         note = f"stopped to re-target: the layout changes from {mine} to {n} kdamond(s), and nr_kdamonds is "
         note += "refused (EBUSY) while a kdamond runs; started again below"
-        path = damon.state_path(k.id)
-        steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, "on", None, "off\n", "set", s, note))
+        path = damon.state_path(running.id)
+        steps.append(_damon_step(f"damon.kdamond{running.id}.state", path, "on", None, "off\n", "set", s, note))
     desc = ", ".join(f"node{k.node}→node{k.scheme.target_nid} {k.scheme.action}" for k in kds)
     steps.append(
         _damon_step(
