@@ -175,3 +175,35 @@ def test_a_failing_retarget_write_leaves_the_running_layout(tmp_path: Any, monke
     assert engine.verify(root).drift == 0
     assert engine.revert(root).ok
     assert sorted(os.listdir(root + ADMIN)) == ["nr_kdamonds"]
+
+
+def renumbered(inv: Inventory, new_id: int) -> Inventory:
+    """``inv`` with its CXL node under id ``new_id`` (node ids 0 and N, as when a CXL window's node
+    is the only one online besides DRAM: ``nodeN/distance`` lists the *online* nodes, so it still
+    has two entries)."""
+    nodes = tuple(
+        n._replace(id=new_id, memory_blocks=tuple(b._replace(node=new_id) for b in n.memory_blocks))
+        if n.kind == "cxl"
+        else n
+        for n in inv.nodes
+    )
+    return inv._replace(nodes=nodes)
+
+
+def test_distances_are_read_by_position_among_online_nodes(tmp_path: Any, monkeypatch: Any) -> None:
+    """Found in the VM (hb2x2: DRAM node 0 and CXL node 3 online): the DRAM kdamond was left out
+    because node 0's distance row was indexed by node id instead of by position."""
+    root = _tree(tmp_path, monkeypatch)
+    inv = renumbered(scan(root), 3)
+    assert [len(n.distance) for n in inv.nodes] == [2, 2]
+    t = Transaction(root, "inference-damon", inventory=inv)
+    by = {s.setting: s for s in t.plan.steps if s.knob == "damon"}
+    assert by["damon.nr_kdamonds"].desired == "2"
+    assert (by["damon.kdamond0.scheme0.action"].desired, by["damon.kdamond0.scheme0.target_nid"].desired) == (
+        "migrate_cold",
+        "3",
+    )
+    assert (by["damon.kdamond1.scheme0.action"].desired, by["damon.kdamond1.scheme0.target_nid"].desired) == (
+        "migrate_hot",
+        "0",
+    )

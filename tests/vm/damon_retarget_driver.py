@@ -234,7 +234,7 @@ def main() -> None:
     )
     times["ready"] = wait_ready()
     log(f"daemon ready after {times['ready']} s")
-    time.sleep(5)  # a telemetry tick or two: the stats are refreshed by the daemon
+    time.sleep(10)  # a few telemetry ticks: the daemon refreshes the stats; cold DRAM regions were tried
     metrics_and_stats("one")
 
     # -- a second CXL node comes

@@ -167,7 +167,10 @@ def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes() -> None:
     assert _f(out, "verify-shrunk.rc").strip() == "0", _f(out, "verify-shrunk.json")
     assert "damon.nr_kdamonds" in _f(out, "daemon.log"), ctx
 
-    # the metrics: exactly DAMON's stats, labelled with the nodes
+    # the metrics: exactly DAMON's stats, labelled with the nodes (and not all zero: after 10 s the
+    # DRAM kdamond has tried cold regions)
+    one = _json(out, "stats-one.json")["kdamonds"]
+    assert sum(int(k["stats"]["nr_tried"]) for k in one if k["action"] == "migrate_cold") > 0, one
     lines = [
         _check_metrics(out, "one", _json(out, "layout-applied.json")),
         _check_metrics(out, "two", grown),
