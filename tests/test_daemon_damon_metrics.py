@@ -140,3 +140,54 @@ def test_the_daemon_exports_them_after_startup(tmp_path: Any, monkeypatch: Any) 
         d.close()
     assert ex.get("cxlctl_damon_kdamond_state", kdamond="0", owner="cxlctl", state="on") == 1
     assert ex.get("cxlctl_damon_scheme_applied_bytes_total", action="migrate_hot", source_node="1") == 0
+
+
+def test_damon_alert_rules_pass_their_promtool_tests() -> None:
+    import pytest
+
+    tool = promtool()
+    if tool is None:
+        pytest.skip("promtool not installed (scripts/install-promtool.sh)")
+    from tests.conftest import REPO
+
+    rules = os.path.join(REPO, "deploy", "prometheus")
+    p = subprocess.run([tool, "check", "rules", "cxlctl-damon.rules.yml"], cwd=rules, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run([tool, "test", "rules", "cxlctl-damon.tests.yml"], cwd=rules, capture_output=True, text=True)
+    assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+
+
+def test_every_metric_the_damon_dashboard_and_rules_query_is_exported() -> None:
+    import json
+    import re
+
+    from tests.conftest import FIXTURES, REPO
+
+    with open(os.path.join(REPO, "deploy", "grafana", "cxlctl-damon.json")) as f:
+        dash = json.load(f)
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    with open(os.path.join(REPO, "deploy", "prometheus", "cxlctl-damon.rules.yml")) as f:
+        exprs += re.findall(r"expr: (.*)", f.read())
+    assert len(exprs) >= 6
+    text = _text(os.path.join(FIXTURES, TIERING))
+    exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    for e in exprs:
+        names = re.findall(r"\b(cxlctl_[a-z0-9_]+)", e)
+        assert names, e
+        for name in names:
+            assert name in exported, f"{name} is queried but not exported"
+
+
+def test_daemon_metrics_command_shows_them_without_refreshing(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
+    from cxlctl.cli import run
+
+    root = work_copy(IDLE, str(tmp_path / "root"))
+    damon_sysfs.install(monkeypatch, root)
+    assert engine.apply(root, "inference-damon").ok
+    capsys.readouterr()
+    calls = _spy(monkeypatch)
+    assert run(["--root", root, "daemon", "metrics", "--no-health"]) == 0
+    ex = parse_exposition(capsys.readouterr().out)
+    assert calls == []
+    assert ex.get("cxlctl_damon_kdamond_state", kdamond="0", owner="cxlctl", state="on") == 1
+    assert ex.get("cxlctl_damon_scheme_tried_regions_total", action="migrate_cold") == 0

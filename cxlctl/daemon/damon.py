@@ -75,8 +75,11 @@ def view(state: DamonState, mine: Optional[int], inv: Optional[Inventory]) -> Da
     return DamonView(state.sysfs, tuple(kds), tuple(schemes))
 
 
-def collect(root: str, inv: Optional[Inventory], log: Optional[logging.Logger] = None) -> DamonView:
-    """Read every kdamond, refreshing the stats of cxlctl's running ones first."""
+def collect(
+    root: str, inv: Optional[Inventory], log: Optional[logging.Logger] = None, *, refresh: bool = True
+) -> DamonView:
+    """Read every kdamond, refreshing the stats of cxlctl's running ones first (``refresh``;
+    ``cxlctl daemon metrics`` writes nothing and shows the stats as last refreshed)."""
     from cxlctl.damon.sysfs import read_damon
     from cxlctl.tuning import journal as jn
     from cxlctl.tuning.damon import owned
@@ -91,7 +94,7 @@ def collect(root: str, inv: Optional[Inventory], log: Optional[logging.Logger] =
         j = None
     mine = owned(restore_map(j)) if j is not None and j.state == jn.APPLIED else None
     state = read_damon(root)
-    if state.kdamonds:
+    if state.kdamonds and refresh:
         state = refresh_damon_stats(root, state, mine, messages)
     if log is not None:
         for m in messages:
