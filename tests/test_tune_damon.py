@@ -244,6 +244,49 @@ def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: 
     assert r.returncode == 0 and "running beside damon_reclaim" in r.stdout.replace("\n", " ")
 
 
+def _module_running(root: str) -> None:
+    d = os.path.join(root, "sys/module/damon_reclaim/parameters")
+    os.makedirs(d, exist_ok=True)  # the recorded module, switched on for this one case
+    for name, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+
+
+def test_beside_other_damon_is_kept_in_the_journal(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
+    """``apply --beside-other-damon`` is journaled: re-applying that profile (the CLI, ``verify`` of it,
+    the daemon's reconcile) keeps working beside the module instead of refusing; revert still works."""
+    from cxlctl.cli import run
+    from tests.daemon_support import config, make_daemon
+
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    _module_running(root)
+    _write_profile(root, "d3", 'summary = "x"\ninclude = "inference-damon"\n')
+    before = snapshot(root)
+    assert run(["--root", root, "tune", "apply", "--beside-other-damon", "inference-damon"]) == 0
+    capsys.readouterr()
+    j = journal(root)
+    assert j.beside_other_damon and jn.from_json(jn.to_json(j)).beside_other_damon
+    # the same profile again, without the flag: kept (nothing to write, no refusal)
+    p = engine.prepare(root, "inference-damon")
+    assert p.plan.refusals == () and p.plan.writes == ()
+    assert any("beside other DAMON users" in m for m in p.messages)
+    assert engine.verify(root, "inference-damon").drift == 0
+    res = engine.apply(root, "inference-damon")
+    assert res.ok and journal(root).beside_other_damon
+    # the daemon follows the journal: its reconcile neither refuses nor rewrites
+    d, _, cap = make_daemon(root, config(metrics={"listen": "", "telemetry_interval": 0}))
+    try:
+        d.startup()
+    finally:
+        d.close()
+    assert d.rec.state == "applied" and d.stats.reconciles.get("failed", 0) == 0, cap.lines[-20:]
+    # another profile does not inherit it
+    assert engine.prepare(root, "d3").plan.refusals
+    # revert removes cxlctl's kdamonds as ever
+    assert engine.revert(root).ok
+    assert diff(before, snapshot(root)) == []
+
+
 # ---------------------------------------------------------------------------- apply / verify / revert
 
 

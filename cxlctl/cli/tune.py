@@ -187,13 +187,9 @@ def _beside(ref: Union[str, Profile], beside: bool) -> Union[str, Profile]:
     """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``)."""
     if not beside:
         return ref
-    from cxlctl.tuning.profile import load
+    from cxlctl.tuning.profile import load, with_beside_other_damon
 
-    p = load(host_root(), ref) if isinstance(ref, str) else ref
-    settings = tuple(
-        s._replace(value=s.value._replace(beside_other_damon=True)) if s.knob == "damon" else s for s in p.settings
-    )
-    return p._replace(settings=settings)
+    return with_beside_other_damon(load(host_root(), ref) if isinstance(ref, str) else ref)
 
 
 _ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported": "yellow", "skip": "yellow"}

@@ -164,6 +164,7 @@ class Daemon:
         self.health: Optional[health_mod.Health] = None
         self.sampler = Sampler(root, cfg.telemetry_cgroups)
         self.telemetry: Optional[Telemetry] = None
+        self.damon: Optional[Any] = None  # cxlctl.daemon.damon.DamonView: kdamonds and scheme stats
         self.ready = False
         self.body = b""
         self.deadlines: Dict[str, float] = {}
@@ -318,6 +319,7 @@ class Daemon:
             self.stats,
             self.ready,
             self.telemetry,
+            self.damon,
         )
 
     def metrics_text(self) -> str:
@@ -445,6 +447,7 @@ class Daemon:
             self.rec.check_drift(count=False)
         if self.cfg.rescan_interval > 0:
             self.deadlines["rescan"] = now + self.cfg.rescan_interval
+        self._collect_damon()  # a re-target restarts kdamonds: show the new layout now
         self.publish()
 
     def _run_timers(self) -> None:
@@ -493,6 +496,16 @@ class Daemon:
             self.telemetry = self.sampler.tick(kinds_of(inv.nodes) if inv is not None else {})
         except Exception:  # a bug in the sampler must not end the daemon
             self.log.exception("internal error while sampling tiering counters")
+        self._collect_damon()
+
+    def _collect_damon(self) -> None:
+        """DAMON kdamonds and scheme stats for the metrics (refreshing only cxlctl's kdamonds)."""
+        from . import damon as damon_mod
+
+        try:
+            self.damon = damon_mod.collect(self.root, self.rec.inventory, self.log)
+        except Exception:  # a bug here must not end the daemon
+            self.log.exception("internal error while reading DAMON")
 
     def _collect_health(self) -> None:
         if self.health_collector is not None:

@@ -33,6 +33,7 @@ from cxlctl.model import Inventory
 from .health import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
+    from .damon import DamonView
     from .telemetry import Telemetry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -87,6 +88,8 @@ class View(NamedTuple):
     ready: bool
     #: the last tiering sample, its rates and verdicts (None until the first, or when disabled)
     telemetry: Optional[Telemetry] = None
+    #: every kdamond and DAMOS scheme with its stats (None: not collected yet)
+    damon: Optional[DamonView] = None
 
 
 # ------------------------------------------------------------------------ text format
@@ -208,6 +211,8 @@ def collect(view: View) -> Builder:
     if view.telemetry is not None:
         _telemetry(b, view.telemetry)
     _ras(b, view.stats.ras)
+    if view.damon is not None:
+        _damon(b, view.damon)
     return b
 
 
@@ -662,3 +667,49 @@ def _ras(b: Builder, ras: Any) -> None:
     b.add("ras_poison_actions_total", "counter", "soft-offline actions on poison, by result", None)
     for result, n in sorted(ras.actions.items()):
         b.add("ras_poison_actions_total", "counter", "", n, {"result": result})
+
+
+#: scheme stats file → (metric name, help); counters as the kernel keeps them per scheme
+_DAMON_STATS = (
+    (
+        "nr_tried",
+        "damon_scheme_tried_regions_total",
+        "DAMON regions the scheme tried to apply its action to (nr_tried)",
+    ),
+    ("sz_tried", "damon_scheme_tried_bytes_total", "Bytes of the regions the scheme tried (sz_tried)"),
+    ("nr_applied", "damon_scheme_applied_regions_total", "DAMON regions the action was applied to (nr_applied)"),
+    ("sz_applied", "damon_scheme_applied_bytes_total", "Bytes the action was applied to, e.g. migrated (sz_applied)"),
+    ("qt_exceeds", "damon_scheme_quota_exceeds_total", "Times the scheme's quota was exceeded (qt_exceeds)"),
+)
+
+
+def _damon(b: Builder, d: DamonView) -> None:
+    """Each kdamond's state and each DAMOS scheme's stats (docs/daemon.md#metrics).
+
+    The kernel zeroes a scheme's stats when its kdamond starts (a re-target restarts
+    cxlctl's), which Prometheus' ``rate()`` takes as a counter reset.
+    """
+    b.add("damon_sysfs", "gauge", "1 when the kernel has the DAMON sysfs interface", 1 if d.sysfs else 0)
+    b.add("damon_kdamond_state", "gauge", "1 for the kdamond's state (on or off); owner cxlctl or other", None)
+    for k in d.kdamonds:
+        for state in ("on", "off"):
+            b.add(
+                "damon_kdamond_state",
+                "gauge",
+                "",
+                1 if k.state == state else 0,
+                {"kdamond": str(k.id), "owner": k.owner, "state": state},
+            )
+    for field, name, help_ in _DAMON_STATS:
+        b.add(name, "counter", help_ + "; labels: kdamond, scheme, action, source/destination node, owner", None)
+        for s in d.schemes:
+            v = getattr(s.stats, field)
+            lab = {
+                "kdamond": str(s.kdamond),
+                "scheme": str(s.scheme),
+                "action": s.action,
+                "source_node": s.source,
+                "destination_node": s.destination,
+                "owner": s.owner,
+            }
+            b.add(name, "counter", "", v, lab)

@@ -38,7 +38,10 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
         from .telemetry import Sampler
 
         tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
-    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel)
+    from .damon import collect
+
+    damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
+    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon)
 
 
 def labels(root: str, cfg: Config) -> Dict[str, str]:

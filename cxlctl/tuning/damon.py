@@ -276,13 +276,20 @@ def node_ranges(inv: Inventory, node: Node) -> Tuple[Tuple[int, int], ...]:
     return tuple(out)
 
 
-def nearest(node: Node, candidates: List[Node]) -> Optional[Node]:
-    """The candidate at the smallest NUMA distance from ``node`` (lowest id on ties)."""
+def nearest(node: Node, candidates: List[Node], online: List[int]) -> Optional[Node]:
+    """The candidate at the smallest NUMA distance from ``node`` (lowest id on ties or unknown distance).
+
+    ``node.distance`` is the kernel's ``nodeN/distance`` row: one entry per *online* node
+    (``online``, the inventory's node ids), in id order — not indexed by node id (with DRAM
+    node 0 and CXL node 3 online the row has two entries).
+    """
+    ids = sorted(online)
+    known = len(node.distance) == len(ids)
     best: Optional[Node] = None
     best_d = math.inf
     for c in sorted(candidates, key=lambda n: n.id):
-        d = node.distance[c.id] if c.id < len(node.distance) else math.inf
-        if d < best_d:
+        d = node.distance[ids.index(c.id)] if known and c.id in ids else math.inf
+        if best is None or d < best_d:
             best, best_d = c, d
     return best
 
@@ -297,7 +304,7 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
     cold_age = max(1, spec.cold_age_us // spec.aggr_us)
     out: List[KdamondLayout] = []
     for src, kind in [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]:
-        dest = nearest(src, cxl if kind == "dram" else dram)
+        dest = nearest(src, cxl if kind == "dram" else dram, [n.id for n in inv.nodes])
         regions = node_ranges(inv, src)
         if dest is None:
             continue
@@ -425,7 +432,9 @@ def is_state(path: str) -> bool:
 
 def others(state: DamonState, mine: Optional[int]) -> List[str]:
     """Kdamonds under sysfs that are not cxlctl's, described for a refusal."""
-    if mine is not None and state.nr_kdamonds == mine:
+    if mine is not None and state.nr_kdamonds is not None and state.nr_kdamonds <= mine:
+        # fewer than cxlctl journaled: a re-target removed some (a node went); the journal keeps
+        # their files for a rollback, so it counts more states than run now
         return []
     out = []
     for k in state.kdamonds:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import TuneLock, holder, is_held
@@ -54,6 +54,9 @@ from .transaction import (
     writable,
 )
 from .trial import alive
+
+if TYPE_CHECKING:
+    from cxlctl.damon.sysfs import DamonState
 
 __all__ = [
     "ACTIVE_PROFILE",
@@ -309,7 +312,6 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     the counters as of the last refresh and says so.  Other tools' kdamonds are only read.
     """
     from cxlctl.damon.sysfs import read_damon
-    from cxlctl.hostio.write import KnobError, write_knob
 
     from .damon import owned
 
@@ -317,27 +319,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     state = read_damon(root)
     if not state.kdamonds:
         return ()
-    stale = []
-    refreshed = False
-    for k in state.kdamonds:
-        if mine is not None and k.id < mine and k.running:
-            hp = host(root, f"{k.path}/state")
-            if not writable(hp):
-                stale.append(k.id)
-                continue
-            try:
-                write_knob(hp, "update_schemes_stats\n")
-                refreshed = True
-            except KnobError as e:
-                stale.append(k.id)
-                messages.append(f"DAMON kdamond {k.id}: cannot refresh scheme stats ({e.reason})")
-    if stale:
-        messages.append(
-            f"DAMON scheme stats of kdamond(s) {', '.join(map(str, stale))} are as of their last refresh "
-            "(run as root to refresh them)"
-        )
-    if refreshed:
-        state = read_damon(root)  # the refreshed stats
+    state = refresh_damon_stats(root, state, mine, messages)
     rows = []
     for k in state.kdamonds:
         owner = "cxlctl" if mine is not None and k.id < mine else "other"
@@ -360,3 +342,32 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
                 )
             )
     return tuple(rows)
+
+
+def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messages: List[str]) -> DamonState:
+    """``state`` read again after asking cxlctl's running kdamonds (ids below ``mine``) to refresh
+    their scheme stats; other tools' kdamonds are never written to.  ``tune status`` and the
+    daemon's metrics both use this (the kernel updates ``stats/`` only when asked)."""
+    from cxlctl.damon.sysfs import read_damon
+    from cxlctl.hostio.write import KnobError, write_knob
+
+    stale = []
+    refreshed = False
+    for k in state.kdamonds:
+        if mine is not None and k.id < mine and k.running:
+            hp = host(root, f"{k.path}/state")
+            if not writable(hp):
+                stale.append(k.id)
+                continue
+            try:
+                write_knob(hp, "update_schemes_stats\n")
+                refreshed = True
+            except KnobError as e:
+                stale.append(k.id)
+                messages.append(f"DAMON kdamond {k.id}: cannot refresh scheme stats ({e.reason})")
+    if stale:
+        messages.append(
+            f"DAMON scheme stats of kdamond(s) {', '.join(map(str, stale))} are as of their last refresh "
+            "(run as root to refresh them)"
+        )
+    return read_damon(root) if refreshed else state

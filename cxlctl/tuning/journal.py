@@ -86,6 +86,10 @@ class Journal(NamedTuple):
     #: weights), so the daemon can rebuild and keep enforcing it
     profile_data: Optional[Dict[str, Any]] = None
     trial: Optional[Trial] = None  # set by `tune try` until it is confirmed
+    #: the apply ran DAMON tiering beside DAMON modules' kdamonds (``--beside-other-damon`` or
+    #: the profile's ``beside_other_damon``): re-applying this profile (the daemon, ``tune
+    #: apply``/``verify`` of it) keeps that choice instead of refusing
+    beside_other_damon: bool = False
 
 
 class Trial(NamedTuple):
@@ -190,6 +194,7 @@ def from_json(d: Any) -> Journal:
         previous_profile=d.get("previous_profile"),
         profile_data=d["profile_data"] if isinstance(d.get("profile_data"), dict) else None,
         trial=_trial(d.get("trial")),
+        beside_other_damon=d.get("beside_other_damon") is True,
     )
 
 

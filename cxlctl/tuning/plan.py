@@ -451,7 +451,14 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     warnings = [f"damon: {n}" for n in notes]
 
     def skip(note: str) -> DamonPlan:
-        return DamonPlan([_damon_step("damon", knob.path, None, None, None, "skip", s, note)], [], [], warnings, [])
+        step = _damon_step("damon", knob.path, None, None, None, "skip", s, note)
+        if mine is None:
+            return DamonPlan([step], [], [], warnings, [])
+        # the kdamonds cxlctl runs would migrate to (or watch) a node that went: stop and remove them
+        # until a pair is back (the daemon re-plans on the next node event)
+        gone = _damon_restore(cur, restore)
+        warnings.append(f"damon: {note}; cxlctl's kdamonds are stopped and removed until one is back")
+        return DamonPlan([step] + gone.steps, gone.saved + _old_files(cur, restore, gone.saved), [], warnings, [])
 
     if not any(n.kind == "cxl" and n.has_memory for n in inv.nodes):
         return skip("no CXL memory node is online: nothing to tier DRAM with")
@@ -479,11 +486,10 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
     recreate = now_n != str(n)
-    if not refusals and recreate and mine is not None and any(k.running for k in state.kdamonds):
-        refusals.append(
-            f"the DAMON tiering layout changes from {mine} to {n} kdamond(s) (a memory node came or went) while "
-            "cxlctl's kdamonds run; run `cxlctl tune revert`, then apply again"
-        )
+    # the layout changes size (a memory node came or went) while cxlctl's kdamonds run: the kernel
+    # refuses nr_kdamonds with EBUSY while any kdamond runs, so they are stopped first, re-created
+    # and started again (off -> rewrite -> on); a same-size change is committed while running
+    stop = [k for k in state.kdamonds if k.running] if recreate and mine is not None else []
     if refusals:
         step = _damon_step("damon", knob.path, None, None, None, "skip", s, "refused: " + refusals[0])
         return DamonPlan([step], [], [], warnings, refusals)
@@ -492,6 +498,11 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     if not caps.node_goals and (spec.dram_free_goal_bp is not None or spec.dram_used_goal_bp is not None):
         extra.append("quota goals on node memory need 6.16+: fixed quotas only")
     steps: List[Step] = []
+    for running in stop:
+        note = f"stopped to re-target: the layout changes from {mine} to {n} kdamond(s), and nr_kdamonds is "
+        note += "refused (EBUSY) while a kdamond runs; started again below"
+        path = damon.state_path(running.id)
+        steps.append(_damon_step(f"damon.kdamond{running.id}.state", path, "on", None, "off\n", "set", s, note))
     desc = ", ".join(f"node{k.node}→node{k.scheme.target_nid} {k.scheme.action}" for k in kds)
     steps.append(
         _damon_step(
@@ -531,5 +542,14 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         else:
             steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", "on\n", "set", s))
     saved = [("damon", p) for p in states + [damon.NR_KDAMONDS] + member_paths]
+    saved += _old_files(cur, restore, saved)
     baseline = [(p, "off\n") for p in states if recreate or cur.get(p) is None]
     return DamonPlan(steps, saved, baseline, warnings, [])
+
+
+def _old_files(cur: Current, restore: Restore, saved: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
+    """Files of the kdamonds cxlctl runs now that the new layout no longer has (a kdamond of a node
+    that went, a filter dropped): journaled too, so a failed re-target rolls back to the running
+    layout and a revert still knows them (their ``original`` comes from the journal in effect)."""
+    have = {p for _, p in saved}
+    return [("damon", p) for p, (k, _) in restore.items() if k == "damon" and p not in have and cur.get(p) is not None]

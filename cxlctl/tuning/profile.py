@@ -324,3 +324,21 @@ def list_names(root: str) -> List[Tuple[str, str, bool]]:
             if f.endswith(".toml") and _NAME.match(f[:-5]) and f[:-5] not in seen:
                 seen[f[:-5]] = (f[:-5], os.path.join(d, f), builtin)
     return sorted(seen.values())
+
+
+def beside_other_damon(p: Profile) -> bool:
+    """Whether the profile's DAMON tiering may run beside DAMON modules' kdamonds."""
+    s = p.setting("damon")
+    return s is not None and getattr(s.value, "beside_other_damon", False) is True
+
+
+def with_beside_other_damon(p: Profile) -> Profile:
+    """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``;
+    kept in the journal, so re-applying the profile keeps it)."""
+    settings = tuple(
+        s._replace(value=s.value._replace(beside_other_damon=True))
+        if s.knob == "damon" and hasattr(s.value, "beside_other_damon")
+        else s
+        for s in p.settings
+    )
+    return p._replace(settings=settings)

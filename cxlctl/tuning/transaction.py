@@ -50,7 +50,7 @@ from .journal import Entry, Journal, Trial
 from .knobs import BY_NAME, Current, read_current
 from .plan import Plan, Restore, Step
 from .plan import plan as make_plan
-from .profile import Profile, load
+from .profile import Profile, beside_other_damon, load, with_beside_other_damon
 from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
 from .state import this_boot
 
@@ -161,7 +161,10 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
     """
     failures: List[str] = []
     for knob in reversed(knobs):
-        for e in [x for x in entries if x.knob == knob]:
+        group = [x for x in entries if x.knob == knob]
+        if knob == "damon":
+            group = _damon_order(root, group, target, failures)
+        for e in group:
             want = e.prior if target == "prior" else e.original
             hp = host(root, e.path)
             exists, raw = read_raw(hp)
@@ -188,6 +191,38 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
             else:
                 progress.status[e.path] = "restored" if target == "prior" else "reverted"
     return failures
+
+
+def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]) -> List[Entry]:
+    """DAMON's files in restore order, after stopping cxlctl's running kdamonds when needed.
+
+    A kdamond only takes its files on ``on``/``commit``, and ``nr_kdamonds`` is refused (EBUSY)
+    while any kdamond runs.  So when anything besides the ``state`` files must change back (a
+    re-target re-created the kdamonds, or rewrote a running one's scheme), every journaled kdamond
+    that runs is stopped first; then ``nr_kdamonds``, the member files (counts before children, in
+    journal order) and last the ``state`` files — a kdamond that ran before starts again on exactly
+    its restored files.  Otherwise (only states differ) the states alone are put back.
+    """
+    from .damon import NR_KDAMONDS, is_state
+
+    states = [e for e in group if is_state(e.path)]
+    rest = sorted((e for e in group if not is_state(e.path)), key=lambda e: e.path != NR_KDAMONDS)
+    differs = False
+    for e in rest:
+        want = e.prior if target == "prior" else e.original
+        exists, raw = read_raw(host(root, e.path))
+        if e.path == NR_KDAMONDS or exists:
+            differs = differs or (raw != want and want is not None)
+    if differs:
+        for e in states:
+            hp = host(root, e.path)
+            _, raw = read_raw(hp)
+            if raw is not None and raw.strip() == "on":
+                try:
+                    write_with_retry(hp, "off\n")
+                except KnobError as err:
+                    failures.append(f"{e.setting}: cannot stop it before restoring: {err.kind}: {err.reason}")
+    return rest + states
 
 
 def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
@@ -365,6 +400,16 @@ class Transaction:
         messages: List[str] = []
         j = this_boot(self.root, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None
+        if (
+            j is not None
+            and j.state == jn.APPLIED
+            and j.beside_other_damon
+            and j.profile == self.profile.name
+            and not beside_other_damon(self.profile)
+        ):
+            # the apply in effect was asked to run beside DAMON modules: re-applying it keeps that
+            self.profile = with_beside_other_damon(self.profile)
+            messages.append(f"DAMON tiering runs beside other DAMON users, as the apply of {j.profile} asked")
         p = make_plan(inventory, self.profile, read_current(self.root), restore_map(active))
         persisting = persisted(self.root) if persist is None else persist
         conflicts = tuple(find(self.root, _desired_values(p), persisting))
@@ -437,6 +482,7 @@ class Transaction:
             persist=persist_saved,
             previous_profile=active.profile if active else None,
             profile_data=self.profile.data,
+            beside_other_damon=beside_other_damon(self.profile),
         )
         jn.save(self.root, j)
         pause_hook(0)

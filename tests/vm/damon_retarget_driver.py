@@ -1,0 +1,303 @@
+"""Guest side of tests/vm/test_vm_damon_retarget.py: ``$PY damon_retarget_driver.py`` inside the VM.
+
+With one CXL region online (node A) and ``vm-damon2`` applied (two kdamonds):
+
+1. start ``cxlctl daemon run`` (metrics on 127.0.0.1:9861, DAMON stats every 2 s);
+2. scrape the metrics and read DAMON's stats files around the scrape (until two
+   reads agree, so the scrape saw exactly those numbers);
+3. create a second region (node B; ``$CREATE_B``, guest-lib.sh) and poll DAMON's
+   sysfs until the kdamonds cover DRAM, A and B as cxlctl lays them out — one kdamond
+   per node monitoring exactly that node's online memory blocks, ``migrate_cold``
+   from DRAM to a CXL node, ``migrate_hot`` from each CXL node to DRAM, all ``on``;
+4. offline node B's memory blocks and poll until the layout is DRAM + A again;
+5. stop the daemon (the kdamonds stay: stopping the daemon reverts nothing), then
+   ``tune revert``: no kdamond left.
+
+Times are ``time.monotonic()`` seconds; everything lands in ``$OUT`` (layout dumps,
+metrics, stats, the daemon's log).  cxlctl commands other than the daemon run in
+this process (a cold ``python -m cxlctl`` costs 30-50 s under TCG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from cxlctl.cli import run
+
+OUT = os.environ["OUT"]
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-lib.sh")
+D = "/sys/kernel/mm/damon/admin/kdamonds"
+NODES = "/sys/devices/system/node"
+MEM = "/sys/devices/system/memory"
+METRICS = "http://127.0.0.1:9861/metrics"
+T0 = time.monotonic()
+
+
+def now() -> float:
+    return round(time.monotonic() - T0, 3)
+
+
+def log(msg: str) -> None:
+    with open(f"{OUT}/driver.log", "a") as f:
+        f.write(f"{now():9.3f} {msg}\n")
+
+
+def cx(label: str, *args: str) -> int:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(list(args))
+    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
+        with open(f"{OUT}/{label}.{ext}", "w") as f:
+            f.write(text)
+    log(f"cxlctl {' '.join(args)} -> {rc}")
+    return rc
+
+
+def get(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return f"ERR {e.strerror}"
+
+
+def save(name: str, doc: Any) -> None:
+    with open(f"{OUT}/{name}", "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------- what the kernel shows
+
+
+def node_ranges() -> Dict[int, List[List[int]]]:
+    """Merged [start, end) of each node's online memory blocks (physical addresses)."""
+    bs = int(get(f"{MEM}/block_size_bytes"), 16)
+    out: Dict[int, List[List[int]]] = {}
+    for n in sorted(os.listdir(NODES)):
+        if not (n.startswith("node") and n[4:].isdigit()):
+            continue
+        ids = sorted(
+            int(b[6:])
+            for b in os.listdir(f"{NODES}/{n}")
+            if b.startswith("memory") and b[6:].isdigit() and get(f"{NODES}/{n}/{b}/state") == "online"
+        )
+        merged: List[List[int]] = []
+        for i in ids:
+            if merged and merged[-1][1] == i * bs:
+                merged[-1][1] = (i + 1) * bs
+            else:
+                merged.append([i * bs, (i + 1) * bs])
+        if merged:
+            out[int(n[4:])] = merged
+    return out
+
+
+def kdamonds() -> List[Dict[str, Any]]:
+    out = []
+    nr = get(f"{D}/nr_kdamonds")
+    for k in range(int(nr) if nr.isdigit() else 0):
+        c = f"{D}/{k}/contexts/0"
+        s = f"{c}/schemes/0"
+        regions = []
+        nreg = get(f"{c}/targets/0/regions/nr_regions")
+        for r in range(int(nreg) if nreg.isdigit() else 0):
+            regions.append([int(get(f"{c}/targets/0/regions/{r}/start")), int(get(f"{c}/targets/0/regions/{r}/end"))])
+        stats = {n: get(f"{s}/stats/{n}") for n in ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")}
+        out.append(
+            {
+                "id": k,
+                "state": get(f"{D}/{k}/state"),
+                "action": get(f"{s}/action"),
+                "target_nid": get(f"{s}/target_nid"),
+                "regions": regions,
+                "stats": stats,
+            }
+        )
+    return out
+
+
+def layout_ok(cxl: Set[int]) -> Tuple[bool, str]:
+    """Whether the kdamonds are cxlctl's layout for DRAM node 0 and the CXL nodes ``cxl``."""
+    ranges = node_ranges()
+    kds = kdamonds()
+    want = {0} | cxl
+    seen: Dict[int, Dict[str, Any]] = {}
+    for k in kds:
+        src = [n for n, r in ranges.items() if r == k["regions"]]
+        if len(src) != 1:
+            return False, f"kdamond {k['id']} regions {k['regions']} are no node's online memory"
+        seen[src[0]] = k
+    if set(seen) != want:
+        return False, f"kdamonds monitor nodes {sorted(seen)}, want {sorted(want)}"
+    for n, k in seen.items():
+        if k["state"] != "on":
+            return False, f"kdamond {k['id']} (node {n}) is {k['state']}"
+        if n == 0 and not (k["action"] == "migrate_cold" and k["target_nid"].isdigit() and int(k["target_nid"]) in cxl):
+            return False, f"DRAM kdamond: {k['action']} to {k['target_nid']}"
+        if n != 0 and (k["action"], k["target_nid"]) != ("migrate_hot", "0"):
+            return False, f"node {n} kdamond: {k['action']} to {k['target_nid']}"
+    return True, "ok"
+
+
+def dump(label: str) -> None:
+    save(f"layout-{label}.json", {"t": now(), "nodes": node_ranges(), "kdamonds": kdamonds()})
+
+
+def wait_layout(label: str, cxl: Set[int], limit: float = 120.0) -> Optional[float]:
+    """Seconds (since this call) until the layout is right, polling every 0.1 s; None on timeout."""
+    t = time.monotonic()
+    why = ""
+    while time.monotonic() - t < limit:
+        ok, why = layout_ok(cxl)
+        if ok:
+            took = round(time.monotonic() - t, 3)
+            log(f"layout {label}: right after {took} s")
+            dump(label)
+            return took
+        time.sleep(0.1)
+    log(f"layout {label}: still wrong after {limit} s: {why}")
+    dump(label)
+    return None
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def scrape() -> str:
+    with urllib.request.urlopen(METRICS, timeout=20) as r:
+        text: str = r.read().decode()
+        return text
+
+
+def metrics_and_stats(label: str) -> None:
+    """A scrape with the DAMON stats files read before and after it (until both reads agree)."""
+    for attempt in range(20):
+        before = kdamonds()
+        text = scrape()
+        after = kdamonds()
+        if before == after:
+            with open(f"{OUT}/metrics-{label}.txt", "w") as f:
+                f.write(text)
+            save(f"stats-{label}.json", {"attempt": attempt, "kdamonds": after})
+            log(f"metrics {label}: scraped (attempt {attempt})")
+            return
+        time.sleep(0.3)
+    log(f"metrics {label}: the stats changed around every scrape")
+
+
+def wait_ready(limit: float = 300.0) -> Optional[float]:
+    t = time.monotonic()
+    while time.monotonic() - t < limit:
+        try:
+            if "\ncxlctl_ready 1\n" in scrape():
+                return round(time.monotonic() - t, 3)
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return None
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def cxl_nodes() -> Set[int]:
+    """Nodes with memory and no CPU (the CXL nodes in this VM)."""
+    out = set()
+    for n, _ in node_ranges().items():
+        if get(f"{NODES}/node{n}/cpulist") == "":
+            out.add(n)
+    return out
+
+
+def main() -> None:
+    times: Dict[str, Any] = {}
+    a = cxl_nodes()
+    log(f"CXL nodes at start: {sorted(a)}")
+    dump("boot")
+    cx("apply", "tune", "apply", "vm-damon2", "--json")
+    dump("applied")
+    ok, why = layout_ok(a)
+    times["applied_layout"] = why
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "cxlctl", "daemon", "run"],
+        stdout=open(f"{OUT}/daemon.out", "w"),
+        stderr=open(f"{OUT}/daemon.log", "w"),
+    )
+    times["ready"] = wait_ready()
+    log(f"daemon ready after {times['ready']} s")
+    time.sleep(10)  # a few telemetry ticks: the daemon refreshes the stats; cold DRAM regions were tried
+    metrics_and_stats("one")
+
+    # -- a second CXL node comes
+    t = time.monotonic()
+    p = subprocess.run(["bash", "-c", f". {LIB}; {os.environ['CREATE_B']}"], capture_output=True, text=True)
+    times["create_b_seconds"] = round(time.monotonic() - t, 3)
+    log(f"region B: rc {p.returncode} {p.stdout.strip()} {p.stderr.strip()[-300:]}")
+    with open(f"{OUT}/region-b", "w") as f:
+        f.write(p.stdout.strip() + "\n")
+    t_online = None
+    for _ in range(600):
+        b = cxl_nodes() - a
+        if b:
+            t_online = time.monotonic()
+            break
+        time.sleep(0.1)
+    times["node_b_online_after_create_returned"] = (
+        None if t_online is None else round(t_online - t - times["create_b_seconds"], 3)
+    )
+    b = cxl_nodes() - a
+    log(f"CXL nodes now: {sorted(a | b)}")
+    save("nodes.json", {"a": sorted(a), "b": sorted(b)})
+    times["grow_from_node_online"] = wait_layout("grown", a | b) if b else None
+    cx("verify-grown", "tune", "verify", "--json")
+    time.sleep(5)
+    metrics_and_stats("two")
+
+    # -- it goes: its memory blocks offline
+    t = time.monotonic()
+    failed = []
+    for nb in sorted(b):
+        for blk in sorted(os.listdir(f"{NODES}/node{nb}")):
+            if blk.startswith("memory") and blk[6:].isdigit() and get(f"{NODES}/node{nb}/{blk}/state") == "online":
+                try:
+                    with open(f"{NODES}/node{nb}/{blk}/state", "w") as f:
+                        f.write("offline\n")
+                except OSError as e:
+                    failed.append(f"{blk}: {e.strerror}")
+    times["offline_b_seconds"] = round(time.monotonic() - t, 3)
+    times["offline_failures"] = failed
+    log(f"node B offlined in {times['offline_b_seconds']} s; failures {failed}")
+    times["shrink_from_offlined"] = wait_layout("shrunk", a)
+    cx("verify-shrunk", "tune", "verify", "--json")
+    time.sleep(5)
+    metrics_and_stats("three")
+
+    # -- stop the daemon, then revert
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        times["daemon_rc"] = daemon.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        times["daemon_rc"] = "killed"
+    dump("daemon-stopped")
+    cx("revert", "tune", "revert", "--json")
+    dump("reverted")
+    cx("status-after", "tune", "status", "--json")
+    save("times.json", times)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # the host reads driver.log; the exit status fails the test
+        log(f"driver failed: {e!r}")
+        raise

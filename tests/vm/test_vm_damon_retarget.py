@@ -1,0 +1,186 @@
+"""The daemon re-targets DAMON tiering when a CXL node comes and goes; its DAMON metrics (6.12, one boot).
+
+Topology ``hb2x2``: region A (1-way, window 2) is created and onlined before
+anything runs (memory hot-added as ``online_movable``, so it can go offline
+again); ``vm-damon2`` (inference-damon with short ages and a small quota) is
+applied: two kdamonds (DRAM node 0 → A ``migrate_cold``, A → 0 ``migrate_hot``).
+Then the guest driver (tests/vm/damon_retarget_driver.py) starts ``cxlctl daemon
+run``, creates region B (2-way, window 1: a second CXL node) and waits until the
+kdamonds cover DRAM, A and B; offlines B's memory and waits until they cover DRAM
+and A again; stops the daemon and reverts.  The layout is read from DAMON's sysfs
+and compared with the nodes' online memory blocks (one kdamond per node, monitoring
+exactly that node's memory).  The daemon's metrics are scraped three times and the
+scheme counters compared with DAMON's stats files read around each scrape.  The
+reaction times are printed (pytest -s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from tests.prom import parse_exposition
+from tests.vm.harness import TOPOLOGIES, run_guest
+
+pytestmark = pytest.mark.vm
+
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "damon_retarget_driver.py")
+
+PROFILE = """
+summary = "VM test: inference-damon with short ages and a small quota"
+include = "inference-damon"
+[damon]
+enabled = true
+reason = "VM test"
+sample = "100ms"
+aggregate = "2s"
+update = "4s"
+cold_age = "4s"
+hot_accesses = "5%"
+apply_interval = "1s"
+quota_size = "8M"
+quota_interval = "1s"
+anon_only = true
+"""
+
+CONFIG = """
+[reconcile]
+debounce_ms = 300
+max_delay_ms = 3000
+rescan_interval = 0
+[drift]
+interval = 0
+[metrics]
+listen = "127.0.0.1:9861"
+telemetry_interval = 2
+[health]
+enabled = false
+"""
+
+GUEST = r"""
+echo online_movable > /sys/devices/system/memory/auto_online_blocks
+RA=$(CREATE_A) || { echo "region A failed" >&2; exit 10; }
+udevadm settle --timeout=30 || true
+echo "$RA" > "$OUT/region-a"
+mkdir -p /etc/cxlctl/profiles
+cat > /etc/cxlctl/profiles/vm-damon2.toml <<'EOF'
+PROFILE_TEXT
+EOF
+cat > /etc/cxlctl/cxlctl.toml <<'EOF'
+CONFIG_TEXT
+EOF
+export CREATE_B='CREATE_B_CMD'
+cd "$REPO" && "$PY" DRIVER
+"""
+
+STATS = {
+    "nr_tried": "tried_regions",
+    "sz_tried": "tried_bytes",
+    "nr_applied": "applied_regions",
+    "sz_applied": "applied_bytes",
+    "qt_exceeds": "quota_exceeds",
+}
+
+
+def _f(out: Path, name: str) -> str:
+    p = out / name
+    return p.read_text() if p.exists() else f"<{name} missing>"
+
+
+def _json(out: Path, name: str) -> Any:
+    return json.loads((out / name).read_text())
+
+
+def _source(layout: Dict[str, Any], regions: Any) -> str:
+    return ",".join(n for n, r in layout["nodes"].items() if r == regions)
+
+
+def _check_metrics(out: Path, label: str, layout: Dict[str, Any]) -> str:
+    """The scrape's DAMON series against the stats files read around it; a summary line."""
+    ex = parse_exposition(_f(out, f"metrics-{label}.txt"))
+    kds = _json(out, f"stats-{label}.json")["kdamonds"]
+    assert len(ex.series("cxlctl_damon_kdamond_state")) == 2 * len(kds)
+    parts = []
+    for k in kds:
+        kid = str(k["id"])
+        assert ex.get("cxlctl_damon_kdamond_state", kdamond=kid, owner="cxlctl", state="on") == 1, (label, k)
+        for field, name in STATS.items():
+            (lab,) = [s for s in ex.series(f"cxlctl_damon_scheme_{name}_total") if s["kdamond"] == kid]
+            assert lab["owner"] == "cxlctl" and lab["action"] == k["action"], (label, lab)
+            assert lab["destination_node"] == k["target_nid"], (label, lab)
+            assert lab["source_node"] == _source(layout, k["regions"]), (label, lab, k)
+            got = ex.get(f"cxlctl_damon_scheme_{name}_total", kdamond=kid)
+            assert got == int(k["stats"][field]), (label, kid, field, got, k["stats"])
+        parts.append(f"kdamond {kid} {k['action']} tried {k['stats']['nr_tried']} applied {k['stats']['sz_applied']} B")
+    return f"metrics {label}: " + "; ".join(parts)
+
+
+def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes() -> None:
+    t = TOPOLOGIES["hb2x2"]
+    a = next(r for r in t.regions if r.window == 2)  # 1-way, its own NUMA node
+    b = next(r for r in t.regions if r.window == 1)  # 2-way inside one bridge, another node
+    script = (
+        GUEST.replace("CREATE_A", a.create_command(t))
+        .replace("CREATE_B_CMD", b.create_command(t))
+        .replace("PROFILE_TEXT", PROFILE.strip())
+        .replace("CONFIG_TEXT", CONFIG.strip())
+        .replace("DRIVER", DRIVER)
+    )
+    res = run_guest(t, script, kernel="6.12", timeout=1500)
+    out = res.outdir
+    ctx = f"\n--- driver.log ---\n{_f(out, 'driver.log')}\n--- daemon.log ---\n{_f(out, 'daemon.log')[-6000:]}"
+    assert res.returncode == 0, res.stderr[-3000:] + ctx
+    times = _json(out, "times.json")
+    nodes = _json(out, "nodes.json")
+    (node_a,), (node_b,) = nodes["a"], nodes["b"]
+    report = [
+        f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s",
+        f"CXL node A {node_a}, B {node_b}; daemon ready {times['ready']} s after start",
+        f"region B: create_ram_region {times['create_b_seconds']} s, node online "
+        f"{times['node_b_online_after_create_returned']} s after it returned, kdamonds re-targeted "
+        f"{times['grow_from_node_online']} s after the node was online",
+        f"node B offlined in {times['offline_b_seconds']} s, kdamonds re-targeted back "
+        f"{times['shrink_from_offlined']} s later",
+    ]
+    print("\n[vm damon-retarget] " + "\n[vm damon-retarget] ".join(report))
+
+    # applied by hand: two kdamonds on DRAM and A
+    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    assert times["applied_layout"] == "ok", times["applied_layout"]
+    assert [k["state"] for k in _json(out, "layout-applied.json")["kdamonds"]] == ["on", "on"]
+    # B came: three kdamonds, B's monitoring exactly its memory, migrating hot pages to DRAM
+    assert times["grow_from_node_online"] is not None, ctx
+    grown = _json(out, "layout-grown.json")
+    assert len(grown["kdamonds"]) == 3
+    kb = [k for k in grown["kdamonds"] if _source(grown, k["regions"]) == str(node_b)]
+    assert len(kb) == 1 and (kb[0]["action"], kb[0]["target_nid"], kb[0]["state"]) == ("migrate_hot", "0", "on")
+    assert _f(out, "verify-grown.rc").strip() == "0", _f(out, "verify-grown.json")
+    # B went: back to DRAM and A
+    assert times["offline_failures"] == [], times
+    assert times["shrink_from_offlined"] is not None, ctx
+    shrunk = _json(out, "layout-shrunk.json")
+    assert sorted(_source(shrunk, k["regions"]) for k in shrunk["kdamonds"]) == sorted(["0", str(node_a)])
+    assert _f(out, "verify-shrunk.rc").strip() == "0", _f(out, "verify-shrunk.json")
+    assert "damon.nr_kdamonds" in _f(out, "daemon.log"), ctx
+
+    # the metrics: exactly DAMON's stats, labelled with the nodes (and not all zero: after 10 s the
+    # DRAM kdamond has tried cold regions)
+    one = _json(out, "stats-one.json")["kdamonds"]
+    assert sum(int(k["stats"]["nr_tried"]) for k in one if k["action"] == "migrate_cold") > 0, one
+    lines = [
+        _check_metrics(out, "one", _json(out, "layout-applied.json")),
+        _check_metrics(out, "two", grown),
+        _check_metrics(out, "three", shrunk),
+    ]
+    print("\n[vm damon-retarget] " + "\n[vm damon-retarget] ".join(lines))
+
+    # stopping the daemon leaves the kdamonds (it reverts nothing); revert removes them
+    assert times["daemon_rc"] == 0, times
+    assert [k["state"] for k in _json(out, "layout-daemon-stopped.json")["kdamonds"]] == ["on", "on"]
+    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    assert _json(out, "layout-reverted.json")["kdamonds"] == []
+    assert _json(out, "status-after.json")["damon"] == []
