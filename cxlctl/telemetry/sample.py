@@ -33,7 +33,7 @@ from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
 from cxlctl.hostio.root import under
-from cxlctl.model import Node
+from cxlctl.model import Coordinates, Node, Region
 from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
 
 from .counters import (
@@ -63,10 +63,15 @@ PROCESS_BUDGET_S = 0.5
 
 
 class NodeInfo(NamedTuple):
-    """What the inventory says about a node: its kind (dram | cxl | other) and memory tier."""
+    """What the inventory says about a node: its kind (dram | cxl | other), memory tier and
+    expected access characteristics (:func:`expected_access`)."""
 
     kind: str
     tier: Optional[int]
+    #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
+    hmat: Optional[Coordinates] = None
+    #: where ``hmat`` comes from: "node" (HMAT, nodeN/access0) or "regions" (its CXL regions' access0)
+    hmat_from: Optional[str] = None
 
 
 class NodeSample(NamedTuple):
@@ -77,6 +82,8 @@ class NodeSample(NamedTuple):
     memory: Dict[str, Optional[int]]
     vmstat: Counters
     numastat: Dict[str, int]
+    hmat: Optional[Coordinates] = None  # see NodeInfo
+    hmat_from: Optional[str] = None
 
 
 class Settings(NamedTuple):
@@ -120,19 +127,70 @@ class Sample(NamedTuple):
     notes: Tuple[str, ...]
     #: DAMON schemes where kdamonds exist (read-only; see :mod:`.damon`)
     damon: Tuple[Scheme, ...] = ()
+    #: bandwidth (MB/s) of all CXL nodes together, from :func:`expected_access`; None when there is
+    #: no CXL node or one of them is not described (a partial sum would overstate the share used)
+    cxl_read_mbps: Optional[int] = None
+    cxl_write_mbps: Optional[int] = None
+
+
+def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
+    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
+
+    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
+    initiators) when the firmware describes it; else, for a CXL node, the sum of
+    its regions' ``access0`` bandwidths (the kernel computes those from the
+    devices' CDAT and the path to them) and the largest latency, when every region
+    of the node is described; else (None, None).  A node read only through
+    ``kinds_of(nodes)`` without regions gets the first source only.
+    """
+    if node.access0 is not None:
+        return node.access0, "node"
+    by_name = {r.name: r for r in regions}
+    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
+    if not coords or any(c is None for c in coords):
+        return None, None
+
+    def total(vals: List[Optional[int]]) -> Optional[int]:
+        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+
+    def worst(vals: List[Optional[int]]) -> Optional[int]:
+        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
+
+    cs = [c for c in coords if c is not None]
+    c = Coordinates(
+        read_bandwidth=total([x.read_bandwidth for x in cs]),
+        write_bandwidth=total([x.write_bandwidth for x in cs]),
+        read_latency=worst([x.read_latency for x in cs]),
+        write_latency=worst([x.write_latency for x in cs]),
+    )
+    return c, "regions"
 
 
 def node_kinds(root: str) -> Dict[int, NodeInfo]:
-    """Kind and tier of every node, from one inventory scan (run once per command, not per sample)."""
+    """Kind, tier and expected access of every node, from one inventory scan (run once per
+    command, not per sample: neither changes between two reports of ``stat``)."""
     from cxlctl.inventory import scan
 
     inv = scan(root)
-    return {n.id: NodeInfo(n.kind, n.tier) for n in inv.nodes}
+    return kinds_of(inv.nodes, inv.regions)
 
 
-def kinds_of(inv_nodes: Sequence[Node]) -> Dict[int, NodeInfo]:
-    """:func:`node_kinds` from an inventory already scanned (``cxlctl record``)."""
-    return {n.id: NodeInfo(n.kind, n.tier) for n in inv_nodes}
+def kinds_of(inv_nodes: Sequence[Node], regions: Sequence[Region] = ()) -> Dict[int, NodeInfo]:
+    """:func:`node_kinds` from an inventory already scanned (``cxlctl record``, the daemon)."""
+    return {n.id: NodeInfo(n.kind, n.tier, *expected_access(n, regions)) for n in inv_nodes}
+
+
+def cxl_bandwidth(kinds: Dict[int, NodeInfo]) -> Tuple[Optional[int], Optional[int]]:
+    """(read, write) MB/s of all CXL nodes together; None when one of them is not described."""
+    cxl = [i for i in kinds.values() if i.kind == "cxl"]
+
+    def total(vals: List[Optional[int]]) -> Optional[int]:
+        return None if not vals or any(not v for v in vals) else sum(v for v in vals if v)
+
+    return (
+        total([i.hmat.read_bandwidth if i.hmat else None for i in cxl]),
+        total([i.hmat.write_bandwidth if i.hmat else None for i in cxl]),
+    )
 
 
 # -- cgroup names -----------------------------------------------------------------------------
@@ -232,9 +290,8 @@ def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
         "shmem": mi.get("Shmem"),
     }
     ns = _keyvals(r, paths.node_file(nid, "numastat")) or {}
-    return NodeSample(
-        nid, info.kind, info.tier, memory, pick(_keyvals(r, paths.node_file(nid, "vmstat")), NODE_COUNTERS), ns
-    )
+    vm = pick(_keyvals(r, paths.node_file(nid, "vmstat")), NODE_COUNTERS)
+    return NodeSample(nid, info.kind, info.tier, memory, vm, ns, info.hmat, info.hmat_from)
 
 
 def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:
@@ -270,7 +327,8 @@ def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
     return None if text is None else parse_numa_maps(text)
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE = PAGE_SIZE
 
 
 def _rss(r: Reader, pid: int) -> Optional[int]:
@@ -412,6 +470,7 @@ def read_sample(
     if cache is not None:
         for gone in set(cache) - set(extra):
             del cache[gone]
+    bw = cxl_bandwidth(kinds)
     return Sample(
         time=t0,
         wall=wall,
@@ -422,6 +481,8 @@ def read_sample(
         cgroups=cg_samples,
         processes=tuple(procs),
         damon=tuple(read_schemes(r)),
+        cxl_read_mbps=bw[0],
+        cxl_write_mbps=bw[1],
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )
 
