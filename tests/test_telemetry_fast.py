@@ -1,0 +1,92 @@
+"""The cheaper paths of ``stat``/``top`` (issue 11's cost goals) read and count what the plain ones did."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import pytest
+
+from cxlctl.hostio import paths
+from cxlctl.hostio.reader import Reader
+from cxlctl.telemetry import sample as S
+from cxlctl.telemetry.counters import parse_numa_maps, parse_numa_maps_lines
+from tests.conftest import FIXTURES, fixture_roots
+
+TELEMETRY = fixture_roots("*/*-telemetry")
+TREE = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
+
+
+@pytest.mark.parametrize("root", TELEMETRY, ids=os.path.basename)
+def test_leaves_read_what_raw_reads(root: str) -> None:
+    r = Reader(root)
+    names = r.listdir(paths.PROC, S.is_decimal) + ["999999", "..", "vmstat"]  # gone, odd, not a directory
+    fast = Reader(root).leaves(paths.PROC, names, "statm")
+    slow = [Reader(root).raw(f"{paths.PROC}/{n}/statm") for n in names]
+    assert fast == slow and any(b for b in fast)
+
+
+@pytest.mark.parametrize("root", TELEMETRY, ids=os.path.basename)
+def test_numa_maps_regex_passes_equal_the_line_parser(root: str) -> None:
+    """Every recorded numa_maps (4 kB pages: the fast path) and a huge-page one (the line parser)."""
+    seen = 0
+    for pid in Reader(root).listdir(paths.PROC, S.is_decimal):
+        text = Reader(root).text(paths.proc_pid(int(pid), "numa_maps"))
+        if text:
+            assert parse_numa_maps(text) == parse_numa_maps_lines(text)
+            seen += 1
+    assert seen
+    huge = "7f0000000000 default anon=1 N1=1 kernelpagesize_kB=2048\n7f1000000000 default anon=2 N0=2 kernelpagesize_kB=4\n"
+    m = parse_numa_maps(huge)
+    assert m == parse_numa_maps_lines(huge) and m.bytes == {1: 2 << 20, 0: 8192}
+
+
+def test_top_pids_ranks_by_statm_and_skips_kernel_threads(tmp_path: Any) -> None:
+    root = str(tmp_path / "t")
+    shutil.copytree(TREE, root, symlinks=True)
+    r = Reader(root)
+    by_rss = sorted(
+        ((S._rss(r, int(p)) or 0, int(p)) for p in r.listdir(paths.PROC, S.is_decimal)), key=lambda t: (-t[0], t[1])
+    )
+    assert S.top_pids(Reader(root), 3) == [p for v, p in by_rss[:3] if v]
+    # a kernel thread (statm all zero), a process that exited (no statm), and a PID directory that is a
+    # link leading out of the tree: none is ranked, and the link is not followed
+    for pid, statm in (("90001", "0 0 0 0 0 0 0\n"), ("90002", None)):
+        os.makedirs(os.path.join(root, "proc", pid))
+        if statm:
+            with open(os.path.join(root, "proc", pid, "statm"), "w") as f:
+                f.write(statm)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "statm").write_text("999999999 999999999 0 0 0 0 0\n")
+    os.symlink(str(outside), os.path.join(root, "proc", "90003"))
+    r = Reader(root)
+    ranked = S.top_pids(r, 1000)
+    assert not {90001, 90002, 90003} & set(ranked) and len(ranked) == len([v for v, _ in by_rss if v])
+    assert any(p.endswith("/90003/statm") and "out of the root" in why for p, why in r.notes)
+
+
+def test_a_numa_maps_over_the_bound_is_not_parsed_and_says_so(tmp_path: Any, monkeypatch: Any) -> None:
+    root = str(tmp_path / "t")
+    shutil.copytree(TREE, root, symlinks=True)
+    pid = S.top_pids(Reader(root), 1)[0]
+    path = os.path.join(root, "proc", str(pid), "numa_maps")
+    with open(path) as f:
+        one = f.read()
+    with open(path, "w") as f:  # 1.5 MiB: over the reader's 1 MiB, under the bound: read and parsed
+        f.write(one * ((3 << 19) // len(one) + 1))
+    s = S.read_sample(Reader(root), {}, pids=[pid])
+    assert s.processes[0].maps is not None and not any("numa_maps" in n for n in s.notes)
+    monkeypatch.setattr(S, "NUMA_MAPS_LIMIT", 1 << 20)
+    s = S.read_sample(Reader(root), {}, pids=[pid], top=1)
+    assert s.processes[0].maps is None and len(s.processes) == 1  # asked for: shown unreadable; as "top": left out
+    assert any("numa_maps" in n and "bound 1 MiB" in n for n in s.notes)
+
+
+def test_top_keeps_only_the_resident_types_of_numa_stat() -> None:
+    r = Reader(TREE)
+    (cg,) = S.list_cgroups(r)
+    full, screen = S.read_cgroup(Reader(TREE), cg), S.read_cgroup(Reader(TREE), cg, counters=False)
+    assert set(screen.numa_stat) == {"anon", "file"} and len(full.numa_stat) > 2
+    assert screen.bytes_per_node == full.bytes_per_node and any(screen.bytes_per_node.values())
