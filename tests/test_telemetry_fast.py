@@ -10,6 +10,7 @@ import pytest
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
+from cxlctl.parse import is_decimal
 from cxlctl.telemetry import sample as S
 from cxlctl.telemetry.counters import parse_numa_maps, parse_numa_maps_lines
 from tests.conftest import FIXTURES, fixture_roots
@@ -21,7 +22,7 @@ TREE = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
 @pytest.mark.parametrize("root", TELEMETRY, ids=os.path.basename)
 def test_leaves_read_what_raw_reads(root: str) -> None:
     r = Reader(root)
-    names = r.listdir(paths.PROC, S.is_decimal) + ["999999", "..", "vmstat"]  # gone, odd, not a directory
+    names = r.listdir(paths.PROC, is_decimal) + ["999999", "..", "vmstat"]  # gone, odd, not a directory
     fast = Reader(root).leaves(paths.PROC, names, "statm")
     slow = [Reader(root).raw(f"{paths.PROC}/{n}/statm") for n in names]
     assert fast == slow and any(b for b in fast)
@@ -31,7 +32,7 @@ def test_leaves_read_what_raw_reads(root: str) -> None:
 def test_numa_maps_regex_passes_equal_the_line_parser(root: str) -> None:
     """Every recorded numa_maps (4 kB pages: the fast path) and a huge-page one (the line parser)."""
     seen = 0
-    for pid in Reader(root).listdir(paths.PROC, S.is_decimal):
+    for pid in Reader(root).listdir(paths.PROC, is_decimal):
         text = Reader(root).text(paths.proc_pid(int(pid), "numa_maps"))
         if text:
             assert parse_numa_maps(text) == parse_numa_maps_lines(text)
@@ -47,7 +48,7 @@ def test_top_pids_ranks_by_statm_and_skips_kernel_threads(tmp_path: Any) -> None
     shutil.copytree(TREE, root, symlinks=True)
     r = Reader(root)
     by_rss = sorted(
-        ((S._rss(r, int(p)) or 0, int(p)) for p in r.listdir(paths.PROC, S.is_decimal)), key=lambda t: (-t[0], t[1])
+        ((S._rss(r, int(p)) or 0, int(p)) for p in r.listdir(paths.PROC, is_decimal)), key=lambda t: (-t[0], t[1])
     )
     assert S.top_pids(Reader(root), 3) == [p for v, p in by_rss[:3] if v]
     # a kernel thread (statm all zero), a process that exited (no statm), and a PID directory that is a
