@@ -80,11 +80,35 @@ class Counters(NamedTuple):
         return self.values.get(name)
 
 
+_WHOLE: Optional[Tuple[Any, Any]] = None
+
+
+def _whole_file_patterns() -> Tuple[Any, Any]:
+    """Whole-file shapes of ``name value`` and ``memory.numa_stat`` files as the kernel writes them
+    (names of ASCII word characters, one space, values of at most 19 digits: below 2^64)."""
+    global _WHOLE
+    if _WHOLE is None:
+        import re
+
+        _WHOLE = (
+            re.compile(r"(?:[A-Za-z0-9_]+ [0-9]{1,19}\n)*"),
+            re.compile(r"(?:[A-Za-z0-9_]+(?: N[0-9]{1,9}=[0-9]{1,19})+\n)*"),
+        )
+    return _WHOLE
+
+
 def parse_keyvals(text: str) -> Dict[str, int]:
     """``name value`` lines (``vmstat``, ``numastat``, ``memory.stat``) → {name: value}.
 
-    Values are unsigned 64-bit decimals; other lines are skipped.
+    Values are unsigned 64-bit decimals; other lines are skipped.  A file in the
+    kernel's own layout is recognised by one regular expression (C speed) and
+    then split at once; any other goes line by line.  A report reads a few
+    thousand such lines (``/proc/vmstat``, every node's and cgroup's files).
     """
+    whole = text if text.endswith("\n") else text + "\n"
+    if _whole_file_patterns()[0].fullmatch(whole):
+        f = whole.split()
+        return dict(zip(f[0::2], map(int, f[1::2])))
     out: Dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -110,8 +134,44 @@ def pick(
     return Counters(values, tuple(n for n in wanted if values[n] is None))
 
 
+_PICKERS: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
+
+
+def pick_text(text: Optional[str], wanted: Iterable[str], prefixes: Tuple[str, ...] = TIERING_PREFIXES) -> Counters:
+    """The wanted counters of a ``name value`` file (None: unreadable), as :func:`pick` of
+    :func:`parse_keyvals` gives them for a file in the kernel's layout.
+
+    ``/proc/vmstat`` has some 190 lines and a report keeps about 20: one regular
+    expression finds the kept lines (a line is taken only as the kernel writes it:
+    name, one space, at most 19 digits, newline) and only their numbers are
+    converted -- a sixth of the time of parsing every line.
+    """
+    wanted = tuple(wanted)
+    if text is None:
+        return pick(None, wanted, prefixes)
+    rx = _PICKERS.get((wanted, prefixes))
+    if rx is None:
+        import re
+
+        names = [re.escape(p) + "[A-Za-z0-9_]*" for p in prefixes] + [re.escape(w) for w in wanted]
+        rx = _PICKERS[(wanted, prefixes)] = re.compile(r"\n(" + "|".join(names) + r") ([0-9]{1,19})(?=\n)")
+    return pick({k: int(v) for k, v in rx.findall("\n" + text + "\n")}, wanted, prefixes)
+
+
 def parse_numa_stat(text: str) -> Dict[str, Dict[int, int]]:
-    """A cgroup's ``memory.numa_stat`` (``anon N0=4096 N1=0``) → {type: {node: bytes}}."""
+    """A cgroup's ``memory.numa_stat`` (``anon N0=4096 N1=0``) → {type: {node: bytes}}.
+
+    A line with one odd field is dropped.  The kernel's own layout is recognised
+    by one regular expression and split at once (``top`` and ``stat`` parse 64
+    cgroups' files per report); any other file goes line by line.
+    """
+    whole = text if text.endswith("\n") else text + "\n"
+    if _whole_file_patterns()[1].fullmatch(whole):
+        fast: Dict[str, Dict[int, int]] = {}
+        for line in whole.replace(" N", " ").replace("=", " ").splitlines():
+            fs = line.split(" ")
+            fast[fs[0]] = dict(zip(map(int, fs[1::2]), map(int, fs[2::2])))
+        return fast
     out: Dict[str, Dict[int, int]] = {}
     for line in text.splitlines():
         parts = line.split()

@@ -48,7 +48,7 @@ from .counters import (
     parse_keyvals,
     parse_numa_maps,
     parse_numa_stat,
-    pick,
+    pick_text,
     resident_per_node,
 )
 from .damon import Scheme, read_schemes
@@ -290,7 +290,7 @@ def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
         "shmem": mi.get("Shmem"),
     }
     ns = _keyvals(r, paths.node_file(nid, "numastat")) or {}
-    vm = pick(_keyvals(r, paths.node_file(nid, "vmstat")), NODE_COUNTERS)
+    vm = pick_text(r.text(paths.node_file(nid, "vmstat")), NODE_COUNTERS)
     return NodeSample(nid, info.kind, info.tier, memory, vm, ns, info.hmat, info.hmat_from)
 
 
@@ -303,8 +303,8 @@ def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:
     if text is not None and not counters:
         text = "\n".join(line for line in text.splitlines() if line.startswith(_RESIDENT_LINES))
     ns = parse_numa_stat(text) if text is not None else {}
-    stat = _keyvals(r, paths.cgroup_file(name, "memory.stat")) if counters else None
-    cg_counters = pick(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
+    stat = r.text(paths.cgroup_file(name, "memory.stat")) if counters else None
+    cg_counters = pick_text(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
     return CgroupSample(name, d, ns, resident_per_node(ns), cg_counters, text is not None)
 
@@ -437,7 +437,7 @@ def read_sample(
     first_note = len(r.notes)  # a reader kept across samples: only this sample's notes
     kernel = r.text(paths.OSRELEASE)
     settings = read_settings(r)
-    system = pick(_keyvals(r, paths.PROC_VMSTAT), SYSTEM_COUNTERS)
+    system = pick_text(r.text(paths.PROC_VMSTAT), SYSTEM_COUNTERS)
     if not system.readable:
         notes.append(f"{paths.PROC_VMSTAT} unreadable: no system-wide counters")
     names = r.listdir(paths.NODE_DIR, lambda x: decimal_suffix(x, "node") is not None)
