@@ -91,3 +91,51 @@ def test_top_keeps_only_the_resident_types_of_numa_stat() -> None:
     full, screen = S.read_cgroup(Reader(TREE), cg), S.read_cgroup(Reader(TREE), cg, counters=False)
     assert set(screen.numa_stat) == {"anon", "file"} and len(full.numa_stat) > 2
     assert screen.bytes_per_node == full.bytes_per_node and any(screen.bytes_per_node.values())
+
+
+def _files(pattern: str) -> list[str]:
+    import glob
+
+    return sorted(glob.glob(os.path.join(FIXTURES, "*", "*", pattern), recursive=True))
+
+
+def test_kernel_layout_fast_paths_equal_the_line_by_line_rules() -> None:
+    """Every recorded vmstat, memory.stat, numastat and memory.numa_stat: the whole-file regex path gives
+    what the line-by-line parser gives (CRLF line ends are not the kernel's layout: they force the latter)."""
+    from cxlctl.telemetry.counters import (
+        CGROUP_COUNTERS,
+        CGROUP_SIZES,
+        NODE_COUNTERS,
+        SYSTEM_COUNTERS,
+        parse_keyvals,
+        parse_numa_stat,
+        pick,
+        pick_text,
+    )
+
+    kv = _files("proc/vmstat") + _files("sys/devices/system/node/node*/vmstat") + _files("sys/fs/cgroup/**/memory.stat")
+    kv += _files("sys/devices/system/node/node*/numastat")
+    assert len(kv) >= 10
+    for path in kv:
+        with open(path) as f:
+            text = f.read()
+        assert parse_keyvals(text) == parse_keyvals(text.replace("\n", "\r\n")) != {}, path
+        for wanted, prefixes in (
+            (SYSTEM_COUNTERS, ("pgpromote_", "pgdemote_", "numa_")),
+            (NODE_COUNTERS, ("pgpromote_", "pgdemote_", "numa_")),
+            (CGROUP_COUNTERS + CGROUP_SIZES, ("pgpromote_", "pgdemote_")),
+        ):
+            assert pick_text(text, wanted, prefixes) == pick(parse_keyvals(text), wanted, prefixes), path
+    ns = _files("sys/fs/cgroup/**/memory.numa_stat")
+    assert ns
+    for path in ns:
+        with open(path) as f:
+            text = f.read()
+        assert parse_numa_stat(text) == parse_numa_stat(text.replace("\n", "\r\n")) != {}, path
+    # odd lines: skipped by both paths alike
+    odd = "numa_hit 5\nbad line here\nnuma_miss 18446744073709551616\npgdemote_direct 7\n"
+    assert parse_keyvals(odd) == {"numa_hit": 5, "pgdemote_direct": 7}
+    assert (
+        pick_text(odd, NODE_COUNTERS).values["pgdemote_direct"] == 7
+        and pick_text(None, NODE_COUNTERS).readable is False
+    )
