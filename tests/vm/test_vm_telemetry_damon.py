@@ -16,12 +16,13 @@ In the guest (``single`` topology, the RAM region online as a CPU-less CXL node)
    the screen must show the DAMON section with both schemes;
 4. ``tune revert``; then the promotion try: NUMA balancing in tiering mode
    (``numa_balancing=2``), ``numa_balancing_promote_rate_limit_MBps=1``, the
-   DRAM node filled through a tmpfs bound to it until less than 1 GiB is free
+   DRAM node filled through a tmpfs (in /tmp: the guest's / is the host's, read-only)
+   bound to it until less than 1 GiB is free
    (the kernel counts ``pgpromote_candidate`` and applies the rate limit only
    when the destination node has not "enough" free memory: max(1 GiB, 1/16 of
    the node) above its promo watermark, ``pgdat_free_space_enough()`` in
    kernel/sched/fair.c), faster NUMA scanning (debugfs), and a helper touching
-   32 MiB on the CXL node; ``stat --interval 15`` reports what happened.  That
+   32 MiB it moved to the CXL node with move_pages(2) (see HOT_C); ``stat --interval 15`` reports what happened.  That
    part is printed (pytest -s) and checked for consistency, not required to fire.
 """
 
@@ -38,6 +39,43 @@ from tests.vm.harness import TOPOLOGIES, build_c, run_guest
 from tests.vm.test_vm_damon import TIER_C, VM_PROFILE
 
 pytestmark = pytest.mark.vm
+
+#: the promotion try's helper: its pages are moved to the CXL node with move_pages(2), so their VMA keeps
+#: the default policy -- NUMA balancing scans only VMAs whose policy allows migrate-on-fault (MPOL_F_MOF),
+#: and an mbind(2) policy (the tier helper's) does not: the first try of this test saw 0 hint faults
+HOT_C = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* cxlhot MIB NODE READY: touch MIB MiB of anonymous memory, move it to NODE, write our PID and
+   the number of pages that landed there to READY, then keep touching the pages. */
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    size_t len = (size_t)atoi(argv[1]) << 20, n = len / 4096, on = 0;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    madvise(p, len, MADV_NOHUGEPAGE);
+    memset(p, 1, len);
+    void **pages = calloc(n, sizeof *pages);
+    int *nodes = calloc(n, sizeof *nodes), *status = calloc(n, sizeof *status);
+    for (size_t i = 0; i < n; i++) { pages[i] = p + i * 4096; nodes[i] = atoi(argv[2]); }
+    if (syscall(SYS_move_pages, 0, n, pages, nodes, status, 2 /* MPOL_MF_MOVE */) < 0) perror("move_pages");
+    for (size_t i = 0; i < n; i++) on += status[i] == atoi(argv[2]);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[3]);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { perror(tmp); return 1; }
+    fprintf(f, "%d %zu\n", (int)getpid(), on);
+    fclose(f);
+    rename(tmp, argv[3]);
+    for (unsigned char v = 0;; v++)
+        for (size_t i = 0; i < len; i += 4096) p[i] = (char)v;
+}
+"""
 
 STATS = ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")
 COORDS = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
@@ -106,8 +144,8 @@ kill $COLD $HOT; wait $COLD $HOT 2>/dev/null
 echo true > /sys/kernel/mm/numa/demotion_enabled
 free_mb=$(( $(awk '/MemFree/ {print $4}' /sys/devices/system/node/node0/meminfo) / 1024 ))
 fill=$(( free_mb > 800 ? free_mb - 700 : 0 ))
-mkdir -p /mnt/fill && mount -t tmpfs -o size=3G,mpol=bind:0 fill /mnt/fill
-[ $fill -gt 0 ] && dd if=/dev/zero of=/mnt/fill/f bs=1M count=$fill 2> "$OUT/fill.err"
+mkdir -p /tmp/fill && mount -t tmpfs -o size=3G,mpol=bind:0 fill /tmp/fill 2> "$OUT/fill-mount.err"
+[ $fill -gt 0 ] && dd if=/dev/zero of=/tmp/fill/f bs=1M count=$fill 2> "$OUT/fill.err"
 echo "$free_mb $fill" > "$OUT/fill"
 cat /sys/devices/system/node/node0/meminfo > "$OUT/fill.meminfo"
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
@@ -119,7 +157,9 @@ grep -r . $NB > "$OUT/numa-debugfs.txt" 2>&1
 echo 1 > /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps
 echo 2 > /proc/sys/kernel/numa_balancing
 cat /proc/sys/kernel/numa_balancing /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps > "$OUT/nb"
-helper hot 32 $CXL ""; HOT=$(cat "$OUT/hot-32.ready")
+$TOOLS/cxlhot 32 $CXL "$OUT/cxlhot.ready" 2> "$OUT/cxlhot.err" &
+for i in $(seq 1 1200); do [ -s "$OUT/cxlhot.ready" ] && break; sleep 0.1; done
+HOT=$(cut -d' ' -f1 "$OUT/cxlhot.ready")
 "$PY" -m cxlctl stat --json --interval @PROMOTE_S@ --count 2 --pid $HOT > "$OUT/P.json" 2> "$OUT/P.err"; echo $? > "$OUT/P.rc"
 cat /sys/devices/system/node/node0/vmstat > "$OUT/P.node0.vmstat"
 cat /sys/devices/system/node/node$CXL/vmstat > "$OUT/P.cxl.vmstat"
@@ -177,6 +217,7 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
     work = tmp_path / "vm"
     tools = work / "tools"
     build_c(tools, "tier", TIER_C)
+    build_c(tools, "cxlhot", HOT_C)
     script = (
         GUEST.replace("@CREATE@", region.create_command(t))
         .replace("@TOOLS@", str(tools))
@@ -264,12 +305,14 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
     pages0 = p0["processes"][0]["pages_per_node"]
     pages1 = p1["processes"][0]["pages_per_node"]
     free_mb, fill = _f(out, "fill").split()
+    moved = _f(out, "cxlhot.ready").split()[-1]
     report.append(
         f"promotion try: nb {' / '.join(_f(out, 'nb').split())} (mode / limit MB/s), DRAM free {free_mb} MiB, "
         f"filled {fill} MiB -> MemFree {_keyvals_meminfo(_f(out, 'fill.meminfo'))} kB; over {p1['interval']:.1f} s: "
         f"hint faults {_rate(p1, 'numa_hint_faults')}/s, pgpromote_candidate {_rate(p1, 'pgpromote_candidate')}/s "
         f"(node 0 +{cand0}, node {cxl} +{cand_cxl}), pgpromote_success {_rate(p1, 'pgpromote_success')}/s; "
-        f"helper pages {pages0} -> {pages1}; verdicts {ids}; cxl_traffic {p1['cxl_traffic']}; "
+        f"helper ({moved} of 8192 pages moved to node {cxl}) pages {pages0} -> {pages1}; verdicts {ids}; "
+        f"cxl_traffic {p1['cxl_traffic']}; "
         f"kernel totals: node0 candidate {k0.get('pgpromote_candidate')}, success {k0.get('pgpromote_success')}; "
         f"cxl node candidate {kc.get('pgpromote_candidate')}"
     )
