@@ -139,3 +139,20 @@ def test_kernel_layout_fast_paths_equal_the_line_by_line_rules() -> None:
         pick_text(odd, NODE_COUNTERS).values["pgdemote_direct"] == 7
         and pick_text(None, NODE_COUNTERS).readable is False
     )
+
+
+def test_leaves_skip_unreadable_files_without_a_note_each(monkeypatch: Any) -> None:
+    """/proc mounted with hidepid=1 (a user's view): other users' statm are EACCES; the ranking skips them quietly."""
+    real = os.open
+    names = Reader(TREE).listdir(paths.PROC, is_decimal)
+    denied = names[0]
+
+    def fake_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
+        if path == denied and dir_fd is not None:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", fake_open)
+    r = Reader(TREE)
+    got = r.leaves(paths.PROC, names, "statm")
+    assert got[0] is None and all(b for b in got[1:]) and r.notes == []

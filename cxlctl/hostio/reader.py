@@ -353,9 +353,10 @@ class Reader:
         link (``O_NOFOLLOW``: a real directory inside a directory inside the root is
         inside the root), then ``leaf`` in it, also without following a link; on the
         live host the path is opened directly (nothing leads out of ``/``).  One short
-        read is the whole file.  Anything else -- a link, an odd name, an error other
-        than "gone" (a process that exited: None), an empty or full read (a FIFO, a
-        large file) -- and recording mode take :meth:`raw`, which keeps every rule.
+        read is the whole file.  A file that is gone (a process that exited) or not
+        readable is None, without a note.  Anything else -- a link, an odd name, another
+        error, an empty or full read (a FIFO, a large file) -- and recording mode take
+        :meth:`raw`, which keeps every rule.
         """
         if self.log is not None or "/" in leaf or leaf in _NOT_NAMES:
             return [self.raw(f"{d}/{n}/{leaf}") for n in names]
@@ -384,10 +385,12 @@ class Reader:
                         fd = open_(leaf, flags, dir_fd=sub)
                     finally:
                         close(sub)
-            except FileNotFoundError:
-                out.append(None)  # gone (a process that exited), or never there
+            except (FileNotFoundError, PermissionError):
+                # gone (a process that exited), never there, or not ours to read (/proc mounted with
+                # hidepid=1): None without a note each -- a ranking of 1,000 processes skips them
+                out.append(None)
                 continue
-            except OSError:  # a link (ELOOP, ENOTDIR), permission: raw() decides and notes
+            except OSError:  # a link (ELOOP, ENOTDIR), ...: raw() decides and notes
                 out.append(self.raw(f"{d}/{n}/{leaf}"))
                 continue
             try:
