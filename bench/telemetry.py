@@ -151,13 +151,14 @@ def main() -> None:
         # as cxlctl top keeps them: the ranking and each numa_maps are re-read every 5 s, not per refresh
         cache: Dict[int, Tuple[float, ProcessSample]] = {}
         ranked = top_pids(Reader(root), TOP_PROCESSES)
+        listed = list_cgroups(Reader(root), limit=TOP_CGROUPS)  # as cxlctl top: every 5 s, with the ranking
         for _ in range(a.runs):
             time.sleep(1.0 / a.runs)  # the cache's clock: spread the refreshes over about a second each run
             c0 = time.process_time()
             s = read_sample(
                 Reader(root),
                 kinds,
-                cgroups=list_cgroups(Reader(root), limit=TOP_CGROUPS),
+                cgroups=listed,
                 top=TOP_PROCESSES,
                 budget_s=PROCESS_BUDGET_S,
                 cache=cache,
@@ -168,7 +169,7 @@ def main() -> None:
             rt = rates(prev, s)
             hist.add(rt)
             buf = io.StringIO()
-            Console(file=buf, width=80, force_terminal=True).print(rich_view(view(s, rt, judge(s, rt), hist)))
+            Console(file=buf, width=80, force_terminal=True).print(rich_view(view(s, rt, judge(s, rt), hist), 80))
             cpu.append(time.process_time() - c0)
             prev = s
         per = statistics.median(cpu)

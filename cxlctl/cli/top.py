@@ -50,17 +50,22 @@ def top(
     prev: Optional[Sample] = None
     cache: Dict[int, Tuple[float, ProcessSample]] = {}
     ranked: List[int] = []
+    cgroups: List[str] = []
     ranked_at = -1e9
 
     def refresh() -> Any:
-        nonlocal prev, ranked, ranked_at
+        nonlocal prev, ranked, cgroups, ranked_at
         r_ = Reader(root)
-        if time.monotonic() - ranked_at >= PROCESS_MAX_AGE_S:  # listing every process costs as much as the rest
+        if time.monotonic() - ranked_at >= PROCESS_MAX_AGE_S:
+            # listing every process costs as much as the rest of a refresh, and walking the
+            # cgroup tree a tenth of it: both are redone every PROCESS_MAX_AGE_S, not per refresh
+            # (a cgroup removed in between reads as unreadable and is left off the screen)
             ranked, ranked_at = top_pids(r_, TOP_PROCESSES), time.monotonic()
+            cgroups = list_cgroups(r_, limit=TOP_CGROUPS)
         s = read_sample(
             r_,
             kinds,
-            cgroups=list_cgroups(r_, limit=TOP_CGROUPS),
+            cgroups=cgroups,
             top=TOP_PROCESSES,
             budget_s=PROCESS_BUDGET_S,
             cache=cache,
@@ -108,7 +113,7 @@ def top(
                 n += 1
                 deadline = s.time + every
                 while True:
-                    live.update(rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows)), refresh=True)
+                    live.update(rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows), console.width), refresh=True)
                     if count is not None and n >= count:
                         break
                     k = key(max(0.0, deadline - time.monotonic()))

@@ -13,7 +13,7 @@ and tolerant about lines: a line that does not parse is skipped, never fatal.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
 
@@ -80,11 +80,35 @@ class Counters(NamedTuple):
         return self.values.get(name)
 
 
+_WHOLE: Optional[Tuple[Any, Any]] = None
+
+
+def _whole_file_patterns() -> Tuple[Any, Any]:
+    """Whole-file shapes of ``name value`` and ``memory.numa_stat`` files as the kernel writes them
+    (names of ASCII word characters, one space, values of at most 19 digits: below 2^64)."""
+    global _WHOLE
+    if _WHOLE is None:
+        import re
+
+        _WHOLE = (
+            re.compile(r"(?:[A-Za-z0-9_]+ [0-9]{1,19}\n)*"),
+            re.compile(r"(?:[A-Za-z0-9_]+(?: N[0-9]{1,9}=[0-9]{1,19})+\n)*"),
+        )
+    return _WHOLE
+
+
 def parse_keyvals(text: str) -> Dict[str, int]:
     """``name value`` lines (``vmstat``, ``numastat``, ``memory.stat``) → {name: value}.
 
-    Values are unsigned 64-bit decimals; other lines are skipped.
+    Values are unsigned 64-bit decimals; other lines are skipped.  A file in the
+    kernel's own layout is recognised by one regular expression (C speed) and
+    then split at once; any other goes line by line.  A report reads a few
+    thousand such lines (``/proc/vmstat``, every node's and cgroup's files).
     """
+    whole = text if text.endswith("\n") else text + "\n"
+    if _whole_file_patterns()[0].fullmatch(whole):
+        f = whole.split()
+        return dict(zip(f[0::2], map(int, f[1::2])))
     out: Dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -110,8 +134,44 @@ def pick(
     return Counters(values, tuple(n for n in wanted if values[n] is None))
 
 
+_PICKERS: Dict[Tuple[Tuple[str, ...], Tuple[str, ...]], Any] = {}
+
+
+def pick_text(text: Optional[str], wanted: Iterable[str], prefixes: Tuple[str, ...] = TIERING_PREFIXES) -> Counters:
+    """The wanted counters of a ``name value`` file (None: unreadable), as :func:`pick` of
+    :func:`parse_keyvals` gives them for a file in the kernel's layout.
+
+    ``/proc/vmstat`` has some 190 lines and a report keeps about 20: one regular
+    expression finds the kept lines (a line is taken only as the kernel writes it:
+    name, one space, at most 19 digits, newline) and only their numbers are
+    converted -- a sixth of the time of parsing every line.
+    """
+    wanted = tuple(wanted)
+    if text is None:
+        return pick(None, wanted, prefixes)
+    rx = _PICKERS.get((wanted, prefixes))
+    if rx is None:
+        import re
+
+        names = [re.escape(p) + "[A-Za-z0-9_]*" for p in prefixes] + [re.escape(w) for w in wanted]
+        rx = _PICKERS[(wanted, prefixes)] = re.compile(r"\n(" + "|".join(names) + r") ([0-9]{1,19})(?=\n)")
+    return pick({k: int(v) for k, v in rx.findall("\n" + text + "\n")}, wanted, prefixes)
+
+
 def parse_numa_stat(text: str) -> Dict[str, Dict[int, int]]:
-    """A cgroup's ``memory.numa_stat`` (``anon N0=4096 N1=0``) → {type: {node: bytes}}."""
+    """A cgroup's ``memory.numa_stat`` (``anon N0=4096 N1=0``) → {type: {node: bytes}}.
+
+    A line with one odd field is dropped.  The kernel's own layout is recognised
+    by one regular expression and split at once (``top`` and ``stat`` parse 64
+    cgroups' files per report); any other file goes line by line.
+    """
+    whole = text if text.endswith("\n") else text + "\n"
+    if _whole_file_patterns()[1].fullmatch(whole):
+        fast: Dict[str, Dict[int, int]] = {}
+        for line in whole.replace(" N", " ").replace("=", " ").splitlines():
+            fs = line.split(" ")
+            fast[fs[0]] = dict(zip(map(int, fs[1::2]), map(int, fs[2::2])))
+        return fast
     out: Dict[str, Dict[int, int]] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -158,38 +218,101 @@ class NumaMaps(NamedTuple):
 SHM_PREFIX = "/dev/shm/"
 
 
+#: one ``N<node>=<pages>`` field (ASCII digits, node < 10^9, pages < 10^19: what the per-line parser accepts)
+_N_FIELD = r" N([0-9]{1,9})=([0-9]{1,19})(?=[ \n]|\Z)"
+_FAST: Optional[Tuple[Any, Any, Any]] = None
+
+
+def _fast_patterns() -> Tuple[Any, Any, Any]:
+    """Compiled on first use: ``re`` stays out of the start-up of commands that never parse numa_maps."""
+    global _FAST
+    if _FAST is None:
+        import re
+
+        _FAST = (
+            re.compile(_N_FIELD),
+            re.compile(r" file=[^\n]*"),  # a file mapping's fields from file= on (no backtracking)
+            re.compile(r" file=(" + SHM_PREFIX + r"[^ \n]*)([^\n]*)"),
+        )
+    return _FAST
+
+
 def parse_numa_maps(text: str) -> NumaMaps:
     """Sum the ``N<node>=<pages>`` fields of every mapping (pure; odd fields are skipped).
 
-    A busy engine has thousands of mappings and ``top`` parses a few such files per
-    refresh, so the loop looks at a field's first character before anything else.
+    The usual file -- every mapping of 4 kB pages, as a process without huge
+    pages has -- is summed by three regular-expression passes over the whole
+    text (all ``N`` fields; those of ``file=`` lines, the rest being anonymous;
+    those of ``/dev/shm`` files), which run in C: a third of a line-by-line loop's time.
+    Anything else (a huge-page mapping, an odd page size) takes
+    :func:`parse_numa_maps_lines`, which weighs each mapping by its page size.
+    """
+    n4 = text.count("kernelpagesize_kB=4\n") + text.endswith("kernelpagesize_kB=4")
+    if text.count("kernelpagesize_kB=") != n4 or "\r" in text or "\t" in text:
+        return parse_numa_maps_lines(text)
+    fields, file_lines, shm_lines = _fast_patterns()
+    pages: Dict[int, int] = {}
+    for nid, val in fields.findall(text):
+        node = int(nid)
+        pages[node] = pages.get(node, 0) + int(val)
+    anon = dict(pages)  # all pages, less those of file mappings
+    for nid, val in fields.findall("\n".join(file_lines.findall(text))):
+        node = int(nid)
+        anon[node] -= int(val)
+    anon = {k: v for k, v in anon.items() if v}  # the kernel prints no N<node>=0
+    shm: Dict[str, Dict[int, int]] = {}
+    for file, rest in shm_lines.findall(text):
+        per = fields.findall(rest)
+        if per:
+            f_pages = shm.setdefault(file, {})
+            for nid, val in per:
+                node = int(nid)
+                f_pages[node] = f_pages.get(node, 0) + int(val)
+    return NumaMaps(pages, {k: v * 4096 for k, v in pages.items()}, shm, anon)
+
+
+def parse_numa_maps_lines(text: str) -> NumaMaps:
+    """:func:`parse_numa_maps`, line by line: any page size, any layout of fields.
+
+    A busy engine has thousands of mappings and ``top`` parses twenty such files,
+    so each line is looked at from its first `` N`` field on (the kernel prints
+    the per-node counts and ``kernelpagesize_kB`` last, after ``file=``/``anon=``
+    and the other counts): a line without one (a mapping with no page present,
+    most of a large process') costs one ``find``.  The address and policy fields
+    are never taken for counts.
     """
     pages: Dict[int, int] = {}
     nbytes: Dict[int, int] = {}
     shm: Dict[str, Dict[int, int]] = {}
     anon: Dict[int, int] = {}
     for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 3:
+        i = line.find(" N", line.find(" ") + 1)  # not at the policy field (the second)
+        if i < 0:
             continue
         page_kb = 4
-        file: Optional[str] = None
         per: List[Tuple[int, int]] = []
-        for f in fields[2:]:
-            c = f[0]
-            if c == "N":
+        for f in line[i + 1 :].split():
+            if f[0] == "N":
                 key, sep, val = f.partition("=")
                 nid = key[1:]
-                if sep and nid.isdigit() and nid.isascii() and val.isdigit() and val.isascii() and len(val) < 20:
+                if (
+                    sep
+                    and nid.isdigit()
+                    and nid.isascii()
+                    and len(nid) < 10
+                    and val.isdigit()
+                    and val.isascii()
+                    and len(val) < 20
+                ):
                     per.append((int(nid), int(val)))
-            elif c == "k" and f.startswith("kernelpagesize_kB="):
+            elif f.startswith("kernelpagesize_kB="):
                 val = f[18:]
-                if is_decimal(val) and 0 < int(val) <= 1 << 30:
+                if is_decimal(val) and len(val) < 20 and 0 < int(val) <= 1 << 30:
                     page_kb = int(val)
-            elif c == "f" and f.startswith("file="):
-                file = f[5:]
         if not per:
             continue
+        j = line.rfind(" file=", 0, i)
+        file = None if j < 0 else (line[j + 6 : i].split(None, 1) or [""])[0]
         size = page_kb * 1024
         is_shm = file is not None and file.startswith(SHM_PREFIX)
         for node, n in per:

@@ -13,14 +13,60 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from cxlctl.hostio import paths
+from cxlctl.model import Coordinates
 
 from .rates import Rates, demote_sum
-from .sample import Sample
+from .sample import PAGE_SIZE, Sample
 from .verdicts import Verdict
 
 
 def _per_node(d: Dict[int, int]) -> Dict[str, int]:
     return {str(k): v for k, v in sorted(d.items())}
+
+
+def hmat_dict(c: Optional[Coordinates], source: Optional[str]) -> Optional[Dict[str, Any]]:
+    """A node's expected access characteristics as JSON (None: not described)."""
+    if c is None:
+        return None
+    return {
+        "read_bandwidth_mbps": c.read_bandwidth,
+        "write_bandwidth_mbps": c.write_bandwidth,
+        "read_latency_ns": c.read_latency,
+        "write_latency_ns": c.write_latency,
+        "from": source,
+    }
+
+
+MB = 1 << 20  # the kernel's MB: numa_balancing_promote_rate_limit_MBps is shifted by 20 bits
+
+
+def cxl_traffic(s: Sample, r: Optional[Rates]) -> Optional[Dict[str, Optional[float]]]:
+    """Pages moved to and from CXL per second as MB/s, and as a share of the CXL nodes' bandwidth.
+
+    Promotion reads from a CXL node (``pgpromote_success``, counted on the DRAM
+    node the page lands on), demotion writes to one (every ``pgdemote_*``); both
+    count base pages.  The share is of the read bandwidth for promotion and of the
+    write bandwidth for demotion, over all CXL nodes (None when one is not
+    described).  None in the first report (no interval yet).
+    """
+    if r is None:
+        return None
+    promote = r.system.get("pgpromote_success")
+    demote = demote_sum(r.system)
+    p_mbps = None if promote is None else promote * PAGE_SIZE / MB
+    d_mbps = None if demote is None else demote * PAGE_SIZE / MB
+
+    def share(mbps: Optional[float], bw: Optional[int]) -> Optional[float]:
+        return None if mbps is None or not bw else round(mbps / bw, 6)
+
+    return {
+        "promote_mbps": None if p_mbps is None else round(p_mbps, 3),
+        "demote_mbps": None if d_mbps is None else round(d_mbps, 3),
+        "cxl_read_bandwidth_mbps": s.cxl_read_mbps,
+        "cxl_write_bandwidth_mbps": s.cxl_write_mbps,
+        "promote_share_of_read_bandwidth": share(p_mbps, s.cxl_read_mbps),
+        "demote_share_of_write_bandwidth": share(d_mbps, s.cxl_write_mbps),
+    }
 
 
 def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: int) -> Dict[str, Any]:
@@ -37,6 +83,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 "counters": dict(n.vmstat.values),
                 "missing": list(n.vmstat.missing),
                 "numastat": dict(n.numastat),
+                "hmat": hmat_dict(n.hmat, n.hmat_from),
                 "rates": None if r is None else r.nodes.get(n.id),
             }
         )
@@ -90,6 +137,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
             "rates": None if r is None else r.system,
         },
         "nodes": nodes,
+        "cxl_traffic": cxl_traffic(s, r),
         "cgroups": cgroups,
         "processes": procs,
         "damon": [
@@ -141,6 +189,24 @@ def count(v: Optional[float]) -> str:
     return f"{v:.0f}" if v == int(v) or v >= 100 else f"{v:.1f}"
 
 
+def mbps(v: Optional[float]) -> str:
+    """MB/s, short: 850 MB/s, 25.6 GB/s ('n/a' unknown)."""
+    if v is None:
+        return "n/a"
+    if v >= 1024:
+        return f"{v / 1024:.1f} GB/s"
+    return f"{v:.1f} MB/s" if v < 10 else f"{v:.0f} MB/s"
+
+
+def ns(v: Optional[int]) -> str:
+    return "n/a" if v is None else f"{v} ns"
+
+
+def pct(share: Optional[float], which: str) -> str:
+    """`` (0.4% of CXL read bandwidth)``, or nothing when the bandwidth is not described."""
+    return "" if share is None else f" ({share * 100:.1f}% of CXL {which} bandwidth)"
+
+
 def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
     rest = {
         k: v for k, v in vals.items() if k.startswith("pgdemote_") and k not in ("pgdemote_kswapd", "pgdemote_direct")
@@ -178,6 +244,26 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
             f"{count(vals.get('pgpromote_success')):>8} {count(vals.get('pgpromote_candidate')):>8} "
             f"{count(vals.get('pgdemote_kswapd')):>8} {count(vals.get('pgdemote_direct')):>8} "
             f"{count(_other_demotions(vals)):>7}"
+        )
+    described = [n for n in doc["nodes"] if n["hmat"]]
+    if described:
+        lines += _wrap(
+            "expected (HMAT/CDAT): "
+            + "; ".join(
+                f"node {n['id']} read {mbps(n['hmat']['read_bandwidth_mbps'])} write "
+                f"{mbps(n['hmat']['write_bandwidth_mbps'])} latency {ns(n['hmat']['read_latency_ns'])}"
+                for n in described
+            ),
+            width,
+            "",
+        )
+    tr = doc["cxl_traffic"]
+    if tr is not None:
+        lines += _wrap(
+            f"to/from CXL: promoted {mbps(tr['promote_mbps'])}{pct(tr['promote_share_of_read_bandwidth'], 'read')}, "
+            f"demoted {mbps(tr['demote_mbps'])}{pct(tr['demote_share_of_write_bandwidth'], 'write')}",
+            width,
+            "",
         )
     sysv = doc["system"]["counters"] if first else (doc["system"]["rates"] or {})
     lines += _wrap(

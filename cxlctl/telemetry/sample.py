@@ -33,13 +33,14 @@ from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
 from cxlctl.hostio.root import under
-from cxlctl.model import Node
+from cxlctl.model import Coordinates, Node, Region
 from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
 
 from .counters import (
     CGROUP_COUNTERS,
     CGROUP_SIZES,
     NODE_COUNTERS,
+    NUMA_STAT_RESIDENT,
     SYSTEM_COUNTERS,
     Counters,
     NumaMaps,
@@ -47,7 +48,7 @@ from .counters import (
     parse_keyvals,
     parse_numa_maps,
     parse_numa_stat,
-    pick,
+    pick_text,
     resident_per_node,
 )
 from .damon import Scheme, read_schemes
@@ -62,10 +63,15 @@ PROCESS_BUDGET_S = 0.5
 
 
 class NodeInfo(NamedTuple):
-    """What the inventory says about a node: its kind (dram | cxl | other) and memory tier."""
+    """What the inventory says about a node: its kind (dram | cxl | other), memory tier and
+    expected access characteristics (:func:`expected_access`)."""
 
     kind: str
     tier: Optional[int]
+    #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
+    hmat: Optional[Coordinates] = None
+    #: where ``hmat`` comes from: "node" (HMAT, nodeN/access0) or "regions" (its CXL regions' access0)
+    hmat_from: Optional[str] = None
 
 
 class NodeSample(NamedTuple):
@@ -76,6 +82,8 @@ class NodeSample(NamedTuple):
     memory: Dict[str, Optional[int]]
     vmstat: Counters
     numastat: Dict[str, int]
+    hmat: Optional[Coordinates] = None  # see NodeInfo
+    hmat_from: Optional[str] = None
 
 
 class Settings(NamedTuple):
@@ -119,19 +127,70 @@ class Sample(NamedTuple):
     notes: Tuple[str, ...]
     #: DAMON schemes where kdamonds exist (read-only; see :mod:`.damon`)
     damon: Tuple[Scheme, ...] = ()
+    #: bandwidth (MB/s) of all CXL nodes together, from :func:`expected_access`; None when there is
+    #: no CXL node or one of them is not described (a partial sum would overstate the share used)
+    cxl_read_mbps: Optional[int] = None
+    cxl_write_mbps: Optional[int] = None
+
+
+def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
+    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
+
+    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
+    initiators) when the firmware describes it; else, for a CXL node, the sum of
+    its regions' ``access0`` bandwidths (the kernel computes those from the
+    devices' CDAT and the path to them) and the largest latency, when every region
+    of the node is described; else (None, None).  A node read only through
+    ``kinds_of(nodes)`` without regions gets the first source only.
+    """
+    if node.access0 is not None:
+        return node.access0, "node"
+    by_name = {r.name: r for r in regions}
+    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
+    if not coords or any(c is None for c in coords):
+        return None, None
+
+    def total(vals: List[Optional[int]]) -> Optional[int]:
+        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+
+    def worst(vals: List[Optional[int]]) -> Optional[int]:
+        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
+
+    cs = [c for c in coords if c is not None]
+    c = Coordinates(
+        read_bandwidth=total([x.read_bandwidth for x in cs]),
+        write_bandwidth=total([x.write_bandwidth for x in cs]),
+        read_latency=worst([x.read_latency for x in cs]),
+        write_latency=worst([x.write_latency for x in cs]),
+    )
+    return c, "regions"
 
 
 def node_kinds(root: str) -> Dict[int, NodeInfo]:
-    """Kind and tier of every node, from one inventory scan (run once per command, not per sample)."""
+    """Kind, tier and expected access of every node, from one inventory scan (run once per
+    command, not per sample: neither changes between two reports of ``stat``)."""
     from cxlctl.inventory import scan
 
     inv = scan(root)
-    return {n.id: NodeInfo(n.kind, n.tier) for n in inv.nodes}
+    return kinds_of(inv.nodes, inv.regions)
 
 
-def kinds_of(inv_nodes: Sequence[Node]) -> Dict[int, NodeInfo]:
-    """:func:`node_kinds` from an inventory already scanned (``cxlctl record``)."""
-    return {n.id: NodeInfo(n.kind, n.tier) for n in inv_nodes}
+def kinds_of(inv_nodes: Sequence[Node], regions: Sequence[Region] = ()) -> Dict[int, NodeInfo]:
+    """:func:`node_kinds` from an inventory already scanned (``cxlctl record``, the daemon)."""
+    return {n.id: NodeInfo(n.kind, n.tier, *expected_access(n, regions)) for n in inv_nodes}
+
+
+def cxl_bandwidth(kinds: Dict[int, NodeInfo]) -> Tuple[Optional[int], Optional[int]]:
+    """(read, write) MB/s of all CXL nodes together; None when one of them is not described."""
+    cxl = [i for i in kinds.values() if i.kind == "cxl"]
+
+    def total(vals: List[Optional[int]]) -> Optional[int]:
+        return None if not vals or any(not v for v in vals) else sum(v for v in vals if v)
+
+    return (
+        total([i.hmat.read_bandwidth if i.hmat else None for i in cxl]),
+        total([i.hmat.write_bandwidth if i.hmat else None for i in cxl]),
+    )
 
 
 # -- cgroup names -----------------------------------------------------------------------------
@@ -231,19 +290,26 @@ def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
         "shmem": mi.get("Shmem"),
     }
     ns = _keyvals(r, paths.node_file(nid, "numastat")) or {}
-    return NodeSample(
-        nid, info.kind, info.tier, memory, pick(_keyvals(r, paths.node_file(nid, "vmstat")), NODE_COUNTERS), ns
-    )
+    vm = pick_text(r.text(paths.node_file(nid, "vmstat")), NODE_COUNTERS)
+    return NodeSample(nid, info.kind, info.tier, memory, vm, ns, info.hmat, info.hmat_from)
 
 
 def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:
-    """A cgroup's bytes per node; with ``counters``, also its ``memory.stat`` (``top`` shows bytes only)."""
+    """A cgroup's bytes per node; with ``counters``, also its ``memory.stat`` and every type of
+    ``memory.numa_stat``.  Without (``top``'s screen shows bytes per node only), ``numa_stat``
+    holds the types those bytes are made of (:data:`NUMA_STAT_RESIDENT`): parsing the other
+    twenty lines of 64 cgroups' files was a third of a refresh."""
     text = r.text(paths.cgroup_file(name, "memory.numa_stat"))
+    if text is not None and not counters:
+        text = "\n".join(line for line in text.splitlines() if line.startswith(_RESIDENT_LINES))
     ns = parse_numa_stat(text) if text is not None else {}
-    stat = _keyvals(r, paths.cgroup_file(name, "memory.stat")) if counters else None
-    cg_counters = pick(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
+    stat = r.text(paths.cgroup_file(name, "memory.stat")) if counters else None
+    cg_counters = pick_text(stat, CGROUP_COUNTERS + CGROUP_SIZES, prefixes=("pgpromote_", "pgdemote_"))
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
     return CgroupSample(name, d, ns, resident_per_node(ns), cg_counters, text is not None)
+
+
+_RESIDENT_LINES = tuple(t + " " for t in NUMA_STAT_RESIDENT)
 
 
 def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
@@ -256,18 +322,22 @@ def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
         r.notes.pop()
         try:
             text = read_bounded(under(r.root, path), fence_of(r.root), NUMA_MAPS_LIMIT).decode("utf-8", "replace")
-        except (OSError, Refused):
+        except Refused as e:
+            # tens of thousands of mappings: its placement is not parsed (the report says so in
+            # notes; a --pid process shows readable false, a --top one is left out)
+            r.notes.append((path, f"{e.reason} (numa_maps bound {NUMA_MAPS_LIMIT >> 20} MiB)"))
+            text = None
+        except OSError:
             text = None
     return None if text is None else parse_numa_maps(text)
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE = PAGE_SIZE
 
 
 def _rss(r: Reader, pid: int) -> Optional[int]:
-    t = r.text(paths.proc_pid(pid, "statm"))
-    parts = (t or "").split()
-    return int(parts[1]) * _PAGE if len(parts) > 1 and is_decimal(parts[1]) and len(parts[1]) < 20 else None
+    return _rss_of(r.raw(paths.proc_pid(pid, "statm")))
 
 
 def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
@@ -299,28 +369,40 @@ def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
     )
 
 
+def _rss_of(statm: Optional[bytes]) -> Optional[int]:
+    """Resident bytes from ``statm`` bytes (``size resident shared ...`` in pages); None when odd."""
+    if not statm:
+        return None
+    parts = statm.split(None, 2)
+    if len(parts) < 2 or not parts[1].isdigit() or len(parts[1]) >= 20:  # bytes.isdigit: ASCII only
+        return None
+    return int(parts[1]) * _PAGE
+
+
 def top_pids(r: Reader, n: int) -> List[int]:
     """The ``n`` processes with the largest RSS (kernel threads have none and are left out).
 
     On the live host psutil lists them (it is the declared dependency for
     process lists); under a ``--root`` tree, the tree's ``/proc`` is listed.
+    Either way each one's ``statm`` is read through :meth:`Reader.leaves`, one
+    ``openat`` per process through the handle of ``/proc``: creating a psutil
+    ``Process`` per PID (it reads ``stat`` for the start time too) cost three
+    times as much on a host with 1,000 processes.
     """
     if n <= 0:
         return []
-    rss: List[Tuple[int, int]] = []
     if r.root == "/":
         import psutil  # type: ignore[import-untyped]  # ~30 ms: only when processes are asked for
 
-        for p in psutil.process_iter(["memory_info"]):
-            mi = p.info.get("memory_info")
-            if mi is not None and mi.rss > 0:
-                rss.append((mi.rss, p.pid))
+        names = [str(p) for p in psutil.pids()]
     else:
-        for name in r.listdir(paths.PROC, is_decimal):
-            v = _rss(r, int(name))
-            if v:
-                rss.append((v, int(name)))
-    rss.sort(key=lambda t: (-t[0], t[1]))
+        names = r.listdir(paths.PROC, is_decimal, ordered=False)
+    rss: List[Tuple[int, int]] = []
+    for name, statm in zip(names, r.leaves(paths.PROC, names, "statm")):
+        v = _rss_of(statm)
+        if v:
+            rss.append((-v, int(name)))
+    rss.sort()
     return [pid for _, pid in rss[:n]]
 
 
@@ -355,7 +437,7 @@ def read_sample(
     first_note = len(r.notes)  # a reader kept across samples: only this sample's notes
     kernel = r.text(paths.OSRELEASE)
     settings = read_settings(r)
-    system = pick(_keyvals(r, paths.PROC_VMSTAT), SYSTEM_COUNTERS)
+    system = pick_text(r.text(paths.PROC_VMSTAT), SYSTEM_COUNTERS)
     if not system.readable:
         notes.append(f"{paths.PROC_VMSTAT} unreadable: no system-wide counters")
     names = r.listdir(paths.NODE_DIR, lambda x: decimal_suffix(x, "node") is not None)
@@ -393,6 +475,7 @@ def read_sample(
     if cache is not None:
         for gone in set(cache) - set(extra):
             del cache[gone]
+    bw = cxl_bandwidth(kinds)
     return Sample(
         time=t0,
         wall=wall,
@@ -403,6 +486,8 @@ def read_sample(
         cgroups=cg_samples,
         processes=tuple(procs),
         damon=tuple(read_schemes(r)),
+        cxl_read_mbps=bw[0],
+        cxl_write_mbps=bw[1],
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )
 

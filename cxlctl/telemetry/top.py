@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .rates import Rates, demote_sum
-from .report import clean, count, size
+from .report import MB, clean, count, cxl_traffic, mbps, size
 from .sample import Sample
 from .verdicts import Verdict
 
@@ -33,7 +33,7 @@ class Row(NamedTuple):
 
 class View(NamedTuple):
     header: str
-    nodes: List[Tuple[int, str, Optional[int], Optional[int]]]  # id, kind, used, total
+    nodes: List[Tuple[int, str, Optional[int], Optional[int], Optional[int]]]  # id, kind, used, total, read MB/s
     rates: List[Tuple[str, Optional[float], str]]  # name, pages/s now, sparkline
     cgroups: List[Row]
     processes: List[Row]
@@ -41,6 +41,8 @@ class View(NamedTuple):
     sort: str
     #: DAMON schemes: (kdamond/context/scheme, "action -> node N", bytes applied per second or None)
     damon: List[Tuple[str, str, Optional[float]]] = []
+    #: promotion/demotion MB/s and their share of the CXL nodes' bandwidth (None before the first interval)
+    traffic: Optional[str] = None
 
 
 class History:
@@ -95,7 +97,17 @@ def view(
         f"{'n/a' if st.numa_balancing is None else st.numa_balancing}"
         + ("" if r is None else f"  every {r.seconds:.1f}s")
     )
-    nodes = [(n.id, n.kind, n.memory.get("used"), n.memory.get("total")) for n in s.nodes]
+    nodes = [
+        (n.id, n.kind, n.memory.get("used"), n.memory.get("total"), n.hmat.read_bandwidth if n.hmat else None)
+        for n in s.nodes
+    ]
+    tr = cxl_traffic(s, r)
+    traffic = None
+    if tr is not None:
+        traffic = (
+            f"to/from CXL: promoted {mbps(tr['promote_mbps'])}{_share(tr['promote_share_of_read_bandwidth'])}, "
+            f"demoted {mbps(tr['demote_mbps'])}{_share(tr['demote_share_of_write_bandwidth'])}"
+        )
     cur = History.current(r)
     rates = [(name, cur[name], hist.spark(name)) for name in History.NAMES]
     key = {"cxl": lambda x: (-x.cxl, -x.total), "dram": lambda x: (-x.dram, -x.total), "total": lambda x: (-x.total,)}[
@@ -114,8 +126,25 @@ def view(
         for sc in s.damon
     ]
     return View(
-        header, nodes, rates, sorted(cgs, key=key)[:rows], sorted(procs, key=key)[:rows], verdicts, sort, damon[:rows]
+        header,
+        nodes,
+        rates,
+        sorted(cgs, key=key)[:rows],
+        sorted(procs, key=key)[:rows],
+        verdicts,
+        sort,
+        damon[:rows],
+        traffic,
     )
+
+
+def _share(v: Optional[float]) -> str:
+    return "" if v is None else f" ({v * 100:.1f}% of CXL bw)"
+
+
+def bw(mbps_: Optional[int]) -> str:
+    """A node's read bandwidth, short: 25.0G/s ('-' when HMAT/CDAT does not describe it)."""
+    return "-" if mbps_ is None else size(mbps_ * MB) + "/s"
 
 
 def bar(used: Optional[int], total: Optional[int], width: int) -> str:
@@ -131,9 +160,14 @@ def plain(v: View, width: int = 80) -> str:
     import textwrap
 
     lines = textwrap.wrap(v.header, width=width, subsequent_indent="  ")
-    for nid, kind, used, total in v.nodes:
-        lines.append(f"node {nid:<3} {kind:<5} {bar(used, total, 30)} {size(used):>7} of {size(total):>7}")
+    for nid, kind, used, total, read_bw in v.nodes:
+        lines.append(
+            f"node {nid:<3} {kind:<5} {bar(used, total, 30)} {size(used):>7} of {size(total):>7}"
+            + ("" if read_bw is None else f" bw {bw(read_bw)}")
+        )
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
+    if v.traffic:
+        lines += textwrap.wrap(v.traffic, width=width, subsequent_indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
@@ -144,42 +178,61 @@ def plain(v: View, width: int = 80) -> str:
     return "\n".join(lines)
 
 
-def rich_view(v: View) -> Any:
-    """The view as a rich renderable (a terminal)."""
+def _cells(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` terminal cells: padded, or cut with an ellipsis."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, max(0, width - 1)) + "…"
+
+
+def rich_view(v: View, width: int = 80) -> Any:
+    """The view as a rich renderable (a terminal) ``width`` columns wide.
+
+    Laid out here, line by line, as styled :class:`rich.text.Text`: rich's
+    ``Table`` measured every cell of six tables per refresh, which was half the
+    CPU ``top`` used at ``--interval 1``.  Every line fits ``width`` (at least 40).
+    """
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
+    w = max(40, width)
+    num = 7  # a size() or count(): "1023.5M" at most
     parts: List[Any] = [Text(v.header, style="bold")]
-    nodes = Table(box=None, pad_edge=False, expand=True)
-    for col, just in (("node", "right"), ("kind", "left"), ("used", "left"), ("used", "right"), ("total", "right")):
-        nodes.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
-    for nid, kind, used, total in v.nodes:
-        style = "cyan" if kind == "cxl" else ""
-        nodes.add_row(str(nid), Text(kind, style=style), bar(used, total, 24), size(used), size(total))
-    parts.append(nodes)
-    rates = Table(box=None, pad_edge=False, expand=True)
-    rates.add_column("pages/s", no_wrap=True)
-    rates.add_column("now", justify="right", no_wrap=True)
-    rates.add_column(f"last {HISTORY}", no_wrap=True, overflow="crop")
+    bw_w = 10 if w >= 60 else 0  # " 1023.5G/s": the read bandwidth HMAT/CDAT describe
+    bar_w = max(8, min(40, w - 32 - bw_w))
+    bw_head = f" {'read bw':>{bw_w - 1}}" if bw_w else ""
+    parts.append(
+        Text(f"{'node':>4} {'kind':<5} {'used':<{bar_w + 2}} {'used':>{num}} {'total':>{num}}{bw_head}", style="bold")
+    )
+    for nid, kind, used, total, read_bw in v.nodes:
+        line = Text(f"{nid:>4} ")
+        line.append(f"{kind:<5}", style="cyan" if kind == "cxl" else "")
+        cell = f" {bw(read_bw):>{bw_w - 1}}" if bw_w else ""
+        line.append(f" {bar(used, total, bar_w)} {size(used):>{num}} {size(total):>{num}}{cell}")
+        parts.append(line)
+    spark_w = max(0, min(HISTORY, w - 24))
+    parts.append(Text(f"{'pages/s':<14} {'now':>{num}}  last {HISTORY}", style="bold"))
     for name, now, spark in v.rates:
-        rates.add_row(name, count(now), spark)
-    parts.append(rates)
+        parts.append(Text(f"{name:<14} {count(now):>{num}}  {spark[-spark_w:] if spark_w else ''}"))
+    if v.traffic:
+        parts.append(Text(v.traffic))
+    name_w = w - 3 * (num + 1)
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
-        t = Table(box=None, pad_edge=False, expand=True)
-        t.add_column(f"{title} (by {dict(SORTS)[v.sort]})", no_wrap=True, overflow="ellipsis", ratio=1)
-        for col in ("CXL", "DRAM", "total"):
-            t.add_column(col, justify="right", no_wrap=True)
+        head = _cells(f"{title} (by {dict(SORTS)[v.sort]})", name_w)
+        parts.append(Text(f"{head} {'CXL':>{num}} {'DRAM':>{num}} {'total':>{num}}", style="bold"))
         for row in rows:
-            t.add_row(Text(row.name), size(row.cxl), size(row.dram), size(row.total))
-        parts.append(t)
+            parts.append(
+                Text(
+                    f"{_cells(row.name, name_w)} {size(row.cxl):>{num}} {size(row.dram):>{num}} {size(row.total):>{num}}"
+                )
+            )
     if v.damon:
-        t = Table(box=None, pad_edge=False, expand=True)
-        t.add_column("DAMON scheme", no_wrap=True, overflow="ellipsis", ratio=1)
-        t.add_column("applied/s", justify="right", no_wrap=True)
+        dw = w - (num + 3)
+        parts.append(Text(f"{_cells('DAMON scheme', dw)} {'applied/s':>{num + 2}}", style="bold"))
         for key, what, applied in v.damon:
-            t.add_row(Text(f"{key} {what}"), size(applied))
-        parts.append(t)
+            parts.append(Text(f"{_cells(f'{key} {what}', dw)} {size(applied):>{num + 2}}"))
     for vd in v.verdicts:
         parts.append(Text(f"! {vd.id}: {vd.message}", style="yellow" if vd.severity == "warning" else ""))
         parts.append(Text(f"  fix: {vd.fix}", style="dim"))
