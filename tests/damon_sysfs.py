@@ -14,12 +14,23 @@ The VM test (tests/vm/test_vm_damon.py) runs the same apply/revert on the real k
 Only what cxlctl uses is modelled: the ``nr_*`` counts, ``state`` (on/off/commit/
 update_schemes_stats; ``pid``), EBUSY on ``nr_kdamonds`` while running, EINVAL on an
 unknown action or operations name.
+
+Newer kernels are told apart by the tree's ``proc/sys/kernel/osrelease`` (a test that
+wants a "6.17" host rewrites that one file of its work copy): from 6.16 a quota goal
+directory has ``nid``; from 6.17 a scheme directory has ``dests/nr_dests`` and writing
+N there creates ``dests/0`` … ``dests/N-1`` with ``id`` and ``weight`` (both ``0``), as
+``mm/damon/sysfs-schemes.c`` does.  The kernel parses ``nr_dests`` with kstrtoint and
+refuses a negative count with EINVAL, and ``id``/``weight`` with kstrtouint (EINVAL for
+anything but an unsigned number); ``nr_dests`` is accepted while the kdamond runs (its
+EBUSY only answers a concurrent DAMON sysfs writer, which a single test never has).
+Not modelled: 6.14+'s ``allow``, 6.15+'s ``core_filters``/``ops_filters``.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from typing import Any, Callable, Dict, Optional
 
@@ -79,6 +90,7 @@ SCHEME = {
 FILTER = {"type": "anon\n", "matching": "N\n", "memcg_path": "\n", "addr_start": "0\n", "addr_end": "0\n",
           "damon_target_idx": "0\n"}  # fmt: skip
 GOAL = {"target_metric": "user_input\n", "target_value": "0\n", "current_value": "0\n"}
+DEST = {"id": "0\n", "weight": "0\n"}  # 6.17+
 
 #: count file name → (template of each child, children's sub-directory relative to the count's dir)
 COUNTS: Dict[str, Dict[str, str]] = {
@@ -89,6 +101,7 @@ COUNTS: Dict[str, Dict[str, str]] = {
     "nr_schemes": SCHEME,
     "nr_filters": FILTER,
     "nr_goals": GOAL,
+    "nr_dests": DEST,
 }
 FAKE_PID = 4242
 
@@ -121,6 +134,12 @@ class Model:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.admin = os.path.join(self.root, ADMIN)
+        self.version = kernel_of(self.root)
+        self.counts = dict(COUNTS)
+        if self.version >= (6, 16):
+            self.counts["nr_goals"] = {**GOAL, "nid": "0\n"}
+        if self.version >= (6, 17):
+            self.counts["nr_schemes"] = {**SCHEME, "dests/nr_dests": "0\n"}
 
     def owns(self, host_path: str) -> bool:
         return os.path.abspath(host_path).startswith(self.admin + "/")
@@ -135,6 +154,11 @@ class Model:
             _fail(host_path, errno.EINVAL)
         if name == "operations" and value not in OPERATIONS:
             _fail(host_path, errno.EINVAL)
+        if name == "nr_dests" and not re.fullmatch(r"[+]?[0-9]+", value):
+            _fail(host_path, errno.EINVAL)  # kstrtoint, then "nr < 0" is EINVAL too
+        in_dests = os.path.basename(os.path.dirname(os.path.dirname(host_path))) == "dests"
+        if in_dests and name in ("id", "weight") and not re.fullmatch(r"[+]?[0-9]+", value):
+            _fail(host_path, errno.EINVAL)  # kstrtouint
         if name == "state":
             if value not in ("on", "off", "commit", "update_schemes_stats"):
                 _fail(host_path, errno.EINVAL)
@@ -150,19 +174,36 @@ class Model:
         name = os.path.basename(host_path)
         d = os.path.dirname(host_path)
         value = text.strip()
-        if name in COUNTS:
+        if name in self.counts:
             n = int(value)
             for entry in os.listdir(d):
                 if entry.isdigit():
                     shutil.rmtree(os.path.join(d, entry))
             for i in range(n):
-                _fill(os.path.join(d, str(i)), COUNTS[name])
+                _fill(os.path.join(d, str(i)), self.counts[name])
         elif name == "state":
             keep = value if value in ("on", "off") else (previous or "off\n").strip()
             with open(host_path, "w") as f:
                 f.write(keep + "\n")
             with open(os.path.join(d, "pid"), "w") as f:
                 f.write(f"{FAKE_PID if keep == 'on' else -1}\n")
+
+
+def kernel_of(root: str) -> tuple:  # type: ignore[type-arg]
+    """(major, minor) of the tree's ``proc/sys/kernel/osrelease``; (0, 0) when unreadable."""
+    try:
+        with open(os.path.join(root, "proc/sys/kernel/osrelease")) as f:
+            m = re.match(r"([0-9]+)\.([0-9]+)", f.read())
+    except OSError:
+        return (0, 0)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def as_kernel(root: str, release: str) -> None:
+    """Make the work copy ``root`` claim kernel ``release`` (before :func:`install`): the one file
+    the probe and this model read to tell kernels apart."""
+    with open(os.path.join(root, "proc/sys/kernel/osrelease"), "w") as f:
+        f.write(release + "\n")
 
 
 def install(monkeypatch: Any, root: str) -> Model:

@@ -47,6 +47,9 @@ MAX_REGIONS = 1024
 MIGRATE_SINCE = (6, 11)
 NODE_GOALS_SINCE = (6, 16)  # quota goal metrics node_mem_used_bp / node_mem_free_bp, goal ``nid``
 FILTER_ALLOW_SINCE = (6, 14)
+#: a scheme's ``dests/`` directory (``nr_dests``, ``<D>/id``, ``<D>/weight``): weighted migration
+#: destinations, added in 6.17 (Documentation/ABI/testing/sysfs-kernel-mm-damon, "Jul 2025")
+DESTS_SINCE = (6, 17)
 
 
 class Range(NamedTuple):
@@ -96,6 +99,14 @@ class Filter(NamedTuple):
     memcg_path: Optional[str]
 
 
+class Dest(NamedTuple):
+    """One ``dests/<D>`` of a scheme (6.17+): a migration destination node and its weight."""
+
+    id: int
+    node: Optional[int]
+    weight: Optional[int]
+
+
 class SchemeStats(NamedTuple):
     """``stats/`` of one scheme, as of the last ``update_schemes_stats`` (or the kernel's own refresh)."""
 
@@ -118,6 +129,7 @@ class Scheme(NamedTuple):
     watermarks: Watermarks
     filters: Tuple[Filter, ...]
     stats: SchemeStats
+    dests: Tuple[Dest, ...] = ()  # 6.17+; () also when the kernel has no ``dests/`` directory
 
 
 class Context(NamedTuple):
@@ -184,6 +196,7 @@ class DamonCaps(NamedTuple):
     node_goals: bool  # quota goals node_mem_used_bp/node_mem_free_bp (6.16+)
     filter_allow: bool  # filters with an ``allow`` file (6.14+)
     evidence: Tuple[str, ...]
+    dests: bool = False  # a scheme's weighted migration destinations, ``dests/`` (6.17+)
 
     @property
     def tiering(self) -> bool:
@@ -286,6 +299,9 @@ class _Walk:
             nid,
         )
 
+    def dest(self, d: str, i: int) -> Dest:
+        return Dest(i, self.num(d + "/id"), self.num(d + "/weight"))
+
     def filter(self, d: str, i: int) -> Filter:
         return Filter(
             i,
@@ -301,6 +317,7 @@ class _Walk:
         w = d + "/watermarks"
         st = d + "/stats"
         goals = self.entries(q + "/goals", "nr_goals", self.goal) if self.r.isdir(q + "/goals") else []
+        dests = self.entries(d + "/dests", "nr_dests", self.dest) if self.r.isdir(d + "/dests") else []
         return Scheme(
             id=i,
             action=_word(self.text(d + "/action")),
@@ -325,6 +342,7 @@ class _Walk:
                 self.num(st + "/sz_applied"),
                 self.num(st + "/qt_exceeds"),
             ),
+            dests=tuple(dests),
         )
 
     def context(self, d: str, i: int) -> Context:
@@ -411,7 +429,8 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     """What DAMON can do on this kernel, from the tree itself first, then the release and kernel config.
 
     Evidence order: a context's ``avail_operations`` lists ``paddr`` when it is built; a scheme
-    directory has ``target_nid`` exactly when the migrate actions exist (both came in 6.11).
+    directory has ``target_nid`` exactly when the migrate actions exist (both came in 6.11),
+    and a ``dests/`` directory exactly when weighted destinations exist (6.17).
     Without any kdamond directory to look at (the usual idle host), the release decides
     and ``/boot/config-<release>`` says whether CONFIG_DAMON_PADDR is set.
     """
@@ -422,6 +441,7 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     ev.append("DAMON sysfs interface present")
     paddr: Optional[bool] = None
     migrate: Optional[bool] = None
+    dests: Optional[bool] = None
     for k in state.kdamonds:
         for c in k.contexts:
             if c.avail_operations and paddr is None:
@@ -432,6 +452,9 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
                     has = f"{k.path}/contexts/{c.id}/schemes/{s.id}/target_nid" in state.files
                     migrate = has
                     ev.append(f"scheme directories {'have' if has else 'lack'} target_nid")
+                if dests is None:
+                    dests = f"{k.path}/contexts/{c.id}/schemes/{s.id}/dests/nr_dests" in state.files
+                    ev.append(f"scheme directories {'have' if dests else 'lack'} dests/ (weighted destinations)")
     cfg = _config(reader, release) if reader is not None else {}
     if paddr is None and cfg:
         paddr = cfg.get("CONFIG_DAMON_PADDR") == "y"
@@ -441,7 +464,11 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
         ev.append(f"kernel {ver[0]}.{ver[1]}: migrate_hot/migrate_cold {'present' if migrate else 'absent'} (6.11+)")
     node_goals = ver is not None and ver >= NODE_GOALS_SINCE
     allow = ver is not None and ver >= FILTER_ALLOW_SINCE
-    return DamonCaps(True, release, paddr, migrate, node_goals, allow, tuple(ev))
+    if dests is None:
+        dests = ver is not None and ver >= DESTS_SINCE
+        if ver is not None and dests:
+            ev.append(f"kernel {ver[0]}.{ver[1]}: scheme destinations dests/ present (6.17+)")
+    return DamonCaps(True, release, paddr, migrate, node_goals, allow, tuple(ev), dests)
 
 
 def probe_host(root: str = "/") -> Tuple[DamonState, DamonCaps]:

@@ -63,6 +63,7 @@ KEYS = (
     "memcg",
     "anon_only",
     "beside_other_damon",
+    "multi_dest",
 )
 
 
@@ -89,6 +90,7 @@ class DamonSpec(NamedTuple):
     memcg: Optional[str] = None
     anon_only: bool = False
     beside_other_damon: bool = False
+    multi_dest: bool = True  # 6.17+: demote to every CXL node of the nearest one's tier, weighted
 
 
 # ---------------------------------------------------------------------------- units
@@ -187,7 +189,7 @@ def validate(table: Mapping[str, Any]) -> DamonSpec:
             kw[field] = None if v is False else int(round(parse_percent(v, key) * 100))
     if "watermarks" in table:
         kw["watermarks"] = _watermarks(table["watermarks"])
-    for key in ("young_filter", "anon_only", "beside_other_damon"):
+    for key in ("young_filter", "anon_only", "beside_other_damon", "multi_dest"):
         if key in table:
             kw[key] = _flag(table[key], key)
     if "memcg" in table:
@@ -250,6 +252,11 @@ class SchemeLayout(NamedTuple):
     age: Tuple[int, int]
     goals: Tuple[Tuple[str, int, int], ...]  # (metric, value, nid)
     filters: Tuple[Tuple[str, bool, str], ...]  # (type, matching, memcg_path)
+    #: 6.17+ ``dests/``: (node, weight) of every destination, nearest first; () with ``dests_files``
+    #: writes ``nr_dests`` 0 (target_nid alone), without it no ``dests/`` file is written at all
+    dests: Tuple[Tuple[int, int], ...] = ()
+    dests_files: bool = False
+    weighted_by: str = ""  # what the weights are: "write bandwidth (HMAT/CDAT access1)", "online capacity"
 
 
 class KdamondLayout(NamedTuple):
@@ -294,6 +301,67 @@ def nearest(node: Node, candidates: List[Node], online: List[int]) -> Optional[N
     return best
 
 
+#: weights are written as small integers (the kernel takes any u32 and spreads by their ratio);
+#: ratios of larger numbers are scaled so that the largest weight is this
+WEIGHT_MAX = 1000
+
+
+def demotion_nodes(inv: Inventory, src: Node, nearest_cxl: Node, cxl: List[Node]) -> List[Node]:
+    """The CXL nodes ``src`` demotes to when the kernel takes several destinations: the nearest
+    one and every other CXL node of its memory tier (the kernel's own demotion treats a tier as
+    one class of memory), or — tiers unknown — every CXL node at the same NUMA distance.
+    Nodes without an online memory block are left out (there is nothing to place pages on).
+    Nearest first, then by id; just ``[nearest_cxl]`` when no other node qualifies."""
+    ids = sorted(n.id for n in inv.nodes)
+    known = len(src.distance) == len(ids)
+
+    def dist(n: Node) -> Optional[int]:
+        return src.distance[ids.index(n.id)] if known and n.id in ids else None
+
+    if nearest_cxl.tier is not None:
+        peers = [n for n in cxl if n.tier == nearest_cxl.tier]
+    elif dist(nearest_cxl) is not None:
+        peers = [n for n in cxl if dist(n) == dist(nearest_cxl)]
+    else:
+        peers = []
+    others = sorted((n for n in peers if n.id != nearest_cxl.id and node_ranges(inv, n)), key=lambda n: n.id)
+    return [nearest_cxl] + others
+
+
+def dest_weights(inv: Inventory, nodes: List[Node]) -> Tuple[Tuple[int, ...], str]:
+    """Weights for ``nodes`` and what they are.
+
+    Write bandwidth from the firmware's performance data (HMAT for the platform, CDAT for a
+    CXL device: ``nodeN/access1`` — CPU initiators — else ``access0``) when *every* node has it,
+    because demotion writes the pages to the destination and a node that takes them faster
+    should take more; otherwise the online capacity (memory blocks online), so that nodes
+    fill in proportion to their size.  A partial bandwidth set is not mixed with sizes."""
+    raw: List[int] = []
+    by = ""
+    for cls in ("access1", "access0"):
+        bws = [getattr(n, cls).write_bandwidth if getattr(n, cls) is not None else None for n in nodes]
+        if all(isinstance(b, int) and b > 0 for b in bws):
+            raw, by = [int(b) for b in bws if b is not None], f"write bandwidth ({cls}, HMAT/CDAT)"
+            break
+    if not raw:
+        raw = [sum(e - s for s, e in node_ranges(inv, n)) for n in nodes]
+        by = "online capacity"
+    if not all(v > 0 for v in raw):
+        return tuple(1 for _ in nodes), "equal (no capacity known)"
+    g = 0
+    for v in raw:
+        g = math.gcd(g, v)
+    w = [v // g for v in raw]
+    if max(w) > WEIGHT_MAX:
+        top = max(raw)
+        w = [max(1, round(v * WEIGHT_MAX / top)) for v in raw]
+        g = 0
+        for v in w:
+            g = math.gcd(g, v)
+        w = [v // g for v in w]
+    return tuple(w), by
+
+
 def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[KdamondLayout], List[str]]:
     """One kdamond per DRAM and CXL memory node (DRAM first, by id); notes on nodes left out."""
     notes: List[str] = []
@@ -326,6 +394,13 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
                 goals.append(("node_mem_free_bp", spec.dram_free_goal_bp, dram_node.id))
             if kind == "cxl" and spec.dram_used_goal_bp is not None:
                 goals.append(("node_mem_used_bp", spec.dram_used_goal_bp, dram_node.id))
+        dests: Tuple[Tuple[int, int], ...] = ()
+        by = ""
+        if kind == "dram" and caps.dests and spec.multi_dest:
+            spread = demotion_nodes(inv, src, dest, cxl)
+            if len(spread) > 1:
+                weights, by = dest_weights(inv, spread)
+                dests = tuple(zip((n.id for n in spread), weights))
         scheme = SchemeLayout(
             action="migrate_cold" if kind == "dram" else "migrate_hot",
             target_nid=dest.id,
@@ -333,6 +408,11 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
             age=(cold_age, AGE_MAX) if kind == "dram" else (0, AGE_MAX),
             goals=tuple(goals),
             filters=tuple(filters),
+            dests=dests,
+            # on a kernel with dests/, the DRAM scheme always says how many (0: target_nid alone), so
+            # that a running kdamond committed from a layout with several destinations loses them
+            dests_files=kind == "dram" and caps.dests,
+            weighted_by=by,
         )
         out.append(KdamondLayout(len(out), src.id, kind, regions, scheme))
     return out, notes
@@ -369,6 +449,13 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
         (f"{c}/schemes/nr_schemes", "1", f"{name}.nr_schemes"),
         (f"{s}/action", sc.action, f"{sn}.action"),
         (f"{s}/target_nid", str(sc.target_nid), f"{sn}.target_nid"),
+    ]
+    if sc.dests_files:
+        out.append((f"{s}/dests/nr_dests", str(len(sc.dests)), f"{sn}.nr_dests"))
+        for i, (node, weight) in enumerate(sc.dests):
+            d = f"{s}/dests/{i}"
+            out += [(f"{d}/id", str(node), f"{sn}.dest{i}.id"), (f"{d}/weight", str(weight), f"{sn}.dest{i}.weight")]
+    out += [
         (f"{s}/apply_interval_us", str(spec.apply_interval_us), f"{sn}.apply_interval_us"),
         (f"{s}/access_pattern/sz/min", str(spec.min_size), f"{sn}.sz.min"),
         (f"{s}/access_pattern/sz/max", str(SZ_MAX), f"{sn}.sz.max"),
@@ -409,6 +496,17 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
             if memcg:
                 out.append((f"{f}/memcg_path", memcg, f"{sn}.filter{i}.memcg_path"))
     return out
+
+
+def describe(k: KdamondLayout) -> str:
+    """``node0→node1 migrate_cold``, or with 6.17 destinations
+    ``node0→nodes 2,3 weights 3:1 migrate_cold (6.17 destinations by online capacity)``."""
+    sc = k.scheme
+    if not sc.dests:
+        return f"node{k.node}→node{sc.target_nid} {sc.action}"
+    nodes = ",".join(str(n) for n, _ in sc.dests)
+    weights = ":".join(str(w) for _, w in sc.dests)
+    return f"node{k.node}→nodes {nodes} weights {weights} {sc.action} (6.17 destinations by {sc.weighted_by})"
 
 
 def state_path(index: int) -> str:

@@ -503,7 +503,7 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         note += "refused (EBUSY) while a kdamond runs; started again below"
         path = damon.state_path(running.id)
         steps.append(_damon_step(f"damon.kdamond{running.id}.state", path, "on", None, "off\n", "set", s, note))
-    desc = ", ".join(f"node{k.node}→node{k.scheme.target_nid} {k.scheme.action}" for k in kds)
+    desc = ", ".join(damon.describe(k) for k in kds)
     steps.append(
         _damon_step(
             "damon.nr_kdamonds",
