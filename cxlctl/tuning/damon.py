@@ -5,7 +5,10 @@ same by hand): one kdamond per memory node, each monitoring that node's physical
 address ranges (``paddr``; ranges from the node's memory blocks) with one scheme —
 
 * a DRAM node: ``migrate_cold`` to its nearest CXL node (pages not accessed for
-  ``cold_age``), so DRAM keeps room for hot data before reclaim has to act;
+  ``cold_age``), so DRAM keeps room for hot data before reclaim has to act; on 6.17+
+  (a scheme's ``dests/``) and with several CXL nodes in that node's memory tier, to all
+  of them, weighted by write bandwidth or online capacity (:func:`dest_weights`), with
+  ``target_nid`` still the nearest for code that reads only that;
 * a CXL node: ``migrate_hot`` to its nearest DRAM node (regions accessed in at
   least ``hot_accesses`` of the samples);
 
@@ -232,6 +235,8 @@ def show(spec: DamonSpec) -> str:
         parts.append(f"memcg {spec.memcg}")
     if spec.anon_only:
         parts.append("anonymous pages only")
+    if not spec.multi_dest:
+        parts.append("one demotion target per DRAM node")
     return "; ".join(parts)
 
 
@@ -500,13 +505,18 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
 
 def describe(k: KdamondLayout) -> str:
     """``node0→node1 migrate_cold``, or with 6.17 destinations
-    ``node0→nodes 2,3 weights 3:1 migrate_cold (6.17 destinations by online capacity)``."""
+    ``node0→nodes 2,3 weights 3:1 migrate_cold (6.17 destinations by online capacity; …)``."""
     sc = k.scheme
     if not sc.dests:
         return f"node{k.node}→node{sc.target_nid} {sc.action}"
     nodes = ",".join(str(n) for n, _ in sc.dests)
     weights = ":".join(str(w) for _, w in sc.dests)
-    return f"node{k.node}→nodes {nodes} weights {weights} {sc.action} (6.17 destinations by {sc.weighted_by})"
+    # the kernel's paddr migrate has read only target_nid so far (vaddr spreads by dests since 6.17):
+    # say where pages go on such a kernel rather than promise a spread (docs/tuning.md)
+    return (
+        f"node{k.node}→nodes {nodes} weights {weights} {sc.action} (6.17 destinations by {sc.weighted_by}; "
+        f"node{sc.target_nid} alone where paddr ignores them)"
+    )
 
 
 def state_path(index: int) -> str:
