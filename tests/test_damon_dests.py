@@ -14,7 +14,9 @@ VM test of this; the kernel side is the stand-in's model of ``mm/damon/sysfs-sch
 from __future__ import annotations
 
 import errno
+import json
 import os
+import sys
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -28,7 +30,7 @@ from cxlctl.tuning import journal as jn
 from cxlctl.tuning.damon import validate
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
-from tests.tune_support import diff, journal, snapshot, work_copy
+from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
 TIERING = "linux-6.12/single-region-damon-tiering"
@@ -310,3 +312,52 @@ def test_stand_in_models_617_dests_as_the_kernel_does(tmp_path: Any, monkeypatch
     state = read_damon(root)
     k0 = state.kdamond(0)
     assert k0 is not None and [(x.node, x.weight) for x in k0.schemes[0].dests] == [(0, 0)]
+
+
+def _kill_apply_at(root: str, k: int) -> None:
+    """An apply with two CXL nodes in its own process (the 6.17 stand-in installed there too),
+    SIGKILLed after ``k`` writes."""
+    code = (
+        "from tests.damon_sysfs import install\n"
+        "class _MP:\n"
+        "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
+        f"install(_MP(), {root!r})\n"
+        "from cxlctl.inventory import scan\n"
+        "from cxlctl.tuning.transaction import Transaction\n"
+        "from tests.test_damon_dests import with_two_cxl\n"
+        f"Transaction({root!r}, 'inference-damon', inventory=with_two_cxl(scan({root!r}))).commit()\n"
+    )
+    kill_at_pause([sys.executable, "-c", code], k)
+
+
+def test_sigkill_amid_the_dests_writes_then_revert_restores(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(tmp_path, monkeypatch)
+    before = snapshot(root)
+    writes = Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).plan.writes
+    new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
+    # after nr_dests (its children exist, still 0), mid-destinations, after the last weight
+    for k in (new[0], new[2], new[-1]):
+        _kill_apply_at(root, k)
+        assert journal(root).state == jn.APPLYING, k
+        assert os.path.isdir(root + f"{ADMIN}/0/{S0}/dests/1"), k
+        res = engine.revert(root)
+        assert res.ok, (k, res.errors)
+        assert diff(before, snapshot(root)) == [], k
+
+
+def test_status_shows_the_destinations(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
+    from cxlctl.cli import run
+
+    root = _tree(tmp_path, monkeypatch)
+    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
+    rows = engine.status(root).damon
+    assert [(r.kdamond, r.target_nid, r.dests) for r in rows] == [(0, 1, ((1, 1), (2, 3))), (1, 0, ()), (2, 0, ())]
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert run(["--root", root, "tune", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "│ 1,2 " in out and "│ (1:3) " in out  # folded in its column at 80
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert run(["--root", root, "tune", "status", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["dests"] for r in doc["damon"]] == [[[1, 1], [2, 3]], [], []]

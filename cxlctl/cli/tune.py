@@ -485,7 +485,9 @@ def _render_damon(st: Any, c: Console) -> None:
             r.owner,
             _v(r.state),
             _v(r.action),
-            n(r.target_nid),
+            n(r.target_nid)
+            if not r.dests
+            else ",".join(n(d) for d, _ in r.dests) + " (" + ":".join(n(w) for _, w in r.dests) + ")",
             f"{n(r.nr_tried)} / {format_size(r.sz_tried)}",
             f"{n(r.nr_applied)} / {format_size(r.sz_applied)}",
             n(r.qt_exceeds),

@@ -339,6 +339,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
                     st.nr_applied,
                     st.sz_applied,
                     st.qt_exceeds,
+                    tuple((d.node, d.weight) for d in s.dests),
                 )
             )
     return tuple(rows)

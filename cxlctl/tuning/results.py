@@ -138,6 +138,8 @@ class DamonSchemeRow(NamedTuple):
     nr_applied: Optional[int]
     sz_applied: Optional[int]
     qt_exceeds: Optional[int]
+    #: 6.17+ weighted migration destinations as (node, weight); () when none or no ``dests/``
+    dests: Tuple[Tuple[Optional[int], Optional[int]], ...] = ()
 
 
 class StatusResult(NamedTuple):
