@@ -38,6 +38,7 @@ ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"
 DAMON_VIEW = ("sys/kernel/mm", "proc/sys", "sys/devices/system/memory")
 R617 = "6.17.8+deb14-amd64"
 S0 = "contexts/0/schemes/0"
+NR = "damon.kdamond0.scheme0.nr_dests"
 
 
 def _tree(tmp_path: Any, monkeypatch: Any, release: Optional[str] = R617, source: str = IDLE) -> str:
@@ -361,3 +362,28 @@ def test_status_shows_the_destinations(tmp_path: Any, monkeypatch: Any, capsys: 
     assert run(["--root", root, "tune", "status", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["dests"] for r in doc["damon"]] == [[[1, 1], [2, 3]], [], []]
+
+
+def test_destinations_are_the_nearest_nodes_tier_or_else_its_distance(tmp_path: Any, monkeypatch: Any) -> None:
+    root = _tree(tmp_path, monkeypatch)
+    two = with_two_cxl(scan(root))
+
+    def dest_ids(inv: Inventory) -> List[str]:
+        by = _steps(Transaction(root, "inference-damon", inventory=inv))
+        return [by[f"damon.kdamond0.scheme0.dest{i}.id"].desired for i in range(int(by[NR].desired))]
+
+    def node2(inv: Inventory, **kw: Any) -> Inventory:
+        return inv._replace(nodes=tuple(n._replace(**kw) if n.id == 2 else n for n in inv.nodes))
+
+    def untiered(inv: Inventory) -> Inventory:
+        return inv._replace(nodes=tuple(n._replace(tier=None) for n in inv.nodes))
+
+    assert dest_ids(two) == ["1", "2"]
+    assert dest_ids(node2(two, tier=23)) == []  # another (slower) tier: not a peer of node 1
+    assert dest_ids(untiered(two)) == ["1", "2"]  # no tiers: the same distance from node 0
+    d0 = two.nodes[0].distance
+    farther = two.nodes[0]._replace(distance=d0[:2] + (d0[2] + 10,))
+    assert dest_ids(untiered(two._replace(nodes=(farther,) + two.nodes[1:]))) == []
+    # a peer without an online memory block has nothing to place pages on
+    offline = tuple(b._replace(state="offline") for b in two.nodes[2].memory_blocks)
+    assert dest_ids(node2(two, memory_blocks=offline)) == []
