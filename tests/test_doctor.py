@@ -19,9 +19,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from cxlctl.doctor import devices, probes, services
-from cxlctl.doctor.gather import gather, gunzip
+from cxlctl.doctor.gather import gather
 from cxlctl.doctor.model import Check, Facts
 from cxlctl.doctor.report import clean, exit_code, run, to_json
+from cxlctl.kconfig import gunzip
 from cxlctl.tuning import journal as jn
 from tests.conftest import FIXTURES, cxlctl
 

@@ -20,6 +20,7 @@ from typing import Dict, List, Sequence, Tuple
 import pytest
 
 from cxlctl.inventory import scan
+from cxlctl.kconfig import kernel_version
 from cxlctl.model import Decoder, Dport, Inventory, Port, Region
 from cxlctl.regions.planner import (
     SZ_256M,
@@ -28,7 +29,6 @@ from cxlctl.regions.planner import (
     _plan,
     _State,
     destroy_blockers,
-    kernel_version,
     plan,
     plan_all,
     ram_region_support,
@@ -431,6 +431,7 @@ def test_kernel_version() -> None:
     assert kernel_version("6.12.117+deb12-amd64") == (6, 12)
     assert kernel_version("6.1.0-57-amd64") == (6, 1)
     assert kernel_version("weird") is None and kernel_version(None) is None
+    assert kernel_version("\u0666.1.0") is None  # ASCII digits only: int() would read 6
 
 
 def test_destroy_blockers() -> None:

@@ -30,11 +30,11 @@ tree cannot make the reader loop for long.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
+from cxlctl.kconfig import kernel_version, read_config
 from cxlctl.parse import is_decimal
 
 KDAMONDS = paths.DAMON_KDAMONDS
@@ -404,25 +404,10 @@ def any_running(r: Reader) -> bool:
 # ---------------------------------------------------------------------------- probing
 
 
-def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
-    """``6.12.117+deb12-amd64`` → (6, 12); None when unparsable."""
-    m = re.match(r"([0-9]+)\.([0-9]+)", release or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def _config(r: Reader, release: Optional[str]) -> Dict[str, str]:
-    """``CONFIG_DAMON*`` lines of ``/boot/config-<release>`` (where the distribution ships it)."""
-    if not release or not re.fullmatch(r"[A-Za-z0-9_+~-][A-Za-z0-9._+~-]{0,127}", release):
-        return {}  # a release that cannot name a file under /boot (fuzzed, or odd)
-    text = r.text(f"{paths.BOOT_DIR}/config-{release}") or ""
-    out: Dict[str, str] = {}
-    for line in text.splitlines():
-        k, sep, v = line.partition("=")
-        if sep and k.startswith("CONFIG_DAMON"):
-            out[k.strip()] = v.strip()
-        elif line.startswith("# CONFIG_DAMON") and line.endswith(" is not set"):
-            out[line[2:].split()[0]] = "n"
-    return out
+def _config(r: Reader, release: Optional[str]) -> Tuple[Dict[str, str], Optional[str]]:
+    """(``CONFIG_DAMON*`` options, the file they came from) of the running kernel's config."""
+    cfg, src, _ = read_config(r, release)
+    return {k: v for k, v in (cfg or {}).items() if k.startswith("CONFIG_DAMON")}, src
 
 
 def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = None) -> DamonCaps:
@@ -455,10 +440,10 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
                 if dests is None:
                     dests = f"{k.path}/contexts/{c.id}/schemes/{s.id}/dests/nr_dests" in state.files
                     ev.append(f"scheme directories {'have' if dests else 'lack'} dests/ (weighted destinations)")
-    cfg = _config(reader, release) if reader is not None else {}
+    cfg, cfg_src = _config(reader, release) if reader is not None else ({}, None)
     if paddr is None and cfg:
         paddr = cfg.get("CONFIG_DAMON_PADDR") == "y"
-        ev.append(f"/boot/config-{release}: CONFIG_DAMON_PADDR={cfg.get('CONFIG_DAMON_PADDR', 'unset')}")
+        ev.append(f"{cfg_src}: CONFIG_DAMON_PADDR={cfg.get('CONFIG_DAMON_PADDR', 'unset')}")
     if migrate is None and ver is not None:
         migrate = ver >= MIGRATE_SINCE
         ev.append(f"kernel {ver[0]}.{ver[1]}: migrate_hot/migrate_cold {'present' if migrate else 'absent'} (6.11+)")

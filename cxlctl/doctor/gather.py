@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from typing import Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
@@ -20,6 +19,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.inventory import scan
+from cxlctl.kconfig import read_config
 from cxlctl.model import Inventory
 from cxlctl.record import MANIFEST
 
@@ -38,59 +38,9 @@ MODULES: Tuple[Tuple[str, str], ...] = (
 )
 #: ACPI tables that describe CXL memory: windows (CEDT), proximity (SRAT), performance (HMAT), distances (SLIT)
 ACPI_NAMES = ("CEDT", "SRAT", "HMAT", "SLIT")
-#: the largest decompressed /proc/config.gz parsed (Debian's config is ~280 KiB)
-CONFIG_MAX = 4 << 20
 #: the engine arguments doctor plans with: a model is needed to plan, and which one does not
 #: change what is checked (it is never loaded: the plan is a dry run)
 ENGINE_ARGS: Dict[str, Tuple[str, ...]] = {"vllm": ("serve", "MODEL"), "sglang": ("--model-path", "MODEL")}
-
-
-def parse_config(text: str) -> Dict[str, str]:
-    """``CONFIG_X=y`` and ``# CONFIG_X is not set`` (as ``n``) lines of a kernel config."""
-    out: Dict[str, str] = {}
-    for line in text.splitlines():
-        t = line.strip()
-        if t.startswith("CONFIG_"):
-            k, sep, v = t.partition("=")
-            if sep:
-                out[k] = v.strip().strip('"')
-        elif t.startswith("# CONFIG_") and t.endswith(" is not set"):
-            out[t[2:-11].strip()] = "n"
-    return out
-
-
-def gunzip(data: bytes, limit: int = CONFIG_MAX) -> Optional[bytes]:
-    """Decompress gzip ``data``, refusing output larger than ``limit`` (a bomb is not a config)."""
-    try:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out = d.decompress(data, limit)
-        if d.unconsumed_tail:
-            return None
-        return out
-    except zlib.error:
-        return None
-
-
-def _config(r: Reader, kernel: Optional[str]) -> Tuple[Optional[Dict[str, str]], Optional[str], Optional[str]]:
-    """(config, where it came from, why not): /boot/config-$(uname -r), else /proc/config.gz."""
-    tried: List[str] = []
-    if kernel and "/" not in kernel and kernel not in (".", ".."):
-        path = paths.boot_config(kernel)
-        text = r.text(path)
-        if text:
-            cfg = parse_config(text)
-            if cfg:
-                return cfg, path, None
-        tried.append(path)
-    raw = r.raw(paths.PROC_CONFIG_GZ)
-    if raw:
-        data = gunzip(raw)
-        if data is not None:
-            cfg = parse_config(data.decode("utf-8", "replace"))
-            if cfg:
-                return cfg, paths.PROC_CONFIG_GZ, None
-    tried.append(paths.PROC_CONFIG_GZ)
-    return None, None, "no kernel config found (" + ", ".join(tried) + " absent or unreadable)"
 
 
 def parse_modules(text: str) -> Dict[str, str]:
@@ -251,7 +201,7 @@ def gather(
     r = reader or Reader(root)
     if inv is None:
         inv = scan(root, r)
-    cfg, cfg_src, cfg_note = _config(r, inv.kernel)
+    cfg, cfg_src, cfg_note = read_config(r, inv.kernel)
     mods_text = r.text(paths.PROC_MODULES)
     wanted = {m for m, _ in MODULES}
     sys_mods = tuple(r.listdir(paths.MODULE_DIR, lambda n: n in wanted))

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
+from cxlctl.kconfig import kernel_version
 from cxlctl.parse import format_size
-from cxlctl.regions.planner import NEWER_KERNEL, RAM_REGION_SINCE, kernel_version
+from cxlctl.regions.planner import NEWER_KERNEL, RAM_REGION_SINCE
 
 from .gather import MODULES
 from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts

@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.kconfig import kernel_version
 from cxlctl.model import Decoder, Inventory, Memdev
 from cxlctl.parse import format_size
 
@@ -104,18 +105,6 @@ class Plan(NamedTuple):
 
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
-
-
-def kernel_version(release: Optional[str]) -> Optional[Tuple[int, int]]:
-    """``6.1.0-57-amd64`` -> (6, 1); None when unknown."""
-    if not release:
-        return None
-    head = release.split("-", 1)[0].split("+", 1)[0]
-    parts = head.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def ram_region_support(inv: Inventory) -> Tuple[bool, str]:
