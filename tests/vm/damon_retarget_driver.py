@@ -101,6 +101,10 @@ def node_ranges() -> Dict[int, List[List[int]]]:
     return out
 
 
+def _num(text: str) -> Optional[int]:
+    return int(text) if text.isdigit() else None
+
+
 def kdamonds() -> List[Dict[str, Any]]:
     out = []
     nr = get(f"{D}/nr_kdamonds")
@@ -110,7 +114,9 @@ def kdamonds() -> List[Dict[str, Any]]:
         regions = []
         nreg = get(f"{c}/targets/0/regions/nr_regions")
         for r in range(int(nreg) if nreg.isdigit() else 0):
-            regions.append([int(get(f"{c}/targets/0/regions/{r}/start")), int(get(f"{c}/targets/0/regions/{r}/end"))])
+            # read while the daemon rewrites the kdamond, a file can be gone ("ERR No such device"):
+            # None never matches a node's range, so the layout reads as "not yet" and is polled again
+            regions.append([_num(get(f"{c}/targets/0/regions/{r}/start")), _num(get(f"{c}/targets/0/regions/{r}/end"))])
         stats = {n: get(f"{s}/stats/{n}") for n in ("nr_tried", "sz_tried", "nr_applied", "sz_applied", "qt_exceeds")}
         out.append(
             {
