@@ -82,6 +82,29 @@ def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Opti
     out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
 
 
+def isatty(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal; False for a closed or odd stream (a test's StringIO)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def fold_lines(text: str, width: int, first: str = "", indent: str = "") -> List[str]:
+    """``first + text`` folded at ``width`` on spaces, continuation lines starting with
+    ``indent``; paths and flags are never broken ([] for blank text)."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
     """``text`` folded at the terminal's width when ``stream`` (stderr) is a terminal;
     unchanged otherwise.
@@ -90,22 +113,13 @@ def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
     record that grep and journalctl keep whole; on a person's terminal a 200-column error
     is folded on spaces (paths and flags never broken), continuation lines indented."""
     import shutil
-    import textwrap
 
-    stream = stream or sys.stderr
-    try:
-        if not stream.isatty():
-            return text
-    except (AttributeError, ValueError, OSError):
+    if not isatty(stream or sys.stderr):
         return text
     width = max(shutil.get_terminal_size((80, 24)).columns, 60)
     out: List[str] = []
     for line in text.split("\n"):
-        indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
-        out.extend(
-            textwrap.wrap(line, width=width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
-            or [line]
-        )
+        out.extend(fold_lines(line, width, indent=" " * (len(line) - len(line.lstrip(" ")) + 2)) or [line])
     return "\n".join(out)
 
 

@@ -21,7 +21,7 @@ import typer
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
 
 from .common import JSON_OPT as JSON_DOC_OPT
-from .common import emit_json, group, host_root
+from .common import emit_json, fold_lines, group, host_root, isatty
 from .params import Command, argument
 
 if TYPE_CHECKING:
@@ -181,35 +181,14 @@ def _width(f: TextIO) -> int:
     if env.isascii() and env.isdigit():
         cols = int(env)
     else:
-        try:
-            if f.isatty():
-                cols = shutil.get_terminal_size((80, 24)).columns
-        except (AttributeError, ValueError, OSError):
-            pass
+        if isatty(f):
+            cols = shutil.get_terminal_size((80, 24)).columns
     return max(cols, 60)
 
 
-def _isatty(f: TextIO) -> bool:
-    try:
-        return f.isatty()
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
 def _wrapped(first: str, text: str, width: int, indent: str) -> str:
-    """``first + text`` folded at ``width`` on spaces (paths and flags are never broken), the
-    continuation lines indented by ``indent``."""
-    import textwrap
-
-    lines = textwrap.wrap(
-        text,
-        width=width,
-        initial_indent=first,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-    return "\n".join(lines or [first.rstrip()]) + "\n"
+    """``first + text`` folded at ``width`` (:func:`fold_lines`), as lines ending in a newline."""
+    return "\n".join(fold_lines(text, width, first, indent) or [first.rstrip()]) + "\n"
 
 
 def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
@@ -220,7 +199,7 @@ def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
     launch's account on stderr is folded only on a terminal: under systemd it is journal records."""
     w = f.write
     width = _width(f)
-    if not dry_run and not _isatty(f):
+    if not dry_run and not isatty(f):
         width = 1 << 20  # the account on stderr, in the journal: one record per line (docs/cli.md)
     if dry_run:
         w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
