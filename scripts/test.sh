@@ -33,5 +33,6 @@ echo "== pytest"
 if [ "$SKIP_VM" = 1 ]; then
   .venv/bin/python -m pytest -q -m 'not vm' "$@"
 else
-  .venv/bin/python -m pytest -q "$@"
+  # --durations: the slowest tests in CI's log, to keep the run inside its time budget
+  .venv/bin/python -m pytest -q --durations=20 "$@"
 fi
