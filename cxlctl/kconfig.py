@@ -22,7 +22,7 @@ from cxlctl.hostio.reader import Reader
 CONFIG_MAX = 4 << 20
 
 _VERSION = re.compile(r"([0-9]{1,4})\.([0-9]{1,4})")
-#: a release that can name ``/boot/config-RELEASE``: no slash, no NUL, not ``.``/``..``
+#: a release that can name ``/boot/config-RELEASE``: no slash, no NUL, not ``.``/``..`` (no leading dot)
 _FILE_RELEASE = re.compile(r"[A-Za-z0-9_+~-][A-Za-z0-9._+~-]{0,127}")
 
 
@@ -64,7 +64,7 @@ def read_config(r: Reader, release: Optional[str]) -> Tuple[Optional[Dict[str, s
     """(config, the file it came from, why there is none): ``/boot/config-RELEASE`` where the
     distribution installs it (Debian, RHEL), else ``/proc/config.gz`` (``CONFIG_IKCONFIG_PROC``)."""
     tried: List[str] = []
-    if release and _FILE_RELEASE.fullmatch(release) and release not in (".", ".."):
+    if release and _FILE_RELEASE.fullmatch(release):
         path = paths.boot_config(release)
         text = r.text(path)
         if text:

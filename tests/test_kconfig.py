@@ -60,3 +60,36 @@ def test_a_release_that_cannot_name_a_file_is_not_looked_up(tmp_path: Any) -> No
 def test_kernel_version_ascii_digits_only() -> None:
     assert kernel_version(RELEASE) == (6, 12) and kernel_version("6.1.0-57-amd64") == (6, 1)
     assert kernel_version("\u0666.\u0661") is None and kernel_version(None) is None
+
+
+def test_damon_probe_reads_no_config_when_sysfs_answers(tmp_path: Any) -> None:
+    """With a kdamond running, ``avail_operations`` says whether paddr is built: the ~280 KiB
+    config is not read (the tuning engine probes on every plan, the daemon on every reconcile)."""
+    from cxlctl.damon.sysfs import probe, read_damon
+
+    root = str(tmp_path / "running")
+    shutil.copytree(os.path.join(FIX, "single-region-damon-running"), root, symlinks=True)
+    os.makedirs(os.path.join(root, "boot"), exist_ok=True)
+    shutil.copy(CONFIG, os.path.join(root, "boot", f"config-{RELEASE}"))
+    asked = []
+
+    class Counting(Reader):
+        def text(self, path: str, *a: Any, **k: Any) -> Any:
+            asked.append(path)
+            return super().text(path, *a, **k)
+
+        def raw(self, path: str, *a: Any, **k: Any) -> Any:
+            asked.append(path)
+            return super().raw(path, *a, **k)
+
+    r = Counting(root)
+    caps = probe(read_damon(root, r), RELEASE, r)
+    assert caps.paddr is True and any(e.startswith("avail_operations") for e in caps.evidence)
+    assert not [p for p in asked if p.startswith("/boot") or p == "/proc/config.gz"], asked
+    # and on the idle tree (no kdamond to look at) the same probe does read it
+    idle = _idle(tmp_path)
+    os.makedirs(os.path.join(idle, "boot"))
+    shutil.copy(CONFIG, os.path.join(idle, "boot", f"config-{RELEASE}"))
+    asked.clear()
+    r = Counting(idle)
+    assert probe(read_damon(idle, r), RELEASE, r).paddr is True and f"/boot/config-{RELEASE}" in asked

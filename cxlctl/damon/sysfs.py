@@ -404,12 +404,6 @@ def any_running(r: Reader) -> bool:
 # ---------------------------------------------------------------------------- probing
 
 
-def _config(r: Reader, release: Optional[str]) -> Tuple[Dict[str, str], Optional[str]]:
-    """(``CONFIG_DAMON*`` options, the file they came from) of the running kernel's config."""
-    cfg, src, _ = read_config(r, release)
-    return {k: v for k, v in (cfg or {}).items() if k.startswith("CONFIG_DAMON")}, src
-
-
 def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = None) -> DamonCaps:
     """What DAMON can do on this kernel, from the tree itself first, then the release and kernel config.
 
@@ -417,7 +411,10 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     directory has ``target_nid`` exactly when the migrate actions exist (both came in 6.11),
     and a ``dests/`` directory exactly when weighted destinations exist (6.17).
     Without any kdamond directory to look at (the usual idle host), the release decides
-    and ``/boot/config-<release>`` says whether CONFIG_DAMON_PADDR is set.
+    and the kernel config (``/boot/config-<release>``, else ``/proc/config.gz``) says whether
+    CONFIG_DAMON_PADDR is set.  The config (~280 KiB on Debian) is read only then: the tuning
+    engine probes on every plan and the daemon on every reconcile, and with cxlctl's kdamonds
+    running ``avail_operations`` has already answered.
     """
     ev: List[str] = []
     ver = kernel_version(release)
@@ -440,10 +437,12 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
                 if dests is None:
                     dests = f"{k.path}/contexts/{c.id}/schemes/{s.id}/dests/nr_dests" in state.files
                     ev.append(f"scheme directories {'have' if dests else 'lack'} dests/ (weighted destinations)")
-    cfg, cfg_src = _config(reader, release) if reader is not None else ({}, None)
-    if paddr is None and cfg:
-        paddr = cfg.get("CONFIG_DAMON_PADDR") == "y"
-        ev.append(f"{cfg_src}: CONFIG_DAMON_PADDR={cfg.get('CONFIG_DAMON_PADDR', 'unset')}")
+    if paddr is None and reader is not None:
+        found, cfg_src, _ = read_config(reader, release)
+        cfg = found or {}
+        if any(k.startswith("CONFIG_DAMON") for k in cfg):
+            paddr = cfg.get("CONFIG_DAMON_PADDR") == "y"
+            ev.append(f"{cfg_src}: CONFIG_DAMON_PADDR={cfg.get('CONFIG_DAMON_PADDR', 'unset')}")
     if migrate is None and ver is not None:
         migrate = ver >= MIGRATE_SINCE
         ev.append(f"kernel {ver[0]}.{ver[1]}: migrate_hot/migrate_cold {'present' if migrate else 'absent'} (6.11+)")
