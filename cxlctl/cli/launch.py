@@ -180,9 +180,8 @@ def _width(f: TextIO) -> int:
     env = os.environ.get("COLUMNS", "")
     if env.isascii() and env.isdigit():
         cols = int(env)
-    else:
-        if isatty(f):
-            cols = shutil.get_terminal_size((80, 24)).columns
+    elif isatty(f):
+        cols = shutil.get_terminal_size((80, 24)).columns
     return max(cols, 60)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
-from .common import emit_json, host_root, interval_option
+from .common import emit_json, host_root, interval_option, isatty
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -80,7 +80,7 @@ def top(
 
     import shutil
 
-    if json_out or not sys.stdout.isatty():
+    if json_out or not isatty(sys.stdout):
         from cxlctl.telemetry.report import to_dict
 
         n = 0
@@ -133,7 +133,7 @@ class _keys:
 
     def __enter__(self) -> Callable[[float], Optional[str]]:
         self.saved: Any = None
-        self.fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else -1
+        self.fd = sys.stdin.fileno() if isatty(sys.stdin) else -1
         if self.fd >= 0:
             import termios
             import tty
