@@ -184,8 +184,9 @@ def full() -> None:
     sh("echo +memory > /sys/fs/cgroup/cgroup.subtree_control")
     os.makedirs(CG, exist_ok=True)
     node = cxl[0]
-    cold = helper("cold", 4, 0)
-    hot = helper("hot", 1, node)
+    cold_mib, hot_mib = 4, 1
+    cold = helper("cold", cold_mib, 0)
+    hot = helper("hot", hot_mib, node)
     with open(f"{OUT}/pages-start.json", "w") as f:
         json.dump({"cold": pages(cold.pid), "hot": pages(hot.pid)}, f)
     cx("plan", "tune", "plan", "vm-damon", "--json")
@@ -200,10 +201,10 @@ def full() -> None:
         time.sleep(3)
         c, h = pages(cold.pid), pages(hot.pid)
         trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h})
-        # against the pages mapped (4 MiB and 1 MiB of 4 KiB pages), not the pages numa_maps counts
-        # now: a page in mid-migration is a migration entry there, counted on no node
-        cold_done = c.get(node, 0) >= 0.9 * 1024
-        hot_done = h.get(0, 0) >= 0.5 * 256 and sum(h.values()) == 256
+        # against the 4 KiB pages mapped, not the pages numa_maps counts now: a page in
+        # mid-migration is a migration entry there, counted on no node
+        cold_done = c.get(node, 0) >= 0.9 * cold_mib * 256
+        hot_done = h.get(0, 0) >= 0.5 * hot_mib * 256 and sum(h.values()) == hot_mib * 256
         with open(f"{OUT}/pages-trace.json", "w") as f:
             json.dump(trace, f)
     with open(f"{OUT}/numa_maps-cold.txt", "w") as f:

@@ -102,18 +102,19 @@ def node_ranges() -> Dict[int, List[List[int]]]:
 
 
 def _num(text: str) -> Optional[int]:
+    """A sysfs number, or None for anything else (a file read as "ERR ...")."""
     return int(text) if text.isdigit() else None
 
 
 def kdamonds() -> List[Dict[str, Any]]:
     out = []
     nr = get(f"{D}/nr_kdamonds")
-    for k in range(int(nr) if nr.isdigit() else 0):
+    for k in range(_num(nr) or 0):
         c = f"{D}/{k}/contexts/0"
         s = f"{c}/schemes/0"
         regions = []
         nreg = get(f"{c}/targets/0/regions/nr_regions")
-        for r in range(int(nreg) if nreg.isdigit() else 0):
+        for r in range(_num(nreg) or 0):
             # read while the daemon rewrites the kdamond, a file can be gone ("ERR No such device"):
             # None never matches a node's range, so the layout reads as "not yet" and is polled again
             regions.append([_num(get(f"{c}/targets/0/regions/{r}/start")), _num(get(f"{c}/targets/0/regions/{r}/end"))])
