@@ -109,7 +109,7 @@ link() {
 }
 
 # man pages: man(1) maps <dir>/bin on PATH to <dir>/share/man
-man_src=$(.venv/bin/python -c 'from cxlctl.manpage import shipped_dir; print(shipped_dir())')
+man_src=$(.venv/bin/python -I -c 'from cxlctl.manpage import shipped_dir; print(shipped_dir())')
 mkdir -p .venv/share/man/man1 .venv/share/zsh/site-functions
 cp "$man_src"/*.1 .venv/share/man/man1/
 .venv/bin/cxlctl completion zsh > .venv/share/zsh/site-functions/_cxlctl
@@ -148,7 +148,11 @@ if [ -n "$on_path" ]; then
   echo "command: $on_path -> $here/.venv/bin/cxlctl (man pages beside it, in $(dirname "$bindir")/share/man)"
   case ":$PATH:" in
     *":$bindir:"*) ;;
-    *) echo "note: $bindir is not on this shell's PATH; a login shell adds it (Debian/Ubuntu), or add it yourself" ;;
+    *) if [ "$bindir" = "${HOME:-}/.local/bin" ]; then
+         echo "note: $bindir is not on this shell's PATH yet: the next login shell has it (Debian/Ubuntu ~/.profile), or add it"
+       else
+         echo "note: $bindir is not on this shell's PATH: add it, or run $on_path"
+       fi ;;
   esac
   if [ -n "$SUDO" ] && [ "$bindir" != /usr/local/bin ]; then
     echo "note: sudo does not search $bindir; for \`sudo cxlctl\`: CXLCTL_BINDIR=/usr/local/bin bash scripts/install.sh"
