@@ -1,0 +1,85 @@
+"""scripts/install.sh: the README's install puts ``cxlctl`` on PATH and ``--uninstall`` removes exactly it.
+
+One real install (a fresh venv, ``pip install .`` from the configured index: about 20 s) of a copy of
+the checkout, with the link directory, the man directory and HOME inside a temporary folder, so the
+host's /usr/local and the user's dot-directories are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tree(top: Path) -> Dict[str, str]:
+    """Every path under ``top`` -> what it is (file content digest, link target, "dir")."""
+    out: Dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for d in dirnames:
+            p = Path(dirpath, d)
+            out[str(p)] = f"-> {os.readlink(p)}" if p.is_symlink() else "dir"
+        for f in filenames:
+            p = Path(dirpath, f)
+            out[str(p)] = f"-> {os.readlink(p)}" if p.is_symlink() else p.read_bytes().hex()[:64]
+    return out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to copy the checkout as a clone would")
+def test_install_links_cxlctl_and_uninstall_removes_exactly_what_it_wrote(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    home, prefix = tmp_path / "home", tmp_path / "prefix"
+    home.mkdir()
+    # a man page that is not this install's: it must survive install and uninstall untouched
+    man1 = prefix / "share" / "man" / "man1"
+    man1.mkdir(parents=True)
+    (man1 / "cxlctl.1").write_text("someone else's page\n")
+    before = {**_tree(home), **_tree(prefix), **_tree(src)}
+    env = {
+        "HOME": str(home),
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "CXLCTL_BINDIR": str(prefix / "bin"),
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    for k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE", "PIP_NO_INDEX"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    inst = subprocess.run(["bash", "scripts/install.sh"], cwd=src, env=env, capture_output=True, text=True)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    link = prefix / "bin" / "cxlctl"
+    assert link.is_symlink() and os.readlink(link) == str(src / ".venv" / "bin" / "cxlctl")
+    # on PATH by its bare name, from an empty environment (what sudo's secure_path gives)
+    ver = subprocess.run(
+        ["cxlctl", "--version"], env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert ver.returncode == 0 and ver.stdout.startswith("cxlctl "), ver.stderr
+    assert (man1 / "cxlctl-tune.1").is_symlink()
+    assert (man1 / "cxlctl.1").read_text() == "someone else's page\n"
+    assert "left " in inst.stderr and str(man1 / "cxlctl.1") in inst.stderr
+    completion = home / ".local" / "share" / "bash-completion" / "completions" / "cxlctl"
+    assert completion.is_file()
+    assert str(completion) in inst.stdout  # the install says where it wrote it
+    assert "--uninstall" in inst.stdout
+
+    un = subprocess.run(["bash", "scripts/install.sh", "--uninstall"], cwd=src, env=env, capture_output=True, text=True)
+    assert un.returncode == 0, un.stderr
+    after = {**_tree(home), **_tree(prefix), **_tree(src)}
+    assert after == before
+
+
+def test_install_refuses_an_unknown_option(tmp_path: Path) -> None:
+    p = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--uninstal"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--uninstall" in p.stderr
