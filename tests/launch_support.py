@@ -7,7 +7,7 @@ with get_mempolicy(2) through ctypes, independently of cxlctl's own code.
 
 The help texts are abridged ``vllm serve --help=all`` / ``launch_server
 --help`` outputs of three vLLM generations and one SGLang: the flags they list
-are the ones the launcher's decisions depend on (inference_flags.md §1.2, §3).
+are the ones the launcher's decisions depend on.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The launcher: run a program (or vLLM / SGLang) with its host memory placed on DRAM and CXL.
 
-Layers (tuning_anchors.md §9.4):
+Layers:
 
 * :mod:`.nodesets` — which CPU and memory nodes (GPU socket, tiers, explicit lists);
 * :mod:`.kvsize` — how much CPU KV cache fits on the CXL tier, in tokens;

@@ -1,6 +1,6 @@
 """Engine specifics: the flags and environment that put vLLM's / SGLang's CPU KV cache on CXL.
 
-Facts, units and traps are in inference_flags.md; the short version:
+Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md names them):
 
 * **vLLM** sizes its native CPU KV offload with ``--kv-offloading-size`` in GiB,
   the *total* over the engine's TP×PP workers.  ``--swap-space`` was never a

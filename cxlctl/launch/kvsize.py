@@ -4,7 +4,7 @@
 set minus ``--reserve`` (default: 10 % of that free memory), so the offload
 fills the CXL tier without pushing it into reclaim.  With a model
 ``config.json`` (a local model directory, or ``--model-config``), the bytes
-per token give the capacity in tokens (inference_flags.md §5):
+per token give the capacity in tokens (the fields of the Hugging Face ``config.json``):
 
 * standard and GQA attention: ``2 (K and V) × layers × kv_heads × head_dim × dtype bytes``,
   with ``head_dim`` from the config when present (it differs from

@@ -9,8 +9,7 @@ Defaults (docs/launch.md explains why):
   (or when firmware reports no node for them): every CPU node.
 * Memory: that socket's DRAM nodes plus the CXL nodes nearest to it by the
   distance table — never another socket's memory, because weights are global
-  and interleaving across sockets makes the socket link the bottleneck
-  (tuning_anchors.md §8 row 4).
+  and interleaving across sockets makes the socket link the bottleneck.
 
 Explicit ``--cpu-nodes``/``--mem-nodes`` use numactl's grammar — ``0-3,5``,
 ``all``, ``!LIST`` (all but), ``+LIST`` (relative to the nodes this process may

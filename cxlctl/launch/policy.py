@@ -11,9 +11,9 @@ engine tree runs under them and cxlctl is gone — systemd and signals see the
 engine itself.
 
 Raw syscalls through ctypes, not libnuma: libnuma may be absent, and its
-weighted-interleave API is unreleased (tuning_anchors.md §3.1).  The node mask
+weighted-interleave calls came after its last release (numactl 2.0.19; Debian 12 ships 2.0.16).  The node mask
 is 1024 bits and ``maxnode`` is passed as 1025: the kernel drops the last bit
-(the off-by-one numactl works around the same way, §3.4).
+(the off-by-one every raw ``set_mempolicy`` caller works around, as numactl does).
 """
 
 from __future__ import annotations

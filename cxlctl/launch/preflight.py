@@ -5,7 +5,7 @@ or ``ok`` — a message naming the problem and, for fail and warn, the fix.  The
 run before anything changes on the host (weights, mounts, policy), from the
 same inputs in ``--dry-run`` and for real.
 
-Why each exists (tuning_anchors.md §3.4, inference_flags.md §0):
+Why each exists (kernel ``Documentation/admin-guide/mm/numa_memory_policy.rst``, set_mempolicy(2)):
 
 * cpuset: ``set_mempolicy`` answers EINVAL for nodes outside ``Mems_allowed``
   (cgroup ``cpuset.mems``), and containers often exclude CPU-less CXL nodes;
