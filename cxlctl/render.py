@@ -222,6 +222,9 @@ def _nodes(inv: Inventory, console: Console) -> None:
         console.print()
         console.print(perf)
     console.print("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
+    if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
+        # the kernel's valid_zones word for an online block whose memory is in more than one zone
+        console.print("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
 
 
 # -- knobs ------------------------------------------------------------------------------

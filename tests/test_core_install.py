@@ -7,7 +7,9 @@ host's /usr/local and the user's dot-directories are never touched.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+
+from tests.conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,3 +87,23 @@ def test_install_links_cxlctl_and_uninstall_removes_exactly_what_it_wrote(tmp_pa
 def test_install_refuses_an_unknown_option(tmp_path: Path) -> None:
     p = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "--uninstal"], capture_output=True, text=True)
     assert p.returncode == 2 and "--uninstall" in p.stderr
+
+
+def _status_80(root: str) -> str:
+    from rich.console import Console
+
+    from cxlctl.inventory import scan
+    from cxlctl.render import render_status
+
+    buf = io.StringIO()
+    render_status(scan(root), Console(file=buf, width=80, color_system=None, force_terminal=False))
+    return buf.getvalue()
+
+
+def test_status_explains_the_none_zone_cell() -> None:
+    """``1 none`` in ONLINE BLOCKS (recorded on 6.12: memory0 holds ZONE_DMA and the start of DMA32) is
+    explained under the table, on one line at 80 columns (every recorded kernel has such a block)."""
+    with_none = _status_80(os.path.join(FIXTURES, "linux-6.12", "hb2x2-region"))
+    assert re.search(r"\b1 none\b", with_none)
+    legend = [ln for ln in with_none.splitlines() if ln.startswith("none (ONLINE BLOCKS)")]
+    assert legend == ["none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined"]
