@@ -1,9 +1,11 @@
 """``python -m cxlctl`` / the ``cxlctl`` console script.
 
-``status --json`` (optionally with ``--root``) is served by a fast path that never
-imports typer or rich: scripts and the daemon's consumers call it often, and the
-CLI framework alone costs several times the interpreter's start-up.  Everything
-else goes to the typer application in :mod:`cxlctl.cli`.
+``status --json`` and ``status`` (optionally with ``--root``) are served by a fast
+path that never imports typer: scripts and the daemon's consumers call the JSON
+form often, people the human one first, and the CLI framework alone (typer and
+its vendored click) costs about four times the interpreter's start-up
+(bench/README.md).  The JSON form imports no rich either.  Everything else goes to
+the typer application in :mod:`cxlctl.cli`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import sys
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional
+    from typing import List, Optional, Tuple
 
 
-def _fast_args(argv: List[str]) -> Optional[List[Optional[str]]]:
-    """The ``--root`` values of ``[--root R | --root=R]... status --json``, or None.
+def _fast_args(argv: List[str]) -> Optional[Tuple[List[Optional[str]], bool]]:
+    """``(the --root values, --json given)`` of ``[--root R | --root=R]... status [--json]``, or None.
 
     This is exactly typer's grammar for that command line: global options before
     the command, the command's own options after it.  Anything else (an option in
@@ -37,27 +39,43 @@ def _fast_args(argv: List[str]) -> Optional[List[Optional[str]]]:
             i += 1
         else:
             return None
-    if argv[i:] != ["status", "--json"]:
+    rest = argv[i:]
+    if rest not in (["status"], ["status", "--json"]):
         return None
-    return roots
+    return roots, len(rest) == 2
 
 
-def _fast_status_json(argv: List[str]) -> Optional[int]:
-    """Handle exactly ``[--root R] status --json``; None = not ours (typer decides)."""
-    roots = _fast_args(argv)
-    if roots is None:
+def _fast_status(argv: List[str]) -> Optional[int]:
+    """Handle exactly ``[--root R] status [--json]``; None = not ours (typer decides).
+
+    What it prints is what :func:`cxlctl.cli.status.status` prints (tests/test_cli.py
+    compares both paths on every fixture)."""
+    parsed = _fast_args(argv)
+    if parsed is None:
         return None
+    roots, json_out = parsed
     root = roots[-1] if roots else None  # click: the last occurrence wins
     from .errors import CxlctlError
     from .hostio.root import resolve_root
     from .inventory import scan
-    from .jsonview import dumps
 
     try:
         inv = scan(resolve_root(root))
+        if json_out:
+            from .jsonview import dumps
+
+            sys.stdout.write(dumps(inv))
+        else:
+            from rich.console import Console
+
+            from .render import render_status
+
+            render_status(inv, Console())
     except CxlctlError as e:
         sys.stderr.write(e.render() + "\n")
         return e.code
+    except BrokenPipeError:
+        raise  # entry() handles it, as for the typer path
     except Exception as e:  # a bug: the same one-line report as cli.run, never a traceback
         if os.environ.get("CXLCTL_DEBUG"):
             raise
@@ -65,13 +83,12 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
             f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
         )
         return 1
-    sys.stdout.write(dumps(inv))
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    rc = _fast_status_json(args)
+    rc = _fast_status(args)
     if rc is not None:
         return rc
     from .cli import run

@@ -18,7 +18,7 @@ from typing import Dict
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, fixture_roots
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,3 +107,32 @@ def test_status_explains_the_none_zone_cell() -> None:
     assert re.search(r"\b1 none\b", with_none)
     legend = [ln for ln in with_none.splitlines() if ln.startswith("none (ONLINE BLOCKS)")]
     assert legend == ["none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined"]
+
+
+_TYPER_PATH = "import sys; from cxlctl.cli import run; sys.exit(run(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize("width", ["80", "160"])
+def test_human_status_fast_path_prints_what_the_typer_command_prints(width: str) -> None:
+    """``status`` is served without typer (bench/README.md: typer is most of its cost); on every recorded
+    tree it must print exactly what the typer command prints, and the whole command never imports typer."""
+    env = {**os.environ, "COLUMNS": width}
+    env.pop("CXLCTL_ROOT", None)
+    roots = fixture_roots()
+    assert len(roots) > 10
+    for root in roots:
+        fast = _py(env, "-m", "cxlctl", "--root", root, "status")
+        slow = _py(env, "-c", _TYPER_PATH, "--root", root, "status")
+        assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), root
+        assert "NUMA nodes" in fast.stdout
+    code = (
+        "import sys, io, contextlib; from cxlctl.__main__ import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()): rc = main(['--root', {roots[0]!r}, 'status'])\n"
+        "print(rc, [m for m in ('typer', 'typer._click', 'click', 'pydantic') if m in sys.modules])"
+    )
+    out = _py(env, "-c", code)
+    assert out.stdout.strip() == "0 []", out.stderr
+
+
+def _py(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO)
