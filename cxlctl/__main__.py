@@ -16,20 +16,26 @@ import sys
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 
-def _fast_args(argv: List[str]) -> Optional[Tuple[List[Optional[str]], bool]]:
-    """``(the --root values, --json given)`` of ``[--root R | --root=R]... status [--json]``, or None.
+#: the command lines served without typer: each exactly as typer parses it, no other option
+_FAST = (("status",), ("status", "--json"), ("doctor", "--json"), ("stat", "--json"))
 
-    This is exactly typer's grammar for that command line: global options before
+
+def _fast_args(argv: List[str]) -> Optional[Tuple[List[Optional[str]], Tuple[str, ...]]]:
+    """``(the --root values, the command)`` of ``[--root R | --root=R]... CMD`` for a CMD in
+    :data:`_FAST`, or None.
+
+    This is exactly typer's grammar for those command lines: global options before
     the command, the command's own options after it.  Anything else (an option in
-    the wrong place, ``--help``, a repeated flag, ``--``) is left to typer, which
-    either runs it or prints the usage error, so both paths accept the same input.
+    the wrong place, ``--help``, a repeated flag, ``--``, any other option of the
+    command) is left to typer, which either runs it or prints the usage error, so
+    both paths accept the same input.
     """
     roots: List[Optional[str]] = []
     i = 0
-    while i < len(argv) and argv[i] != "status":
+    while i < len(argv):
         a = argv[i]
         if a == "--root" and i + 1 < len(argv):
             roots.append(argv[i + 1])
@@ -38,44 +44,80 @@ def _fast_args(argv: List[str]) -> Optional[Tuple[List[Optional[str]], bool]]:
             roots.append(a[len("--root=") :])
             i += 1
         else:
-            return None
-    rest = argv[i:]
-    if rest not in (["status"], ["status", "--json"]):
-        return None
-    return roots, len(rest) == 2
+            break
+    cmd = tuple(argv[i:])
+    return (roots, cmd) if cmd in _FAST else None
 
 
-def _fast_status(argv: List[str]) -> Optional[int]:
-    """Handle exactly ``[--root R] status [--json]``; None = not ours (typer decides).
+def _json_doc(doc: Dict[str, Any], indent: Optional[int]) -> None:
+    """What :func:`cxlctl.cli.common.emit_json` writes (tests/test_core_install.py compares them)."""
+    import json
 
-    What it prints is what :func:`cxlctl.cli.status.status` prints (tests/test_cli.py
-    compares both paths on every fixture)."""
-    parsed = _fast_args(argv)
-    if parsed is None:
-        return None
-    roots, json_out = parsed
-    root = roots[-1] if roots else None  # click: the last occurrence wins
-    from .errors import CxlctlError
-    from .hostio.root import resolve_root
-    from .inventory import scan
+    from .jsonview import SCHEMA_VERSION
 
-    try:
-        inv = scan(resolve_root(root))
-        if json_out:
+    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
+
+
+def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
+    """The command ``cmd`` of :data:`_FAST`, as its typer command (cli/status.py, cli/doctor.py,
+    cli/stat.py) runs it without options."""
+    if cmd[0] == "status":
+        from .inventory import scan
+
+        inv = scan(root)
+        if cmd == ("status", "--json"):
             from .jsonview import dumps
 
             sys.stdout.write(dumps(inv))
-        else:
-            from rich.console import Console
+            return
+        from rich.console import Console
 
-            from .render import render_status
+        from .render import render_status
 
-            render_status(inv, Console())
+        render_status(inv, Console())
+    elif cmd[0] == "doctor":
+        from .doctor.gather import gather
+        from .doctor.report import exit_code, failure, run, to_json
+
+        facts = gather(root, engine=None)
+        checks = run(facts)
+        _json_doc(to_json(facts, checks), 2)
+        sys.stdout.flush()
+        if exit_code(checks):
+            raise failure(checks)
+    else:  # stat --json: one report, the totals since boot
+        from .hostio.reader import Reader
+        from .telemetry.report import to_dict
+        from .telemetry.sample import node_kinds, read_sample
+        from .telemetry.verdicts import judge
+
+        kinds = node_kinds(root)
+        s = read_sample(Reader(root), kinds, nodes=None, cgroups=[], pids=(), top=0)
+        _json_doc(to_dict(s, None, judge(s, None), 0), None)
+        sys.stdout.flush()
+
+
+def _fast(argv: List[str]) -> Optional[int]:
+    """Run a command line of :data:`_FAST`; None = not ours (typer decides)."""
+    parsed = _fast_args(argv)
+    if parsed is None:
+        return None
+    roots, cmd = parsed
+    from .errors import CxlctlError
+    from .hostio.root import resolve_root
+
+    try:
+        _run_fast(cmd, resolve_root(roots[-1] if roots else None))  # click: the last --root wins
     except CxlctlError as e:
         sys.stderr.write(e.render() + "\n")
         return e.code
     except BrokenPipeError:
-        raise  # entry() handles it, as for the typer path
+        raise  # entry() handles it
+    except KeyboardInterrupt:  # stat's loop ends quietly on Ctrl-C; click reports the others as aborted
+        if cmd[0] == "stat":
+            return 0
+        sys.stderr.write("\ncxlctl: aborted\n")
+        return 1
     except Exception as e:  # a bug: the same one-line report as cli.run, never a traceback
         if os.environ.get("CXLCTL_DEBUG"):
             raise
@@ -88,7 +130,7 @@ def _fast_status(argv: List[str]) -> Optional[int]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    rc = _fast_status(args)
+    rc = _fast(args)
     if rc is not None:
         return rc
     from .cli import run

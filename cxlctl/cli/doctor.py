@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from cxlctl.errors import EXIT_FAILURE, CxlctlError, UsageError
+from cxlctl.errors import UsageError
 
 from .common import JSON_OPT, emit_json, host_root
 
@@ -27,7 +27,7 @@ def doctor(
     if engine is not None and engine not in ENGINES:
         raise UsageError(f"--for {engine!r}: unknown engine", hint="use --for vllm or --for sglang")
     from cxlctl.doctor.gather import gather
-    from cxlctl.doctor.report import exit_code, render, run, to_json
+    from cxlctl.doctor.report import exit_code, failure, render, run, to_json
 
     facts = gather(host_root(), engine=engine)
     checks = run(facts)
@@ -39,9 +39,4 @@ def doctor(
         render(facts, checks, Console(highlight=False))
     sys.stdout.flush()
     if exit_code(checks):
-        failed = [c.id for c in checks if c.result == "fail"]
-        raise CxlctlError(
-            f"{len(failed)} check(s) failed: {', '.join(failed)}",
-            code=EXIT_FAILURE,
-            hint="each failed check names its evidence and its fix (cxlctl doctor; docs/doctor.md)",
-        )
+        raise failure(checks)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List
 
+from cxlctl.errors import EXIT_FAILURE, CxlctlError
+
 from . import devices, inference, kernel, services
 from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Facts, worst
 
@@ -21,6 +23,16 @@ def run(f: Facts) -> List[Check]:
 def exit_code(checks: List[Check]) -> int:
     """0 when nothing fails, 1 otherwise."""
     return 1 if any(c.result == FAIL for c in checks) else 0
+
+
+def failure(checks: List[Check]) -> CxlctlError:
+    """The error ``cxlctl doctor`` exits with when a check failed (exit 1, after the report)."""
+    failed = [c.id for c in checks if c.result == "fail"]
+    return CxlctlError(
+        f"{len(failed)} check(s) failed: {', '.join(failed)}",
+        code=EXIT_FAILURE,
+        hint="each failed check names its evidence and its fix (cxlctl doctor; docs/doctor.md)",
+    )
 
 
 def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
