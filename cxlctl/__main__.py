@@ -74,7 +74,7 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
 
         from .render import render_status
 
-        render_status(inv, Console())
+        render_status(inv, Console(emoji=False))  # as cli/status.py: kernel text has no :emoji: codes
     elif cmd[0] == "doctor":
         from .doctor.gather import gather
         from .doctor.report import exit_code, failure, run, to_json

@@ -29,4 +29,6 @@ def status(
 
     from cxlctl.render import render_status
 
-    render_status(inv, Console())
+    # emoji=False: a `:name:` in kernel text (a path, a label) is not an emoji code; and rich then skips
+    # its emoji table (~2 ms)
+    render_status(inv, Console(emoji=False))

@@ -17,11 +17,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
 from cxlctl.hostio.root import under
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
 CONFIG_PATH = paths.CONFIG_PATH

@@ -30,11 +30,12 @@ tree cannot make the reader loop for long.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
 KDAMONDS = paths.DAMON_KDAMONDS

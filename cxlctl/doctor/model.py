@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 
 #: results, mildest first; only ``fail`` makes ``doctor`` exit 1
 OK = "ok"

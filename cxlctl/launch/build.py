@@ -17,11 +17,12 @@ import os
 import shlex
 import shutil
 import sys
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, format_size
 
 from . import devdax as devdax_mod

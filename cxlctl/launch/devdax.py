@@ -27,11 +27,12 @@ import os
 import re
 import stat
 import subprocess
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.root import under
 from cxlctl.model import DaxDevice, Inventory
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size, is_decimal
 
 #: first Mooncake release whose transfer engine reads MC_CXL_DEV_PATH (PR #670, v0.3.6)

@@ -30,10 +30,11 @@ import os
 import re
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size
 
 from .kvsize import GIB, gib

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from cxlctl.errors import UsageError
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size, parse_size
 
 GIB = 1 << 30

@@ -21,12 +21,13 @@ that names the nodes that exist.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory, Node
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, parse_hex, parse_int, parse_nodelist
 
 PCI_DEVICES = paths.PCI_DEVICES

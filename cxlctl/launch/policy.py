@@ -25,10 +25,11 @@ import re
 import shlex
 import shutil
 import subprocess
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, parse_nodelist
 
 #: uapi/linux/mempolicy.h

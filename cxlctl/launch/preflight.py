@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.proc import has_cap, status_field
 from cxlctl.hostio.reader import read_text
 from cxlctl.hostio.root import under
 from cxlctl.model import Inventory, Node
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
 
 from .nodesets import NodeSets, cpus_of

@@ -25,12 +25,13 @@ kernel's own auto mode when it has one).  Without bandwidth data and without
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, is_decimal
 
 from .nodesets import NodeSets

@@ -36,11 +36,12 @@ root; the plan then says so in ``notes`` and skips only those address checks.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.kconfig import kernel_version
 from cxlctl.model import Decoder, Inventory, Memdev
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size
 
 from .topo import Hop, Tree, decoder_index

@@ -15,9 +15,10 @@ unresolvable rather than guessed.
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.model import Inventory, Port
+from cxlctl.namedrecord import NamedTuple
 
 
 class Hop(NamedTuple):

@@ -13,8 +13,9 @@ and tolerant about lines: a line that does not parse is skipped, never fatal.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
 
 #: promotion and demotion between tiers (pages, cumulative): counted per node, system-wide and per cgroup

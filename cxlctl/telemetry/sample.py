@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
 from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
 
 from .counters import (

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import configparser
 import os
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
 from cxlctl.hostio.root import under
+from cxlctl.namedrecord import NamedTuple
 
 from .knobs import REGISTRY
 

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import KDAMONDS, NR_KDAMONDS, DamonCaps, DamonState
+from cxlctl.namedrecord import NamedTuple
 
 __all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
 from cxlctl.model import Inventory, Node

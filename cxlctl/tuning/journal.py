@@ -31,13 +31,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, sync_directory
 from cxlctl.hostio.reader import Reader, Refused, read_bounded
 from cxlctl.hostio.root import under
+from cxlctl.namedrecord import NamedTuple
 
 SCHEMA = 1
 RUN_DIR = paths.RUN_DIR

@@ -13,11 +13,12 @@ balancing turns tiering on, and undone after it is turned off again.
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import decimal_suffix, is_decimal
 
 WI_DIR = paths.WI_DIR

@@ -11,9 +11,10 @@ it) or ``skip`` (cannot be computed here, e.g. weights without bandwidth data).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
 from . import damon

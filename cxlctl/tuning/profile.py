@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
 from cxlctl.hostio.root import under
+from cxlctl.namedrecord import NamedTuple
 
 from .knobs import BY_NAME, ORDER, REGISTRY
 

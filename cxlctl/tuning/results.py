@@ -6,9 +6,10 @@ nothing here renders.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 
 from .conflicts import Conflict
 from .journal import Journal

@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio.lock import TuneLock
 from cxlctl.hostio.root import under as host
+from cxlctl.namedrecord import NamedTuple
 
 from . import journal as jn
 from .journal import Journal
