@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from typing import Any, Dict, Optional, Sequence, Set
 
@@ -150,6 +149,8 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         with open(os.path.join(dest, probes.PROBES_FILE), "w") as f:
             json.dump(probes.to_json(tools), f, indent=2)
             f.write("\n")
+    import platform  # only `record` needs uname
+
     manifest: Dict[str, Any] = {
         "format": 1,
         "cxlctl_version": __version__,

@@ -24,7 +24,6 @@ Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -194,6 +193,8 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
                     break
     path = None
     if version is not None:
+        import hashlib  # only to name a help cache (hashlib loads OpenSSL: ~2 ms)
+
         key = hashlib.sha1(os.path.realpath(exe).encode()).hexdigest()[:12]
         path = os.path.join(cache_dir(env), f"{engine}-{key}-{re.sub(r'[^A-Za-z0-9.+-]', '_', version)}.json")
         if use_cache:

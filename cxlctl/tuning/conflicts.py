@@ -19,7 +19,6 @@ Boot order (documented in docs/tuning.md):
 
 from __future__ import annotations
 
-import configparser
 import os
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -117,6 +116,8 @@ def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, s
         text = _read(root, path)
         if text is None:
             continue
+        import configparser  # only when a TuneD profile is there to read
+
         cp = configparser.ConfigParser(interpolation=None, strict=False, delimiters=("=",))
         cp.optionxform = str  # type: ignore[assignment,method-assign]
         try:
