@@ -119,7 +119,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     """Scan ``root`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
     from .inventory import scan
-    from .jsonview import to_dict
+    from .status_json import to_dict
 
     if os.path.exists(dest) and os.listdir(dest) and not force:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")

@@ -164,7 +164,7 @@ class Daemon:
         self.health: Optional[health_mod.Health] = None
         self.sampler = Sampler(root, cfg.telemetry_cgroups)
         self.telemetry: Optional[Telemetry] = None
-        self.damon: Optional[Any] = None  # cxlctl.daemon.damon.DamonView: kdamonds and scheme stats
+        self.damon: Optional[Any] = None  # cxlctl.daemon.damon_metrics.DamonView: kdamonds and scheme stats
         self.ready = False
         self.body = b""
         self.deadlines: Dict[str, float] = {}
@@ -500,7 +500,7 @@ class Daemon:
 
     def _collect_damon(self) -> None:
         """DAMON kdamonds and scheme stats for the metrics (refreshing only cxlctl's kdamonds)."""
-        from . import damon as damon_mod
+        from . import damon_metrics as damon_mod
 
         try:
             self.damon = damon_mod.collect(self.root, self.rec.inventory, self.log)

@@ -33,7 +33,7 @@ from cxlctl.model import Inventory
 from .health import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
-    from .damon import DamonView
+    from .damon_metrics import DamonView
     from .telemetry import Telemetry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

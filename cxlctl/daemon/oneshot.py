@@ -38,7 +38,7 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
         from .telemetry import Sampler
 
         tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
-    from .damon import collect
+    from .damon_metrics import collect
 
     damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
     return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon)
