@@ -16,8 +16,9 @@ from cxlctl.telemetry.counters import (
     pick,
     resident_per_node,
 )
-from cxlctl.telemetry.report import clean, count, size
+from cxlctl.telemetry.report import count, size
 from cxlctl.telemetry.sample import cgroup_name
+from cxlctl.telemetry.verdicts import clean
 
 
 def test_keyvals_skip_odd_lines_and_non_ascii_numbers() -> None:

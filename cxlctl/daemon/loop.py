@@ -39,14 +39,14 @@ import time
 from types import FrameType
 from typing import Any, Callable, Dict, Optional, Protocol
 
+from cxlctl import config as config_mod
+from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.root import under
+from cxlctl.k8s import nfd as nfd_mod
+from cxlctl.ras import health_probe as health_mod
 
-from . import config as config_mod
-from . import health as health_mod
 from . import metrics as metrics_mod
-from . import nfd as nfd_mod
-from .config import Config
 from .metrics import MetricsServer, Stats, View
 from .notify import Notifier
 from .reconcile import Reconciler

@@ -29,8 +29,7 @@ from cxlctl import __version__
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
-
-from .health import Health
+from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
     from .damon_metrics import DamonView

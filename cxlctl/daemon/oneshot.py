@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Dict
 
-from cxlctl.daemon import health, nfd
-from cxlctl.daemon.config import Config
+from cxlctl.config import Config
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.reconcile import Reconciler, resolve_target
+from cxlctl.k8s import nfd
+from cxlctl.ras import health_probe as health
 
 #: reconciler target states the metrics name as such; anything else counts as observing
 _PUBLISHED_STATES = ("applied", "reverted", "needs-attention")
