@@ -53,7 +53,7 @@ def _json_doc(doc: Dict[str, Any], indent: Optional[int]) -> None:
     """What :func:`cxlctl.cli.common.emit_json` writes (tests/test_core_install.py compares them)."""
     import json
 
-    from .jsonview import SCHEMA_VERSION
+    from .status_json import SCHEMA_VERSION
 
     sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
 
@@ -66,7 +66,7 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
 
         inv = scan(root)
         if cmd == ("status", "--json"):
-            from .jsonview import dumps
+            from .status_json import dumps
 
             sys.stdout.write(dumps(inv))
             return

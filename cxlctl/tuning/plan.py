@@ -17,7 +17,7 @@ from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
-from . import damon
+from . import damon_tiering as damon
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
 from .weights import cxl_write_bandwidth, node_bandwidth, ratio_weights, reduce_weights
