@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -136,3 +136,25 @@ def test_human_status_fast_path_prints_what_the_typer_command_prints(width: str)
 
 def _py(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+@pytest.mark.parametrize("cmd", [["doctor", "--json"], ["stat", "--json"]])
+def test_doctor_and_stat_json_fast_path_print_what_the_typer_commands_print(cmd: List[str]) -> None:
+    """``doctor --json`` and ``stat --json`` skip typer too: same stdout, stderr and exit code on every
+    recorded tree (a failing doctor check included), and typer is never imported."""
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("CXLCTL_ROOT", None)
+    for root in fixture_roots():
+        fast = _py(env, "-m", "cxlctl", "--root", root, *cmd)
+        slow = _py(env, "-c", _TYPER_PATH, "--root", root, *cmd)
+        # a report's "time" is the wall clock of its sample: equal only to the second
+        f_out, s_out = (re.sub(r'"time": "[^"]*"', '"time": T', p.stdout) for p in (fast, slow))
+        assert (fast.returncode, f_out, fast.stderr) == (slow.returncode, s_out, slow.stderr), root
+        assert fast.stdout.startswith('{"schema_version": 1') or fast.stdout.startswith('{\n  "schema_version": 1')
+    code = (
+        "import sys, io, contextlib; from cxlctl.__main__ import main\n"
+        f"with contextlib.redirect_stdout(io.StringIO()): rc = main(['--root', {fixture_roots()[0]!r}, *{cmd!r}])\n"
+        "print([m for m in ('typer', 'typer._click', 'click', 'rich') if m in sys.modules])"
+    )
+    out = _py(env, "-c", code)
+    assert out.stdout.strip() == "[]", out.stderr
