@@ -145,3 +145,25 @@ def test_only_the_daemon_and_the_cli_import_the_daemon() -> None:
         if d == "cxlctl.daemon" or d.startswith("cxlctl.daemon.")
     )
     assert not bad, "engines import the daemon: " + ", ".join(bad)
+
+
+# ------------------------------------------------------------------ one knob registry
+
+
+def test_status_and_tune_read_one_knob_table() -> None:
+    """``status`` and ``tune`` know the same knobs by the same names and paths: both take them
+    from hostio.paths.KNOBS (before, status had KNOB_PATHS and tune REGISTRY, each its own list)."""
+    from cxlctl.hostio import paths
+    from cxlctl.inventory import scan
+    from cxlctl.tuning.knobs import BY_NAME, REGISTRY
+
+    from .conftest import fixture_roots
+
+    # tune: every registry entry is a table row, in the table's (apply) order
+    assert [(k.name, k.path) for k in REGISTRY] == list(paths.KNOBS)
+    # status: exactly the registry's single-file knobs, each at the registry's path
+    singles = {k.name for k in REGISTRY if k.kind != "group"}
+    assert set(paths.STATUS_KNOBS) == singles and len(paths.STATUS_KNOBS) == len(singles)
+    for root in fixture_roots():
+        shown = [(k.name, k.path) for k in scan(root).knobs]
+        assert shown == [(n, BY_NAME[n].path) for n in paths.STATUS_KNOBS], root
