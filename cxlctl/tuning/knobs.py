@@ -435,10 +435,3 @@ def read_current(root: str) -> Current:
     damon, caps = probe_host(root)
     values.update(damon.files)
     return Current(values, wi, damon, caps)
-
-
-def knob_of_path(path: str) -> Optional[Knob]:
-    for k in REGISTRY:
-        if path == k.path or (k.kind == "group" and path.startswith(k.path + "/")):
-            return k
-    return None
