@@ -28,6 +28,13 @@ def _render(root: str, width: int) -> List[str]:
 @pytest.mark.parametrize("root", fixture_roots(), ids=[fixture_id(r) for r in fixture_roots()])
 def test_no_cut_cells_and_no_overlong_lines(root: str, width: int) -> None:
     lines = _render(root, width)
+    # what the tree holds is on the page (an empty or half-drawn status would pass the checks below)
+    inv = scan(root)
+    text = "\n".join(lines)
+    assert inv.kernel and inv.kernel in text, text
+    assert any(ln.lstrip().startswith("NODE") for ln in lines), text
+    for name in [m.name for m in inv.memdevs] + [r.name for r in inv.regions]:
+        assert re.search(rf"\b{re.escape(name)}\b", text), (name, text)
     assert not [ln for ln in lines if "…" in ln], "a header or cell was truncated"
     assert not [ln for ln in lines if len(ln) > width]
     assert not [ln for ln in lines if ln.endswith(" ")], "trailing blanks (they show in a pager, diff, grep)"
