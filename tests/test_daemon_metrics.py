@@ -15,8 +15,8 @@ import pytest
 from cxlctl.daemon import health, metrics, nfd
 from cxlctl.daemon.metrics import DriftCheck, Stats, View
 from cxlctl.inventory import scan
-from tests.conftest import fixture_roots
 from tests.daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
+from tests.kit import fixture_roots
 from tests.tune_support import LIVE, pristine
 
 

@@ -22,7 +22,6 @@ from cxlctl.cli import run
 from cxlctl.hostio.lock import is_held
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import WI_DIR
-from tests.conftest import REPO
 from tests.daemon_support import (
     config,
     cxl_nodes,
@@ -36,6 +35,7 @@ from tests.daemon_support import (
     work_tree,
     write,
 )
+from tests.kit import REPO
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")
@@ -402,7 +402,7 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
 
 def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
     """`cxlctl daemon run --once` as a process: persisted profile applied, labels written, exit 0."""
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
     root = _region_root(tmp_path)
     assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
@@ -411,7 +411,7 @@ def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
     os.makedirs(root + "/etc/kubernetes/node-feature-discovery/features.d")
     cfg = tmp_path / "c.toml"
     cfg.write_text("[metrics]\nlisten = ''\n[health]\nenabled = false\n")
-    p = cxlctl("--root", root, "daemon", "run", "--once", "--config", str(cfg))
+    p = cli("--root", root, "daemon", "run", "--once", "--config", str(cfg))
     assert p.returncode == 0, p.stderr
     assert "enforcing profile d-ratio (persisted by `tune apply --persist`)" in p.stderr
     assert "no udev monitor (--root or --no-udev)" in p.stderr

@@ -31,7 +31,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import pytest
 
 from cxlctl.cli import run
-from tests.conftest import REPO, fixture_id, fixture_roots
+from tests.kit import REPO, copy_fixture, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -65,16 +65,9 @@ def _entries(root: str) -> Tuple[List[str], List[str], List[str]]:
     return files, dirs, links
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:  # another file system
-        shutil.copy2(src, dst)
-
-
 def _copy(fixture: str, root: str) -> None:
     """A copy made of hard links (6x faster than copying); mutations unlink before writing."""
-    shutil.copytree(fixture, root, symlinks=True, copy_function=_link_or_copy)
+    copy_fixture(fixture, root, hardlinks=True)
 
 
 # -- mutations: each changes the existing entry p and says what it did and touched -----
@@ -219,7 +212,7 @@ class Tree:
             elif os.path.isdir(src):
                 _copy(src, dst)
             elif os.path.lexists(src):
-                _link_or_copy(src, dst)
+                shutil.copy2(src, dst)  # mutations unlink before writing
             restored.append(rel)
         self.touched = []
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cxlctl.cli import run
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import copy_fixture, fixture_roots
 from tests.launch_support import add_socket
 from tests.nri_schema import SchemaError, check_config, parse_node_mask
 
@@ -70,7 +70,7 @@ def test_configmap_wraps_the_same_file(capsys: Any) -> None:
 
 
 def test_two_sockets_get_one_class_set_each(capsys: Any, tmp_path: Any) -> None:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     # a second socket (node 2) farther from the CXL node than socket 0
     add_socket(t, 2, "2-3", distances={0: 21, 1: 30})
     with open(f"{t}/sys/kernel/mm/mempolicy/weighted_interleave/node2", "w") as f:

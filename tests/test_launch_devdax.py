@@ -20,7 +20,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.launch.devdax import size_gb
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import copy_fixture, fixture_roots
 from tests.launch_support import HELP_LMCACHE_OLD, HELP_LMCACHE_POOL, Fakes, make_devdax, write_status
 
 MIB = 1 << 20
@@ -28,7 +28,7 @@ MIB = 1 << 20
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "tree"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "tree"))
     make_devdax(t)
     write_status(t, "0-1")
     return t
@@ -202,7 +202,7 @@ def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, 
 
 def test_recorded_devdax_tree(capsys: Any, tmp_path: Any, fakes: Fakes) -> None:
     """fixtures/linux-6.12/switch2-devdax (tests/vm/record_fleet.py): dax0.0 devdax beside dax1.0 system-ram."""
-    t = copy_tree(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
+    t = copy_fixture(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
     write_status(t, "0-1")
     (tmp_path / "rec" / "dev").mkdir()
     with open(tmp_path / "rec" / "dev" / "dax0.0", "wb") as f:

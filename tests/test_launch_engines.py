@@ -17,7 +17,7 @@ import pytest
 from cxlctl.cli import run
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.launch.proof import parse_numa_maps, parse_policy
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import copy_fixture, fixture_roots
 from tests.launch_support import Fakes, write_status
 
 GIB = 1 << 30
@@ -429,7 +429,7 @@ def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
 def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: Any, tmp_path: Any) -> None:
     from tests.tune_support import diff, snapshot
 
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     before = snapshot(root)
     doc = dry(capsys, root, "exec", ["--ratio", "6:2"], ["true"])
     assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 3, "1": 1}
@@ -454,7 +454,7 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
     from cxlctl.tuning import journal as jn
     from tests.tune_support import diff, snapshot
 
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     before = snapshot(root)
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     applied = snapshot(root)
@@ -503,7 +503,7 @@ def test_kv_tmpfs_dry_run(region: str, fakes: Fakes, capsys: Any) -> None:
 
 
 def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     write_status(root, mems="0", cgroup="/system.slice/llm.service")
     cg = os.path.join(root, "sys/fs/cgroup/system.slice/llm.service")
     os.makedirs(cg)
@@ -524,7 +524,7 @@ def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp
 
 
 def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     mem = os.path.join(root, "sys/devices/system/memory")
     cxl_blocks = [b for b in os.listdir(os.path.join(root, "sys/devices/system/node/node1")) if b.startswith("memory")]
     for b in cxl_blocks:
@@ -546,7 +546,7 @@ def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, ca
 
 
 def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     os.makedirs(os.path.join(root, "dev/shm"))
     st = os.statvfs(os.path.join(root, "dev/shm"))
     too_big = st.f_bavail * st.f_frsize + GIB
@@ -578,7 +578,7 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
 def test_preflight_weighted_interleave_on_an_old_kernel(region: str, capsys: Any, tmp_path: Any) -> None:
     """6.1 has no weighted interleave: the default policy is refused with the fix named."""
     roots = fixture_roots("linux-6.1/*") or [region]
-    root = copy_tree(roots[0], str(tmp_path / "t"))
+    root = copy_fixture(roots[0], str(tmp_path / "t"))
     if roots[0] == region:  # until a 6.1 fixture is recorded: the same tree without the 6.9 interface
         import shutil
 

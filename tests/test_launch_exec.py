@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from cxlctl.launch.policy import MODES, numactl_argv
-from tests.conftest import REPO
+from tests.kit import REPO
 from tests.launch_support import Fakes
 
 HOST_WI = os.path.isdir("/sys/kernel/mm/mempolicy/weighted_interleave")

@@ -12,7 +12,7 @@ from cxlctl.cli import run
 from cxlctl.errors import UsageError
 from cxlctl.inventory import scan
 from cxlctl.launch.nodesets import find_gpus, nearest_cxl, parse_node_spec, resolve, socket_of
-from tests.conftest import copy_tree, fixture_id, fixture_roots
+from tests.kit import copy_fixture, fixture_id, fixture_roots
 from tests.launch_support import add_gpu, add_socket
 
 REGION = fixture_roots("*/*-region")
@@ -77,7 +77,7 @@ def test_defaults_without_cxl_are_dram_only(root: str, capsys: Any) -> None:
 
 def _two_sockets(tmp: Any) -> str:
     """single-region plus a second CPU socket (node 2, CPUs 2-3) that is far from the CXL node."""
-    root = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp / "t"))
+    root = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp / "t"))
     add_socket(root, 2, "2-3", distances={0: 21, 1: 30})
     return root
 
@@ -196,7 +196,7 @@ def test_bad_node_lists_exit_2(opt: str, spec: str, needle: str, capsys: Any) ->
 
 
 def test_memory_node_without_memory(tmp_path: Any, capsys: Any) -> None:
-    root = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    root = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     add_socket(root, 2, "2-3", distances={0: 21, 1: 30}, memory=False)
     _usage(
         capsys,

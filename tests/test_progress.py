@@ -11,7 +11,7 @@ from typing import Any, List, Tuple
 
 from cxlctl.regions import dax
 from cxlctl.tuning.transaction import Transaction
-from tests.conftest import FIXTURES, REPO, copy_tree
+from tests.kit import FIXTURES, REPO, copy_fixture
 from tests.tune_support import plan_writes, work_copy
 
 HB2X2_R = os.path.join(FIXTURES, "linux-6.12", "hb2x2-region")
@@ -29,7 +29,7 @@ def _monotonic_to_total(calls: List[Call]) -> None:
 
 
 def test_offlining_a_region_reports_every_block(tmp_path: Any) -> None:
-    root = copy_tree(HB2X2_R, str(tmp_path / "root"))
+    root = copy_fixture(HB2X2_R, str(tmp_path / "root"))
     online = dax.online_blocks(root, "dax0.0")
     assert len(online) > 1, "the recorded region should have its memory online"
     calls: List[Call] = []
@@ -41,7 +41,7 @@ def test_offlining_a_region_reports_every_block(tmp_path: Any) -> None:
 
 
 def test_onlining_reports_every_block(tmp_path: Any) -> None:
-    root = copy_tree(HB2X2_R, str(tmp_path / "root"))
+    root = copy_fixture(HB2X2_R, str(tmp_path / "root"))
     online = dax.online_blocks(root, "dax0.0")
     dax.offline_blocks(root, online, lambda m: None, "dax0.0")
     assert dax.online_blocks(root, "dax0.0") == []

@@ -11,7 +11,7 @@ import pytest
 
 from cxlctl.inventory import scan
 from cxlctl.render import render_status, weighted_interleave_line
-from tests.conftest import FIXTURES, copy_tree, cxlctl, fixture_id, fixture_roots
+from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
 
 LARGEST = [os.path.join(FIXTURES, "linux-6.12", n) for n in ("hb2x2-region", "switch2-region", "hb2x2-noregion")]
 
@@ -56,7 +56,7 @@ def test_numa_headers_whole_at_80_and_one_table_at_160(root: str) -> None:
 def test_through_the_cli_when_piped() -> None:
     """Piped output is 80 columns wide: the real command, as a user sees it through `less`."""
     root = LARGEST[0]
-    out = cxlctl("--root", root, "status", env={"COLUMNS": "80"}, check=True).stdout
+    out = cli("--root", root, "status", env={"COLUMNS": "80"}, check=True).stdout
     assert "…" not in out and max(len(x) for x in out.splitlines()) <= 80
     assert re.search(r"^\s+1\s+cxl\s", out, re.M), out
 
@@ -73,7 +73,7 @@ def test_weighted_interleave_names_only_online_nodes() -> None:
 
 def test_kernel_text_is_not_rich_markup(tmp_path: object) -> None:
     """`[/]` or `[bold]` in a sysfs value prints as text and does not crash (MarkupError)."""
-    root = copy_tree(LARGEST[0], os.path.join(str(tmp_path), "t"))
+    root = copy_fixture(LARGEST[0], os.path.join(str(tmp_path), "t"))
     dec = os.path.realpath(os.path.join(root, "sys/bus/cxl/devices/decoder0.0"))
     for attr, value in (("interleave_granularity", "[/]"), ("locked", "[bold]x")):
         os.unlink(os.path.join(dec, attr))

@@ -19,7 +19,7 @@ from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import BY_NAME
-from tests.conftest import REPO
+from tests.kit import REPO
 from tests.tune_support import (
     LIVE,
     PROFILES,

@@ -20,7 +20,7 @@ import pytest
 from cxlctl.cli import run
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from tests.conftest import REPO
+from tests.kit import REPO
 from tests.tune_support import LIVE, diff, journal, kill_at_pause, representative, snapshot, uncovered, work_copy
 
 

@@ -19,7 +19,7 @@ import pytest
 from cxlctl.errors import EXIT_FAILURE
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from tests.conftest import cxlctl
+from tests.kit import cli
 from tests.tune_support import diff, journal, representative, snapshot, sources, uncovered, work_copy
 
 SOURCES = sources()
@@ -149,14 +149,14 @@ def test_failed_apply_through_the_command_line(tmp_path: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
     n = len(engine.prepare(root, "t-everything").plan.writes)
-    p = cxlctl("--root", root, "tune", "apply", "t-everything", env={"CXLCTL_TEST_FAULT": f"{n}:EINVAL"})
+    p = cli("--root", root, "tune", "apply", "t-everything", env={"CXLCTL_TEST_FAULT": f"{n}:EINVAL"})
     assert p.returncode == EXIT_FAILURE
     assert "failed" in p.stderr and "every change was rolled back" in p.stderr
     assert "restored" in p.stdout and "Traceback" not in p.stderr
     assert diff(before, snapshot(root)) == []
-    p = cxlctl("--root", root, "tune", "status")
+    p = cli("--root", root, "tune", "status")
     assert "rolled-back" in p.stdout
-    p = cxlctl("--root", root, "tune", "revert")
+    p = cli("--root", root, "tune", "revert")
     assert p.returncode == 0 and "nothing to revert: the last apply was rolled back" in p.stderr
 
 

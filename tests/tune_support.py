@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from tests.conftest import REPO, fixture_id, fixture_roots
+from tests.kit import REPO, copy_fixture, fixture_id, fixture_roots
 
 BUILTIN = ("inference-bandwidth", "inference-capacity", "latency-strict", "cxl-common")
 LIVE = "live-host"
@@ -117,7 +117,7 @@ def work_copy(source: str, dest: str, *, profiles: bool = True) -> str:
     dest = _scratch(dest)
     if os.path.exists(dest):
         shutil.rmtree(dest)
-    shutil.copytree(pristine(source), dest, symlinks=True)
+    copy_fixture(pristine(source), dest)
     if profiles:
         pdir = os.path.join(dest, "etc/cxlctl/profiles")
         os.makedirs(pdir, exist_ok=True)
