@@ -23,6 +23,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, Topology, kernel, run_guest
 
 FIXTURES = REPO / "fixtures"
@@ -143,7 +144,7 @@ def record_one(series: str, name: str, qemu: str) -> List[str]:
             shutil.rmtree(dst)
         if not src.is_dir():
             continue
-        shutil.copytree(src, dst, symlinks=True)
+        install(src, dst)
         lines = about + [f"state: {state}"]
         if state == "region" and t.widest is not None:
             w = t.widest

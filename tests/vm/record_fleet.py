@@ -16,6 +16,7 @@ import datetime
 import shutil
 import sys
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, kernel, run_guest
 from tests.vm.record_fixtures import SNAP, series_of, tool_version
 
@@ -42,9 +43,7 @@ def main() -> int:
         raise HarnessError(f"guest script exited {r.returncode}\n{r.stderr[-3000:]}")
     src = r.outdir / NAME
     dst = REPO / "fixtures" / f"linux-{series_of(k.release)}" / NAME
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, symlinks=True)
+    install(src, dst)
     for i in range(len(REGIONS)):
         shutil.copy(r.outdir / f"create{i}.json", dst / "peers" / f"region-create{i}.json")
     about = [
