@@ -87,7 +87,8 @@ def cli(
     """Run ``cxlctl ARGS`` and return its exit code, stdout and stderr.
 
     By default a child ``python -m cxlctl`` (what a user runs: start-up, signals, exit codes
-    and streams are real); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
+    and streams are real; stdin is empty unless ``input`` is given; ``kw`` goes to
+    ``subprocess.run``); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
     stderr captured (``kw`` is then not allowed). ``check`` asserts exit 0, ``rc`` asserts
     that exit code; either failure shows both streams.
     """
@@ -109,6 +110,9 @@ def cli(
             else:
                 e[k] = v
         kw.setdefault("cwd", REPO)
+        if "input" not in kw:
+            kw.setdefault("stdin", subprocess.DEVNULL)  # never the terminal pytest was started from
+        kw.setdefault("timeout", 600)  # a hang fails the test instead of the whole run
         p = subprocess.run([sys.executable, "-m", "cxlctl", *args], capture_output=True, text=True, env=e, **kw)
     want = 0 if check else rc
     if want is not None and p.returncode != want:

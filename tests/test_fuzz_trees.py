@@ -19,7 +19,6 @@ Knobs (environment):
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import random
@@ -30,8 +29,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
-from cxlctl.cli import run
-from tests.kit import REPO, copy_fixture, fixture_id, fixture_roots
+from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -221,10 +219,8 @@ class Tree:
 
 
 def _run_inproc(argv: List[str]) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(argv)
-    return rc, out.getvalue(), err.getvalue()
+    p = cli(*argv, inprocess=True)
+    return p.returncode, p.stdout, p.stderr
 
 
 def _check(argv: List[str], rc: int, out: str, err: str, ok: Sequence[int] = (0, 1)) -> Optional[str]:
