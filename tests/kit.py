@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "fixtures")
@@ -82,19 +82,21 @@ def cli(
     check: bool = False,
     rc: Optional[int] = None,
     inprocess: bool = False,
+    wrap: Sequence[str] = (),
     **kw: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cxlctl ARGS`` and return its exit code, stdout and stderr.
 
     By default a child ``python -m cxlctl`` (what a user runs: start-up, signals, exit codes
     and streams are real; stdin is empty unless ``input`` is given; ``kw`` goes to
-    ``subprocess.run``); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
+    ``subprocess.run``; ``wrap`` is a command the child runs under, such as
+    ``setpriv ... --``); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
     stderr captured (``kw`` is then not allowed). ``check`` asserts exit 0, ``rc`` asserts
     that exit code; either failure shows both streams.
     """
     full: Dict[str, Optional[str]] = {"CXLCTL_ROOT": None, **BASE_ENV, **(env or {})}
     if inprocess:
-        if kw:
+        if kw or wrap:
             raise TypeError(f"cli(inprocess=True) takes no subprocess options: {sorted(kw)}")
         from cxlctl.cli import run
 
@@ -113,7 +115,8 @@ def cli(
         if "input" not in kw:
             kw.setdefault("stdin", subprocess.DEVNULL)  # never the terminal pytest was started from
         kw.setdefault("timeout", 600)  # a hang fails the test instead of the whole run
-        p = subprocess.run([sys.executable, "-m", "cxlctl", *args], capture_output=True, text=True, env=e, **kw)
+        argv = [*wrap, sys.executable, "-m", "cxlctl", *args]
+        p = subprocess.run(argv, capture_output=True, text=True, env=e, **kw)
     want = 0 if check else rc
     if want is not None and p.returncode != want:
         raise AssertionError(f"cxlctl {' '.join(args)} -> {p.returncode}, expected {want}\n{p.stdout}\n{p.stderr}")

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Any, Dict, Iterator, List
 
@@ -19,7 +18,7 @@ import pytest
 from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
-from tests.kit import REPO, cli, copy_fixture, fixture_roots, status_json
+from tests.kit import cli, copy_fixture, fixture_roots, status_json
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 
@@ -131,13 +130,7 @@ def _unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
     which is what a root-only (0400) sysfs attribute is to a normal user.
     """
     pre = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
-    return subprocess.run(
-        [*pre, sys.executable, "-m", "cxlctl", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "160"},
-    )
+    return cli(*args, wrap=pre)
 
 
 def test_permission_denied_attributes(tree: str) -> None:

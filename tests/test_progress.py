@@ -11,7 +11,7 @@ from typing import Any, List, Tuple
 
 from cxlctl.regions import dax
 from cxlctl.tuning.transaction import Transaction
-from tests.kit import FIXTURES, REPO, copy_fixture
+from tests.kit import FIXTURES, REPO, cli, copy_fixture
 from tests.tune_support import plan_writes, work_copy
 
 HB2X2_R = os.path.join(FIXTURES, "linux-6.12", "hb2x2-region")
@@ -67,11 +67,12 @@ def test_tune_commit_reports_every_write(tmp_path: Any) -> None:
 
 def _run(root: str, tty: bool) -> Tuple[int, str]:
     """``cxlctl tune apply`` with stderr on a pseudo-terminal (tty) or a pipe; (exit code, stderr)."""
-    argv = [sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", "t-everything"]
+    args = ["--root", root, "tune", "apply", "t-everything"]
+    argv = [sys.executable, "-m", "cxlctl", *args]
     env = dict(os.environ, TERM="xterm", COLUMNS="100")
     env.pop("CXLCTL_ROOT", None)
     if not tty:
-        p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+        p = cli(*args, env={"TERM": "xterm", "COLUMNS": "100"})
         return p.returncode, p.stderr
     master, slave = pty.openpty()
     chunks: List[bytes] = []

@@ -133,16 +133,11 @@ def test_dry_run_writes_nothing(tmp_path: Any) -> None:
 def _as_user(*args: str) -> Any:
     """Run cxlctl with euid 1000 in a user namespace (files stay accessible: the check is the euid)."""
     import shutil
-    import subprocess
-    import sys
 
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.skip("unshare(1) not available")
-    e = dict(os.environ)
-    e.pop("CXLCTL_ROOT", None)
-    cmd = [unshare, "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m", "cxlctl", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e)
+    p = cli(*args, wrap=[unshare, "--user", "--map-user=1000", "--map-group=1000"])
     if "unshare failed" in p.stderr:
         pytest.skip("user namespaces are not available here")
     return p

@@ -14,13 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from tests.kit import REPO, copy_fixture, fixture_id, fixture_roots
+from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
 
 BUILTIN = ("inference-bandwidth", "inference-capacity", "latency-strict", "cxl-common")
 LIVE = "live-host"
@@ -85,7 +84,7 @@ def pristine(source: str) -> str:
     if _LIVE_DIR is None:
         d = tempfile.mkdtemp(prefix="cxlctl-live-")
         dest = os.path.join(d, "rec")
-        subprocess.run([sys.executable, "-m", "cxlctl", "record", dest], check=True, capture_output=True, cwd=REPO)
+        cli("record", dest, check=True)
         _LIVE_DIR = dest
     return _LIVE_DIR
 
