@@ -23,13 +23,11 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
-from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -292,13 +290,7 @@ def test_mutated_trees_never_crash(fixture: str, tmp_path: object) -> None:
                 if bad:
                     failures.append(f"seed {seed} {done}: cxlctl {' '.join(argv[2:])}: {bad}")
             if n % SUBPROCESS_EVERY == 0:
-                p = subprocess.run(
-                    [sys.executable, "-m", "cxlctl", "--root", root, "status", "--json"],
-                    capture_output=True,
-                    text=True,
-                    cwd=REPO,
-                    timeout=60,
-                )
+                p = cli("--root", root, "status", "--json", timeout=60)
                 bad = _check(["status", "--json"], p.returncode, p.stdout, p.stderr)
                 if bad:
                     failures.append(f"seed {seed} {done}: python -m cxlctl status --json: {bad}")
