@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests import fixture_status
-from tests.kit import copy_fixture, fixture_id, fixture_roots
+from tests.kit import REPO, copy_fixture, fixture_id, fixture_roots
 
 TREES = fixture_roots()
 
@@ -63,3 +63,22 @@ def test_install_replaces_a_tree_and_refreshes_its_status(tmp_path: Any) -> None
     assert os.path.islink(os.path.join(dst, "sys/bus/cxl/devices/mem0"))
     with open(os.path.join(dst, fixture_status.STATUS)) as f:
         assert f.read() == fixture_status.replay(TREES[0])
+
+
+def test_the_one_recording_route_runs_existing_recorders() -> None:
+    """scripts/record-fixtures.sh's sets each name a recorder module or VM test that exists."""
+    import subprocess
+
+    script = os.path.join(REPO, "scripts", "record-fixtures.sh")
+    listed = subprocess.run(["bash", script, "--list"], capture_output=True, text=True, check=True).stdout
+    sets = dict(line.split(None, 1) for line in listed.splitlines())
+    assert set(sets) == {"base", "telemetry", "ras", "fleet", "damon", "doctor"}, listed
+    for name, command in sets.items():
+        words = command.split()
+        target = words[words.index("-m") + 1] if "tests.vm." in command else words[-1]
+        path = target.replace(".", "/") + ".py" if target.startswith("tests.vm.") else target
+        assert os.path.isfile(os.path.join(REPO, path)), (name, command)
+    dry = subprocess.run(["bash", script, "--dry-run", "telemetry", "--kernel", "6.1"], capture_output=True, text=True)
+    assert dry.returncode == 0 and dry.stdout.split()[-3:] == ["tests.vm.record_telemetry_fixtures", "--kernel", "6.1"]
+    bad = subprocess.run(["bash", script, "--dry-run", "nonesuch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown set" in bad.stderr

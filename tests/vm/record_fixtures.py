@@ -10,7 +10,7 @@ beside the record.  Kernels that cannot create RAM regions (6.1 has no
 ``create_ram_region``) get only the no-region state; the error is written to
 ``fixtures/linux-<major.minor>/RECORDED.txt``.
 
-Run through ``scripts/record-fixtures.sh`` (as root).
+Run through ``scripts/record-fixtures.sh`` (as root; its default set, ``base``).
 """
 
 from __future__ import annotations

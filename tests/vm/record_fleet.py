@@ -7,7 +7,7 @@ next to a CXL NUMA node.  The guest creates both regions with ``cxlctl region
 create`` (the same commands tests/vm/test_vm_fleet.py runs), then records the
 tree and the peer tools' output (tests/vm/record_fixtures.py's ``snap``).
 
-Run as root: ``.venv/bin/python -m tests.vm.record_fleet``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh fleet``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ results and the exit status says whether they passed:
 * ``events/facts.txt``: memdev of each QEMU device, region, base, size,
   block size and node, read from the guest's sysfs.
 
-Run as root: ``.venv/bin/python -m tests.vm.record_ras_events``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh ras``.
 """
 
 from __future__ import annotations

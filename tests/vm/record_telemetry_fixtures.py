@@ -16,7 +16,7 @@ Each tree gets ``peers/`` with the kernel's own files copied right after the
 last ``stat`` (``D.*``: node vmstat, /proc/vmstat, memory.numa_stat,
 memory.stat, the helper's numa_maps, its PID) and ``recorded.txt``.
 
-Run as root: ``.venv/bin/python -m tests.vm.record_telemetry_fixtures [--kernel 6.12]``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh telemetry [--kernel 6.12]``.
 """
 
 from __future__ import annotations

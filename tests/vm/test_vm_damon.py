@@ -15,7 +15,7 @@ kdamond and the boot values.
 
 6.1: DAMON's part of the profile is reported unavailable and the rest applies.
 
-``CXLCTL_RECORD_DAMON_FIXTURES=1`` copies the recorded trees into ``fixtures/``
+``CXLCTL_RECORD_DAMON_FIXTURES=1`` (set by ``scripts/record-fixtures.sh damon``) copies the recorded trees into ``fixtures/``
 (that is how the committed DAMON fixtures were made).
 """
 

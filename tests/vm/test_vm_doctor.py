@@ -5,7 +5,7 @@ guest's work in one interpreter).  The guest gets the kernel package's own
 config at ``/boot/config-$(uname -r)`` (a tmpfs: the guest's /boot is the
 host's, read-only), as an installed Debian kernel has it.
 
-With ``CXLCTL_RECORD_FIXTURES=1`` the records the driver made are copied to
+With ``CXLCTL_RECORD_FIXTURES=1`` (set by ``scripts/record-fixtures.sh doctor``) the records the driver made are copied to
 ``fixtures/linux-<series>/single-*-doctor/`` (how those fixtures were made).
 """
 
