@@ -32,9 +32,12 @@ never runs a tool, and its start-up time is benchmarked.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: seconds a tool may take when the caller does not say
 DEFAULT_TIMEOUT = 10.0
@@ -214,47 +217,44 @@ def run(
     return res
 
 
-def _collect(proc: Any, timeout: float, limit: int) -> Tuple[bytes, bytes, bool, bool]:
+def _collect(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> Tuple[bytes, bytes, bool, bool]:
     """Read both pipes until EOF and the exit, or until ``timeout``: (stdout, stderr, cut, finished)."""
     import selectors
+    import subprocess
     import time
 
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes (run)
     deadline = time.monotonic() + timeout
-    bufs: Dict[int, bytearray] = {}
+    fds = (proc.stdout.fileno(), proc.stderr.fileno())
+    bufs = {fd: bytearray() for fd in fds}
     cut = False
     with selectors.DefaultSelector() as sel:
-        for f in (proc.stdout, proc.stderr):
-            bufs[f.fileno()] = bytearray()
-            sel.register(f, selectors.EVENT_READ)
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), cut, False
+                return b"", b"", cut, False
             for key, _ in sel.select(left):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
-                    sel.unregister(key.fileobj)
+                    sel.unregister(key.fd)
                     continue
                 buf = bufs[key.fd]
                 room = limit - len(buf)
-                if len(chunk) > room:
-                    cut = True
+                cut = cut or len(chunk) > room
                 if room > 0:
                     buf += chunk[:room]
-    out, err = bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()])
     proc.stdout.close()
     proc.stderr.close()
-    left = deadline - time.monotonic()
-    import subprocess
-
     try:
-        proc.wait(timeout=max(left, 0.0))
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
     except subprocess.TimeoutExpired:  # closed its output but did not exit
-        return out, err, cut, False
-    return out, err, cut, True
+        return b"", b"", cut, False
+    return bytes(bufs[fds[0]]), bytes(bufs[fds[1]]), cut, True
 
 
-def _kill(proc: Any) -> None:
+def _kill(proc: subprocess.Popen[bytes]) -> None:
     """Kill the tool's process group (it leads its own session), then reap the tool."""
     import signal
 
