@@ -1,0 +1,167 @@
+"""The terminal: its width, folding text to it, and the one rich console cxlctl prints with.
+
+Why one module: every human view folds prose at the width of the screen (80 for a pipe
+or a log), and each used to do it its own way -- some split knob names and paths
+mid-word, some trusted ``COLUMNS=0`` (rich then prints nothing at all).  Here:
+
+* :func:`width` -- ``COLUMNS`` when it is a positive ASCII number, else the terminal's
+  width, else 80.  Zero, negative or garbage ``COLUMNS`` means 80, never 0.
+* :func:`fold_lines` / :func:`fold` / :func:`fold_text` -- fold on spaces only: names,
+  paths and flags are never broken (a word longer than the line stays whole).
+* :func:`console` -- a rich console at :func:`width` that reads **no markup**: every
+  string cxlctl hands it (a kernel value, a profile's reason, an error message holding
+  ``[damon]``) is printed as it is.  Style goes through :func:`styled` (a
+  :class:`rich.text.Text`), never through ``[bold]`` inside a string.
+* :func:`grid` -- the ``lsblk``-style table of short values with one long note per row
+  (a reason, an error): values whole in their columns; the note in a last column when
+  the screen is wide enough, else folded under its row.
+
+rich is imported inside the functions: commands that print JSON never load it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, List, Optional, Sequence, TextIO, Tuple, Union
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+#: what a pipe, a log or an unknown terminal is read at
+DEFAULT_WIDTH = 80
+#: narrowest column a note (a reason) gets beside its row before it moves under the row
+NOTE_MIN = 40
+
+Cell = Union[str, "Text"]
+
+
+def width(stream: Optional[TextIO] = None, default: int = DEFAULT_WIDTH) -> int:
+    """Columns to lay out for: ``COLUMNS`` (positive ASCII digits, as ls reads it), else the
+    terminal's width when ``stream`` (stdout) is one, else ``default``."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isascii() and env.isdigit() and int(env) > 0:
+        return int(env)
+    out = sys.__stdout__ if stream is None else stream
+    try:
+        cols = os.get_terminal_size(out.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return default
+    return cols if cols > 0 else default
+
+
+def fold_lines(text: str, width: int, first: str = "", indent: str = "") -> List[str]:
+    """``first + text`` folded at ``width`` on spaces, continuation lines starting with
+    ``indent``; paths and flags are never broken ([] for blank text)."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def fold(line: str, width: int, indent: Optional[str] = None) -> str:
+    """One line, unchanged when it fits ``width``; else folded (:func:`fold_lines`) with its
+    continuation lines indented two more than the line itself (or by ``indent``)."""
+    if len(line) <= width:
+        return line
+    lead = " " * (len(line) - len(line.lstrip(" ")) + 2) if indent is None else indent
+    return "\n".join(fold_lines(line, width, indent=lead) or [line])
+
+
+def fold_text(text: Cell, width: int) -> List[Text]:
+    """:func:`fold_lines` for styled text: the same breaks, each line keeping its styles."""
+    from rich.text import Text
+
+    t = text if isinstance(text, Text) else Text(text)
+    plain = t.plain
+    out: List[Text] = []
+    at = 0
+    for line in fold_lines(plain, max(1, width)):
+        start = plain.find(line, at)
+        if start < 0:  # tabs expanded or whitespace replaced: keep the words, lose the styles
+            out.append(Text(line, style=t.style))
+            continue
+        at = start + len(line)
+        out.append(t[start:at])
+    return out
+
+
+def console(stderr: bool = False, highlight: bool = False, file: Optional[TextIO] = None) -> Console:
+    """The rich console every human view prints with: :func:`width` columns, no markup read."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, file=file, width=width(), markup=False, highlight=highlight)
+
+
+def styled(text: object, style: str = "") -> Text:
+    """``text`` printed as it is, in ``style`` -- the way to colour cxlctl's text (no markup)."""
+    from rich.text import Text
+
+    return Text(str(text), style=style)
+
+
+def join(*parts: Union[Cell, Tuple[str, str]]) -> Text:
+    """Plain and styled pieces, ``(text, style)`` tuples included, as one :class:`Text`."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
+
+
+def grid(
+    c: Console,
+    columns: Sequence[Tuple[str, str]],
+    rows: Sequence[Tuple[Sequence[Cell], Optional[Cell]]],
+    note: str = "",
+    note_min: int = NOTE_MIN,
+) -> None:
+    """Rows of short values (``columns``: header and ``"left"``/``"right"``), each row with an
+    optional long ``note``: in a last column headed ``note`` when it gets ``note_min`` columns
+    of the screen, else folded under its row (indented 4).  Values are never cut or split."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    cells = [[x if isinstance(x, Text) else Text(x) for x in values] for values, _ in rows]
+    widths = [cell_len(h) for h, _ in columns]
+    for r in cells:
+        widths = [max(w, x.cell_len) for w, x in zip(widths, r)]
+    fixed = sum(widths) + 2 * (len(widths) - 1)
+    beside = bool(note) and fixed + 2 + note_min <= c.width and any(n for _, n in rows)
+
+    def line(values: Sequence[Text], last: Optional[Text] = None) -> Text:
+        out = Text()
+        for i, (x, (_, just), w) in enumerate(zip(values, columns, widths)):
+            pad = " " * (w - x.cell_len)
+            if i:
+                out.append("  ")
+            if just == "right":
+                out.append(pad)
+                out.append_text(x)
+            else:
+                out.append_text(x)
+                if i < len(values) - 1 or last is not None:
+                    out.append(pad)
+        if last is not None:
+            out.append("  ")
+            out.append_text(last)
+        out.rstrip()
+        return out
+
+    head = [Text(h, style="bold") for h, _ in columns]
+    c.print(line(head, Text(note, style="bold") if beside else None), soft_wrap=True)
+    for values, (_, n) in zip(cells, rows):
+        if not beside:
+            c.print(line(values), soft_wrap=True)
+            for x in fold_text(n, c.width - 4) if n else []:
+                c.print(Text("    ").append_text(x), soft_wrap=True)
+            continue
+        folded = fold_text(n, c.width - fixed - 2) if n else []
+        c.print(line(values, folded[0] if folded else Text()), soft_wrap=True)
+        for x in folded[1:]:
+            c.print(Text(" " * (fixed + 2)).append_text(x), soft_wrap=True)
