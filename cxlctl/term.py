@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 DEFAULT_WIDTH = 80
 #: narrowest column a note (a reason) gets beside its row before it moves under the row
 NOTE_MIN = 40
+#: what a note the same as the row above's shows
+DITTO = "〃"
 
 Cell = Union[str, "Text"]
 
@@ -123,21 +125,36 @@ def grid(
 ) -> None:
     """Rows of short values (``columns``: header and ``"left"``/``"right"``), each row with an
     optional long ``note``: in a last column headed ``note`` when it gets ``note_min`` columns
-    of the screen, else folded under its row (indented 4).  Values are never cut or split."""
+    of the screen, else folded under its row (indented 4); a note the same as the one above
+    is a ditto mark.  Values are never cut or split: a first value too long for its column
+    takes a line of its own, the row's other values under it."""
     from rich.cells import cell_len
     from rich.text import Text
 
     cells = [[x if isinstance(x, Text) else Text(x) for x in values] for values, _ in rows]
+    notes: List[Optional[Text]] = []
+    said = None
+    for _, n in rows:  # a note repeating the one above is a ditto mark (DAMON's many files share one)
+        t = None if n is None or n == "" else n if isinstance(n, Text) else Text(n)
+        if t is not None and t.plain == said:
+            t = Text(DITTO)
+        elif t is not None:
+            said = t.plain
+        notes.append(t)
+    reserve = 2 + cell_len(DITTO) if any(n is not None and n.plain == DITTO for n in notes) else 0
     widths = [cell_len(h) for h, _ in columns]
     for r in cells:
         widths = [max(w, x.cell_len) for w, x in zip(widths, r)]
-    fixed = sum(widths) + 2 * (len(widths) - 1)
-    beside = bool(note) and fixed + 2 + note_min <= c.width and any(n for _, n in rows)
+    rest = sum(widths[1:]) + 2 * (len(widths) - 1)
+    if widths[0] + rest + reserve > c.width:  # a long name takes a line of its own, the values under it
+        widths[0] = max(cell_len(columns[0][0]), c.width - rest - reserve)
+    fixed = widths[0] + rest
+    beside = bool(note) and fixed + 2 + note_min <= c.width and any(notes)
 
     def line(values: Sequence[Text], last: Optional[Text] = None) -> Text:
         out = Text()
         for i, (x, (_, just), w) in enumerate(zip(values, columns, widths)):
-            pad = " " * (w - x.cell_len)
+            pad = " " * max(0, w - x.cell_len)
             if i:
                 out.append("  ")
             if just == "right":
@@ -145,23 +162,31 @@ def grid(
                 out.append_text(x)
             else:
                 out.append_text(x)
-                if i < len(values) - 1 or last is not None:
-                    out.append(pad)
+                out.append(pad)
         if last is not None:
             out.append("  ")
             out.append_text(last)
         out.rstrip()
         return out
 
+    def emit(values: List[Text], last: Optional[Text] = None) -> None:
+        if values[0].cell_len > widths[0]:
+            c.print(values[0], soft_wrap=True)
+            values = [Text()] + values[1:]
+        c.print(line(values, last), soft_wrap=True)
+
     head = [Text(h, style="bold") for h, _ in columns]
     c.print(line(head, Text(note, style="bold") if beside else None), soft_wrap=True)
-    for values, (_, n) in zip(cells, rows):
+    for values, n in zip(cells, notes):
         if not beside:
-            c.print(line(values), soft_wrap=True)
-            for x in fold_text(n, c.width - 4) if n else []:
+            if n is not None and fixed + 2 + n.cell_len <= c.width:  # a short note stays on its row
+                emit(values, n)
+                continue
+            emit(values)
+            for x in fold_text(n, c.width - 4) if n is not None else []:
                 c.print(Text("    ").append_text(x), soft_wrap=True)
             continue
-        folded = fold_text(n, c.width - fixed - 2) if n else []
-        c.print(line(values, folded[0] if folded else Text()), soft_wrap=True)
+        folded = fold_text(n, c.width - fixed - 2) if n is not None else []
+        emit(values, folded[0] if folded else None)
         for x in folded[1:]:
             c.print(Text(" " * (fixed + 2)).append_text(x), soft_wrap=True)

@@ -80,7 +80,7 @@ def recommendation(rec: Recommendation, c: Console) -> None:
 def plan(prep: Prepared, c: Console, title: str) -> None:
     """``tune plan`` (and the plan part of apply/try): one row per setting, its reason as the note.
 
-    A group's many files (DAMON's) share one reason: it is said once, on the group's first row.
+    A group's many files (DAMON's) share one reason: :func:`~cxlctl.term.grid` says it once.
     """
     from .knobs import BY_NAME
 
@@ -90,17 +90,12 @@ def plan(prep: Prepared, c: Console, title: str) -> None:
         head += f"  (switching from {prep.active.profile})"
     c.print(_title(title, f" {head}"))
     rows: List[Tuple[Sequence[Cell], Optional[Cell]]] = []
-    last = ("", "")
     for s in p.steps:
         action = {"noop": "no change", "set": "change"}.get(s.action, s.action)
         note = BY_NAME[s.knob].reversible_note
         reason: Optional[Cell] = join(s.reason, (f" ({s.note})", "dim") if s.note else "")
         if note:
             reason = join(reason or "", (f" (reversible: {note})", "dim"))
-        if (s.knob, s.reason + s.note) == last and s.knob == "damon":
-            reason = None
-        else:
-            last = (s.knob, s.reason + s.note)
         rows.append(
             (
                 [
