@@ -96,10 +96,21 @@ def fold_text(text: Cell, width: int) -> List[Text]:
 
 
 def console(stderr: bool = False, highlight: bool = False, file: Optional[TextIO] = None) -> Console:
-    """The rich console every human view prints with: :func:`width` columns, no markup read."""
+    """The rich console every human view prints with: :func:`width` columns, no markup read.
+
+    The width is given, not left to rich: rich takes ``COLUMNS=0`` at its word and prints
+    nothing at all."""
     from rich.console import Console
 
     return Console(stderr=stderr, file=file, width=width(), markup=False, highlight=highlight)
+
+
+def markup_console(highlight: bool = True) -> Console:
+    """:func:`console` reading rich markup -- only for :mod:`cxlctl.render` (``status``), whose
+    every value from the host goes through its ``_e`` escape before it meets a template."""
+    from rich.console import Console
+
+    return Console(width=width(), highlight=highlight)
 
 
 def styled(text: object, style: str = "") -> Text:
