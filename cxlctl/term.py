@@ -154,11 +154,14 @@ def grid(
         notes.append(t)
     reserve = 2 + cell_len(DITTO) if any(n is not None and n.plain == DITTO for n in notes) else 0
     widths = [cell_len(h) for h, _ in columns]
-    for r in cells:
+    room = c.width - reserve
+    # a row too wide for the screen on its own (a long path) does not widen the columns for all
+    fit = [r for r in cells if sum(x.cell_len for x in r) + 2 * (len(r) - 1) <= room] or cells
+    for r in fit:
         widths = [max(w, x.cell_len) for w, x in zip(widths, r)]
     rest = sum(widths[1:]) + 2 * (len(widths) - 1)
-    if widths[0] + rest + reserve > c.width:  # a long name takes a line of its own, the values under it
-        widths[0] = max(cell_len(columns[0][0]), c.width - rest - reserve)
+    if widths[0] + rest > room:  # a long name takes a line of its own, the values under it
+        widths[0] = max(cell_len(columns[0][0]), room - rest)
     fixed = widths[0] + rest
     beside = bool(note) and fixed + 2 + note_min <= c.width and any(notes)
 
@@ -181,7 +184,7 @@ def grid(
         return out
 
     def emit(values: List[Text], last: Optional[Text] = None) -> None:
-        if values[0].cell_len > widths[0]:
+        if values[0].cell_len > widths[0] and line(values, last).cell_len > c.width:
             c.print(values[0], soft_wrap=True)
             values = [Text()] + values[1:]
         c.print(line(values, last), soft_wrap=True)

@@ -113,7 +113,8 @@ def top(
                 n += 1
                 deadline = s.time + every
                 while True:
-                    live.update(rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows), console.width), refresh=True)
+                    frame = rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows), console.width, console.height)
+                    live.update(frame, refresh=True)
                     if count is not None and n >= count:
                         break
                     k = key(max(0.0, deadline - time.monotonic()))
