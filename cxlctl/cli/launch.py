@@ -11,7 +11,6 @@ is the engine's alone; ``--dry-run`` prints it on stdout.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
@@ -19,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 import typer
 
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
+from cxlctl.term import fold_lines
 
 from .common import JSON_OPT as JSON_DOC_OPT
-from .common import emit_json, fold_lines, group, host_root, isatty
+from .common import emit_json, group, host_root, isatty
 from .params import Command, argument
 
 if TYPE_CHECKING:
@@ -174,15 +174,9 @@ _VERBATIM = ("argv", "env", "numactl")
 def _width(f: TextIO) -> int:
     """The terminal's width when ``f`` is one (COLUMNS first, as ls does), else 80: a pipe or a log
     is read at 80 columns; never narrower than 60, where wrapping would only make it worse."""
-    import shutil
+    from cxlctl.term import width
 
-    cols = 80
-    env = os.environ.get("COLUMNS", "")
-    if env.isascii() and env.isdigit():
-        cols = int(env)
-    elif isatty(f):
-        cols = shutil.get_terminal_size((80, 24)).columns
-    return max(cols, 60)
+    return max(width(f), 60)
 
 
 def _wrapped(first: str, text: str, width: int, indent: str) -> str:

@@ -215,11 +215,9 @@ def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
 
 
 def _wrap(text: str, width: int, indent: str) -> List[str]:
-    import textwrap
+    from cxlctl.term import fold_lines
 
-    return textwrap.wrap(
-        text, width=max(width, 40), initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
-    )
+    return fold_lines(text, max(width, 40), indent, indent + "  ")
 
 
 def render_text(doc: Dict[str, Any], width: int = 80) -> str:

@@ -157,9 +157,9 @@ def bar(used: Optional[int], total: Optional[int], width: int) -> str:
 
 def plain(v: View, width: int = 80) -> str:
     """The view as plain text (stdout not a terminal): the same facts, one block per refresh."""
-    import textwrap
+    from cxlctl.term import fold_lines
 
-    lines = textwrap.wrap(v.header, width=width, subsequent_indent="  ")
+    lines = fold_lines(v.header, width, indent="  ")
     for nid, kind, used, total, read_bw in v.nodes:
         lines.append(
             f"node {nid:<3} {kind:<5} {bar(used, total, 30)} {size(used):>7} of {size(total):>7}"
@@ -167,14 +167,14 @@ def plain(v: View, width: int = 80) -> str:
         )
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     if v.traffic:
-        lines += textwrap.wrap(v.traffic, width=width, subsequent_indent="  ")
+        lines += fold_lines(v.traffic, width, indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
     for key, what, applied in v.damon:
         lines.append(f"damon {key} {what}: applied {size(applied)}/s"[:width])
     for vd in v.verdicts:
-        lines += textwrap.wrap(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width=width, subsequent_indent="  ")
+        lines += fold_lines(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width, indent="  ")
     return "\n".join(lines)
 
 
