@@ -153,3 +153,17 @@ def test_top_fits_80_by_24_with_its_fixes_and_key_help() -> None:
     assert lines[0].startswith("cxlctl top") and "every 2.0s" in lines[0]
     assert any(x.lstrip().startswith("fix:") for x in lines)
     assert lines[-1].startswith("q quit")
+
+
+def test_region_plan_at_80_columns_keeps_decoders_and_routes_whole() -> None:
+    """Defect 2, region tables: the boxed table split "decoder3.0 (mode none" / "→ ram)" and the routes."""
+    root = os.path.join(FIXTURES, "linux-6.12/hb2x2-noregion")
+    doc = json.loads(cxlctl("--root", root, "region", "plan", "--ways", "2", "--json", check=True).stdout)
+    out = cxlctl("--root", root, "region", "plan", "--ways", "2", env={"COLUMNS": "80"}, check=True).stdout
+    lines = _lines(out)
+    assert max(len(x) for x in lines) <= 80 and not any("│" in x or "┃" in x for x in lines), out
+    (plan,) = doc["plans"]
+    for t in plan["mappings"]:
+        row = next(x for x in lines if f" {t['memdev']} " in x)
+        assert t["decoder"] in row.split(), out
+    assert len(lines) <= 10, out

@@ -139,39 +139,10 @@ def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
 
 
 def _render_plan(p: Plan, title: str = "plan") -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from cxlctl.regions import render
+    from cxlctl.term import console
 
-    from cxlctl.parse import format_size
-
-    c = Console(highlight=False)
-    at = f" at {p.resource:#x}" if p.resource is not None else ""
-    c.print(
-        f"[bold]{title}[/bold]: {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, "
-        f"granularity {p.granularity}"
-        + (
-            f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})"
-            if p.window_size
-            else ""
-        )
-    )
-    index = {(lv.port, t): i for lv in p.levels for i, t in enumerate(lv.targets)}
-    t = Table(title_justify="left")
-    for col in ("position", "memdev", "endpoint decoder", "DPA", "route (port: dport → target index)"):
-        t.add_column(col, overflow="fold")
-    for tg in p.targets:
-        route = "  ".join(f"{h.port}: {escape(str(h.dport))} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
-        dec = tg.decoder + (f" (mode {escape(str(tg.mode))} → ram)" if tg.mode != "ram" else "")
-        t.add_row(str(tg.position), tg.memdev, dec, format_size(tg.dpa_size), route)
-    c.print(t)
-    for lv in p.levels[1:]:
-        c.print(
-            f"  {lv.port}: {lv.decoder} will interleave {lv.ways}-way at {lv.granularity} across dports "
-            + ",".join(map(str, lv.targets))
-        )
-    for n in p.notes:
-        c.print(f"[yellow]note:[/yellow] {escape(n)}")
+    render.plan(p, console(), title)
 
 
 # ------------------------------------------------------------------------------- commands
