@@ -39,6 +39,14 @@ DITTO = "〃"
 Cell = Union[str, "Text"]
 
 
+def isatty(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal; False for a closed or odd stream (a test's StringIO)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def width(stream: Optional[TextIO] = None, default: int = DEFAULT_WIDTH) -> int:
     """Columns to lay out for: ``COLUMNS`` (positive ASCII digits, as ls reads it), else the
     terminal's width when ``stream`` (stdout) is one, else ``default``."""
@@ -192,7 +200,7 @@ def grid(
     head = [Text(h, style="bold") for h, _ in columns]
     c.print(line(head, Text(note, style="bold") if beside else None), soft_wrap=True)
     for values, n in zip(cells, notes):
-        if not beside:
+        if not beside or line(values).cell_len > fixed:  # a row wider than the columns: its note goes under it
             if n is not None and fixed + 2 + n.cell_len <= c.width:  # a short note stays on its row
                 emit(values, n)
                 continue

@@ -30,6 +30,7 @@ from typer._click.globals import get_current_context
 
 from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.progress import ProgressFn
+from cxlctl.term import isatty as isatty
 
 from .params import seconds
 
@@ -80,14 +81,6 @@ def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Opti
     """One JSON document (with ``schema_version`` first) on stdout, or ``stream``."""
     out = sys.stdout if stream is None else stream
     out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
-
-
-def isatty(stream: TextIO) -> bool:
-    """Whether ``stream`` is a terminal; False for a closed or odd stream (a test's StringIO)."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
