@@ -232,31 +232,16 @@ def create_cmd(
 
 
 def _report_created(batch: Batch, json_out: bool) -> None:
-    from cxlctl.parse import format_size
     from cxlctl.regions import jsonview
 
     partial = batch.error is not None
     if json_out:
         emit_json(jsonview.created_all(batch.built, batch.block_size, complete=not partial))
         return
-    for b in batch.built:
-        d = jsonview.created(b, batch.block_size)
-        nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
-        daxs = ", ".join(
-            f"{x['chardev']} {x['mode']}"
-            + (
-                f" node {x['target_node']} {x['online_memblocks']}/{x['total_memblocks']} blocks online {'/'.join(x['zones'])}"
-                if x["mode"] == "system-ram"
-                else ""
-            )
-            for x in d["dax"]
-        )
-        typer.echo(
-            f"created {d['region']}: {d['interleave_ways']}-way, {format_size(d['size'])}, granularity "
-            f"{d['interleave_granularity']}, on {d['decoder']}, targets {' '.join(d['targets'])}"
-            + (f"; {daxs}" if daxs else "")
-            + (f"; NUMA node {', '.join(map(str, nodes))}" if nodes else "")
-        )
+    from cxlctl.regions import render
+
+    for line in render.created(batch):
+        typer.echo(line)
     if partial:
         sys.stderr.write("cxlctl: --all stopped early; the regions above were created and stay\n")
 
@@ -303,12 +288,9 @@ def destroy_cmd(
     if json_out:
         emit_json(jsonview.destroyed(d))
         return
-    n = sum(len(ids) for _, ids in d.offlined)
-    typer.echo(
-        f"destroyed {d.region}"
-        + (f" (offlined {n} memory block(s) first)" if n else "")
-        + (f"; freed {', '.join(d.freed_decoders)}" if d.freed_decoders else "")
-    )
+    from cxlctl.regions import render
+
+    typer.echo(render.destroyed(d))
 
 
 @dax_app.command("reconfigure", cls=Command)
@@ -348,12 +330,6 @@ def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> 
     if json_out:
         emit_json(doc)
         return
-    dev = doc["device"]
-    if r.mode == "system-ram":
-        typer.echo(
-            f"{r.name}: {r.before} → system-ram, node {dev['target_node']}, "
-            f"{dev['online_memblocks']}/{dev['total_memblocks']} blocks online in {'/'.join(dev['zones']) or '-'}"
-            + ("" if r.changed else " (already so)")
-        )
-    else:
-        typer.echo(f"{r.name}: {r.before} → devdax" + ("" if r.changed else " (already so)"))
+    from cxlctl.regions import render
+
+    typer.echo(render.reconfigured(r, doc))

@@ -90,9 +90,9 @@ def stat(
     total = count if count is not None else (None if every is not None else 1)
     prev = None
     n = 0
-    import shutil
+    from cxlctl.term import width as term_width
 
-    width = shutil.get_terminal_size((80, 24)).columns
+    width = term_width()
     try:
         while total is None or n < total:
             if prev is not None:
