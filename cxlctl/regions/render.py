@@ -59,11 +59,11 @@ def created(batch: Batch) -> List[str]:
     """One line per region ``region create`` built: its shape, its DAX devices, its NUMA node."""
     from cxlctl.parse import format_size
 
-    from . import jsonview
+    from . import region_json
 
     out: List[str] = []
     for b in batch.built:
-        d = jsonview.created(b, batch.block_size)
+        d = region_json.created(b, batch.block_size)
         nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
         daxs = ", ".join(
             f"{x['chardev']} {x['mode']}"

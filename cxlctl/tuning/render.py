@@ -173,7 +173,7 @@ def revert(res: RevertResult, c: Console) -> None:
 
 
 def status(st: StatusResult, c: Console) -> None:
-    from . import jsonview as view
+    from . import tune_json as view
 
     c.print(join("active profile: ", (st.active_profile or "none", "bold")))
     j = st.journal
