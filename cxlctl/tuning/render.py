@@ -235,7 +235,8 @@ def damon(st: StatusResult, c: Console) -> None:
         rows.append(
             (
                 [
-                    str(r.kdamond) + (f" (pid {r.pid})" if r.pid and r.state == "on" else ""),
+                    str(r.kdamond),
+                    str(r.pid) if r.pid and r.state == "on" else "-",
                     r.owner,
                     _v(r.state),
                     _v(r.action),
@@ -249,8 +250,8 @@ def damon(st: StatusResult, c: Console) -> None:
                 None,
             )
         )
-    cols = [("KDAMOND", "left"), ("OWNER", "left"), ("STATE", "left"), ("ACTION", "left"), ("TO NODE", "left")]
-    cols += [("TRIED", "right"), ("APPLIED", "right"), ("QUOTA HITS", "right")]
+    cols = [("KDAMOND", "right"), ("PID", "right"), ("OWNER", "left"), ("STATE", "left"), ("ACTION", "left")]
+    cols += [("TO NODE", "left"), ("TRIED", "right"), ("APPLIED", "right"), ("QUOTA", "right")]
     grid(c, cols, rows)
 
 
