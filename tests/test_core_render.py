@@ -14,7 +14,7 @@ from typing import Any, List
 
 import pytest
 
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli
 from tests.tune_support import work_copy
 
 REGION = "linux-6.12/single-region"
@@ -28,7 +28,7 @@ def _lines(text: str) -> List[str]:
 
 
 def _plan(root: str, profile: str, columns: str) -> Any:
-    r = cxlctl("--root", root, "tune", "plan", profile, env={"COLUMNS": columns})
+    r = cli("--root", root, "tune", "plan", profile, env={"COLUMNS": columns})
     assert r.returncode == 0, r.stderr
     return r
 
@@ -36,7 +36,7 @@ def _plan(root: str, profile: str, columns: str) -> Any:
 def test_tune_plan_at_80_columns_keeps_knob_names_whole_and_is_compact(tmp_path: Any) -> None:
     """Defect 2: the boxed table split ``vm.zone_recla│im_mode`` and took ~55 lines."""
     root = work_copy(REGION, str(tmp_path / "root"))
-    doc = json.loads(cxlctl("--root", root, "tune", "plan", "inference-damon", "--json", check=True).stdout)
+    doc = json.loads(cli("--root", root, "tune", "plan", "inference-damon", "--json", check=True).stdout)
     names = [s["setting"] for s in doc["plan"]["steps"]]
     assert len(names) == 5
     out = _plan(root, "inference-damon", "80").stdout
@@ -58,7 +58,7 @@ def test_tune_plan_on_a_wide_terminal_puts_the_reason_beside_its_row(tmp_path: A
 
 def test_tune_plan_with_many_damon_files_fits_80_columns(tmp_path: Any) -> None:
     root = work_copy(IDLE, str(tmp_path / "root"))
-    doc = json.loads(cxlctl("--root", root, "tune", "plan", "inference-damon", "--json", check=True).stdout)
+    doc = json.loads(cli("--root", root, "tune", "plan", "inference-damon", "--json", check=True).stdout)
     out = _plan(root, "inference-damon", "80").stdout
     words = {w for x in _lines(out) for w in x.split()}
     for step in doc["plan"]["steps"]:
@@ -69,7 +69,7 @@ def test_tune_plan_with_many_damon_files_fits_80_columns(tmp_path: Any) -> None:
 
 def test_tune_list_at_80_columns_keeps_profile_names_whole(tmp_path: Any) -> None:
     root = work_copy(REGION, str(tmp_path / "root"))
-    r = cxlctl("--root", root, "tune", "list", env={"COLUMNS": "80"}, check=True)
+    r = cli("--root", root, "tune", "list", env={"COLUMNS": "80"}, check=True)
     words = {w for x in _lines(r.stdout) for w in x.split()}
     for name in ("inference-bandwidth", "inference-capacity", "inference-damon", "latency-strict", "cxl-common"):
         assert name in words, r.stdout
@@ -99,8 +99,8 @@ def test_the_console_reads_no_markup() -> None:
 def test_a_useless_columns_means_80(tmp_path: Any, command: List[str], columns: str) -> None:
     """Defect 6: ``COLUMNS=0`` printed nothing and exited 0."""
     root = work_copy(REGION, str(tmp_path / "root"))
-    want = cxlctl("--root", root, *command, env={"COLUMNS": "80"})
-    got = cxlctl("--root", root, *command, env={"COLUMNS": columns})
+    want = cli("--root", root, *command, env={"COLUMNS": "80"})
+    got = cli("--root", root, *command, env={"COLUMNS": columns})
     assert want.stdout.strip() and got.returncode == want.returncode
     assert got.stdout == want.stdout
 
@@ -158,8 +158,8 @@ def test_top_fits_80_by_24_with_its_fixes_and_key_help() -> None:
 def test_region_plan_at_80_columns_keeps_decoders_and_routes_whole() -> None:
     """Defect 2, region tables: the boxed table split "decoder3.0 (mode none" / "→ ram)" and the routes."""
     root = os.path.join(FIXTURES, "linux-6.12/hb2x2-noregion")
-    doc = json.loads(cxlctl("--root", root, "region", "plan", "--ways", "2", "--json", check=True).stdout)
-    out = cxlctl("--root", root, "region", "plan", "--ways", "2", env={"COLUMNS": "80"}, check=True).stdout
+    doc = json.loads(cli("--root", root, "region", "plan", "--ways", "2", "--json", check=True).stdout)
+    out = cli("--root", root, "region", "plan", "--ways", "2", env={"COLUMNS": "80"}, check=True).stdout
     lines = _lines(out)
     assert max(len(x) for x in lines) <= 80 and not any("│" in x or "┃" in x for x in lines), out
     (plan,) = doc["plans"]
