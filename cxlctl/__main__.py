@@ -70,11 +70,10 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
 
             sys.stdout.write(dumps(inv))
             return
-        from rich.console import Console
-
         from .render import render_status
+        from .term import markup_console
 
-        render_status(inv, Console(emoji=False))  # as cli/status.py: kernel text has no :emoji: codes
+        render_status(inv, markup_console())  # as cli/status.py
     elif cmd[0] == "doctor":
         from .doctor.gather import gather
         from .doctor.report import exit_code, failure, run, to_json

@@ -25,10 +25,7 @@ def status(
 
         sys.stdout.write(dumps(inv))
         return
-    from rich.console import Console
-
     from cxlctl.render import render_status
+    from cxlctl.term import markup_console
 
-    # emoji=False: a `:name:` in kernel text (a path, a label) is not an emoji code; and rich then skips
-    # its emoji table (~2 ms)
-    render_status(inv, Console(emoji=False))
+    render_status(inv, markup_console())
