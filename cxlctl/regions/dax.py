@@ -39,7 +39,6 @@ from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import objects, paths
 from cxlctl.hostio.objects import Attrs, is_online, set_block_state
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobError, write_knob
 from cxlctl.model import DaxDevice, MemoryBlock
 from cxlctl.parse import format_size, parse_meminfo
@@ -150,13 +149,13 @@ def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]
     if not hold or old is None or old == "offline":
         yield None
         return
-    write_knob(under(root, AUTO_ONLINE), "offline")
+    write_knob(root, AUTO_ONLINE, "offline")
     log(f"held auto_online_blocks at offline (was {old}) while kmem binds")
     try:
         yield old
     finally:
         try:
-            write_knob(under(root, AUTO_ONLINE), old)
+            write_knob(root, AUTO_ONLINE, old)
             log(f"restored auto_online_blocks to {old}")
         except KnobError as e:  # say so loudly: a tuning knob is off its value
             raise DaxError(
@@ -192,11 +191,11 @@ def unbind(root: str, name: str, log: Log) -> None:
     if drv is None:
         return
     try:  # daxctl_unbind: forget the dynamic id, then unbind
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/remove_id"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/remove_id", name)
     except KnobError:
         pass  # not a dynamic id of this driver: fine
     try:
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/unbind"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/unbind", name)
     except KnobError as e:
         if _link(root, f"{DAX_DEVICES}/{name}/driver") is not None:
             raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
@@ -208,12 +207,12 @@ def unbind(root: str, name: str, log: Log) -> None:
 def bind(root: str, name: str, drv: str, log: Log) -> None:
     _ensure_driver(root, drv)
     try:
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/new_id"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/new_id", name)
     except KnobError:
         pass  # daxctl ignores this too: new_id may probe and bind on its own
     if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
         try:
-            write_knob(under(root, f"{DAX_DRIVERS}/{drv}/bind"), name)
+            write_knob(root, f"{DAX_DRIVERS}/{drv}/bind", name)
         except KnobError as e:
             if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
                 raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None

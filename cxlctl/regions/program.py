@@ -138,7 +138,7 @@ class _Builder:
     def w(self, path: str, value: str, what: str) -> None:
         """A programming write (counted for the fault hook); raises KnobError."""
         self.writes += 1
-        write_knob(under(self.root, path), value, index=self.writes)
+        write_knob(self.root, path, value, index=self.writes)
         self.steps.append(f"{what}: {value.strip() or '(empty)'} > {path}")
         self.log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
@@ -272,7 +272,7 @@ class _Builder:
 
         def u(path: str, value: str, what: str) -> bool:
             try:
-                write_knob(under(self.root, path), value)
+                write_knob(self.root, path, value)
                 self.log(f"undo {what}: wrote {value.strip() or '(empty)'} to {path}")
                 return True
             except KnobError as e:
@@ -440,7 +440,7 @@ def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[Prog
 
     def w(path: str, value: str, what: str) -> None:
         try:
-            write_knob(under(root, path), value)
+            write_knob(root, path, value)
         except KnobError as e:
             raise CxlctlError(
                 f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"

@@ -361,7 +361,7 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
                 stale.append(k.id)
                 continue
             try:
-                write_knob(hp, "update_schemes_stats\n")
+                write_knob(root, f"{k.path}/state", "update_schemes_stats\n")
                 refreshed = True
             except KnobError as e:
                 stale.append(k.id)

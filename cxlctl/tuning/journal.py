@@ -29,13 +29,12 @@ Per-entry values:
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
-from cxlctl.hostio.atomic import atomic_write, sync_directory
+from cxlctl.hostio.atomic import atomic_write, remove
 from cxlctl.hostio.reader import Reader, Refused, read_bounded
 from cxlctl.hostio.root import under
 
@@ -217,14 +216,9 @@ def load(root: str) -> Optional[Journal]:
 
 def save(root: str, j: Journal) -> None:
     data = json.dumps(to_json(j), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write(under(root, JOURNAL), data)
+    atomic_write(root, JOURNAL, data)
 
 
 def discard(root: str) -> None:
     """Remove the journal (another boot's, or on request); fsync the directory."""
-    path = under(root, JOURNAL)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    sync_directory(os.path.dirname(path))
+    remove(root, JOURNAL)
