@@ -104,4 +104,3 @@ def _sync_at(dfd: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-

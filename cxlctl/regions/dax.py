@@ -343,6 +343,31 @@ class Reconfigured(NamedTuple):
     actions: Tuple[str, ...]
 
 
+def check_reconfigure(root: str, name: str, mode: str, zone: str, force: bool) -> DaxDevice:
+    """The device's state, or the refusal to reconfigure it (exit 2): an unknown mode or zone,
+    or memory online as System RAM that devdax would take away without ``force``.  Checked
+    before the lock is taken, and again under it."""
+    if mode not in DRIVER_OF:
+        raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
+    if zone not in ONLINE_STATE:
+        raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
+    st = read_dax(root, name)
+    if mode == "devdax" and st.driver == "kmem" and not force:
+        online = online_blocks(root, name)
+        if online:
+            bs = block_size(root) or 0
+            used = node_in_use(root, st.target_node)
+            raise DaxError(
+                f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
+                f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
+                "on that node): switching it to devdax takes that memory away from the system; nothing was changed",
+                code=EXIT_USAGE,
+                hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
+                "nothing changes if one cannot be offlined)",
+            )
+    return st
+
+
 def reconfigure(
     root: str, name: str, mode: str, zone: str, force: bool, log: Log, progress: Optional[ProgressFn] = None
 ) -> Reconfigured:
@@ -350,17 +375,13 @@ def reconfigure(
 
     ``progress``: called per memory block onlined or offlined (:mod:`cxlctl.progress`).
     """
-    if mode not in DRIVER_OF:
-        raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
-    if zone not in ONLINE_STATE:
-        raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
+    st = check_reconfigure(root, name, mode, zone, force)
     actions: List[str] = []
 
     def note(msg: str) -> None:
         actions.append(msg)
         log(msg)
 
-    st = read_dax(root, name)
     before = st.mode or "unbound"
     if mode == "system-ram":
         if st.driver != "kmem":
@@ -377,16 +398,6 @@ def reconfigure(
         return Reconfigured(name, before, mode, None, False, st, ())
     if st.driver == "kmem":
         online = online_blocks(root, name)
-        if online and not force:
-            bs = block_size(root) or 0
-            used = node_in_use(root, st.target_node)
-            raise DaxError(
-                f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
-                f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
-                "on that node): switching it to devdax takes that memory away from the system",
-                hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
-                "nothing changes if one cannot be offlined)",
-            )
         offline_blocks(root, list(online), note, name, progress)
         try:
             unbind(root, name, note)
