@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 import typer
 
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
+from cxlctl.hostio.root import under
 
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
@@ -341,7 +342,7 @@ def _render_apply(res: ApplyResult) -> None:
         passed = sum(1 for ch in res.checks if ch.status == "pass")
         c.print(f"[green]applied {res.prepared.plan.profile}[/green]: verify {passed} pass, 0 drift")
         for path in res.persisted:
-            c.print(f"persisted: {path}")
+            c.print(f"persisted: {under(host_root(), path)}")  # where it is, under --root
         c.print("undo with: cxlctl tune revert")
 
 
@@ -405,7 +406,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
         if res.results:
             _render_results(f"revert {res.profile}", list(res.results), c)
         for path in res.removed:
-            c.print(f"removed: {path}")
+            c.print(f"removed: {under(host_root(), path)}")
         if res.ok and res.results:
             n = sum(1 for r in res.results if r.status == "reverted")
             c.print(f"[green]reverted {res.profile}[/green]: {n} file(s) restored")

@@ -654,6 +654,10 @@ class Daemon:
                 if self.cfg.health_enabled:
                     self._collect_health()
                     self.publish()
+                if self.rec.state == "failed":
+                    # a one-shot run that could not enforce its profile failed: say so in the exit code
+                    self.log.error("--once: profile %s could not be enforced (see above)", self.rec.target.name)
+                    return self.exit_code or 1
                 return self.exit_code
             while not self._stop:
                 self.step()

@@ -48,7 +48,7 @@ def find_tracefs(root: str) -> str:
             os.listdir(host)
         except PermissionError:
             raise TracefsError(
-                f"{cand} is readable by root only",
+                f"{host} is readable by root only",
                 hint="run cxlctl events/health as root (sudo)",
                 code="not_root",
             ) from None
@@ -57,7 +57,7 @@ def find_tracefs(root: str) -> str:
         if os.path.isdir(os.path.join(host, "instances")) or os.path.exists(os.path.join(host, "trace")):
             return cand
     raise TracefsError(
-        f"tracefs is not mounted (looked at {paths.TRACEFS} and {paths.TRACEFS_DEBUGFS})",
+        f"tracefs is not mounted (looked at {under(root, paths.TRACEFS)} and {under(root, paths.TRACEFS_DEBUGFS)})",
         hint=f"mount it: mount -t tracefs nodev {paths.TRACEFS}",
         code="no_tracefs",
     )

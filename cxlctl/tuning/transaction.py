@@ -468,7 +468,7 @@ class Transaction:
                 persist_saved.setdefault(path, read_text(self.root, path))
         elif persisted(self.root):
             messages.append(
-                f"{PERSIST_SYSCTL} (from an earlier `apply --persist`) still sets the boot-time values; "
+                f"{host(self.root, PERSIST_SYSCTL)} (from an earlier `apply --persist`) still sets the boot-time values; "
                 "add --persist to update it, or `cxlctl tune revert` to remove it"
             )
         j = Journal(
