@@ -311,3 +311,16 @@ def test_daemon_config_prints_toml_that_reads_back_the_same(tmp_path: Any, text:
     with open(saved, "w") as f:
         f.write(p.stdout)
     assert load(root, saved)._replace(source=None) == load(root)._replace(source=None)
+
+
+def test_a_journal_outside_the_root_is_never_acted_on(tmp_path: Any) -> None:
+    """ROOT/run linked to another tree's run/: revert refuses (exit 2, names the link) instead of
+    restoring knobs from a journal that is not this tree's."""
+    root, out = _tree(tmp_path), _outside(tmp_path)
+    cxlctl("--root", root, "tune", "apply", "cxl-common", check=True)
+    os.rename(os.path.join(root, "run", "cxlctl"), os.path.join(out, "cxlctl"))
+    os.rmdir(os.path.join(root, "run"))
+    os.symlink(out, os.path.join(root, "run"))
+    p = cxlctl("--root", root, "tune", "revert")
+    assert p.returncode == 2 and f"{root}/run is a link leading out of the root" in p.stderr, p.stderr
+    assert _read(root + SWAPPINESS) == "10\n" and _files(out) == ["cxlctl", "cxlctl/journal.json", "cxlctl/lock"]

@@ -29,14 +29,16 @@ Per-entry values:
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, remove
-from cxlctl.hostio.reader import Reader, Refused, read_bounded
+from cxlctl.hostio.reader import Reader, Refused, fence_of, read_bounded
 from cxlctl.hostio.root import under
+from cxlctl.hostio.write import outside
 
 SCHEMA = 1
 RUN_DIR = paths.RUN_DIR
@@ -200,11 +202,15 @@ def from_json(d: Any) -> Journal:
 def load(root: str) -> Optional[Journal]:
     """The journal, None when there is none; :class:`JournalCorrupt` when unreadable."""
     path = under(root, JOURNAL)
+    fence = fence_of(root)
     try:
-        raw = read_bounded(path, limit=64 << 20)
+        raw = read_bounded(path, fence, limit=64 << 20)
     except FileNotFoundError:
         return None
     except Refused as e:
+        if fence is not None and not fence.holds(os.path.realpath(path)):
+            # another tree's journal (ROOT/run linked out): never act on it, name the link (exit 2)
+            raise outside(fence, path) from None
         raise JournalCorrupt(path, e.reason) from None
     except OSError as e:
         raise JournalCorrupt(path, e.strerror or str(e)) from None
