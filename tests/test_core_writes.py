@@ -297,7 +297,7 @@ level = "debug"
 
 @pytest.mark.parametrize("text", ["", FULL], ids=["defaults", "full"])
 def test_daemon_config_prints_toml_that_reads_back_the_same(tmp_path: Any, text: str) -> None:
-    from cxlctl.daemon.config import load
+    from cxlctl.config import load
     from cxlctl.hostio import toml
 
     root = _tree(tmp_path)
