@@ -20,14 +20,14 @@ import pytest
 from cxlctl.hostio import write as hw
 from cxlctl.hostio.atomic import atomic_write, remove
 from cxlctl.hostio.lock import TuneLock
-from tests.conftest import FIXTURES, REPO, copy_tree, cxlctl
+from tests.kit import FIXTURES, REPO, cli, copy_fixture
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 SWAPPINESS = "/proc/sys/vm/swappiness"
 
 
 def _tree(tmp_path: Any, src: str = REGION) -> str:
-    return copy_tree(src, str(tmp_path / "root"))
+    return copy_fixture(src, str(tmp_path / "root"))
 
 
 def _outside(tmp_path: Any) -> str:
@@ -58,7 +58,7 @@ def test_linked_run_writes_nothing_outside_the_root(tmp_path: Any) -> None:
     root, out = _tree(tmp_path), _outside(tmp_path)
     os.symlink(out, os.path.join(root, "run"))
     before = _read(root + SWAPPINESS)
-    p = cxlctl("--root", root, "tune", "apply", "cxl-common")
+    p = cli("--root", root, "tune", "apply", "cxl-common")
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"{root}/run is a link leading out of the root" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
@@ -82,7 +82,7 @@ def test_linked_knob_is_refused_before_any_write(tmp_path: Any) -> None:
         preflight(root, ["/proc/sys/vm/zone_reclaim_mode", SWAPPINESS], {"vm.swappiness"}, "apply")
     assert str(e.value).startswith(f"{root}{SWAPPINESS} is a link leading out of the root (to {target})")
     assert e.value.code == 2 and not os.path.exists(os.path.join(root, "run"))
-    p = cxlctl("--root", root, "tune", "apply", "cxl-common")
+    p = cli("--root", root, "tune", "apply", "cxl-common")
     assert "Traceback" not in p.stderr
     assert _read(target) == "60\n" and _files(out) == ["swappiness"]
 
@@ -138,7 +138,7 @@ def test_linked_persist_directory_refuses_the_apply(tmp_path: Any) -> None:
     os.makedirs(root + "/etc", exist_ok=True)
     os.symlink(out, root + "/etc/sysctl.d")
     before = _read(root + SWAPPINESS)
-    p = cxlctl("--root", root, "tune", "apply", "--persist", "cxl-common")
+    p = cli("--root", root, "tune", "apply", "--persist", "cxl-common")
     assert p.returncode == 2 and f"{root}/etc/sysctl.d is a link leading out of the root" in p.stderr, p.stderr
     assert _files(out) == [] and _read(root + SWAPPINESS) == before
     assert not os.path.exists(root + "/run")
@@ -149,10 +149,10 @@ def test_linked_persist_directory_refuses_the_apply(tmp_path: Any) -> None:
 
 def test_persist_and_revert_messages_name_the_files_under_the_root(tmp_path: Any) -> None:
     root = _tree(tmp_path)
-    p = cxlctl("--root", root, "tune", "apply", "--persist", "cxl-common", check=True)
+    p = cli("--root", root, "tune", "apply", "--persist", "cxl-common", check=True)
     assert f"persisted: {root}/etc/sysctl.d/90-cxlctl.conf" in p.stdout, p.stdout
     assert "persisted: /etc/" not in p.stdout
-    p = cxlctl("--root", root, "tune", "revert", check=True)
+    p = cli("--root", root, "tune", "revert", check=True)
     assert f"removed: {root}/etc/sysctl.d/90-cxlctl.conf" in p.stdout, p.stdout
 
 
@@ -200,7 +200,7 @@ def test_refusals_exit_2_and_write_nothing(tmp_path: Any, args: Any) -> None:
     if args[0] in ("region", "dax") and os.geteuid() != 0:
         pytest.skip("as a user, the root check refuses first")
     root = _tree(tmp_path)
-    p = cxlctl("--root", root, *args)
+    p = cli("--root", root, *args)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr and p.stderr.startswith("cxlctl: error: ")
     assert not os.path.exists(os.path.join(root, "run")), _files(os.path.join(root, "run"))
@@ -213,7 +213,7 @@ def test_refusals_exit_2_and_write_nothing(tmp_path: Any, args: Any) -> None:
 def test_bad_lock_wait_is_a_usage_error(tmp_path: Any, value: str) -> None:
     root = _tree(tmp_path)
     before = _read(root + SWAPPINESS)
-    p = cxlctl("--root", root, "tune", "apply", "cxl-common", env={"CXLCTL_LOCK_WAIT": value})
+    p = cli("--root", root, "tune", "apply", "cxl-common", env={"CXLCTL_LOCK_WAIT": value})
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"CXLCTL_LOCK_WAIT={value!r} is not a number of seconds" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr
@@ -222,7 +222,7 @@ def test_bad_lock_wait_is_a_usage_error(tmp_path: Any, value: str) -> None:
 
 def test_good_lock_wait_is_taken(tmp_path: Any) -> None:
     root = _tree(tmp_path)
-    cxlctl("--root", root, "tune", "apply", "cxl-common", env={"CXLCTL_LOCK_WAIT": "0.5"}, check=True)
+    cli("--root", root, "tune", "apply", "cxl-common", env={"CXLCTL_LOCK_WAIT": "0.5"}, check=True)
     assert _read(root + SWAPPINESS) == "10\n"
 
 
@@ -238,7 +238,7 @@ def test_empty_profile_file_is_an_error(tmp_path: Any, text: str) -> None:
         f.write(text)
     before = _read(root + SWAPPINESS)
     for ref in ("empty", pdir + "/empty.toml"):
-        p = cxlctl("--root", root, "tune", "apply", ref)
+        p = cli("--root", root, "tune", "apply", ref)
         assert p.returncode == 2, p.stdout + p.stderr
         assert f"bad profile {pdir}/empty.toml: the file is empty" in p.stderr, p.stderr
     assert _read(root + SWAPPINESS) == before and not os.path.exists(root + "/run")
@@ -257,12 +257,12 @@ def test_daemon_config_naming_a_missing_profile_exits_2(tmp_path: Any) -> None:
     root = _tree(tmp_path)
     _config(root, 'profile = "no-such-profile"\n')
     for args in (("daemon", "config"), ("daemon", "run", "--once")):
-        p = cxlctl("--root", root, *args)
+        p = cli("--root", root, *args)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert "profile: cannot use profile 'no-such-profile'" in p.stderr, p.stderr
         assert "known profiles:" in p.stderr and "Traceback" not in p.stderr
     _config(root, 'profile = "cxl-common"\n')
-    cxlctl("--root", root, "daemon", "config", check=True)
+    cli("--root", root, "daemon", "config", check=True)
 
 
 def test_daemon_once_fails_when_its_profile_cannot_be_enforced(tmp_path: Any) -> None:
@@ -272,7 +272,7 @@ def test_daemon_once_fails_when_its_profile_cannot_be_enforced(tmp_path: Any) ->
     os.makedirs(root + "/var/lib/cxlctl")
     with open(root + "/var/lib/cxlctl/active-profile", "w") as f:
         json.dump({"schema": 1, "profile": "gone", "source": "/etc/cxlctl/profiles/gone.toml"}, f)
-    p = cxlctl("--root", root, "daemon", "run", "--once")
+    p = cli("--root", root, "daemon", "run", "--once")
     assert p.returncode == 1, p.stderr
     assert "profile gone could not be enforced" in p.stderr, p.stderr
 
@@ -303,7 +303,7 @@ def test_daemon_config_prints_toml_that_reads_back_the_same(tmp_path: Any, text:
     root = _tree(tmp_path)
     if text:
         _config(root, text)
-    p = cxlctl("--root", root, "daemon", "config", check=True)
+    p = cli("--root", root, "daemon", "config", check=True)
     assert "None" not in p.stdout and "()" not in p.stdout and "True" not in p.stdout
     doc: Dict[str, Any] = toml.loads(p.stdout)
     assert "reconcile" in doc and "debounce_ms" in doc["reconcile"]
@@ -317,10 +317,10 @@ def test_a_journal_outside_the_root_is_never_acted_on(tmp_path: Any) -> None:
     """ROOT/run linked to another tree's run/: revert refuses (exit 2, names the link) instead of
     restoring knobs from a journal that is not this tree's."""
     root, out = _tree(tmp_path), _outside(tmp_path)
-    cxlctl("--root", root, "tune", "apply", "cxl-common", check=True)
+    cli("--root", root, "tune", "apply", "cxl-common", check=True)
     os.rename(os.path.join(root, "run", "cxlctl"), os.path.join(out, "cxlctl"))
     os.rmdir(os.path.join(root, "run"))
     os.symlink(out, os.path.join(root, "run"))
-    p = cxlctl("--root", root, "tune", "revert")
+    p = cli("--root", root, "tune", "revert")
     assert p.returncode == 2 and f"{root}/run is a link leading out of the root" in p.stderr, p.stderr
     assert _read(root + SWAPPINESS) == "10\n" and _files(out) == ["cxlctl", "cxlctl/journal.json", "cxlctl/lock"]
