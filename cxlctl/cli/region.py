@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.parse import decimal_suffix
 
 from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
-from .params import Command, argument
+from .params import Command, argument, integer
 
 if TYPE_CHECKING:
     from cxlctl.model import Inventory
@@ -38,7 +38,12 @@ MEMDEVS_OPT = typer.Option(
     None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them)."
 )
 WAYS_OPT = typer.Option(
-    None, "--ways", "-w", metavar="N", help="Number of memdevs; without --memdevs, cxlctl picks free ones."
+    None,
+    "--ways",
+    "-w",
+    metavar="N",
+    parser=integer(1),
+    help="Number of memdevs; without --memdevs, cxlctl picks free ones.",
 )
 SIZE_OPT = typer.Option(
     None, "--size", "-s", metavar="SIZE", help="Region size, K/M/G/T = powers of 1024 (default: all that fits)."

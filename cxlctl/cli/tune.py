@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument
+from .params import Command, argument, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -241,7 +241,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
         c.print(ct)
 
 
-@tune_app.command("plan")
+@tune_app.command("plan", cls=Command)
 def plan_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -286,7 +286,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     c.print(t)
 
 
-@tune_app.command("apply")
+@tune_app.command("apply", cls=Command)
 def apply_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -348,7 +348,7 @@ def _render_apply(res: ApplyResult) -> None:
 # ---------------------------------------------------------------------------- verify / revert / status
 
 
-@tune_app.command("verify")
+@tune_app.command("verify", cls=Command)
 def verify_cmd(
     profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
@@ -524,7 +524,11 @@ def _term(signum: int, frame: Any) -> None:
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
     timeout: float = typer.Option(
-        DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
+        DEFAULT_TRY_TIMEOUT,
+        "--timeout",
+        metavar="SECONDS",
+        parser=seconds,
+        help="How long to wait for confirmation (default 120).",
     ),
     beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
