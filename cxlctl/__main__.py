@@ -59,9 +59,9 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
         if not isinstance(e, CxlctlError):  # a bug: the same one-line report as cli.run, never a traceback
             if os.environ.get("CXLCTL_DEBUG"):
                 raise
-            e = CxlctlError(
-                f"internal error: {type(e).__name__}: {e}", hint="rerun with CXLCTL_DEBUG=1 for a traceback"
-            )
+            from .errors import InternalError
+
+            e = InternalError(e)
         from .errors import json_error
 
         sys.stderr.write(e.render() + "\n")

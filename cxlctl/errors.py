@@ -31,6 +31,19 @@ class UsageError(CxlctlError):
         super().__init__(message, code=EXIT_USAGE, hint=hint)
 
 
+class InternalError(CxlctlError):
+    """A bug met while running a command: one line naming the exception, never a traceback
+    (``CXLCTL_DEBUG=1`` lets it through instead)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"internal error: {type(cause).__name__}: {cause}", hint="rerun with CXLCTL_DEBUG=1 for a traceback"
+        )
+
+    def render(self) -> str:
+        return f"cxlctl: {self}\n  {self.hint}"
+
+
 class StdoutError(CxlctlError):
     """stdout cannot take the output: closed (``>&-``), full (``>/dev/full``), or the reader left.
 

@@ -186,8 +186,9 @@ def test_record_onto_a_file_or_nothing_is_a_usage_error(tmp_path: Any) -> None:
 def _error_doc(stdout: str, rc: int) -> Dict[str, Any]:
     doc: Dict[str, Any] = json.loads(stdout)  # exactly one document
     assert doc["schema_version"] == 1 and set(doc) == {"schema_version", "error"}, doc
-    assert set(doc["error"]) == {"message", "hint", "exit"} and doc["error"]["exit"] == rc, doc
-    return doc["error"]
+    err: Dict[str, Any] = doc["error"]
+    assert set(err) == {"message", "hint", "exit"} and err["exit"] == rc, doc
+    return err
 
 
 @pytest.mark.parametrize(
@@ -286,7 +287,9 @@ def test_a_memdev_named_twice_is_refused() -> None:
 
 
 def test_zone_with_devdax_is_refused() -> None:
-    p = cxlctl("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax", "--zone", "movable")
+    p = cxlctl(
+        "--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax", "--zone", "movable"
+    )
     assert p.returncode == 2, p.stdout
     _one_error_line(p.stderr)
     assert "--zone movable has no effect with --online devdax" in p.stderr
@@ -318,7 +321,20 @@ def test_model_config_is_read_bounded(kind: str, tmp_path: Any) -> None:
     elif kind == "huge":
         with open(path, "w") as f:
             f.write('{"pad": "' + "x" * (4 << 20) + '"}')
-    argv = ["--root", REGION, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--model-config", path, "--", "serve", "m"]
+    argv = [
+        "--root",
+        REGION,
+        "launch",
+        "vllm",
+        "--kv-size",
+        "1G",
+        "--dry-run",
+        "--model-config",
+        path,
+        "--",
+        "serve",
+        "m",
+    ]
     p = _bounded(argv)
     assert p is not None, f"--model-config {path} did not return within 30 s"
     assert p.returncode == 2, (p.returncode, p.stderr)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Text
 
 import typer
 
-from cxlctl.errors import EXIT_USAGE, CxlctlError, StdoutError, UsageError, json_error
+from cxlctl.errors import EXIT_USAGE, CxlctlError, InternalError, StdoutError, UsageError, json_error
 from cxlctl.progress import ProgressFn
 
 from .params import seconds
@@ -292,9 +292,7 @@ def _run(app: typer.Typer, argv: List[str]) -> int:
     except Exception as e:  # real bugs
         if os.environ.get("CXLCTL_DEBUG"):
             raise
-        raise CxlctlError(
-            f"internal error: {type(e).__name__}: {e}", hint="rerun with CXLCTL_DEBUG=1 for a traceback"
-        ) from None
+        raise InternalError(e) from None
     if isinstance(rv, int) and not isinstance(rv, bool):
         return rv
     return 0
