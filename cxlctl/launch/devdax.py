@@ -26,13 +26,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.root import under
 from cxlctl.model import DaxDevice, Inventory
 from cxlctl.parse import format_size, is_decimal
+
+from .engine_args import has_opt, opt_value, version_tuple
 
 #: first Mooncake release whose transfer engine reads MC_CXL_DEV_PATH (PR #670, v0.3.6)
 MOONCAKE_CXL_SINCE = (0, 3, 6)
@@ -189,8 +190,6 @@ def lmcache_args(
     args: List[str], flags: Sequence[str], known: bool, dd: Devdax, notes: List[str], version: Optional[str]
 ) -> List[str]:
     """The flags that put LMCache's L1 on the device; ``args`` is extended in place, returns what was added."""
-    from .engines import has_opt, opt_value
-
     fl = set(flags)
     if known and "--l1-devdax-path" not in fl:
         raise UsageError(
@@ -245,15 +244,14 @@ def lmcache_args(
 def mooncake_version(python: str, env: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
     """(version, error) of mooncake-transfer-engine as ``python`` sees it."""
     code = f"import importlib.metadata as m; print(m.version({MOONCAKE_DIST!r}))"
+    from cxlctl.hostio import tools
+
     try:
-        p = subprocess.run(
-            [python, "-c", code], capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
+        p = tools.run([python, "-c", code], env=env, timeout=60, check=False)
+    except tools.ToolError as e:
         return None, str(e)
     if p.returncode != 0:
-        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"{MOONCAKE_DIST} is not installed for {python} ({last})"
+        return None, f"{MOONCAKE_DIST} is not installed for {python} ({tools.gist(p.stderr) or 'no output'})"
     out = p.stdout.strip().splitlines()
     return (out[-1].strip() if out else None), None
 
@@ -262,8 +260,6 @@ def mooncake_env(
     dd: Devdax, version: Optional[str], environ: Dict[str, str], notes: List[str], warnings: List[str]
 ) -> Dict[str, str]:
     """The MC_CXL_* variables for Mooncake's CXL transport (UsageError for a release without it)."""
-    from .engines import version_tuple
-
     ver = version_tuple(version)
     if ver is not None and ver < MOONCAKE_CXL_SINCE:
         raise UsageError(

@@ -29,13 +29,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from typing import TYPE_CHECKING, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio import tools
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.parse import format_size
 
+from .engine_args import has_opt, opt_value, version_tuple
 from .kvsize import GIB, gib
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ VLLM_NO_SWAP_SPACE_SINCE = (0, 18)
 NUMA_BIND_FLAGS = ("--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus")
 LMCACHE_CONNECTOR = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 HELP_TIMEOUT = 300.0
+#: bytes of a probe's output kept: help texts are long, and a cut one loses flags
+PROBE_MAX_OUTPUT = 8 << 20
 
 
 class Features(NamedTuple):
@@ -125,15 +128,6 @@ class EngineArgs(NamedTuple):
     kv_cache_dtype: Optional[str]
 
 
-def version_tuple(v: Optional[str]) -> Optional[Tuple[int, ...]]:
-    if not v:
-        return None
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", v.strip())
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups() if x is not None)
-
-
 # --------------------------------------------------------------------------- feature detection
 
 
@@ -145,15 +139,12 @@ def cache_dir(env: Dict[str, str]) -> str:
 
 
 def _run(argv: Sequence[str], env: Dict[str, str], timeout: float) -> Tuple[int, str]:
+    """(status, stdout+stderr) of a probe; -1 and the runner's message when it could not run."""
     try:
-        p = subprocess.run(
-            list(argv), capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout:.0f} s"
-    except OSError as e:
-        return -1, e.strerror or str(e)
-    return p.returncode, p.stdout + p.stderr
+        res = tools.run(argv, timeout=timeout, env=env, max_output=PROBE_MAX_OUTPUT, check=False)
+    except tools.ToolError as e:
+        return -1, str(e)
+    return res.returncode, res.output
 
 
 def _flags(text: str) -> FrozenSet[str]:
@@ -223,22 +214,6 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
 
 
 # --------------------------------------------------------------------------- argument helpers
-
-
-def opt_value(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
-    """Value of the last ``--name V`` / ``--name=V`` among ``args``."""
-    val = None
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                val = args[i + 1]
-            elif a.startswith(n + "="):
-                val = a[len(n) + 1 :]
-    return val
-
-
-def has_opt(args: Sequence[str], names: Sequence[str]) -> bool:
-    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
 def _int_opt(args: Sequence[str], names: Sequence[str], default: int, label: str) -> int:
