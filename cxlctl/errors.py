@@ -70,7 +70,7 @@ def json_error(e: CxlctlError) -> str:
     error path only (the ``status --json`` fast path must not pay for it)."""
     import json
 
-    from .jsonview import SCHEMA_VERSION
+    from .status_json import SCHEMA_VERSION
 
     doc = {"schema_version": SCHEMA_VERSION, "error": {"message": str(e), "hint": e.hint, "exit": e.code}}
     return json.dumps(doc) + "\n"
