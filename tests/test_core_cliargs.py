@@ -103,7 +103,6 @@ def test_the_scan_sees_private_imports(tmp_path: Any) -> None:
     "argv",
     [
         ["region", "plan", "--ways", "٢"],
-        ["region", "plan", "--ways", "0"],
         ["stat", "--count", "٢", "--json"],
         ["stat", "--top", "١", "--json"],
         ["stat", "--pid", "١", "--json"],

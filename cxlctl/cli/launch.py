@@ -475,7 +475,7 @@ def lmcache_cmd(
 
 @policy_app.command("show", cls=Command)
 def show_cmd(
-    pid: int = argument(..., "PID", "Process id.", number=integer(1)),
+    pid: int = argument(..., "PID", "Process id.", number=integer(0)),  # 0: show() says "not a process id"
     json_out: bool = JSON_DOC_OPT,
 ) -> None:
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""

@@ -42,7 +42,7 @@ WAYS_OPT = typer.Option(
     "--ways",
     "-w",
     metavar="N",
-    parser=integer(1),
+    parser=integer(0),  # 0: _request says "must be positive"
     help="Number of memdevs; without --memdevs, cxlctl picks free ones.",
 )
 SIZE_OPT = typer.Option(

@@ -61,7 +61,7 @@ def stat(
         help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service.",
     ),
     pid: Optional[List[int]] = typer.Option(
-        None, "--pid", metavar="PID", parser=integer(1), help="Pages per node of a process (repeat)."
+        None, "--pid", metavar="PID", parser=integer(0), help="Pages per node of a process (repeat)."
     ),
     top: int = typer.Option(
         0, "--top", metavar="N", parser=integer(0), help="Also the N processes with the largest RSS."
