@@ -523,11 +523,11 @@ def _term(signum: int, frame: Any) -> None:
 @tune_app.command("try", cls=Command)
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
-    timeout: float = typer.Option(
-        DEFAULT_TRY_TIMEOUT,
+    timeout_arg: str = typer.Option(
+        f"{DEFAULT_TRY_TIMEOUT:g}",
         "--timeout",
         metavar="SECONDS",
-        parser=seconds,
+        show_default=False,
         help="How long to wait for confirmation (default 120).",
     ),
     beside: bool = BESIDE_OPT,
@@ -535,15 +535,20 @@ def try_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    import math
     import signal
 
     from cxlctl.errors import UsageError
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
+        timeout = seconds(timeout_arg)
+    except typer.BadParameter:
+        timeout = 0.0
+    if timeout <= 0:
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
+        )
     # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
     old = signal.signal(signal.SIGTERM, _term)
     try:
