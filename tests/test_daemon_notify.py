@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import time
 from typing import Any, Dict, Iterator, List, Tuple
@@ -93,13 +94,13 @@ def test_watchdog_env() -> None:
 def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket, str], tmp_path: Any) -> None:
     """The daemon's own loop: READY once after the start-up reconcile, WATCHDOG=1 every half
     WATCHDOG_USEC from the main loop, STATUS updates, STOPPING=1 on SIGTERM."""
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
     s, path = sock
     root = str(tmp_path / "live")
-    cxlctl("record", root, check=True)
+    cli("record", root, check=True)
     env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000", "WATCHDOG_PID": str(os.getpid())}
-    d, fac, cap = make_daemon(root, config(), env=env)
+    d, fac, cap = make_daemon(root, config(), env=env, install_signals=True)
     d.startup()
     first = _drain(s)
     assert any(m.startswith("READY=1\nSTATUS=") for m in first), first
@@ -109,7 +110,8 @@ def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket
     dogs = [m for m in _drain(s) if m == "WATCHDOG=1"]
     # every 0.1 s over 0.55 s: 5, give or take scheduling
     assert 3 <= len(dogs) <= 7, dogs
-    d.request_stop()
+    d._setup_signals()  # as run() does: SIGTERM reaches the loop through its wake-up pipe
+    os.kill(os.getpid(), signal.SIGTERM)  # what systemd sends
     d.step()
     d._shutdown()
     d.close()

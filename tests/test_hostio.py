@@ -25,14 +25,14 @@ from cxlctl.model import MemoryBlock
 from cxlctl.regions import dax
 from cxlctl.tuning.profile import ProfileError
 from cxlctl.tuning.profile import load as load_profile
-from tests.conftest import FIXTURES, copy_tree, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    return copy_tree(REGION, str(tmp_path / "t"))
+    return copy_fixture(REGION, str(tmp_path / "t"))
 
 
 def _memdev_attr(root: str, attr: str) -> str:
@@ -43,7 +43,7 @@ def _memdev_attr(root: str, attr: str) -> str:
 
 
 def _status(root: str) -> Dict[str, Any]:
-    p = cxlctl("--root", root, "status", "--json", timeout=60)
+    p = cli("--root", root, "status", "--json", timeout=60)
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     doc = json.loads(p.stdout)
@@ -285,7 +285,7 @@ def test_block_membership_by_address() -> None:
 def test_knob_read_returns_the_model_knob() -> None:
     r = Reader(REGION)
     ks = objects.knobs(r)
-    assert [k.name for k in ks] == [n for n, _ in paths.KNOB_PATHS]
+    assert [k.name for k in ks] == list(paths.STATUS_KNOBS)
     assert ks == scan(REGION).knobs
 
 

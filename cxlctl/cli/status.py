@@ -25,8 +25,7 @@ def status(
 
         sys.stdout.write(dumps(inv))
         return
-    from rich.console import Console
-
     from cxlctl.render import render_status
+    from cxlctl.term import markup_console
 
-    render_status(inv, Console())
+    render_status(inv, markup_console())
