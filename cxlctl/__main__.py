@@ -16,7 +16,9 @@ import sys
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Tuple
+
+    from .errors import CxlctlError
 
 
 #: the command lines served without typer: each exactly as typer parses it, no other option
@@ -49,18 +51,25 @@ def _fast_args(argv: List[str]) -> Optional[Tuple[List[Optional[str]], Tuple[str
     return (roots, cmd) if cmd in _FAST else None
 
 
-def _json_doc(doc: Dict[str, Any], indent: Optional[int]) -> None:
+def _json_doc(doc: Dict[str, Any], indent: Optional[int]) -> str:
     """What :func:`cxlctl.cli.common.emit_json` writes (tests/test_core_install.py compares them)."""
     import json
 
     from .status_json import SCHEMA_VERSION
 
-    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
+    return json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n"
 
 
-def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
+def _writer(text: str) -> Callable[[], None]:
+    def write() -> None:
+        sys.stdout.write(text)
+
+    return write
+
+
+def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Optional[CxlctlError]]:
     """The command ``cmd`` of :data:`_FAST`, as its typer command (cli/status.py, cli/doctor.py,
-    cli/stat.py) runs it without options."""
+    cli/stat.py) runs it without options: (what writes its output, the error to exit with after it)."""
     if cmd[0] == "status":
         from .inventory import scan
 
@@ -68,36 +77,36 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> None:
         if cmd == ("status", "--json"):
             from .status_json import dumps
 
-            sys.stdout.write(dumps(inv))
-            return
+            text = dumps(inv)
+            return _writer(text), None
         from .render import render_status
         from .term import markup_console
 
-        render_status(inv, markup_console())  # as cli/status.py
-    elif cmd[0] == "doctor":
+        return lambda: render_status(inv, markup_console()), None  # as cli/status.py
+    if cmd[0] == "doctor":
         from .doctor.gather import gather
         from .doctor.report import exit_code, failure, run, to_json
 
         facts = gather(root, engine=None)
         checks = run(facts)
-        _json_doc(to_json(facts, checks), 2)
-        sys.stdout.flush()
-        if exit_code(checks):
-            raise failure(checks)
-    else:  # stat --json: one report, the totals since boot
-        from .hostio.reader import Reader
-        from .telemetry.report import to_dict
-        from .telemetry.sample import node_kinds, read_sample
-        from .telemetry.verdicts import judge
+        text = _json_doc(to_json(facts, checks), 2)
+        return _writer(text), failure(checks) if exit_code(checks) else None
+    # stat --json: one report, the totals since boot
+    from .hostio.reader import Reader
+    from .telemetry.report import to_dict
+    from .telemetry.sample import node_kinds, read_sample
+    from .telemetry.verdicts import judge
 
-        kinds = node_kinds(root)
-        s = read_sample(Reader(root), kinds, nodes=None, cgroups=[], pids=(), top=0)
-        _json_doc(to_dict(s, None, judge(s, None), 0), None)
-        sys.stdout.flush()
+    kinds = node_kinds(root)
+    s = read_sample(Reader(root), kinds, nodes=None, cgroups=[], pids=(), top=0)
+    text = _json_doc(to_dict(s, None, judge(s, None), 0), None)
+    return _writer(text), None
 
 
 def _fast(argv: List[str]) -> Optional[int]:
-    """Run a command line of :data:`_FAST`; None = not ours (typer decides)."""
+    """Run a command line of :data:`_FAST`; None = not ours (typer decides).  Errors as cli.run
+    maps them: the message on stderr, with ``--json`` also a JSON error object on stdout
+    (docs/json-schema.md, "Errors") unless the document was printed; a failing stdout is exit 1."""
     parsed = _fast_args(argv)
     if parsed is None:
         return None
@@ -106,24 +115,41 @@ def _fast(argv: List[str]) -> Optional[int]:
     from .hostio.root import resolve_root
 
     try:
-        _run_fast(cmd, resolve_root(roots[-1] if roots else None))  # click: the last --root wins
-    except CxlctlError as e:
-        sys.stderr.write(e.render() + "\n")
-        return e.code
-    except BrokenPipeError:
-        raise  # entry() handles it
+        write, after = _run_fast(cmd, resolve_root(roots[-1] if roots else None))  # click: the last --root wins
     except KeyboardInterrupt:  # stat's loop ends quietly on Ctrl-C; click reports the others as aborted
         if cmd[0] == "stat":
             return 0
         sys.stderr.write("\ncxlctl: aborted\n")
         return 1
-    except Exception as e:  # a bug: the same one-line report as cli.run, never a traceback
-        if os.environ.get("CXLCTL_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
-        )
-        return 1
+    except Exception as e:
+        if not isinstance(e, CxlctlError):  # a bug: the same one-line report as cli.run, never a traceback
+            if os.environ.get("CXLCTL_DEBUG"):
+                raise
+            from .errors import InternalError
+
+            e = InternalError(e)
+        sys.stderr.write(e.render() + "\n")
+        if cmd[-1] == "--json":
+            from .errors import json_error
+
+            try:
+                sys.stdout.write(json_error(e))
+            except (OSError, ValueError, AttributeError):
+                pass
+        return e.code
+    try:
+        write()
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError) as e:  # closed (None: AttributeError), full, or a left pipe
+        from .errors import StdoutError
+
+        err = StdoutError.of(None if sys.stdout is None else e)
+        if not err.broken_pipe:
+            sys.stderr.write(err.render() + "\n")
+        return err.code
+    if after is not None:
+        sys.stderr.write(after.render() + "\n")
+        return after.code
     return 0
 
 
@@ -138,12 +164,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point (same behaviour as ``python -m cxlctl``)."""
+    """Console-script entry point (same behaviour as ``python -m cxlctl``).
+
+    A stdout that failed (``>/dev/full``, a pipe whose reader left) was reported by the
+    command (exit 1); what it could not take is still buffered, and the interpreter's
+    last flush would fail again (a second message, exit 120): fd 1 becomes /dev/null."""
     try:
-        sys.exit(main())
+        rc = main()
     except BrokenPipeError:  # `cxlctl status --json | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+        rc = 1
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            rc = rc or 1
+    sys.exit(rc)
 
 
 if __name__ == "__main__":
