@@ -9,7 +9,6 @@ object per report (JSON lines).  The reading and judging live in
 from __future__ import annotations
 
 import sys
-import time
 from typing import List, Optional
 
 import typer
@@ -58,10 +57,9 @@ def stat(
     top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
-    from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.report import render_text, to_dict
     from cxlctl.telemetry.sample import cgroup_name, check_cgroup, node_kinds, read_sample
-    from cxlctl.telemetry.verdicts import judge
+    from cxlctl.telemetry.sampler import Sampler, readings
 
     root = host_root()
     every = None if interval is None else interval_option(interval, 0.1, "1 or 0.5")
@@ -88,25 +86,16 @@ def stat(
                 hint="see cxlctl status for the nodes",
             )
     total = count if count is not None else (None if every is not None else 1)
-    prev = None
-    n = 0
     from cxlctl.term import width as term_width
 
     width = term_width()
+    sampler = Sampler(root, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top))
     try:
-        while total is None or n < total:
-            if prev is not None:
-                assert every is not None
-                time.sleep(max(0.0, prev.time + every - time.monotonic()))
-            s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
-            r = None if prev is None else rates(prev, s)
-            verdicts = judge(s, r)
+        for n, (s, r, verdicts) in enumerate(readings(sampler, kinds, every or 0.0, total)):
             if json_out:
                 emit_json(to_dict(s, r, verdicts, n), indent=None)
             else:
                 sys.stdout.write(("\n" if n else "") + render_text(s, r, verdicts, n, width) + "\n")
             sys.stdout.flush()
-            prev = s
-            n += 1
     except KeyboardInterrupt:
         return

@@ -1,0 +1,67 @@
+"""The engine functions the thin CLI calls (issue 19: the CLI parses, calls one function, emits).
+
+* :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List
+
+from cxlctl.inventory import scan
+from cxlctl.telemetry.sample import kinds_of, read_sample
+from cxlctl.telemetry.sampler import Sampler, readings
+from tests.tune_support import LIVE, pristine
+
+
+def _bump(path: str, name: str, by: int) -> int:
+    """Add ``by`` to counter ``name`` of a kernel ``name value`` file; the old value."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    old = 0
+    for i, line in enumerate(lines):
+        k, _, v = line.partition(" ")
+        if k == name:
+            old = int(v)
+            lines[i] = f"{k} {old + by}"
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return old
+
+
+def test_sampler_rates_over_two_recorded_samples() -> None:
+    """First tick: no rates; second: the counter's growth over the samples' time apart."""
+    root = pristine(LIVE)
+    kinds = kinds_of(scan(root).nodes)
+    times = iter([(10.0, 0.0), (12.0, 2.0)])
+    s = Sampler(root, read=lambda r, k: read_sample(r, k, now=next(times)))
+    first = s.tick(kinds)
+    assert first.rates is None
+    _bump(os.path.join(root, "proc/vmstat"), "numa_hint_faults", 300)
+    second = s.tick(kinds)
+    assert second.rates is not None and second.rates.seconds == 2.0
+    assert second.rates.system["numa_hint_faults"] == 150.0
+    assert s.prev is second.sample
+
+
+def test_readings_wait_to_the_previous_sample_time_plus_interval(monkeypatch: Any) -> None:
+    """The first reading at once; each next one sleeps to prev.time + every, so the time the
+    caller spends emitting a report does not make the reports drift apart."""
+    root = pristine(LIVE)
+    clock = [100.0]
+    slept: List[float] = []
+
+    def sleep(t: float) -> None:
+        slept.append(round(t, 6))
+        clock[0] += t
+
+    monkeypatch.setattr("cxlctl.telemetry.sampler.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("cxlctl.telemetry.sampler.time.sleep", sleep)
+    s = Sampler(root, read=lambda r, k: read_sample(r, k, now=(clock[0], clock[0])))
+    got = []
+    for t in readings(s, {}, 1.0, 3):
+        got.append(t)
+        clock[0] += 0.4  # rendering and writing the report
+    assert [t.sample.time for t in got] == [100.0, 101.0, 102.0]
+    assert slept == [0.6, 0.6]
+    assert got[0].rates is None and got[2].rates is not None and got[2].rates.seconds == 1.0
