@@ -42,7 +42,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
-from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
 from cxlctl.tuning import engine, trial
@@ -219,7 +219,7 @@ def _ref(root: str, name: str, source: str) -> str:
 
 def read_persisted(root: str) -> Optional[Tuple[str, str]]:
     """(profile, source) from ``active-profile``; None when absent or unreadable."""
-    text = read_text(root, engine.ACTIVE_PROFILE)
+    text = Reader(root).body(engine.ACTIVE_PROFILE)
     try:
         doc = json.loads(text) if text is not None else None
     except ValueError:

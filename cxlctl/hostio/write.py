@@ -38,12 +38,10 @@ import os
 import sys
 import time
 
-from .reader import Refused, read_bounded
-
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Tuple, Type
+    from typing import Optional, Type
 
 
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ESTALE, errno.ENOTDIR})
@@ -167,16 +165,6 @@ def write_with_retry(host_path: str, text: str, *, index: Optional[int] = None, 
             time.sleep(delay)
             delay *= 4
     return attempts  # pragma: no cover - loop always returns or raises
-
-
-def read_raw(host_path: str) -> Tuple[bool, Optional[str]]:
-    """(exists, content) of a knob file; content None when unreadable or absent."""
-    try:
-        return True, read_bounded(host_path).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return False, None
-    except (OSError, Refused):
-        return os.path.lexists(host_path), None
 
 
 def pause_hook(done: int) -> None:

@@ -19,6 +19,7 @@ within ±10 % of its weight's share (judged from 256 pages on).
 
 from __future__ import annotations
 
+import errno
 import re
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
@@ -26,7 +27,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.proc import status_field
-from cxlctl.hostio.reader import Refused, fence_of, read_bounded, read_text
+from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under
 from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
@@ -106,24 +107,24 @@ def parse_numa_maps(text: str) -> List[Mapping]:
     return out
 
 
-def _read(root: str, path: str, pid: int) -> str:
-    p = under(root, path)  # messages name the file under --root, as the user gave it
+def _proc_file(r: Reader, path: str, pid: int) -> str:
+    """A file of process ``pid`` that must be there; messages name it under --root, as the user gave it."""
     try:
-        return read_bounded(p, fence_of(root), 64 << 20).decode("utf-8", "replace")
-    except Refused as e:
-        raise CxlctlError(f"cannot read {path}: {e.reason}") from None
-    except FileNotFoundError:
-        raise UsageError(f"no process with PID {pid} ({p} does not exist)", hint="check the PID (ps, pgrep)") from None
-    except PermissionError:
-        raise CxlctlError(f"cannot read {p}: permission denied", hint="run as root or as the process' owner") from None
-    except ProcessLookupError:
-        raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
-    except OSError as e:
-        raise CxlctlError(f"cannot read {p}: {e.strerror}") from None
+        b = r.read(path, limit=64 << 20)
+    except Unreadable as e:
+        if e.errno == errno.ESRCH:
+            raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
+        hint = "run as root or as the process' owner" if e.errno == errno.EACCES else ""
+        raise CxlctlError(str(e), hint=hint) from None
+    if b is None:
+        raise UsageError(
+            f"no process with PID {pid} ({under(r.root, path)} does not exist)", hint="check the PID (ps, pgrep)"
+        )
+    return b.decode("utf-8", "replace")
 
 
 def _environ(root: str, pid: int) -> Optional[str]:
-    data = read_text(root, paths.proc_pid(pid, "environ"))
+    data = Reader(root).body(paths.proc_pid(pid, "environ"))
     for item in (data or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             return item[len("CXLCTL_POLICY=") :]
@@ -132,8 +133,9 @@ def _environ(root: str, pid: int) -> Optional[str]:
 
 def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
     out: set[int] = set()
+    r = Reader(root)
     for n in nodes:
-        text = read_text(root, paths.node_dir(n) + "/cpulist")
+        text = r.body(paths.node_dir(n) + "/cpulist")
         if text is None:
             return None
         try:
@@ -145,8 +147,9 @@ def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
 
 def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
     out = {}
+    r = Reader(root)
     for n in nodes:
-        v = (read_text(root, f"{WI_DIR}/node{n}") or "").strip()
+        v = (r.body(f"{WI_DIR}/node{n}") or "").strip()
         if is_decimal(v):
             out[n] = int(v)
     return out
@@ -270,8 +273,9 @@ def show(root: str, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
         raise UsageError(f"PID {pid} is not a process id", hint="give a positive PID")
-    status = _read(root, paths.proc_pid(pid, "status"), pid)
-    maps = parse_numa_maps(_read(root, paths.proc_pid(pid, "numa_maps"), pid))
+    r = Reader(root)
+    status = _proc_file(r, paths.proc_pid(pid, "status"), pid)
+    maps = parse_numa_maps(_proc_file(r, paths.proc_pid(pid, "numa_maps"), pid))
     name = status_field(status, "Name") or "?"
     try:
         mems = parse_nodelist(status_field(status, "Mems_allowed_list") or "", limit=1 << 16)

@@ -325,11 +325,3 @@ def parse_numa_maps_lines(text: str) -> NumaMaps:
                 f_pages = shm.setdefault(file, {})
                 f_pages[node] = f_pages.get(node, 0) + n
     return NumaMaps(pages, nbytes, shm, anon)
-
-
-def parse_cgroup_line(text: str) -> Optional[str]:
-    """The cgroup v2 path in a ``/proc/PID/cgroup`` text (``0::/system.slice/x.service``)."""
-    for line in text.splitlines():
-        if line.startswith("0::"):
-            return line[3:].strip() or "/"
-    return None

@@ -31,7 +31,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
+from cxlctl.hostio.proc import cgroup_of
+from cxlctl.hostio.reader import Reader, Unreadable, Vanished
 from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
 from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
@@ -44,7 +45,6 @@ from .counters import (
     SYSTEM_COUNTERS,
     Counters,
     NumaMaps,
-    parse_cgroup_line,
     parse_keyvals,
     parse_numa_maps,
     parse_numa_stat,
@@ -321,13 +321,12 @@ def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
     if text is None and len(r.notes) > notes and "larger than" in r.notes[-1][1]:
         r.notes.pop()
         try:
-            text = read_bounded(under(r.root, path), fence_of(r.root), NUMA_MAPS_LIMIT).decode("utf-8", "replace")
-        except Refused as e:
+            b = r.read(path, limit=NUMA_MAPS_LIMIT)
+            text = None if b is None else b.decode("utf-8", "replace")
+        except Unreadable as e:
             # tens of thousands of mappings: its placement is not parsed (the report says so in
             # notes; a --pid process shows readable false, a --top one is left out)
             r.notes.append((path, f"{e.reason} (numa_maps bound {NUMA_MAPS_LIMIT >> 20} MiB)"))
-            text = None
-        except OSError:
             text = None
     return None if text is None else parse_numa_maps(text)
 
@@ -343,13 +342,12 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
 def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
 
-    Read with :func:`~cxlctl.hostio.reader.read_text`, not the logging reader:
-    ``cxlctl record`` must never copy a process' environment.
+    Read with a reader of its own, not the logging one: ``cxlctl record`` must
+    never copy a process' environment.
     """
-    from cxlctl.hostio.reader import read_text
     from cxlctl.launch.policy import parse_env_value
 
-    for item in (read_text(root, paths.proc_pid(pid, "environ")) or "").split("\0"):
+    for item in (Reader(root).body(paths.proc_pid(pid, "environ")) or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             a = parse_env_value(item[len("CXLCTL_POLICY=") :])
             return None if a is None else (a.mode, a.nodes)
@@ -362,7 +360,7 @@ def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
     return ProcessSample(
         pid,
         r.text(paths.proc_pid(pid, "comm")),
-        parse_cgroup_line(cg) if cg is not None else None,
+        cgroup_of(cg),
         _rss(r, pid),
         _numa_maps(r, pid),
         asked_policy(r.root, pid) if policy else None,

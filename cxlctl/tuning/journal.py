@@ -36,7 +36,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, sync_directory
-from cxlctl.hostio.reader import Reader, Refused, read_bounded
+from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under
 
 SCHEMA = 1
@@ -202,13 +202,11 @@ def load(root: str) -> Optional[Journal]:
     """The journal, None when there is none; :class:`JournalCorrupt` when unreadable."""
     path = under(root, JOURNAL)
     try:
-        raw = read_bounded(path, limit=64 << 20)
-    except FileNotFoundError:
-        return None
-    except Refused as e:
+        raw = Reader(root).read(JOURNAL, limit=64 << 20)
+    except Unreadable as e:
         raise JournalCorrupt(path, e.reason) from None
-    except OSError as e:
-        raise JournalCorrupt(path, e.strerror or str(e)) from None
+    if raw is None:
+        return None
     try:
         return from_json(json.loads(raw.decode("utf-8")))
     except (ValueError, KeyError, TypeError) as e:
