@@ -66,7 +66,7 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
         )
         return 1
     sys.stdout.write(dumps(inv))
-    return 0
+    return 1 if inv.unknown else 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -24,9 +24,11 @@ def status(
         from cxlctl.jsonview import dumps
 
         sys.stdout.write(dumps(inv))
-        return
-    from rich.console import Console
+    else:
+        from rich.console import Console
 
-    from cxlctl.render import render_status
+        from cxlctl.render import render_status
 
-    render_status(inv, Console())
+        render_status(inv, Console())
+    if inv.unknown:
+        raise typer.Exit(1)

@@ -175,7 +175,7 @@ def parse_numa_stat(text: str) -> Dict[str, Dict[int, int]]:
     out: Dict[str, Dict[int, int]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 2:
+        if len(parts) < 2 or "=" in parts[0]:  # cgroup v1's layout (anon=374 N0=...): not a type name
             continue
         per: Dict[int, int] = {}
         for f in parts[1:]:

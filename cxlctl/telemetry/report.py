@@ -139,6 +139,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
         "nodes": nodes,
         "cxl_traffic": cxl_traffic(s, r),
         "cgroups": cgroups,
+        "cgroups_unavailable": s.cgroups_unavailable,
         "processes": procs,
         "damon": [
             {
@@ -281,6 +282,8 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
     missing = sorted({m for src in sources for m in src["missing"]})
     if missing:
         lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
+    if doc.get("cgroups_unavailable"):
+        lines += _wrap(doc["cgroups_unavailable"], width, "")
     for c in doc["cgroups"]:
         vals = c["counters"] if first else (c["rates"] or {})
         where = " ".join(f"N{k}={size(v)}" for k, v in c["bytes_per_node"].items()) or "no memory.numa_stat"

@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.proc import cgroup_of
+from cxlctl.hostio.proc import cgroup_of, cgroup_v1
 from cxlctl.hostio.reader import Reader, Unreadable, Vanished
 from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
@@ -131,6 +131,13 @@ class Sample(NamedTuple):
     #: no CXL node or one of them is not described (a partial sum would overstate the share used)
     cxl_read_mbps: Optional[int] = None
     cxl_write_mbps: Optional[int] = None
+    #: why no cgroup is reported (:data:`CGROUP_V1`), None when cgroups are read
+    cgroups_unavailable: Optional[str] = None
+
+
+#: what ``top`` and ``stat`` say on a host whose memory controller is on cgroup v1: its
+#: ``memory.numa_stat`` has another layout (``anon=374 N0=...`` in pages), not cgroup v2's
+CGROUP_V1 = "cgroup v1: per-cgroup figures unavailable (they need cgroup v2)"
 
 
 def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
@@ -221,6 +228,10 @@ def cgroup_name(arg: str) -> str:
 
 def check_cgroup(root: str, name: str) -> None:
     """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
+    if cgroup_v1(Reader(root)):
+        raise UsageError(
+            CGROUP_V1, hint="drop --cgroup, or boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
+        )
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
     if not Reader(root).isdir(d):
         raise UsageError(
@@ -234,8 +245,11 @@ def _subdir_of(r: Reader, d: str) -> Callable[[str], bool]:
 
 
 def list_cgroups(r: Reader, limit: int = CGROUP_LIST_LIMIT, depth: int = CGROUP_LIST_DEPTH) -> List[str]:
-    """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them."""
+    """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them;
+    none on a cgroup v1 host (its ``memory/`` hierarchy is not a cgroup v2 tree)."""
     out: List[str] = []
+    if cgroup_v1(r):
+        return out
     level = ["/"]
     for _ in range(depth):
         nxt: List[str] = []
@@ -447,7 +461,10 @@ def read_sample(
             node_samples.append(read_node(r, nid, kinds.get(nid, NodeInfo("other", None))))
         except Vanished:
             notes.append(f"node{nid} went away while it was read")
-    cg_samples = tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
+    v1 = cgroup_v1(r)
+    cg_samples = () if v1 else tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
+    if v1:
+        notes.append(CGROUP_V1)
     for c in cg_samples:
         if not c.readable:
             notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
@@ -486,6 +503,7 @@ def read_sample(
         damon=tuple(read_schemes(r)),
         cxl_read_mbps=bw[0],
         cxl_write_mbps=bw[1],
+        cgroups_unavailable=CGROUP_V1 if v1 else None,
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )
 

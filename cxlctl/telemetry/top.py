@@ -43,6 +43,8 @@ class View(NamedTuple):
     damon: List[Tuple[str, str, Optional[float]]] = []
     #: promotion/demotion MB/s and their share of the CXL nodes' bandwidth (None before the first interval)
     traffic: Optional[str] = None
+    #: why there is no cgroup list (cgroup v1), None when there is one
+    cgroups_note: Optional[str] = None
 
 
 class History:
@@ -135,6 +137,7 @@ def view(
         sort,
         damon[:rows],
         traffic,
+        s.cgroups_unavailable,
     )
 
 
@@ -168,6 +171,8 @@ def plain(v: View, width: int = 80) -> str:
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     if v.traffic:
         lines += textwrap.wrap(v.traffic, width=width, subsequent_indent="  ")
+    if v.cgroups_note:
+        lines += textwrap.wrap(v.cgroups_note, width=width, subsequent_indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
@@ -220,6 +225,9 @@ def rich_view(v: View, width: int = 80) -> Any:
         parts.append(Text(v.traffic))
     name_w = w - 3 * (num + 1)
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
+        if title == "cgroup" and v.cgroups_note:
+            parts.append(Text(_cells(v.cgroups_note, w), style="dim"))
+            continue
         head = _cells(f"{title} (by {dict(SORTS)[v.sort]})", name_w)
         parts.append(Text(f"{head} {'CXL':>{num}} {'DRAM':>{num}} {'total':>{num}}", style="bold"))
         for row in rows:
