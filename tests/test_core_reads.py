@@ -169,3 +169,47 @@ def test_health_takes_the_v2_cgroup_on_a_hybrid_host(tmp_path: Any) -> None:
     procs, unreadable = processes_on(str(tmp_path), {1})
     assert unreadable == 0 and [p["cgroup"] for p in procs] == ["/system.slice/vllm.service"]
     assert cgroups_on(procs) == [{"cgroup": "/system.slice/vllm.service", "bytes": 10 * 4096}]
+
+
+# -- one place for sysfs integers, numa_maps, sizes and the page size -------------------------
+
+
+def test_sysfs_int_is_ascii_only_and_bounded() -> None:
+    from cxlctl.parse import sysfs_int
+
+    assert [sysfs_int(t) for t in ("42\n", " 7 ", "", None, "١٢", "²", "-1", "0x10", "9" * 21)] == [
+        42,
+        7,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert sysfs_int("0x10", base=0) == 16 and sysfs_int("10", base=0) == 10 and sysfs_int("ff", base=16) == 255
+    assert sysfs_int("0x" + "f" * 17, base=0) is None  # beyond 64 bits
+    assert sysfs_int("0x١", base=0) is None
+
+
+def test_numa_maps_parsers_agree_and_take_ascii_digits_only() -> None:
+    from cxlctl.numa_maps import parse_mappings, parse_numa_maps
+
+    text = (
+        "7f00 default anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4\n"
+        "7f10 bind:1 file=/dev/shm/kv mapped=5 N1=5 kernelpagesize_kB=4\n"
+        "7f20 default anon=9 N\u0661=9 kernelpagesize_kB=4\n"
+    )
+    maps = parse_mappings(text)
+    assert [m.pages for m in maps] == [{0: 2, 1: 1}, {1: 5}, {}]  # "N١=9" is no node
+    summary = parse_numa_maps(text)
+    assert summary.pages == {0: 2, 1: 6} and summary.shm == {"/dev/shm/kv": {1: 5}}
+
+
+def test_page_size_is_the_hosts_and_sizes_format_in_one_place() -> None:
+    from cxlctl.parse import PAGE_SIZE, format_size
+
+    assert PAGE_SIZE == os.sysconf("SC_PAGE_SIZE")
+    assert format_size(None) == "-" and format_size(None, unknown="size unknown") == "size unknown"
+    assert format_size(3 << 30) == "3 GiB"

@@ -8,10 +8,10 @@ import pytest
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.proc import cgroup_of as parse_cgroup_line
+from cxlctl.numa_maps import parse_numa_maps
 from cxlctl.telemetry.counters import (
     NODE_COUNTERS,
     parse_keyvals,
-    parse_numa_maps,
     parse_numa_stat,
     pick,
     resident_per_node,

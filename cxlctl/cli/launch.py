@@ -499,7 +499,7 @@ def _render_proof(rep: Dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from cxlctl.parse import format_nodelist, format_size
+    from cxlctl.parse import PAGE_SIZE, format_nodelist, format_size
 
     c = Console(highlight=False)
     pol = rep["policy"]
@@ -520,9 +520,9 @@ def _render_proof(rep: Dict[str, Any]) -> None:
         a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
         t.add_row(
             str(n),
-            f"{a} ({format_size(a * 4096)})",
-            f"{f} ({format_size(f * 4096)})",
-            f"{tot} ({format_size(tot * 4096)})",
+            f"{a} ({format_size(a * PAGE_SIZE)})",
+            f"{f} ({format_size(f * PAGE_SIZE)})",
+            f"{tot} ({format_size(tot * PAGE_SIZE)})",
             f"{a / anon_total:.1%}",
         )
     c.print(t)

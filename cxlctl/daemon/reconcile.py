@@ -45,6 +45,7 @@ from cxlctl.hostio.objects import blocks_of, set_block_state
 from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
+from cxlctl.parse import format_size
 from cxlctl.tuning import engine, trial
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.profile import Profile, candidates, from_data
@@ -55,7 +56,6 @@ from .config import Config
 from .metrics import DriftCheck, Stats
 
 ONLINE_MODES = ("online", "online_kernel", "online_movable")
-GIB = 1 << 30
 
 
 # ------------------------------------------------------------------------ snapshots and changes
@@ -106,11 +106,7 @@ def snapshot(inv: Inventory) -> Snapshot:
 
 
 def _size(n: Optional[int]) -> str:
-    if n is None:
-        return "size unknown"
-    if n >= GIB:
-        return f"{n / GIB:g} GiB"
-    return f"{n >> 20} MiB"
+    return format_size(n, unknown="size unknown")
 
 
 def _cxl(v: Optional[NodeView]) -> bool:

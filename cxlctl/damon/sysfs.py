@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
-from cxlctl.parse import is_decimal
+from cxlctl.parse import is_decimal, sysfs_int
 
 KDAMONDS = paths.DAMON_KDAMONDS
 NR_KDAMONDS = paths.DAMON_NR_KDAMONDS
@@ -224,17 +224,6 @@ class DamonCaps(NamedTuple):
 # ---------------------------------------------------------------------------- reading
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    """ASCII digits, at most 20 of them (the kernel prints no more than a u64): else None.
-
-    The bound also keeps ``int()`` from raising on a file of more than 4300 digits.
-    """
-    if text is None:
-        return None
-    t = text.strip()
-    return int(t) if is_decimal(t) and len(t) <= 20 else None
-
-
 def _bool(text: Optional[str]) -> Optional[bool]:
     if text is None:
         return None
@@ -269,7 +258,7 @@ class _Walk:
         return t
 
     def num(self, path: str) -> Optional[int]:
-        return _int(self.text(path))
+        return sysfs_int(self.text(path))
 
     def range(self, d: str) -> Range:
         return Range(self.num(d + "/min"), self.num(d + "/max"))
@@ -321,7 +310,7 @@ class _Walk:
         return Scheme(
             id=i,
             action=_word(self.text(d + "/action")),
-            target_nid=_int(self.text(d + "/target_nid")),
+            target_nid=sysfs_int(self.text(d + "/target_nid")),
             apply_interval_us=self.num(d + "/apply_interval_us"),
             sz=self.range(ap + "/sz"),
             nr_accesses=self.range(ap + "/nr_accesses"),
@@ -366,7 +355,7 @@ class _Walk:
             id=i,
             path=d,
             state=state,
-            pid=_int(self.text(d + "/pid")),
+            pid=sysfs_int(self.text(d + "/pid")),
             contexts=tuple(self.entries(d + "/contexts", "nr_contexts", self.context)),
         )
 
@@ -377,7 +366,7 @@ def read_modules(r: Reader) -> Tuple[DamonModule, ...]:
         d = f"{paths.MODULE_DIR}/{name}/parameters"
         if not r.isdir(d):
             continue
-        out.append(DamonModule(name, _bool(r.text(d + "/enabled")), _int(r.text(d + "/kdamond_pid"))))
+        out.append(DamonModule(name, _bool(r.text(d + "/enabled")), sysfs_int(r.text(d + "/kdamond_pid"))))
     return tuple(out)
 
 
@@ -388,7 +377,7 @@ def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
     if not r.isdir(KDAMONDS):
         return DamonState(False, None, (), modules, {})
     w = _Walk(r)
-    nr = _int(w.text(NR_KDAMONDS))
+    nr = sysfs_int(w.text(NR_KDAMONDS))
     kds = tuple(w.kdamond(f"{KDAMONDS}/{n}", int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
     return DamonState(True, nr, kds, modules, w.files)
 

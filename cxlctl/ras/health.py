@@ -196,7 +196,7 @@ def processes_on(root: str, nodes: Set[int], limit: int = 4000) -> Tuple[List[Di
     many processes could not be read (not root, exited)."""
     from cxlctl.hostio.proc import cgroup_of, pids
     from cxlctl.hostio.reader import Reader, Unreadable
-    from cxlctl.launch.proof import parse_numa_maps
+    from cxlctl.numa_maps import parse_mappings
 
     out: List[Dict[str, Any]] = []
     unreadable = 0
@@ -212,7 +212,7 @@ def processes_on(root: str, nodes: Set[int], limit: int = 4000) -> Tuple[List[Di
             unreadable += 1
             continue
         pages: Dict[int, int] = {}
-        for mp in parse_numa_maps(b.decode("utf-8", "replace")):
+        for mp in parse_mappings(b.decode("utf-8", "replace")):
             for n, p in mp.pages.items():
                 if n in nodes:
                     pages[n] = pages.get(n, 0) + p * mp.page_kb * 1024

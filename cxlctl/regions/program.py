@@ -45,7 +45,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
-from cxlctl.parse import format_size, parse_hex, parse_int
+from cxlctl.parse import format_size, sysfs_int
 from cxlctl.progress import ProgressFn
 
 from . import dax as daxmod
@@ -76,15 +76,6 @@ class Created(NamedTuple):
     dax_devices: Tuple[str, ...]
     steps: Tuple[str, ...]
     plan: Plan  # the plan as programmed
-
-
-def _int(text: Optional[str]) -> Optional[int]:
-    if not text:
-        return None
-    try:
-        return parse_int(text) if not text.lower().startswith("0x") else parse_hex(text)
-    except ValueError:
-        return None
 
 
 def _exists(root: str, path: str) -> bool:
@@ -210,7 +201,7 @@ class _Builder:
 
     def _target(self, r: str, t: Target) -> None:
         d = f"{CXL}/{t.decoder}"
-        cur_dpa = _int(self.reader.text(f"{d}/dpa_size")) or 0
+        cur_dpa = sysfs_int(self.reader.text(f"{d}/dpa_size"), base=0) or 0
         if cur_dpa:
             raise KnobError(
                 f"{d}/dpa_size",
@@ -233,9 +224,9 @@ class _Builder:
         p = self.plan
         got = {
             "commit": self.reader.text(f"{r}/commit"),
-            "size": _int(self.reader.text(f"{r}/size")),
-            "ways": _int(self.reader.text(f"{r}/interleave_ways")),
-            "granularity": _int(self.reader.text(f"{r}/interleave_granularity")),
+            "size": sysfs_int(self.reader.text(f"{r}/size"), base=0),
+            "ways": sysfs_int(self.reader.text(f"{r}/interleave_ways"), base=0),
+            "granularity": sysfs_int(self.reader.text(f"{r}/interleave_granularity"), base=0),
         }
         want = {"commit": "1", "size": p.size, "ways": p.ways, "granularity": p.granularity}
         bad = [f"{k} is {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
@@ -245,7 +236,7 @@ class _Builder:
                 bad.append(f"target{t.position} is {v!r}, expected {t.decoder}")
         if bad:
             raise KnobError(r, None, f"{self.region} read back wrong: " + "; ".join(bad))
-        res = _int(self.reader.text(f"{r}/resource"))
+        res = sysfs_int(self.reader.text(f"{r}/resource"), base=0)
         return Created(
             self.region,
             p.root_decoder,
@@ -304,7 +295,7 @@ class _Builder:
         if _exists(self.root, r) and Reader(self.root).isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
-            v = _int(self.reader.text(f"{CXL}/{d}/dpa_size"))
+            v = sysfs_int(self.reader.text(f"{CXL}/{d}/dpa_size"), base=0)
             if v:
                 left.append(f"{d} still has {v:#x} of DPA")
         return left
@@ -390,7 +381,7 @@ def read_region(root: str, name: str) -> RegionState:
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
     real = os.path.realpath(under(root, r))
     rd = os.path.basename(os.path.dirname(real))
-    ways = _int(reader.text(f"{r}/interleave_ways")) or 0
+    ways = sysfs_int(reader.text(f"{r}/interleave_ways"), base=0) or 0
     targets = []
     for i in range(min(ways, 16)):
         v = reader.text(f"{r}/target{i}")
@@ -465,7 +456,7 @@ def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[Prog
         w(f"{r}/target{pos}", "\n", f"clear target{pos}")
         freed.append(dec)
     for dec in sorted(freed, key=lambda d: -int(d.rsplit(".", 1)[1]) if "." in d else 0):
-        if _int(reader.text(f"{CXL}/{dec}/dpa_size")):
+        if sysfs_int(reader.text(f"{CXL}/{dec}/dpa_size"), base=0):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
     _wait(lambda: not reader.isdir(r), 5)

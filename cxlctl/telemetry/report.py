@@ -14,9 +14,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from cxlctl.hostio import paths
 from cxlctl.model import Coordinates
+from cxlctl.parse import PAGE_SIZE
 
 from .rates import Rates, demote_sum
-from .sample import PAGE_SIZE, Sample
+from .sample import Sample
 from .verdicts import Verdict
 
 

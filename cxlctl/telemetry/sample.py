@@ -25,7 +25,6 @@ two reports of ``stat``.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -35,7 +34,8 @@ from cxlctl.hostio.proc import cgroup_of, cgroup_v1
 from cxlctl.hostio.reader import Reader, Unreadable, Vanished
 from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
-from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
+from cxlctl.numa_maps import NumaMaps, parse_numa_maps
+from cxlctl.parse import PAGE_SIZE, decimal_suffix, is_decimal, parse_meminfo, sysfs_int
 
 from .counters import (
     CGROUP_COUNTERS,
@@ -44,9 +44,7 @@ from .counters import (
     NUMA_STAT_RESIDENT,
     SYSTEM_COUNTERS,
     Counters,
-    NumaMaps,
     parse_keyvals,
-    parse_numa_maps,
     parse_numa_stat,
     pick_text,
     resident_per_node,
@@ -283,13 +281,12 @@ def _flag(r: Reader, path: str) -> Optional[bool]:
     return None
 
 
-def _num(r: Reader, path: str) -> Optional[int]:
-    t = r.text(path)
-    return int(t) if t is not None and is_decimal(t) and len(t) < 20 else None
-
-
 def read_settings(r: Reader) -> Settings:
-    return Settings(_flag(r, paths.DEMOTION_ENABLED), _num(r, paths.NUMA_BALANCING), _num(r, paths.PROMOTE_RATE_LIMIT))
+    return Settings(
+        _flag(r, paths.DEMOTION_ENABLED),
+        sysfs_int(r.text(paths.NUMA_BALANCING)),
+        sysfs_int(r.text(paths.PROMOTE_RATE_LIMIT)),
+    )
 
 
 def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
@@ -345,7 +342,6 @@ def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
     return None if text is None else parse_numa_maps(text)
 
 
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PAGE = PAGE_SIZE
 
 
