@@ -293,8 +293,10 @@ class Reader:
             if self._dev_gone(path):
                 raise Vanished(path) from None
             return None
-        except (IsADirectoryError, NotADirectoryError):
+        except NotADirectoryError:  # a component of the path is a file: no such file
             return None
+        except IsADirectoryError:
+            raise Unreadable(path, where, "is a directory", errno.EISDIR) from None
         except PermissionError:
             raise Unreadable(path, where, "permission denied", errno.EACCES) from None
         except OSError as e:
