@@ -51,7 +51,7 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
     from .errors import CxlctlError
     from .hostio.root import resolve_root
     from .inventory import scan
-    from .jsonview import dumps
+    from .status_json import dumps
 
     try:
         inv = scan(resolve_root(root))

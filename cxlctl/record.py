@@ -17,11 +17,12 @@ import platform
 import time
 from typing import Any, Dict, Optional, Sequence, Set
 
+from .hostio import paths
 from .hostio.reader import Reader
 from .hostio.root import under
 from .model import Node
 
-MANIFEST = "cxlctl-record.json"
+MANIFEST = paths.RECORD_MANIFEST.lstrip("/")
 STATUS = "cxlctl-status.json"
 
 
@@ -119,7 +120,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     """Scan ``root`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
     from .inventory import scan
-    from .jsonview import to_dict
+    from .status_json import to_dict
 
     if os.path.exists(dest) and os.listdir(dest) and not force:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
@@ -134,7 +135,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     # record's status document replays exactly
     tel = Reader(root, log=True)
     _telemetry(tel, inv.nodes)
-    from .daemon.nfd import tiering_engine
+    from .k8s.nfd import tiering_engine
 
     tiering_engine(root, reader)  # the NFD tiering label's inputs (a running kdamond) go into the record too
     os.makedirs(dest, exist_ok=True)

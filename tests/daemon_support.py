@@ -26,7 +26,7 @@ import shutil
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from cxlctl.daemon.config import Config, validate
+from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
 from tests.conftest import FIXTURES

@@ -242,9 +242,9 @@ def test_the_package_has_no_import_cycle() -> None:
 def test_no_global_state_in_the_cli(monkeypatch: Any) -> None:
     """The root travels in the click context (``ctx.obj``), not a module global."""
     import cxlctl.cli.app as appmod
+    from cxlctl import config as cfgmod
     from cxlctl.cli import run
     from cxlctl.cli.common import CliState
-    from cxlctl.daemon import config as cfgmod
 
     assert not hasattr(appmod, "STATE")
     fx = os.path.join(REPO, "fixtures", "linux-6.12")

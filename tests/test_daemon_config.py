@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cxlctl.daemon.config import SCHEMA, ConfigError, defaults, load, validate
+from cxlctl.config import SCHEMA, ConfigError, defaults, load, validate
 from tests.conftest import cxlctl
 
 FULL = """

@@ -16,7 +16,7 @@ import os
 import subprocess
 from typing import Any, List, Tuple
 
-from cxlctl.daemon import damon as damon_mod
+from cxlctl.daemon import damon_metrics as damon_mod
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.hostio import write as hw

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, List
 
-from cxlctl.daemon.config import load
+from cxlctl.config import load
 from tests.daemon_support import config, make_daemon, parse_exposition, step_for, step_until
 from tests.tune_support import LIVE, pristine
 

@@ -14,9 +14,9 @@ from typing import Any, Dict
 import pytest
 
 from cxlctl.cli import run
-from cxlctl.daemon import nfd
-from cxlctl.daemon.health import Health, MemdevHealth
 from cxlctl.inventory import scan
+from cxlctl.k8s import nfd
+from cxlctl.ras.health_probe import Health, MemdevHealth
 from tests.conftest import copy_tree, fixture_roots
 from tests.daemon_support import config, make_daemon, work_tree
 

@@ -18,7 +18,7 @@ import pytest
 from cxlctl.daemon import metrics as metrics_mod
 from cxlctl.daemon.metrics import Stats
 from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT, RasWatcher
-from cxlctl.hostio import journal
+from cxlctl.hostio import journald as journal
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 

@@ -348,7 +348,7 @@ def test_a_revert_is_respected_until_the_next_apply(tmp_path: Any, capsys: Any) 
     assert _cli("--root", root, "tune", "revert") == 0
     capsys.readouterr()
     boot = read(root, SWAPPINESS)
-    from cxlctl.daemon.config import load
+    from cxlctl.config import load
 
     d, _, cap = make_daemon(root, load(root))
     try:
@@ -384,7 +384,7 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
     boot = read(root, SWAPPINESS)
     with open(root + "/etc/cxlctl/cxlctl.toml", "w") as f:
         f.write(f'profile = "inference-capacity"\n[shutdown]\nrollback = {json.dumps(rollback)}\n')
-    from cxlctl.daemon.config import load
+    from cxlctl.config import load
 
     cfg = load(root)._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
     d, _, cap = make_daemon(root, cfg)

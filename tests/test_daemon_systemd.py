@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Tuple
 
-from cxlctl.daemon.config import load, validate
+from cxlctl.config import load, validate
 from cxlctl.tuning.knobs import REGISTRY
 from tests.conftest import REPO
 

@@ -27,7 +27,7 @@ from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from cxlctl.tuning.damon import validate
+from cxlctl.tuning.damon_tiering import validate
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
 from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy

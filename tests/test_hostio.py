@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 import pytest
 
-from cxlctl.daemon import config as daemon_config
+from cxlctl import config as daemon_config
 from cxlctl.errors import UsageError
 from cxlctl.hostio import objects, paths, proc, toml
 from cxlctl.hostio.atomic import atomic_write

@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from cxlctl.cli import run
-from cxlctl.daemon import nfd
-from cxlctl.daemon.config import load
+from cxlctl.config import load
 from cxlctl.inventory import scan
+from cxlctl.k8s import nfd
 from tests.conftest import REPO, copy_tree, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
 

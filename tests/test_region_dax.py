@@ -16,7 +16,7 @@ import pytest
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.write import write_knob
-from cxlctl.regions import dax, jsonview
+from cxlctl.regions import dax, region_json
 from tests.conftest import FIXTURES, copy_tree
 
 REGION_TREES = [os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")]
@@ -30,7 +30,7 @@ def test_device_state_agrees_with_daxctl(root: str) -> None:
     bs = dax.block_size(root)
     for p in peer:
         st = dax.read_dax(root, p["chardev"])
-        mine = jsonview.dax_device(st, bs)
+        mine = region_json.dax_device(st, bs)
         for key in ("chardev", "size", "target_node", "mode", "online_memblocks", "total_memblocks", "movable"):
             assert mine[key] == p[key], (key, mine[key], p[key])
         assert st.resource == p["mappings"][0]["start"]

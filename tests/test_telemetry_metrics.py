@@ -23,8 +23,8 @@ from typing import Any, Optional, Set
 
 import pytest
 
+from cxlctl.config import load
 from cxlctl.daemon import metrics
-from cxlctl.daemon.config import load
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.telemetry import Sampler
 from cxlctl.inventory import scan

@@ -16,8 +16,9 @@ from cxlctl.telemetry.counters import (
     pick,
     resident_per_node,
 )
-from cxlctl.telemetry.report import clean, count, size
+from cxlctl.telemetry.report import count, size
 from cxlctl.telemetry.sample import cgroup_name
+from cxlctl.telemetry.verdicts import clean
 
 
 def test_keyvals_skip_odd_lines_and_non_ascii_numbers() -> None:
@@ -80,7 +81,7 @@ def test_short_numbers_and_clean_names() -> None:
 def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:
     """A tiny DAMON sysfs tree (one kdamond, one migrate_cold scheme), written here for this parser."""
     from cxlctl.hostio.reader import Reader
-    from cxlctl.telemetry.damon import read_schemes
+    from cxlctl.telemetry.damon_stats import read_schemes
     from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.report import render_text, to_dict
     from cxlctl.telemetry.sample import read_sample

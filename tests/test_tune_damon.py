@@ -21,7 +21,7 @@ from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.errors import EXIT_DRIFT, EXIT_USAGE
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from cxlctl.tuning.damon import DamonSpec, parse_duration_us, validate
+from cxlctl.tuning.damon_tiering import DamonSpec, parse_duration_us, validate
 from cxlctl.tuning.knobs import read_current
 from cxlctl.tuning.profile import ProfileError, load
 from cxlctl.tuning.recommend import recommend

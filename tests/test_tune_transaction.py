@@ -92,7 +92,7 @@ def test_a_reconcile_pass_scans_once_and_plans_through_one_transaction(tmp_path:
     root = work_copy(SOURCE, str(tmp_path / "root"))
     with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:
         f.write('profile = "t-everything"\n')
-    from cxlctl.daemon.config import load as load_config
+    from cxlctl.config import load as load_config
 
     calls: List[str] = []
     real = cxlctl.inventory.scan

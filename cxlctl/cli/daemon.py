@@ -31,7 +31,7 @@ def run_cmd(
     ),
 ) -> None:
     """Run in the foreground (for systemd Type=notify): reconcile on udev events, watch drift, publish metrics."""
-    from cxlctl.daemon import config as cfgmod
+    from cxlctl import config as cfgmod
     from cxlctl.daemon.loop import Daemon
 
     root = host_root()
@@ -45,7 +45,7 @@ def run_cmd(
 @daemon_app.command("config")
 def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Validate the configuration and print the effective values (exit 2 on a bad file)."""
-    from cxlctl.daemon import config as cfgmod
+    from cxlctl import config as cfgmod
 
     doc = cfgmod.render(cfgmod.load(host_root(), config))
     if json_out:
@@ -62,7 +62,7 @@ def metrics_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Print the Prometheus metrics the daemon would publish now (one scan; writes nothing)."""
-    from cxlctl.daemon import config as cfgmod
+    from cxlctl import config as cfgmod
     from cxlctl.daemon import metrics
     from cxlctl.daemon.oneshot import metrics_view
 
@@ -77,9 +77,9 @@ def metrics_cmd(
 @daemon_app.command("labels")
 def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Print the Node Feature Discovery feature file the daemon would write now (writes nothing)."""
-    from cxlctl.daemon import config as cfgmod
-    from cxlctl.daemon import nfd
+    from cxlctl import config as cfgmod
     from cxlctl.daemon.oneshot import labels
+    from cxlctl.k8s import nfd
 
     root = host_root()
     lbls = labels(root, cfgmod.load(root, config))

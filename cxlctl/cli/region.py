@@ -190,12 +190,12 @@ def plan_cmd(
 ) -> None:
     """Show how a region would be built (positions, decoders, size), or exactly why it cannot be. No root needed."""
     from cxlctl.inventory import scan
-    from cxlctl.regions import jsonview
+    from cxlctl.regions import region_json
 
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
     plans = _plans(scan(host_root()), req, use_all)
     if json_out:
-        emit_json(jsonview.plans(plans))
+        emit_json(region_json.plans(plans))
         return
     for i, p in enumerate(plans):
         _render_plan(p, f"plan {i + 1}/{len(plans)}" if len(plans) > 1 else "plan")
@@ -222,7 +222,7 @@ def create_cmd(
     On any failure every step is undone (targets, DPA, the region itself), so no half-built region remains.
     """
     from cxlctl.inventory import scan
-    from cxlctl.regions import jsonview
+    from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
 
     online = _choice(online, ("system-ram", "devdax"), "--online")
@@ -232,7 +232,7 @@ def create_cmd(
     plans = _plans(scan(root), req, use_all)
     if dry_run:
         if json_out:
-            emit_json(jsonview.dry_run(plans, online, zone))
+            emit_json(region_json.dry_run(plans, online, zone))
         else:
             for i, p in enumerate(plans):
                 _render_plan(p, f"would create {i + 1}/{len(plans)}" if len(plans) > 1 else "would create")
@@ -262,14 +262,14 @@ def create_cmd(
 
 def _report_created(batch: Batch, json_out: bool) -> None:
     from cxlctl.parse import format_size
-    from cxlctl.regions import jsonview
+    from cxlctl.regions import region_json
 
     partial = batch.error is not None
     if json_out:
-        emit_json(jsonview.created_all(batch.built, batch.block_size, complete=not partial))
+        emit_json(region_json.created_all(batch.built, batch.block_size, complete=not partial))
         return
     for b in batch.built:
-        d = jsonview.created(b, batch.block_size)
+        d = region_json.created(b, batch.block_size)
         nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
         daxs = ", ".join(
             f"{x['chardev']} {x['mode']}"
@@ -306,7 +306,7 @@ def destroy_cmd(
     """
     from cxlctl.hostio.lock import TuneLock
     from cxlctl.inventory import scan
-    from cxlctl.regions import jsonview
+    from cxlctl.regions import region_json
     from cxlctl.regions.planner import destroy_blockers
     from cxlctl.regions.program import destroy
 
@@ -330,7 +330,7 @@ def destroy_cmd(
     with TuneLock(root, wait), progress_bar(json_out) as progress:
         d = destroy(root, region, force, logger(verbose), progress)
     if json_out:
-        emit_json(jsonview.destroyed(d))
+        emit_json(region_json.destroyed(d))
         return
     n = sum(len(ids) for _, ids in d.offlined)
     typer.echo(
@@ -371,9 +371,9 @@ def reconfigure_cmd(
 
 
 def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> None:
-    from cxlctl.regions import jsonview
+    from cxlctl.regions import region_json
 
-    doc = jsonview.reconfigured(r, bs)
+    doc = region_json.reconfigured(r, bs)
     if json_out:
         emit_json(doc)
         return

@@ -21,7 +21,7 @@ def status(
 
     inv = scan(host_root())
     if json_out:
-        from cxlctl.jsonview import dumps
+        from cxlctl.status_json import dumps
 
         sys.stdout.write(dumps(inv))
     else:

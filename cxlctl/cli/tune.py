@@ -3,7 +3,7 @@
 Thin on purpose: every command calls one function of :mod:`cxlctl.tuning.engine`
 (or the transaction, trial, profile and recommend modules), then renders the result
 as a rich table or as one JSON document (``--json``, shaped by
-:mod:`cxlctl.tuning.jsonview`), and maps the outcome to an exit code (0 ok, 1
+:mod:`cxlctl.tuning.tune_json`), and maps the outcome to an exit code (0 ok, 1
 failed and rolled back, 2 bad profile/arguments — nothing written, 3 drift, 4
 locked).  Messages go to stderr so ``--json`` output stays parseable.
 
@@ -54,7 +54,7 @@ def _v(x: Optional[str]) -> str:
 @tune_app.callback()
 def _before_any_command() -> None:
     # a `tune try` whose waiting process was killed: revert it once expired, before anything else
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.trial import expire
 
     try:
@@ -98,7 +98,7 @@ def show_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or path to a .toml file."), json_out: bool = JSON_OPT
 ) -> None:
     """Show a profile with its includes resolved: every setting, its value and reason."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.profile import load
 
     p = load(host_root(), profile)
@@ -138,7 +138,7 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 
     rec = recommend(scan(host_root()), read_current(host_root()))
     if json_out:
-        from cxlctl.tuning import jsonview as view
+        from cxlctl.tuning import tune_json as view
 
         _emit(view.recommendation(rec))
         return
@@ -251,7 +251,7 @@ def plan_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show what applying a profile would change: knob, current, desired, reason, reversible."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
     prep = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None).prepared
@@ -300,7 +300,7 @@ def apply_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile: journal the originals, write each knob, roll back on failure, verify."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
     txn = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None)
@@ -354,7 +354,7 @@ def verify_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import verify
 
     res = verify(host_root(), profile)
@@ -393,7 +393,7 @@ def verify_cmd(
 @tune_app.command("revert")
 def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Restore every knob to its value before cxlctl (also after a crashed apply); remove persisted files."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import revert
 
     res = revert(host_root(), wait=wait)
@@ -420,7 +420,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
 @tune_app.command("status")
 def status_cmd(json_out: bool = JSON_OPT) -> None:
     """Active profile, when it was applied, journal state, a pending try, drift summary, lock, persistence."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import status
 
     st = status(host_root())
@@ -535,7 +535,7 @@ def try_cmd(
     import signal
 
     from cxlctl.errors import UsageError
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
     if not math.isfinite(timeout) or timeout <= 0:
@@ -587,8 +587,8 @@ def _await_confirmation(
     """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
     import signal
 
-    from cxlctl.tuning import jsonview as view
     from cxlctl.tuning import trial
+    from cxlctl.tuning import tune_json as view
 
     assert j.trial is not None
     name = res.prepared.plan.profile
@@ -653,7 +653,7 @@ def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[Undo
 @tune_app.command("confirm")
 def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Keep the profile of a pending `tune try` (from any shell); error when no try is pending."""
-    from cxlctl.tuning import jsonview as view
+    from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.trial import confirm
 
     c = confirm(host_root(), wait)

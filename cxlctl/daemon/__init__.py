@@ -2,7 +2,8 @@
 
 Modules: :mod:`.loop` (the poll loop, signals, watchdog), :mod:`.reconcile`
 (rescan, diff, enforce the profile through the tuning engine), :mod:`.notify`
-(sd_notify), :mod:`.config` (``/etc/cxlctl/cxlctl.toml``), :mod:`.metrics`
-(Prometheus), :mod:`.nfd` (Kubernetes node labels), :mod:`.health`
-(``cxl list -H``).  Nothing here is imported by the rest of the CLI.
+(sd_notify), :mod:`.metrics` (Prometheus).  What the daemon shares with the commands
+lives below it: :mod:`cxlctl.config` (``/etc/cxlctl/cxlctl.toml``), :mod:`cxlctl.k8s.nfd`
+(Kubernetes node labels), :mod:`cxlctl.ras.health_probe` (``cxl list -H``).  Nothing
+outside the daemon and the CLI imports this package (tests/test_core_structure.py).
 """

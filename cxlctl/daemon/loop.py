@@ -39,14 +39,14 @@ import time
 from types import FrameType
 from typing import Any, Callable, Dict, Optional, Protocol
 
+from cxlctl import config as config_mod
+from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.root import under
+from cxlctl.k8s import nfd as nfd_mod
+from cxlctl.ras import health_probe as health_mod
 
-from . import config as config_mod
-from . import health as health_mod
 from . import metrics as metrics_mod
-from . import nfd as nfd_mod
-from .config import Config
 from .metrics import MetricsServer, Stats, View
 from .notify import Notifier
 from .reconcile import Reconciler
@@ -164,7 +164,7 @@ class Daemon:
         self.health: Optional[health_mod.Health] = None
         self.sampler = Sampler(root, cfg.telemetry_cgroups)
         self.telemetry: Optional[Telemetry] = None
-        self.damon: Optional[Any] = None  # cxlctl.daemon.damon.DamonView: kdamonds and scheme stats
+        self.damon: Optional[Any] = None  # cxlctl.daemon.damon_metrics.DamonView: kdamonds and scheme stats
         self.ready = False
         self.body = b""
         self.deadlines: Dict[str, float] = {}
@@ -500,7 +500,7 @@ class Daemon:
 
     def _collect_damon(self) -> None:
         """DAMON kdamonds and scheme stats for the metrics (refreshing only cxlctl's kdamonds)."""
-        from . import damon as damon_mod
+        from . import damon_metrics as damon_mod
 
         try:
             self.damon = damon_mod.collect(self.root, self.rec.inventory, self.log)

@@ -29,11 +29,10 @@ from cxlctl import __version__
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.model import Inventory
-
-from .health import Health
+from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
-    from .damon import DamonView
+    from .damon_metrics import DamonView
     from .telemetry import Telemetry
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

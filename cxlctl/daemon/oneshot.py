@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 from typing import Dict
 
-from cxlctl.daemon import health, nfd
-from cxlctl.daemon.config import Config
+from cxlctl.config import Config
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.reconcile import Reconciler, resolve_target
+from cxlctl.k8s import nfd
+from cxlctl.ras import health_probe as health
 
 #: reconciler target states the metrics name as such; anything else counts as observing
 _PUBLISHED_STATES = ("applied", "reverted", "needs-attention")
@@ -38,7 +39,7 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
         from .telemetry import Sampler
 
         tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
-    from .damon import collect
+    from .damon_metrics import collect
 
     damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
     return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon)

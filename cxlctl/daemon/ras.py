@@ -156,7 +156,7 @@ class RasWatcher:
     def _send(self, fields: Dict[str, object]) -> bool:
         if self._journal is not None:
             return bool(self._journal(fields))  # type: ignore[operator]
-        from cxlctl.hostio.journal import send
+        from cxlctl.hostio.journald import send
 
         return send(fields, self.root)
 

@@ -39,6 +39,7 @@ import os
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
@@ -52,7 +53,6 @@ from cxlctl.tuning.profile import Profile, candidates, from_data
 from cxlctl.tuning.profile import load as load_profile
 from cxlctl.tuning.transaction import Transaction
 
-from .config import Config
 from .metrics import DriftCheck, Stats
 
 ONLINE_MODES = ("online", "online_kernel", "online_movable")

@@ -5,7 +5,7 @@
 watermarks, filters and statistics), the DAMON modules that run kdamonds of their
 own (DAMON_RECLAIM, DAMON_LRU_SORT, DAMON_STAT), and probes what the kernel can do
 (``migrate_hot``/``migrate_cold``, quota goals on node memory).  It writes nothing:
-the tuning engine (:mod:`cxlctl.tuning.damon`) plans and journals the writes, and the
+the tuning engine (:mod:`cxlctl.tuning.damon_tiering`) plans and journals the writes, and the
 telemetry commands may show the scheme statistics it returns.
 """
 

@@ -21,7 +21,6 @@ from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
 from cxlctl.kconfig import read_config
 from cxlctl.model import Inventory
-from cxlctl.record import MANIFEST
 
 from . import probes as pr
 from .model import Facts, Probe
@@ -130,7 +129,7 @@ def _as_root(root: str) -> bool:
     """Whether root-only files were readable: this process' euid live, the record's own word on replay."""
     if root == "/":
         return os.geteuid() == 0
-    text = Reader(root).body("/" + MANIFEST)
+    text = Reader(root).body(paths.RECORD_MANIFEST)
     try:
         return bool(json.loads(text or "{}").get("as_root"))
     except (ValueError, AttributeError):
@@ -165,7 +164,8 @@ def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
 def _nfd_labels(root: str, r: Reader) -> Optional[str]:
     """The Node Feature Discovery file the daemon rewrites on every rescan (its one state file),
     in the directory its configuration names; None when labels are off or the file is absent."""
-    from cxlctl.daemon import config, nfd
+    from cxlctl import config
+    from cxlctl.k8s import nfd
 
     try:
         cfg = config.load(root)

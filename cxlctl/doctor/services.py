@@ -394,7 +394,7 @@ def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Chec
             else:
                 out.append(Check(S, "services.daemon", NOTE, f"{pr.UNIT} is {state} ({sub}), main pid {pid}", ev))
     if f.nfd_labels is not None:
-        from cxlctl.daemon import nfd
+        from cxlctl.k8s import nfd
 
         exp = nfd.expiry_of(f.nfd_labels)
         path = f"{paths.NFD_DIR}/{nfd.FILE_NAME}"

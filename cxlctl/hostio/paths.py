@@ -115,6 +115,8 @@ STATE_DIR = "/var/lib/cxlctl"
 ACTIVE_PROFILE = STATE_DIR + "/active-profile"
 CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
 USER_PROFILE_DIR = "/etc/cxlctl/profiles"
+#: the manifest at the top of a tree ``cxlctl record`` wrote (``doctor`` reads it on replay)
+RECORD_MANIFEST = "/cxlctl-record.json"
 
 # -- other software's configuration that cxlctl reads or writes -----------------------------
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"

@@ -34,6 +34,8 @@ from cxlctl.hostio.root import under
 from cxlctl.model import DaxDevice, Inventory
 from cxlctl.parse import format_size, is_decimal
 
+from .engine_args import has_opt, opt_value, version_tuple
+
 #: first Mooncake release whose transfer engine reads MC_CXL_DEV_PATH (PR #670, v0.3.6)
 MOONCAKE_CXL_SINCE = (0, 3, 6)
 MOONCAKE_DIST = "mooncake-transfer-engine"
@@ -189,8 +191,6 @@ def lmcache_args(
     args: List[str], flags: Sequence[str], known: bool, dd: Devdax, notes: List[str], version: Optional[str]
 ) -> List[str]:
     """The flags that put LMCache's L1 on the device; ``args`` is extended in place, returns what was added."""
-    from .engines import has_opt, opt_value
-
     fl = set(flags)
     if known and "--l1-devdax-path" not in fl:
         raise UsageError(
@@ -262,8 +262,6 @@ def mooncake_env(
     dd: Devdax, version: Optional[str], environ: Dict[str, str], notes: List[str], warnings: List[str]
 ) -> Dict[str, str]:
     """The MC_CXL_* variables for Mooncake's CXL transport (UsageError for a release without it)."""
-    from .engines import version_tuple
-
     ver = version_tuple(version)
     if ver is not None and ver < MOONCAKE_CXL_SINCE:
         raise UsageError(

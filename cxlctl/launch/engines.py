@@ -36,6 +36,7 @@ from cxlctl.errors import UsageError
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.parse import format_size
 
+from .engine_args import has_opt, opt_value, version_tuple
 from .kvsize import GIB, gib
 
 if TYPE_CHECKING:
@@ -123,15 +124,6 @@ class EngineArgs(NamedTuple):
     ranks: int  # TP x PP workers sharing kv_bytes
     model: Optional[str]  # model path or name from the engine's arguments
     kv_cache_dtype: Optional[str]
-
-
-def version_tuple(v: Optional[str]) -> Optional[Tuple[int, ...]]:
-    if not v:
-        return None
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", v.strip())
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups() if x is not None)
 
 
 # --------------------------------------------------------------------------- feature detection
@@ -223,22 +215,6 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
 
 
 # --------------------------------------------------------------------------- argument helpers
-
-
-def opt_value(args: Sequence[str], names: Sequence[str]) -> Optional[str]:
-    """Value of the last ``--name V`` / ``--name=V`` among ``args``."""
-    val = None
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                val = args[i + 1]
-            elif a.startswith(n + "="):
-                val = a[len(n) + 1 :]
-    return val
-
-
-def has_opt(args: Sequence[str], names: Sequence[str]) -> bool:
-    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
 def _int_opt(args: Sequence[str], names: Sequence[str], default: int, label: str) -> int:

@@ -5,5 +5,7 @@ inventory (memdev → region → node → memory block → processes).
 * :mod:`.events` -- normalised events and the DPA/HPA → region/node/block mapping;
 * :mod:`.collect` -- sources: the collection instance, ``--follow``, saved files;
 * :mod:`.health` -- per-memdev health, poison list, event counts, fault domain;
+* :mod:`.health_probe` -- the ``cxl list -H`` probe and its ok/warning/critical rules
+  (the daemon's metrics and NFD labels use them too);
 * :mod:`.text` -- plain-text rendering.
 """

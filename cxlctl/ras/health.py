@@ -150,10 +150,10 @@ def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[st
 
 
 def _status(name: str, health: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """ok/warning/critical and why, by the daemon's rules (cxlctl.daemon.health)."""
+    """ok/warning/critical and why, by the daemon's rules (cxlctl.ras.health_probe)."""
     if name not in health:
         return None
-    from cxlctl.daemon.health import classify
+    from .health_probe import classify
 
     c = classify(name, health[name])
     return {"status": c.status, "reasons": list(c.reasons)}

@@ -18,7 +18,7 @@ from cxlctl.parse import PAGE_SIZE
 
 from .rates import Rates, demote_sum
 from .sample import Sample
-from .verdicts import Verdict
+from .verdicts import Verdict, clean
 
 
 def _per_node(d: Dict[int, int]) -> Dict[str, int]:
@@ -161,12 +161,6 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
 
 
 # -- text ---------------------------------------------------------------------------------------
-
-
-def clean(text: str) -> str:
-    """Text from the host (a process' comm, a cgroup name) with control characters shown as '?':
-    a name must not move the cursor or change colours of the terminal reading it."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def size(b: Optional[float]) -> str:

@@ -49,7 +49,7 @@ from .counters import (
     pick_text,
     resident_per_node,
 )
-from .damon import Scheme, read_schemes
+from .damon_stats import Scheme, read_schemes
 
 #: a process' numa_maps larger than this is not read (a page-table walk per mapping)
 NUMA_MAPS_LIMIT = 16 << 20

@@ -13,9 +13,9 @@ from collections import deque
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .rates import Rates, demote_sum
-from .report import MB, clean, count, cxl_traffic, mbps, size
+from .report import MB, count, cxl_traffic, mbps, size
 from .sample import Sample
-from .verdicts import Verdict
+from .verdicts import Verdict, clean
 
 #: rates kept for the history sparklines
 HISTORY = 30

@@ -192,9 +192,14 @@ def _is_kv_file(path: str) -> bool:
 PLACING_MODES = ("bind", "preferred", "preferred-many")
 
 
-def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
-    from .report import clean  # a /dev/shm name is host text (report imports this module)
+def clean(text: str) -> str:
+    """Text from the host (a process' comm, a cgroup name) with control characters shown as '?':
+    a name must not move the cursor or change colours of the terminal reading it.
+    Here, not in the report, because a verdict quotes host text too (a /dev/shm name)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
+
+def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
     cxl = {n.id for n in _cxl_nodes(s)}
     if not cxl:
         return None

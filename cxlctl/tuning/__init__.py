@@ -18,7 +18,7 @@ Layout (each module says why it exists):
   an expired try before anything else.
 * :mod:`.results`  — the typed results every entry point returns.
 * :mod:`.engine`   — prepare / apply / verify / revert / status by profile reference.
-* :mod:`.jsonview` — the ``cxlctl tune … --json`` documents, shaped in one place.
+* :mod:`.tune_json` — the ``cxlctl tune … --json`` documents, shaped in one place.
 
 Nothing here imports rich, typer or psutil; the CLI (``cxlctl.cli.tune``) renders.
 """

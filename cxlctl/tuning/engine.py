@@ -6,7 +6,7 @@ reference.  Revert restores the journal's originals in reverse order; it is also
 crash recovery, since a killed apply leaves a journal in state ``applying``.
 
 Every function returns a typed result (:mod:`.results`); the CLI (``cxlctl.cli.tune``)
-decides exit codes and :mod:`.jsonview` shapes the JSON.  Nothing here prints.
+decides exit codes and :mod:`.tune_json` shapes the JSON.  Nothing here prints.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     """
     from cxlctl.damon.sysfs import read_damon
 
-    from .damon import owned
+    from .damon_tiering import owned
 
     mine = owned(restore_map(j)) if j is not None else None
     state = read_damon(root)

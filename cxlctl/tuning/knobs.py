@@ -307,7 +307,7 @@ class WeightedInterleaveKnob(Knob):
 
 
 class DamonKnob(Knob):
-    """DAMON tiering: kdamonds with migrate_cold/migrate_hot schemes (:mod:`cxlctl.tuning.damon`).
+    """DAMON tiering: kdamonds with migrate_cold/migrate_hot schemes (:mod:`cxlctl.tuning.damon_tiering`).
 
     Set by a profile's ``[damon]`` section, not under ``[knobs]``; planned as a whole
     by :func:`cxlctl.tuning.plan.plan`.  Member files hold numbers and words the kernel
@@ -319,7 +319,7 @@ class DamonKnob(Knob):
         self.kind = "group"
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
-        from .damon import validate
+        from .damon_tiering import validate
 
         return validate(table)
 
@@ -328,7 +328,7 @@ class DamonKnob(Knob):
         return t if t else None
 
     def show(self, value: Any) -> str:
-        from .damon import DamonSpec, show
+        from .damon_tiering import DamonSpec, show
 
         return show(value) if isinstance(value, DamonSpec) else str(value)
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 from cxlctl.model import Inventory
 from cxlctl.parse import is_decimal
 
-from . import damon
+from . import damon_tiering as damon
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
 from .weights import cxl_write_bandwidth, node_bandwidth, ratio_weights, reduce_weights

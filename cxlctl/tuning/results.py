@@ -1,6 +1,6 @@
 """What the tuning engine returns: typed results, built with keywords.
 
-The CLI decides exit codes and :mod:`cxlctl.tuning.jsonview` shapes the JSON;
+The CLI decides exit codes and :mod:`cxlctl.tuning.tune_json` shapes the JSON;
 nothing here renders.
 """
 

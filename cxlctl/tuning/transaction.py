@@ -211,7 +211,7 @@ def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]
     journal order) and last the ``state`` files — a kdamond that ran before starts again on exactly
     its restored files.  Otherwise (only states differ) the states alone are put back.
     """
-    from .damon import NR_KDAMONDS, is_state
+    from .damon_tiering import NR_KDAMONDS, is_state
 
     states = [e for e in group if is_state(e.path)]
     rest = sorted((e for e in group if not is_state(e.path)), key=lambda e: e.path != NR_KDAMONDS)

@@ -39,7 +39,7 @@ from cxlctl.model import Inventory
 from cxlctl.parse import is_decimal, parse_int
 
 if TYPE_CHECKING:
-    from cxlctl.daemon.health import Health
+    from cxlctl.ras.health_probe import Health
 
 FILE_NAME = "cxlctl"
 GIB = 1 << 30

@@ -48,7 +48,7 @@ def source_nodes(k: Kdamond, inv: Optional[Inventory]) -> str:
     """Nodes whose online memory the kdamond's target regions overlap ("" when unknown)."""
     if inv is None:
         return ""
-    from cxlctl.tuning.damon import node_ranges
+    from cxlctl.tuning.damon_tiering import node_ranges
 
     ranges = [(n.id, r) for n in inv.nodes for r in node_ranges(inv, n)]
     found: Set[int] = set()
@@ -82,7 +82,7 @@ def collect(
     ``cxlctl daemon metrics`` writes nothing and shows the stats as last refreshed)."""
     from cxlctl.damon.sysfs import read_damon
     from cxlctl.tuning import journal as jn
-    from cxlctl.tuning.damon import owned
+    from cxlctl.tuning.damon_tiering import owned
     from cxlctl.tuning.engine import refresh_damon_stats
     from cxlctl.tuning.state import this_boot
     from cxlctl.tuning.transaction import restore_map

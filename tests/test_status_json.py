@@ -1,4 +1,4 @@
-"""``jsonview.dumps`` writes JSON itself (the json package imports ``re``: start-up cost);
+"""``status_json.dumps`` writes JSON itself (the json package imports ``re``: start-up cost);
 these hold it to ``json.dumps(..., indent=2)`` byte for byte."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from cxlctl.hostio.reader import natural_key
 from cxlctl.inventory import scan
-from cxlctl.jsonview import _emit, dumps, to_dict
+from cxlctl.status_json import _emit, dumps, to_dict
 from tests.conftest import REPO, fixture_id, fixture_roots
 
 

@@ -233,7 +233,7 @@ def dumps(inv: Inventory) -> str:
     The ``json`` package imports ``re`` (for its decoder) and, with ``indent``,
     encodes in pure Python anyway; this writer does the same walk for the
     types :func:`to_dict` produces and saves ``status --json`` a few
-    milliseconds of start-up.  tests/test_jsonview.py holds it to ``json.dumps``.
+    milliseconds of start-up.  tests/test_status_json.py holds it to ``json.dumps``.
     """
     out: List[str] = []
     _emit(to_dict(inv), out, "\n")
