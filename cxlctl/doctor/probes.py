@@ -11,10 +11,9 @@ asking the tools of the machine it runs on.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from cxlctl.hostio import tools
 from cxlctl.hostio.reader import Reader
 
 from .model import Probe
@@ -36,6 +35,8 @@ COMMANDS: Tuple[Tuple[str, ...], ...] = (
 
 Runner = Callable[[Sequence[str]], Optional[Tuple[int, str]]]
 MAX_OUT = 64 << 10
+#: seconds each command may take (docs/doctor.md)
+TIMEOUT = 10.0
 
 
 def key(argv: Sequence[str]) -> str:
@@ -43,19 +44,18 @@ def key(argv: Sequence[str]) -> str:
 
 
 def run_tool(argv: Sequence[str]) -> Optional[Tuple[int, str]]:
-    """(exit status, stdout+stderr) of ``argv``; None when the program is not installed."""
-    exe = shutil.which(argv[0])
-    if exe is None:
-        return None
+    """(exit status, stdout+stderr) of ``argv``; None when the program is not installed.
+
+    A thin adapter of :func:`cxlctl.hostio.tools.run` to the recorded-answer
+    shape: a timeout is status 124 and a refused start 126 (as coreutils'
+    ``timeout`` and the shell report them), with the runner's message as text."""
     try:
-        p = subprocess.run(
-            [exe, *argv[1:]], capture_output=True, text=True, errors="replace", timeout=10, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        return (124, f"{argv[0]} did not answer within 10 s")
-    except OSError as e:
-        return (126, f"cannot run {exe}: {e.strerror}")
-    return (p.returncode, (p.stdout + p.stderr)[:MAX_OUT])
+        res = tools.run(argv, timeout=TIMEOUT, max_output=MAX_OUT, check=False)
+    except tools.ToolError as e:
+        if e.kind == "missing":
+            return None
+        return (124 if e.kind == "timeout" else 126, str(e))
+    return (res.returncode, res.output[:MAX_OUT])
 
 
 def collect(runner: Runner = run_tool) -> Dict[str, Probe]:

@@ -15,7 +15,9 @@ this package, so that the rules for doing so are written once:
 * :mod:`.atomic` -- the one atomic file writer (journal, persisted settings,
   daemon output files);
 * :mod:`.toml` -- the one TOML loader (profiles, daemon configuration);
-* :mod:`.proc` -- facts about processes (capabilities, command names).
+* :mod:`.proc` -- facts about processes (capabilities, command names);
+* :mod:`.tools` -- the one runner of external tools (timeouts, ``LC_ALL=C``,
+  bounded output, one error type) and the one ``cxl list`` reader.
 
 Nothing is imported here: each caller imports the submodule it needs, which
 keeps ``cxlctl status`` from paying for the writers.

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
@@ -245,15 +244,14 @@ def lmcache_args(
 def mooncake_version(python: str, env: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
     """(version, error) of mooncake-transfer-engine as ``python`` sees it."""
     code = f"import importlib.metadata as m; print(m.version({MOONCAKE_DIST!r}))"
+    from cxlctl.hostio import tools
+
     try:
-        p = subprocess.run(
-            [python, "-c", code], capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
+        p = tools.run([python, "-c", code], env=env, timeout=60, check=False)
+    except tools.ToolError as e:
         return None, str(e)
     if p.returncode != 0:
-        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"{MOONCAKE_DIST} is not installed for {python} ({last})"
+        return None, f"{MOONCAKE_DIST} is not installed for {python} ({tools.gist(p.stderr) or 'no output'})"
     out = p.stdout.strip().splitlines()
     return (out[-1].strip() if out else None), None
 

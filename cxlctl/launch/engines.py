@@ -29,10 +29,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from typing import TYPE_CHECKING, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio import tools
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.parse import format_size
 
@@ -53,6 +53,8 @@ VLLM_NO_SWAP_SPACE_SINCE = (0, 18)
 NUMA_BIND_FLAGS = ("--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus")
 LMCACHE_CONNECTOR = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 HELP_TIMEOUT = 300.0
+#: bytes of a probe's output kept: help texts are long, and a cut one loses flags
+PROBE_MAX_OUTPUT = 8 << 20
 
 
 class Features(NamedTuple):
@@ -137,15 +139,12 @@ def cache_dir(env: Dict[str, str]) -> str:
 
 
 def _run(argv: Sequence[str], env: Dict[str, str], timeout: float) -> Tuple[int, str]:
+    """(status, stdout+stderr) of a probe; -1 and the runner's message when it could not run."""
     try:
-        p = subprocess.run(
-            list(argv), capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout:.0f} s"
-    except OSError as e:
-        return -1, e.strerror or str(e)
-    return p.returncode, p.stdout + p.stderr
+        res = tools.run(argv, timeout=timeout, env=env, max_output=PROBE_MAX_OUTPUT, check=False)
+    except tools.ToolError as e:
+        return -1, str(e)
+    return res.returncode, res.output
 
 
 def _flags(text: str) -> FrozenSet[str]:

@@ -23,8 +23,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
-import subprocess
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
@@ -271,21 +269,22 @@ class Numactl(NamedTuple):
 
 def detect_numactl(env: Optional[Dict[str, str]] = None) -> Numactl:
     """Feature-detect the installed numactl from its usage text (2.0.16 has no --version)."""
-    path = shutil.which("numactl", path=(env or os.environ).get("PATH"))
+    from cxlctl.hostio import tools
+
+    path = tools.which("numactl", env)
     if path is None:
         return Numactl(None, (), None)
-    try:
-        p = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10)
-        text = p.stdout + p.stderr
-    except (OSError, subprocess.TimeoutExpired):
+    try:  # the usage text is read whatever the exit status
+        text = tools.run([path, "--help"], check=False).output
+    except tools.ToolError:
         return Numactl(path, (), None)
     opts = tuple(sorted(set(re.findall(r"--[a-z][a-z-]+", text))))
     version = None
     try:
-        v = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
-        m = re.search(r"\b(\d+\.\d+\.\d+)\b", v.stdout + v.stderr) if v.returncode == 0 else None
+        v = tools.run([path, "--version"])
+        m = re.search(r"\b(\d+\.\d+\.\d+)\b", v.output)
         version = m.group(1) if m else None
-    except (OSError, subprocess.TimeoutExpired):
+    except tools.ToolError:
         pass
     return Numactl(path, opts, version)
 

@@ -30,31 +30,6 @@ from cxlctl.model import Inventory
 from .events import Event
 
 
-def _cxl_tool(args: List[str], timeout: float = 20) -> Tuple[Optional[Any], Optional[str]]:
-    """Run ``cxl ARGS`` (ndctl); (parsed JSON, None) or (None, why not)."""
-    import json
-    import shutil
-    import subprocess
-
-    exe = shutil.which("cxl")
-    if exe is None:
-        return None, "ndctl's cxl tool is not installed (apt install ndctl)"
-    try:
-        p = subprocess.run(
-            [exe, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"cxl {' '.join(args)}: {e}"
-    if p.returncode != 0:
-        lines = p.stderr.strip().splitlines() or ["failed"]
-        bad = [x for x in lines if "unknown option" in x or "error:" in x.lower()]
-        return None, f"cxl {' '.join(args)}: {(bad or lines)[0].strip()[:200]}"
-    try:
-        return (json.loads(p.stdout) if p.stdout.strip() else []), None
-    except ValueError:
-        return None, f"cxl {' '.join(args)}: output is not JSON"
-
-
 def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
     """(health per memdev, media errors per memdev, notes) from ndctl; empty under a --root tree."""
     notes: List[str] = []
@@ -64,19 +39,24 @@ def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[s
         return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"]
     if not memdevs:
         return health, media, notes
-    doc, why = _cxl_tool(["list", "-M", "-H"])
-    if why:
-        notes.append(why)
-    for obj in doc if isinstance(doc, list) else []:
-        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str) and isinstance(obj.get("health"), dict):
-            health[obj["memdev"]] = obj["health"]
-    if doc is not None and not health:
-        notes.append("ndctl ran but reported no health object for any memdev (the device gave none)")
-    doc, why = _cxl_tool(["list", "-M", "--media-errors"])
-    if why:
-        notes.append(why + " (--media-errors needs ndctl v80+)")
-    for obj in doc if isinstance(doc, list) else []:
-        if isinstance(obj, dict) and isinstance(obj.get("memdev"), str):
+    from cxlctl.hostio.tools import ToolError, cxl_list
+
+    try:
+        got = cxl_list("-M", "-H", timeout=20)
+    except ToolError as e:
+        notes.append(e.note)
+    else:
+        for obj in got.memdevs:
+            if isinstance(obj.get("health"), dict):
+                health[obj["memdev"]] = obj["health"]
+        if not health:
+            notes.append("ndctl ran but reported no health object for any memdev (the device gave none)")
+    try:
+        got = cxl_list("-M", "--media-errors", timeout=20)
+    except ToolError as e:
+        notes.append(e.note + " (--media-errors needs ndctl v80+)")
+    else:
+        for obj in got.memdevs:
             media[obj["memdev"]] = obj.get("media_errors")
     return health, media, notes
 

@@ -14,12 +14,11 @@ type-3 devices, for one), health is reported as unavailable — never guessed.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+from cxlctl.hostio.tools import ToolError, cxl_list, memdev_objects
 
 #: numeric fields exported as metrics (ndctl's JSON names)
 NUMERIC = ("life_used_percent", "temperature", "dirty_shutdowns", "volatile_errors", "pmem_errors")
@@ -74,29 +73,10 @@ def classify(memdev: str, h: Optional[Dict[str, Any]]) -> MemdevHealth:
     return MemdevHealth(memdev, status, values, tuple(crit + warn))
 
 
-def _memdevs(doc: Any) -> List[Dict[str, Any]]:
-    """Memdev objects wherever ``cxl list`` put them (flat with -M, nested with -vvv)."""
-    out: List[Dict[str, Any]] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, dict):
-            if isinstance(x.get("memdev"), str):
-                out.append(x)
-                return
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(doc)
-    return out
-
-
 def parse(doc: Any) -> Tuple[MemdevHealth, ...]:
     """``cxl list`` JSON → health per memdev, sorted by name."""
     seen: Dict[str, MemdevHealth] = {}
-    for m in _memdevs(doc):
+    for m in memdev_objects(doc):
         seen[m["memdev"]] = classify(m["memdev"], m.get("health"))
     return tuple(seen[k] for k in sorted(seen, key=lambda n: (len(n), n)))
 
@@ -110,29 +90,9 @@ def collect(root: str, command: str = "cxl", timeout: float = 10.0) -> Health:
 
     if root != "/":
         return unavailable(f"cxl list reads the live system, not --root {root}")
-    exe = command if os.path.isabs(command) else shutil.which(command)
-    if not exe or not os.access(exe, os.X_OK):
-        return unavailable(f"{command} (ndctl's cxl tool) is not installed")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
     try:
-        p = subprocess.run(
-            [exe, "list", "-M", "-H"],
-            capture_output=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return unavailable(f"{command} list -M -H did not finish in {timeout:g} s")
-    except OSError as e:
-        return unavailable(f"cannot run {exe}: {e.strerror}")
-    if p.returncode != 0:
-        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        return unavailable(f"{command} list -M -H exited {p.returncode}" + (f": {err[-1]}" if err else ""))
-    text = p.stdout.decode("utf-8", "replace").strip()
-    try:
-        doc = json.loads(text) if text else []
-    except ValueError:
-        return unavailable(f"{command} list -M -H printed something that is not JSON")
-    return Health(True, f"{exe} list -M -H", parse(doc), time.time(), time.monotonic() - t0)
+        got = cxl_list("-M", "-H", command=command, timeout=timeout, env=env)
+    except ToolError as e:
+        return unavailable(str(e))
+    return Health(True, " ".join(got.argv), parse(got.memdevs), time.time(), time.monotonic() - t0)

@@ -30,7 +30,6 @@ behaviour comes from (ndctl ``daxctl/device.c`` and ``lib/libdaxctl.c``):
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
@@ -48,6 +47,8 @@ from cxlctl.progress import ProgressFn, tick
 DAX_DEVICES = paths.DAX_DEVICES
 DAX_DRIVERS = paths.DAX_DRIVERS
 AUTO_ONLINE = paths.AUTO_ONLINE
+#: seconds ``modprobe`` may take to load a DAX driver (it resolves dependencies, runs udev rules)
+MODPROBE_TIMEOUT = 30.0
 
 #: driver -> daxctl's mode name
 MODES = {"kmem": "system-ram", "device_dax": "devdax"}
@@ -172,11 +173,18 @@ def _ensure_driver(root: str, drv: str) -> None:
     r = Reader(root)
     if r.isdir(f"{DAX_DRIVERS}/{drv}"):
         return
-    if root == "/":  # daxctl loads the module too (kmod); best effort
-        subprocess.run(["modprobe", drv], capture_output=True, check=False)
-        if _wait(lambda: r.isdir(f"{DAX_DRIVERS}/{drv}"), 5):
-            return
-    raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing)", hint=f"modprobe {drv}")
+    why = ""
+    if root == "/":  # daxctl loads the module too (kmod)
+        from cxlctl.hostio import tools
+
+        try:
+            tools.run(["modprobe", drv], timeout=MODPROBE_TIMEOUT, package="kmod")
+        except tools.ToolError as e:
+            why = f": {e}"  # the driver cannot appear now: say why instead of waiting for it
+        else:
+            if _wait(lambda: r.isdir(f"{DAX_DRIVERS}/{drv}"), 5):
+                return
+    raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing){why}", hint=f"modprobe {drv}")
 
 
 def unbind(root: str, name: str, log: Log) -> None:
