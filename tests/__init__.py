@@ -1,1 +1,1 @@
-"""cxlctl's test suite (a package, so helpers have one import path: tests.conftest, tests.vm.harness)."""
+"""cxlctl's test suite (a package, so helpers have one import path: tests.kit, tests.vm.harness)."""

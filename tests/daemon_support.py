@@ -29,7 +29,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
-from tests.conftest import FIXTURES
+from tests.kit import FIXTURES, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
 
@@ -160,14 +160,14 @@ def swap_in(work: str, src: str) -> None:
             shutil.rmtree(dst)
         s = os.path.join(src, part)
         if os.path.isdir(s):
-            shutil.copytree(s, dst, symlinks=True)
+            copy_fixture(s, dst)
     for k, data in kept.items():
         with open(os.path.join(work, k), "wb") as f:
             f.write(data)
 
 
 def work_tree(src: str, dest: str, profiles: Optional[Dict[str, str]] = None) -> str:
-    shutil.copytree(src, dest, symlinks=True)
+    copy_fixture(src, dest)
     pdir = os.path.join(dest, "etc/cxlctl/profiles")
     os.makedirs(pdir, exist_ok=True)
     for name, text in (profiles or {"d-ratio": RATIO_PROFILE, "d-online": ONLINE_PROFILE}).items():

@@ -389,6 +389,6 @@ def write_status(tree: str, mems: str, cpus: str = "0-1", cgroup: Optional[str] 
 
 
 def fixture(pattern: str) -> Sequence[str]:
-    from tests.conftest import fixture_roots
+    from tests.kit import fixture_roots
 
     return fixture_roots(pattern)

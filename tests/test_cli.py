@@ -11,34 +11,34 @@ from typing import Any, Dict, List, Set
 import pytest
 
 from cxlctl.errors import EXIT_USAGE
-from tests.conftest import REPO, cxlctl
+from tests.kit import REPO, cli
 
 
 def test_version() -> None:
-    p = cxlctl("--version", check=True)
+    p = cli("--version", check=True)
     assert p.stdout.startswith("cxlctl ")
 
 
 def test_bad_root_is_usage_error_without_traceback(tmp_path: object) -> None:
     for args in (["--root", "/no/such/dir", "status", "--json"], ["--root", "/no/such/dir", "status"]):
-        p = cxlctl(*args)
+        p = cli(*args)
         assert p.returncode == EXIT_USAGE, p
         assert "is not a directory" in p.stderr
         assert "Traceback" not in p.stderr + p.stdout
-    p = cxlctl("status", "--json", env={"CXLCTL_ROOT": "/no/such/dir"})
+    p = cli("status", "--json", env={"CXLCTL_ROOT": "/no/such/dir"})
     assert p.returncode == EXIT_USAGE and "CXLCTL_ROOT" in p.stderr
 
 
 def test_unknown_option_is_usage_error() -> None:
-    p = cxlctl("status", "--bogus")
+    p = cli("status", "--bogus")
     assert p.returncode == EXIT_USAGE
     assert "Traceback" not in p.stderr
 
 
 def test_status_on_this_host_works_without_cxl() -> None:
     """These CI machines have no CXL: status must say so and still list NUMA nodes."""
-    p = cxlctl("status", check=True)
-    data = json.loads(cxlctl("status", "--json", check=True).stdout)
+    p = cli("status", check=True)
+    data = json.loads(cli("status", "--json", check=True).stdout)
     assert data["nodes"], "a Linux host always has at least one NUMA node"
     if not data["cxl_present"]:
         assert "No CXL devices" in p.stdout
@@ -48,7 +48,7 @@ def test_status_on_this_host_works_without_cxl() -> None:
 
 def test_fast_path_equals_typer_path(live_record: str) -> None:
     """`status --json` is served without typer; it must print what the full CLI prints."""
-    fast = cxlctl("--root", live_record, "status", "--json", check=True).stdout
+    fast = cli("--root", live_record, "status", "--json", check=True).stdout
     code = f"import sys; from cxlctl.cli import run; sys.exit(run(['--root', {live_record!r}, 'status', '--json']))"
     slow = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert fast == slow
@@ -66,8 +66,8 @@ def test_fast_path_imports_no_heavy_modules(live_record: str) -> None:
 
 
 def test_env_root_is_honoured(live_record: str) -> None:
-    a = cxlctl("status", "--json", env={"CXLCTL_ROOT": live_record}, check=True).stdout
-    b = cxlctl("--root", live_record, "status", "--json", check=True).stdout
+    a = cli("status", "--json", env={"CXLCTL_ROOT": live_record}, check=True).stdout
+    b = cli("--root", live_record, "status", "--json", check=True).stdout
     assert a == b
     assert os.path.isdir(live_record)
 
@@ -75,7 +75,7 @@ def test_env_root_is_honoured(live_record: str) -> None:
 def test_weighted_interleave_auto_under_either_name() -> None:
     """6.16+ exposes `auto`; some builds name it `__auto_type` (this CI host's 6.18 does)."""
     wi = "/sys/kernel/mm/mempolicy/weighted_interleave"
-    data = json.loads(cxlctl("status", "--json", check=True).stdout)["weighted_interleave"]
+    data = json.loads(cli("status", "--json", check=True).stdout)["weighted_interleave"]
     if any(os.path.exists(f"{wi}/{n}") for n in ("auto", "__auto_type")):
         assert data["auto"] in (True, False)
     else:
@@ -106,9 +106,9 @@ def test_one_grammar_whichever_path_runs(live_record: str) -> None:
         assert (_fast_args(argv) is not None) == fast, argv
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             slow_rc = run(argv)
-        p = cxlctl(*argv)
+        p = cli(*argv)
         assert p.returncode == slow_rc, (argv, p.stderr)
-    p = cxlctl("status", "--json", "--root", r)
+    p = cli("status", "--json", "--root", r)
     assert p.returncode == EXIT_USAGE and "--root" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -161,7 +161,7 @@ def test_help_reads_like_a_unix_tool() -> None:
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "١", "5s"])
 @pytest.mark.parametrize("cmd", [["region", "create", "-w", "2"], ["tune", "apply"], ["tune", "revert"]])
 def test_wait_must_be_seconds(cmd: List[str], value: str) -> None:
-    p = cxlctl(*cmd, "--wait", value)
+    p = cli(*cmd, "--wait", value)
     assert p.returncode == EXIT_USAGE, p
     assert "--wait" in p.stderr and "number of seconds" in p.stderr and "Traceback" not in p.stderr
 
@@ -291,7 +291,7 @@ def test_every_command_that_reports_takes_json() -> None:
 def test_record_json(tmp_path: Any) -> None:
     src = os.path.join(REPO, "fixtures", "linux-6.12", "hb2-region")
     dest = str(tmp_path / "rec")
-    p = cxlctl("--root", src, "record", dest, "--json", check=True)
+    p = cli("--root", src, "record", dest, "--json", check=True)
     doc = json.loads(p.stdout)
     assert doc["schema_version"] == 1 and doc["dest"] == dest
     assert doc["manifest"]["files"] > 10 and doc["manifest"]["source_root"] == src
@@ -304,8 +304,8 @@ def test_daemon_metrics_and_labels_json_say_what_the_text_says(tmp_path: Any) ->
     from tests.prom import parse_exposition
 
     src = os.path.join(REPO, "fixtures", "linux-6.12", "hb2x2-region")
-    text = cxlctl("--root", src, "daemon", "metrics", "--no-health", check=True).stdout
-    doc = json.loads(cxlctl("--root", src, "daemon", "metrics", "--no-health", "--json", check=True).stdout)
+    text = cli("--root", src, "daemon", "metrics", "--no-health", check=True).stdout
+    doc = json.loads(cli("--root", src, "daemon", "metrics", "--no-health", "--json", check=True).stdout)
     assert doc["schema_version"] == 1
     ex = parse_exposition(text)
     n = 0
@@ -317,8 +317,8 @@ def test_daemon_metrics_and_labels_json_say_what_the_text_says(tmp_path: Any) ->
             assert ex.get(s["name"], **s["labels"]) == s["value"], s
             n += 1
     assert n > 10
-    text = cxlctl("--root", src, "daemon", "labels", check=True).stdout
-    doc = json.loads(cxlctl("--root", src, "daemon", "labels", "--json", check=True).stdout)
+    text = cli("--root", src, "daemon", "labels", check=True).stdout
+    doc = json.loads(cli("--root", src, "daemon", "labels", "--json", check=True).stdout)
     pairs = dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert doc["labels"] == pairs and pairs
 
@@ -351,7 +351,7 @@ def test_installed_command_adds_no_re_json_or_typing() -> None:
 def test_cli_tables_fold_instead_of_cutting_at_80_columns(argv: List[str]) -> None:
     """Knob names such as kernel.numa_balancing_promote_rate_limit_MBps wrap, never end in '…'."""
     root = os.path.join(REPO, "fixtures", "linux-6.12", "hb2x2-region")
-    p = cxlctl("--root", root, *argv, env={"COLUMNS": "80"})
+    p = cli("--root", root, *argv, env={"COLUMNS": "80"})
     assert p.returncode == 0, p.stderr
     assert "…" not in p.stdout and max(len(ln) for ln in p.stdout.splitlines()) <= 80, p.stdout
 

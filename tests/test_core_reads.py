@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, copy_tree, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region")
 TELEMETRY = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
@@ -23,7 +23,7 @@ SWAPPINESS = "proc/sys/vm/swappiness"
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    return copy_tree(SINGLE, str(tmp_path / "root"))
+    return copy_fixture(SINGLE, str(tmp_path / "root"))
 
 
 def _fifo(tree: str, rel: str) -> str:
@@ -73,14 +73,14 @@ def test_status_names_an_unreadable_knob_instead_of_unsupported(tree: str, tmp_p
     _fifo(tree, SWAPPINESS)
     (tmp_path / "host-file").write_text("0\n")
     _link_out(tree, "proc/sys/vm/zone_reclaim_mode", str(tmp_path / "host-file"))
-    p = cxlctl("--root", tree, "status", timeout=60)
+    p = cli("--root", tree, "status", timeout=60)
     assert p.returncode == 0, p.stderr
     lines = {ln.split("=")[0].strip(): ln for ln in p.stdout.splitlines() if " = " in ln}
     for knob in ("vm.swappiness", "vm.zone_reclaim_mode"):
         assert "unsupported" not in lines[knob] and "cannot read" in lines[knob], lines[knob]
     flat = " ".join(p.stdout.split())
     assert f"cannot read {os.path.join(tree, SWAPPINESS)}" in flat
-    doc = json.loads(cxlctl("--root", tree, "status", "--json", check=True, timeout=60).stdout)
+    doc = json.loads(cli("--root", tree, "status", "--json", check=True, timeout=60).stdout)
     msgs = {w["subject"]: w["message"] for w in doc["warnings"] if w["code"] == "unreadable"}
     assert msgs["/" + SWAPPINESS].startswith(f"cannot read {os.path.join(tree, SWAPPINESS)}: not a regular file")
     assert "leading out of the root" in msgs["/proc/sys/vm/zone_reclaim_mode"]
@@ -88,7 +88,7 @@ def test_status_names_an_unreadable_knob_instead_of_unsupported(tree: str, tmp_p
 
 def test_tune_plan_says_cannot_read_not_absent(tree: str) -> None:
     _fifo(tree, SWAPPINESS)
-    p = cxlctl("--root", tree, "tune", "plan", "cxl-common", "--json", timeout=60)
+    p = cli("--root", tree, "tune", "plan", "cxl-common", "--json", timeout=60)
     (swap,) = [s for s in json.loads(p.stdout)["plan"]["steps"] if s["knob"] == "vm.swappiness"]
     assert "absent" not in swap["note"] and f"cannot read {os.path.join(tree, SWAPPINESS)}" in swap["note"], swap
 
@@ -100,10 +100,10 @@ def test_status_with_the_cxl_bus_unreadable_is_not_no_devices(tree: str, tmp_pat
     outside.mkdir()
     _link_out(tree, "sys/bus/cxl/devices", str(outside))
     where = os.path.join(tree, "sys/bus/cxl/devices")
-    p = cxlctl("--root", tree, "status", timeout=60)
+    p = cli("--root", tree, "status", timeout=60)
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "No CXL devices" not in p.stdout and f"cannot read {where}" in " ".join(p.stdout.split())
-    j = cxlctl("--root", tree, "status", "--json", timeout=60)
+    j = cli("--root", tree, "status", "--json", timeout=60)
     assert j.returncode == 1
     (w,) = [w for w in json.loads(j.stdout)["warnings"] if w["code"] == "unreadable"]
     assert w["severity"] == "error" and w["message"].startswith(f"cannot read {where}")
@@ -115,7 +115,7 @@ def test_status_with_the_cxl_bus_unreadable_is_not_no_devices(tree: str, tmp_pat
 def _cgroup_v1(tmp_path: Any) -> str:
     """The telemetry fixture as a cgroup v1 host: the memory controller's own hierarchy, whose
     memory.numa_stat has v1's layout (``anon=374 N0=...``, in pages)."""
-    root = copy_tree(TELEMETRY, str(tmp_path / "v1"))
+    root = copy_fixture(TELEMETRY, str(tmp_path / "v1"))
     cg = os.path.join(root, "sys/fs/cgroup")
     import shutil
 
@@ -129,7 +129,7 @@ def _cgroup_v1(tmp_path: Any) -> str:
 
 def test_top_and_stat_on_cgroup_v1_say_so(tmp_path: Any) -> None:
     root = _cgroup_v1(tmp_path)
-    p = cxlctl("--root", root, "top", "--json", "--count", "2", "--interval", "0.2", check=True, timeout=60)
+    p = cli("--root", root, "top", "--json", "--count", "2", "--interval", "0.2", check=True, timeout=60)
     reps = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(reps) == 2
     for rep in reps:
@@ -137,12 +137,12 @@ def test_top_and_stat_on_cgroup_v1_say_so(tmp_path: Any) -> None:
             "cgroup v1: per-cgroup figures unavailable"
         )
     assert "=" not in " ".join(k for rep in reps for c in rep["cgroups"] for k in c["numa_stat"])
-    human = cxlctl("--root", root, "top", "--count", "1", env={"COLUMNS": "80"}, check=True, timeout=60)
+    human = cli("--root", root, "top", "--count", "1", env={"COLUMNS": "80"}, check=True, timeout=60)
     assert "cgroup v1: per-cgroup figures unavailable" in human.stdout
     assert "/memory" not in human.stdout
-    s = cxlctl("--root", root, "stat", "--json", check=True, timeout=60)
+    s = cli("--root", root, "stat", "--json", check=True, timeout=60)
     assert json.loads(s.stdout.splitlines()[0])["cgroups_unavailable"].startswith("cgroup v1:")
-    bad = cxlctl("--root", root, "stat", "--cgroup", "/system.slice", timeout=60)
+    bad = cli("--root", root, "stat", "--cgroup", "/system.slice", timeout=60)
     assert bad.returncode == 2 and "cgroup v1: per-cgroup figures unavailable" in bad.stderr and not bad.stdout
 
 

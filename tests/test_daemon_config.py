@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cxlctl.config import SCHEMA, ConfigError, defaults, load, validate
-from tests.conftest import cxlctl
+from tests.kit import cli
 
 FULL = """
 profile = "inference-capacity"
@@ -53,7 +53,7 @@ def _root(tmp_path: Any, text: str = "") -> str:
 
 def test_defaults_without_a_file(tmp_path: Any) -> None:
     root = _root(tmp_path)
-    p = cxlctl("--root", root, "daemon", "config", "--json", check=True)
+    p = cli("--root", root, "daemon", "config", "--json", check=True)
     doc = json.loads(p.stdout)
     assert doc["source"] is None and doc["profile"] is None
     assert doc["debounce"] == 0.5 and doc["rescan_interval"] == 300 and doc["receive_buffer"] == 128 << 20
@@ -145,11 +145,11 @@ def test_remote_listen_needs_allow_remote() -> None:
 
 def test_explicit_file_must_exist_and_daemon_run_refuses_bad_config(tmp_path: Any) -> None:
     root = _root(tmp_path)
-    p = cxlctl("--root", root, "daemon", "config", "--config", str(tmp_path / "nope.toml"))
+    p = cli("--root", root, "daemon", "config", "--config", str(tmp_path / "nope.toml"))
     assert p.returncode == 2 and "nope.toml: no such file" in p.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text("[drift]\naction = 'sometimes'\n")
     before = sorted(os.listdir(root))
-    p = cxlctl("--root", root, "daemon", "run", "--once", "--config", str(bad))
+    p = cli("--root", root, "daemon", "run", "--once", "--config", str(bad))
     assert p.returncode == 2 and "drift.action" in p.stderr
     assert sorted(os.listdir(root)) == before, "a refused configuration must write nothing"

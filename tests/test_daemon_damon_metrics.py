@@ -118,7 +118,7 @@ def test_promtool_check_metrics_is_clean_with_damon() -> None:
         import pytest
 
         pytest.skip("promtool not installed (scripts/install-promtool.sh)")
-    from tests.conftest import FIXTURES
+    from tests.kit import FIXTURES
 
     text = _text(os.path.join(FIXTURES, TIERING))
     assert "cxlctl_damon_scheme_applied_bytes_total{" in text
@@ -148,7 +148,7 @@ def test_damon_alert_rules_pass_their_promtool_tests() -> None:
     tool = promtool()
     if tool is None:
         pytest.skip("promtool not installed (scripts/install-promtool.sh)")
-    from tests.conftest import REPO
+    from tests.kit import REPO
 
     rules = os.path.join(REPO, "deploy", "prometheus")
     p = subprocess.run([tool, "check", "rules", "cxlctl-damon.rules.yml"], cwd=rules, capture_output=True, text=True)
@@ -161,7 +161,7 @@ def test_every_metric_the_damon_dashboard_and_rules_query_is_exported() -> None:
     import json
     import re
 
-    from tests.conftest import FIXTURES, REPO
+    from tests.kit import FIXTURES, REPO
 
     with open(os.path.join(REPO, "deploy", "grafana", "cxlctl-damon.json")) as f:
         dash = json.load(f)

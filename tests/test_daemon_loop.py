@@ -13,16 +13,13 @@ from typing import Any, Dict, List
 
 from cxlctl.config import load
 from tests.daemon_support import config, make_daemon, parse_exposition, step_for, step_until
+from tests.kit import copy_fixture
 from tests.tune_support import LIVE, pristine
 
 
 def _tree(tmp_path: Any) -> str:
     """A writable record of this machine: the loop's mechanics need no CXL."""
-    import shutil
-
-    dest = str(tmp_path / "root")
-    shutil.copytree(pristine(LIVE), dest, symlinks=True)
-    return dest
+    return copy_fixture(pristine(LIVE), tmp_path / "root")
 
 
 def test_a_burst_of_events_is_one_rescan(tmp_path: Any) -> None:

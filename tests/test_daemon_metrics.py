@@ -17,8 +17,8 @@ from cxlctl.daemon.metrics import DriftCheck, Stats, View
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from cxlctl.ras import health_probe as health
-from tests.conftest import fixture_roots
 from tests.daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
+from tests.kit import fixture_roots
 from tests.tune_support import LIVE, pristine
 
 

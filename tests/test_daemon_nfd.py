@@ -17,8 +17,8 @@ from cxlctl.cli import run
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from cxlctl.ras.health_probe import Health, MemdevHealth
-from tests.conftest import copy_tree, fixture_roots
 from tests.daemon_support import config, make_daemon, work_tree
+from tests.kit import copy_fixture, fixture_roots
 
 NS = "feature.node.kubernetes.io/"
 
@@ -62,7 +62,7 @@ def test_no_cxl_node_no_tier_labels_and_old_kernel_mode() -> None:
 
 
 def test_tiering_engine_reads_numa_balancing_and_a_running_kdamond(tmp_path: Any) -> None:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     assert nfd.tiering_engine(t) == "none"  # recorded: numa_balancing without the tiering bit, no DAMON
     kd = "/sys/kernel/mm/damon/admin/kdamonds"
     _set(t, kd + "/nr_kdamonds", "1\n")
@@ -118,7 +118,7 @@ def test_daemon_writes_the_new_labels_with_an_expiry(tmp_path: Any) -> None:
 
 
 def test_record_captures_the_kdamond_state(tmp_path: Any) -> None:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     _set(t, "/sys/kernel/mm/damon/admin/kdamonds/0/state", "on\n")
     dest = str(tmp_path / "rec")
     assert run(["--root", t, "record", dest]) == 0

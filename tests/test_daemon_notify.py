@@ -93,11 +93,11 @@ def test_watchdog_env() -> None:
 def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket, str], tmp_path: Any) -> None:
     """The daemon's own loop: READY once after the start-up reconcile, WATCHDOG=1 every half
     WATCHDOG_USEC from the main loop, STATUS updates, STOPPING=1 on SIGTERM."""
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
     s, path = sock
     root = str(tmp_path / "live")
-    cxlctl("record", root, check=True)
+    cli("record", root, check=True)
     env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000", "WATCHDOG_PID": str(os.getpid())}
     d, fac, cap = make_daemon(root, config(), env=env)
     d.startup()

@@ -18,11 +18,9 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from cxlctl.cli import run
 from cxlctl.hostio.lock import is_held
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import WI_DIR
-from tests.conftest import REPO
 from tests.daemon_support import (
     config,
     cxl_nodes,
@@ -36,14 +34,11 @@ from tests.daemon_support import (
     work_tree,
     write,
 )
+from tests.kit import REPO, cli
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")
 SWAPPINESS = "/proc/sys/vm/swappiness"
-
-
-def _cli(*argv: str) -> int:
-    return run(list(argv))
 
 
 def _weights(root: str) -> Dict[int, str]:
@@ -77,7 +72,7 @@ def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(
 ) -> None:
     nor, reg = pair
     root = work_tree(nor, str(tmp_path / "root"))
-    assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
+    cli("--root", root, "tune", "apply", "--persist", "d-ratio", check=True, inprocess=True)
     capsys.readouterr()
     assert cxl_nodes(root) == []
     d, fac, cap = make_daemon(root, config(metrics={"listen": "127.0.0.1:0"}))
@@ -172,7 +167,7 @@ def test_offline_cxl_memory_is_onlined_by_the_profile_policy_once(
     root = work_tree(reg, str(tmp_path / "root"))
     states = _offline_cxl_memory(root)
     assert states
-    assert _cli("--root", root, "tune", "apply", "--persist", "d-online") == 0
+    cli("--root", root, "tune", "apply", "--persist", "d-online", check=True, inprocess=True)
     capsys.readouterr()
     assert read(root, "/sys/devices/system/memory/auto_online_blocks") == "online_movable"
     d, fac, cap = make_daemon(root)
@@ -194,7 +189,7 @@ def test_offline_cxl_memory_is_onlined_by_the_profile_policy_once(
     # with online_new_memory = false nothing is onlined
     root2 = work_tree(reg, str(tmp_path / "root2"))
     states2 = _offline_cxl_memory(root2)
-    assert _cli("--root", root2, "tune", "apply", "--persist", "d-online") == 0
+    cli("--root", root2, "tune", "apply", "--persist", "d-online", check=True, inprocess=True)
     d2, _, _ = make_daemon(root2, config(reconcile={"online_new_memory": False}))
     try:
         d2.startup()
@@ -214,7 +209,7 @@ def _region_root(tmp_path: Any, name: str = "root") -> str:
 @pytest.mark.parametrize("action", ["report", "reapply"])
 def test_drift_is_reported_or_reapplied(action: str, tmp_path: Any, capsys: Any) -> None:
     root = _region_root(tmp_path)
-    assert _cli("--root", root, "tune", "apply", "inference-capacity") == 0
+    cli("--root", root, "tune", "apply", "inference-capacity", check=True, inprocess=True)
     capsys.readouterr()
     assert read(root, SWAPPINESS) == "10"
     d, fac, cap = make_daemon(root, config(drift={"interval": 60, "action": action}))
@@ -257,7 +252,7 @@ def test_a_cli_apply_and_a_daemon_reconcile_never_interleave(tmp_path: Any, caps
     the daemon defers while a CLI apply runs (and then follows it), and a CLI apply is
     refused (exit 4, naming the daemon's pid) while the daemon is applying."""
     root = _region_root(tmp_path)
-    assert _cli("--root", root, "tune", "apply", "--persist", "inference-capacity") == 0
+    cli("--root", root, "tune", "apply", "--persist", "inference-capacity", check=True, inprocess=True)
     capsys.readouterr()
     d, fac, cap = make_daemon(root)
     try:
@@ -344,8 +339,8 @@ def test_a_revert_is_respected_until_the_next_apply(tmp_path: Any, capsys: Any) 
     root = _region_root(tmp_path)
     with open(root + "/etc/cxlctl/cxlctl.toml", "w") as f:
         f.write('profile = "inference-capacity"\n')
-    assert _cli("--root", root, "tune", "apply", "inference-capacity") == 0
-    assert _cli("--root", root, "tune", "revert") == 0
+    cli("--root", root, "tune", "apply", "inference-capacity", check=True, inprocess=True)
+    cli("--root", root, "tune", "revert", check=True, inprocess=True)
     capsys.readouterr()
     boot = read(root, SWAPPINESS)
     from cxlctl.config import load
@@ -362,7 +357,7 @@ def test_a_revert_is_respected_until_the_next_apply(tmp_path: Any, capsys: Any) 
 def test_after_a_reboot_the_persisted_profile_is_applied(tmp_path: Any, capsys: Any) -> None:
     root = _region_root(tmp_path)
     pristine = read(root, SWAPPINESS)
-    assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
+    cli("--root", root, "tune", "apply", "--persist", "d-ratio", check=True, inprocess=True)
     capsys.readouterr()
     # reboot: /run is empty again and the kernel starts from its defaults
     shutil.rmtree(root + "/run/cxlctl")
@@ -402,16 +397,16 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
 
 def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
     """`cxlctl daemon run --once` as a process: persisted profile applied, labels written, exit 0."""
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
     root = _region_root(tmp_path)
-    assert _cli("--root", root, "tune", "apply", "--persist", "d-ratio") == 0
+    cli("--root", root, "tune", "apply", "--persist", "d-ratio", check=True, inprocess=True)
     capsys.readouterr()
     shutil.rmtree(root + "/run/cxlctl")  # as after a reboot
     os.makedirs(root + "/etc/kubernetes/node-feature-discovery/features.d")
     cfg = tmp_path / "c.toml"
     cfg.write_text("[metrics]\nlisten = ''\n[health]\nenabled = false\n")
-    p = cxlctl("--root", root, "daemon", "run", "--once", "--config", str(cfg))
+    p = cli("--root", root, "daemon", "run", "--once", "--config", str(cfg))
     assert p.returncode == 0, p.stderr
     assert "enforcing profile d-ratio (persisted by `tune apply --persist`)" in p.stderr
     assert "no udev monitor (--root or --no-udev)" in p.stderr

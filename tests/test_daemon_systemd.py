@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 
 from cxlctl.config import load, validate
 from cxlctl.tuning.knobs import REGISTRY
-from tests.conftest import REPO
+from tests.kit import REPO
 
 UNIT = os.path.join(REPO, "systemd", "cxlctl.service")
 EXAMPLE = os.path.join(REPO, "systemd", "cxlctl.toml.example")

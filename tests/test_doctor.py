@@ -13,7 +13,6 @@ import datetime
 import gzip
 import json
 import os
-import shutil
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pytest
@@ -24,17 +23,11 @@ from cxlctl.doctor.model import Check, Facts
 from cxlctl.doctor.report import clean, exit_code, run, to_json
 from cxlctl.kconfig import gunzip
 from cxlctl.tuning import journal as jn
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 R612 = os.path.join(FIXTURES, "linux-6.12", "single-region-doctor")
 N612 = os.path.join(FIXTURES, "linux-6.12", "single-noregion-doctor")
 N61 = os.path.join(FIXTURES, "linux-6.1", "single-noregion-doctor")
-
-
-def copy(src: str, tmp: object) -> str:
-    dest = os.path.join(str(tmp), "tree")
-    shutil.copytree(src, dest, symlinks=True)
-    return dest
 
 
 def edit(root: str, path: str, text: str) -> None:
@@ -114,20 +107,20 @@ def test_linux61_has_no_ram_regions() -> None:
 
 
 def test_doctor_json_and_exit_codes() -> None:
-    p = cxlctl("--root", R612, "doctor", "--json")
+    p = cli("--root", R612, "doctor", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["schema_version"] == 1 and d["counts"]["fail"] == 0
     c = [x for x in d["checks"] if x["id"] == "kernel.config"][0]
     assert set(c) == {"layer", "id", "result", "message", "evidence", "fix"}
-    p = cxlctl("--root", N61, "doctor", "--json")
+    p = cli("--root", N61, "doctor", "--json")
     assert p.returncode == 1 and json.loads(p.stdout)["result"] == "fail"
-    p = cxlctl("--root", R612, "doctor", "--for", "llama")
+    p = cli("--root", R612, "doctor", "--for", "llama")
     assert p.returncode == 2 and "--for vllm or --for sglang" in p.stderr and not p.stdout
 
 
 def test_human_output_fits_80_columns_grouped_by_layer() -> None:
-    p = cxlctl("--root", N61, "doctor", env={"COLUMNS": "80"})
+    p = cli("--root", N61, "doctor", env={"COLUMNS": "80"})
     assert p.returncode == 1
     lines = p.stdout.splitlines()
     assert all(len(x) <= 80 for x in lines), max(lines, key=len)
@@ -137,7 +130,7 @@ def test_human_output_fits_80_columns_grouped_by_layer() -> None:
     words = " ".join(p.stdout.split())  # the text, unwrapped
     assert "FAIL no RAM regions on this kernel" in words and "fix: boot Linux 6.3 or newer" in words
     assert "problems found" in words and "cxlctl: error: 1 check(s) failed: kernel.ram-regions" in p.stderr
-    wide = cxlctl("--root", N61, "doctor", env={"COLUMNS": "160"})
+    wide = cli("--root", N61, "doctor", env={"COLUMNS": "160"})
     assert max(len(x.rstrip()) for x in wide.stdout.splitlines()) > 80
 
 
@@ -167,7 +160,7 @@ def _pair(root: str) -> Tuple[Facts, List[Check]]:
 
 
 def test_module_unloaded(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     mods = [x for x in read(root, "/proc/modules").splitlines() if not x.startswith("cxl_pci ")]
     edit(root, "/proc/modules", "\n".join(mods) + "\n")
     _, checks = doc(root)
@@ -178,7 +171,7 @@ def test_module_unloaded(tmp_path: object) -> None:
 
 
 def test_config_option_missing_and_config_gz(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     path = f"/boot/config-{release(root)}"
     text = read(root, path).replace("CONFIG_ACPI_HMAT=y", "# CONFIG_ACPI_HMAT is not set")
     os.unlink(root + path)
@@ -197,7 +190,7 @@ def test_config_gz_bomb_is_not_parsed() -> None:
 
 
 def test_cmdline_options(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(
         root,
         "/proc/cmdline",
@@ -212,9 +205,9 @@ def test_cmdline_options(tmp_path: object) -> None:
 
 
 def test_kernel_text_is_escaped_in_the_human_view(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/proc/cmdline", "memory_hotplug.x=[bold]red[/]\x1b[31m\n")
-    p = cxlctl("--root", root, "doctor", env={"COLUMNS": "120"})
+    p = cli("--root", root, "doctor", env={"COLUMNS": "120"})
     assert "memory_hotplug.x=[bold]red[/]\\x1b[31m" in p.stdout
     assert "\x1b" not in p.stdout
     assert clean("a\x07b") == "a\\x07b"
@@ -224,7 +217,7 @@ def test_kernel_text_is_escaped_in_the_human_view(tmp_path: object) -> None:
 
 
 def test_iomem_without_root_cannot_check(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     zeroed = []
     for line in read(root, "/proc/iomem").splitlines():
         body = line.lstrip(" ")
@@ -237,7 +230,7 @@ def test_iomem_without_root_cannot_check(tmp_path: object) -> None:
 
 
 def test_soft_reserved_claimed_by_nothing(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/proc/iomem", read(root, "/proc/iomem") + "7f0000000000-7f003fffffff : Soft Reserved\n")
     _, checks = doc(root)
     c = [x for x in checks if x.id == "firmware.soft-reserved"][-1]
@@ -246,7 +239,7 @@ def test_soft_reserved_claimed_by_nothing(tmp_path: object) -> None:
 
 
 def test_no_cedt_with_memdevs_fails(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     os.unlink(root + "/sys/firmware/acpi/tables/CEDT")
     _, checks = doc(root)
     c = one(checks, "firmware.cedt")
@@ -257,7 +250,7 @@ def test_no_cedt_with_memdevs_fails(tmp_path: object) -> None:
 
 
 def test_memory_offline_with_auto_online_offline(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/sys/devices/system/memory/auto_online_blocks", "offline\n")
     node = "/sys/devices/system/node/node1"
     for b in os.listdir(root + node):
@@ -301,7 +294,7 @@ def test_cxl_in_dram_tier_says_why() -> None:
 
 
 def test_udev_rules_that_fight(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/etc/daxctl.conf.d/cxl.conf", "[reconfigure-device cxl0]\nnvdimm.uuid=x\nmode = system-ram\n")
     edit(
         root,
@@ -403,7 +396,7 @@ def test_daemon_without_systemd_and_stale_labels() -> None:
 
 
 def test_half_applied_journal_fails(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     boot = (
         read(root, "/proc/sys/kernel/random/boot_id").strip()
         if os.path.exists(root + "/proc/sys/kernel/random/boot_id")
@@ -423,7 +416,7 @@ def test_half_applied_journal_fails(tmp_path: object) -> None:
 def test_unconfirmed_try_warns(tmp_path: object) -> None:
     import time
 
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/proc/sys/kernel/random/boot_id", "b-2\n")
     trial = jn.Trial(deadline=time.time() + 300, timeout=300, pid=999999)
     jn.save(
@@ -452,7 +445,7 @@ def test_unconfirmed_try_warns(tmp_path: object) -> None:
 
 
 def test_sysctl_file_setting_a_managed_knob(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/etc/sysctl.d/60-numa.conf", "vm.zone_reclaim_mode = 1\n")
     _, checks = doc(root)
     c = [x for x in checks if x.id == "services.sysctl"][0]
@@ -505,7 +498,7 @@ def test_probe_runner_and_recorded_answers(tmp_path: object) -> None:
 
 
 def test_tuned_profile_that_sets_zone_reclaim(tmp_path: object) -> None:
-    root = copy(R612, tmp_path)
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/etc/tuned/active_profile", "hpc-compute\n")
     _, checks = doc(root)
     t = one(checks, "services.tuned")

@@ -19,19 +19,15 @@ Knobs (environment):
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
-from cxlctl.cli import run
-from tests.conftest import REPO, fixture_id, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -65,16 +61,9 @@ def _entries(root: str) -> Tuple[List[str], List[str], List[str]]:
     return files, dirs, links
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:  # another file system
-        shutil.copy2(src, dst)
-
-
 def _copy(fixture: str, root: str) -> None:
     """A copy made of hard links (6x faster than copying); mutations unlink before writing."""
-    shutil.copytree(fixture, root, symlinks=True, copy_function=_link_or_copy)
+    copy_fixture(fixture, root, hardlinks=True)
 
 
 # -- mutations: each changes the existing entry p and says what it did and touched -----
@@ -219,7 +208,7 @@ class Tree:
             elif os.path.isdir(src):
                 _copy(src, dst)
             elif os.path.lexists(src):
-                _link_or_copy(src, dst)
+                shutil.copy2(src, dst)  # mutations unlink before writing
             restored.append(rel)
         self.touched = []
 
@@ -228,10 +217,8 @@ class Tree:
 
 
 def _run_inproc(argv: List[str]) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(argv)
-    return rc, out.getvalue(), err.getvalue()
+    p = cli(*argv, inprocess=True)
+    return p.returncode, p.stdout, p.stderr
 
 
 def _check(argv: List[str], rc: int, out: str, err: str, ok: Sequence[int] = (0, 1)) -> Optional[str]:
@@ -303,13 +290,7 @@ def test_mutated_trees_never_crash(fixture: str, tmp_path: object) -> None:
                 if bad:
                     failures.append(f"seed {seed} {done}: cxlctl {' '.join(argv[2:])}: {bad}")
             if n % SUBPROCESS_EVERY == 0:
-                p = subprocess.run(
-                    [sys.executable, "-m", "cxlctl", "--root", root, "status", "--json"],
-                    capture_output=True,
-                    text=True,
-                    cwd=REPO,
-                    timeout=60,
-                )
+                p = cli("--root", root, "status", "--json", timeout=60)
                 bad = _check(["status", "--json"], p.returncode, p.stdout, p.stderr)
                 if bad:
                     failures.append(f"seed {seed} {done}: python -m cxlctl status --json: {bad}")

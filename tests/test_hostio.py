@@ -25,14 +25,14 @@ from cxlctl.model import MemoryBlock
 from cxlctl.regions import dax
 from cxlctl.tuning.profile import ProfileError
 from cxlctl.tuning.profile import load as load_profile
-from tests.conftest import FIXTURES, copy_tree, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    return copy_tree(REGION, str(tmp_path / "t"))
+    return copy_fixture(REGION, str(tmp_path / "t"))
 
 
 def _memdev_attr(root: str, attr: str) -> str:
@@ -43,7 +43,7 @@ def _memdev_attr(root: str, attr: str) -> str:
 
 
 def _status(root: str) -> Dict[str, Any]:
-    p = cxlctl("--root", root, "status", "--json", timeout=60)
+    p = cli("--root", root, "status", "--json", timeout=60)
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     doc = json.loads(p.stdout)

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from cxlctl.inventory import scan
-from tests.conftest import fixture_id, fixture_roots, status_json
+from tests.kit import fixture_id, fixture_roots, status_json
 from tests.vm.compare import compare_cxl_list, compare_daxctl, compare_numactl
 
 ROOTS = fixture_roots()

@@ -34,7 +34,7 @@ from cxlctl.cli import run
 from cxlctl.config import load
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
-from tests.conftest import REPO, copy_tree, fixture_roots
+from tests.kit import REPO, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
 
 DEPLOY = os.path.join(REPO, "deploy", "kubernetes")
@@ -208,7 +208,7 @@ def test_deployment_entrypoint_is_a_valid_launch(capsys: Any, tmp_path: Any) -> 
     args: List[str] = list(c["args"])
     # the recorded CXL node holds 512 MiB: a 16G reserve would leave nothing to size
     args = [re.sub(r"^--reserve=.*", "--reserve=64M", a) for a in args]
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     add_gpu(t, "0000:17:00.0", 0)
     add_gpu(t, "0000:18:00.0", 0)
     write_status(t, "0-1")

@@ -15,22 +15,19 @@ import pytest
 import yaml
 
 from cxlctl.cli import run
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import add_socket
 from tests.nri_schema import SchemaError, check_config, parse_node_mask
 
 
-def _run(capsys: Any, argv: List[str], rc: int = 0) -> str:
-    capsys.readouterr()
-    got = run(argv)
-    out = capsys.readouterr()
-    assert got == rc, (argv, out.err)
-    return str(out.out) if rc == 0 else str(out.err)
+def _run(argv: List[str], rc: int = 0) -> str:
+    p = cli(*argv, rc=rc, inprocess=True)
+    return p.stdout if rc == 0 else p.stderr
 
 
 @pytest.mark.parametrize("root", fixture_roots("linux-6.12/*-region"))
 def test_generated_config_follows_the_plugin_schema(capsys: Any, root: str) -> None:
-    doc = yaml.safe_load(_run(capsys, ["--root", root, "k8s", "nri-config"]))
+    doc = yaml.safe_load(_run(["--root", root, "k8s", "nri-config"]))
     classes = {c["name"]: c["policy"] for c in check_config(doc)}
     assert classes == {
         "cxlctl-weighted-interleave": {"mode": "MPOL_WEIGHTED_INTERLEAVE", "nodes": "0-1"},
@@ -38,7 +35,7 @@ def test_generated_config_follows_the_plugin_schema(capsys: Any, root: str) -> N
         "cxlctl-bind-dram": {"mode": "MPOL_BIND", "nodes": "0"},
     }
     # the JSON report carries the same document and says where the weights come from
-    rep: Dict[str, Any] = json.loads(_run(capsys, ["--root", root, "k8s", "nri-config", "--json"]))
+    rep: Dict[str, Any] = json.loads(_run(["--root", root, "k8s", "nri-config", "--json"]))
     assert rep["config"] == doc
     assert rep["weights"]["source"] == "current" and rep["weights"]["cxlctl"] == {"0": 1, "1": 1}
     assert {c["name"]: c["cpu_nodes"] for c in rep["classes"]}["cxlctl-kv-cxl"] == [0]
@@ -56,13 +53,13 @@ def test_ratio_is_reported_not_written(capsys: Any) -> None:
 
 def test_configmap_wraps_the_same_file(capsys: Any) -> None:
     root = fixture_roots("linux-6.12/single-region")[0]
-    cm = yaml.safe_load(_run(capsys, ["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "nri"]))
+    cm = yaml.safe_load(_run(["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "nri"]))
     assert (cm["kind"], cm["metadata"]["name"], cm["metadata"]["namespace"]) == (
         "ConfigMap",
         "nri-memory-policy-config.default",
         "nri",
     )
-    plain = yaml.safe_load(_run(capsys, ["--root", root, "k8s", "nri-config"]))
+    plain = yaml.safe_load(_run(["--root", root, "k8s", "nri-config"]))
     assert yaml.safe_load(cm["data"]["config.yaml"]) == plain
     import kubernetes_validate
 
@@ -70,12 +67,12 @@ def test_configmap_wraps_the_same_file(capsys: Any) -> None:
 
 
 def test_two_sockets_get_one_class_set_each(capsys: Any, tmp_path: Any) -> None:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     # a second socket (node 2) farther from the CXL node than socket 0
     add_socket(t, 2, "2-3", distances={0: 21, 1: 30})
     with open(f"{t}/sys/kernel/mm/mempolicy/weighted_interleave/node2", "w") as f:
         f.write("1\n")  # the kernel lists a weight for every node with memory
-    doc = yaml.safe_load(_run(capsys, ["--root", t, "k8s", "nri-config"]))
+    doc = yaml.safe_load(_run(["--root", t, "k8s", "nri-config"]))
     classes = {c["name"]: c["policy"]["nodes"] for c in check_config(doc)}
     assert classes["cxlctl-weighted-interleave-socket0"] == "0-1"
     assert classes["cxlctl-kv-cxl-socket0"] == "1"
@@ -85,14 +82,12 @@ def test_two_sockets_get_one_class_set_each(capsys: Any, tmp_path: Any) -> None:
 
 
 def test_no_cxl_and_bad_options(capsys: Any) -> None:
-    err = _run(capsys, ["--root", fixture_roots("linux-6.12/single-noregion")[0], "k8s", "nri-config"], rc=1)
+    err = _run(["--root", fixture_roots("linux-6.12/single-noregion")[0], "k8s", "nri-config"], rc=1)
     assert "no CXL memory node online" in err and "Traceback" not in err
     root = fixture_roots("linux-6.12/single-region")[0]
-    assert "--ratio" in _run(capsys, ["--root", root, "k8s", "nri-config", "--ratio", "3"], rc=2)
-    assert "--prefix" in _run(capsys, ["--root", root, "k8s", "nri-config", "--prefix", "Bad_"], rc=2)
-    assert "--namespace" in _run(
-        capsys, ["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "NS"], rc=2
-    )
+    assert "--ratio" in _run(["--root", root, "k8s", "nri-config", "--ratio", "3"], rc=2)
+    assert "--prefix" in _run(["--root", root, "k8s", "nri-config", "--prefix", "Bad_"], rc=2)
+    assert "--namespace" in _run(["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "NS"], rc=2)
 
 
 # --------------------------------------------------------------------------- the checker itself

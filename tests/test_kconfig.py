@@ -16,6 +16,7 @@ from typing import Any
 from cxlctl.damon.sysfs import probe_host
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
+from tests.kit import copy_fixture
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(os.path.dirname(HERE), "fixtures", "linux-6.12")
@@ -25,8 +26,7 @@ IDLE = os.path.join(FIX, "single-region-damon-idle")
 
 
 def _idle(tmp_path: Any) -> str:
-    root = str(tmp_path / "t")
-    shutil.copytree(IDLE, root, symlinks=True)
+    root = copy_fixture(IDLE, tmp_path / "t")
     return root
 
 
@@ -67,8 +67,7 @@ def test_damon_probe_reads_no_config_when_sysfs_answers(tmp_path: Any) -> None:
     config is not read (the tuning engine probes on every plan, the daemon on every reconcile)."""
     from cxlctl.damon.sysfs import probe, read_damon
 
-    root = str(tmp_path / "running")
-    shutil.copytree(os.path.join(FIX, "single-region-damon-running"), root, symlinks=True)
+    root = copy_fixture(os.path.join(FIX, "single-region-damon-running"), tmp_path / "running")
     os.makedirs(os.path.join(root, "boot"), exist_ok=True)
     shutil.copy(CONFIG, os.path.join(root, "boot", f"config-{RELEASE}"))
     asked = []

@@ -20,7 +20,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.launch.devdax import size_gb
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import HELP_LMCACHE_OLD, HELP_LMCACHE_POOL, Fakes, make_devdax, write_status
 
 MIB = 1 << 20
@@ -28,7 +28,7 @@ MIB = 1 << 20
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    t = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "tree"))
+    t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "tree"))
     make_devdax(t)
     write_status(t, "0-1")
     return t
@@ -43,20 +43,14 @@ def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
     return f
 
 
-def dry(capsys: Any, root: str, engine: str, opts: List[str], args: List[str]) -> Dict[str, Any]:
-    capsys.readouterr()
-    got = run(["--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args])
-    out = capsys.readouterr()
-    assert got == 0, (opts, args, out.err)
-    data: Dict[str, Any] = json.loads(out.out)
+def dry(root: str, engine: str, opts: List[str], args: List[str]) -> Dict[str, Any]:
+    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, check=True, inprocess=True)
+    data: Dict[str, Any] = json.loads(p.stdout)
     return data
 
 
-def usage(capsys: Any, root: str, engine: str, opts: List[str], args: List[str], *needles: str) -> str:
-    capsys.readouterr()
-    got = run(["--root", root, "launch", engine, "--dry-run", *opts, "--", *args])
-    err: str = capsys.readouterr().err
-    assert got == 2, (opts, got, err)
+def usage(root: str, engine: str, opts: List[str], args: List[str], *needles: str) -> str:
+    err = cli("--root", root, "launch", engine, "--dry-run", *opts, "--", *args, rc=2, inprocess=True).stderr
     assert "cxlctl: error: " in err and "Traceback" not in err, err
     for n in needles:
         assert n in err, (n, err)
@@ -71,7 +65,7 @@ def _after(argv: List[str], flag: str) -> str:
 
 
 def test_lmcache_l1_on_the_only_devdax_device(capsys: Any, tree: str, fakes: Fakes) -> None:
-    d = dry(capsys, tree, "lmcache", ["--devdax", "auto"], ["server", "--eviction-policy", "LRU"])
+    d = dry(tree, "lmcache", ["--devdax", "auto"], ["server", "--eviction-policy", "LRU"])
     argv = d["argv"]
     assert argv[-len(d["engine"]["added"]) :] == d["engine"]["added"]
     assert _after(argv, "--l1-devdax-path") == "/dev/dax0.0"
@@ -87,7 +81,7 @@ def test_lmcache_l1_on_the_only_devdax_device(capsys: Any, tree: str, fakes: Fak
 
 
 def test_lmcache_kv_size_maps_part_of_the_device(capsys: Any, tree: str, fakes: Fakes) -> None:
-    d = dry(capsys, tree, "lmcache", ["--devdax", "/dev/dax0.0", "--kv-size", "257M"], ["server"])
+    d = dry(tree, "lmcache", ["--devdax", "/dev/dax0.0", "--kv-size", "257M"], ["server"])
     # rounded down to the 2 MiB device alignment, then written exactly in GiB
     assert d["devdax"]["size"] == 256 * MIB
     assert _after(d["argv"], "--l1-size-gb") == "0.25" == size_gb(256 * MIB)
@@ -96,35 +90,35 @@ def test_lmcache_kv_size_maps_part_of_the_device(capsys: Any, tree: str, fakes: 
 
 def test_lmcache_shared_pool_flags_only_where_the_build_has_them(capsys: Any, tree: str, fakes: Fakes) -> None:
     pool = ["--devdax", "dax0.0", "--devdax-pool-id", "rack0-pool0", "--devdax-offset", str(64 * MIB)]
-    usage(capsys, tree, "lmcache", pool, ["server"], "no --cxl-pool-id or --cxl-pool-offset")
+    usage(tree, "lmcache", pool, ["server"], "no --cxl-pool-id or --cxl-pool-offset")
     fakes.set_lmcache(HELP_LMCACHE_POOL)
-    d = dry(capsys, tree, "lmcache", pool, ["server"])
+    d = dry(tree, "lmcache", pool, ["server"])
     assert _after(d["argv"], "--cxl-pool-id") == "rack0-pool0"
     assert _after(d["argv"], "--cxl-pool-offset") == str(64 * MIB)
     assert d["devdax"]["size"] == 448 * MIB  # the rest of the device after the offset
-    usage(capsys, tree, "lmcache", pool[:4] + ["--devdax-offset", "4096"], ["server"], "alignment")
+    usage(tree, "lmcache", pool[:4] + ["--devdax-offset", "4096"], ["server"], "alignment")
 
 
 def test_lmcache_without_devdax_l1_is_refused(capsys: Any, tree: str, fakes: Fakes) -> None:
     fakes.set_lmcache(HELP_LMCACHE_OLD)
-    usage(capsys, tree, "lmcache", ["--devdax", "auto"], ["server"], "has no --l1-devdax-path", "upgrade LMCache")
+    usage(tree, "lmcache", ["--devdax", "auto"], ["server"], "has no --l1-devdax-path", "upgrade LMCache")
 
 
 def test_lmcache_bad_requests(capsys: Any, tree: str, fakes: Fakes) -> None:
-    usage(capsys, tree, "lmcache", [], ["server"], "--devdax is required")
-    usage(capsys, tree, "lmcache", ["--devdax", "auto"], ["serve"], "multi-process server")
-    usage(capsys, tree, "lmcache", ["--devdax", "auto"], ["server", "--shm-name", "x"], "--shm-name is set by cxlctl")
-    usage(capsys, tree, "lmcache", ["--devdax", "auto"], ["server", "--l1-size-gb", "4"], "larger than dax0.0")
-    usage(capsys, tree, "lmcache", ["--devdax", "auto", "--kv-size", "1G"], ["server"], "larger than dax0.0 holds")
-    usage(capsys, tree, "lmcache", ["--devdax", "dax9.0"], ["server"], "no such DAX device", "region create")
-    usage(capsys, tree, "lmcache", ["--devdax", "mem0"], ["server"], "not a DAX device name")
-    usage(capsys, tree, "lmcache", ["--devdax", "auto", "--devdax-offset", "0"], ["server"], "needs --devdax-pool-id")
+    usage(tree, "lmcache", [], ["server"], "--devdax is required")
+    usage(tree, "lmcache", ["--devdax", "auto"], ["serve"], "multi-process server")
+    usage(tree, "lmcache", ["--devdax", "auto"], ["server", "--shm-name", "x"], "--shm-name is set by cxlctl")
+    usage(tree, "lmcache", ["--devdax", "auto"], ["server", "--l1-size-gb", "4"], "larger than dax0.0")
+    usage(tree, "lmcache", ["--devdax", "auto", "--kv-size", "1G"], ["server"], "larger than dax0.0 holds")
+    usage(tree, "lmcache", ["--devdax", "dax9.0"], ["server"], "no such DAX device", "region create")
+    usage(tree, "lmcache", ["--devdax", "mem0"], ["server"], "not a DAX device name")
+    usage(tree, "lmcache", ["--devdax", "auto", "--devdax-offset", "0"], ["server"], "needs --devdax-pool-id")
 
 
 def test_devdax_refuses_a_device_onlined_as_system_ram(capsys: Any, fakes: Fakes) -> None:
     root = fixture_roots("linux-6.12/single-region")[0]
-    usage(capsys, root, "lmcache", ["--devdax", "dax0.0"], ["server"], "system-ram mode (NUMA node 1)", "--mode devdax")
-    usage(capsys, root, "lmcache", ["--devdax", "auto"], ["server"], "no DAX device in devdax mode")
+    usage(root, "lmcache", ["--devdax", "dax0.0"], ["server"], "system-ram mode (NUMA node 1)", "--mode devdax")
+    usage(root, "lmcache", ["--devdax", "auto"], ["server"], "no DAX device in devdax mode")
 
 
 # --------------------------------------------------------------------------- Mooncake
@@ -132,7 +126,7 @@ def test_devdax_refuses_a_device_onlined_as_system_ram(capsys: Any, fakes: Fakes
 
 def test_mooncake_env_for_vllm(capsys: Any, tree: str, fakes: Fakes) -> None:
     fakes.add_mooncake("0.3.12")
-    d = dry(capsys, tree, "vllm", ["--devdax", "auto", "--mooncake", "--kv-size", "128M"], ["serve", "m"])
+    d = dry(tree, "vllm", ["--devdax", "auto", "--mooncake", "--kv-size", "128M"], ["serve", "m"])
     assert d["env"]["MC_CXL_DEV_PATH"] == "/dev/dax0.0"
     assert d["env"]["MC_CXL_DEV_SIZE"] == str(128 * MIB)
     assert "MC_CXL_POOL_ID" not in d["env"]
@@ -144,7 +138,7 @@ def test_mooncake_env_for_vllm(capsys: Any, tree: str, fakes: Fakes) -> None:
 def test_mooncake_pool_settings_and_versions(capsys: Any, tree: str, fakes: Fakes) -> None:
     fakes.add_mooncake("0.3.12")
     opts = ["--devdax", "dax0.0", "--mooncake", "--devdax-pool-id", "p0", "--devdax-offset", str(128 * MIB)]
-    d = dry(capsys, tree, "exec", opts, ["true"])
+    d = dry(tree, "exec", opts, ["true"])
     env = d["env"]
     assert (env["MC_CXL_POOL_ID"], env["MC_CXL_BACKEND_KIND"], env["MC_CXL_MAP_OFFSET"]) == (
         "p0",
@@ -158,19 +152,19 @@ def test_mooncake_pool_settings_and_versions(capsys: Any, tree: str, fakes: Fake
 def test_mooncake_too_old_or_missing(capsys: Any, tree: str, fakes: Fakes, monkeypatch: Any) -> None:
     opts = ["--devdax", "auto", "--mooncake"]
     # not installed: a dry run plans with the assumed release and says so; a real launch refuses
-    d = dry(capsys, tree, "exec", opts, ["true"])
+    d = dry(tree, "exec", opts, ["true"])
     assert any("Mooncake not found" in w for w in d["warnings"]) and d["env"]["MC_CXL_DEV_PATH"] == "/dev/dax0.0"
     capsys.readouterr()
     assert run(["--root", tree, "launch", "exec", *opts, "--", "true"]) == 2
     assert "pip install mooncake-transfer-engine" in capsys.readouterr().err
     fakes.add_mooncake("0.3.5")
-    usage(capsys, tree, "exec", opts, ["true"], "Mooncake 0.3.5 has no CXL transport")
+    usage(tree, "exec", opts, ["true"], "Mooncake 0.3.5 has no CXL transport")
 
 
 def test_devdax_needs_a_backend(capsys: Any, tree: str, fakes: Fakes) -> None:
-    usage(capsys, tree, "vllm", ["--devdax", "auto"], ["serve", "m"], "say which backend", "--mooncake")
-    usage(capsys, tree, "vllm", ["--mooncake"], ["serve", "m"], "--mooncake needs --devdax")
-    usage(capsys, tree, "vllm", ["--devdax", "auto", "--mooncake", "--lmcache"], ["serve", "m"], "two different")
+    usage(tree, "vllm", ["--devdax", "auto"], ["serve", "m"], "say which backend", "--mooncake")
+    usage(tree, "vllm", ["--mooncake"], ["serve", "m"], "--mooncake needs --devdax")
+    usage(tree, "vllm", ["--devdax", "auto", "--mooncake", "--lmcache"], ["serve", "m"], "two different")
 
 
 # --------------------------------------------------------------------------- SGLang's own binding
@@ -180,7 +174,7 @@ def test_sglang_auto_numa_bind_is_switched_off_and_said(capsys: Any, tree: str, 
     fakes.set_sglang()
     monkeypatch.setenv("FAKE_SGLANG_VERSION", "0.5.18")
     monkeypatch.setenv("SGLANG_AUTO_NUMA_BIND", "1")
-    d = dry(capsys, tree, "sglang", [], ["--model-path", "m"])
+    d = dry(tree, "sglang", [], ["--model-path", "m"])
     assert d["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
     assert any("SGLANG_AUTO_NUMA_BIND=0: cxlctl's binding wins" in n and "on since 0.5.18" in n for n in d["notes"])
     assert any("SGLANG_AUTO_NUMA_BIND=1 in the environment is replaced by 0" in w for w in d["warnings"])
@@ -191,7 +185,7 @@ def test_sglang_auto_numa_bind_is_switched_off_and_said(capsys: Any, tree: str, 
 
 def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, tree: str, monkeypatch: Any) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    d = dry(capsys, tree, "lmcache", ["--devdax", "auto"], ["server"])
+    d = dry(tree, "lmcache", ["--devdax", "auto"], ["server"])
     assert d["engine"]["flags_source"] == "assumed" and d["engine"]["version"] is None
     assert any("an LMCache with the devdax L1" in w for w in d["warnings"])
     assert "--l1-devdax-path" in d["argv"] and "--cxl-pool-id" not in d["argv"]
@@ -202,12 +196,12 @@ def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, 
 
 def test_recorded_devdax_tree(capsys: Any, tmp_path: Any, fakes: Fakes) -> None:
     """fixtures/linux-6.12/switch2-devdax (tests/vm/record_fleet.py): dax0.0 devdax beside dax1.0 system-ram."""
-    t = copy_tree(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
+    t = copy_fixture(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
     write_status(t, "0-1")
     (tmp_path / "rec" / "dev").mkdir()
     with open(tmp_path / "rec" / "dev" / "dax0.0", "wb") as f:
         f.truncate(256 * MIB)  # the recorder copies sysfs and procfs, not /dev
-    d = dry(capsys, t, "lmcache", ["--devdax", "auto"], ["server"])
+    d = dry(t, "lmcache", ["--devdax", "auto"], ["server"])
     assert (d["devdax"]["device"], d["devdax"]["size"], d["devdax"]["align"]) == ("dax0.0", 256 * MIB, 2 * MIB)
     assert _after(d["argv"], "--l1-size-gb") == "0.25"
-    usage(capsys, t, "lmcache", ["--devdax", "dax1.0"], ["server"], "system-ram mode (NUMA node 1)")
+    usage(t, "lmcache", ["--devdax", "dax1.0"], ["server"], "system-ram mode (NUMA node 1)")

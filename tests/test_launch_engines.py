@@ -17,7 +17,7 @@ import pytest
 from cxlctl.cli import run
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
-from tests.conftest import copy_tree, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, write_status
 
 GIB = 1 << 30
@@ -54,20 +54,14 @@ def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
     return f
 
 
-def dry(capsys: Any, root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
-    capsys.readouterr()
-    got = run(["--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args])
-    out = capsys.readouterr()
-    assert got == rc, (opts, args, got, out.err)
-    data: Dict[str, Any] = json.loads(out.out)
+def dry(root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
+    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=rc, inprocess=True)
+    data: Dict[str, Any] = json.loads(p.stdout)
     return data
 
 
-def usage(capsys: Any, argv: List[str], *needles: str, rc: int = 2) -> str:
-    capsys.readouterr()
-    got = run(argv)
-    err: str = capsys.readouterr().err
-    assert got == rc, (argv, got, err)
+def usage(argv: List[str], *needles: str, rc: int = 2) -> str:
+    err = cli(*argv, rc=rc, inprocess=True).stderr
     assert ("cxlctl: error: " in err or "Error: " in err) and "Traceback" not in err, err
     for n in needles:
         assert n in err, (n, err)
@@ -86,7 +80,7 @@ def _model(tmp_path: Any, cfg: Dict[str, Any], name: str = "model") -> str:
 
 def test_vllm_new_kv_offloading_size_total_gib(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
     model = _model(tmp_path, LLAMA_8B)
-    doc = dry(capsys, region, "vllm", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"])
+    doc = dry(region, "vllm", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"])
     argv = doc["argv"]
     engine = argv[argv.index("vllm") :]
     assert engine == [
@@ -117,12 +111,12 @@ def test_vllm_fractional_gib_rounds_down() -> None:
 
 def test_vllm_numa_bind_dropped_or_kept(region: str, fakes: Fakes, capsys: Any) -> None:
     args = ["serve", "m", "--numa-bind", "--numa-bind-nodes", "0", "1", "--max-num-seqs", "8"]
-    doc = dry(capsys, region, "vllm", ["--policy", "bind"], args)
+    doc = dry(region, "vllm", ["--policy", "bind"], args)
     engine = doc["argv"][doc["argv"].index("vllm") :]
     assert engine == ["vllm", "serve", "m", "--max-num-seqs", "8"]
     assert doc["engine"]["dropped"] == ["--numa-bind", "--numa-bind-nodes", "0", "1"]
     assert any("replaces cxlctl's policy with a DRAM-only bind" in w and "dropped" in w for w in doc["warnings"])
-    doc = dry(capsys, region, "vllm", ["--policy", "bind", "--keep-numa-bind"], ["serve", "m", "--numa-bind-nodes=0"])
+    doc = dry(region, "vllm", ["--policy", "bind", "--keep-numa-bind"], ["serve", "m", "--numa-bind-nodes=0"])
     assert doc["argv"][-1] == "--numa-bind-nodes=0" and doc["engine"]["dropped"] == []
     assert any("kept because of --keep-numa-bind" in w for w in doc["warnings"])
 
@@ -130,13 +124,13 @@ def test_vllm_numa_bind_dropped_or_kept(region: str, fakes: Fakes, capsys: Any) 
 def test_vllm_0_17_emits_offload_size_warns_pow2_never_swap_space(region: str, fakes: Fakes, capsys: Any) -> None:
     fakes.set_vllm("0.17.1")
     os.environ["FAKE_VLLM_VERSION"] = "0.17.1"
-    doc = dry(capsys, region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m"])
     assert doc["argv"][-4:] == ["--kv-offloading-size", "3", "--kv-offloading-backend", "native"]
     assert "--swap-space" not in doc["argv"]
     assert any("power of two" in w for w in doc["warnings"])
     assert not any(c["name"] == "dev-shm" for c in doc["checks"]), "pinned anonymous memory, not /dev/shm"
     # the user's own --swap-space is legal on 0.17 (unused by V1): a warning, passed through
-    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m", "--swap-space", "4"])
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--swap-space", "4"])
     assert doc["argv"][-2:] == ["--swap-space", "4"] and any("unused by vLLM's V1 engine" in w for w in doc["warnings"])
 
 
@@ -144,14 +138,12 @@ def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any)
     fakes.set_vllm("0.10.1")
     os.environ["FAKE_VLLM_VERSION"] = "0.10.1"
     usage(
-        capsys,
         ["--root", region, "launch", "vllm", "--kv-size", "2G", "--dry-run", "--", "serve", "m"],
         "has no --kv-offloading-size",
         "--swap-space is not a KV offload",
     )
     # LMCache works on it: connector flag plus the per-worker size in GiB
     doc = dry(
-        capsys,
         region,
         "vllm",
         ["--kv-size", "8G", "--lmcache", "--policy", "bind"],
@@ -163,7 +155,6 @@ def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any)
 
 def test_vllm_swap_space_refused_on_new_vllm(region: str, fakes: Fakes, capsys: Any) -> None:
     usage(
-        capsys,
         ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--swap-space", "4"],
         "--swap-space was removed in vLLM 0.18",
     )
@@ -171,13 +162,13 @@ def test_vllm_swap_space_refused_on_new_vllm(region: str, fakes: Fakes, capsys: 
 
 def test_vllm_help_cached_per_version(region: str, fakes: Fakes, capsys: Any) -> None:
     for _ in range(3):
-        dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+        dry(region, "vllm", ["--policy", "bind"], ["serve", "m"])
     assert fakes.help_calls() == 1, "the help text is read once per vLLM version"
-    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m"])
     assert doc["engine"]["flags_source"] == "cache"
     fakes.set_vllm("0.17.1")
     os.environ["FAKE_VLLM_VERSION"] = "0.17.1"
-    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m"])
     assert (
         doc["engine"]["version"] == "0.17.1" and doc["engine"]["flags_source"] == "probed" and fakes.help_calls() == 2
     )
@@ -188,10 +179,9 @@ def test_vllm_help_cached_per_version(region: str, fakes: Fakes, capsys: Any) ->
 def test_vllm_help_failure(region: str, fakes: Fakes, capsys: Any) -> None:
     os.environ["FAKE_HELP_FAILS"] = "1"
     try:
-        doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m"])
+        doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m"])
         assert any("could not read vLLM's flags" in w and "libcudart" in w for w in doc["warnings"])
         usage(
-            capsys,
             ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m"],
             "cannot tell whether this vLLM has --kv-offloading-size",
         )
@@ -202,16 +192,15 @@ def test_vllm_help_failure(region: str, fakes: Fakes, capsys: Any) -> None:
 def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, capsys: Any) -> None:
     base = ["--root", region, "launch", "vllm", "--dry-run"]
     usage(
-        capsys,
         base + ["--kv-size", "1G", "--", "serve", "m", "--kv-offloading-size", "2"],
         "both --kv-size and vLLM's --kv-offloading-size",
     )
-    usage(capsys, base + ["--", "serve", "m", "-tp", "two"], "-tensor-parallel-size 'two' is not an integer")
-    usage(capsys, base + ["--", "serve", "m", "--kv-offloading-size", "lots"], "is not a number of GiB")
-    usage(capsys, base + ["--kv-size", "1G", "--", "bench", "m"], "--kv-size needs `serve`")
-    usage(capsys, base, "no vLLM arguments")
+    usage(base + ["--", "serve", "m", "-tp", "two"], "-tensor-parallel-size 'two' is not an integer")
+    usage(base + ["--", "serve", "m", "--kv-offloading-size", "lots"], "is not a number of GiB")
+    usage(base + ["--kv-size", "1G", "--", "bench", "m"], "--kv-size needs `serve`")
+    usage(base, "no vLLM arguments")
     # the user's own --kv-offloading-size still sizes the pre-flight checks
-    doc = dry(capsys, region, "vllm", ["--policy", "bind"], ["serve", "m", "--kv-offloading-size", "1.5"])
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--kv-offloading-size", "1.5"])
     assert doc["kv"]["bytes"] == int(1.5 * GIB) and doc["engine"]["added"] == []
 
 
@@ -219,33 +208,30 @@ def test_missing_engine_exit_2(region: str, fakes: Fakes, capsys: Any, tmp_path:
     """A launch needs the engine (exit 2, nothing changed); a dry run plans without it."""
     os.environ["PATH"] = str(tmp_path)  # no vllm, no python3
     usage(
-        capsys,
         ["--root", region, "launch", "vllm", "--", "serve", "m"],
         "vllm engine not found",
         "--engine-cmd",
     )
     usage(
-        capsys,
         ["--root", region, "launch", "sglang", "--", "--model-path", "m"],
         "sglang engine not found",
     )
     usage(
-        capsys,
         ["--root", region, "launch", "vllm", "--engine-cmd", "/nonexistent/vllm", "--", "serve", "m"],
         "not on PATH",
     )
-    usage(capsys, ["--root", region, "launch", "exec", "--dry-run", "--", "no-such-program-xyz"], "program not found")
-    usage(capsys, ["--root", region, "launch", "exec", "--dry-run"], "nothing to launch")
+    usage(["--root", region, "launch", "exec", "--dry-run", "--", "no-such-program-xyz"], "program not found")
+    usage(["--root", region, "launch", "exec", "--dry-run"], "nothing to launch")
 
 
 def test_dry_run_plans_without_the_engine(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
     """vLLM and SGLang alike: the dry run shows the plan and names the flags it assumed."""
     os.environ["PATH"] = str(tmp_path)  # neither engine (nor python3) on PATH
-    doc = dry(capsys, region, "vllm", ["--kv-size", "1G"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--kv-size", "1G"], ["serve", "m"])
     assert doc["engine"]["flags_source"] == "assumed"
     assert any("vLLM not found" in w and "assuming the flags of vLLM 0.29 or later" in w for w in doc["warnings"])
     assert doc["engine"]["added"] == ["--kv-offloading-size", "1", "--kv-offloading-backend", "native"]
-    doc = dry(capsys, region, "sglang", ["--kv-size", "2G"], ["--model-path", "m"])
+    doc = dry(region, "sglang", ["--kv-size", "2G"], ["--model-path", "m"])
     assert doc["engine"]["flags_source"] == "assumed"
     assert any("SGLang not found" in w and "assuming the flags of SGLang 0.5 or later" in w for w in doc["warnings"])
     assert "--hicache-size" in doc["engine"]["added"]
@@ -253,7 +239,7 @@ def test_dry_run_plans_without_the_engine(region: str, fakes: Fakes, capsys: Any
 
 def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:
     exe = os.path.join(fakes.bin, "vllm")
-    doc = dry(capsys, region, "vllm", ["--policy", "bind", "--engine-cmd", exe], ["serve", "m"])
+    doc = dry(region, "vllm", ["--policy", "bind", "--engine-cmd", exe], ["serve", "m"])
     assert exe in doc["argv"] and doc["engine"]["version"] == "0.29.0"
 
 
@@ -263,9 +249,7 @@ def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:
 def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
     fakes.set_sglang()
     model = _model(tmp_path, DEEPSEEK_V3)
-    doc = dry(
-        capsys, region, "sglang", ["--kv-size", "20G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"]
-    )
+    doc = dry(region, "sglang", ["--kv-size", "20G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"])
     argv = doc["argv"]
     i = argv.index("-m")
     assert argv[i - 1 : i + 2] == ["python3", "-m", "sglang.launch_server"]
@@ -290,17 +274,15 @@ def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: A
 def test_sglang_small_and_lmcache(region: str, fakes: Fakes, capsys: Any) -> None:
     fakes.set_sglang()
     usage(
-        capsys,
         ["--root", region, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", "--tp", "2"],
         "less than 1 GB per rank",
     )
-    doc = dry(capsys, region, "sglang", ["--kv-size", "4G", "--lmcache", "--policy", "bind"], ["--model-path", "m"])
+    doc = dry(region, "sglang", ["--kv-size", "4G", "--lmcache", "--policy", "bind"], ["--model-path", "m"])
     assert "--enable-lmcache" in doc["argv"] and "--hicache-size" not in doc["argv"]
     assert doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "4"
-    doc = dry(capsys, region, "sglang", ["--policy", "bind"], ["--model-path", "m", "--numa-node", "0"])
+    doc = dry(region, "sglang", ["--policy", "bind"], ["--model-path", "m", "--numa-node", "0"])
     assert any("--numa-node" in w for w in doc["warnings"])
     usage(
-        capsys,
         ["--root", region, "launch", "sglang", "--kv-tmpfs", "--dry-run", "--", "--model-path", "m"],
         "No such option",
     )
@@ -312,22 +294,21 @@ def test_sglang_small_and_lmcache(region: str, fakes: Fakes, capsys: Any) -> Non
 def test_kv_size_auto_is_free_cxl_minus_reserve(region: str, fakes: Fakes, capsys: Any) -> None:
     with open(os.path.join(region, "cxlctl-status.json")) as f:
         free = next(n["mem_free"] for n in json.load(f)["nodes"] if n["kind"] == "cxl")
-    doc = dry(capsys, region, "vllm", ["--kv-size", "auto", "--reserve", "112M", "--policy", "bind"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--kv-size", "auto", "--reserve", "112M", "--policy", "bind"], ["serve", "m"])
     assert doc["kv"]["auto"] and doc["kv"]["free_cxl"] == free and doc["kv"]["bytes"] == free - (112 << 20)
     assert doc["argv"][doc["argv"].index("--kv-offloading-size") + 1] == gib(free - (112 << 20))
-    doc = dry(capsys, region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m"])
+    doc = dry(region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m"])
     assert doc["kv"]["reserve"] == free // 10
     base = ["--root", region, "launch", "vllm", "--dry-run"]
-    usage(capsys, base + ["--kv-size", "auto", "--reserve", "1T", "--", "serve", "m"], "not more than the reserve")
-    usage(capsys, base + ["--kv-size", "lots", "--", "serve", "m"], "bad size 'lots'")
-    usage(capsys, base + ["--kv-size", "1.5.5G", "--", "serve", "m"], "bad size")
-    usage(capsys, base + ["--kv-size", "0", "--", "serve", "m"], "nothing to offload")
+    usage(base + ["--kv-size", "auto", "--reserve", "1T", "--", "serve", "m"], "not more than the reserve")
+    usage(base + ["--kv-size", "lots", "--", "serve", "m"], "bad size 'lots'")
+    usage(base + ["--kv-size", "1.5.5G", "--", "serve", "m"], "bad size")
+    usage(base + ["--kv-size", "0", "--", "serve", "m"], "nothing to offload")
     usage(
-        capsys,
         base + ["--kv-size", "2G", "--reserve", "1G", "--", "serve", "m"],
         "--reserve only applies with --kv-size auto",
     )
-    usage(capsys, base + ["--kv-size", "auto", "--reserve", "-1G", "--", "serve", "m"], "bad size")
+    usage(base + ["--kv-size", "auto", "--reserve", "-1G", "--", "serve", "m"], "bad size")
 
 
 @pytest.mark.parametrize(
@@ -368,16 +349,14 @@ def test_model_config_errors(region: str, fakes: Fakes, capsys: Any, tmp_path: A
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
     base = ["--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run"]
-    usage(capsys, base + ["--model-config", str(bad), "--", "serve", "m"], "is not valid JSON")
+    usage(base + ["--model-config", str(bad), "--", "serve", "m"], "is not valid JSON")
     usage(
-        capsys,
         base + ["--model-config", str(tmp_path / "missing.json"), "--", "serve", "m"],
         "cannot read model config",
     )
     empty = _model(tmp_path, {"architectures": ["X"]}, "empty")
-    usage(capsys, base + ["--model-config", empty, "--", "serve", "m"], "no num_hidden_layers")
+    usage(base + ["--model-config", empty, "--", "serve", "m"], "no num_hidden_layers")
     doc = dry(
-        capsys,
         region,
         "vllm",
         ["--kv-size", "1G", "--policy", "bind", "--model-config", _model(tmp_path, LLAMA_8B, "m2")],
@@ -390,24 +369,23 @@ def test_model_config_errors(region: str, fakes: Fakes, capsys: Any, tmp_path: A
 
 
 def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
-    doc = dry(capsys, region, "exec", ["--policy", "preferred"], ["true"])
+    doc = dry(region, "exec", ["--policy", "preferred"], ["true"])
     assert doc["policy"]["nodes"] == [1] and any("preferred node 1: the nearest CXL node" in n for n in doc["notes"])
-    doc = dry(capsys, region, "exec", ["--policy", "local"], ["true"])
+    doc = dry(region, "exec", ["--policy", "local"], ["true"])
     assert doc["policy"]["nodes"] == [] and "--localalloc" in doc["numactl_command"]
-    doc = dry(capsys, region, "exec", ["--policy", "preferred-many"], ["true"])
+    doc = dry(region, "exec", ["--policy", "preferred-many"], ["true"])
     assert "--preferred-many=0-1" in doc["numactl_command"]
     base = ["--root", region, "launch", "exec", "--dry-run"]
-    usage(capsys, base + ["--policy", "preferred", "--mem-nodes", "0-1", "--", "true"], "takes one node")
-    usage(capsys, base + ["--policy", "local", "--mem-nodes", "0", "--", "true"], "takes no --mem-nodes")
-    usage(capsys, base + ["--policy", "spread", "--", "true"], "is not one of")
-    usage(capsys, base + ["--policy", "bind", "--ratio", "3:1", "--", "true"], "--ratio only applies")
+    usage(base + ["--policy", "preferred", "--mem-nodes", "0-1", "--", "true"], "takes one node")
+    usage(base + ["--policy", "local", "--mem-nodes", "0", "--", "true"], "takes no --mem-nodes")
+    usage(base + ["--policy", "spread", "--", "true"], "is not one of")
+    usage(base + ["--policy", "bind", "--ratio", "3:1", "--", "true"], "--ratio only applies")
     for r in ("3", "3:0", "x:1", "300:1", "3:1:1", ""):
-        usage(capsys, base + ["--ratio", r, "--", "true"], "--ratio")
-    usage(capsys, base + ["--ratio", "3:1", "--mem-nodes", "0", "--", "true"], "needs DRAM and CXL nodes")
-    usage(capsys, base + ["--kv-tmpfs", "--", "true"], "--kv-tmpfs needs the KV size")
+        usage(base + ["--ratio", r, "--", "true"], "--ratio")
+    usage(base + ["--ratio", "3:1", "--mem-nodes", "0", "--", "true"], "needs DRAM and CXL nodes")
+    usage(base + ["--kv-tmpfs", "--", "true"], "--kv-tmpfs needs the KV size")
     noregion = fixture_roots("linux-6.12/*-noregion")[0]
     usage(
-        capsys,
         [
             "--root",
             noregion,
@@ -429,9 +407,9 @@ def test_policy_choices_and_bad_options(region: str, capsys: Any) -> None:
 def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: Any, tmp_path: Any) -> None:
     from tests.tune_support import diff, snapshot
 
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     before = snapshot(root)
-    doc = dry(capsys, root, "exec", ["--ratio", "6:2"], ["true"])
+    doc = dry(root, "exec", ["--ratio", "6:2"], ["true"])
     assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 3, "1": 1}
     w = doc["weights"]
     assert w["source"] == "ratio" and w["system_wide"] and w["journaled"] and w["undo"] == "cxlctl tune revert"
@@ -441,7 +419,7 @@ def test_weighted_interleave_ratio_dry_run_writes_nothing(region: str, capsys: A
     assert "--weighted-interleave=0-1" in doc["numactl_command"]
     assert diff(before, snapshot(root)) == [] and not os.path.exists(os.path.join(root, "run/cxlctl"))
     # no bandwidth data (QEMU has no HMAT) and no ratio: the weights in effect, said so
-    doc = dry(capsys, root, "exec", [], ["true"])
+    doc = dry(root, "exec", [], ["true"])
     assert doc["weights"]["source"] == "current" and doc["weights"]["changes"] == []
     assert any("no bandwidth data" in n and "using the weights in effect now" in n for n in doc["notes"])
 
@@ -454,7 +432,7 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
     from cxlctl.tuning import journal as jn
     from tests.tune_support import diff, snapshot
 
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     before = snapshot(root)
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     applied = snapshot(root)
@@ -482,7 +460,6 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
 
 def test_kv_tmpfs_dry_run(region: str, fakes: Fakes, capsys: Any) -> None:
     doc = dry(
-        capsys,
         region,
         "vllm",
         ["--kv-size", "256M", "--kv-tmpfs", "--policy", "bind", "--mem-nodes", "0"],
@@ -503,7 +480,7 @@ def test_kv_tmpfs_dry_run(region: str, fakes: Fakes, capsys: Any) -> None:
 
 
 def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     write_status(root, mems="0", cgroup="/system.slice/llm.service")
     cg = os.path.join(root, "sys/fs/cgroup/system.slice/llm.service")
     os.makedirs(cg)
@@ -519,12 +496,12 @@ def test_preflight_cpuset_refusal_names_the_cgroup(region: str, capsys: Any, tmp
     assert "/sys/fs/cgroup/system.slice/llm.service/cpuset.mems" in text and "cpuset.mems.effective is '0'" in text
     assert "pre-flight failed (1 problem(s)); nothing was launched" in out.err
     # inside the cpuset: fine; relative lists are relative to it
-    doc = dry(capsys, root, "exec", ["--policy", "bind", "--mem-nodes", "+0"], ["true"])
+    doc = dry(root, "exec", ["--policy", "bind", "--mem-nodes", "+0"], ["true"])
     assert doc["policy"]["nodes"] == [0] and doc["ok"]
 
 
 def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     mem = os.path.join(root, "sys/devices/system/memory")
     cxl_blocks = [b for b in os.listdir(os.path.join(root, "sys/devices/system/node/node1")) if b.startswith("memory")]
     for b in cxl_blocks:
@@ -532,7 +509,7 @@ def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, ca
             f.write("Movable\n")
     with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w") as f:
         f.write("2\n")
-    doc = dry(capsys, root, "vllm", ["--kv-size", "256M", "--policy", "bind"], ["serve", "m"])
+    doc = dry(root, "vllm", ["--kv-size", "256M", "--policy", "bind"], ["serve", "m"])
     mv = [c for c in doc["checks"] if c["name"] == "zone-movable"]
     assert (
         mv
@@ -541,12 +518,12 @@ def test_preflight_movable_zone_and_numa_balancing(region: str, fakes: Fakes, ca
     )
     assert any(c["name"] == "numa-balancing" and c["status"] == "note" for c in doc["checks"])
     # a plain program does not pin: no zone warning
-    doc = dry(capsys, root, "exec", ["--policy", "bind"], ["true"])
+    doc = dry(root, "exec", ["--policy", "bind"], ["true"])
     assert not any(c["name"] == "zone-movable" for c in doc["checks"])
 
 
 def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
-    root = copy_tree(region, str(tmp_path / "t"))
+    root = copy_fixture(region, str(tmp_path / "t"))
     os.makedirs(os.path.join(root, "dev/shm"))
     st = os.statvfs(os.path.join(root, "dev/shm"))
     too_big = st.f_bavail * st.f_frsize + GIB
@@ -578,7 +555,7 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
 def test_preflight_weighted_interleave_on_an_old_kernel(region: str, capsys: Any, tmp_path: Any) -> None:
     """6.1 has no weighted interleave: the default policy is refused with the fix named."""
     roots = fixture_roots("linux-6.1/*") or [region]
-    root = copy_tree(roots[0], str(tmp_path / "t"))
+    root = copy_fixture(roots[0], str(tmp_path / "t"))
     if roots[0] == region:  # until a 6.1 fixture is recorded: the same tree without the 6.9 interface
         import shutil
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from cxlctl.launch.policy import MODES, numactl_argv
-from tests.conftest import REPO
+from tests.kit import REPO, cli
 from tests.launch_support import Fakes
 
 HOST_WI = os.path.isdir("/sys/kernel/mm/mempolicy/weighted_interleave")
@@ -238,12 +238,7 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
                 if f.read().startswith(b"sleep"):
                     break
             time.sleep(0.05)
-        r = subprocess.run(
-            [sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid), "--json"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )
+        r = cli("policy", "show", str(p.pid), "--json")
         assert r.returncode == 0, r.stderr
         rep = json.loads(r.stdout)
         assert rep["policy"]["mode"] == "bind" and rep["policy"]["nodes"] == [HOST_NODE] and rep["match"] is True
@@ -255,17 +250,10 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
             "placement": "pass",
         }
         assert sum(rep["pages"]["anon"].values()) > 0 and list(rep["pages"]["anon"]) == [n]
-        human = subprocess.run(
-            [sys.executable, "-m", "cxlctl", "policy", "show", str(p.pid)], capture_output=True, text=True, cwd=REPO
-        )
+        human = cli("policy", "show", str(p.pid))
         assert human.returncode == 0 and "matches what was asked" in human.stdout
         # a process whose policy is not what its CXLCTL_POLICY says: drift, exit 3
-        r = subprocess.run(
-            [sys.executable, "-m", "cxlctl", "policy", "show", str(other.pid), "--json"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-        )
+        r = cli("policy", "show", str(other.pid), "--json")
         assert r.returncode == 3, r.stderr
         rep = json.loads(r.stdout)
         assert rep["match"] is False and rep["policy"]["mode"] == "default"
@@ -276,7 +264,5 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
         p.wait()
         other.wait()
     for pid, code, needle in (("999999999", 2, "no process with PID"), ("0", 2, "not a process id"), ("x", 2, "")):
-        r = subprocess.run(
-            [sys.executable, "-m", "cxlctl", "policy", "show", pid], capture_output=True, text=True, cwd=REPO
-        )
+        r = cli("policy", "show", pid)
         assert r.returncode == code and needle in r.stderr and "Traceback" not in r.stderr, r.stderr

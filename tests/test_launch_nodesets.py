@@ -8,11 +8,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from cxlctl.cli import run
 from cxlctl.errors import UsageError
 from cxlctl.inventory import scan
 from cxlctl.launch.nodesets import find_gpus, nearest_cxl, parse_node_spec, resolve, socket_of
-from tests.conftest import copy_tree, fixture_id, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
 from tests.launch_support import add_gpu, add_socket
 
 REGION = fixture_roots("*/*-region")
@@ -26,21 +25,15 @@ def _status(root: str) -> Dict[str, Any]:
     return data
 
 
-def _dry(capsys: Any, root: str, *opts: str, rc: int = 0) -> Dict[str, Any]:
-    capsys.readouterr()
-    got = run(["--root", root, "launch", "exec", "--dry-run", "--json", *opts, "--", "true"])
-    out = capsys.readouterr()
-    assert got == rc, (opts, got, out.err)
-    data: Dict[str, Any] = json.loads(out.out)
+def _dry(root: str, *opts: str, rc: int = 0) -> Dict[str, Any]:
+    p = cli("--root", root, "launch", "exec", "--dry-run", "--json", *opts, "--", "true", rc=rc, inprocess=True)
+    data: Dict[str, Any] = json.loads(p.stdout)
     return data
 
 
-def _usage(capsys: Any, argv: List[str], *needles: str) -> str:
+def _usage(argv: List[str], *needles: str) -> str:
     """The command fails with exit 2 and one clear line (plus a hint), no traceback."""
-    capsys.readouterr()
-    got = run(argv)
-    err: str = capsys.readouterr().err
-    assert got == 2, (argv, got, err)
+    err = cli(*argv, rc=2, inprocess=True).stderr
     assert err.startswith("cxlctl: error: ") and "Traceback" not in err, err
     for n in needles:
         assert n in err, (n, err)
@@ -69,15 +62,15 @@ def test_defaults_dram_plus_nearest_cxl(root: str) -> None:
 @pytest.mark.parametrize("root", NOREGION, ids=[fixture_id(r) for r in NOREGION])
 def test_defaults_without_cxl_are_dram_only(root: str, capsys: Any) -> None:
     st = _status(root)
-    doc = _dry(capsys, root, "--policy", "bind")
+    doc = _dry(root, "--policy", "bind")
     assert doc["nodes"]["cxl"] == [] and doc["nodes"]["memory"] == [n["id"] for n in st["nodes"] if n["kind"] == "dram"]
     assert "no CXL memory node online" in doc["nodes"]["how"][1]
-    _usage(capsys, ["--root", root, "launch", "exec", "--kv-size", "auto", "--dry-run", "--", "true"], "no CXL node")
+    _usage(["--root", root, "launch", "exec", "--kv-size", "auto", "--dry-run", "--", "true"], "no CXL node")
 
 
 def _two_sockets(tmp: Any) -> str:
     """single-region plus a second CPU socket (node 2, CPUs 2-3) that is far from the CXL node."""
-    root = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp / "t"))
+    root = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp / "t"))
     add_socket(root, 2, "2-3", distances={0: 21, 1: 30})
     return root
 
@@ -90,19 +83,19 @@ def test_gpu_socket_picks_cpus_and_its_memory(tmp_path: Any, capsys: Any) -> Non
     gpus = find_gpus(root)
     assert [(g.ordinal, g.bdf, g.numa_node) for g in gpus] == [(0, "0000:17:00.0", 0), (1, "0000:b1:00.0", 2)]
     # every GPU: both sockets
-    doc = _dry(capsys, root, "--policy", "bind")
+    doc = _dry(root, "--policy", "bind")
     assert doc["nodes"]["cpu"] == [0, 2] and doc["nodes"]["memory"] == [0, 1, 2]
     # GPU 0 → socket 0: its DRAM and the CXL node next to it
-    doc = _dry(capsys, root, "--policy", "bind", "--gpus", "0")
+    doc = _dry(root, "--policy", "bind", "--gpus", "0")
     assert doc["nodes"]["cpu"] == [0] and doc["nodes"]["memory"] == [0, 1] and doc["nodes"]["cxl"] == [1]
     assert doc["env"]["CUDA_VISIBLE_DEVICES"] == "0" and doc["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert doc["policy"]["cpus"] == [0, 1]
     # GPU 1 by PCI address → socket 2; the only CXL node is the nearest one even at distance 30
-    doc = _dry(capsys, root, "--policy", "bind", "--gpus", "0000:b1:00.0")
+    doc = _dry(root, "--policy", "bind", "--gpus", "0000:b1:00.0")
     assert doc["nodes"]["cpu"] == [2] and doc["nodes"]["memory"] == [1, 2] and doc["policy"]["cpus"] == [2, 3]
     assert "socket of GPU 1 (0000:b1:00.0, node 2)" in doc["nodes"]["how"][0]
     # explicit lists win over the GPU default
-    doc = _dry(capsys, root, "--policy", "bind", "--gpus", "1", "--cpu-nodes", "0", "--mem-nodes", "0-1")
+    doc = _dry(root, "--policy", "bind", "--gpus", "1", "--cpu-nodes", "0", "--mem-nodes", "0-1")
     assert doc["nodes"]["cpu"] == [0] and doc["nodes"]["memory"] == [0, 1]
     # bad GPU selections
     for spec, needle in (
@@ -111,21 +104,19 @@ def test_gpu_socket_picks_cpus_and_its_memory(tmp_path: Any, capsys: Any) -> Non
         ("x", "--gpus"),
         ("", "--gpus is empty"),
     ):
-        _usage(capsys, ["--root", root, "launch", "exec", "--gpus", spec, "--dry-run", "--", "true"], needle)
+        _usage(["--root", root, "launch", "exec", "--gpus", spec, "--dry-run", "--", "true"], needle)
 
 
 def test_gpu_without_numa_node_falls_back_to_every_cpu_node(tmp_path: Any, capsys: Any) -> None:
     root = _two_sockets(tmp_path)
     add_gpu(root, "0000:17:00.0", -1)
-    doc = _dry(capsys, root, "--policy", "bind")
+    doc = _dry(root, "--policy", "bind")
     assert doc["nodes"]["cpu"] == [0, 2] and "report no NUMA node" in doc["nodes"]["how"][0]
 
 
 def test_gpus_on_a_host_without_gpus(capsys: Any) -> None:
     root = REGION[0]
-    _usage(
-        capsys, ["--root", root, "launch", "exec", "--gpus", "0", "--dry-run", "--", "true"], "no NVIDIA GPU in sysfs"
-    )
+    _usage(["--root", root, "launch", "exec", "--gpus", "0", "--dry-run", "--", "true"], "no NVIDIA GPU in sysfs")
 
 
 def test_socket_and_nearest_cxl_on_a_model_with_two_cxl_nodes() -> None:
@@ -192,19 +183,18 @@ def test_node_spec_grammar(spec: str, want: str, ids: tuple) -> None:  # type: i
 )
 def test_bad_node_lists_exit_2(opt: str, spec: str, needle: str, capsys: Any) -> None:
     root = fixture_roots("linux-6.12/single-region")[0]
-    _usage(capsys, ["--root", root, "launch", "exec", opt, spec, "--dry-run", "--", "true"], needle)
+    _usage(["--root", root, "launch", "exec", opt, spec, "--dry-run", "--", "true"], needle)
 
 
 def test_memory_node_without_memory(tmp_path: Any, capsys: Any) -> None:
-    root = copy_tree(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
+    root = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     add_socket(root, 2, "2-3", distances={0: 21, 1: 30}, memory=False)
     _usage(
-        capsys,
         ["--root", root, "launch", "exec", "--mem-nodes", "0,2", "--dry-run", "--", "true"],
         "node 2 has no memory online",
     )
     # a memory-less CPU node is fine for CPUs; memory defaults to the DRAM nearest to it
-    doc = _dry(capsys, root, "--policy", "bind", "--cpu-nodes", "2")
+    doc = _dry(root, "--policy", "bind", "--cpu-nodes", "2")
     assert doc["nodes"]["cpu"] == [2] and doc["nodes"]["dram"] == [0] and doc["nodes"]["memory"] == [0, 1]
 
 

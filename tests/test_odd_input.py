@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Any, Dict, Iterator, List
 
@@ -19,7 +18,7 @@ import pytest
 from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
-from tests.conftest import REPO, copy_tree, cxlctl, fixture_roots, status_json
+from tests.kit import cli, copy_fixture, fixture_roots, status_json
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 
@@ -30,7 +29,7 @@ def tree() -> Iterator[str]:
     assert REGION_FIXTURES, "needs a recorded 6.12 fixture with a region"
     base = tempfile.mkdtemp(prefix="cxlctl-odd-", dir="/tmp")
     os.chmod(base, 0o755)
-    root = copy_tree(sorted(REGION_FIXTURES, key=len)[0], os.path.join(base, "t"))
+    root = copy_fixture(sorted(REGION_FIXTURES, key=len)[0], os.path.join(base, "t"))
     yield root
     shutil.rmtree(base)
 
@@ -58,7 +57,7 @@ def test_garbage_values(tree: str) -> None:
     _write(_attr(tree, mem, "firmware_version"), b"\xff\xfe\x00bin\n")
     _write(_attr(tree, reg, "interleave_ways"), b"two\n")
     _write(_attr(tree, "decoder0.0", "target_list"), b"12,x\n")
-    p = cxlctl("--root", tree, "status", "--json")
+    p = cli("--root", tree, "status", "--json")
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     st = json.loads(p.stdout)
     m = next(x for x in st["memdevs"] if x["memdev"] == mem)
@@ -67,7 +66,7 @@ def test_garbage_values(tree: str) -> None:
     bad = [w for w in st["warnings"] if w["code"] == "unparsable"]
     assert len(bad) >= 4 and any("ram/size" in w["message"] for w in bad)
     # the human view copes too
-    h = cxlctl("--root", tree, "status")
+    h = cli("--root", tree, "status")
     assert h.returncode == 0 and "Traceback" not in h.stderr + h.stdout
 
 
@@ -76,7 +75,7 @@ def test_empty_and_truncated_files(tree: str) -> None:
         for f in files:
             if f in ("size", "meminfo", "distance", "cpulist", "nodelist", "interleave_granularity"):
                 _write(os.path.join(dirpath, f), b"")
-    p = cxlctl("--root", tree, "status")
+    p = cli("--root", tree, "status")
     assert p.returncode == 0 and "Traceback" not in p.stderr + p.stdout
 
 
@@ -131,13 +130,7 @@ def _unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
     which is what a root-only (0400) sysfs attribute is to a normal user.
     """
     pre = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
-    return subprocess.run(
-        [*pre, sys.executable, "-m", "cxlctl", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "160"},
-    )
+    return cli(*args, wrap=pre)
 
 
 def test_permission_denied_attributes(tree: str) -> None:
@@ -174,7 +167,7 @@ def test_permission_denied_attributes(tree: str) -> None:
 
 def test_unreadable_root_tree_no_cxl(tmp_path: Any) -> None:
     """An empty root (no sys/, no proc/) is a host without anything: no crash, clear picture."""
-    p = cxlctl("--root", str(tmp_path), "status")
+    p = cli("--root", str(tmp_path), "status")
     assert p.returncode == 0 and "No CXL devices" in p.stdout
     st = status_json(str(tmp_path))
     assert st["nodes"] == [] and st["knobs"]["vm.swappiness"]["supported"] is False

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.errors import EXIT_USAGE
-from tests.conftest import FIXTURES, copy_tree, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 HB2X2 = os.path.join(FIXTURES, "linux-6.12", "hb2x2-region")
 NOREGION = os.path.join(FIXTURES, "linux-6.12", "hb2x2-noregion")
@@ -23,7 +23,7 @@ WI = "sys/kernel/mm/mempolicy/weighted_interleave"
 
 @pytest.fixture
 def tree(tmp_path: Any) -> str:
-    return copy_tree(HB2X2, str(tmp_path / "t"))
+    return copy_fixture(HB2X2, str(tmp_path / "t"))
 
 
 def _put(root: str, rel: str, data: bytes) -> None:
@@ -47,10 +47,10 @@ def _clean(p: Any) -> None:
 
 def _status(root: str) -> Dict[str, Any]:
     """status --json through the fast path (python -m cxlctl), and the human view too."""
-    p = cxlctl("--root", root, "status", "--json")
+    p = cli("--root", root, "status", "--json")
     _clean(p)
     assert p.returncode == 0, p.stderr
-    h = cxlctl("--root", root, "status", env={"COLUMNS": "80"})
+    h = cli("--root", root, "status", env={"COLUMNS": "80"})
     _clean(h)
     assert h.returncode == 0, h.stderr
     data = json.loads(p.stdout)
@@ -72,7 +72,7 @@ def test_superscript_digit_in_entry_names(tree: str) -> None:
     assert sorted(data["weighted_interleave"]["weights"]) == ["0", "1", "2"]
     assert sorted(m["memdev"] for m in data["memdevs"]) == ["mem0", "mem1", "mem2", "mem3"]
     for cmd in (["tune", "plan", "inference-bandwidth"], ["launch", "exec", "--dry-run", "--", "true"]):
-        p = cxlctl("--root", tree, *cmd)
+        p = cli("--root", tree, *cmd)
         _clean(p)
         assert p.returncode in (0, 1), p.stderr
 
@@ -92,7 +92,7 @@ def test_negative_and_huge_numbers_are_unparsable(tree: str) -> None:
 def test_markup_in_values_is_shown_as_text(tree: str) -> None:
     _put(tree, _attr(tree, "decoder0.0", "interleave_granularity"), b"[/]\n")
     _put(tree, "proc/sys/vm/swappiness", b"[bold]60\n")
-    h = cxlctl("--root", tree, "status", env={"COLUMNS": "80"})
+    h = cli("--root", tree, "status", env={"COLUMNS": "80"})
     _clean(h)
     assert "vm.swappiness = [bold]60" in h.stdout and "'[/]'" in h.stdout
 
@@ -100,20 +100,20 @@ def test_markup_in_values_is_shown_as_text(tree: str) -> None:
 def test_nul_byte_in_tuned_active_profile(tree: str) -> None:
     _put(tree, "etc/tuned/active_profile", b"balanced\x00evil\n")
     for cmd in (["tune", "plan", "inference-bandwidth"], ["launch", "exec", "--dry-run", "--", "true"]):
-        p = cxlctl("--root", tree, *cmd)
+        p = cli("--root", tree, *cmd)
         _clean(p)
         assert p.returncode in (0, 1), p.stderr
 
 
 def test_corrupt_active_profile_is_named_under_the_root(tree: str) -> None:
     _put(tree, "var/lib/cxlctl/active-profile", b"\xff[[[")
-    p = cxlctl("--root", tree, "tune", "status")
+    p = cli("--root", tree, "tune", "status")
     _clean(p)
     assert f"{tree}/var/lib/cxlctl/active-profile is not valid JSON" in p.stdout + p.stderr
 
 
 def test_policy_show_names_the_path_under_the_root(tree: str) -> None:
-    p = cxlctl("--root", tree, "policy", "show", "424242")
+    p = cli("--root", tree, "policy", "show", "424242")
     assert p.returncode == EXIT_USAGE
     assert f"{tree}/proc/424242/status does not exist" in p.stderr
 
@@ -129,18 +129,18 @@ def test_policy_show_names_the_path_under_the_root(tree: str) -> None:
     ],
 )
 def test_odd_input_is_a_clear_usage_error(args: List[str], needle: str) -> None:
-    p = cxlctl("--root", NOREGION, *args)
+    p = cli("--root", NOREGION, *args)
     _clean(p)
     assert p.returncode == EXIT_USAGE, p.stderr
     assert needle in p.stderr
 
 
 def test_size_beyond_the_free_capacity_says_by_how_much() -> None:
-    p = cxlctl("--root", NOREGION, "region", "plan", "-w", "2", "-s", "1P")
+    p = cli("--root", NOREGION, "region", "plan", "-w", "2", "-s", "1P")
     assert p.returncode == EXIT_USAGE
     assert "exceeds the free CXL RAM capacity (1 GiB on 4 free memdevs)" in p.stderr
     assert "evenly" not in p.stderr
-    p = cxlctl("--root", NOREGION, "region", "plan", "-w", "1", "-s", "512M")
+    p = cli("--root", NOREGION, "region", "plan", "-w", "1", "-s", "512M")
     assert p.returncode == EXIT_USAGE
     assert "the most any free memdev has is 256 MiB, 256 MiB short" in p.stderr
 
@@ -151,10 +151,10 @@ def test_knob_values_with_non_ascii_digits_do_not_crash(tree: str) -> None:
     _put(tree, "proc/sys/vm/swappiness", "٦٠\n".encode())
     _status(tree)
     for cmd in (["tune", "plan", "inference-bandwidth"], ["launch", "exec", "--dry-run", "--", "true"]):
-        p = cxlctl("--root", tree, *cmd)
+        p = cli("--root", tree, *cmd)
         _clean(p)
         assert p.returncode in (0, 1), p.stderr
-    p = cxlctl("--root", tree, "tune", "plan", "inference-bandwidth", "--json")
+    p = cli("--root", tree, "tune", "plan", "inference-bandwidth", "--json")
     (swap,) = [c for c in json.loads(p.stdout)["plan"]["steps"] if c["knob"] == "vm.swappiness"]
     assert swap["current"] == "٦٠" and swap["action"] == "set"  # not read as 60
 
@@ -163,6 +163,6 @@ def test_markup_in_knob_values_for_tune_plan(tree: str) -> None:
     """Found by the fuzzer (seed 77213): `[/]` in demotion_enabled crashed `tune plan`'s table."""
     _put(tree, "sys/kernel/mm/numa/demotion_enabled", b"[/]\n")
     _put(tree, "proc/sys/kernel/numa_balancing", b"[bold]\n")
-    p = cxlctl("--root", tree, "tune", "plan", "inference-bandwidth")
+    p = cli("--root", tree, "tune", "plan", "inference-bandwidth")
     _clean(p)
     assert p.returncode == 0 and "[/]" in p.stdout

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -23,6 +21,7 @@ from cxlctl.inventory import scan
 from cxlctl.ras.collect import Mapper
 from cxlctl.ras.events import Event, map_address
 from cxlctl.ras.trace import Stream
+from tests.kit import cli
 from tests.vm.ras_steps import parse_facts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,13 +39,6 @@ def _events(name: str) -> Tuple[List[Event], Stream]:
     s = Stream()
     evs = list(Mapper(str(TREE), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
     return evs, s
-
-
-def _cli(*args: str, stdin: str = "", env: Dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    e = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "cxlctl", *args], capture_output=True, text=True, input=stdin, env=e, timeout=60
-    )
 
 
 def test_every_recorded_stream_parses_cleanly() -> None:
@@ -122,7 +114,7 @@ def test_cli_input_json_lines_and_parse_errors(tmp_path: Path) -> None:
     bad = ["not a trace line", good[0][: len(good[0]) // 2] + " flags='cut", "\x1b[31mred"]
     src = tmp_path / "mixed.txt"
     src.write_text("\n".join([bad[0], *good, bad[1], bad[2]]) + "\n")
-    p = _cli("--root", str(TREE), "events", "--input", str(src), "--json")
+    p = cli("--root", str(TREE), "events", "--input", str(src), "--json")
     assert p.returncode == 0, p.stderr
     lines = [json.loads(x) for x in p.stdout.splitlines()]
     assert [x["type"] for x in lines][-1] == "summary"
@@ -132,7 +124,7 @@ def test_cli_input_json_lines_and_parse_errors(tmp_path: Path) -> None:
     ev = lines[0]
     assert ev["kind"] == "general_media" and ev["region"] == _facts()["region"]
     # text: the same, errors counted on stderr, lines within 80 columns, escapes shown
-    p = _cli("--root", str(TREE), "events", "--input", str(src), env={"COLUMNS": "80"})
+    p = cli("--root", str(TREE), "events", "--input", str(src), env={"COLUMNS": "80"})
     assert p.returncode == 0 and "Traceback" not in p.stderr
     assert "3 line(s) could not be parsed" in p.stderr
     assert max(len(x) for x in p.stdout.splitlines()) <= 80
@@ -143,18 +135,18 @@ def test_cli_since_filters_relative_to_the_stream(tmp_path: Path) -> None:
     b = (EVENTS / "memory-module-in-region.txt").read_text()
     src = tmp_path / "two.txt"
     src.write_text(a + b)
-    both = _cli("--root", str(TREE), "events", "--input", str(src), "--json")
-    last = _cli("--root", str(TREE), "events", "--input", str(src), "--json", "--since", "0s")
+    both = cli("--root", str(TREE), "events", "--input", str(src), "--json")
+    last = cli("--root", str(TREE), "events", "--input", str(src), "--json", "--since", "0s")
     n_both = json.loads(both.stdout.splitlines()[-1])["events"]
     n_last = json.loads(last.stdout.splitlines()[-1])["events"]
     assert n_both == 2 and n_last == 1
-    bad = _cli("events", "--since", "yesterday")
+    bad = cli("events", "--since", "yesterday")
     assert bad.returncode == 2 and "not a duration" in bad.stderr
 
 
 def test_cli_without_tracefs_says_how_to_mount_it(tmp_path: Path) -> None:
     (tmp_path / "sys" / "kernel").mkdir(parents=True)
-    p = _cli("--root", str(tmp_path), "events")
+    p = cli("--root", str(tmp_path), "events")
     assert p.returncode == 1 and "tracefs is not mounted" in p.stderr and "mount -t tracefs" in p.stderr
     assert "Traceback" not in p.stderr
 
@@ -162,9 +154,9 @@ def test_cli_without_tracefs_says_how_to_mount_it(tmp_path: Path) -> None:
 def test_cli_kernel_without_cxl_events(tmp_path: Path) -> None:
     (tmp_path / "sys" / "kernel" / "tracing" / "instances").mkdir(parents=True)
     (tmp_path / "sys" / "kernel" / "tracing" / "events").mkdir()
-    p = _cli("--root", str(tmp_path), "events", "--follow")
+    p = cli("--root", str(tmp_path), "events", "--follow")
     assert p.returncode == 1 and "no cxl trace events" in p.stderr
-    p = _cli("--root", str(tmp_path), "events")
+    p = cli("--root", str(tmp_path), "events")
     assert p.returncode == 1 and "no cxl trace events" in p.stderr
 
 
@@ -174,7 +166,7 @@ def test_cli_not_root(tmp_path: Path) -> None:
     t.mkdir(parents=True)
     t.chmod(0o700 & 0o000)
     try:
-        p = _cli("--root", str(tmp_path), "events")
+        p = cli("--root", str(tmp_path), "events")
     finally:
         t.chmod(0o755)
     assert p.returncode == 1 and "root" in p.stderr
@@ -182,6 +174,6 @@ def test_cli_not_root(tmp_path: Path) -> None:
 
 def test_cli_bad_combinations_are_usage_errors() -> None:
     for args in (["--follow", "--stop"], ["--duration", "3"], ["--since", "1m", "--follow"]):
-        p = _cli("events", *args)
+        p = cli("events", *args)
         assert p.returncode == 2, (args, p.stderr)
         assert "Traceback" not in p.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from cxlctl.__main__ import main
 from cxlctl.ras import health as hmod
-from tests.conftest import fixture_roots
+from tests.kit import fixture_roots
 
 TREE = [r for r in fixture_roots() if r.endswith("linux-6.12/hb2x2-region")][0]
 

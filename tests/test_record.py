@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.conftest import cxlctl, fixture_id, fixture_roots, status_json
+from tests.kit import cli, fixture_id, fixture_roots, status_json
 
 
 def test_record_replays_identically_on_this_host(live_record: str) -> None:
@@ -34,14 +34,14 @@ def test_record_copies_only_what_is_read(live_record: str) -> None:
 
 
 def test_record_refuses_non_empty_dest(tmp_path: object, live_record: str) -> None:
-    p = cxlctl("record", live_record)
+    p = cli("record", live_record)
     assert p.returncode == 2 and "not empty" in p.stderr
 
 
 def test_record_of_a_record_is_identical(tmp_path: object, live_record: str) -> None:
     """Recording from a recorded root reproduces the same tree (idempotent)."""
     again = os.path.join(str(tmp_path), "again")
-    cxlctl("--root", live_record, "record", again, check=True)
+    cli("--root", live_record, "record", again, check=True)
     assert status_json(again) == status_json(live_record)
 
     def files(root: str) -> set:  # type: ignore[type-arg]
@@ -60,5 +60,5 @@ def test_rerecording_a_fixture_keeps_every_fact(tmp_path: object, root: str) -> 
     """A record of a recorded CXL tree shows the same inventory: nothing the scan depends
     on (links, existence checks, root-only files) is lost by the copy."""
     again = os.path.join(str(tmp_path), "again")
-    cxlctl("--root", root, "record", again, check=True)
+    cli("--root", root, "record", again, check=True)
     assert status_json(again) == status_json(root)

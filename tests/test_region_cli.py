@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, copy_tree, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 HB2X2 = os.path.join(K612, "hb2x2-noregion")
@@ -59,7 +59,7 @@ def one_line_error(p: Any, code: int) -> str:
 
 
 def test_plan_json_and_text() -> None:
-    d = js(cxlctl("--root", HB2X2, "region", "plan", "--ways", "4", "--json"))
+    d = js(cli("--root", HB2X2, "region", "plan", "--ways", "4", "--json"))
     assert d["schema_version"] == 1 and len(d["plans"]) == 1
     p = d["plans"][0]
     assert (p["decoder"], p["interleave_ways"], p["interleave_granularity"], p["size"]) == (
@@ -72,20 +72,20 @@ def test_plan_json_and_text() -> None:
     assert p["targets"] == [m["memdev"] for m in p["mappings"]]
     assert [m["route"][0]["index"] for m in p["mappings"]] == [0, 1, 0, 1]
     assert {x["interleave_ways"] for x in p["port_decoders"]} == {2}
-    t = cxlctl("--root", HB2X2, "region", "plan", "-m", ",".join(reversed(p["targets"])))
+    t = cli("--root", HB2X2, "region", "plan", "-m", ",".join(reversed(p["targets"])))
     assert t.returncode == 0, t.stderr
     assert "4-way RAM region of 1 GiB on decoder0.0" in t.stdout and "granularity 8192" in t.stdout
 
 
 def test_plan_all_json() -> None:
-    d = js(cxlctl("--root", HB2X2, "region", "plan", "--all", "--json"))
+    d = js(cli("--root", HB2X2, "region", "plan", "--all", "--json"))
     assert [(p["decoder"], p["interleave_ways"]) for p in d["plans"]] == [("decoder0.0", 4)]
 
 
 def test_sizes_take_binary_suffixes() -> None:
-    d = js(cxlctl("--root", HB2X2, "region", "plan", "--ways", "2", "--size", "512M", "--json"))
+    d = js(cli("--root", HB2X2, "region", "plan", "--ways", "2", "--size", "512M", "--json"))
     assert d["plans"][0]["size"] == 512 << 20
-    d = js(cxlctl("--root", HB2X2, "region", "plan", "--ways", "1", "--size", "0.25G", "-g", "4K", "--json"))
+    d = js(cli("--root", HB2X2, "region", "plan", "--ways", "1", "--size", "0.25G", "-g", "4K", "--json"))
     assert d["plans"][0]["size"] == 256 << 20 and d["plans"][0]["interleave_granularity"] == 4096
 
 
@@ -106,26 +106,26 @@ def test_sizes_take_binary_suffixes() -> None:
     ],
 )
 def test_impossible_or_bad_requests_exit_2(args: Any, needle: str) -> None:
-    err = one_line_error(cxlctl("--root", HB2X2, "region", "plan", *args), 2)
+    err = one_line_error(cli("--root", HB2X2, "region", "plan", *args), 2)
     assert needle in err
     assert len(err.strip().splitlines()) <= 2  # the error and its hint
 
 
 def test_linux_6_1_says_it_cannot(tmp_path: Any) -> None:
-    root = copy_tree(os.path.join(FIXTURES, "linux-6.1", "hb2x2-noregion"), str(tmp_path / "t"))
+    root = copy_fixture(os.path.join(FIXTURES, "linux-6.1", "hb2x2-noregion"), str(tmp_path / "t"))
     before = tree_digest(root)
     for cmd in (["plan", "--ways", "1"], ["create", "--ways", "1"], ["create", "--all"]):
-        err = one_line_error(cxlctl("--root", root, "region", *cmd), 2)
+        err = one_line_error(cli("--root", root, "region", *cmd), 2)
         assert "cannot create CXL RAM regions" in err and "create_ram_region" in err and "6.3" in err
     assert tree_digest(root) == before
 
 
 def test_dry_run_writes_nothing(tmp_path: Any) -> None:
-    root = copy_tree(HB2X2, str(tmp_path / "t"))
+    root = copy_fixture(HB2X2, str(tmp_path / "t"))
     before = tree_digest(root)
-    d = js(cxlctl("--root", root, "region", "create", "--ways", "4", "--dry-run", "--zone", "movable", "--json"))
+    d = js(cli("--root", root, "region", "create", "--ways", "4", "--dry-run", "--zone", "movable", "--json"))
     assert d["dry_run"] is True and d["zone"] == "movable" and d["plans"][0]["interleave_ways"] == 4
-    t = cxlctl("--root", root, "region", "create", "--all", "--dry-run")
+    t = cli("--root", root, "region", "create", "--all", "--dry-run")
     assert t.returncode == 0 and "dry run, nothing written" in t.stdout
     assert tree_digest(root) == before
 
@@ -133,24 +133,19 @@ def test_dry_run_writes_nothing(tmp_path: Any) -> None:
 def _as_user(*args: str) -> Any:
     """Run cxlctl with euid 1000 in a user namespace (files stay accessible: the check is the euid)."""
     import shutil
-    import subprocess
-    import sys
 
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.skip("unshare(1) not available")
-    e = dict(os.environ)
-    e.pop("CXLCTL_ROOT", None)
-    cmd = [unshare, "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-m", "cxlctl", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e)
+    p = cli(*args, wrap=[unshare, "--user", "--map-user=1000", "--map-group=1000"])
     if "unshare failed" in p.stderr:
         pytest.skip("user namespaces are not available here")
     return p
 
 
 def test_writing_commands_need_root(tmp_path: Any) -> None:
-    fresh = copy_tree(HB2X2, str(tmp_path / "fresh"))
-    made = copy_tree(SINGLE_R, str(tmp_path / "made"))
+    fresh = copy_fixture(HB2X2, str(tmp_path / "fresh"))
+    made = copy_fixture(SINGLE_R, str(tmp_path / "made"))
     before = (tree_digest(fresh), tree_digest(made))
     assert _as_user("--root", fresh, "region", "plan", "--all").returncode == 0  # plan needs no root
     assert _as_user("--root", fresh, "region", "create", "--all", "--dry-run").returncode == 0
@@ -170,31 +165,31 @@ def test_writing_commands_need_root(tmp_path: Any) -> None:
 )
 def test_destroy_refuses_while_memory_is_online(tmp_path: Any) -> None:
     """single-region: region0's dax0.0 is online as System RAM; without --force nothing is touched."""
-    root = copy_tree(SINGLE_R, str(tmp_path / "t"))
+    root = copy_fixture(SINGLE_R, str(tmp_path / "t"))
     before = tree_digest(root)
-    err = one_line_error(cxlctl("--root", root, "region", "destroy", "region0"), 1)
+    err = one_line_error(cli("--root", root, "region", "destroy", "region0"), 1)
     assert "region0's memory is online" in err and "dax0.0" in err and "node 1" in err and "--force" in err
-    err = one_line_error(cxlctl("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "devdax"), 1)
+    err = one_line_error(cli("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "devdax"), 1)
     assert "online as System RAM on node 1" in err and "--force" in err
     assert tree_digest(root) == before
 
 
 def test_destroy_and_reconfigure_bad_names(tmp_path: Any) -> None:
-    root = copy_tree(SINGLE_R, str(tmp_path / "t"))
+    root = copy_fixture(SINGLE_R, str(tmp_path / "t"))
     assert "no region region9 (regions: region0)" in one_line_error(
-        cxlctl("--root", root, "region", "destroy", "region9"), 2
+        cli("--root", root, "region", "destroy", "region9"), 2
     )
-    assert "is not a region name" in one_line_error(cxlctl("--root", root, "region", "destroy", "dax0.0"), 2)
-    err = one_line_error(cxlctl("--root", root, "dax", "reconfigure", "dax7.0", "--mode", "devdax"), 2)
+    assert "is not a region name" in one_line_error(cli("--root", root, "region", "destroy", "dax0.0"), 2)
+    err = one_line_error(cli("--root", root, "dax", "reconfigure", "dax7.0", "--mode", "devdax"), 2)
     assert "no DAX device dax7.0 (DAX devices: dax0.0)" in err
-    err = one_line_error(cxlctl("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "ram"), 2)
+    err = one_line_error(cli("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "ram"), 2)
     assert "--mode 'ram' is not one of system-ram, devdax" in err
-    err = one_line_error(cxlctl("--root", root, "region", "create", "--ways", "1", "--zone", "dma"), 2)
+    err = one_line_error(cli("--root", root, "region", "create", "--ways", "1", "--zone", "dma"), 2)
     assert "--zone 'dma'" in err
 
 
 def test_help_explains_zones() -> None:
-    p = cxlctl("region", "create", "--help")
+    p = cli("region", "create", "--help")
     assert p.returncode == 0
     text = " ".join(p.stdout.split())
     assert "pinned" in text and "ZONE_MOVABLE" in text and "hot-unplug" in text

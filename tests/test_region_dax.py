@@ -17,7 +17,7 @@ import pytest
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.write import write_knob
 from cxlctl.regions import dax, region_json
-from tests.conftest import FIXTURES, copy_tree
+from tests.kit import FIXTURES, copy_fixture
 
 REGION_TREES = [os.path.join(FIXTURES, "linux-6.12", f"{t}-region") for t in ("single", "hb2", "switch2", "hb2x2")]
 
@@ -65,7 +65,7 @@ def test_policy_zone() -> None:
     ],
 )
 def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: str, zone: str, hold: bool) -> None:
-    root = copy_tree(REGION_TREES[0], str(tmp_path / "t"))
+    root = copy_fixture(REGION_TREES[0], str(tmp_path / "t"))
     path = root + dax.AUTO_ONLINE
     write_knob(path, policy)
     assert dax.needs_hold(root, mode, zone) is hold
@@ -81,7 +81,7 @@ def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: s
 
 
 def test_hold_restores_the_policy_when_the_body_fails(tmp_path: Any) -> None:
-    root = copy_tree(REGION_TREES[0], str(tmp_path / "t"))
+    root = copy_fixture(REGION_TREES[0], str(tmp_path / "t"))
     with pytest.raises(RuntimeError):
         with dax.hold_auto_online(root, True, lambda m: None):
             raise RuntimeError("bind failed")

@@ -33,7 +33,7 @@ from cxlctl.regions.planner import (
     plan_all,
     ram_region_support,
 )
-from tests.conftest import FIXTURES
+from tests.kit import FIXTURES
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 K61 = os.path.join(FIXTURES, "linux-6.1")

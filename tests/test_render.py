@@ -11,7 +11,7 @@ import pytest
 
 from cxlctl.inventory import scan
 from cxlctl.render import render_status, weighted_interleave_line
-from tests.conftest import FIXTURES, copy_tree, cxlctl, fixture_id, fixture_roots
+from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
 
 LARGEST = [os.path.join(FIXTURES, "linux-6.12", n) for n in ("hb2x2-region", "switch2-region", "hb2x2-noregion")]
 
@@ -28,6 +28,13 @@ def _render(root: str, width: int) -> List[str]:
 @pytest.mark.parametrize("root", fixture_roots(), ids=[fixture_id(r) for r in fixture_roots()])
 def test_no_cut_cells_and_no_overlong_lines(root: str, width: int) -> None:
     lines = _render(root, width)
+    # what the tree holds is on the page (an empty or half-drawn status would pass the checks below)
+    inv = scan(root)
+    text = "\n".join(lines)
+    assert inv.kernel and inv.kernel in text, text
+    assert any(ln.lstrip().startswith("NODE") for ln in lines), text
+    for name in [m.name for m in inv.memdevs] + [r.name for r in inv.regions]:
+        assert re.search(rf"\b{re.escape(name)}\b", text), (name, text)
     assert not [ln for ln in lines if "…" in ln], "a header or cell was truncated"
     assert not [ln for ln in lines if len(ln) > width]
     assert not [ln for ln in lines if ln.endswith(" ")], "trailing blanks (they show in a pager, diff, grep)"
@@ -49,7 +56,7 @@ def test_numa_headers_whole_at_80_and_one_table_at_160(root: str) -> None:
 def test_through_the_cli_when_piped() -> None:
     """Piped output is 80 columns wide: the real command, as a user sees it through `less`."""
     root = LARGEST[0]
-    out = cxlctl("--root", root, "status", env={"COLUMNS": "80"}, check=True).stdout
+    out = cli("--root", root, "status", env={"COLUMNS": "80"}, check=True).stdout
     assert "…" not in out and max(len(x) for x in out.splitlines()) <= 80
     assert re.search(r"^\s+1\s+cxl\s", out, re.M), out
 
@@ -66,7 +73,7 @@ def test_weighted_interleave_names_only_online_nodes() -> None:
 
 def test_kernel_text_is_not_rich_markup(tmp_path: object) -> None:
     """`[/]` or `[bold]` in a sysfs value prints as text and does not crash (MarkupError)."""
-    root = copy_tree(LARGEST[0], os.path.join(str(tmp_path), "t"))
+    root = copy_fixture(LARGEST[0], os.path.join(str(tmp_path), "t"))
     dec = os.path.realpath(os.path.join(root, "sys/bus/cxl/devices/decoder0.0"))
     for attr, value in (("interleave_granularity", "[/]"), ("locked", "[bold]x")):
         os.unlink(os.path.join(dec, attr))

@@ -21,7 +21,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.objects import Attrs
 from cxlctl.hostio.reader import Reader, Vanished, natural_key, sort_names
 from cxlctl.inventory import scan
-from tests.conftest import FIXTURES, copy_tree, fixture_id, fixture_roots
+from tests.kit import FIXTURES, copy_fixture, fixture_id, fixture_roots
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 ROOTS = fixture_roots()
@@ -99,7 +99,7 @@ def test_subdirectory_link_out_of_the_root_is_not_followed(tree_copy: str, tmp_p
 
 @pytest.fixture
 def tree_copy(tmp_path: Any) -> str:
-    return copy_tree(REGION, str(tmp_path / "t"))
+    return copy_fixture(REGION, str(tmp_path / "t"))
 
 
 @pytest.mark.parametrize("root", ROOTS, ids=[fixture_id(r) for r in ROOTS])

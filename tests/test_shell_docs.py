@@ -49,16 +49,16 @@ def test_bash_completes_groups_commands_and_options(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("shell,marker", [("zsh", "#compdef cxlctl"), ("fish", "complete --command cxlctl")])
 def test_zsh_and_fish_scripts(shell: str, marker: str) -> None:
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
-    p = cxlctl("completion", shell)
+    p = cli("completion", shell)
     assert p.returncode == 0 and marker in p.stdout and "_CXLCTL_COMPLETE" in p.stdout
 
 
 def test_unknown_shell_is_a_usage_error() -> None:
-    from tests.conftest import cxlctl
+    from tests.kit import cli
 
-    p = cxlctl("completion", "tcsh")
+    p = cli("completion", "tcsh")
     assert p.returncode == 2
     assert "no completion for shell 'tcsh'" in p.stderr and "bash, zsh, fish" in p.stderr
     assert "Traceback" not in p.stderr

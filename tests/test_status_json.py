@@ -15,7 +15,7 @@ import pytest
 from cxlctl.hostio.reader import natural_key
 from cxlctl.inventory import scan
 from cxlctl.status_json import _emit, dumps, to_dict
-from tests.conftest import REPO, fixture_id, fixture_roots
+from tests.kit import REPO, fixture_id, fixture_roots
 
 
 @pytest.mark.parametrize("root", fixture_roots(), ids=fixture_id)

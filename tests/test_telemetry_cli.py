@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli
 
 SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
@@ -18,7 +18,7 @@ def _lines(out: str) -> List[Dict[str, Any]]:
 
 
 def test_one_report_by_default_with_node_kinds_from_the_inventory() -> None:
-    p = cxlctl("--root", SINGLE, "stat", "--json", check=True)
+    p = cli("--root", SINGLE, "stat", "--json", check=True)
     (rep,) = _lines(p.stdout)
     assert rep["schema_version"] == 1 and rep["report"] == 0 and rep["since_boot"] and rep["interval"] is None
     assert [(n["id"], n["kind"]) for n in rep["nodes"]] == [(0, "dram"), (1, "cxl")]
@@ -27,17 +27,17 @@ def test_one_report_by_default_with_node_kinds_from_the_inventory() -> None:
 
 def test_a_tree_without_the_counter_files_says_unreadable_not_zero() -> None:
     """The original fixtures were recorded before stat existed: no vmstat in them."""
-    rep = _lines(cxlctl("--root", SINGLE, "stat", "--json", check=True).stdout)[0]
+    rep = _lines(cli("--root", SINGLE, "stat", "--json", check=True).stdout)[0]
     node = rep["nodes"][0]
     assert node["readable"] is False and all(v is None for v in node["counters"].values())
     assert "pgdemote_direct" in node["missing"] and rep["system"]["readable"] is False
-    text = cxlctl("--root", SINGLE, "stat", check=True).stdout
+    text = cli("--root", SINGLE, "stat", check=True).stdout
     assert "could not read: node0/vmstat, node1/vmstat, /proc/vmstat" in text
     assert "not available on this kernel" not in text  # unreadable is not "the kernel lacks it"
 
 
 def test_count_and_interval_give_totals_then_rates() -> None:
-    p = cxlctl("--root", SINGLE, "stat", "--json", "--count", "3", "--interval", "0.1", check=True)
+    p = cli("--root", SINGLE, "stat", "--json", "--count", "3", "--interval", "0.1", check=True)
     reps = _lines(p.stdout)
     assert [r["report"] for r in reps] == [0, 1, 2]
     assert reps[0]["since_boot"] and reps[0]["nodes"][0]["rates"] is None
@@ -46,7 +46,7 @@ def test_count_and_interval_give_totals_then_rates() -> None:
 
 
 def test_node_filter() -> None:
-    rep = _lines(cxlctl("--root", SINGLE, "stat", "--json", "--node", "1", check=True).stdout)[0]
+    rep = _lines(cli("--root", SINGLE, "stat", "--json", "--node", "1", check=True).stdout)[0]
     assert [n["id"] for n in rep["nodes"]] == [1]
 
 
@@ -66,20 +66,20 @@ def test_node_filter() -> None:
     ],
 )
 def test_bad_input_is_a_usage_error_without_traceback(args: List[str], words: str) -> None:
-    p = cxlctl("--root", SINGLE, "stat", *args)
+    p = cli("--root", SINGLE, "stat", *args)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert words in p.stderr and "Traceback" not in p.stderr and p.stdout == ""
 
 
 def test_text_fits_80_columns() -> None:
-    p = cxlctl("--root", SINGLE, "stat", env={"COLUMNS": "80"}, check=True)
+    p = cli("--root", SINGLE, "stat", env={"COLUMNS": "80"}, check=True)
     assert max(len(line) for line in p.stdout.splitlines()) <= 80
     assert "tiering-off" in p.stdout and "cxl-idle" in p.stdout
 
 
 def test_record_keeps_what_stat_reads(live_record: str) -> None:
     """A record of this machine replays stat with the very counters the record copied."""
-    rep = _lines(cxlctl("--root", live_record, "stat", "--json", check=True).stdout)[0]
+    rep = _lines(cli("--root", live_record, "stat", "--json", check=True).stdout)[0]
     with open(os.path.join(live_record, "sys/devices/system/node/node0/vmstat")) as f:
         kernel = {k: int(v) for k, v in (line.split() for line in f if len(line.split()) == 2)}
     node0 = rep["nodes"][0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from cxlctl.hostio.reader import Reader
 from cxlctl.numa_maps import parse_numa_maps, parse_numa_maps_lines
 from cxlctl.parse import is_decimal
 from cxlctl.telemetry import sample as S
-from tests.conftest import FIXTURES, fixture_roots
+from tests.kit import FIXTURES, copy_fixture, fixture_roots
 
 TELEMETRY = fixture_roots("*/*-telemetry")
 TREE = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
@@ -44,8 +43,7 @@ def test_numa_maps_regex_passes_equal_the_line_parser(root: str) -> None:
 
 
 def test_top_pids_ranks_by_statm_and_skips_kernel_threads(tmp_path: Any) -> None:
-    root = str(tmp_path / "t")
-    shutil.copytree(TREE, root, symlinks=True)
+    root = copy_fixture(TREE, tmp_path / "t")
     r = Reader(root)
     by_rss = sorted(
         ((S._rss(r, int(p)) or 0, int(p)) for p in r.listdir(paths.PROC, is_decimal)), key=lambda t: (-t[0], t[1])
@@ -69,8 +67,7 @@ def test_top_pids_ranks_by_statm_and_skips_kernel_threads(tmp_path: Any) -> None
 
 
 def test_a_numa_maps_over_the_bound_is_not_parsed_and_says_so(tmp_path: Any, monkeypatch: Any) -> None:
-    root = str(tmp_path / "t")
-    shutil.copytree(TREE, root, symlinks=True)
+    root = copy_fixture(TREE, tmp_path / "t")
     pid = S.top_pids(Reader(root), 1)[0]
     path = os.path.join(root, "proc", str(pid), "numa_maps")
     with open(path) as f:

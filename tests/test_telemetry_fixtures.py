@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli
 
 T612 = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
 T61 = os.path.join(FIXTURES, "linux-6.1", "single-noregion-telemetry")
@@ -32,7 +32,7 @@ def _keyvals(text: str) -> Dict[str, int]:
 
 
 def _stat(root: str, *args: str) -> Dict[str, Any]:
-    out: Dict[str, Any] = json.loads(cxlctl("--root", root, "stat", "--json", *args, check=True).stdout)
+    out: Dict[str, Any] = json.loads(cli("--root", root, "stat", "--json", *args, check=True).stdout)
     return out
 
 
@@ -98,7 +98,7 @@ def test_6_12_record_kept_the_helper_among_the_largest_processes() -> None:
 
 @pytest.mark.parametrize("root", [T612, T61], ids=["6.12", "6.1"])
 def test_text_at_80_columns(root: str) -> None:
-    p = cxlctl("--root", root, "stat", "--cgroup", "/cxltel", "--top", "3", env={"COLUMNS": "80"}, check=True)
+    p = cli("--root", root, "stat", "--cgroup", "/cxltel", "--top", "3", env={"COLUMNS": "80"}, check=True)
     assert max(len(line) for line in p.stdout.splitlines()) <= 80
     assert "cgroup /cxltel" in p.stdout
 
@@ -119,7 +119,7 @@ def test_counters_the_kernel_lacks_are_null_and_listed_never_zero(root: str) -> 
     with open(os.path.join(root, "proc/vmstat")) as f:
         system = _keyvals(f.read())
     assert rep["system"]["missing"] == [n for n in SYSTEM_COUNTERS if n not in system]
-    text = cxlctl("--root", root, "stat", check=True).stdout
+    text = cli("--root", root, "stat", check=True).stdout
     for n in lacks:
         assert n in text.split("not available on this kernel:")[1]
 

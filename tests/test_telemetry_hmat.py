@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Dict, Tuple
 
 from cxlctl.hostio.reader import Reader
@@ -29,7 +28,7 @@ from cxlctl.telemetry.sample import (
 )
 from cxlctl.telemetry.top import History, plain, rich_view, view
 from cxlctl.telemetry.verdicts import judge
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli, copy_fixture
 
 TREE = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
 NODE = "sys/devices/system/node"
@@ -38,8 +37,7 @@ HMAT: Dict[int, Tuple[int, int, int, int]] = {0: (40960, 30720, 90, 100), 1: (20
 
 
 def _with_hmat(tmp_path: Any, nodes: Tuple[int, ...] = (0, 1)) -> str:
-    root = str(tmp_path / "tree")
-    shutil.copytree(TREE, root, symlinks=True)
+    root = copy_fixture(TREE, tmp_path / "tree")
     for nid in nodes:
         d = os.path.join(root, NODE, f"node{nid}", "access0", "initiators")
         os.makedirs(d)
@@ -161,10 +159,10 @@ def test_a_cxl_node_without_hmat_takes_its_regions_cdat_coordinates() -> None:
 
 def test_stat_cli_reports_hmat_and_fits_80_columns(tmp_path: Any) -> None:
     root = _with_hmat(tmp_path)
-    p = cxlctl("--root", root, "stat", "--json", "--count", "2", "--interval", "0.1", check=True)
+    p = cli("--root", root, "stat", "--json", "--count", "2", "--interval", "0.1", check=True)
     first, second = (json.loads(line) for line in p.stdout.splitlines())
     assert first["nodes"][1]["hmat"]["read_bandwidth_mbps"] == 20480 and first["cxl_traffic"] is None
     assert second["cxl_traffic"]["cxl_write_bandwidth_mbps"] == 10240
-    p = cxlctl("--root", root, "stat", "--count", "2", "--interval", "0.1", env={"COLUMNS": "80"}, check=True)
+    p = cli("--root", root, "stat", "--count", "2", "--interval", "0.1", env={"COLUMNS": "80"}, check=True)
     assert "expected (HMAT/CDAT)" in p.stdout and "of CXL read bandwidth" in p.stdout
     assert max(len(line) for line in p.stdout.splitlines()) <= 80

@@ -30,8 +30,8 @@ from cxlctl.daemon.telemetry import Sampler
 from cxlctl.inventory import scan
 from cxlctl.telemetry.sample import kinds_of
 from cxlctl.telemetry.verdicts import VERDICTS
-from tests.conftest import REPO
 from tests.daemon_support import config, make_daemon, parse_exposition, step_until, work_tree
+from tests.kit import REPO
 from tests.tune_support import LIVE, pristine
 
 RULES = os.path.join(REPO, "deploy", "prometheus")

@@ -14,7 +14,7 @@ from cxlctl.telemetry.counters import pick
 from cxlctl.telemetry.rates import Rates
 from cxlctl.telemetry.sample import CgroupSample, ProcessSample
 from cxlctl.telemetry.top import SPARK, History, bar, plain, view
-from tests.conftest import FIXTURES, REPO, cxlctl
+from tests.kit import FIXTURES, REPO, cli
 from tests.test_telemetry_verdicts import node, sample
 
 SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region")
@@ -73,7 +73,7 @@ def test_bar_and_plain_text_fit_80_columns() -> None:
 
 
 def test_top_on_a_pipe_prints_plain_blocks() -> None:
-    p = cxlctl("--root", SINGLE, "top", "--count", "2", "--interval", "0.2", env={"COLUMNS": "80"}, check=True)
+    p = cli("--root", SINGLE, "top", "--count", "2", "--interval", "0.2", env={"COLUMNS": "80"}, check=True)
     blocks = p.stdout.split("\n\n")
     assert len(blocks) == 2 and all(b.startswith("cxlctl top") for b in blocks)
     assert "every" in blocks[1] and ("0.2s" in blocks[1] or "0.3s" in blocks[1])
@@ -124,7 +124,7 @@ def test_top_on_a_terminal_sorts_on_s_and_quits_on_q() -> None:
 def test_top_json_is_stat_json_per_refresh() -> None:
     import json
 
-    p = cxlctl("--root", SINGLE, "top", "--json", "--count", "2", "--interval", "0.2", check=True)
+    p = cli("--root", SINGLE, "top", "--json", "--count", "2", "--interval", "0.2", check=True)
     reps = [json.loads(line) for line in p.stdout.splitlines()]
     assert [r["report"] for r in reps] == [0, 1] and reps[0]["since_boot"] and reps[1]["interval"] > 0
     assert {"tiering-off", "cxl-idle"} <= {v["id"] for v in reps[0]["verdicts"]}

@@ -19,7 +19,7 @@ from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import BY_NAME
-from tests.conftest import REPO
+from tests.kit import REPO, cli
 from tests.tune_support import (
     LIVE,
     PROFILES,
@@ -35,14 +35,10 @@ from tests.tune_support import (
 SOURCES = sources()
 
 
-def _json(capsys: Any, argv: List[str], rc: int = 0) -> Dict[str, Any]:
-    capsys.readouterr()  # drop what earlier commands printed
-    got = run(argv + ["--json"])
-    out = capsys.readouterr()
-    assert got == rc, (argv, got, out.err)
-    data = json.loads(out.out)
+def _json(argv: List[str], rc: int = 0) -> Dict[str, Any]:
+    data: Dict[str, Any] = json.loads(cli(*argv, "--json", rc=rc, inprocess=True).stdout)
     assert data["schema_version"] == 1
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _read(root: str, path: str) -> str:
@@ -56,8 +52,8 @@ def _read(root: str, path: str) -> str:
 def test_apply_verify_revert_roundtrip(source: str, profile: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
-    plan = _json(capsys, ["--root", root, "tune", "plan", profile])["plan"]
-    res = _json(capsys, ["--root", root, "tune", "apply", profile])
+    plan = _json(["--root", root, "tune", "plan", profile])["plan"]
+    res = _json(["--root", root, "tune", "apply", profile])
     assert res["ok"] and res["journal_state"] == "applied"
     j = journal(root)
     assert j.state == jn.APPLIED and j.profile == profile
@@ -67,14 +63,14 @@ def test_apply_verify_revert_roundtrip(source: str, profile: str, tmp_path: Any,
             raw = _read(root, step["path"])
             assert BY_NAME[step["knob"]].canonical(raw) == step["desired"], step
     assert sum(1 for r in res["results"] if r["status"] == "written") == plan["changes"]
-    ver = _json(capsys, ["--root", root, "tune", "verify"])
+    ver = _json(["--root", root, "tune", "verify"])
     assert ver["summary"]["drift"] == 0
-    st = _json(capsys, ["--root", root, "tune", "status"])
+    st = _json(["--root", root, "tune", "status"])
     assert st["active_profile"] == profile and st["verify"]["drift"] == []
     # applying again changes nothing
-    again = _json(capsys, ["--root", root, "tune", "plan", profile])["plan"]
+    again = _json(["--root", root, "tune", "plan", profile])["plan"]
     assert again["changes"] == 0
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert rev["ok"]
     assert diff(before, snapshot(root)) == []
     assert journal(root).state == jn.REVERTED
@@ -91,13 +87,13 @@ def test_drift_is_reported_and_exit_3(source: str, tmp_path: Any, capsys: Any) -
     # an admin changes a knob behind cxlctl's back
     with open(root + "/proc/sys/vm/swappiness", "w") as f:
         f.write("77\n")
-    ver = _json(capsys, ["--root", root, "tune", "verify"], rc=EXIT_DRIFT)
+    ver = _json(["--root", root, "tune", "verify"], rc=EXIT_DRIFT)
     drift = [c for c in ver["checks"] if c["status"] == "drift"]
     assert [(c["setting"], c["expected"], c["actual"]) for c in drift] == [("vm.swappiness", "100", "77")]
     assert run(["--root", root, "tune", "verify"]) == EXIT_DRIFT
     out = capsys.readouterr()
     assert "drift" in out.out and "vm.swappiness" in out.err
-    st = _json(capsys, ["--root", root, "tune", "status"])
+    st = _json(["--root", root, "tune", "status"])
     assert st["verify"]["drift"] == ["vm.swappiness"]
     assert run(["--root", root, "tune", "revert"]) == 0
     assert diff(before, snapshot(root)) == []
@@ -106,8 +102,8 @@ def test_drift_is_reported_and_exit_3(source: str, tmp_path: Any, capsys: Any) -
 @pytest.mark.parametrize("source", SOURCES)
 def test_verify_against_a_profile_without_applying(source: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
-    plan = _json(capsys, ["--root", root, "tune", "plan", "t-everything"])["plan"]
-    ver = _json(capsys, ["--root", root, "tune", "verify", "t-everything"], rc=EXIT_DRIFT if plan["changes"] else 0)
+    plan = _json(["--root", root, "tune", "plan", "t-everything"])["plan"]
+    ver = _json(["--root", root, "tune", "verify", "t-everything"], rc=EXIT_DRIFT if plan["changes"] else 0)
     assert ver["basis"] == "profile"
     assert ver["summary"]["drift"] == plan["changes"]
 
@@ -124,7 +120,7 @@ def test_switching_profiles_keeps_boot_values(tmp_path: Any, capsys: Any) -> Non
         ):
             assert run(["--root", root, "tune", "apply", a]) == 0
             capsys.readouterr()
-            res = _json(capsys, ["--root", root, "tune", "apply", b])
+            res = _json(["--root", root, "tune", "apply", b])
             assert res["plan"]["switching_from"] == a
             j = journal(root)
             assert j.profile == b and j.previous_profile == a
@@ -141,7 +137,7 @@ def test_switching_profiles_keeps_boot_values(tmp_path: Any, capsys: Any) -> Non
 def test_persist_writes_sysctl_d_and_revert_removes(source: str, tmp_path: Any, capsys: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
-    res = _json(capsys, ["--root", root, "tune", "apply", "inference-capacity", "--persist"])
+    res = _json(["--root", root, "tune", "apply", "inference-capacity", "--persist"])
     assert res["persisted"] == ["/etc/sysctl.d/90-cxlctl.conf", "/var/lib/cxlctl/active-profile"]
     conf = _read(root, "/etc/sysctl.d/90-cxlctl.conf")
     assert "vm.zone_reclaim_mode = 0" in conf and "vm.swappiness = 10" in conf
@@ -150,9 +146,9 @@ def test_persist_writes_sysctl_d_and_revert_removes(source: str, tmp_path: Any, 
     assert "demotion" not in conf  # sysfs knobs are the daemon's job at boot
     active = json.loads(_read(root, "/var/lib/cxlctl/active-profile"))
     assert active["profile"] == "inference-capacity"
-    st = _json(capsys, ["--root", root, "tune", "status"])
+    st = _json(["--root", root, "tune", "status"])
     assert st["persisted"]["profile"] == "inference-capacity"
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert sorted(rev["removed"]) == ["/etc/sysctl.d/90-cxlctl.conf", "/var/lib/cxlctl/active-profile"]
     assert diff(before, snapshot(root)) == []
 
@@ -181,7 +177,7 @@ def test_conflicts_with_tuned_and_sysctl_d(tmp_path: Any, capsys: Any) -> None:
     _put(root, "/etc/tuned/active_profile", "hpc-compute\n")  # stock profile, its file not installed
     _put(root, "/etc/sysctl.d/10-early.conf", "vm.zone_reclaim_mode=1\n")
     _put(root, "/etc/sysctl.d/99-late.conf", "# admin\n-vm/swappiness = 60\nnet.core.somaxconn = 1024\n")
-    plan = _json(capsys, ["--root", root, "tune", "plan", "inference-bandwidth"])["plan"]
+    plan = _json(["--root", root, "tune", "plan", "inference-bandwidth"])["plan"]
     got = {(c["key"], c["source"].split(" (")[0], c["wins_at_boot"].split(" (")[0]) for c in plan["conflicts"]}
     assert got == {
         ("vm.zone_reclaim_mode", "/etc/sysctl.d/10-early.conf", "/etc/sysctl.d/10-early.conf"),
@@ -189,7 +185,7 @@ def test_conflicts_with_tuned_and_sysctl_d(tmp_path: Any, capsys: Any) -> None:
         ("vm.zone_reclaim_mode", "TuneD profile hpc-compute", "TuneD profile hpc-compute"),
         ("kernel.numa_balancing", "TuneD profile hpc-compute", "TuneD profile hpc-compute"),
     }
-    plan = _json(capsys, ["--root", root, "tune", "plan", "inference-bandwidth", "--persist"])["plan"]
+    plan = _json(["--root", root, "tune", "plan", "inference-bandwidth", "--persist"])["plan"]
     wins = {(c["key"], c["source"].split(" (")[0]): c["wins_at_boot"] for c in plan["conflicts"]}
     assert wins[("vm.zone_reclaim_mode", "/etc/sysctl.d/10-early.conf")] == "cxlctl"  # 90- sorts after 10-
     assert wins[("vm.swappiness", "/etc/sysctl.d/99-late.conf")] == "/etc/sysctl.d/99-late.conf"
@@ -199,7 +195,7 @@ def test_conflicts_with_tuned_and_sysctl_d(tmp_path: Any, capsys: Any) -> None:
     _put(root, "/etc/tuned/tuned-main.conf", "reapply_sysctl = 0\n")
     _put(root, "/usr/lib/tuned/profiles/base/tuned.conf", "[sysctl]\nvm.swappiness=30\n")
     _put(root, "/etc/tuned/profiles/mine/tuned.conf", "[main]\ninclude=base\n[sysctl]\nkernel.numa_balancing=1\n")
-    plan = _json(capsys, ["--root", root, "tune", "plan", "inference-bandwidth", "--persist"])["plan"]
+    plan = _json(["--root", root, "tune", "plan", "inference-bandwidth", "--persist"])["plan"]
     tuned = {c["key"]: c for c in plan["conflicts"] if c["source"].startswith("TuneD")}
     assert set(tuned) == {"vm.swappiness", "kernel.numa_balancing"}
     assert tuned["vm.swappiness"]["theirs"] == "30" and tuned["kernel.numa_balancing"]["theirs"] == "1"
@@ -232,7 +228,7 @@ def test_second_apply_waits_then_refuses_naming_the_holder(tmp_path: Any, capsys
         assert f"pid {holder.pid}" in err and "waited 0.3 s" in err
         assert 0.25 <= waited < 5
         assert run(["--root", root, "tune", "revert", "--wait", "0"]) == EXIT_LOCKED
-        st = _json(capsys, ["--root", root, "tune", "status"])
+        st = _json(["--root", root, "tune", "status"])
         assert st["lock"] == {"held": True, "holder_pid": holder.pid}
     finally:
         holder.send_signal(signal.SIGKILL)
@@ -254,12 +250,12 @@ def test_journal_of_another_boot_is_discarded(tmp_path: Any, capsys: Any) -> Non
     after_apply = snapshot(root)
     write_boot_id(root, "22222222-bbbb")  # "reboot" (the tree keeps the applied values)
     after_apply = snapshot(root)
-    st = _json(capsys, ["--root", root, "tune", "status"])
+    st = _json(["--root", root, "tune", "status"])
     assert st["active_profile"] is None and not st["journal"]["this_boot"]
     assert any("earlier boot" in m for m in st["messages"])
     assert run(["--root", root, "tune", "verify"]) == EXIT_FAILURE
     capsys.readouterr()
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert rev["ok"] and not rev["results"]
     assert any("discarded the tuning journal of an earlier boot" in m for m in rev["messages"])
     assert journal_absent(root)
@@ -268,7 +264,7 @@ def test_journal_of_another_boot_is_discarded(tmp_path: Any, capsys: Any) -> Non
     write_boot_id(root, "11111111-aaaa")
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     write_boot_id(root, "33333333-cccc")
-    res = _json(capsys, ["--root", root, "tune", "apply", "latency-strict"])
+    res = _json(["--root", root, "tune", "apply", "latency-strict"])
     assert any("earlier boot" in m for m in res["messages"])
     assert journal(root).boot_id == "33333333-cccc"
 
@@ -282,28 +278,28 @@ def test_interrupted_apply_blocks_apply_until_revert(tmp_path: Any, capsys: Any)
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == EXIT_FAILURE
     err = capsys.readouterr().err
     assert "interrupted" in err and "tune revert" in err
-    st = _json(capsys, ["--root", root, "tune", "status"])
+    st = _json(["--root", root, "tune", "status"])
     assert st["journal"]["state"] == "applying" and st["active_profile"] is None
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert any("interrupted apply" in m for m in rev["messages"])
     assert diff(before, snapshot(root)) == []
 
 
 def test_nothing_to_revert(tmp_path: Any, capsys: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert rev["ok"] and rev["messages"] == ["nothing to revert: no tuning journal"]
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     assert run(["--root", root, "tune", "revert"]) == 0
     capsys.readouterr()
-    rev = _json(capsys, ["--root", root, "tune", "revert"])
+    rev = _json(["--root", root, "tune", "revert"])
     assert rev["messages"] == ["nothing to revert: it was already reverted"]
 
 
 def test_dry_run_writes_nothing(tmp_path: Any, capsys: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
     before = snapshot(root)
-    res = _json(capsys, ["--root", root, "tune", "apply", "t-everything", "--dry-run"])
+    res = _json(["--root", root, "tune", "apply", "t-everything", "--dry-run"])
     assert res["dry_run"] and res["plan"]["changes"] > 0 and res["results"] == []
     assert run(["--root", root, "tune", "apply", "t-everything", "--dry-run"]) == 0
     assert "nothing was written" in capsys.readouterr().out
@@ -387,10 +383,10 @@ def test_human_output_of_every_command(tmp_path: Any, capsys: Any) -> None:
 
 def test_default_profile_is_the_active_one(tmp_path: Any, capsys: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
-    assert _json(capsys, ["--root", root, "tune", "plan"])["plan"]["profile"] == "inference-bandwidth"
+    assert _json(["--root", root, "tune", "plan"])["plan"]["profile"] == "inference-bandwidth"
     assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
     capsys.readouterr()
-    assert _json(capsys, ["--root", root, "tune", "plan"])["plan"]["profile"] == "t-everything"
+    assert _json(["--root", root, "tune", "plan"])["plan"]["profile"] == "t-everything"
 
 
 def test_prepare_is_read_only(tmp_path: Any) -> None:
@@ -405,9 +401,9 @@ def test_verify_a_profile_while_another_is_applied(tmp_path: Any, capsys: Any) -
     """`verify PROFILE` compares with that profile alone (no 'restore' rows from the applied one)."""
     root = work_copy(LIVE, str(tmp_path / "root"))
     assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
-    ver = _json(capsys, ["--root", root, "tune", "verify", "t-everything"])
+    ver = _json(["--root", root, "tune", "verify", "t-everything"])
     assert ver["summary"]["drift"] == 0
-    ver = _json(capsys, ["--root", root, "tune", "verify", "cxl-common"], rc=EXIT_DRIFT)
+    ver = _json(["--root", root, "tune", "verify", "cxl-common"], rc=EXIT_DRIFT)
     assert {c["setting"] for c in ver["checks"]} == {"vm.zone_reclaim_mode", "vm.swappiness"}
 
 
@@ -435,7 +431,7 @@ def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: A
     wi = "/sys/kernel/mm/mempolicy/weighted_interleave"
     _put(root, f"{wi}/{auto_name}", "true\n")  # a 6.16+ kernel in auto mode
     before = snapshot(root)
-    res = _json(capsys, ["--root", root, "tune", "apply", "t-ratio"])
+    res = _json(["--root", root, "tune", "apply", "t-ratio"])
     assert res["ok"]
     inv = scan(root)
     dram = [n.id for n in inv.nodes if n.kind == "dram"]
@@ -451,7 +447,7 @@ def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: A
     assert run(["--root", root, "tune", "revert"]) == 0
     assert diff(before, snapshot(root)) == []
     # no bandwidth data in QEMU: inference-bandwidth leaves the group alone (auto stays on)
-    res = _json(capsys, ["--root", root, "tune", "apply", "inference-bandwidth"])
+    res = _json(["--root", root, "tune", "apply", "inference-bandwidth"])
     wis = [s for s in res["plan"]["steps"] if s["knob"] == "weighted_interleave"]
     assert [s["action"] for s in wis] == ["skip"] and "no bandwidth data" in wis[0]["note"]
     assert _read(root, f"{wi}/{auto_name}") == "true\n"

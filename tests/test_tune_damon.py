@@ -26,7 +26,7 @@ from cxlctl.tuning.knobs import read_current
 from cxlctl.tuning.profile import ProfileError, load
 from cxlctl.tuning.recommend import recommend
 from tests import damon_sysfs
-from tests.conftest import FIXTURES, cxlctl
+from tests.kit import FIXTURES, cli
 from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
@@ -141,7 +141,7 @@ def test_units() -> None:
 def test_bad_damon_section_is_refused_with_the_key(tmp_path: Any, body: str, words: str) -> None:
     p = tmp_path / "bad.toml"
     p.write_text(f'summary = "x"\n[damon]\nenabled = true\n{body}\n')
-    r = cxlctl("--root", os.path.join(FIXTURES, IDLE), "tune", "show", str(p))
+    r = cli("--root", os.path.join(FIXTURES, IDLE), "tune", "show", str(p))
     assert r.returncode == EXIT_USAGE, r.stderr
     assert "damon" in r.stderr and words in r.stderr and "Traceback" not in r.stderr
 
@@ -152,7 +152,7 @@ def test_damon_and_numa_balancing_tiering_together_are_refused(tmp_path: Any) ->
     with pytest.raises(ProfileError) as e:
         load(os.path.join(FIXTURES, IDLE), str(p))
     assert "kernel.numa_balancing = 2" in str(e.value) and "two promoters" in str(e.value)
-    r = cxlctl("--root", os.path.join(FIXTURES, IDLE), "tune", "apply", str(p))
+    r = cli("--root", os.path.join(FIXTURES, IDLE), "tune", "apply", str(p))
     assert r.returncode == EXIT_USAGE and "two promoters" in r.stderr
 
 
@@ -219,14 +219,14 @@ def test_someone_elses_kdamond_is_never_touched(tmp_path: Any, monkeypatch: Any)
     before = snapshot(root)
     p = engine.prepare(root, "inference-damon").plan
     assert p.refusals and "kdamond 0 (on" in p.refusals[0] and "damo stop" in p.refusals[0]
-    r = cxlctl("--root", root, "tune", "apply", "inference-damon")
+    r = cli("--root", root, "tune", "apply", "inference-damon")
     assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr, r.stderr
     # --beside-other-damon cannot help with a sysfs kdamond (nr_kdamonds would re-create it)
-    r = cxlctl("--root", root, "tune", "apply", "--beside-other-damon", "inference-damon")
+    r = cli("--root", root, "tune", "apply", "--beside-other-damon", "inference-damon")
     assert r.returncode == EXIT_USAGE
     assert diff(before, snapshot(root)) == []
     # the plan still shows it, and a profile without [damon] applies as ever
-    r = cxlctl("--root", root, "tune", "plan", "inference-damon")
+    r = cli("--root", root, "tune", "plan", "inference-damon")
     assert r.returncode == 0 and "refused" in r.stdout
     assert engine.apply(root, "inference-capacity").ok
 
@@ -240,7 +240,7 @@ def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: 
             f.write(text)
     p = engine.prepare(root, "inference-damon").plan
     assert p.refusals and "damon_reclaim (kdamond pid 321)" in p.refusals[0]
-    r = cxlctl("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
+    r = cli("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
     assert r.returncode == 0 and "running beside damon_reclaim" in r.stdout.replace("\n", " ")
 
 
@@ -318,7 +318,7 @@ def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
         f.write("off\n")
     v = engine.verify(root)
     assert [c.setting for c in v.checks if c.status == "drift"] == ["damon.kdamond1.state"]
-    assert cxlctl("--root", root, "tune", "verify").returncode == EXIT_DRIFT
+    assert cli("--root", root, "tune", "verify").returncode == EXIT_DRIFT
     # apply again restarts it with "on"
     p = engine.prepare(root, "inference-damon").plan
     assert [(s.setting, s.write) for s in p.writes] == [("damon.kdamond1.state", "on\n")]
@@ -436,13 +436,13 @@ def test_recommend_names_damon_where_the_kernel_has_it() -> None:
 
 def test_cli_plan_and_status_at_80_columns(tmp_path: Any, monkeypatch: Any) -> None:
     root = work_copy(IDLE, str(tmp_path / "root"))
-    r = cxlctl("--root", root, "tune", "plan", "inference-damon", env={"COLUMNS": "80"})
+    r = cli("--root", root, "tune", "plan", "inference-damon", env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
     assert "damon." in r.stdout and "〃" in r.stdout and "Traceback" not in r.stderr
-    r = cxlctl("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", env={"COLUMNS": "80"})
+    r = cli("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     assert "DAMON schemes" in r.stdout and "other" in r.stdout
-    doc = json.loads(cxlctl("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", "--json").stdout)
+    doc = json.loads(cli("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", "--json").stdout)
     (row,) = doc["damon"]
     assert row["owner"] == "other" and row["action"] == "stat" and "qt_exceeds" in row

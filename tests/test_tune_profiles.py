@@ -11,7 +11,7 @@ from cxlctl.cli import run
 from cxlctl.errors import EXIT_USAGE
 from cxlctl.tuning import profile as prof
 from cxlctl.tuning.knobs import BandwidthRule, WISpec
-from tests.conftest import cxlctl
+from tests.kit import cli
 from tests.tune_support import LIVE, snapshot, work_copy
 
 
@@ -169,7 +169,7 @@ def test_bad_profile_through_the_real_command(tree: str) -> None:
     """Same as above through `python -m cxlctl`: one message, exit 2, no traceback."""
     _user(tree, "bad", 'knobs."kernel.numa_balancing" = 9\n')
     before = snapshot(tree)
-    p = cxlctl("--root", tree, "tune", "apply", "bad")
+    p = cli("--root", tree, "tune", "apply", "bad")
     assert p.returncode == EXIT_USAGE
     assert "bad profile" in p.stderr and "Traceback" not in p.stderr + p.stdout
     assert snapshot(tree) == before

@@ -20,7 +20,7 @@ import pytest
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE
 from cxlctl.tuning import journal as jn
-from tests.conftest import REPO, cxlctl
+from tests.kit import REPO, cli
 from tests.tune_support import diff, journal, plan_writes, representative, snapshot, work_copy
 
 #: a recorded tree (not the live record: a real kernel's tree, the same on every machine)
@@ -96,9 +96,9 @@ def test_confirm_from_another_process_keeps_it(tmp_path: Any) -> None:
     before = snapshot(root)
     proc = _start(root, "--timeout", "60")
     _wait_pending(root, proc)
-    st = json.loads(cxlctl("--root", root, "tune", "status", "--json", check=True).stdout)
+    st = json.loads(cli("--root", root, "tune", "status", "--json", check=True).stdout)
     assert st["try"]["profile"] == TRIED and st["try"]["waiting"] and 0 < st["try"]["seconds_left"] <= 60
-    c = cxlctl("--root", root, "tune", "confirm", "--json")
+    c = cli("--root", root, "tune", "confirm", "--json")
     assert c.returncode == 0, c.stderr
     doc = json.loads(c.stdout)
     assert doc["ok"] and doc["profile"] == TRIED and doc["waiting_pid"] == proc.pid
@@ -108,11 +108,11 @@ def test_confirm_from_another_process_keeps_it(tmp_path: Any) -> None:
     j = journal(root)
     assert j.state == jn.APPLIED and j.profile == TRIED and j.trial is not None and j.trial.confirmed
     assert diff(before, snapshot(root)) != []
-    assert cxlctl("--root", root, "tune", "verify").returncode == 0
-    st = json.loads(cxlctl("--root", root, "tune", "status", "--json", check=True).stdout)
+    assert cli("--root", root, "tune", "verify").returncode == 0
+    st = json.loads(cli("--root", root, "tune", "status", "--json", check=True).stdout)
     assert st["try"] is None and st["active_profile"] == TRIED
     # confirming again: nothing is pending (a usage error, nothing written)
-    again = cxlctl("--root", root, "tune", "confirm")
+    again = cli("--root", root, "tune", "confirm")
     assert again.returncode == EXIT_USAGE and "no `tune try` is waiting for confirmation" in again.stderr
 
 
@@ -164,7 +164,7 @@ def test_sigkill_then_the_next_tune_command_reverts_once_expired(command: List[s
     proc.stderr.close()
     tried = snapshot(root)
     # before the deadline: left alone (its waiter may be gone, but the deadline is the contract)
-    early = cxlctl("--root", root, "tune", *command, "--json")
+    early = cli("--root", root, "tune", *command, "--json")
     assert early.returncode == 0, early.stderr
     assert "reverted" not in early.stderr and diff(tried, snapshot(root)) == []
     if command == ["status"]:
@@ -172,7 +172,7 @@ def test_sigkill_then_the_next_tune_command_reverts_once_expired(command: List[s
         assert st["try"]["pid"] == proc.pid and st["try"]["waiting"] is False
     assert j.trial is not None
     time.sleep(max(0.0, j.trial.deadline - time.time()) + 0.3)
-    late = cxlctl("--root", root, "tune", *command, "--json")
+    late = cli("--root", root, "tune", *command, "--json")
     assert late.returncode == 0, late.stderr
     assert "the `tune try` of t-everything was not confirmed by its deadline" in late.stderr
     assert diff(before, snapshot(root)) == []
@@ -187,9 +187,9 @@ def test_a_pending_try_blocks_apply_and_revert_ends_it(tmp_path: Any) -> None:
     before = snapshot(root)
     proc = _start(root, "--timeout", "60")
     _wait_pending(root, proc)
-    a = cxlctl("--root", root, "tune", "apply", BASE)
+    a = cli("--root", root, "tune", "apply", BASE)
     assert a.returncode == EXIT_FAILURE and "is waiting for confirmation" in a.stderr
-    r = cxlctl("--root", root, "tune", "revert")
+    r = cli("--root", root, "tune", "revert")
     assert r.returncode == 0 and "ended the pending `tune try` of t-everything" in r.stderr
     p = _finish(proc)
     assert p.returncode == EXIT_FAILURE and "ended by another command" in p.stderr

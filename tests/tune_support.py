@@ -14,13 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
-from tests.conftest import REPO, fixture_id, fixture_roots
+from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
 
 BUILTIN = ("inference-bandwidth", "inference-capacity", "latency-strict", "cxl-common")
 LIVE = "live-host"
@@ -85,7 +84,7 @@ def pristine(source: str) -> str:
     if _LIVE_DIR is None:
         d = tempfile.mkdtemp(prefix="cxlctl-live-")
         dest = os.path.join(d, "rec")
-        subprocess.run([sys.executable, "-m", "cxlctl", "record", dest], check=True, capture_output=True, cwd=REPO)
+        cli("record", dest, check=True)
         _LIVE_DIR = dest
     return _LIVE_DIR
 
@@ -117,7 +116,7 @@ def work_copy(source: str, dest: str, *, profiles: bool = True) -> str:
     dest = _scratch(dest)
     if os.path.exists(dest):
         shutil.rmtree(dest)
-    shutil.copytree(pristine(source), dest, symlinks=True)
+    copy_fixture(pristine(source), dest)
     if profiles:
         pdir = os.path.join(dest, "etc/cxlctl/profiles")
         os.makedirs(pdir, exist_ok=True)
@@ -173,6 +172,30 @@ def diff(a: Snapshot, b: Snapshot) -> List[str]:
 def plan_writes(root: str, profile: str) -> int:
     """How many knob files an apply of ``profile`` would write on ``root`` now."""
     return len(engine.prepare(root, profile).plan.writes)
+
+
+def knobs_to_cover(root: str) -> List[str]:
+    """Registry knobs a fault or crash test must reach on ``root``: every scalar knob whose file the
+    tree has, and the weights when there is a CXL node to weigh (DAMON has its own tests).
+
+    Found from the tree and the registry, not from a plan, so a knob the engine stopped planning
+    shows up as one the cases never reached.
+    """
+    from cxlctl.inventory import scan
+    from cxlctl.tuning.knobs import REGISTRY, read_current
+
+    cur = read_current(root)
+    want = [k.name for k in REGISTRY if k.kind != "group" and cur.get(k.path) is not None]
+    if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(root).nodes):
+        want.append("weighted_interleave")
+    return want
+
+
+def uncovered(root: str, profile: str, reached: Set[str]) -> List[str]:
+    """Knobs of :func:`knobs_to_cover` that ``reached`` lacks, except those ``profile`` leaves alone
+    because the tree already holds its value (a ``noop`` step: nothing to fail or interrupt)."""
+    noop = {s.knob for s in engine.prepare(root, profile).plan.steps if s.action == "noop"}
+    return [k for k in knobs_to_cover(root) if k not in reached and k not in noop]
 
 
 def journal(root: str) -> jn.Journal:

@@ -2,7 +2,7 @@
 
 Registers the ``vm`` marker (boots QEMU; slow).  ``tests`` is a package, so
 pytest puts the checkout root on ``sys.path`` and every helper has one import
-path (``tests.vm.harness``, ``tests.conftest``).
+path (``tests.vm.harness``, ``tests.kit``).
 """
 
 from __future__ import annotations

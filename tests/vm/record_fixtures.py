@@ -10,7 +10,7 @@ beside the record.  Kernels that cannot create RAM regions (6.1 has no
 ``create_ram_region``) get only the no-region state; the error is written to
 ``fixtures/linux-<major.minor>/RECORDED.txt``.
 
-Run through ``scripts/record-fixtures.sh`` (as root).
+Run through ``scripts/record-fixtures.sh`` (as root; its default set, ``base``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, Topology, kernel, run_guest
 
 FIXTURES = REPO / "fixtures"
@@ -143,7 +144,7 @@ def record_one(series: str, name: str, qemu: str) -> List[str]:
             shutil.rmtree(dst)
         if not src.is_dir():
             continue
-        shutil.copytree(src, dst, symlinks=True)
+        install(src, dst)
         lines = about + [f"state: {state}"]
         if state == "region" and t.widest is not None:
             w = t.widest

@@ -7,7 +7,7 @@ next to a CXL NUMA node.  The guest creates both regions with ``cxlctl region
 create`` (the same commands tests/vm/test_vm_fleet.py runs), then records the
 tree and the peer tools' output (tests/vm/record_fixtures.py's ``snap``).
 
-Run as root: ``.venv/bin/python -m tests.vm.record_fleet``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh fleet``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import datetime
 import shutil
 import sys
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, kernel, run_guest
 from tests.vm.record_fixtures import SNAP, series_of, tool_version
 
@@ -42,9 +43,7 @@ def main() -> int:
         raise HarnessError(f"guest script exited {r.returncode}\n{r.stderr[-3000:]}")
     src = r.outdir / NAME
     dst = REPO / "fixtures" / f"linux-{series_of(k.release)}" / NAME
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, symlinks=True)
+    install(src, dst)
     for i in range(len(REGIONS)):
         shutil.copy(r.outdir / f"create{i}.json", dst / "peers" / f"region-create{i}.json")
     about = [

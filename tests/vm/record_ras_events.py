@@ -19,13 +19,14 @@ results and the exit status says whether they passed:
 * ``events/facts.txt``: memdev of each QEMU device, region, base, size,
   block size and node, read from the guest's sysfs.
 
-Run as root: ``.venv/bin/python -m tests.vm.record_ras_events``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh ras``.
 """
 
 from __future__ import annotations
 
 import shutil
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO
 from tests.vm.record_fixtures import SNAP
 from tests.vm.test_vm_ras import boot, check
@@ -45,9 +46,7 @@ def main() -> int:
     for err in r.outdir.glob("qmp-*.err"):
         shutil.copy(err, ev / err.name)
     tree = DEST / TREE
-    if tree.exists():
-        shutil.rmtree(tree)
-    shutil.copytree(r.outdir / TREE, tree, symlinks=True)
+    install(r.outdir / TREE, tree)
     print(f"recorded {ev} and {tree}; boot {r.boot_seconds} s, wall {r.wall_seconds} s; $OUT={r.outdir}")
     try:
         check(r)

@@ -16,7 +16,7 @@ Each tree gets ``peers/`` with the kernel's own files copied right after the
 last ``stat`` (``D.*``: node vmstat, /proc/vmstat, memory.numa_stat,
 memory.stat, the helper's numa_maps, its PID) and ``recorded.txt``.
 
-Run as root: ``.venv/bin/python -m tests.vm.record_telemetry_fixtures [--kernel 6.12]``.
+Run as root through the one recording route: ``scripts/record-fixtures.sh telemetry [--kernel 6.12]``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, kernel, run_guest
 from tests.vm.record_fixtures import series_of
 from tests.vm.telemetry_guest import ANON_MIB, CGROUP, RECLAIM, SHM_FILE, SHM_MIB, build_helper, script
@@ -53,9 +54,7 @@ def record_one(series: str) -> str:
         raise HarnessError(f"{k.release}: no record made: {(r.outdir / 'record.log').read_text(errors='replace')}")
     name = "single-region-telemetry" if create else "single-noregion-telemetry"
     dst = FIXTURES / f"linux-{series_of(k.release)}" / name
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, symlinks=True)
+    install(src, dst)
     peers = dst / "peers"
     peers.mkdir(exist_ok=True)
     for f in PEER_FILES:

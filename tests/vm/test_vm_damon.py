@@ -15,7 +15,7 @@ kdamond and the boot values.
 
 6.1: DAMON's part of the profile is reported unavailable and the rest applies.
 
-``CXLCTL_RECORD_DAMON_FIXTURES=1`` copies the recorded trees into ``fixtures/``
+``CXLCTL_RECORD_DAMON_FIXTURES=1`` (set by ``scripts/record-fixtures.sh damon``) copies the recorded trees into ``fixtures/``
 (that is how the committed DAMON fixtures were made).
 """
 
@@ -24,12 +24,12 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, build_c, run_guest
 
 pytestmark = pytest.mark.vm
@@ -133,9 +133,7 @@ def _keep(out: Path, series: str, names: List[str], release: str = "") -> None:
     for name in names:
         src = out / "fixtures" / name
         dst = REPO / "fixtures" / f"linux-{series}" / name
-        if dst.exists():
-            shutil.rmtree(dst)
-        shutil.copytree(src, dst, symlinks=True)
+        install(src, dst)
         about = (
             f"kernel: {release or series} (Debian linux-image, unsigned)\n"
             f"recorded: {datetime.date.today().isoformat()} by tests/vm/test_vm_damon.py "

@@ -5,7 +5,7 @@ guest's work in one interpreter).  The guest gets the kernel package's own
 config at ``/boot/config-$(uname -r)`` (a tmpfs: the guest's /boot is the
 host's, read-only), as an installed Debian kernel has it.
 
-With ``CXLCTL_RECORD_FIXTURES=1`` the records the driver made are copied to
+With ``CXLCTL_RECORD_FIXTURES=1`` (set by ``scripts/record-fixtures.sh doctor``) the records the driver made are copied to
 ``fixtures/linux-<series>/single-*-doctor/`` (how those fixtures were made).
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from tests.fixture_status import install
 from tests.vm.harness import REPO, kernel, run_guest
 
 pytestmark = pytest.mark.vm
@@ -50,9 +51,7 @@ def boot(series: str) -> Dict[str, Dict[str, Any]]:
     if os.environ.get("CXLCTL_RECORD_FIXTURES"):
         for d in sorted((res.outdir / "fixtures").iterdir()):
             dest = REPO / "fixtures" / f"linux-{series}" / d.name
-            if dest.exists():
-                shutil.rmtree(dest)
-            shutil.copytree(d, dest, symlinks=True)
+            install(d, dest)
     out: Dict[str, Dict[str, Any]] = {}
     for p in res.outdir.glob("*.json"):
         out[p.stem] = json.loads(p.read_text())

@@ -36,7 +36,7 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.kit import REPO
 from tests.launch_support import HELP_LMCACHE
 from tests.vm.harness import build_c, run_guest
 

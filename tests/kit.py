@@ -1,0 +1,130 @@
+"""The unit tests' kit: the recorded trees, a writable copy of one, and the real command line.
+
+Every unit test finds its fixtures, copies a tree and runs ``cxlctl`` through these few
+functions, so a newcomer reads one place to know how a test sees the tool: ``cli()`` runs
+the command line (in a child process by default, as a user would; ``inprocess=True`` calls
+the same entry point in this interpreter, which is faster and lets a test monkeypatch the
+engine), and ``copy_fixture()`` makes the writable copy a test may change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "fixtures")
+
+#: what every run sees unless the test says otherwise: a wide terminal (tables on one line,
+#: so assertions do not depend on folding) and no CXLCTL_ROOT leaking in from the caller
+BASE_ENV = {"COLUMNS": "160"}
+
+
+def fixture_roots(pattern: str = "*/*") -> List[str]:
+    """Recorded trees (each has a cxlctl-record.json manifest), by glob under fixtures/."""
+    return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(FIXTURES, pattern, "cxlctl-record.json")))
+
+
+def fixture_id(path: str) -> str:
+    """A tree's name for test ids and messages (``linux-6.12/hb2-region``)."""
+    return os.path.relpath(path, FIXTURES)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
+
+
+def copy_fixture(src: str, dest: Any, *, hardlinks: bool = False) -> str:
+    """Writable copy of a recorded tree at ``dest`` (a path or pytest's ``tmp_path / name``),
+    symlinks kept as links, so the copy resolves like the kernel's sysfs did. Returns the path.
+
+    ``hardlinks`` links the files instead of copying them (several times faster, for tests
+    that make many copies); such a test must unlink a file before writing it, or it writes
+    the fixture itself.
+    """
+    out = str(dest)
+    shutil.copytree(src, out, symlinks=True, copy_function=_link_or_copy if hardlinks else shutil.copy2)
+    return out
+
+
+@contextlib.contextmanager
+def _environ(env: Dict[str, Optional[str]]) -> Iterator[None]:
+    """``os.environ`` with ``env`` applied (None removes a name), put back afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cli(
+    *args: str,
+    env: Optional[Dict[str, str]] = None,
+    check: bool = False,
+    rc: Optional[int] = None,
+    inprocess: bool = False,
+    wrap: Sequence[str] = (),
+    **kw: Any,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cxlctl ARGS`` and return its exit code, stdout and stderr.
+
+    By default a child ``python -m cxlctl`` (what a user runs: start-up, signals, exit codes
+    and streams are real; stdin is empty unless ``input`` is given; ``kw`` goes to
+    ``subprocess.run``; ``wrap`` is a command the child runs under, such as
+    ``setpriv ... --``); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
+    stderr captured (``kw`` is then not allowed). ``check`` asserts exit 0, ``rc`` asserts
+    that exit code; either failure shows both streams.
+    """
+    full: Dict[str, Optional[str]] = {"CXLCTL_ROOT": None, **BASE_ENV, **(env or {})}
+    if inprocess:
+        if kw or wrap:
+            raise TypeError(f"cli(inprocess=True) takes no subprocess options: {sorted(kw)}")
+        from cxlctl.cli import run
+
+        out, err = io.StringIO(), io.StringIO()
+        with _environ(full), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(list(args))
+        p = subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    else:
+        e = dict(os.environ)
+        for k, v in full.items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        kw.setdefault("cwd", REPO)
+        if "input" not in kw:
+            kw.setdefault("stdin", subprocess.DEVNULL)  # never the terminal pytest was started from
+        kw.setdefault("timeout", 600)  # a hang fails the test instead of the whole run
+        argv = [*wrap, sys.executable, "-m", "cxlctl", *args]
+        p = subprocess.run(argv, capture_output=True, text=True, env=e, **kw)
+    want = 0 if check else rc
+    if want is not None and p.returncode != want:
+        raise AssertionError(f"cxlctl {' '.join(args)} -> {p.returncode}, expected {want}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def status_json(root: str) -> Dict[str, Any]:
+    """``cxlctl --root ROOT status --json``, parsed."""
+    data = json.loads(cli("--root", root, "status", "--json", check=True).stdout)
+    assert isinstance(data, dict)
+    return data
