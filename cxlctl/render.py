@@ -273,7 +273,7 @@ def _knobs(inv: Inventory, console: Console) -> None:
 
 def _warnings(inv: Inventory, console: Console) -> None:
     """Severity in a column of its own; a long message wraps indented under its text."""
-    import textwrap
+    from .term import fold_lines
 
     if not inv.warnings:
         return
@@ -283,7 +283,7 @@ def _warnings(inv: Inventory, console: Console) -> None:
     for warn in inv.warnings:
         style = _SEV_STYLE.get(warn.severity, "")
         sev = _e(f"{warn.severity:>{sev_w}}")
-        lines = textwrap.wrap(f"{warn.message}  ({warn.code})", width, break_on_hyphens=False) or [""]
+        lines = fold_lines(f"{warn.message}  ({warn.code})", width) or [""]
         text = f"\n{' ' * sev_w} ".join(_e(x) for x in lines)
         console.print(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Dict, List, Optional, Set
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
 
 import cxlctl
 
@@ -145,3 +147,103 @@ def test_only_the_daemon_and_the_cli_import_the_daemon() -> None:
         if d == "cxlctl.daemon" or d.startswith("cxlctl.daemon.")
     )
     assert not bad, "engines import the daemon: " + ", ".join(bad)
+
+
+# ------------------------------------------------------------------ one knob registry
+
+
+def test_status_and_tune_read_one_knob_table() -> None:
+    """``status`` and ``tune`` know the same knobs by the same names and paths: both take them
+    from hostio.paths.KNOBS (before, status had KNOB_PATHS and tune REGISTRY, each its own list)."""
+    from cxlctl.hostio import paths
+    from cxlctl.inventory import scan
+    from cxlctl.tuning.knobs import BY_NAME, REGISTRY
+
+    from .conftest import fixture_roots
+
+    # tune: every registry entry is a table row, in the table's (apply) order
+    assert [(k.name, k.path) for k in REGISTRY] == list(paths.KNOBS)
+    # status: exactly the registry's single-file knobs, each at the registry's path
+    singles = {k.name for k in REGISTRY if k.kind != "group"}
+    assert set(paths.STATUS_KNOBS) == singles and len(paths.STATUS_KNOBS) == len(singles)
+    for root in fixture_roots():
+        shown = [(k.name, k.path) for k in scan(root).knobs]
+        assert shown == [(n, BY_NAME[n].path) for n in paths.STATUS_KNOBS], root
+
+
+# ------------------------------------------------------------------ the DAMON tree, spelled once
+
+#: a path component of DAMON's sysfs tree below admin/ (a list, a sub-directory or a count file)
+_DAMON_SEGMENT = re.compile(
+    r"(^|/)(kdamonds|contexts|targets|regions|schemes|access_pattern|monitoring_attrs|intervals|quotas|goals"
+    r"|watermarks|filters|dests|stats|nr_(kdamonds|contexts|targets|regions|schemes|goals|filters|dests))(/|$)"
+)
+_TREE_SPELLERS = {"cxlctl.damon.tree", "cxlctl.hostio.paths"}  # paths: the tree's root, admin/kdamonds
+
+
+def _path_literals(path: str) -> List[Tuple[int, str]]:
+    """(line, text) of every string constant with a '/' in a module, f-string parts included,
+    docstrings left out (they may draw the tree)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    docs = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body:
+            first = n.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and "/" in n.value
+    ]
+
+
+def test_damon_tree_is_spelled_in_one_module() -> None:
+    """Reads (damon/sysfs.py) and writes (tuning/damon_tiering.py) build every kdamond, context,
+    scheme … path through cxlctl.damon.tree, as damo does: no other module spells one (before,
+    the two spelled the tree 56 times between them)."""
+    found = [
+        f"{mod}:{line}: {text!r}"
+        for mod, path in sorted(_modules().items())
+        if mod not in _TREE_SPELLERS
+        for line, text in _path_literals(path)
+        if _DAMON_SEGMENT.search(text)
+    ]
+    assert not found, "DAMON sysfs paths spelled outside cxlctl/damon/tree.py:\n" + "\n".join(found)
+
+
+def test_damon_reader_reads_back_every_file_the_engine_writes(tmp_path: Path) -> None:
+    """The consequence that matters: a kdamond written by the tuning engine's file list reads back,
+    through the reader, with the values written (one spelling cannot drift from the other)."""
+    from cxlctl.damon.sysfs import DamonCaps, read_damon
+    from cxlctl.damon.tree import NR_KDAMONDS, state
+    from cxlctl.inventory import scan
+    from cxlctl.tuning import damon_tiering
+
+    from .conftest import FIXTURES
+
+    src = os.path.join(FIXTURES, "linux-6.12", "single-region-damon-idle")
+    inv = scan(src)
+    spec = damon_tiering.validate({"enabled": True, "memcg": "/x.slice", "anon_only": True})
+    caps = DamonCaps(True, "6.17", True, True, True, True, (), True)
+    kds, _ = damon_tiering.layout(inv, spec, caps)
+    assert kds, "the fixture has a DRAM and a CXL node: a layout of two kdamonds"
+    written: Dict[str, str] = {NR_KDAMONDS: str(len(kds)), **{state(k.id): "off" for k in kds}}
+    for k in kds:
+        written.update((p, v) for p, v, _ in damon_tiering.files(k, spec))
+    for p, v in written.items():
+        f = tmp_path / p.lstrip("/")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(v + "\n")
+    st = read_damon(str(tmp_path))
+    assert {p: v.strip() for p, v in st.files.items()} == written
+    assert [k.id for k in st.kdamonds] == [k.id for k in kds]
+    for k, got in zip(kds, st.kdamonds):
+        (s,) = got.schemes
+        assert s.action == k.scheme.action and s.target_nid == k.scheme.target_nid
+        assert [(r.start, r.end) for t in got.contexts[0].targets for r in t.regions] == list(k.regions)
+        assert [(f.type, f.matching, f.memcg_path) for f in s.filters] == [
+            (t, m, c or None) for t, m, c in k.scheme.filters
+        ]
+        assert [(g.target_metric, g.target_value, g.nid) for g in s.quota.goals] == list(k.scheme.goals)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import time
 from typing import Any, Dict, Iterator, List, Tuple
@@ -99,7 +100,7 @@ def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket
     root = str(tmp_path / "live")
     cli("record", root, check=True)
     env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000", "WATCHDOG_PID": str(os.getpid())}
-    d, fac, cap = make_daemon(root, config(), env=env)
+    d, fac, cap = make_daemon(root, config(), env=env, install_signals=True)
     d.startup()
     first = _drain(s)
     assert any(m.startswith("READY=1\nSTATUS=") for m in first), first
@@ -109,7 +110,8 @@ def test_loop_sends_ready_status_watchdog_and_stopping(sock: Tuple[socket.socket
     dogs = [m for m in _drain(s) if m == "WATCHDOG=1"]
     # every 0.1 s over 0.55 s: 5, give or take scheduling
     assert 3 <= len(dogs) <= 7, dogs
-    d.request_stop()
+    d._setup_signals()  # as run() does: SIGTERM reaches the loop through its wake-up pipe
+    os.kill(os.getpid(), signal.SIGTERM)  # what systemd sends
     d.step()
     d._shutdown()
     d.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -382,10 +383,11 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
     from cxlctl.config import load
 
     cfg = load(root)._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
-    d, _, cap = make_daemon(root, cfg)
+    d, _, cap = make_daemon(root, cfg, install_signals=True)
     d.startup()
     assert read(root, SWAPPINESS) == "10"
-    d.request_stop()
+    d._setup_signals()  # as run() does: SIGTERM reaches the loop through its wake-up pipe
+    os.kill(os.getpid(), signal.SIGTERM)  # what systemd sends
     d.step()
     d._shutdown()
     d.close()

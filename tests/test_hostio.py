@@ -285,7 +285,7 @@ def test_block_membership_by_address() -> None:
 def test_knob_read_returns_the_model_knob() -> None:
     r = Reader(REGION)
     ks = objects.knobs(r)
-    assert [k.name for k in ks] == [n for n, _ in paths.KNOB_PATHS]
+    assert [k.name for k in ks] == list(paths.STATUS_KNOBS)
     assert ks == scan(REGION).knobs
 
 

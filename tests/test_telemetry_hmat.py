@@ -73,7 +73,7 @@ def test_recorded_tree_without_hmat_says_null_never_zero() -> None:
     tr = second["cxl_traffic"]
     assert tr["promote_mbps"] == 0.0 and tr["demote_mbps"] == 0.0
     assert tr["cxl_read_bandwidth_mbps"] is None and tr["promote_share_of_read_bandwidth"] is None
-    text = render_text(second, 80)
+    text = render_text(b, rates(a, b), [], 1, 80)
     assert "expected (HMAT/CDAT)" not in text and "to/from CXL: promoted 0.0 MB/s, demoted 0.0 MB/s" in text
 
 
@@ -106,7 +106,7 @@ def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(
     assert tr["demote_share_of_write_bandwidth"] == round(demote / 10240, 6)
     assert tr["promote_share_of_read_bandwidth"] == round(promote / 20480, 6)
     json.dumps(doc)
-    text = render_text(doc, 80)
+    text = render_text(b, r, judge(b, r), 1, 80)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "expected (HMAT/CDAT): node 0 read 40.0 GB/s write 30.0 GB/s latency 90 ns" in text
     assert f"demoted {demote:.1f} MB/s ({demote / 10240 * 100:.1f}% of CXL write" in text.replace("\n  ", " ")

@@ -111,7 +111,7 @@ def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:
     assert r.damon["0/0/0"]["sz_applied"] == 4 << 20
     doc = to_dict(b, r, [], 1)
     assert doc["damon"][0]["stats"]["sz_applied"] == 12 << 20 and doc["damon"][0]["rates"]["sz_applied"] == 4 << 20
-    assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0M/s" in render_text(doc)
+    assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0M/s" in render_text(b, r, [], 1)
     assert read_schemes(Reader(str(tmp_path / "nothing"))) == []
 
 

@@ -30,6 +30,7 @@ from typer._click.globals import get_current_context
 
 from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.progress import ProgressFn
+from cxlctl.term import isatty as isatty
 
 from .params import seconds
 
@@ -82,29 +83,6 @@ def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Opti
     out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
 
 
-def isatty(stream: TextIO) -> bool:
-    """Whether ``stream`` is a terminal; False for a closed or odd stream (a test's StringIO)."""
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-def fold_lines(text: str, width: int, first: str = "", indent: str = "") -> List[str]:
-    """``first + text`` folded at ``width`` on spaces, continuation lines starting with
-    ``indent``; paths and flags are never broken ([] for blank text)."""
-    import textwrap
-
-    return textwrap.wrap(
-        text,
-        width=width,
-        initial_indent=first,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
 def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
     """``text`` folded at the terminal's width when ``stream`` (stderr) is a terminal;
     unchanged otherwise.
@@ -112,15 +90,12 @@ def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
     Messages on stderr are one line each in a pipe, a log or the journal, where a line is a
     record that grep and journalctl keep whole; on a person's terminal a 200-column error
     is folded on spaces (paths and flags never broken), continuation lines indented."""
-    import shutil
+    from cxlctl.term import fold, width
 
     if not isatty(stream or sys.stderr):
         return text
-    width = max(shutil.get_terminal_size((80, 24)).columns, 60)
-    out: List[str] = []
-    for line in text.split("\n"):
-        out.extend(fold_lines(line, width, indent=" " * (len(line) - len(line.lstrip(" ")) + 2)) or [line])
-    return "\n".join(out)
+    cols = max(width(), 60)
+    return "\n".join(fold(line, cols) for line in text.split("\n"))
 
 
 def note(msgs: Iterable[str]) -> None:

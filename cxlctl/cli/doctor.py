@@ -34,9 +34,9 @@ def doctor(
     if json_out:
         emit_json(to_json(facts, checks))
     else:
-        from rich.console import Console
+        from cxlctl.term import console
 
-        render(facts, checks, Console(highlight=False))
+        render(facts, checks, console())
     sys.stdout.flush()
     if exit_code(checks):
         failed = [c.id for c in checks if c.result == "fail"]

@@ -11,21 +11,19 @@ is the engine's alone; ``--dry-run`` prints it on stdout.
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
 
 from .common import JSON_OPT as JSON_DOC_OPT
-from .common import emit_json, fold_lines, group, host_root, isatty
+from .common import emit_json, group, host_root
 from .params import Command, argument
 
 if TYPE_CHECKING:
-    from cxlctl.launch.build import LaunchPlan
+    pass
 
 launch_app = group(
     "launch",
@@ -111,130 +109,6 @@ MOONCAKE_OPT = typer.Option(
 ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
-def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
-    """(label, text) lines describing a plan, shared by the dry run and the real launch."""
-    from cxlctl.parse import format_nodelist, format_size
-
-    out: List[Tuple[str, str]] = []
-    for line in lp.nodesets.how:
-        out.append(("nodes", line))
-    out.append(("policy", lp.policy.describe()))
-    out.append(
-        ("method", "numactl" if lp.method == "numactl" else "direct (set_mempolicy + sched_setaffinity, then exec)")
-    )
-    wp = lp.weights
-    if wp is not None:
-        if wp.writes:
-            ch = ", ".join(f"{s.split('.', 1)[-1]} {a} -> {b}" for s, a, b in wp.changes)
-            out.append(
-                (
-                    "weights",
-                    f"{wp.source}: {ch} (system-wide; set by the tuning engine, journaled; undo: cxlctl tune revert)",
-                )
-            )
-        else:
-            out.append(
-                (
-                    "weights",
-                    f"{' '.join(f'node{n}={x}' for n, x in sorted(wp.weights.items()))} ({wp.source}; no change)",
-                )
-            )
-    if lp.engine.kv_bytes is not None:
-        line = f"{format_size(lp.engine.kv_bytes)} over {lp.engine.ranks} rank(s)"
-        if lp.tokens is not None:
-            line += f", {lp.tokens:,} tokens"
-        out.append(("kv", line))
-    dd = lp.devdax
-    if dd is not None:
-        who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
-        out.append(
-            (
-                "devdax",
-                f"{dd.path} {format_size(dd.size)} of {format_size(dd.device_size)} for the {who}"
-                + (f", pool {dd.pool_id} offset {dd.offset}" if dd.pool_id else ""),
-            )
-        )
-    if lp.tmpfs is not None:
-        out.append(
-            (
-                "tmpfs",
-                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)",
-            )
-        )
-    out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
-    out.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))))
-    out.append(("numactl", lp.equivalent))
-    return out
-
-
-# lines that are commands to copy and paste: never wrapped
-_VERBATIM = ("argv", "env", "numactl")
-
-
-def _width(f: TextIO) -> int:
-    """The terminal's width when ``f`` is one (COLUMNS first, as ls does), else 80: a pipe or a log
-    is read at 80 columns; never narrower than 60, where wrapping would only make it worse."""
-    import shutil
-
-    cols = 80
-    env = os.environ.get("COLUMNS", "")
-    if env.isascii() and env.isdigit():
-        cols = int(env)
-    elif isatty(f):
-        cols = shutil.get_terminal_size((80, 24)).columns
-    return max(cols, 60)
-
-
-def _wrapped(first: str, text: str, width: int, indent: str) -> str:
-    """``first + text`` folded at ``width`` (:func:`fold_lines`), as lines ending in a newline."""
-    return "\n".join(fold_lines(text, width, first, indent) or [first.rstrip()]) + "\n"
-
-
-def _out(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
-    """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr.
-
-    Prose (notes, warnings, checks and their fixes) is folded at the terminal's width, 80 for a
-    pipe; the command lines (argv, env, numactl) stay whole so they can be copied.  The real
-    launch's account on stderr is folded only on a terminal: under systemd it is journal records."""
-    w = f.write
-    width = _width(f)
-    if not dry_run and not isatty(f):
-        width = 1 << 20  # the account on stderr, in the journal: one record per line (docs/cli.md)
-    if dry_run:
-        w(f"cxlctl launch {lp.request.engine} (dry run: nothing changed, nothing launched)\n")
-        prev = ""
-        for label, text in _lines(lp):
-            head = f"{(label + ':') if label != prev else '':9} "
-            w(f"{head}{text}\n" if label in _VERBATIM else _wrapped(head, text, width, " " * 12))
-            prev = label
-        if lp.checks:
-            w("checks:\n")
-        for c in lp.checks:
-            w(_wrapped(f"  {c.status.upper():5} ", f"{c.name}: {c.message}", width, " " * 10))
-            if c.fix and c.status in ("fail", "warn"):
-                w(_wrapped("        fix: ", c.fix, width, " " * 13))
-        for n in lp.notes:
-            w(_wrapped("note: ", n, width, "      "))
-        for x in lp.warnings:
-            w(_wrapped("warning: ", x, width, "         "))
-        return
-    keep = ("policy", "weights", "kv", "devdax", "tmpfs")
-    for label, text in _lines(lp):
-        if label in keep:
-            w(_wrapped(f"cxlctl: {label} ", text, width, "  "))
-    for c in lp.checks:
-        if c.status in ("fail", "warn"):
-            w(_wrapped(f"cxlctl: {c.status}: ", f"{c.name}: {c.message}", width, "  "))
-            if c.fix:
-                w(_wrapped("  fix: ", c.fix, width, "    "))
-    for n in lp.notes:
-        w(_wrapped("cxlctl: note: ", n, width, "  "))
-    for x in lp.warnings:
-        w(_wrapped("cxlctl: warning: ", x, width, "  "))
-    if not lp.failed:
-        w("cxlctl: exec " + " ".join(shlex.quote(a) for a in lp.argv) + "\n")
-
-
 def _launch(
     engine: str,
     args: Optional[List[str]],
@@ -287,7 +161,9 @@ def _launch(
             json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n"
         )
     else:
-        _out(lp, sys.stdout if dry_run else sys.stderr, dry_run)
+        from cxlctl.launch.render import plan_text
+
+        plan_text(lp, sys.stdout if dry_run else sys.stderr, dry_run)
     if lp.failed:
         raise CxlctlError(
             f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched",
@@ -485,7 +361,10 @@ def show_cmd(
     if json_out:
         emit_json(rep)
     else:
-        _render_proof(rep)
+        from cxlctl.launch.render import proof
+        from cxlctl.term import console
+
+        proof(rep, console())
     if rep["match"] is False:
         bad = ", ".join(c["check"] for c in rep["checks"] if c["status"] == "fail")
         raise CxlctlError(
@@ -493,47 +372,3 @@ def show_cmd(
             code=EXIT_DRIFT,
             hint="a child may have set its own policy (vLLM --numa-bind, SGLang NUMA binding), or the weights/cpuset changed",
         )
-
-
-def _render_proof(rep: Dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from cxlctl.parse import PAGE_SIZE, format_nodelist, format_size
-
-    c = Console(highlight=False)
-    pol = rep["policy"]
-    c.print(
-        f"[bold]{rep['pid']}[/bold] {rep['name']}: policy [bold]{pol['mode']}[/bold]"
-        + (f" over node(s) {format_nodelist(pol['nodes'])}" if pol["nodes"] else "")
-    )
-    c.print(f"Mems_allowed {format_nodelist(rep['mems_allowed'])}, Cpus_allowed {format_nodelist(rep['cpus_allowed'])}")
-    if len(rep["policies"]) > 1:
-        c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
-    t = Table(title="Pages per node", title_justify="left")
-    for col in ("node", "anonymous", "file", "total", "share of anonymous"):
-        t.add_column(col, justify="right", overflow="fold")
-    pages = rep["pages"]
-    nodes = sorted({int(n) for k in ("anon", "file", "total") for n in pages[k]})
-    anon_total = sum(pages["anon"].values()) or 1
-    for n in nodes:
-        a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
-        t.add_row(
-            str(n),
-            f"{a} ({format_size(a * PAGE_SIZE)})",
-            f"{f} ({format_size(f * PAGE_SIZE)})",
-            f"{tot} ({format_size(tot * PAGE_SIZE)})",
-            f"{a / anon_total:.1%}",
-        )
-    c.print(t)
-    if rep["asked"] is None:
-        c.print("[dim]not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with[/dim]")
-        return
-    c.print(f"asked: {rep['asked']['env']}")
-    style = {"pass": "green", "fail": "bold red", "info": "dim"}
-    for ch in rep["checks"]:
-        st = style[ch["status"]]
-        c.print(f"  [{st}]{ch['status']:4}[/{st}] {ch['check']}: {ch['detail']}")
-    c.print(
-        "[green]matches what was asked[/green]" if rep["match"] else "[bold red]differs from what was asked[/bold red]"
-    )

@@ -139,39 +139,10 @@ def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
 
 
 def _render_plan(p: Plan, title: str = "plan") -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from cxlctl.regions import render
+    from cxlctl.term import console
 
-    from cxlctl.parse import format_size
-
-    c = Console(highlight=False)
-    at = f" at {p.resource:#x}" if p.resource is not None else ""
-    c.print(
-        f"[bold]{title}[/bold]: {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, "
-        f"granularity {p.granularity}"
-        + (
-            f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})"
-            if p.window_size
-            else ""
-        )
-    )
-    index = {(lv.port, t): i for lv in p.levels for i, t in enumerate(lv.targets)}
-    t = Table(title_justify="left")
-    for col in ("position", "memdev", "endpoint decoder", "DPA", "route (port: dport → target index)"):
-        t.add_column(col, overflow="fold")
-    for tg in p.targets:
-        route = "  ".join(f"{h.port}: {escape(str(h.dport))} → {index.get((h.port, h.dport), '?')}" for h in tg.hops)
-        dec = tg.decoder + (f" (mode {escape(str(tg.mode))} → ram)" if tg.mode != "ram" else "")
-        t.add_row(str(tg.position), tg.memdev, dec, format_size(tg.dpa_size), route)
-    c.print(t)
-    for lv in p.levels[1:]:
-        c.print(
-            f"  {lv.port}: {lv.decoder} will interleave {lv.ways}-way at {lv.granularity} across dports "
-            + ",".join(map(str, lv.targets))
-        )
-    for n in p.notes:
-        c.print(f"[yellow]note:[/yellow] {escape(n)}")
+    render.plan(p, console(), title)
 
 
 # ------------------------------------------------------------------------------- commands
@@ -261,31 +232,16 @@ def create_cmd(
 
 
 def _report_created(batch: Batch, json_out: bool) -> None:
-    from cxlctl.parse import format_size
     from cxlctl.regions import region_json
 
     partial = batch.error is not None
     if json_out:
         emit_json(region_json.created_all(batch.built, batch.block_size, complete=not partial))
         return
-    for b in batch.built:
-        d = region_json.created(b, batch.block_size)
-        nodes = sorted({x["target_node"] for x in d["dax"] if x["target_node"] is not None})
-        daxs = ", ".join(
-            f"{x['chardev']} {x['mode']}"
-            + (
-                f" node {x['target_node']} {x['online_memblocks']}/{x['total_memblocks']} blocks online {'/'.join(x['zones'])}"
-                if x["mode"] == "system-ram"
-                else ""
-            )
-            for x in d["dax"]
-        )
-        typer.echo(
-            f"created {d['region']}: {d['interleave_ways']}-way, {format_size(d['size'])}, granularity "
-            f"{d['interleave_granularity']}, on {d['decoder']}, targets {' '.join(d['targets'])}"
-            + (f"; {daxs}" if daxs else "")
-            + (f"; NUMA node {', '.join(map(str, nodes))}" if nodes else "")
-        )
+    from cxlctl.regions import render
+
+    for line in render.created(batch):
+        typer.echo(line)
     if partial:
         sys.stderr.write("cxlctl: --all stopped early; the regions above were created and stay\n")
 
@@ -332,12 +288,9 @@ def destroy_cmd(
     if json_out:
         emit_json(region_json.destroyed(d))
         return
-    n = sum(len(ids) for _, ids in d.offlined)
-    typer.echo(
-        f"destroyed {d.region}"
-        + (f" (offlined {n} memory block(s) first)" if n else "")
-        + (f"; freed {', '.join(d.freed_decoders)}" if d.freed_decoders else "")
-    )
+    from cxlctl.regions import render
+
+    typer.echo(render.destroyed(d))
 
 
 @dax_app.command("reconfigure", cls=Command)
@@ -377,12 +330,6 @@ def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> 
     if json_out:
         emit_json(doc)
         return
-    dev = doc["device"]
-    if r.mode == "system-ram":
-        typer.echo(
-            f"{r.name}: {r.before} → system-ram, node {dev['target_node']}, "
-            f"{dev['online_memblocks']}/{dev['total_memblocks']} blocks online in {'/'.join(dev['zones']) or '-'}"
-            + ("" if r.changed else " (already so)")
-        )
-    else:
-        typer.echo(f"{r.name}: {r.before} → devdax" + ("" if r.changed else " (already so)"))
+    from cxlctl.regions import render
+
+    typer.echo(render.reconfigured(r, doc))

@@ -90,9 +90,9 @@ def stat(
     total = count if count is not None else (None if every is not None else 1)
     prev = None
     n = 0
-    import shutil
+    from cxlctl.term import width as term_width
 
-    width = shutil.get_terminal_size((80, 24)).columns
+    width = term_width()
     try:
         while total is None or n < total:
             if prev is not None:
@@ -100,11 +100,11 @@ def stat(
                 time.sleep(max(0.0, prev.time + every - time.monotonic()))
             s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
             r = None if prev is None else rates(prev, s)
-            doc = to_dict(s, r, judge(s, r), n)
+            verdicts = judge(s, r)
             if json_out:
-                emit_json(doc, indent=None)
+                emit_json(to_dict(s, r, verdicts, n), indent=None)
             else:
-                sys.stdout.write(("\n" if n else "") + render_text(doc, width) + "\n")
+                sys.stdout.write(("\n" if n else "") + render_text(s, r, verdicts, n, width) + "\n")
             sys.stdout.flush()
             prev = s
             n += 1

@@ -25,10 +25,9 @@ def status(
 
         sys.stdout.write(dumps(inv))
     else:
-        from rich.console import Console
-
         from cxlctl.render import render_status
+        from cxlctl.term import markup_console
 
-        render_status(inv, Console())
+        render_status(inv, markup_console())
     if inv.unknown:
         raise typer.Exit(1)

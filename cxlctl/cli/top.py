@@ -78,8 +78,6 @@ def top(
         prev = s
         return s, rt, judge(s, rt)
 
-    import shutil
-
     if json_out or not isatty(sys.stdout):
         from cxlctl.telemetry.report import to_dict
 
@@ -92,8 +90,10 @@ def top(
                 if json_out:
                     emit_json(to_dict(s, rt, vs, n), indent=None)
                 else:
-                    width = shutil.get_terminal_size((80, 24)).columns
-                    sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), width) + "\n")
+                    from cxlctl.term import width
+
+                    cols = width()
+                    sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), cols) + "\n")
                 sys.stdout.flush()
                 n += 1
         except (KeyboardInterrupt, BrokenPipeError):
@@ -104,7 +104,11 @@ def top(
     from rich.live import Live
 
     sort_i = 0
-    console = Console()
+    console = Console(markup=False)  # not term.console(): its width follows a resized terminal
+    if console.width <= 0:  # COLUMNS=0, which rich takes at its word
+        from cxlctl.term import console as fixed_console
+
+        console = fixed_console()
     with _keys() as key, Live(console=console, screen=True, auto_refresh=False) as live:
         n = 0
         try:
@@ -113,7 +117,8 @@ def top(
                 n += 1
                 deadline = s.time + every
                 while True:
-                    live.update(rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows), console.width), refresh=True)
+                    frame = rich_view(view(s, rt, vs, hist, SORTS[sort_i][0], rows), console.width, console.height)
+                    live.update(frame, refresh=True)
                     if count is not None and n >= count:
                         break
                     k = key(max(0.0, deadline - time.monotonic()))

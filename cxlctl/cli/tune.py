@@ -39,16 +39,9 @@ tune_app = group("tune", "Plan, apply, verify and revert tuning profiles (sysctl
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from cxlctl.term import console
 
-    return Console(highlight=False)
-
-
-def _v(x: Optional[str]) -> str:
-    """A value read from the host, safe in rich markup (a sysfs file may hold ``[/]``)."""
-    from rich.markup import escape
-
-    return "-" if x is None else escape(x)
+    return console()
 
 
 @tune_app.callback()
@@ -82,15 +75,9 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     if json_out:
         _emit({"profiles": rows})
         return
-    from rich.table import Table
+    from cxlctl.tuning import render
 
-    t = Table(title="Tuning profiles", title_justify="left")
-    for col in ("profile", "from", "summary"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        summary = r["summary"] if r["error"] is None else f"[red]invalid: {r['error']}[/red]"
-        t.add_row(r["name"], "built-in" if r["builtin"] else r["source"], summary or "")
-    _console().print(t)
+    render.profiles(rows, _console())
 
 
 @tune_app.command("show", cls=Command)
@@ -106,24 +93,9 @@ def show_cmd(
     if json_out:
         _emit({"profile": doc})
         return
-    from rich.table import Table
+    from cxlctl.tuning import render
 
-    c = _console()
-    c.print(f"[bold]{p.name}[/bold]  ({'built-in' if p.builtin else p.source})")
-    if p.summary:
-        c.print(p.summary)
-    if p.description.strip():
-        c.print(f"[dim]{p.description.strip()}[/dim]")
-    if doc["includes"]:
-        c.print("includes: " + " → ".join(doc["includes"]))
-    if p.placement:
-        c.print(f"placement (for the launcher): {p.placement}")
-    t = Table(title_justify="left")
-    for col in ("knob", "value", "reason"):
-        t.add_column(col, overflow="fold")
-    for s in doc["settings"]:
-        t.add_row(s["knob"], s["value"], s["reason"])
-    c.print(t)
+    render.profile(p, doc, _console())
 
 
 # ---------------------------------------------------------------------------- recommend
@@ -142,17 +114,9 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 
         _emit(view.recommendation(rec))
         return
-    c = _console()
-    if rec.profile:
-        c.print(f"recommended: [bold]{rec.profile}[/bold]")
-    else:
-        c.print("recommended: [bold]none[/bold]")
-    for r in rec.reasons:
-        c.print(f"  • {r}")
-    for p, w in rec.alternatives:
-        c.print(f"  alternative: [bold]{p}[/bold] — {w}")
-    if rec.profile:
-        c.print(f"next: cxlctl tune plan {rec.profile}")
+    from cxlctl.tuning import render
+
+    render.recommendation(rec, _console())
 
 
 # ---------------------------------------------------------------------------- plan
@@ -192,53 +156,10 @@ def _beside(ref: Union[str, Profile], beside: bool) -> Union[str, Profile]:
     return with_beside_other_damon(load(host_root(), ref) if isinstance(ref, str) else ref)
 
 
-_ACTION_STYLE = {"set": "bold", "noop": "dim", "restore": "cyan", "unsupported": "yellow", "skip": "yellow"}
-
-
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
-    from rich.table import Table
+    from cxlctl.tuning import render
 
-    from cxlctl.tuning.knobs import BY_NAME
-
-    p = prep.plan
-    head = f"[bold]{title}[/bold] {p.profile}"
-    if prep.active and prep.active.profile != p.profile:
-        head += f"  (switching from {prep.active.profile})"
-    c.print(head)
-    t = Table(title_justify="left")
-    for col in ("knob", "current", "desired", "action", "reversible", "reason"):
-        t.add_column(col, overflow="fold")
-    last = ("", "")
-    for s in p.steps:
-        action = {"noop": "no change", "set": "change"}.get(s.action, s.action)
-        style = _ACTION_STYLE.get(s.action, "")
-        reason = s.reason + (f" [dim]({s.note})[/dim]" if s.note else "")
-        note = BY_NAME[s.knob].reversible_note
-        # a group's many files (DAMON's) share one reason: say it (and the note) once, then 〃
-        if (s.knob, reason) == last and s.knob == "damon":
-            reason, note = "〃", ""
-        else:
-            last = (s.knob, reason)
-        t.add_row(
-            s.setting,
-            _v(s.current),
-            _v(s.desired),
-            f"[{style}]{action}[/{style}]" if style else action,
-            ("yes" if s.reversible else "[red]no[/red]") + (f" [dim]({note})[/dim]" if note else ""),
-            reason,
-        )
-    c.print(t)
-    n = len(p.writes)
-    c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
-    for w in p.warnings:
-        c.print(f"[yellow]warning:[/yellow] {_v(w)}")
-    if prep.conflicts:
-        ct = Table(title="Other configuration setting the same keys", title_justify="left")
-        for col in ("key", "cxlctl", "theirs", "source", "wins at boot", "why"):
-            ct.add_column(col, overflow="fold")
-        for k in prep.conflicts:
-            ct.add_row(_v(k.key), _v(k.ours), _v(k.theirs), _v(k.source), k.wins_at_boot, _v(k.note))
-        c.print(ct)
+    render.plan(prep, c, title)
 
 
 @tune_app.command("plan")
@@ -266,24 +187,9 @@ def plan_cmd(
 
 
 def _render_results(title: str, results: List[FileResult], c: Console) -> None:
-    from rich.table import Table
+    from cxlctl.tuning import render
 
-    t = Table(title=title, title_justify="left")
-    for col in ("knob", "file", "before", "target", "result"):
-        t.add_column(col, overflow="fold")
-    style = {
-        "written": "green",
-        "restored": "cyan",
-        "reverted": "cyan",
-        "failed": "red",
-        "restore-failed": "bold red",
-        "gone": "yellow",
-    }
-    for r in results:
-        st = style.get(r.status, "dim")
-        res = f"[{st}]{r.status}[/{st}]" + (f" [dim]{r.error}[/dim]" if r.error else "")
-        t.add_row(r.setting, r.path, _v(r.before), _v(r.after), res)
-    c.print(t)
+    render.results(title, results, c)
 
 
 @tune_app.command("apply")
@@ -329,20 +235,9 @@ def _raise_failed(res: ApplyResult) -> None:
 
 
 def _render_apply(res: ApplyResult) -> None:
-    c = _console()
-    if res.dry_run:
-        _render_plan(res.prepared, c, "dry run:")
-        c.print("[dim]nothing was written[/dim]")
-        return
-    _render_plan(res.prepared, c, "apply")
-    if res.results:
-        _render_results("Result", list(res.results), c)
-    if res.ok:
-        passed = sum(1 for ch in res.checks if ch.status == "pass")
-        c.print(f"[green]applied {res.prepared.plan.profile}[/green]: verify {passed} pass, 0 drift")
-        for path in res.persisted:
-            c.print(f"persisted: {path}")
-        c.print("undo with: cxlctl tune revert")
+    from cxlctl.tuning import render
+
+    render.apply(res, _console())
 
 
 # ---------------------------------------------------------------------------- verify / revert / status
@@ -361,26 +256,10 @@ def verify_cmd(
     if json_out:
         _emit(view.verify(res))
     else:
-        from rich.table import Table
+        from cxlctl.tuning import render
 
         _note(res.messages)
-        c = _console()
-        c.print(
-            f"[bold]verify[/bold] {res.profile} (against the {'applied journal' if res.basis == 'journal' else 'profile'})"
-        )
-        t = Table(title_justify="left")
-        for col in ("knob", "expected", "actual", "result"):
-            t.add_column(col, overflow="fold")
-        style = {"pass": "green", "drift": "bold red", "unsupported": "yellow"}
-        for ch in res.checks:
-            st = style[ch.status]
-            t.add_row(
-                ch.setting,
-                _v(ch.expected),
-                _v(ch.actual),
-                f"[{st}]{ch.status}[/{st}]" + (f" [dim]{ch.note}[/dim]" if ch.note else ""),
-            )
-        c.print(t)
+        render.verify(res, _console())
     if res.drift:
         drifted = ", ".join(ch.setting for ch in res.checks if ch.status == "drift")
         raise CxlctlError(
@@ -400,15 +279,10 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
     if json_out:
         _emit(view.revert(res))
     else:
+        from cxlctl.tuning import render
+
         _note(res.messages)
-        c = _console()
-        if res.results:
-            _render_results(f"revert {res.profile}", list(res.results), c)
-        for path in res.removed:
-            c.print(f"removed: {path}")
-        if res.ok and res.results:
-            n = sum(1 for r in res.results if r.status == "reverted")
-            c.print(f"[green]reverted {res.profile}[/green]: {n} file(s) restored")
+        render.revert(res, _console())
     if not res.ok:
         raise CxlctlError(
             "revert incomplete: " + "; ".join(res.errors),
@@ -427,72 +301,10 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
     if json_out:
         _emit(view.status(st))
         return
+    from cxlctl.tuning import render
+
     _note(st.messages)
-    c = _console()
-    c.print(f"active profile: [bold]{st.active_profile or 'none'}[/bold]")
-    j = st.journal
-    if j is None:
-        c.print("journal: none (nothing applied on this boot)")
-    else:
-        c.print(
-            f"journal: {j.state} — {j.profile}, started {j.started}"
-            + (f", finished {j.finished}" if j.finished else "")
-            + ("" if j.this_boot else " [yellow](earlier boot)[/yellow]")
-        )
-        if j.previous_profile:
-            c.print(f"  switched from: {j.previous_profile}")
-        if j.error:
-            c.print(f"  [red]error:[/red] {j.error}")
-        if j.state == "applying":
-            c.print("  [yellow]an apply was interrupted: run `cxlctl tune revert`[/yellow]")
-    t = st.trial
-    if t is not None:
-        c.print(
-            f"[yellow]try pending:[/yellow] {t.profile} is reverted at {view.when(t.deadline)} "
-            f"({t.seconds_left:g} s left) unless confirmed (`cxlctl tune confirm`); waiting pid {t.pid}"
-            + ("" if t.waiting else " is gone: the next `cxlctl tune` command after the deadline reverts it")
-        )
-    v = st.verify
-    if v is not None:
-        drift = v.drift
-        c.print(
-            f"verify: {v.passed} pass, {len(drift)} drift"
-            + (f" ([red]{', '.join(drift)}[/red])" if drift else "")
-            + (f", {len(v.unsupported)} unsupported" if v.unsupported else "")
-        )
-    pers = st.persisted
-    c.print("persisted: " + (f"{pers.profile or '?'} ({pers.sysctl_file or 'no sysctl file'})" if pers else "no"))
-    if st.lock_held:
-        c.print(f"lock: held by pid {st.lock_holder or '?'}")
-    if st.damon:
-        _render_damon(st, c)
-
-
-def _render_damon(st: Any, c: Console) -> None:
-    from rich.table import Table
-
-    from cxlctl.parse import format_size
-
-    def n(v: Optional[int]) -> str:
-        return "-" if v is None else str(v)
-
-    t = Table(title="DAMON schemes", title_justify="left")
-    for col in ("kdamond", "owner", "state", "action", "to node", "tried", "applied", "quota hits"):
-        t.add_column(col, overflow="fold")
-    for r in st.damon:
-        t.add_row(
-            str(r.kdamond) + (f" (pid {r.pid})" if r.pid and r.state == "on" else ""),
-            r.owner,
-            _v(r.state),
-            _v(r.action),
-            n(r.target_nid)
-            if not r.dests
-            else ",".join(n(d) for d, _ in r.dests) + " (" + ":".join(n(w) for _, w in r.dests) + ")",
-            f"{n(r.nr_tried)} / {format_size(r.sz_tried)}",
-            f"{n(r.nr_applied)} / {format_size(r.sz_applied)}",
-            n(r.qt_exceeds),
-        )
-    c.print(t)
+    render.status(st, _console())
 
 
 # ---------------------------------------------------------------------------- try / confirm
@@ -660,4 +472,6 @@ def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> 
     if json_out:
         _emit(view.confirmed(c))
         return
-    _console().print(f"[green]confirmed {c.profile}[/green]: it stays applied (undo with: cxlctl tune revert)")
+    from cxlctl.tuning import render
+
+    render.confirmed(c.profile, _console())

@@ -187,15 +187,6 @@ class Daemon:
 
     # -- control from outside (signals, tests) ------------------------------------------
 
-    def request_stop(self) -> None:
-        self._wake(signal.SIGTERM)
-
-    def _wake(self, signum: int) -> None:
-        try:
-            os.write(self._wake_w, bytes([int(signum)]))
-        except BlockingIOError:
-            pass
-
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         # the C-level wakeup fd already carries the signal number to poll(); nothing to do here
         pass

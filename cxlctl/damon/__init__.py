@@ -1,5 +1,6 @@
 """DAMON (Data Access MONitor) as seen through its sysfs interface: read-only.
 
+:mod:`.tree` spells every path of the tree (reads and the tuning engine's writes use it);
 :mod:`.sysfs` reads every kdamond under ``/sys/kernel/mm/damon/admin/kdamonds/``
 (contexts, targets, regions, schemes with their access patterns, quotas, goals,
 watermarks, filters and statistics), the DAMON modules that run kdamonds of their

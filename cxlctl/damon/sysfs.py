@@ -1,20 +1,7 @@
 """Read DAMON's sysfs tree and probe what the kernel offers (no writes).
 
-The tree (``Documentation/admin-guide/mm/damon/usage.rst``)::
-
-    /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds
-        K/state, pid
-        K/contexts/nr_contexts
-            C/avail_operations, operations
-            C/monitoring_attrs/intervals/{sample_us,aggr_us,update_us}, nr_regions/{min,max}
-            C/targets/nr_targets, T/pid_target, T/regions/nr_regions, R/{start,end}
-            C/schemes/nr_schemes
-                S/action, target_nid (6.11), apply_interval_us
-                S/access_pattern/{sz,nr_accesses,age}/{min,max}
-                S/quotas/{ms,bytes,reset_interval_ms}, goals/nr_goals, G/{target_metric,target_value,nid}
-                S/watermarks/{metric,interval_us,high,mid,low}
-                S/filters/nr_filters, F/{type,matching,memcg_path,addr_start,addr_end,allow}
-                S/stats/{nr_tried,sz_tried,nr_applied,sz_applied,qt_exceeds}
+The tree (``Documentation/admin-guide/mm/damon/usage.rst``) is drawn, and every path in it
+spelled, in :mod:`.tree`, which the tuning engine's writes use too.
 
 Why a reader of its own: the tuning engine must know every kdamond on the host
 before it adds one (writing ``nr_kdamonds`` re-creates *all* kdamond directories and
@@ -37,8 +24,9 @@ from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
 from cxlctl.parse import is_decimal, sysfs_int
 
-KDAMONDS = paths.DAMON_KDAMONDS
-NR_KDAMONDS = paths.DAMON_NR_KDAMONDS
+from . import tree as t
+from .tree import KDAMONDS, NR_KDAMONDS
+
 #: at most this many entries of each kind are read (the kernel has no limit; real hosts use a few)
 MAX_ENTRIES = 64
 MAX_REGIONS = 1024
@@ -261,102 +249,101 @@ class _Walk:
         return sysfs_int(self.text(path))
 
     def range(self, d: str) -> Range:
-        return Range(self.num(d + "/min"), self.num(d + "/max"))
+        return Range(self.num(t.at(d, t.MIN)), self.num(t.at(d, t.MAX)))
 
-    def entries(self, d: str, count_file: str, build: Callable[[str, int], Any], limit: int = MAX_ENTRIES) -> List[Any]:
-        """The numbered sub-directories ``d/0`` … (as listed; ``count_file`` is read for the record)."""
-        self.text(f"{d}/{count_file}")
+    def entries(self, parent: str, kind: str, build: Callable[[str, int], Any], limit: int = MAX_ENTRIES) -> List[Any]:
+        """The entries of list ``kind`` in ``parent`` (as listed; its count file is read for the record)."""
+        self.text(t.count(parent, kind))
         out = []
-        for name in self.r.listdir(d, is_decimal)[:limit]:
-            out.append(build(f"{d}/{name}", int(name)))
+        for name in self.r.listdir(t.listing(parent, kind), is_decimal)[:limit]:
+            out.append(build(t.entry(parent, kind, name), int(name)))
         return out
 
     def region(self, d: str, i: int) -> Region:
-        return Region(self.num(d + "/start"), self.num(d + "/end"))
+        return Region(self.num(t.at(d, t.START)), self.num(t.at(d, t.END)))
 
     def target(self, d: str, i: int) -> Target:
-        regions = self.entries(d + "/regions", "nr_regions", self.region, MAX_REGIONS)
-        return Target(i, self.num(d + "/pid_target"), tuple(regions))
+        regions = self.entries(d, t.LIST_REGIONS, self.region, MAX_REGIONS)
+        return Target(i, self.num(t.at(d, t.PID_TARGET)), tuple(regions))
 
     def goal(self, d: str, i: int) -> QuotaGoal:
-        nid = self.num(d + "/nid")
+        nid = self.num(t.at(d, t.GOAL_NID))
         return QuotaGoal(
             i,
-            _word(self.text(d + "/target_metric")),
-            self.num(d + "/target_value"),
-            self.num(d + "/current_value"),
+            _word(self.text(t.at(d, t.GOAL_TARGET_METRIC))),
+            self.num(t.at(d, t.GOAL_TARGET_VALUE)),
+            self.num(t.at(d, t.GOAL_CURRENT_VALUE)),
             nid,
         )
 
     def dest(self, d: str, i: int) -> Dest:
-        return Dest(i, self.num(d + "/id"), self.num(d + "/weight"))
+        return Dest(i, self.num(t.at(d, t.DEST_ID)), self.num(t.at(d, t.DEST_WEIGHT)))
 
     def filter(self, d: str, i: int) -> Filter:
         return Filter(
             i,
-            _word(self.text(d + "/type")),
-            _bool(self.text(d + "/matching")),
-            _bool(self.text(d + "/allow")),
-            (self.text(d + "/memcg_path") or "").strip() or None,
+            _word(self.text(t.at(d, t.FILTER_TYPE))),
+            _bool(self.text(t.at(d, t.FILTER_MATCHING))),
+            _bool(self.text(t.at(d, t.FILTER_ALLOW))),
+            (self.text(t.at(d, t.FILTER_MEMCG_PATH)) or "").strip() or None,
         )
 
     def scheme(self, d: str, i: int) -> Scheme:
-        ap = d + "/access_pattern"
-        q = d + "/quotas"
-        w = d + "/watermarks"
-        st = d + "/stats"
-        goals = self.entries(q + "/goals", "nr_goals", self.goal) if self.r.isdir(q + "/goals") else []
-        dests = self.entries(d + "/dests", "nr_dests", self.dest) if self.r.isdir(d + "/dests") else []
+        def num(name: str) -> Optional[int]:
+            return self.num(t.at(d, name))
+
+        has_goals = self.r.isdir(t.listing(d, t.LIST_GOALS))
+        goals = self.entries(d, t.LIST_GOALS, self.goal) if has_goals else []
+        dests = self.entries(d, t.LIST_DESTS, self.dest) if self.r.isdir(t.listing(d, t.LIST_DESTS)) else []
         return Scheme(
             id=i,
-            action=_word(self.text(d + "/action")),
-            target_nid=sysfs_int(self.text(d + "/target_nid")),
-            apply_interval_us=self.num(d + "/apply_interval_us"),
-            sz=self.range(ap + "/sz"),
-            nr_accesses=self.range(ap + "/nr_accesses"),
-            age=self.range(ap + "/age"),
-            quota=Quota(self.num(q + "/ms"), self.num(q + "/bytes"), self.num(q + "/reset_interval_ms"), tuple(goals)),
+            action=_word(self.text(t.at(d, t.ACTION))),
+            target_nid=sysfs_int(self.text(t.at(d, t.TARGET_NID))),
+            apply_interval_us=num(t.APPLY_INTERVAL_US),
+            sz=self.range(t.at(d, t.SZ)),
+            nr_accesses=self.range(t.at(d, t.NR_ACCESSES)),
+            age=self.range(t.at(d, t.AGE)),
+            quota=Quota(num(t.QUOTA_MS), num(t.QUOTA_BYTES), num(t.QUOTA_RESET_INTERVAL_MS), tuple(goals)),
             watermarks=Watermarks(
-                _word(self.text(w + "/metric")),
-                self.num(w + "/interval_us"),
-                self.num(w + "/high"),
-                self.num(w + "/mid"),
-                self.num(w + "/low"),
+                _word(self.text(t.at(d, t.WATERMARKS_METRIC))),
+                num(t.WATERMARKS_INTERVAL_US),
+                num(t.WATERMARKS_HIGH),
+                num(t.WATERMARKS_MID),
+                num(t.WATERMARKS_LOW),
             ),
-            filters=tuple(self.entries(d + "/filters", "nr_filters", self.filter)),
+            filters=tuple(self.entries(d, t.LIST_FILTERS, self.filter)),
             stats=SchemeStats(
-                self.num(st + "/nr_tried"),
-                self.num(st + "/sz_tried"),
-                self.num(st + "/nr_applied"),
-                self.num(st + "/sz_applied"),
-                self.num(st + "/qt_exceeds"),
+                num(t.STATS_NR_TRIED),
+                num(t.STATS_SZ_TRIED),
+                num(t.STATS_NR_APPLIED),
+                num(t.STATS_SZ_APPLIED),
+                num(t.STATS_QT_EXCEEDS),
             ),
             dests=tuple(dests),
         )
 
     def context(self, d: str, i: int) -> Context:
-        ma = d + "/monitoring_attrs"
-        avail = tuple(w for w in (self.text(d + "/avail_operations") or "").split() if len(w) <= 32)[:16]
+        avail = tuple(w for w in (self.text(t.at(d, t.AVAIL_OPERATIONS)) or "").split() if len(w) <= 32)[:16]
         return Context(
             id=i,
-            operations=_word(self.text(d + "/operations")),
+            operations=_word(self.text(t.at(d, t.OPERATIONS))),
             avail_operations=avail,
-            sample_us=self.num(ma + "/intervals/sample_us"),
-            aggr_us=self.num(ma + "/intervals/aggr_us"),
-            update_us=self.num(ma + "/intervals/update_us"),
-            nr_regions=self.range(ma + "/nr_regions"),
-            targets=tuple(self.entries(d + "/targets", "nr_targets", self.target)),
-            schemes=tuple(self.entries(d + "/schemes", "nr_schemes", self.scheme)),
+            sample_us=self.num(t.at(d, t.SAMPLE_US)),
+            aggr_us=self.num(t.at(d, t.AGGR_US)),
+            update_us=self.num(t.at(d, t.UPDATE_US)),
+            nr_regions=self.range(t.at(d, t.NR_REGIONS)),
+            targets=tuple(self.entries(d, t.LIST_TARGETS, self.target)),
+            schemes=tuple(self.entries(d, t.LIST_SCHEMES, self.scheme)),
         )
 
     def kdamond(self, d: str, i: int) -> Kdamond:
-        state = _word(self.text(d + "/state"))
+        state = _word(self.text(t.at(d, t.STATE)))
         return Kdamond(
             id=i,
             path=d,
             state=state,
-            pid=sysfs_int(self.text(d + "/pid")),
-            contexts=tuple(self.entries(d + "/contexts", "nr_contexts", self.context)),
+            pid=sysfs_int(self.text(t.at(d, t.PID))),
+            contexts=tuple(self.entries(d, t.LIST_CONTEXTS, self.context)),
         )
 
 
@@ -378,7 +365,9 @@ def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
         return DamonState(False, None, (), modules, {})
     w = _Walk(r)
     nr = sysfs_int(w.text(NR_KDAMONDS))
-    kds = tuple(w.kdamond(f"{KDAMONDS}/{n}", int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
+    kds = tuple(
+        w.kdamond(t.entry(t.ADMIN, t.LIST_KDAMONDS, n), int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES]
+    )
     return DamonState(True, nr, kds, modules, w.files)
 
 
@@ -387,7 +376,10 @@ def any_running(r: Reader) -> bool:
     (the NFD tiering label asks no more; :attr:`Kdamond.running` answers the same for a full read)."""
     if not r.isdir(KDAMONDS):
         return False
-    return any(_word(r.text(f"{KDAMONDS}/{n}/state")) == "on" for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES])
+    return any(
+        _word(r.text(t.at(t.entry(t.ADMIN, t.LIST_KDAMONDS, n), t.STATE))) == "on"
+        for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES]
+    )
 
 
 # ---------------------------------------------------------------------------- probing
@@ -408,7 +400,7 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     ev: List[str] = []
     ver = kernel_version(release)
     if not state.sysfs:
-        return DamonCaps(False, release, None, None, False, False, ("no /sys/kernel/mm/damon/admin/kdamonds",))
+        return DamonCaps(False, release, None, None, False, False, (f"no {KDAMONDS}",))
     ev.append("DAMON sysfs interface present")
     paddr: Optional[bool] = None
     migrate: Optional[bool] = None
@@ -419,12 +411,13 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
                 paddr = "paddr" in c.avail_operations
                 ev.append(f"avail_operations of kdamond {k.id}: {' '.join(c.avail_operations)}")
             for s in c.schemes:
+                sd = t.entry(t.entry(k.path, t.LIST_CONTEXTS, c.id), t.LIST_SCHEMES, s.id)
                 if migrate is None:
-                    has = f"{k.path}/contexts/{c.id}/schemes/{s.id}/target_nid" in state.files
+                    has = t.at(sd, t.TARGET_NID) in state.files
                     migrate = has
                     ev.append(f"scheme directories {'have' if has else 'lack'} target_nid")
                 if dests is None:
-                    dests = f"{k.path}/contexts/{c.id}/schemes/{s.id}/dests/nr_dests" in state.files
+                    dests = t.count(sd, t.LIST_DESTS) in state.files
                     ev.append(f"scheme directories {'have' if dests else 'lack'} dests/ (weighted destinations)")
     if paddr is None and reader is not None:
         found, cfg_src, _ = read_config(reader, release)

@@ -234,7 +234,8 @@ def knob(r: Reader, name: str, path: str) -> Knob:
 
 
 def knobs(r: Reader) -> Tuple[Knob, ...]:
-    return tuple(knob(r, n, p) for n, p in paths.KNOB_PATHS)
+    """The registry's single-file knobs, as ``status`` lists them."""
+    return tuple(knob(r, n, paths.knob_path(n)) for n in paths.STATUS_KNOBS)
 
 
 def set_block_state(root: str, bid: int, state: str) -> int:

@@ -71,15 +71,37 @@ SELF_CGROUP = "/proc/self/cgroup"
 PROC_VMSTAT = "/proc/vmstat"
 UPTIME = "/proc/uptime"
 
-#: Knobs the tuning engine manages (name, path), in the order ``status`` lists them.
-KNOB_PATHS: Tuple[Tuple[str, str], ...] = (
-    ("kernel.numa_balancing", NUMA_BALANCING),
-    ("kernel.numa_balancing_promote_rate_limit_MBps", PROMOTE_RATE_LIMIT),
+#: The knob registry: every setting ``tune`` may change (name, path), in the tuning engine's
+#: apply order (revert goes in reverse).  ``status`` shows the single-file ones (STATUS_KNOBS);
+#: cxlctl.tuning.knobs gives each its validation, probe and files, looking the path up here by
+#: name, so a knob cannot be known to one command and not the other, nor spelled two ways.
+KNOBS: Tuple[Tuple[str, str], ...] = (
     ("vm.zone_reclaim_mode", ZONE_RECLAIM_MODE),
     ("vm.swappiness", SWAPPINESS),
     ("demotion_enabled", DEMOTION_ENABLED),
     ("auto_online_blocks", AUTO_ONLINE),
+    ("kernel.numa_balancing_promote_rate_limit_MBps", PROMOTE_RATE_LIMIT),
+    ("kernel.numa_balancing", NUMA_BALANCING),
+    ("weighted_interleave", WI_DIR),  # a group: nodeN weights and auto
+    ("damon", DAMON_KDAMONDS),  # a group: the kdamonds cxlctl adds
 )
+#: The single-file knobs in the order ``status`` lists them (NUMA balancing, what tiering turns on, first).
+STATUS_KNOBS = (
+    "kernel.numa_balancing",
+    "kernel.numa_balancing_promote_rate_limit_MBps",
+    "vm.zone_reclaim_mode",
+    "vm.swappiness",
+    "demotion_enabled",
+    "auto_online_blocks",
+)
+
+
+def knob_path(name: str) -> str:
+    """The file (or, for a group, the directory) of registry knob ``name``; KeyError if none."""
+    for n, p in KNOBS:
+        if n == name:
+            return p
+    raise KeyError(name)
 
 
 def proc_pid(pid: int, what: str) -> str:

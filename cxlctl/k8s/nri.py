@@ -176,7 +176,7 @@ def _q(s: str) -> str:
 
 def to_yaml(cfg: NriConfig, indent: int = 0) -> str:
     """The plugin's config file: a comment block (weights, classes) and the document."""
-    import textwrap
+    from cxlctl.term import fold_lines
 
     pad = " " * indent
     text = [
@@ -188,13 +188,11 @@ def to_yaml(cfg: NriConfig, indent: int = 0) -> str:
             f"MPOL_WEIGHTED_INTERLEAVE uses the kernel's system-wide weights; cxlctl's ({cfg.weights_source}): "
             + " ".join(f"node{n}={w}" for n, w in sorted(cfg.weights.items()))
         )
-    lines = [f"# {w}" for t in text for w in textwrap.wrap(t, 76 - indent, break_on_hyphens=False)]
+    lines = [f"# {w}" for t in text for w in fold_lines(t, 76 - indent)]
     for c in cfg.classes:
         lines += [
             f"#   {w}"
-            for w in textwrap.wrap(
-                f"{c.name} (CPU node(s) {format_nodelist(c.socket)}): {c.purpose}", 74 - indent, break_on_hyphens=False
-            )
+            for w in fold_lines(f"{c.name} (CPU node(s) {format_nodelist(c.socket)}): {c.purpose}", 74 - indent)
         ]
     body = ["injectMpolset: true", "classes:"]
     for c in cfg.classes:

@@ -19,7 +19,7 @@ the mapping is arithmetic over it:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.model import Decoder, Inventory, Region
 from cxlctl.parse import U64_MAX, sysfs_int
@@ -243,9 +243,3 @@ def map_address(
         if r2 is not None:
             node = _region_node(inv, r2)
     return Mapping(region_name, hpa, source, node, block, state, why)
-
-
-def memdev_regions(inv: Inventory, memdev: str) -> List[str]:
-    """Regions the memdev takes part in (its fault domain's regions)."""
-    m = inv.memdev(memdev)
-    return list(m.regions) if m else []

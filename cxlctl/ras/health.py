@@ -374,11 +374,6 @@ def render_health(doc: Dict[str, Any]) -> str:
 
 
 def _wrap(line: str, width: int = 80) -> str:
-    import shutil
-    import textwrap
+    from cxlctl import term
 
-    w = max(width, shutil.get_terminal_size((width, 24)).columns)
-    if len(line) <= w:
-        return line
-    indent = " " * (len(line) - len(line.lstrip()) + 2)
-    return "\n".join(textwrap.wrap(line, w, subsequent_indent=indent, break_on_hyphens=False))
+    return term.fold(line, max(width, term.width(default=width)))

@@ -21,18 +21,10 @@ def _hex(v: Optional[int]) -> str:
 def event_lines(ev: Event, width: Optional[int] = None) -> List[str]:
     """Two or three lines; continuation lines fold at ``width`` (the terminal's,
     at least 80) so nothing is cut."""
-    import shutil
-    import textwrap
+    from cxlctl import term
 
-    w = width or max(80, shutil.get_terminal_size((80, 24)).columns)
-    out: List[str] = []
-    for i, line in enumerate(_event_lines(ev)):
-        if len(line) <= w:
-            out.append(line)
-            continue
-        lead = "" if i == 0 else "    "
-        out.extend(textwrap.wrap(line, w, initial_indent="", subsequent_indent=lead + "  ", break_on_hyphens=False))
-    return out
+    w = width or max(80, term.width())
+    return [x for line in _event_lines(ev) for x in term.fold(line, w).split("\n")]
 
 
 def _event_lines(ev: Event) -> List[str]:

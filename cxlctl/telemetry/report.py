@@ -211,49 +211,51 @@ def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
 
 
 def _wrap(text: str, width: int, indent: str) -> List[str]:
-    import textwrap
+    from cxlctl.term import fold_lines
 
-    return textwrap.wrap(
-        text, width=max(width, 40), initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
-    )
+    return fold_lines(text, max(width, 40), indent, indent + "  ")
 
 
-def render_text(doc: Dict[str, Any], width: int = 80) -> str:
-    """One report as text (at most ``width`` columns): nodes, system, cgroups, processes, verdicts."""
-    first = doc["since_boot"]
-    unit = "pages since boot" if first else f"pages/s over {doc['interval']:.1f} s"
-    st = doc["settings"]
-    dem = {True: "on", False: "off", None: "n/a"}[st["demotion_enabled"]]
-    nb = "n/a" if st["numa_balancing"] is None else st["numa_balancing"]
+def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: int, width: int = 80) -> str:
+    """One report as text (at most ``width`` columns): nodes, system, cgroups, processes, verdicts.
+
+    Reads the sample, the rates and the verdicts themselves, not :func:`to_dict`'s JSON: the
+    text and the JSON are two views of the same objects."""
+    first = r is None
+    unit = "pages since boot" if r is None else f"pages/s over {round(r.seconds, 6):.1f} s"
+    st = s.settings
+    dem = {True: "on", False: "off", None: "n/a"}[st.demotion_enabled]
+    nb = "n/a" if st.numa_balancing is None else st.numa_balancing
+    limit = st.promote_rate_limit_mbps
     lines = [
-        f"{doc['time']}  report {doc['report']}  ({unit})",
-        f"demotion {dem}  numa_balancing {nb}  promote limit "
-        f"{'n/a' if st['numa_balancing_promote_rate_limit_MBps'] is None else str(st['numa_balancing_promote_rate_limit_MBps']) + ' MB/s'}",
+        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(s.wall))}  report {report}  ({unit})",
+        f"demotion {dem}  numa_balancing {nb}  promote limit {'n/a' if limit is None else str(limit) + ' MB/s'}",
         f"{'node':>4} {'kind':<5} {'used':>6} {'free':>6} {'shmem':>6} {'promoted':>8} {'candid.':>8} "
         f"{'dem-ksw':>8} {'dem-dir':>8} {'dem-oth':>7}",
     ]
-    for n in doc["nodes"]:
-        vals = n["counters"] if first else (n["rates"] or {})
-        mem = n["memory"]
+    for n in s.nodes:
+        vals: Dict[str, Any] = dict(n.vmstat.values) if r is None else (r.nodes.get(n.id) or {})
+        mem = n.memory
         lines.append(
-            f"{n['id']:>4} {n['kind']:<5} {size(mem['used']):>6} {size(mem['free']):>6} {size(mem['shmem']):>6} "
+            f"{n.id:>4} {n.kind:<5} {size(mem['used']):>6} {size(mem['free']):>6} {size(mem['shmem']):>6} "
             f"{count(vals.get('pgpromote_success')):>8} {count(vals.get('pgpromote_candidate')):>8} "
             f"{count(vals.get('pgdemote_kswapd')):>8} {count(vals.get('pgdemote_direct')):>8} "
             f"{count(_other_demotions(vals)):>7}"
         )
-    described = [n for n in doc["nodes"] if n["hmat"]]
+    described = [n for n in s.nodes if n.hmat is not None]
     if described:
         lines += _wrap(
             "expected (HMAT/CDAT): "
             + "; ".join(
-                f"node {n['id']} read {mbps(n['hmat']['read_bandwidth_mbps'])} write "
-                f"{mbps(n['hmat']['write_bandwidth_mbps'])} latency {ns(n['hmat']['read_latency_ns'])}"
+                f"node {n.id} read {mbps(n.hmat.read_bandwidth)} write "
+                f"{mbps(n.hmat.write_bandwidth)} latency {ns(n.hmat.read_latency)}"
                 for n in described
+                if n.hmat is not None
             ),
             width,
             "",
         )
-    tr = doc["cxl_traffic"]
+    tr = cxl_traffic(s, r)
     if tr is not None:
         lines += _wrap(
             f"to/from CXL: promoted {mbps(tr['promote_mbps'])}{pct(tr['promote_share_of_read_bandwidth'], 'read')}, "
@@ -261,7 +263,7 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
             width,
             "",
         )
-    sysv = doc["system"]["counters"] if first else (doc["system"]["rates"] or {})
+    sysv: Dict[str, Any] = dict(s.system.values) if r is None else (r.system or {})
     lines += _wrap(
         f"system: hint faults {count(sysv.get('numa_hint_faults'))} (local {count(sysv.get('numa_hint_faults_local'))}), "
         f"NUMA pages migrated {count(sysv.get('numa_pages_migrated'))}, migrate ok {count(sysv.get('pgmigrate_success'))} "
@@ -269,42 +271,42 @@ def render_text(doc: Dict[str, Any], width: int = 80) -> str:
         width,
         "",
     )
-    unread = [f"node{n['id']}/vmstat" for n in doc["nodes"] if not n["readable"]]
-    unread += [] if doc["system"]["readable"] else [paths.PROC_VMSTAT]
+    unread = [f"node{n.id}/vmstat" for n in s.nodes if not n.vmstat.readable]
+    unread += [] if s.system.readable else [paths.PROC_VMSTAT]
     if unread:
         lines += _wrap("could not read: " + ", ".join(unread), width, "")
-    sources = [n for n in doc["nodes"] if n["readable"]] + ([doc["system"]] if doc["system"]["readable"] else [])
-    missing = sorted({m for src in sources for m in src["missing"]})
+    sources = [n.vmstat for n in s.nodes if n.vmstat.readable] + ([s.system] if s.system.readable else [])
+    missing = sorted({m for src in sources for m in src.missing})
     if missing:
         lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
-    if doc.get("cgroups_unavailable"):
-        lines += _wrap(doc["cgroups_unavailable"], width, "")
-    for c in doc["cgroups"]:
-        vals = c["counters"] if first else (c["rates"] or {})
-        where = " ".join(f"N{k}={size(v)}" for k, v in c["bytes_per_node"].items()) or "no memory.numa_stat"
+    if s.cgroups_unavailable:
+        lines += _wrap(s.cgroups_unavailable, width, "")
+    for c in s.cgroups:
+        vals = dict(c.stat.values) if r is None else (r.cgroups.get(c.name) or {})
+        where = " ".join(f"N{k}={size(v)}" for k, v in _per_node(c.bytes_per_node).items()) or "no memory.numa_stat"
         lines += _wrap(
-            f"cgroup {clean(c['name'])}: {where}; promoted {count(vals.get('pgpromote_success'))}, "
+            f"cgroup {clean(c.name)}: {where}; promoted {count(vals.get('pgpromote_success'))}, "
             f"demoted kswapd {count(vals.get('pgdemote_kswapd'))} direct {count(vals.get('pgdemote_direct'))}",
             width,
             "",
         )
-    for p in doc["processes"]:
-        if not p["readable"]:
-            lines.append(f"pid {p['pid']}: numa_maps unreadable (exited, or not permitted)")
+    for p in s.processes:
+        if p.maps is None:
+            lines.append(f"pid {p.pid}: numa_maps unreadable (exited, or not permitted)")
             continue
-        where = " ".join(f"N{k}={size(v)}" for k, v in p["bytes_per_node"].items()) or "no pages"
-        lines += _wrap(f"pid {p['pid']} ({clean(p['comm'] or '?')}) rss {size(p['rss'])}: {where}", width, "")
-    for d in doc["damon"]:
-        st = d["stats"] if first else (d["rates"] or {})
-        to = "" if d["target_nid"] is None else f" -> node {d['target_nid']}"
+        where = " ".join(f"N{k}={size(v)}" for k, v in _per_node(p.maps.bytes).items()) or "no pages"
+        lines += _wrap(f"pid {p.pid} ({clean(p.comm or '?')}) rss {size(p.rss)}: {where}", width, "")
+    for d in s.damon:
+        stats: Dict[str, Any] = dict(d.stats) if r is None else (r.damon.get(d.key) or {})
+        to = "" if d.target_nid is None else f" -> node {d.target_nid}"
         lines += _wrap(
-            f"damon {d['kdamond']}/{d['context']}/{d['scheme']} ({clean(d['state'] or '?')}) "
-            f"{clean(d['action'] or '?')}{to}: applied {size(st.get('sz_applied'))}"
-            f"{'' if first else '/s'} of {size(st.get('sz_tried'))} tried, quota hit {count(st.get('qt_exceeds'))}",
+            f"damon {d.kdamond}/{d.context}/{d.scheme} ({clean(d.state or '?')}) "
+            f"{clean(d.action or '?')}{to}: applied {size(stats.get('sz_applied'))}"
+            f"{'' if first else '/s'} of {size(stats.get('sz_tried'))} tried, quota hit {count(stats.get('qt_exceeds'))}",
             width,
             "",
         )
-    for v in doc["verdicts"]:
-        lines += _wrap(f"! {v['id']}: {v['message']}", width, "")
-        lines += _wrap(f"fix: {v['fix']}", width, "  ")
+    for v in verdicts:
+        lines += _wrap(f"! {v.id}: {v.message}", width, "")
+        lines += _wrap(f"fix: {v.fix}", width, "  ")
     return "\n".join(lines)

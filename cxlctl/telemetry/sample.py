@@ -502,8 +502,3 @@ def read_sample(
         cgroups_unavailable=CGROUP_V1 if v1 else None,
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )
-
-
-def process_missing(p: ProcessSample) -> bool:
-    """An asked-for PID whose numa_maps could not be read (exited, or not ours to read)."""
-    return p.maps is None

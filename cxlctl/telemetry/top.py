@@ -160,9 +160,9 @@ def bar(used: Optional[int], total: Optional[int], width: int) -> str:
 
 def plain(v: View, width: int = 80) -> str:
     """The view as plain text (stdout not a terminal): the same facts, one block per refresh."""
-    import textwrap
+    from cxlctl.term import fold_lines
 
-    lines = textwrap.wrap(v.header, width=width, subsequent_indent="  ")
+    lines = fold_lines(v.header, width, indent="  ")
     for nid, kind, used, total, read_bw in v.nodes:
         lines.append(
             f"node {nid:<3} {kind:<5} {bar(used, total, 30)} {size(used):>7} of {size(total):>7}"
@@ -170,16 +170,16 @@ def plain(v: View, width: int = 80) -> str:
         )
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     if v.traffic:
-        lines += textwrap.wrap(v.traffic, width=width, subsequent_indent="  ")
+        lines += fold_lines(v.traffic, width, indent="  ")
     if v.cgroups_note:
-        lines += textwrap.wrap(v.cgroups_note, width=width, subsequent_indent="  ")
+        lines += fold_lines(v.cgroups_note, width, indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
     for key, what, applied in v.damon:
         lines.append(f"damon {key} {what}: applied {size(applied)}/s"[:width])
     for vd in v.verdicts:
-        lines += textwrap.wrap(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width=width, subsequent_indent="  ")
+        lines += fold_lines(f"! {vd.id}: {vd.message} Fix: {vd.fix}", width, indent="  ")
     return "\n".join(lines)
 
 
@@ -192,23 +192,35 @@ def _cells(text: str, width: int) -> str:
     return set_cell_size(text, max(0, width - 1)) + "…"
 
 
-def rich_view(v: View, width: int = 80) -> Any:
-    """The view as a rich renderable (a terminal) ``width`` columns wide.
+def _header(text: str, width: int) -> str:
+    """The header in one line of ``width``: without its ``kernel`` label when too long, else cut."""
+    if len(text) > width:
+        text = text.replace("  kernel ", "  ", 1)
+    return text if len(text) <= width else _cells(text, width)
+
+
+def rich_view(v: View, width: int = 80, height: Optional[int] = None) -> Any:
+    """The view as a rich renderable (a terminal) ``width`` columns wide, ``height`` lines high.
 
     Laid out here, line by line, as styled :class:`rich.text.Text`: rich's
     ``Table`` measured every cell of six tables per refresh, which was half the
-    CPU ``top`` used at ``--interval 1``.  Every line fits ``width`` (at least 40).
+    CPU ``top`` used at ``--interval 1``.  Every line fits ``width`` (at least 40):
+    the verdicts are folded (:func:`cxlctl.term.fold_lines`), never wrapped by the
+    terminal.  With ``height`` the cgroup, process and DAMON rows give way first, so
+    the verdicts, their fixes and the key help stay on the screen.
     """
     from rich.console import Group
     from rich.text import Text
 
+    from cxlctl.term import fold_lines
+
     w = max(40, width)
     num = 7  # a size() or count(): "1023.5M" at most
-    parts: List[Any] = [Text(v.header, style="bold")]
+    top: List[Any] = [Text(_header(v.header, w), style="bold")]
     bw_w = 10 if w >= 60 else 0  # " 1023.5G/s": the read bandwidth HMAT/CDAT describe
     bar_w = max(8, min(40, w - 32 - bw_w))
     bw_head = f" {'read bw':>{bw_w - 1}}" if bw_w else ""
-    parts.append(
+    top.append(
         Text(f"{'node':>4} {'kind':<5} {'used':<{bar_w + 2}} {'used':>{num}} {'total':>{num}}{bw_head}", style="bold")
     )
     for nid, kind, used, total, read_bw in v.nodes:
@@ -216,33 +228,53 @@ def rich_view(v: View, width: int = 80) -> Any:
         line.append(f"{kind:<5}", style="cyan" if kind == "cxl" else "")
         cell = f" {bw(read_bw):>{bw_w - 1}}" if bw_w else ""
         line.append(f" {bar(used, total, bar_w)} {size(used):>{num}} {size(total):>{num}}{cell}")
-        parts.append(line)
+        top.append(line)
     spark_w = max(0, min(HISTORY, w - 24))
-    parts.append(Text(f"{'pages/s':<14} {'now':>{num}}  last {HISTORY}", style="bold"))
+    top.append(Text(f"{'pages/s':<14} {'now':>{num}}  last {HISTORY}", style="bold"))
     for name, now, spark in v.rates:
-        parts.append(Text(f"{name:<14} {count(now):>{num}}  {spark[-spark_w:] if spark_w else ''}"))
+        top.append(Text(f"{name:<14} {count(now):>{num}}  {spark[-spark_w:] if spark_w else ''}"))
     if v.traffic:
-        parts.append(Text(v.traffic))
+        top += [Text(x) for x in fold_lines(v.traffic, w, indent="  ")]
     name_w = w - 3 * (num + 1)
+    # (head, rows): the sections whose rows give way when the screen is short
+    sections: List[Tuple[Text, List[Text]]] = []
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         if title == "cgroup" and v.cgroups_note:
-            parts.append(Text(_cells(v.cgroups_note, w), style="dim"))
+            top.append(Text(_cells(v.cgroups_note, w), style="dim"))  # cgroup v1: no list to show
             continue
         head = _cells(f"{title} (by {dict(SORTS)[v.sort]})", name_w)
-        parts.append(Text(f"{head} {'CXL':>{num}} {'DRAM':>{num}} {'total':>{num}}", style="bold"))
-        for row in rows:
-            parts.append(
-                Text(
-                    f"{_cells(row.name, name_w)} {size(row.cxl):>{num}} {size(row.dram):>{num}} {size(row.total):>{num}}"
-                )
+        sections.append(
+            (
+                Text(f"{head} {'CXL':>{num}} {'DRAM':>{num}} {'total':>{num}}", style="bold"),
+                [
+                    Text(
+                        f"{_cells(row.name, name_w)} {size(row.cxl):>{num}} {size(row.dram):>{num}} {size(row.total):>{num}}"
+                    )
+                    for row in rows
+                ],
             )
+        )
     if v.damon:
         dw = w - (num + 3)
-        parts.append(Text(f"{_cells('DAMON scheme', dw)} {'applied/s':>{num + 2}}", style="bold"))
-        for key, what, applied in v.damon:
-            parts.append(Text(f"{_cells(f'{key} {what}', dw)} {size(applied):>{num + 2}}"))
+        sections.append(
+            (
+                Text(f"{_cells('DAMON scheme', dw)} {'applied/s':>{num + 2}}", style="bold"),
+                [Text(f"{_cells(f'{key} {what}', dw)} {size(applied):>{num + 2}}") for key, what, applied in v.damon],
+            )
+        )
+    bottom: List[Any] = []
     for vd in v.verdicts:
-        parts.append(Text(f"! {vd.id}: {vd.message}", style="yellow" if vd.severity == "warning" else ""))
-        parts.append(Text(f"  fix: {vd.fix}", style="dim"))
-    parts.append(Text("q quit  s sort (CXL/DRAM/total)", style="dim"))
-    return Group(*parts)
+        style = "yellow" if vd.severity == "warning" else ""
+        bottom += [Text(x, style=style) for x in fold_lines(f"! {vd.id}: {vd.message}", w, indent="  ")]
+        bottom += [Text(x, style="dim") for x in fold_lines(f"  fix: {vd.fix}", w, indent="       ")]
+    bottom.append(Text("q quit  s sort (CXL/DRAM/total)", style="dim"))
+    if height is not None:
+        spare = height - len(top) - len(bottom) - sum(1 + len(lines) for _, lines in sections)
+        for _, lines in reversed(sections):  # DAMON rows give way first, then processes, then cgroups
+            while spare < 0 and lines:
+                lines.pop()
+                spare += 1
+        if spare < 0:  # still too tall: the verdicts beyond the screen go, the key help stays
+            bottom = bottom[: max(0, len(bottom) + spare - 1)] + bottom[-1:]
+    middle = [x for head, lines in sections for x in [head, *lines]]
+    return Group(*top, *middle, *bottom)

@@ -35,7 +35,9 @@ import math
 import re
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from cxlctl.damon.sysfs import KDAMONDS, NR_KDAMONDS, DamonCaps, DamonState
+from cxlctl.damon import tree as t
+from cxlctl.damon.sysfs import DamonCaps, DamonState
+from cxlctl.damon.tree import KDAMONDS, NR_KDAMONDS
 
 __all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
 from cxlctl.model import Inventory, Node
@@ -430,76 +432,83 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
     sub-directories on each count write, so a count is written before, never after,
     its children.  ``state`` is not here: it is written last, after every kdamond.
     """
-    kd = f"{KDAMONDS}/{k.id}"
-    c = f"{kd}/contexts/0"
-    s = f"{c}/schemes/0"
+    kd = t.kdamond(k.id)
+    c = t.context(k.id, 0)
+    s = t.scheme(k.id, 0, 0)
     name = f"damon.kdamond{k.id}"
     out: List[Tuple[str, str, str]] = [
-        (f"{kd}/contexts/nr_contexts", "1", f"{name}.nr_contexts"),
-        (f"{c}/operations", "paddr", f"{name}.operations"),
-        (f"{c}/monitoring_attrs/intervals/sample_us", str(spec.sample_us), f"{name}.sample_us"),
-        (f"{c}/monitoring_attrs/intervals/aggr_us", str(spec.aggr_us), f"{name}.aggr_us"),
-        (f"{c}/monitoring_attrs/intervals/update_us", str(spec.update_us), f"{name}.update_us"),
-        (f"{c}/monitoring_attrs/nr_regions/min", str(spec.min_regions), f"{name}.nr_regions.min"),
-        (f"{c}/monitoring_attrs/nr_regions/max", str(spec.max_regions), f"{name}.nr_regions.max"),
-        (f"{c}/targets/nr_targets", "1", f"{name}.nr_targets"),
-        (f"{c}/targets/0/regions/nr_regions", str(len(k.regions)), f"{name}.nr_regions"),
+        (t.count(kd, t.LIST_CONTEXTS), "1", f"{name}.nr_contexts"),
+        (t.at(c, t.OPERATIONS), "paddr", f"{name}.operations"),
+        (t.at(c, t.SAMPLE_US), str(spec.sample_us), f"{name}.sample_us"),
+        (t.at(c, t.AGGR_US), str(spec.aggr_us), f"{name}.aggr_us"),
+        (t.at(c, t.UPDATE_US), str(spec.update_us), f"{name}.update_us"),
+        (t.at(t.at(c, t.NR_REGIONS), t.MIN), str(spec.min_regions), f"{name}.nr_regions.min"),
+        (t.at(t.at(c, t.NR_REGIONS), t.MAX), str(spec.max_regions), f"{name}.nr_regions.max"),
+        (t.count(c, t.LIST_TARGETS), "1", f"{name}.nr_targets"),
     ]
+    tg = t.entry(c, t.LIST_TARGETS, 0)
+    out.append((t.count(tg, t.LIST_REGIONS), str(len(k.regions)), f"{name}.nr_regions"))
     for i, (start, end) in enumerate(k.regions):
-        r = f"{c}/targets/0/regions/{i}"
-        out += [(f"{r}/start", str(start), f"{name}.region{i}.start"), (f"{r}/end", str(end), f"{name}.region{i}.end")]
+        r = t.entry(tg, t.LIST_REGIONS, i)
+        out += [
+            (t.at(r, t.START), str(start), f"{name}.region{i}.start"),
+            (t.at(r, t.END), str(end), f"{name}.region{i}.end"),
+        ]
     sc = k.scheme
     sn = f"{name}.scheme0"
     out += [
-        (f"{c}/schemes/nr_schemes", "1", f"{name}.nr_schemes"),
-        (f"{s}/action", sc.action, f"{sn}.action"),
-        (f"{s}/target_nid", str(sc.target_nid), f"{sn}.target_nid"),
+        (t.count(c, t.LIST_SCHEMES), "1", f"{name}.nr_schemes"),
+        (t.at(s, t.ACTION), sc.action, f"{sn}.action"),
+        (t.at(s, t.TARGET_NID), str(sc.target_nid), f"{sn}.target_nid"),
     ]
     if sc.dests_files:
-        out.append((f"{s}/dests/nr_dests", str(len(sc.dests)), f"{sn}.nr_dests"))
+        out.append((t.count(s, t.LIST_DESTS), str(len(sc.dests)), f"{sn}.nr_dests"))
         for i, (node, weight) in enumerate(sc.dests):
-            d = f"{s}/dests/{i}"
-            out += [(f"{d}/id", str(node), f"{sn}.dest{i}.id"), (f"{d}/weight", str(weight), f"{sn}.dest{i}.weight")]
+            d = t.entry(s, t.LIST_DESTS, i)
+            out += [
+                (t.at(d, t.DEST_ID), str(node), f"{sn}.dest{i}.id"),
+                (t.at(d, t.DEST_WEIGHT), str(weight), f"{sn}.dest{i}.weight"),
+            ]
     out += [
-        (f"{s}/apply_interval_us", str(spec.apply_interval_us), f"{sn}.apply_interval_us"),
-        (f"{s}/access_pattern/sz/min", str(spec.min_size), f"{sn}.sz.min"),
-        (f"{s}/access_pattern/sz/max", str(SZ_MAX), f"{sn}.sz.max"),
-        (f"{s}/access_pattern/nr_accesses/min", str(sc.nr_accesses[0]), f"{sn}.nr_accesses.min"),
-        (f"{s}/access_pattern/nr_accesses/max", str(sc.nr_accesses[1]), f"{sn}.nr_accesses.max"),
-        (f"{s}/access_pattern/age/min", str(sc.age[0]), f"{sn}.age.min"),
-        (f"{s}/access_pattern/age/max", str(sc.age[1]), f"{sn}.age.max"),
-        (f"{s}/quotas/ms", str(spec.quota_ms), f"{sn}.quota.ms"),
-        (f"{s}/quotas/bytes", str(spec.quota_bytes), f"{sn}.quota.bytes"),
-        (f"{s}/quotas/reset_interval_ms", str(spec.quota_reset_ms), f"{sn}.quota.reset_interval_ms"),
+        (t.at(s, t.APPLY_INTERVAL_US), str(spec.apply_interval_us), f"{sn}.apply_interval_us"),
+        (t.at(t.at(s, t.SZ), t.MIN), str(spec.min_size), f"{sn}.sz.min"),
+        (t.at(t.at(s, t.SZ), t.MAX), str(SZ_MAX), f"{sn}.sz.max"),
+        (t.at(t.at(s, t.NR_ACCESSES), t.MIN), str(sc.nr_accesses[0]), f"{sn}.nr_accesses.min"),
+        (t.at(t.at(s, t.NR_ACCESSES), t.MAX), str(sc.nr_accesses[1]), f"{sn}.nr_accesses.max"),
+        (t.at(t.at(s, t.AGE), t.MIN), str(sc.age[0]), f"{sn}.age.min"),
+        (t.at(t.at(s, t.AGE), t.MAX), str(sc.age[1]), f"{sn}.age.max"),
+        (t.at(s, t.QUOTA_MS), str(spec.quota_ms), f"{sn}.quota.ms"),
+        (t.at(s, t.QUOTA_BYTES), str(spec.quota_bytes), f"{sn}.quota.bytes"),
+        (t.at(s, t.QUOTA_RESET_INTERVAL_MS), str(spec.quota_reset_ms), f"{sn}.quota.reset_interval_ms"),
     ]
     if sc.goals:
-        out.append((f"{s}/quotas/goals/nr_goals", str(len(sc.goals)), f"{sn}.quota.nr_goals"))
+        out.append((t.count(s, t.LIST_GOALS), str(len(sc.goals)), f"{sn}.quota.nr_goals"))
         for i, (metric, value, nid) in enumerate(sc.goals):
-            g = f"{s}/quotas/goals/{i}"
+            g = t.entry(s, t.LIST_GOALS, i)
             out += [
-                (f"{g}/target_metric", metric, f"{sn}.goal{i}.target_metric"),
-                (f"{g}/target_value", str(value), f"{sn}.goal{i}.target_value"),
-                (f"{g}/nid", str(nid), f"{sn}.goal{i}.nid"),
+                (t.at(g, t.GOAL_TARGET_METRIC), metric, f"{sn}.goal{i}.target_metric"),
+                (t.at(g, t.GOAL_TARGET_VALUE), str(value), f"{sn}.goal{i}.target_value"),
+                (t.at(g, t.GOAL_NID), str(nid), f"{sn}.goal{i}.nid"),
             ]
     if spec.watermarks is not None and sc.action == "migrate_cold":
         h, m, lo = spec.watermarks
         out += [
-            (f"{s}/watermarks/metric", "free_mem_rate", f"{sn}.watermarks.metric"),
-            (f"{s}/watermarks/interval_us", str(spec.apply_interval_us), f"{sn}.watermarks.interval_us"),
-            (f"{s}/watermarks/high", str(h), f"{sn}.watermarks.high"),
-            (f"{s}/watermarks/mid", str(m), f"{sn}.watermarks.mid"),
-            (f"{s}/watermarks/low", str(lo), f"{sn}.watermarks.low"),
+            (t.at(s, t.WATERMARKS_METRIC), "free_mem_rate", f"{sn}.watermarks.metric"),
+            (t.at(s, t.WATERMARKS_INTERVAL_US), str(spec.apply_interval_us), f"{sn}.watermarks.interval_us"),
+            (t.at(s, t.WATERMARKS_HIGH), str(h), f"{sn}.watermarks.high"),
+            (t.at(s, t.WATERMARKS_MID), str(m), f"{sn}.watermarks.mid"),
+            (t.at(s, t.WATERMARKS_LOW), str(lo), f"{sn}.watermarks.low"),
         ]
     if sc.filters:
-        out.append((f"{s}/filters/nr_filters", str(len(sc.filters)), f"{sn}.nr_filters"))
+        out.append((t.count(s, t.LIST_FILTERS), str(len(sc.filters)), f"{sn}.nr_filters"))
         for i, (ftype, matching, memcg) in enumerate(sc.filters):
-            f = f"{s}/filters/{i}"
+            f = t.entry(s, t.LIST_FILTERS, i)
             out += [
-                (f"{f}/type", ftype, f"{sn}.filter{i}.type"),
-                (f"{f}/matching", "Y" if matching else "N", f"{sn}.filter{i}.matching"),
+                (t.at(f, t.FILTER_TYPE), ftype, f"{sn}.filter{i}.type"),
+                (t.at(f, t.FILTER_MATCHING), "Y" if matching else "N", f"{sn}.filter{i}.matching"),
             ]
             if memcg:
-                out.append((f"{f}/memcg_path", memcg, f"{sn}.filter{i}.memcg_path"))
+                out.append((t.at(f, t.FILTER_MEMCG_PATH), memcg, f"{sn}.filter{i}.memcg_path"))
     return out
 
 
@@ -520,7 +529,7 @@ def describe(k: KdamondLayout) -> str:
 
 
 def state_path(index: int) -> str:
-    return f"{KDAMONDS}/{index}/state"
+    return t.state(index)
 
 
 # ---------------------------------------------------------------------------- ownership
@@ -533,9 +542,7 @@ def owned(restore: Mapping[str, Tuple[str, Optional[str]]]) -> Optional[int]:
     return sum(1 for p, (k, _) in restore.items() if k == "damon" and is_state(p))
 
 
-def is_state(path: str) -> bool:
-    """``…/kdamonds/K/state``: a kdamond's on/off file."""
-    return re.fullmatch(re.escape(KDAMONDS) + r"/[0-9]+/state", path) is not None
+is_state = t.is_state
 
 
 def others(state: DamonState, mine: Optional[int]) -> List[str]:

@@ -350,6 +350,7 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
     """``state`` read again after asking cxlctl's running kdamonds (ids below ``mine``) to refresh
     their scheme stats; other tools' kdamonds are never written to.  ``tune status`` and the
     daemon's metrics both use this (the kernel updates ``stats/`` only when asked)."""
+    from cxlctl.damon import tree
     from cxlctl.damon.sysfs import read_damon
     from cxlctl.hostio.write import KnobError, write_knob
 
@@ -357,7 +358,7 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
     refreshed = False
     for k in state.kdamonds:
         if mine is not None and k.id < mine and k.running:
-            hp = host(root, f"{k.path}/state")
+            hp = host(root, tree.at(k.path, tree.STATE))
             if not writable(hp):
                 stale.append(k.id)
                 continue

@@ -6,6 +6,8 @@ spellings: ``true`` = ``1``), whether this kernel has it (probe), whether
 changing it can be undone, and which knobs it is coupled with.  This is TuneD's
 get/set registry without the plugin machinery (docs/tuning.md lists them all).
 
+Names, paths and the apply order come from the one table ``status`` reads too
+(:data:`cxlctl.hostio.paths.KNOBS`); REGISTRY lists its entries in that order.
 The registry order is the apply order; rollback and revert go in reverse.  It
 is chosen for safety in between: the promotion rate limit is set before NUMA
 balancing turns tiering on, and undone after it is turned off again.
@@ -84,7 +86,6 @@ class Knob:
     def __init__(
         self,
         name: str,
-        path: str,
         summary: str,
         *,
         reversible: bool = True,
@@ -94,7 +95,8 @@ class Knob:
         since: str = "",
     ) -> None:
         self.name = name
-        self.path = path
+        #: from the one table of knobs status and tune share (KeyError: a knob missing there)
+        self.path = path = paths.knob_path(name)
         #: sysctl | sysfs | group
         self.kind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
         self.summary = summary
@@ -140,8 +142,8 @@ class Knob:
 
 
 class IntKnob(Knob):
-    def __init__(self, name: str, path: str, summary: str, lo: int, hi: int, **kw: Any) -> None:
-        super().__init__(name, path, summary, **kw)
+    def __init__(self, name: str, summary: str, lo: int, hi: int, **kw: Any) -> None:
+        super().__init__(name, summary, **kw)
         self.lo, self.hi = lo, hi
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
@@ -211,8 +213,8 @@ class BoolKnob(Knob):
 
 
 class EnumKnob(Knob):
-    def __init__(self, name: str, path: str, summary: str, choices: Tuple[str, ...], **kw: Any) -> None:
-        super().__init__(name, path, summary, **kw)
+    def __init__(self, name: str, summary: str, choices: Tuple[str, ...], **kw: Any) -> None:
+        super().__init__(name, summary, **kw)
         self.choices = choices
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
@@ -234,8 +236,8 @@ class WeightedInterleaveKnob(Knob):
 
     extra_keys = frozenset({"weights", "nodes", "prefer_auto", "max_weight"})
 
-    def __init__(self, name: str, path: str, summary: str, **kw: Any) -> None:
-        super().__init__(name, path, summary, **kw)
+    def __init__(self, name: str, summary: str, **kw: Any) -> None:
+        super().__init__(name, summary, **kw)
         self.kind = "group"
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
@@ -314,8 +316,8 @@ class DamonKnob(Knob):
     echoes back as written, so the canonical form is the stripped text.
     """
 
-    def __init__(self, name: str, path: str, summary: str, **kw: Any) -> None:
-        super().__init__(name, path, summary, **kw)
+    def __init__(self, name: str, summary: str, **kw: Any) -> None:
+        super().__init__(name, summary, **kw)
         self.kind = "group"
 
     def validate(self, value: Any, table: Mapping[str, Any]) -> Any:
@@ -357,35 +359,30 @@ def parse_ratio(text: str) -> Tuple[int, int]:
 REGISTRY: Tuple[Knob, ...] = (
     IntKnob(
         "vm.zone_reclaim_mode",
-        paths.ZONE_RECLAIM_MODE,
         "reclaim on the local node before allocating from another (bitmask 1|2|4)",
         0,
         7,
     ),
     IntKnob(
         "vm.swappiness",
-        paths.SWAPPINESS,
         "how readily anonymous memory is swapped relative to dropping page cache",
         0,
         200,
     ),
     BoolKnob(
         "demotion_enabled",
-        paths.DEMOTION_ENABLED,
         "reclaim demotes cold pages to a slower memory tier instead of discarding/swapping them",
         coupled=("kernel.numa_balancing",),
         since="Linux 5.15",
     ),
     EnumKnob(
         "auto_online_blocks",
-        paths.AUTO_ONLINE,
         "how hot-added memory blocks are onlined (and into which zone)",
         ("offline", "online", "online_kernel", "online_movable"),
         reversible_note="memory onlined while it was set keeps its zone after revert",
     ),
     RateLimitKnob(
         "kernel.numa_balancing_promote_rate_limit_MBps",
-        paths.PROMOTE_RATE_LIMIT,
         "cap on NUMA-balancing promotion into each fast node (MB/s); only used with tiering mode",
         0,
         2**31 - 1,
@@ -394,7 +391,6 @@ REGISTRY: Tuple[Knob, ...] = (
     ),
     IntKnob(
         "kernel.numa_balancing",
-        paths.NUMA_BALANCING,
         "automatic NUMA balancing: 0 off, 1 classic, 2 memory tiering (promotion), 3 both",
         0,
         3,
@@ -404,14 +400,12 @@ REGISTRY: Tuple[Knob, ...] = (
     ),
     WeightedInterleaveKnob(
         "weighted_interleave",
-        WI_DIR,
         "per-node weights for MPOL_WEIGHTED_INTERLEAVE (nodeN 1-255, plus auto)",
         reversible_note="only new allocations follow the weights; pages already placed stay",
         since="Linux 6.9",
     ),
     DamonKnob(
         "damon",
-        paths.DAMON_KDAMONDS,
         "DAMON tiering: kdamonds that migrate cold DRAM pages to CXL and hot CXL pages to DRAM",
         reversible_note="pages already migrated stay where they are",
         since="Linux 6.11 with CONFIG_DAMON_PADDR",
@@ -455,10 +449,3 @@ def read_current(root: str) -> Current:
     damon, caps = probe_host(root)
     values.update(damon.files)
     return Current(values, wi, damon, caps, unreadable)
-
-
-def knob_of_path(path: str) -> Optional[Knob]:
-    for k in REGISTRY:
-        if path == k.path or (k.kind == "group" and path.startswith(k.path + "/")):
-            return k
-    return None
