@@ -283,11 +283,10 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
-    from cxlctl.hostio.lock import TuneLock
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
+    from cxlctl.regions.batch import destroy_region
     from cxlctl.regions.planner import destroy_blockers
-    from cxlctl.regions.program import destroy
 
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
@@ -306,8 +305,8 @@ def destroy_cmd(
             hint="destroy the later region(s) first",
         )
     need_root("region destroy")
-    with TuneLock(root, wait), progress_bar(json_out) as progress:
-        d = destroy(root, region, force, logger(verbose), progress)
+    with progress_bar(json_out) as progress:
+        d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
     if json_out:
         emit_json(region_json.destroyed(d))
         return
@@ -331,8 +330,8 @@ def reconfigure_cmd(
     system-ram onlines every block in the chosen zone (holding the kernel's auto-online policy off while
     kmem binds, when that policy would pick the other zone); devdax needs the memory offline (--force).
     """
-    from cxlctl.hostio.lock import TuneLock
-    from cxlctl.regions.dax import block_size, read_dax, reconfigure
+    from cxlctl.regions.batch import reconfigure_dax
+    from cxlctl.regions.dax import block_size, read_dax
 
     mode = _choice(mode, ("system-ram", "devdax"), "--mode")
     zone = _zone(zone, mode, "--mode")
@@ -341,8 +340,8 @@ def reconfigure_cmd(
     root = host_root()
     read_dax(root, device)  # a clear error for unknown devices, before the root check
     need_root("dax reconfigure")
-    with TuneLock(root, wait), progress_bar(json_out) as progress:
-        r = reconfigure(root, device, mode, zone, force, logger(verbose), progress)
+    with progress_bar(json_out) as progress:
+        r = reconfigure_dax(root, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
     _report_reconfigured(r, block_size(root), json_out)
 
 

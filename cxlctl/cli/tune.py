@@ -237,7 +237,7 @@ def _raise_failed(res: ApplyResult) -> None:
 def _render_apply(res: ApplyResult) -> None:
     from cxlctl.tuning import render
 
-    render.apply(res, _console())
+    render.apply(res, _console(), root=host_root())
 
 
 # ---------------------------------------------------------------------------- verify / revert / status
@@ -282,7 +282,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
         from cxlctl.tuning import render
 
         _note(res.messages)
-        render.revert(res, _console())
+        render.revert(res, _console(), root=host_root())
     if not res.ok:
         raise CxlctlError(
             "revert incomplete: " + "; ".join(res.errors),

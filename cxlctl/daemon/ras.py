@@ -201,7 +201,6 @@ class RasWatcher:
 
     def _soft_offline(self, ev: Event) -> None:
         """Soft-offline the page of a poisoned HPA in online memory (configured only)."""
-        from cxlctl.hostio.root import under
         from cxlctl.hostio.write import KnobError, write_knob
 
         m = ev.mapping
@@ -214,7 +213,7 @@ class RasWatcher:
             return
         self._tried.add(page)
         try:
-            write_knob(under(self.root, paths.SOFT_OFFLINE_PAGE), f"{page:#x}\n")
+            write_knob(self.root, paths.SOFT_OFFLINE_PAGE, f"{page:#x}\n")
         except KnobError as e:
             self._action("failed", ev, page, f"soft-offline of page {page:#x} ({ev.memdev}) failed: {e.reason}")
             return

@@ -593,6 +593,8 @@ class Fence:
     """
 
     def __init__(self, root: str) -> None:
+        #: the root as given (absolute, no trailing slash): host paths start with it
+        self.given = os.path.abspath(root).rstrip("/")
         self.real = os.path.realpath(root)
         self._prefix = self.real.rstrip("/") + "/"
         self._dirs: Dict[str, bool] = {}
@@ -611,6 +613,40 @@ class Fence:
                 os.close(fd)
             self._dirs[host_dir] = ok
         return ok
+
+    def open_dir(self, host_dir: str) -> int:
+        """An ``O_PATH`` handle on directory ``host_dir`` (links followed), proven inside the root.
+
+        For writers: what they create or replace is then named relative to this
+        handle (``openat``, ``mkdirat``, ``renameat``), so it lands in the very
+        directory that was checked, even if a link in the path changes in between.
+        :class:`Refused` when the directory lies outside; OSError when it does not exist.
+        """
+        fd = os.open(host_dir, _DIR_FLAGS)
+        try:
+            inside = self.holds(_real_of(fd, host_dir))
+        except BaseException:
+            os.close(fd)
+            raise
+        if not inside:
+            os.close(fd)
+            raise Refused(_OUTSIDE)
+        return fd
+
+    def leading_out(self, host_path: str) -> Tuple[str, str]:
+        """(the first component of ``host_path`` that is a link leading out of the root, where it leads).
+
+        For the error message only (a few ``lstat`` calls): ``host_path`` itself and
+        its real path when no single component is to blame.
+        """
+        cur = next((h for h in (self.given, self.real) if host_path.startswith(h + "/")), "")
+        for name in host_path[len(cur) :].strip("/").split("/") if cur else ():
+            cur = f"{cur}/{name}"
+            if os.path.islink(cur):
+                real = os.path.realpath(cur)
+                if not self.holds(real):
+                    return cur, real
+        return host_path, os.path.realpath(host_path)
 
 
 def fence_of(root: str) -> Optional[Fence]:

@@ -93,7 +93,7 @@ def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str
     try:
         for m in have:
             try:
-                write_knob(under(root, f"{paths.cxl_device(m)}/trigger_poison_list"), "1\n")
+                write_knob(root, f"{paths.cxl_device(m)}/trigger_poison_list", "1\n")
                 out[m] = []
             except KnobError as e:
                 notes.append(f"{m}: trigger_poison_list: {e.reason}")

@@ -131,7 +131,7 @@ class _Builder:
     def w(self, path: str, value: str, what: str) -> None:
         """A programming write (counted for the fault hook); raises KnobError."""
         self.writes += 1
-        write_knob(under(self.root, path), value, index=self.writes)
+        write_knob(self.root, path, value, index=self.writes)
         self.steps.append(f"{what}: {value.strip() or '(empty)'} > {path}")
         self.log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
@@ -265,7 +265,7 @@ class _Builder:
 
         def u(path: str, value: str, what: str) -> bool:
             try:
-                write_knob(under(self.root, path), value)
+                write_knob(self.root, path, value)
                 self.log(f"undo {what}: wrote {value.strip() or '(empty)'} to {path}")
                 return True
             except KnobError as e:
@@ -405,36 +405,46 @@ class Destroyed(NamedTuple):
     steps: Tuple[str, ...]
 
 
-def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
-    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
-
-    ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
-    """
+def check_destroy(root: str, name: str, force: bool) -> RegionState:
+    """The region's state, or the refusal to destroy it (exit 2): unknown root decoder, or
+    memory online without ``force``.  Checked before the lock is taken, and again under it."""
     st = read_region(root, name)
     if st.root_decoder is None:
         raise CxlctlError(f"cannot tell the root decoder of {name}")
-    offlined: List[Tuple[str, Tuple[int, ...]]] = []
-    for dev in st.dax_devices:
-        ds = daxmod.read_dax(root, dev)
+    for dev in st.dax_devices if not force else ():
         online = daxmod.online_blocks(root, dev)
-        if online and not force:
+        if online:
+            ds = daxmod.read_dax(root, dev)
             bs = daxmod.block_size(root) or 0
             used = daxmod.node_in_use(root, ds.target_node)
             raise CxlctlError(
                 f"{name}'s memory is online: {dev} has {len(online)} block(s) ({format_size(len(online) * bs)}) "
                 f"online as System RAM on node {ds.target_node}"
                 + (f", {format_size(used)} in use on that node" if used is not None else "")
-                + "; destroying the region would take that memory away",
+                + "; destroying the region would take that memory away; nothing was changed",
+                code=EXIT_USAGE,
                 hint=f"stop what uses node {ds.target_node}, then `cxlctl region destroy {name} --force` "
                 "(offlines the blocks first; stops without changing anything if one cannot be offlined)",
             )
+    return st
+
+
+def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
+    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
+
+    ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
+    """
+    st = check_destroy(root, name, force)
+    offlined: List[Tuple[str, Tuple[int, ...]]] = []
+    for dev in st.dax_devices:
+        online = daxmod.online_blocks(root, dev)
         ids = daxmod.offline_blocks(root, list(online), log, f"{name}/{dev}", progress)
         offlined.append((dev, tuple(ids)))
     steps: List[str] = []
 
     def w(path: str, value: str, what: str) -> None:
         try:
-            write_knob(under(root, path), value)
+            write_knob(root, path, value)
         except KnobError as e:
             raise CxlctlError(
                 f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"
