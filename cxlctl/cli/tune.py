@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument
+from .params import Command, argument, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -162,7 +162,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     render.plan(prep, c, title)
 
 
-@tune_app.command("plan")
+@tune_app.command("plan", cls=Command)
 def plan_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -192,7 +192,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     render.results(title, results, c)
 
 
-@tune_app.command("apply")
+@tune_app.command("apply", cls=Command)
 def apply_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -237,13 +237,13 @@ def _raise_failed(res: ApplyResult) -> None:
 def _render_apply(res: ApplyResult) -> None:
     from cxlctl.tuning import render
 
-    render.apply(res, _console())
+    render.apply(res, _console(), root=host_root())
 
 
 # ---------------------------------------------------------------------------- verify / revert / status
 
 
-@tune_app.command("verify")
+@tune_app.command("verify", cls=Command)
 def verify_cmd(
     profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
@@ -282,7 +282,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
         from cxlctl.tuning import render
 
         _note(res.messages)
-        render.revert(res, _console())
+        render.revert(res, _console(), root=host_root())
     if not res.ok:
         raise CxlctlError(
             "revert incomplete: " + "; ".join(res.errors),
@@ -335,23 +335,32 @@ def _term(signum: int, frame: Any) -> None:
 @tune_app.command("try", cls=Command)
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
-    timeout: float = typer.Option(
-        DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
+    timeout_arg: str = typer.Option(
+        f"{DEFAULT_TRY_TIMEOUT:g}",
+        "--timeout",
+        metavar="SECONDS",
+        show_default=False,
+        help="How long to wait for confirmation (default 120).",
     ),
     beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    import math
     import signal
 
     from cxlctl.errors import UsageError
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
+        timeout = seconds(timeout_arg)
+    except typer.BadParameter:
+        timeout = 0.0
+    if timeout <= 0:
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
+        )
     # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
     old = signal.signal(signal.SIGTERM, _term)
     try:

@@ -56,9 +56,9 @@ def parse_since(text: str) -> float:
 
 
 def uptime(root: str) -> Optional[float]:
-    from cxlctl.hostio.reader import read_text
+    from cxlctl.hostio.reader import Reader
 
-    t = read_text(root, paths.UPTIME)
+    t = Reader(root).body(paths.UPTIME)
     try:
         return float(t.split()[0]) if t else None
     except ValueError:

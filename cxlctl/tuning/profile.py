@@ -126,10 +126,20 @@ def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]
 
 
 def _read(path: str) -> Dict[str, Any]:
+    """The document of a profile file; an empty one (0 bytes, or only comments) is an error:
+    applying it as a profile that sets nothing would hide a truncated or unwritten file."""
     try:
-        return toml.load(path)
+        data = toml.load(path)
     except toml.TomlError as e:
         raise ProfileError(path, None, e.reason) from None
+    if not data:
+        raise ProfileError(
+            path,
+            None,
+            "the file is empty: a profile has at least a summary, an include or a setting",
+            hint="docs/tuning.md (Profiles) shows the format; `cxlctl tune list` the profiles there are",
+        )
+    return data
 
 
 class _Raw(NamedTuple):

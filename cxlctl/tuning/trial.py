@@ -99,17 +99,27 @@ def alive(pid: int) -> bool:
 
 
 def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
-    """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending."""
+    """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending:
+    checked before the lock is taken too, so a refusal writes nothing (not even the lock file)."""
+    _pending_try(root)
     with TuneLock(root, wait):
-        j = jn.load(root)
-        if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
-            raise UsageError(
-                "no `tune try` is waiting for confirmation",
-                hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
-            )
+        j = _pending_try(root)
+        t = j.trial
+        assert t is not None  # _pending_try checked it
         when = jn.now()
-        jn.save(root, j._replace(trial=j.trial._replace(confirmed=when, previous=None)))
-    return Confirmed(profile=j.profile, confirmed=when, pid=j.trial.pid)
+        jn.save(root, j._replace(trial=t._replace(confirmed=when, previous=None)))
+    return Confirmed(profile=j.profile, confirmed=when, pid=t.pid)
+
+
+def _pending_try(root: str) -> Journal:
+    """The journal of the try waiting for confirmation, or :class:`UsageError`."""
+    j = jn.load(root)
+    if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
+        raise UsageError(
+            "no `tune try` is waiting for confirmation",
+            hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
+        )
+    return j
 
 
 def _stdin_event(fd: Optional[int], timeout: float) -> Optional[str]:
