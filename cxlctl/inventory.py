@@ -42,6 +42,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
+    from .model import DecoderKind, PortKind
+
     T = TypeVar("T")
 
 
@@ -254,6 +256,7 @@ class _Scan(Attrs):
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
         decoders = tuple(n for n in entries if n.startswith("decoder"))
+        kind: PortKind
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -282,7 +285,7 @@ class _Scan(Attrs):
         if d is not None:
             found[name] = d
 
-    def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
+    def decoder(self, name: str, port: str, kind: DecoderKind, memdev: Optional[str]) -> Decoder:
         dev = f"{paths.CXL_DEVICES}/{name}"
         if kind == "endpoint":
             return self._endpoint_decoder(name, port, memdev, dev)

@@ -15,6 +15,7 @@ import typer
 from cxlctl.errors import EXIT_FAILURE, CxlctlError, UsageError
 
 from .common import JSON_OPT, SCHEMA_VERSION, emit_json, host_root
+from .params import seconds
 
 
 def _tracefs_error(e: Exception) -> CxlctlError:
@@ -40,7 +41,7 @@ def events(
         None, "--input", metavar="FILE", help="Parse saved trace lines from FILE ('-' = stdin) instead of tracefs."
     ),
     duration: Optional[float] = typer.Option(
-        None, "--duration", metavar="SECONDS", help="With --follow: stop after SECONDS.", min=0
+        None, "--duration", metavar="SECONDS", help="With --follow: stop after SECONDS.", parser=seconds
     ),
     json_out: bool = typer.Option(False, "--json", help="JSON lines: one object per event, then a summary."),
 ) -> None:

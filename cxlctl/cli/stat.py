@@ -16,6 +16,7 @@ import typer
 from cxlctl.errors import UsageError
 
 from .common import emit_json, host_root, interval_option
+from .params import integer
 
 
 def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
@@ -39,7 +40,12 @@ def stat(
         None, "--interval", "-i", metavar="S", help="Seconds between reports (default: one report, totals since boot)."
     ),
     count: Optional[int] = typer.Option(
-        None, "--count", "-c", metavar="N", min=1, help="Number of reports, the first included (default: until Ctrl-C)."
+        None,
+        "--count",
+        "-c",
+        metavar="N",
+        parser=integer(1),
+        help="Number of reports, the first included (default: until Ctrl-C).",
     ),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per report, one per line (docs/json-schema.md)."
@@ -53,8 +59,12 @@ def stat(
         metavar="PATH",
         help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service.",
     ),
-    pid: Optional[List[int]] = typer.Option(None, "--pid", metavar="PID", help="Pages per node of a process (repeat)."),
-    top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),
+    pid: Optional[List[int]] = typer.Option(
+        None, "--pid", metavar="PID", parser=integer(0), help="Pages per node of a process (repeat)."
+    ),
+    top: int = typer.Option(
+        0, "--top", metavar="N", parser=integer(0), help="Also the N processes with the largest RSS."
+    ),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
     from cxlctl.telemetry.report import render_text, to_dict

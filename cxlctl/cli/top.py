@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 
 from .common import emit_json, host_root, interval_option, isatty
+from .params import integer
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -30,8 +31,10 @@ PROCESS_MAX_AGE_S = 5.0
 
 def top(
     interval: str = typer.Option("2", "--interval", "-i", metavar="S", help="Seconds between refreshes."),
-    count: Optional[int] = typer.Option(None, "--count", "-c", metavar="N", min=1, help="Stop after N refreshes."),
-    rows: int = typer.Option(8, "--rows", metavar="N", min=1, help="Cgroups and processes shown."),
+    count: Optional[int] = typer.Option(
+        None, "--count", "-c", metavar="N", parser=integer(1), help="Stop after N refreshes."
+    ),
+    rows: int = typer.Option(8, "--rows", metavar="N", parser=integer(1), help="Cgroups and processes shown."),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per refresh (stat's schema, with the cgroups and processes looked at)."
     ),

@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument
+from .params import Command, argument, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -161,7 +161,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     render.plan(prep, c, title)
 
 
-@tune_app.command("plan")
+@tune_app.command("plan", cls=Command)
 def plan_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -191,7 +191,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     render.results(title, results, c)
 
 
-@tune_app.command("apply")
+@tune_app.command("apply", cls=Command)
 def apply_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -242,7 +242,7 @@ def _render_apply(res: ApplyResult) -> None:
 # ---------------------------------------------------------------------------- verify / revert / status
 
 
-@tune_app.command("verify")
+@tune_app.command("verify", cls=Command)
 def verify_cmd(
     profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
@@ -330,22 +330,30 @@ def _stdin_fd() -> Optional[int]:
 @tune_app.command("try", cls=Command)
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
-    timeout: float = typer.Option(
-        DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
+    timeout_arg: str = typer.Option(
+        f"{DEFAULT_TRY_TIMEOUT:g}",
+        "--timeout",
+        metavar="SECONDS",
+        show_default=False,
+        help="How long to wait for confirmation (default 120).",
     ),
     beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    import math
-
     from cxlctl.errors import UsageError
     from cxlctl.tuning import trial
     from cxlctl.tuning import tune_json as view
 
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
+        timeout = seconds(timeout_arg)
+    except typer.BadParameter:
+        timeout = 0.0
+    if timeout <= 0:
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
+        )
 
     def applied(res: ApplyResult) -> None:
         assert res.journal is not None and res.journal.trial is not None

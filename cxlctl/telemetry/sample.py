@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
@@ -53,6 +53,9 @@ from .counters import (
 )
 from .damon_stats import Scheme, read_schemes
 
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
+
 #: a process' numa_maps larger than this is not read (a page-table walk per mapping)
 NUMA_MAPS_LIMIT = 16 << 20
 #: cgroups listed when none are asked for (``top``, ``record``)
@@ -66,7 +69,7 @@ class NodeInfo(NamedTuple):
     """What the inventory says about a node: its kind (dram | cxl | other), memory tier and
     expected access characteristics (:func:`expected_access`)."""
 
-    kind: str
+    kind: NodeKind
     tier: Optional[int]
     #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
     hmat: Optional[Coordinates] = None
@@ -76,7 +79,7 @@ class NodeInfo(NamedTuple):
 
 class NodeSample(NamedTuple):
     id: int
-    kind: str
+    kind: NodeKind
     tier: Optional[int]
     #: bytes: total, free, used, anon, file, shmem (None when meminfo lacks the line)
     memory: Dict[str, Optional[int]]

@@ -10,12 +10,15 @@ renderer (a terminal) and :func:`plain` (a pipe, a log) only lay it out.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .rates import Rates, demote_sum
 from .report import MB, count, cxl_traffic, mbps, size
 from .sample import Sample
 from .verdicts import Verdict, clean
+
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
 
 #: rates kept for the history sparklines
 HISTORY = 30
@@ -33,7 +36,7 @@ class Row(NamedTuple):
 
 class View(NamedTuple):
     header: str
-    nodes: List[Tuple[int, str, Optional[int], Optional[int], Optional[int]]]  # id, kind, used, total, read MB/s
+    nodes: List[Tuple[int, NodeKind, Optional[int], Optional[int], Optional[int]]]  # id, kind, used, total, read MB/s
     rates: List[Tuple[str, Optional[float], str]]  # name, pages/s now, sparkline
     cgroups: List[Row]
     processes: List[Row]

@@ -15,7 +15,7 @@ balancing turns tiering on, and undone after it is turned off again.
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Literal, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
@@ -76,6 +76,10 @@ class WISpec(NamedTuple):
     max_weight: int
 
 
+#: a single file under /proc/sys, a single sysfs file, or a group of files planned as a whole
+KnobKind = Literal["sysctl", "sysfs", "group"]
+
+
 class Knob:
     """One registry entry.  Subclasses implement validate/canonical for their type."""
 
@@ -95,8 +99,7 @@ class Knob:
         self.name = name
         #: from the one table of knobs status and tune share (KeyError: a knob missing there)
         self.path = path = paths.knob_path(name)
-        #: sysctl | sysfs | group
-        self.kind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
+        self.kind: KnobKind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
         self.summary = summary
         self.reversible = reversible
         self.reversible_note = reversible_note
