@@ -1,17 +1,21 @@
 """The engine functions the thin CLI calls (issue 19: the CLI parses, calls one function, emits).
 
-* :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use.
+* :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use;
+* :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any, List
 
+from cxlctl.cli import run
 from cxlctl.inventory import scan
 from cxlctl.telemetry.sample import kinds_of, read_sample
 from cxlctl.telemetry.sampler import Sampler, readings
-from tests.tune_support import LIVE, pristine
+from cxlctl.tuning import trial
+from tests.tune_support import LIVE, diff, journal, plan_writes, pristine, representative, snapshot, work_copy
 
 
 def _bump(path: str, name: str, by: int) -> int:
@@ -65,3 +69,49 @@ def test_readings_wait_to_the_previous_sample_time_plus_interval(monkeypatch: An
     assert [t.sample.time for t in got] == [100.0, 101.0, 102.0]
     assert slept == [0.6, 0.6]
     assert got[0].rates is None and got[2].rates is not None and got[2].rates.seconds == 1.0
+
+
+# ---------------------------------------------------------------------------- tune try
+
+
+def _try_root(tmp_path: Any) -> str:
+    """A recorded kernel tree with ``latency-strict`` applied and a profile that changes knobs."""
+    source = [s for s in representative() if s != LIVE][0]
+    root = work_copy(source, str(tmp_path / "root"))
+    assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
+    assert plan_writes(root, "t-everything") > 0
+    return root
+
+
+def test_try_run_undoes_the_try_when_stdin_closes_and_restores_sigterm(tmp_path: Any) -> None:
+    root = _try_root(tmp_path)
+    before = snapshot(root)
+    seen: List[List[str]] = []
+    rd, wr = os.pipe()
+    os.close(wr)  # EOF: no confirmation will come
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        t = trial.run(
+            root, "t-everything", 30.0, stdin_fd=rd, on_applied=lambda res: seen.append(diff(before, snapshot(root)))
+        )
+    finally:
+        os.close(rd)
+    assert len(seen) == 1 and seen[0] != [], "on_applied runs once, after the try changed knobs"
+    assert t.outcome == trial.EOF_ and t.reverted is not None and t.reverted.ok
+    assert diff(before, snapshot(root)) == []
+    assert signal.getsignal(signal.SIGTERM) is sigterm
+
+
+def test_try_run_an_interrupt_while_waiting_reverts(tmp_path: Any) -> None:
+    """Ctrl-C (or SIGTERM, turned into one) after the apply: the try is undone, not left to expire."""
+    root = _try_root(tmp_path)
+    before = snapshot(root)
+
+    def interrupt(res: Any) -> None:
+        raise KeyboardInterrupt
+
+    t = trial.run(root, "t-everything", 30.0, on_applied=interrupt)
+    assert t.outcome == trial.INTERRUPTED and t.reverted is not None and t.reverted.ok
+    assert diff(before, snapshot(root)) == []
+    tr = journal(root).trial
+    assert tr is None or not tr.pending

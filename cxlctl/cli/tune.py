@@ -14,7 +14,7 @@ Before any ``tune`` command runs, an expired unconfirmed ``tune try`` is reverte
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import typer
 
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from cxlctl.tuning.engine import ApplyResult, FileResult, Prepared
-    from cxlctl.tuning.journal import Journal
     from cxlctl.tuning.profile import Profile
     from cxlctl.tuning.results import UndoResult
 
@@ -328,10 +327,6 @@ def _stdin_fd() -> Optional[int]:
         return None
 
 
-def _term(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 @tune_app.command("try", cls=Command)
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
@@ -347,11 +342,9 @@ def try_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    import signal
-
     from cxlctl.errors import UsageError
+    from cxlctl.tuning import trial
     from cxlctl.tuning import tune_json as view
-    from cxlctl.tuning.transaction import Transaction
 
     try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
         timeout = seconds(timeout_arg)
@@ -361,59 +354,9 @@ def try_cmd(
         raise UsageError(
             f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
         )
-    # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
-    old = signal.signal(signal.SIGTERM, _term)
-    try:
-        try:
-            with progress_bar(json_out) as progress:
-                res = Transaction(host_root(), _beside(profile, beside)).commit(
-                    wait=wait, trial_timeout=timeout, on_progress=progress
-                )
-        except KeyboardInterrupt:
-            # between recording the try and returning it: undo it here rather than leave it to expire
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            from cxlctl.tuning.trial import abandon
 
-            undone = abandon(host_root())
-            if undone is not None and not undone.ok:
-                raise CxlctlError(
-                    f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
-                    hint="the journal keeps the values; run `cxlctl tune revert`",
-                ) from None
-            raise CxlctlError(
-                "interrupted" + (f": reverted {undone.profile} to the previous values" if undone else ""),
-                hint="see `cxlctl tune status`",
-            ) from None
-        j = res.journal
-        if not res.ok or j is None or j.trial is None:
-            if json_out:
-                _emit(view.trial(res, timeout, None, "failed", None))
-            else:
-                _note(res.messages)
-                _render_apply(res)
-            _raise_failed(res)
-            return
-        outcome, reverted = _await_confirmation(res, j, timeout, json_out)
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    if json_out:
-        assert j.trial is not None
-        _emit(view.trial(res, timeout, j.trial.deadline, outcome, reverted))
-    _report_try(res.prepared.plan.profile, timeout, outcome, reverted, json_out)
-
-
-def _await_confirmation(
-    res: ApplyResult, j: Journal, timeout: float, json_out: bool
-) -> Tuple[str, Optional[UndoResult]]:
-    """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
-    import signal
-
-    from cxlctl.tuning import trial
-    from cxlctl.tuning import tune_json as view
-
-    assert j.trial is not None
-    name = res.prepared.plan.profile
-    try:
+    def applied(res: ApplyResult) -> None:
+        assert res.journal is not None and res.journal.trial is not None
         if not json_out:
             _note(res.messages)
             _render_plan(res.prepared, _console(), "try")
@@ -421,26 +364,34 @@ def _await_confirmation(
                 _render_results("Result", list(res.results), _console())
         _note(
             [
-                f"applied {name} on trial: press Enter to keep it, or run `cxlctl tune confirm` from another shell "
-                f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
+                f"applied {res.prepared.plan.profile} on trial: press Enter to keep it, or run `cxlctl tune confirm` "
+                f"from another shell within {timeout:g} s (until {view.when(res.journal.trial.deadline)}); "
+                "otherwise it is reverted"
             ]
         )
-        outcome = trial.wait(host_root(), j, _stdin_fd())
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-    if outcome not in _WHY_NOT:
-        return outcome, None
-    # the undo itself is not interruptible: a second Ctrl-C must not leave it half done
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        reverted = trial.give_up(host_root(), j)
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-    if reverted is None:
-        return "confirmed", None  # confirmed in the same instant, from another shell
-    return outcome, reverted
+
+    t = trial.run(
+        host_root(),
+        _beside(profile, beside),
+        timeout,
+        wait_lock=wait,
+        stdin_fd=_stdin_fd(),
+        progress=lambda: progress_bar(json_out),
+        on_applied=applied,
+    )
+    res = t.result
+    if t.outcome == trial.FAILED:
+        if json_out:
+            _emit(view.trial(res, timeout, None, "failed", None))
+        else:
+            _note(res.messages)
+            _render_apply(res)
+        _raise_failed(res)
+        return
+    if json_out:
+        assert res.journal is not None and res.journal.trial is not None
+        _emit(view.trial(res, timeout, res.journal.trial.deadline, t.outcome, t.reverted))
+    _report_try(res.prepared.plan.profile, timeout, t.outcome, t.reverted, json_out)
 
 
 def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[UndoResult], json_out: bool) -> None:
