@@ -1,7 +1,8 @@
 """The engine functions the thin CLI calls (issue 19: the CLI parses, calls one function, emits).
 
 * :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use;
-* :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling.
+* :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling;
+* :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any, List
 
 from cxlctl.cli import run
 from cxlctl.inventory import scan
+from cxlctl.ras import collect
 from cxlctl.telemetry.sample import kinds_of, read_sample
 from cxlctl.telemetry.sampler import Sampler, readings
 from cxlctl.tuning import trial
+from tests.kit import REPO
 from tests.tune_support import LIVE, diff, journal, plan_writes, pristine, representative, snapshot, work_copy
 
 
@@ -115,3 +118,41 @@ def test_try_run_an_interrupt_while_waiting_reverts(tmp_path: Any) -> None:
     assert diff(before, snapshot(root)) == []
     tr = journal(root).trial
     assert tr is None or not tr.pending
+
+
+# ---------------------------------------------------------------------------- events --since
+
+RAS = os.path.join(REPO, "fixtures", "linux-6.12")
+
+
+def _recorded_lines() -> List[str]:
+    """Every event stream a 6.12 kernel wrote in the VM (tests/vm/record_ras_events.py)."""
+    d = os.path.join(RAS, "events")
+    lines: List[str] = []
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".txt") and name != "facts.txt":
+            with open(os.path.join(d, name)) as f:
+                lines += f.read().splitlines()
+    return lines
+
+
+def test_stored_events_since_counts_back_from_the_newest_event_of_a_saved_file() -> None:
+    tree = os.path.join(RAS, "hb2x2-region-ras")
+    every = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt")
+    newest = max(e.timestamp for e in every.events)
+    got = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt", since=10.0)
+    assert got.where == "saved.txt"
+    assert 0 < len(got.events) < len(every.events)
+    assert got.events == [e for e in every.events if e.timestamp >= newest - 10.0]
+    doc = got.summary_json()
+    assert (doc["type"], doc["source"], doc["events"]) == ("summary", "saved.txt", len(got.events))
+    assert doc["parsed"] == len(every.events) > doc["events"], "the parse counts cover every line read"
+
+
+def test_since_window_counts_back_from_the_host_clock_when_there_is_one() -> None:
+    tree = os.path.join(RAS, "hb2x2-region-ras")
+    evs = collect.stored_events(tree, lines=_recorded_lines()).events
+    newest = max(e.timestamp for e in evs)
+    assert collect.since_window(evs, 5.0, newest + 100.0) == []  # uptime well past the events
+    assert collect.since_window(evs, None, newest + 100.0) == evs
+    assert collect.since_window([], 5.0, None) == []
