@@ -2,7 +2,8 @@
 
 * :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use;
 * :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling;
-* :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``.
+* :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``;
+* :func:`cxlctl.telemetry.sample.check_pid`, :func:`~cxlctl.telemetry.sample.check_nodes` -- ``stat``'s checks.
 """
 
 from __future__ import annotations
