@@ -2,7 +2,8 @@
 
 * :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use;
 * :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling;
-* :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``.
+* :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``;
+* :func:`cxlctl.telemetry.sample.check_pid`, :func:`~cxlctl.telemetry.sample.check_nodes` -- ``stat``'s checks.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import os
 import signal
 from typing import Any, List
 
+import pytest
+
 from cxlctl.cli import run
+from cxlctl.errors import UsageError
 from cxlctl.inventory import scan
 from cxlctl.ras import collect
-from cxlctl.telemetry.sample import kinds_of, read_sample
+from cxlctl.telemetry.sample import check_nodes, check_pid, kinds_of, read_sample
 from cxlctl.telemetry.sampler import Sampler, readings
 from cxlctl.tuning import trial
 from tests.kit import REPO
@@ -156,3 +160,20 @@ def test_since_window_counts_back_from_the_host_clock_when_there_is_one() -> Non
     assert collect.since_window(evs, 5.0, newest + 100.0) == []  # uptime well past the events
     assert collect.since_window(evs, None, newest + 100.0) == evs
     assert collect.since_window([], 5.0, None) == []
+
+
+# ---------------------------------------------------------------------------- stat's checks
+
+
+def test_stat_checks_refuse_a_missing_process_and_node_naming_what_exists() -> None:
+    root = pristine(LIVE)
+    kinds = kinds_of(scan(root).nodes)
+    with pytest.raises(UsageError, match=r"no node 99 on this host \(nodes: 0"):
+        check_nodes(kinds, sorted(kinds) + [99])
+    check_nodes(kinds, sorted(kinds))
+    for bad, said in ((0, "is not a process id"), (4194305, "no process with PID 4194305")):
+        with pytest.raises(UsageError, match=said):
+            check_pid(root, bad)
+    pids = [int(n) for n in os.listdir(os.path.join(root, "proc")) if n.isdigit()]
+    if pids:
+        check_pid(root, pids[0])

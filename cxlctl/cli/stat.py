@@ -68,7 +68,7 @@ def stat(
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
     from cxlctl.telemetry.report import render_text, to_dict
-    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, node_kinds, read_sample
+    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
     from cxlctl.telemetry.sampler import Sampler, readings
 
     root = host_root()
@@ -79,22 +79,11 @@ def stat(
     cgroups = [cgroup_name(c) for c in cgroup or []]
     for c in cgroups:
         check_cgroup(root, c)
-    from cxlctl.hostio import paths
-    from cxlctl.hostio.reader import Reader
-
     for p in pid or []:
-        if p <= 0:
-            raise UsageError(f"--pid {p} is not a process id", hint="give a PID from ps or pgrep")
-        if not Reader(root).isdir(paths.proc_pid(p, "").rstrip("/")):
-            raise UsageError(f"no process with PID {p}", hint="check the PID (ps, pgrep)")
+        check_pid(root, p)
     kinds = node_kinds(root)
     if nodes is not None:
-        unknown = [n for n in nodes if n not in kinds]
-        if unknown:
-            raise UsageError(
-                f"no node {', '.join(map(str, unknown))} on this host (nodes: {', '.join(map(str, sorted(kinds)))})",
-                hint="see cxlctl status for the nodes",
-            )
+        check_nodes(kinds, nodes)
     total = count if count is not None else (None if every is not None else 1)
     from cxlctl.term import width as term_width
 

@@ -241,6 +241,24 @@ def check_cgroup(root: str, name: str) -> None:
         )
 
 
+def check_pid(root: str, pid: int) -> None:
+    """Refuse a PID that is not a process of ``root`` (a usage error saying where to find one)."""
+    if pid <= 0:
+        raise UsageError(f"--pid {pid} is not a process id", hint="give a PID from ps or pgrep")
+    if not Reader(root).isdir(paths.proc_pid(pid, "").rstrip("/")):
+        raise UsageError(f"no process with PID {pid}", hint="check the PID (ps, pgrep)")
+
+
+def check_nodes(kinds: Dict[int, NodeInfo], nodes: Sequence[int]) -> None:
+    """Refuse nodes the host does not have (a usage error listing the nodes it has)."""
+    unknown = [n for n in nodes if n not in kinds]
+    if unknown:
+        raise UsageError(
+            f"no node {', '.join(map(str, unknown))} on this host (nodes: {', '.join(map(str, sorted(kinds)))})",
+            hint="see cxlctl status for the nodes",
+        )
+
+
 def _subdir_of(r: Reader, d: str) -> Callable[[str], bool]:
     return lambda name: not name.startswith(".") and r.isdir(f"{d}/{name}")
 
