@@ -3,7 +3,8 @@
 * :mod:`cxlctl.telemetry.sampler` -- the one sampling loop ``stat``, ``top`` and the daemon use;
 * :func:`cxlctl.tuning.trial.run` -- ``tune try``'s apply, wait and undo with its signal handling;
 * :func:`cxlctl.ras.collect.stored_events` -- ``events``' stored events cut to ``--since``;
-* :func:`cxlctl.telemetry.sample.check_pid`, :func:`~cxlctl.telemetry.sample.check_nodes` -- ``stat``'s checks.
+* :func:`cxlctl.telemetry.sample.check_pid`, :func:`~cxlctl.telemetry.sample.check_nodes` -- ``stat``'s checks;
+* :func:`cxlctl.tuning.profile.for_command` -- which profile ``tune plan/apply/try`` work on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from cxlctl.inventory import scan
 from cxlctl.ras import collect
 from cxlctl.telemetry.sample import check_nodes, check_pid, kinds_of, read_sample
 from cxlctl.telemetry.sampler import Sampler, readings
-from cxlctl.tuning import trial
+from cxlctl.tuning import profile, trial
 from tests.kit import REPO
 from tests.tune_support import LIVE, diff, journal, plan_writes, pristine, representative, snapshot, work_copy
 
@@ -177,3 +178,15 @@ def test_stat_checks_refuse_a_missing_process_and_node_naming_what_exists() -> N
     pids = [int(n) for n in os.listdir(os.path.join(root, "proc")) if n.isdigit()]
     if pids:
         check_pid(root, pids[0])
+
+
+# ---------------------------------------------------------------------------- tune's profile
+
+
+def test_for_command_is_the_named_profile_else_the_one_in_effect_else_the_default(tmp_path: Any) -> None:
+    root = work_copy(LIVE, str(tmp_path / "root"))
+    assert profile.for_command(root, None) == profile.DEFAULT_PROFILE == "inference-bandwidth"
+    assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
+    assert profile.for_command(root, None) == "t-everything"
+    assert profile.for_command(root, "latency-strict") == "latency-strict"
+    assert profile.for_command(root, "") == "", "a name given, even empty, is not replaced"

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from cxlctl.tuning.profile import Profile
     from cxlctl.tuning.results import UndoResult
 
-DEFAULT_PROFILE = "inference-bandwidth"
-
 tune_app = group("tune", "Plan, apply, verify and revert tuning profiles (sysctls, demotion, weighted interleave).")
 
 
@@ -121,24 +119,6 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 # ---------------------------------------------------------------------------- plan
 
 
-def _default_profile() -> Union[str, Profile]:
-    """The profile in effect this boot (rebuilt from the journal when it has no file), else the default."""
-    from cxlctl.tuning.state import applied_journal
-
-    j = applied_journal(host_root())
-    if j is not None:
-        from cxlctl.tuning.profile import candidates, from_data
-
-        if j.profile_data is not None:
-            return from_data(host_root(), j.profile, j.profile_data, j.profile_source)
-
-        found = candidates(host_root(), j.profile)
-        if found and found[0][0] == j.profile_source:
-            return j.profile  # still what the name resolves to
-        return j.profile_source or j.profile
-    return DEFAULT_PROFILE
-
-
 BESIDE_OPT = typer.Option(
     False,
     "--beside-other-damon",
@@ -146,13 +126,10 @@ BESIDE_OPT = typer.Option(
 )
 
 
-def _beside(ref: Union[str, Profile], beside: bool) -> Union[str, Profile]:
-    """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``)."""
-    if not beside:
-        return ref
-    from cxlctl.tuning.profile import load, with_beside_other_damon
+def _profile(ref: Optional[str], beside: bool) -> Union[str, Profile]:
+    from cxlctl.tuning.profile import for_command
 
-    return with_beside_other_damon(load(host_root(), ref) if isinstance(ref, str) else ref)
+    return for_command(host_root(), ref, beside)
 
 
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
@@ -174,7 +151,7 @@ def plan_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    prep = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None).prepared
+    prep = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -208,7 +185,7 @@ def apply_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    txn = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None)
+    txn = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
@@ -372,7 +349,7 @@ def try_cmd(
 
     t = trial.run(
         host_root(),
-        _beside(profile, beside),
+        _profile(profile, beside),
         timeout,
         wait_lock=wait,
         stdin_fd=_stdin_fd(),
