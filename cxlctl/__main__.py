@@ -16,7 +16,7 @@ import sys
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional, Tuple
+    from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
     from .errors import CxlctlError
 
@@ -67,7 +67,7 @@ def _writer(text: str) -> Callable[[], None]:
     return write
 
 
-def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Optional[CxlctlError]]:
+def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Union[CxlctlError, int, None]]:
     """The command ``cmd`` of :data:`_FAST`, as its typer command (cli/status.py, cli/doctor.py,
     cli/stat.py) runs it without options: (what writes its output, the error to exit with after it)."""
     if cmd[0] == "status":
@@ -78,11 +78,11 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Opti
             from .status_json import dumps
 
             text = dumps(inv)
-            return _writer(text), None
+            return _writer(text), 1 if inv.unknown else None  # a directory listed was unreadable
         from .render import render_status
-        from .term import markup_console
+        from .term import console
 
-        return lambda: render_status(inv, markup_console()), None  # as cli/status.py
+        return lambda: render_status(inv, console(highlight=True)), 1 if inv.unknown else None  # as cli/status.py
     if cmd[0] == "doctor":
         from .doctor.gather import gather
         from .doctor.report import exit_code, failure, run, to_json
@@ -147,6 +147,8 @@ def _fast(argv: List[str]) -> Optional[int]:
         if not err.broken_pipe:
             sys.stderr.write(err.render() + "\n")
         return err.code
+    if isinstance(after, int):
+        return after
     if after is not None:
         sys.stderr.write(after.render() + "\n")
         return after.code

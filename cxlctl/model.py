@@ -231,6 +231,12 @@ class Inventory(_Record):
     notes: Tuple[Tuple[str, str], ...]
 
     @property
+    def unknown(self) -> bool:
+        """Could a directory the inventory is listed from not be read (``unreadable`` errors)?
+        Then "no devices" is unknown, not empty: ``status`` exits 1."""
+        return any(w.code == "unreadable" and w.severity == "error" for w in self.warnings)
+
+    @property
     def has_cxl(self) -> bool:
         return bool(self.buses or self.memdevs)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
+from cxlctl.numa_maps import NumaMaps
 from cxlctl.telemetry import verdicts as V
-from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS, Counters, NumaMaps, pick
+from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS, Counters, pick
 from cxlctl.telemetry.rates import Rates, counter_rates, rates
 from cxlctl.telemetry.sample import CgroupSample, NodeSample, ProcessSample, Sample, Settings
 

@@ -24,8 +24,10 @@ def status(
         from cxlctl.status_json import dumps
 
         sys.stdout.write(dumps(inv))
-        return
-    from cxlctl.render import render_status
-    from cxlctl.term import markup_console
+    else:
+        from cxlctl.render import render_status
+        from cxlctl.term import markup_console
 
-    render_status(inv, markup_console())
+        render_status(inv, markup_console())
+    if inv.unknown:
+        raise typer.Exit(1)

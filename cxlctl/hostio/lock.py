@@ -25,7 +25,7 @@ from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
 from .paths import LOCK
 from .proc import comm as _comm
-from .reader import Refused, fence_of, read_bounded
+from .reader import Reader, Unreadable, fence_of
 from .root import under
 from .write import dir_fenced, open_fenced
 
@@ -50,9 +50,12 @@ class Locked(CxlctlError):
 def holder(root: str) -> Optional[int]:
     """Pid written by the current holder (may be stale if nobody holds the lock)."""
     try:
-        text = read_bounded(under(root, LOCK), fence_of(root), limit=64).decode("ascii", "replace").strip()
-    except (OSError, Refused):
+        b = Reader(root).read(LOCK, limit=64)
+    except Unreadable:
         return None
+    if b is None:
+        return None
+    text = b.decode("ascii", "replace").strip()
     return int(text) if text.isascii() and text.isdigit() else None
 
 

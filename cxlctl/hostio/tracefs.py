@@ -22,7 +22,7 @@ import time
 from typing import Iterator, List, Optional
 
 from . import paths
-from .reader import Refused, read_bounded
+from .reader import Reader, Unreadable
 from .root import under
 from .write import KnobError, OutsideRoot, check_inside, write_knob
 
@@ -162,9 +162,12 @@ def stale_follow_instances(root: str, tracefs: str) -> List[str]:
 def read_trace(root: str, inst: str) -> bytes:
     """The instance's ``trace`` file: a non-consuming snapshot of its buffer."""
     try:
-        return read_bounded(under(root, f"{inst}/trace"), limit=MAX_TRACE_BYTES, head=True)
-    except (OSError, Refused) as e:
-        raise TracefsError(f"cannot read {inst}/trace: {e}") from None
+        b = Reader(root).read(f"{inst}/trace", limit=MAX_TRACE_BYTES, head=True)
+    except Unreadable as e:
+        raise TracefsError(f"cannot read {inst}/trace: {e.reason}") from None
+    if b is None:
+        raise TracefsError(f"cannot read {inst}/trace: no such file")
+    return b
 
 
 def follow_pipe(root: str, inst: str, stop: Optional[List[bool]] = None, poll_s: float = 0.5) -> Iterator[bytes]:

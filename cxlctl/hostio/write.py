@@ -40,13 +40,13 @@ import time
 
 from cxlctl.errors import UsageError
 
-from .reader import Fence, Refused, _real_of, fence_of, read_bounded
+from .reader import Fence, Refused, _real_of, fence_of
 from .root import under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Iterable, Optional, Tuple, Type
+    from typing import Iterable, Optional, Type
 
 
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ESTALE, errno.ENOTDIR})
@@ -296,16 +296,6 @@ def write_with_retry(root: str, path: str, text: str, *, index: Optional[int] = 
             time.sleep(delay)
             delay *= 4
     return attempts  # pragma: no cover - loop always returns or raises
-
-
-def read_raw(host_path: str) -> Tuple[bool, Optional[str]]:
-    """(exists, content) of a knob file; content None when unreadable or absent."""
-    try:
-        return True, read_bounded(host_path).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return False, None
-    except (OSError, Refused):
-        return os.path.lexists(host_path), None
 
 
 def pause_hook(done: int) -> None:

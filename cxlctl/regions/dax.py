@@ -63,15 +63,6 @@ class DaxError(CxlctlError):
     """A DAX step failed; the message says what state the device was left in."""
 
 
-def read_attr(root: str, path: str) -> Optional[str]:
-    """Stripped text of a sysfs attribute under ``root``; None when absent or unreadable."""
-    return Reader(root).text(path)
-
-
-def _link(root: str, path: str) -> Optional[str]:
-    return Reader(root).link(path)
-
-
 def block_size(root: str) -> Optional[int]:
     return objects.block_size(Attrs(Reader(root)))
 
@@ -115,7 +106,7 @@ def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
     """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
     if node is None:
         return None
-    mi = parse_meminfo(read_attr(root, paths.node_dir(node) + "/meminfo") or "")
+    mi = parse_meminfo(Reader(root).text(paths.node_dir(node) + "/meminfo") or "")
     if "MemTotal" not in mi or "MemFree" not in mi:
         return None
     return max(0, mi["MemTotal"] - mi["MemFree"])
@@ -137,7 +128,7 @@ def policy_zone(policy: Optional[str]) -> Optional[str]:
 
 def needs_hold(root: str, mode: str, zone: str) -> bool:
     """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
-    pz = policy_zone(read_attr(root, AUTO_ONLINE))
+    pz = policy_zone(Reader(root).text(AUTO_ONLINE))
     if pz is None:
         return False
     return mode != "system-ram" or pz != zone
@@ -146,7 +137,7 @@ def needs_hold(root: str, mode: str, zone: str) -> bool:
 @contextmanager
 def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]:
     """Keep the kernel from onlining hot-plugged memory while the body runs; restore after."""
-    old = read_attr(root, AUTO_ONLINE) if hold else None
+    old = Reader(root).text(AUTO_ONLINE) if hold else None
     if not hold or old is None or old == "offline":
         yield None
         return
@@ -178,7 +169,8 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 
 
 def _ensure_driver(root: str, drv: str) -> None:
-    if Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"):
+    r = Reader(root)
+    if r.isdir(f"{DAX_DRIVERS}/{drv}"):
         return
     why = ""
     if root == "/":  # daxctl loads the module too (kmod)
@@ -189,13 +181,14 @@ def _ensure_driver(root: str, drv: str) -> None:
         except tools.ToolError as e:
             why = f": {e}"  # the driver cannot appear now: say why instead of waiting for it
         else:
-            if _wait(lambda: Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"), 5):
+            if _wait(lambda: r.isdir(f"{DAX_DRIVERS}/{drv}"), 5):
                 return
     raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing){why}", hint=f"modprobe {drv}")
 
 
 def unbind(root: str, name: str, log: Log) -> None:
-    drv = _link(root, f"{DAX_DEVICES}/{name}/driver")
+    r = Reader(root)
+    drv = r.link(f"{DAX_DEVICES}/{name}/driver")
     if drv is None:
         return
     try:  # daxctl_unbind: forget the dynamic id, then unbind
@@ -205,26 +198,27 @@ def unbind(root: str, name: str, log: Log) -> None:
     try:
         write_knob(root, f"{DAX_DRIVERS}/{drv}/unbind", name)
     except KnobError as e:
-        if _link(root, f"{DAX_DEVICES}/{name}/driver") is not None:
+        if r.link(f"{DAX_DEVICES}/{name}/driver") is not None:
             raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
-    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") is None, 10):
+    if not _wait(lambda: r.link(f"{DAX_DEVICES}/{name}/driver") is None, 10):
         raise DaxError(f"{name} is still bound to {drv} after unbind")
     log(f"{name}: unbound from {drv}")
 
 
 def bind(root: str, name: str, drv: str, log: Log) -> None:
     _ensure_driver(root, drv)
+    r = Reader(root)
     try:
         write_knob(root, f"{DAX_DRIVERS}/{drv}/new_id", name)
     except KnobError:
         pass  # daxctl ignores this too: new_id may probe and bind on its own
-    if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+    if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
         try:
             write_knob(root, f"{DAX_DRIVERS}/{drv}/bind", name)
         except KnobError as e:
-            if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+            if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
                 raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None
-    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") == drv, 10):
+    if not _wait(lambda: r.link(f"{DAX_DEVICES}/{name}/driver") == drv, 10):
         raise DaxError(f"{name}: not bound to {drv} after bind")
     log(f"{name}: bound to {drv} ({MODES[drv]})")
 

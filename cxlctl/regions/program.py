@@ -45,7 +45,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
-from cxlctl.parse import format_size, parse_hex, parse_int
+from cxlctl.parse import format_size, sysfs_int
 from cxlctl.progress import ProgressFn
 
 from . import dax as daxmod
@@ -76,15 +76,6 @@ class Created(NamedTuple):
     dax_devices: Tuple[str, ...]
     steps: Tuple[str, ...]
     plan: Plan  # the plan as programmed
-
-
-def _int(text: Optional[str]) -> Optional[int]:
-    if not text:
-        return None
-    try:
-        return parse_int(text) if not text.lower().startswith("0x") else parse_hex(text)
-    except ValueError:
-        return None
 
 
 def _exists(root: str, path: str) -> bool:
@@ -123,6 +114,8 @@ class _Builder:
 
     def __init__(self, root: str, plan: Plan, log: Log, hold: bool = False) -> None:
         self.root = root
+        #: one reader for the build (it reopens a directory replaced since: see Reader._at)
+        self.reader = Reader(root)
         self.plan = plan
         self.log = log
         self.hold = hold
@@ -155,7 +148,7 @@ class _Builder:
             )
         # 1. claim a region name (cmpxchg; retry when another creator won the race)
         for attempt in range(5):
-            name = daxmod.read_attr(self.root, crr)
+            name = self.reader.text(crr)
             if not name:
                 raise CxlctlError(f"{crr} gave no region name; nothing was changed")
             try:
@@ -208,14 +201,14 @@ class _Builder:
 
     def _target(self, r: str, t: Target) -> None:
         d = f"{CXL}/{t.decoder}"
-        cur_dpa = _int(daxmod.read_attr(self.root, f"{d}/dpa_size")) or 0
+        cur_dpa = sysfs_int(self.reader.text(f"{d}/dpa_size"), base=0) or 0
         if cur_dpa:
             raise KnobError(
                 f"{d}/dpa_size",
                 None,
                 f"{t.decoder} already has DPA allocated ({cur_dpa:#x}); state changed since the plan",
             )
-        mode = daxmod.read_attr(self.root, f"{d}/mode")
+        mode = self.reader.text(f"{d}/mode")
         if mode != "ram":
             self.w(f"{d}/mode", "ram", f"{t.decoder} mode")
             self.modes[t.decoder] = mode or ""
@@ -230,20 +223,20 @@ class _Builder:
         r = f"{CXL}/{self.region}"
         p = self.plan
         got = {
-            "commit": daxmod.read_attr(self.root, f"{r}/commit"),
-            "size": _int(daxmod.read_attr(self.root, f"{r}/size")),
-            "ways": _int(daxmod.read_attr(self.root, f"{r}/interleave_ways")),
-            "granularity": _int(daxmod.read_attr(self.root, f"{r}/interleave_granularity")),
+            "commit": self.reader.text(f"{r}/commit"),
+            "size": sysfs_int(self.reader.text(f"{r}/size"), base=0),
+            "ways": sysfs_int(self.reader.text(f"{r}/interleave_ways"), base=0),
+            "granularity": sysfs_int(self.reader.text(f"{r}/interleave_granularity"), base=0),
         }
         want = {"commit": "1", "size": p.size, "ways": p.ways, "granularity": p.granularity}
         bad = [f"{k} is {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
         for t in p.targets:
-            v = daxmod.read_attr(self.root, f"{r}/target{t.position}")
+            v = self.reader.text(f"{r}/target{t.position}")
             if v != t.decoder:
                 bad.append(f"target{t.position} is {v!r}, expected {t.decoder}")
         if bad:
             raise KnobError(r, None, f"{self.region} read back wrong: " + "; ".join(bad))
-        res = _int(daxmod.read_attr(self.root, f"{r}/resource"))
+        res = sysfs_int(self.reader.text(f"{r}/resource"), base=0)
         return Created(
             self.region,
             p.root_decoder,
@@ -288,7 +281,7 @@ class _Builder:
                     left.append(str(e))
                     return left  # memory still online: leave the region whole rather than leak it
             u(f"{REGION_DRIVER}/unbind", self.region, "unbind")
-        if self.committed or daxmod.read_attr(self.root, f"{r}/commit") == "1":
+        if self.committed or self.reader.text(f"{r}/commit") == "1":
             u(f"{r}/commit", "0", "decommit")
         for pos in reversed(self.targets):
             u(f"{r}/target{pos}", "\n", f"clear target{pos}")
@@ -302,7 +295,7 @@ class _Builder:
         if _exists(self.root, r) and Reader(self.root).isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
-            v = _int(daxmod.read_attr(self.root, f"{CXL}/{d}/dpa_size"))
+            v = sysfs_int(self.reader.text(f"{CXL}/{d}/dpa_size"), base=0)
             if v:
                 left.append(f"{d} still has {v:#x} of DPA")
         return left
@@ -383,20 +376,21 @@ class RegionState(NamedTuple):
 
 def read_region(root: str, name: str) -> RegionState:
     r = f"{CXL}/{name}"
-    if not Reader(root).isdir(r):
+    reader = Reader(root)
+    if not reader.isdir(r):
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
     real = os.path.realpath(under(root, r))
     rd = os.path.basename(os.path.dirname(real))
-    ways = _int(daxmod.read_attr(root, f"{r}/interleave_ways")) or 0
+    ways = sysfs_int(reader.text(f"{r}/interleave_ways"), base=0) or 0
     targets = []
     for i in range(min(ways, 16)):
-        v = daxmod.read_attr(root, f"{r}/target{i}")
+        v = reader.text(f"{r}/target{i}")
         if v:
             targets.append((i, v))
     return RegionState(
         name,
         rd if rd.startswith("decoder") else None,
-        daxmod.read_attr(root, f"{r}/commit") == "1",
+        reader.text(f"{r}/commit") == "1",
         _exists(root, f"{r}/driver"),
         ways,
         tuple(targets),
@@ -461,20 +455,21 @@ def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[Prog
         log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
     r = f"{CXL}/{name}"
+    reader = Reader(root)
     if st.bound:
         w(f"{REGION_DRIVER}/unbind", name, "unbind")
         _wait(lambda: not _exists(root, f"{r}/driver"), 10)
-    if daxmod.read_attr(root, f"{r}/commit") == "1":
+    if reader.text(f"{r}/commit") == "1":
         w(f"{r}/commit", "0", "decommit")
     freed = []
     for pos, dec in reversed(st.targets):
         w(f"{r}/target{pos}", "\n", f"clear target{pos}")
         freed.append(dec)
     for dec in sorted(freed, key=lambda d: -int(d.rsplit(".", 1)[1]) if "." in d else 0):
-        if _int(daxmod.read_attr(root, f"{CXL}/{dec}/dpa_size")):
+        if sysfs_int(reader.text(f"{CXL}/{dec}/dpa_size"), base=0):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
-    _wait(lambda: not Reader(root).isdir(r), 5)
-    if Reader(root).isdir(r):
+    _wait(lambda: not reader.isdir(r), 5)
+    if reader.isdir(r):
         raise CxlctlError(f"{name} still exists after delete_region")
     return Destroyed(name, tuple(offlined), tuple(freed), tuple(steps))

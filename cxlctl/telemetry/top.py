@@ -46,6 +46,8 @@ class View(NamedTuple):
     damon: List[Tuple[str, str, Optional[float]]] = []
     #: promotion/demotion MB/s and their share of the CXL nodes' bandwidth (None before the first interval)
     traffic: Optional[str] = None
+    #: why there is no cgroup list (cgroup v1), None when there is one
+    cgroups_note: Optional[str] = None
 
 
 class History:
@@ -138,6 +140,7 @@ def view(
         sort,
         damon[:rows],
         traffic,
+        s.cgroups_unavailable,
     )
 
 
@@ -171,6 +174,8 @@ def plain(v: View, width: int = 80) -> str:
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     if v.traffic:
         lines += fold_lines(v.traffic, width, indent="  ")
+    if v.cgroups_note:
+        lines += fold_lines(v.cgroups_note, width, indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
@@ -237,6 +242,9 @@ def rich_view(v: View, width: int = 80, height: Optional[int] = None) -> Any:
     # (head, rows): the sections whose rows give way when the screen is short
     sections: List[Tuple[Text, List[Text]]] = []
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
+        if title == "cgroup" and v.cgroups_note:
+            top.append(Text(_cells(v.cgroups_note, w), style="dim"))  # cgroup v1: no list to show
+            continue
         head = _cells(f"{title} (by {dict(SORTS)[v.sort]})", name_w)
         sections.append(
             (

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from cxlctl.errors import UsageError
 from cxlctl.hostio.lock import TuneLock, holder, is_held
 from cxlctl.hostio.paths import PERSIST_SYSCTL
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under as host
 
 from . import journal as jn
@@ -46,7 +47,6 @@ from .transaction import (
     canon,
     persisted,
     preflight,
-    read_text,
     restore_files,
     restore_map,
     restore_persist,
@@ -168,7 +168,8 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
             messages.append(f"ended the pending `tune try` of {j.profile} (pid {j.trial.pid})")
         entries = list(j.entries)
         progress = Progress(entries)
-        before = {e.path: canon(e.knob, read_text(root, e.path)) for e in entries}
+        r = Reader(root)
+        before = {e.path: canon(e.knob, r.body(e.path)) for e in entries}
         knobs: List[str] = []
         for e in entries:
             progress.status[e.path] = "unchanged"
@@ -280,7 +281,7 @@ def status(root: str) -> StatusResult:
             unsupported=tuple(c.setting for c in checks if c.status == "unsupported") + tuple(s for s, _ in j.skipped),
         )
     persist: Optional[PersistSummary] = None
-    text = read_text(root, ACTIVE_PROFILE)
+    text = Reader(root).body(ACTIVE_PROFILE)
     if text is not None or persisted(root):
         name: Optional[str] = None
         try:

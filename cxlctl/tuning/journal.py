@@ -36,7 +36,7 @@ from typing import Any, Dict, Optional, Tuple
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, remove
-from cxlctl.hostio.reader import Reader, Refused, fence_of, read_bounded
+from cxlctl.hostio.reader import Reader, Unreadable, fence_of
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import outside
 from cxlctl.namedrecord import NamedTuple
@@ -205,16 +205,14 @@ def load(root: str) -> Optional[Journal]:
     path = under(root, JOURNAL)
     fence = fence_of(root)
     try:
-        raw = read_bounded(path, fence, limit=64 << 20)
-    except FileNotFoundError:
-        return None
-    except Refused as e:
+        raw = Reader(root).read(JOURNAL, limit=64 << 20)
+    except Unreadable as e:
         if fence is not None and not fence.holds(os.path.realpath(path)):
             # another tree's journal (ROOT/run linked out): never act on it, name the link (exit 2)
             raise outside(fence, path) from None
         raise JournalCorrupt(path, e.reason) from None
-    except OSError as e:
-        raise JournalCorrupt(path, e.strerror or str(e)) from None
+    if raw is None:
+        return None
     try:
         return from_json(json.loads(raw.decode("utf-8")))
     except (ValueError, KeyError, TypeError) as e:
