@@ -26,6 +26,6 @@ def status(
         sys.stdout.write(dumps(inv))
         return
     from cxlctl.render import render_status
-    from cxlctl.term import markup_console
+    from cxlctl.term import console
 
-    render_status(inv, markup_console())
+    render_status(inv, console(highlight=True))
