@@ -55,18 +55,32 @@ def _fast_status_json(argv: List[str]) -> Optional[int]:
 
     try:
         inv = scan(resolve_root(root))
-    except CxlctlError as e:
+    except Exception as e:
+        if not isinstance(e, CxlctlError):  # a bug: the same one-line report as cli.run, never a traceback
+            if os.environ.get("CXLCTL_DEBUG"):
+                raise
+            from .errors import InternalError
+
+            e = InternalError(e)
+        from .errors import json_error
+
         sys.stderr.write(e.render() + "\n")
+        try:  # as cli.run does for every --json command (docs/json-schema.md, "Errors")
+            sys.stdout.write(json_error(e))
+        except (OSError, ValueError, AttributeError):
+            pass
         return e.code
-    except Exception as e:  # a bug: the same one-line report as cli.run, never a traceback
-        if os.environ.get("CXLCTL_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
-        )
-        return 1
-    sys.stdout.write(dumps(inv))
-    return 0
+    try:
+        sys.stdout.write(dumps(inv))
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError) as e:  # closed (None: AttributeError), full, or a left pipe
+        from .errors import StdoutError
+
+        err = StdoutError.of(None if sys.stdout is None else e)
+        if not err.broken_pipe:
+            sys.stderr.write(err.render() + "\n")
+        return err.code
+    return 1 if inv.unknown else 0  # a directory the inventory is listed from was unreadable
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -80,12 +94,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point (same behaviour as ``python -m cxlctl``)."""
+    """Console-script entry point (same behaviour as ``python -m cxlctl``).
+
+    A stdout that failed (``>/dev/full``, a pipe whose reader left) was reported by the
+    command (exit 1); what it could not take is still buffered, and the interpreter's
+    last flush would fail again (a second message, exit 120): fd 1 becomes /dev/null."""
     try:
-        sys.exit(main())
+        rc = main()
     except BrokenPipeError:  # `cxlctl status --json | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+        rc = 1
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            rc = rc or 1
+    sys.exit(rc)
 
 
 if __name__ == "__main__":

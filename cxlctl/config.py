@@ -298,7 +298,96 @@ def load(root: str, path: Optional[str] = None) -> Config:
         if e.missing and not explicit:
             return defaults()
         raise ConfigError(file, None, e.reason) from None
-    return validate(file, data)
+    cfg = validate(file, data)
+    if cfg.profile:
+        check_profile(root, file, cfg.profile)
+    return cfg
+
+
+def check_profile(root: str, where: str, ref: str) -> None:
+    """``profile =`` must name a profile that loads (under ``root``), or the file is refused (exit 2).
+
+    A typo there would otherwise surface only as a reconcile that fails every pass
+    while the daemon reports itself ready.
+    """
+    from cxlctl.tuning.profile import ProfileError
+    from cxlctl.tuning.profile import load as load_profile
+
+    try:
+        load_profile(root, ref)
+    except ProfileError as e:
+        known = f" ({e.hint})" if e.hint.startswith("known profiles") else ""
+        raise ConfigError(where, "profile", f"cannot use profile {ref!r}: {e}{known}") from None
+
+
+def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
+    """The effective configuration as the file spells it: section → key → value (``""`` = top level).
+
+    The inverse of :func:`validate`'s conversions (ms, MiB, "" for unset), so
+    :func:`to_toml` of it reads back as the same :class:`Config`.
+    """
+    listen = "" if cfg.metrics_listen is None else _listen_text(cfg.metrics_listen)
+    return {
+        "": {"profile": cfg.profile or ""},
+        "reconcile": {
+            "debounce_ms": round(cfg.debounce * 1000),
+            "max_delay_ms": round(cfg.max_delay * 1000),
+            "rescan_interval": cfg.rescan_interval,
+            "receive_buffer_mib": cfg.receive_buffer >> 20,
+            "online_new_memory": cfg.online_new_memory,
+            "lock_wait": cfg.lock_wait,
+        },
+        "drift": {"interval": cfg.drift_interval, "action": cfg.drift_action},
+        "shutdown": {"rollback": cfg.rollback_on_exit},
+        "metrics": {
+            "listen": listen,
+            "allow_remote": cfg.metrics_allow_remote,
+            "textfile_dir": cfg.textfile_dir or "",
+            "telemetry_interval": cfg.telemetry_interval,
+            "cgroups": list(cfg.telemetry_cgroups),
+        },
+        "nfd": {"enabled": cfg.nfd_enabled, "dir": cfg.nfd_dir, "namespace": cfg.nfd_namespace},
+        "health": {
+            "enabled": cfg.health_enabled,
+            "interval": cfg.health_interval,
+            "command": cfg.health_command,
+            "timeout": cfg.health_timeout,
+        },
+        "log": {"level": cfg.log_level},
+        "ras": {"enabled": cfg.ras_enabled, "poison_action": cfg.ras_poison_action},
+    }
+
+
+def _listen_text(listen: Tuple[str, int]) -> str:
+    host, port = listen
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _toml_value(v: Any) -> str:
+    """One TOML value: booleans, integers, floats (integral ones as integers), strings, lists."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    import json
+
+    return json.dumps(str(v), ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def to_toml(cfg: Config) -> str:
+    """The effective configuration as a TOML file (``cxlctl daemon config``): every key, in the
+    file's own sections and units, so it can be saved as ``cxlctl.toml`` and read back."""
+    src = cfg.source or "defaults only (no configuration file)"
+    lines = [f"# effective cxlctl daemon configuration; from {src}".replace("\n", " ")]
+    for sect, keys in file_values(cfg).items():
+        if sect:
+            lines += ["", f"[{sect}]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+    return "\n".join(lines) + "\n"
 
 
 def render(cfg: Config) -> Dict[str, Any]:

@@ -15,6 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+    from .model import NodeKind
+
 
 def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
     ids = block_range(start, size, bs)
@@ -103,7 +105,7 @@ def _classify_nodes(
             reg = region_by_name.get(rn)
             if reg:
                 mds.update(t.memdev for t in reg.targets if t.memdev)
-        kind = "dram" if n.has_cpu else ("cxl" if n.id in cxl_nodes else "other")
+        kind: NodeKind = "dram" if n.has_cpu else ("cxl" if n.id in cxl_nodes else "other")
         nodes_out.append(
             n._replace(
                 kind=kind,

@@ -29,3 +29,48 @@ class CxlctlError(Exception):
 class UsageError(CxlctlError):
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message, code=EXIT_USAGE, hint=hint)
+
+
+class InternalError(CxlctlError):
+    """A bug met while running a command: one line naming the exception, never a traceback
+    (``CXLCTL_DEBUG=1`` lets it through instead)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"internal error: {type(cause).__name__}: {cause}", hint="rerun with CXLCTL_DEBUG=1 for a traceback"
+        )
+
+    def render(self) -> str:
+        return f"cxlctl: {self}\n  {self.hint}"
+
+
+class StdoutError(CxlctlError):
+    """stdout cannot take the output: closed (``>&-``), full (``>/dev/full``), or the reader left.
+
+    Exit 1 with one line on stderr, never a traceback or a silent exit 0 (the
+    interpreter's own last flush would fail with exit 120)."""
+
+    broken_pipe = False
+
+    @classmethod
+    def of(cls, cause: BaseException | None) -> StdoutError:
+        if cause is None:
+            return cls("cannot write the output: stdout is closed", hint="run it with stdout open (a terminal, a file)")
+        reason = getattr(cause, "strerror", None) or str(cause)
+        e = cls(f"cannot write the output to stdout: {reason}")
+        e.broken_pipe = isinstance(cause, BrokenPipeError)
+        return e
+
+
+def json_error(e: CxlctlError) -> str:
+    """The JSON document a failing ``--json`` command prints on stdout (docs/json-schema.md, "Errors").
+
+    One shape for every command: ``{"schema_version": 1, "error": {"message", "hint", "exit"}}``;
+    the message also goes to stderr as ``cxlctl: error: …``.  json is imported here, on the
+    error path only (the ``status --json`` fast path must not pay for it)."""
+    import json
+
+    from .status_json import SCHEMA_VERSION
+
+    doc = {"schema_version": SCHEMA_VERSION, "error": {"message": str(e), "hint": e.hint, "exit": e.code}}
+    return json.dumps(doc) + "\n"

@@ -18,6 +18,7 @@ import os
 from .hostio import objects, paths
 from .hostio.objects import Attrs, text_of
 from .hostio.reader import Reader, Vanished
+from .hostio.root import under
 from .model import (
     Coordinates,
     DaxDevice,
@@ -41,6 +42,8 @@ from .parse import is_decimal, parse_int, parse_meminfo
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+
+    from .model import DecoderKind, PortKind
 
     T = TypeVar("T")
 
@@ -254,6 +257,7 @@ class _Scan(Attrs):
                 alias = None
             dports.append(Dport(int(dp[5:]), target, alias))
         decoders = tuple(n for n in entries if n.startswith("decoder"))
+        kind: PortKind
         if name.startswith("root"):
             kind, depth, par = "root", 0, None
         else:
@@ -282,7 +286,7 @@ class _Scan(Attrs):
         if d is not None:
             found[name] = d
 
-    def decoder(self, name: str, port: str, kind: str, memdev: Optional[str]) -> Decoder:
+    def decoder(self, name: str, port: str, kind: DecoderKind, memdev: Optional[str]) -> Decoder:
         dev = f"{paths.CXL_DEVICES}/{name}"
         if kind == "endpoint":
             return self._endpoint_decoder(name, port, memdev, dev)
@@ -527,7 +531,31 @@ class _Scan(Attrs):
         )
         from .derive import derive  # pure post-processing, kept apart from the reads
 
-        return derive(inv, self.warnings, r.notes, self.vanished)
+        return derive(inv, self.warnings + cannot_read(r), r.notes, self.vanished)
+
+
+#: directories whose listing is the inventory: one that cannot be read makes the scan's
+#: answer ("no CXL devices") unknown, not empty -- an error, and ``status`` exits 1
+LISTED = (paths.CXL_DEVICES, paths.NODE_DIR, paths.DAX_DEVICES)
+
+#: notes that are not "cannot read": root-only attributes (one ``not-root`` note says so) and
+#: devices that went away mid-scan (the rescan handles them)
+_NOT_UNREADABLE = ("root-only attribute", "vanished during the scan")
+
+
+def cannot_read(r: Reader) -> List[Warning_]:
+    """One ``unreadable`` warning per file or directory that is there but could not be read
+    (a FIFO, a link leading out of the root, a directory this user may not list): named under
+    the root, so "absent" and "cannot read" are told apart.  ``subject`` is the host path."""
+    out: List[Warning_] = []
+    seen = set()
+    for path, why in r.notes:
+        if path in seen or any(s in why for s in _NOT_UNREADABLE):
+            continue
+        seen.add(path)
+        sev = "error" if path in LISTED else "warning"
+        out.append(Warning_("unreadable", sev, f"cannot read {under(r.root, path)}: {why}", path))
+    return out
 
 
 def _fix_depths(ports: List[Port]) -> List[Port]:

@@ -57,9 +57,9 @@ def _paragraphs(text: str) -> List[str]:
 
 
 def _ctx(cmd: Any, name: str, parent: Optional[Any]) -> Any:
-    import typer._click as click
+    import typer  # typer.Context is the click context, through typer's public API
 
-    return click.Context(cmd, info_name=name, parent=parent)
+    return typer.Context(cmd, info_name=name, parent=parent)
 
 
 def _options(cmd: Any, ctx: Any) -> List[Tuple[str, str]]:

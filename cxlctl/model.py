@@ -17,8 +17,13 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, Optional, Tuple
+    from typing import Dict, Literal, Optional, Tuple
     from typing import NamedTuple as _Record
+
+    # tags are types: mypy rejects a compare with a word the tag never holds (``kind == "cxll"``)
+    DecoderKind = Literal["root", "switch", "endpoint"]
+    PortKind = Literal["root", "port", "endpoint"]
+    NodeKind = Literal["dram", "cxl", "other"]
 else:
     from .namedrecord import Record as _Record
 
@@ -41,7 +46,7 @@ class Dport(_Record):
 class Decoder(_Record):
     name: str
     port: str
-    kind: str  # "root" | "switch" | "endpoint"
+    kind: DecoderKind
     resource: Optional[int]  # 'start'; root-only readable
     size: Optional[int]
     interleave_ways: Optional[int]
@@ -69,7 +74,7 @@ class Port(_Record):
     """A CXL port: ``rootN`` (depth 0), host bridge / switch ``portN``, or ``endpointN``."""
 
     name: str
-    kind: str  # "root" | "port" | "endpoint"
+    kind: PortKind
     depth: int
     parent: Optional[str]
     host: Optional[str]  # basename of uport (ACPI0017:00, pci0000:0c, 0000:0e:00.0, memN)
@@ -173,7 +178,7 @@ class Node(_Record):
     access1: Optional[Coordinates]
     memory_blocks: Tuple[MemoryBlock, ...]
     tier: Optional[int]
-    kind: str = "other"  # dram | cxl | other (derived)
+    kind: NodeKind = "other"  # derived
     regions: Tuple[str, ...] = ()  # CXL regions whose memory lands here
     memdevs: Tuple[str, ...] = ()
     dax_devices: Tuple[str, ...] = ()
@@ -224,6 +229,12 @@ class Inventory(_Record):
     totals: Totals
     warnings: Tuple[Warning_, ...]
     notes: Tuple[Tuple[str, str], ...]
+
+    @property
+    def unknown(self) -> bool:
+        """Could a directory the inventory is listed from not be read (``unreadable`` errors)?
+        Then "no devices" is unknown, not empty: ``status`` exits 1."""
+        return any(w.code == "unreadable" and w.severity == "error" for w in self.warnings)
 
     @property
     def has_cxl(self) -> bool:

@@ -122,6 +122,10 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     from .inventory import scan
     from .status_json import to_dict
 
+    if not dest.strip():
+        raise RecordError("DEST is empty; name the directory to create, e.g. cxlctl record ./host-record")
+    if os.path.lexists(dest) and not os.path.isdir(dest):  # --force writes into a directory, never over a file
+        raise RecordError(f"{dest} exists and is not a directory; choose a new directory")
     if os.path.exists(dest) and os.listdir(dest) and not force:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     reader = Reader(root, log=True)

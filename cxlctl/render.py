@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
+from .hostio import paths
 from .model import Coordinates, Inventory, Node, Port
 from .parse import format_nodelist, format_size
 
@@ -266,11 +267,19 @@ def weighted_interleave_line(inv: Inventory) -> str:
     return out
 
 
+def unreadable(inv: Inventory) -> Dict[str, str]:
+    """Host path -> "cannot read ROOT/path: why" of what the scan found there but could not read."""
+    return {w.subject: w.message for w in inv.warnings if w.code == "unreadable" and w.subject}
+
+
 def _knobs(inv: Inventory, console: Console) -> None:
     """``sysctl -a`` style: one ``name = value`` per line (names are long, values short)."""
     console.print(_m("\n[bold]Kernel knobs[/bold]"))
+    cannot = unreadable(inv)
     for k in inv.knobs:
         value = _e(k.value) if k.supported else "[dim]unsupported on this kernel[/dim]"
+        if k.path in cannot:  # there, but not readable: not "unsupported"
+            value = f"[red]{_e(cannot[k.path])}[/red]"
         console.print(_m(f"  {_e(k.name)} = {value}"), highlight=False)
     console.print(_m(f"  weighted_interleave = {weighted_interleave_line(inv)}"), highlight=False)
 
@@ -296,6 +305,8 @@ def render_status(inv: Inventory, console: Console) -> None:
     console.print(_m(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}"), highlight=False)
     if inv.has_cxl:
         console.print(topology_tree(inv), highlight=False)
+    elif paths.CXL_DEVICES in unreadable(inv):  # unknown, not empty
+        console.print(_m(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]"), highlight=False)
     else:
         console.print(_m("[cyan]No CXL devices on this host.[/cyan]"))
     if inv.regions:

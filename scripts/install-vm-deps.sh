@@ -12,14 +12,29 @@ VENV=${1:-}
 mkdir -p "$CACHE"
 export DEBIAN_FRONTEND=noninteractive
 
+# The Debian mirror this machine is configured with (never a host name written here): the URI of
+# the apt source that serves bookworm itself, from deb822 .sources files or one-line sources.list.
+debian_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk 'BEGIN{RS=""; FS="\n"}
+         { u=""; s=0
+           for (i=1;i<=NF;i++) {
+             if ($i ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", $i); split($i, a, /[ \t]+/); u=a[1] }
+             if ($i ~ /^Suites:/ && $i ~ /(^|[ \t])bookworm([ \t]|$)/) s=1 }
+           if (s && u != "") { print u; exit } }' "$f"
+  done
+  if [ -f /etc/apt/sources.list ]; then
+    awk '$1=="deb" { i=2; if ($2 ~ /^\[/) { while (i<=NF && $i !~ /\]$/) i++; i++ }
+                     if ($(i+1)=="bookworm") { print $i; exit } }' /etc/apt/sources.list
+  fi
+}
 if [ ! -f /etc/apt/sources.list.d/backports.sources ] && ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  cat > /etc/apt/sources.list.d/backports.sources <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+  MIRROR=$(debian_mirror | head -n1)
+  [ -n "$MIRROR" ] || { echo "no apt source for bookworm found: add bookworm-backports to apt's sources by hand" >&2; exit 1; }
+  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$MIRROR" > /etc/apt/sources.list.d/backports.sources
 fi
 
 need_apt=0

@@ -35,6 +35,7 @@ import shutil
 from typing import Any, Callable, Dict, Optional
 
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.root import under
 
 ADMIN = "sys/kernel/mm/damon/admin/kdamonds"
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
@@ -211,12 +212,13 @@ def install(monkeypatch: Any, root: str) -> Model:
     model = Model(root)
     real: Callable[..., None] = hw.write_knob
 
-    def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> None:
+    def write_knob(root_: str, path: str, text: str, *, index: Optional[int] = None) -> None:
+        host_path = under(root_, path)
         if not model.owns(host_path):
-            real(host_path, text, index=index)
+            real(root_, path, text, index=index)
             return
         previous = model.before(host_path, text)
-        real(host_path, text, index=index)
+        real(root_, path, text, index=index)
         model.after(host_path, text, previous)
 
     monkeypatch.setattr(hw, "write_knob", write_knob)

@@ -247,3 +247,34 @@ def test_damon_reader_reads_back_every_file_the_engine_writes(tmp_path: Path) ->
             (t, m, c or None) for t, m, c in k.scheme.filters
         ]
         assert [(g.target_metric, g.target_value, g.nid) for g in s.quota.goals] == list(k.scheme.goals)
+
+
+# ------------------------------------------------------------------ tags are types
+
+
+def test_a_misspelled_tag_is_a_type_error(tmp_path: Path) -> None:
+    """Node/Port/Decoder/Knob ``kind`` and the telemetry's node kind are Literal types, so mypy
+    (strict equality) rejects a compare with a word the tag never holds. Before, each was a
+    plain ``str`` and ``n.kind == "cxll"`` type-checked, silently always False."""
+    from mypy import api
+
+    snippet = tmp_path / "tags.py"
+    snippet.write_text(
+        "from cxlctl.model import Decoder, Node, Port\n"
+        "from cxlctl.telemetry.sample import NodeSample\n"
+        "from cxlctl.tuning.knobs import Knob\n"
+        "def f(n: Node, p: Port, d: Decoder, s: NodeSample, k: Knob) -> list[bool]:\n"
+        '    return [n.kind == "cxl", n.kind == "cxll", p.kind == "switch", d.kind == "port",\n'
+        '            s.kind == "CXL", k.kind == "groups", k.kind == "group"]\n'
+    )
+    out, err, rc = api.run(
+        ["--strict", "--follow-imports=silent", "--no-incremental", "--python-version=3.10", str(snippet)]
+    )
+    bad = sorted({line.split("right operand type: ")[-1] for line in out.splitlines() if "comparison-overlap" in line})
+    assert bad == [
+        "\"Literal['CXL']\")  [comparison-overlap]",
+        "\"Literal['cxll']\")  [comparison-overlap]",
+        "\"Literal['groups']\")  [comparison-overlap]",
+        "\"Literal['port']\")  [comparison-overlap]",
+        "\"Literal['switch']\")  [comparison-overlap]",
+    ], out + err

@@ -37,9 +37,9 @@ def _spy(monkeypatch: Any) -> List[Tuple[str, str]]:
     calls: List[Tuple[str, str]] = []
     real = hw.write_knob
 
-    def write_knob(path: str, text: str, *, index: Any = None) -> None:
-        calls.append((path, text))
-        real(path, text, index=index)
+    def write_knob(root: str, path: str, text: str, *, index: Any = None) -> None:
+        calls.append((root + path, text))
+        real(root, path, text, index=index)
 
     monkeypatch.setattr(hw, "write_knob", write_knob)
     return calls

@@ -295,7 +295,10 @@ def test_stand_in_models_617_dests_as_the_kernel_does(tmp_path: Any, monkeypatch
     """What tests above rely on: 6.17 scheme directories have dests/, nr_dests creates its
     children (also while the kdamond runs), and bad numbers are refused with EINVAL."""
     root = _tree(tmp_path, monkeypatch)
-    w = hw.write_knob
+
+    def w(host_path: str, text: str) -> None:
+        hw.write_knob(root, host_path[len(root) :], text)
+
     w(root + ADMIN + "/nr_kdamonds", "1")
     for rel, v in (("0/contexts/nr_contexts", "1"), ("0/contexts/0/schemes/nr_schemes", "1")):
         w(root + f"{ADMIN}/{rel}", v)

@@ -234,8 +234,8 @@ def test_atomic_write_sets_mode_and_leaves_no_temp(tmp_path: Any) -> None:
     path = str(tmp_path / "d" / "f.prom")
     old = os.umask(0o077)
     try:
-        atomic_write(path, "a 1\n", mode=0o644, sync_dir=False)
-        atomic_write(path, b"a 2\n", mode=0o644)
+        atomic_write("/", path, "a 1\n", mode=0o644, sync_dir=False)
+        atomic_write("/", path, b"a 2\n", mode=0o644)
     finally:
         os.umask(old)
     assert open(path).read() == "a 2\n"

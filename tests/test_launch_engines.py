@@ -16,7 +16,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.launch.kvsize import gib, model_kv
-from cxlctl.launch.proof import parse_numa_maps, parse_policy
+from cxlctl.numa_maps import parse_mappings, parse_policy
 from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, write_status
 
@@ -585,7 +585,7 @@ def test_parse_numa_maps_policies() -> None:
             "garbage line",
         ]
     )
-    maps = parse_numa_maps(text)
+    maps = parse_mappings(text)
     assert [(m.mode, m.nodes, m.kind) for m in maps] == [
         ("weighted-interleave", (0, 1), "file"),
         ("weighted-interleave", (0, 1), "anon"),

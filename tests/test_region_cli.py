@@ -167,9 +167,9 @@ def test_destroy_refuses_while_memory_is_online(tmp_path: Any) -> None:
     """single-region: region0's dax0.0 is online as System RAM; without --force nothing is touched."""
     root = copy_fixture(SINGLE_R, str(tmp_path / "t"))
     before = tree_digest(root)
-    err = one_line_error(cli("--root", root, "region", "destroy", "region0"), 1)
+    err = one_line_error(cli("--root", root, "region", "destroy", "region0"), 2)
     assert "region0's memory is online" in err and "dax0.0" in err and "node 1" in err and "--force" in err
-    err = one_line_error(cli("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "devdax"), 1)
+    err = one_line_error(cli("--root", root, "dax", "reconfigure", "dax0.0", "--mode", "devdax"), 2)
     assert "online as System RAM on node 1" in err and "--force" in err
     assert tree_digest(root) == before
 

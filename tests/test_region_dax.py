@@ -67,7 +67,7 @@ def test_policy_zone() -> None:
 def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: str, zone: str, hold: bool) -> None:
     root = copy_fixture(REGION_TREES[0], str(tmp_path / "t"))
     path = root + dax.AUTO_ONLINE
-    write_knob(path, policy)
+    write_knob(root, dax.AUTO_ONLINE, policy)
     assert dax.needs_hold(root, mode, zone) is hold
     log: List[str] = []
     with dax.hold_auto_online(root, dax.needs_hold(root, mode, zone), log.append) as old:

@@ -9,9 +9,9 @@ import pytest
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
+from cxlctl.numa_maps import parse_numa_maps, parse_numa_maps_lines
 from cxlctl.parse import is_decimal
 from cxlctl.telemetry import sample as S
-from cxlctl.telemetry.counters import parse_numa_maps, parse_numa_maps_lines
 from tests.kit import FIXTURES, copy_fixture, fixture_roots
 
 TELEMETRY = fixture_roots("*/*-telemetry")

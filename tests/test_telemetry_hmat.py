@@ -16,10 +16,10 @@ from typing import Any, Dict, Tuple
 
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Coordinates
+from cxlctl.parse import PAGE_SIZE
 from cxlctl.telemetry.rates import rates
 from cxlctl.telemetry.report import MB, render_text, to_dict
 from cxlctl.telemetry.sample import (
-    PAGE_SIZE,
     NodeInfo,
     cxl_bandwidth,
     expected_access,

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio.proc import cgroup_of as parse_cgroup_line
+from cxlctl.numa_maps import parse_numa_maps
 from cxlctl.telemetry.counters import (
     NODE_COUNTERS,
-    parse_cgroup_line,
     parse_keyvals,
-    parse_numa_maps,
     parse_numa_stat,
     pick,
     resident_per_node,

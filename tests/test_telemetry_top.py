@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from cxlctl.telemetry.counters import NumaMaps, pick
+from cxlctl.numa_maps import NumaMaps
+from cxlctl.telemetry.counters import pick
 from cxlctl.telemetry.rates import Rates
 from cxlctl.telemetry.sample import CgroupSample, ProcessSample
 from cxlctl.telemetry.top import SPARK, History, bar, plain, view

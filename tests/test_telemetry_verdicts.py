@@ -7,12 +7,16 @@ them.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
+from cxlctl.numa_maps import NumaMaps
 from cxlctl.telemetry import verdicts as V
-from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS, Counters, NumaMaps, pick
+from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS, Counters, pick
 from cxlctl.telemetry.rates import Rates, counter_rates, rates
 from cxlctl.telemetry.sample import CgroupSample, NodeSample, ProcessSample, Sample, Settings
+
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -20,7 +24,7 @@ MiB = 1 << 20
 
 def node(
     nid: int,
-    kind: str,
+    kind: NodeKind,
     total: int = 4 * GiB,
     used: int = GiB,
     counters: Optional[Dict[str, int]] = None,

@@ -168,14 +168,14 @@ def test_transient_busy_is_retried(tmp_path: Any, monkeypatch: Any) -> None:
     calls: List[int] = []
     real = w.write_knob
 
-    def flaky(path: str, text: str, *, index: Any = None) -> None:
+    def flaky(root: str, path: str, text: str, *, index: Any = None) -> None:
         calls.append(1)
         if len(calls) == 1:
-            raise w.KnobBusy(path, 16, "busy")
-        real(path, text, index=index)
+            raise w.KnobBusy(root + path, 16, "busy")
+        real(root, path, text, index=index)
 
     monkeypatch.setattr(w, "write_knob", flaky)
-    assert w.write_with_retry(root + "/proc/sys/vm/swappiness", "42\n") == 2
+    assert w.write_with_retry(root, "/proc/sys/vm/swappiness", "42\n") == 2
     with open(root + "/proc/sys/vm/swappiness") as f:
         assert f.read() == "42\n"
 
@@ -187,12 +187,12 @@ def test_raced_to_the_same_value_counts_as_written(tmp_path: Any, monkeypatch: A
     root = work_copy(SOURCES[0], str(tmp_path / "root"))
     real = w.write_knob
 
-    def other_agent_wins(path: str, text: str, *, index: Any = None) -> None:
+    def other_agent_wins(root: str, path: str, text: str, *, index: Any = None) -> None:
         if path.endswith("/swappiness"):
-            with open(path, "w") as f:  # another agent writes the same value first
+            with open(root + path, "w") as f:  # another agent writes the same value first
                 f.write(text)
-            raise w.KnobBusy(path, 16, "busy")
-        real(path, text, index=index)
+            raise w.KnobBusy(root + path, 16, "busy")
+        real(root, path, text, index=index)
 
     monkeypatch.setattr(w, "write_knob", other_agent_wins)
     res = engine.apply(root, "t-everything")
@@ -210,11 +210,11 @@ def test_ctrl_c_between_writes_rolls_back(tmp_path: Any, monkeypatch: Any) -> No
     real = w.write_knob
     calls: List[int] = []
 
-    def interrupted(path: str, text: str, *, index: Any = None) -> None:
+    def interrupted(root: str, path: str, text: str, *, index: Any = None) -> None:
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        real(path, text, index=index)
+        real(root, path, text, index=index)
 
     monkeypatch.setattr(w, "write_knob", interrupted)
     with pytest.raises(CxlctlError, match="interrupted; every change was rolled back"):

@@ -48,8 +48,9 @@ def _value(knob: str) -> st.SearchStrategy[str]:
 
 @st.composite
 def generated_profile(draw: st.DrawFn) -> str:
-    """A random valid profile text: any subset of knobs, any valid values, any weights."""
-    lines: List[str] = []
+    """A random valid profile text: any subset of knobs (none too), any valid values, any weights.
+    It always has a summary: an empty file is not a profile (tests/test_core_writes.py)."""
+    lines: List[str] = ['summary = "generated"']
     parent = draw(st.one_of(st.none(), st.sampled_from(PROFILES)))
     if parent:
         lines.append(f'include = "{parent}"')

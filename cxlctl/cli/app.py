@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import CliState, run_app
+from .common import CliState, enter, run_app
 from .daemon import daemon_app
 from .doctor import doctor
 from .k8s import k8s_app
@@ -49,7 +49,7 @@ def main(
     """Inventory, tune and use CXL memory on Linux hosts."""
     from cxlctl.hostio.root import resolve_root
 
-    ctx.obj = CliState(resolve_root(root))
+    enter(ctx, CliState(resolve_root(root)))
 
 
 def make_app() -> typer.Typer:

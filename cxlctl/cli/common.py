@@ -4,14 +4,17 @@ One module so the command modules depend on it and on nothing else of the CLI
 (:mod:`cxlctl.cli.app` imports them, never the other way: no import cycle).
 
 * State: the global ``--root`` is resolved once by the app's callback and kept
-  in the click context (``ctx.obj``, a :class:`CliState`); :func:`root` reads it
-  back — there is no module-level state.
+  in the click context (``ctx.obj``, a :class:`CliState`); :func:`host_root` reads it
+  back through a context variable that the callback sets and the context's close
+  resets (typer has no public "current context"; its vendored click is private).
 * ``--json`` (:data:`JSON_OPT`) and ``--wait`` (:data:`WAIT_OPT`) mean the same
   on every command; :func:`emit_json` writes one document with its
   ``schema_version``; messages go to stderr (:func:`note`) so stdout stays
   parseable.
-* :func:`run_app` is the one place turning :class:`CxlctlError` into a one-line
-  message and an exit code, so no user error shows a traceback.
+* :func:`run_app` is the one place turning :class:`CxlctlError`, click's usage
+  errors and a stdout that cannot be written into a one-line message and an exit
+  code, so no user error shows a traceback; with ``--json`` it also prints the
+  error as a JSON object on stdout (:func:`cxlctl.errors.json_error`).
 * :func:`progress_bar`: a rich bar on stderr for long work, only on a terminal
   and never with ``--json`` (the engines take a plain callback, see
   :mod:`cxlctl.progress`).
@@ -23,12 +26,12 @@ import json
 import os
 import sys
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TextIO
 
 import typer
-from typer._click.globals import get_current_context
 
-from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE, CxlctlError, UsageError
+from cxlctl.errors import EXIT_USAGE, CxlctlError, InternalError, StdoutError, UsageError, json_error
 from cxlctl.progress import ProgressFn
 from cxlctl.term import isatty as isatty
 
@@ -49,6 +52,17 @@ class CliState:
         self.root = root
 
 
+#: the state of the command being run: set by :func:`enter`, reset when its click context closes
+_CURRENT: ContextVar[Optional[CliState]] = ContextVar("cxlctl_cli_state", default=None)
+
+
+def enter(ctx: typer.Context, state: CliState) -> None:
+    """Make ``state`` the running command's (``ctx.obj``, and :func:`host_root`'s until ``ctx`` closes)."""
+    ctx.obj = state
+    token = _CURRENT.set(state)
+    ctx.call_on_close(lambda: _CURRENT.reset(token))
+
+
 def group(name: str, help: str) -> typer.Typer:
     """A command group with the settings every group shares (no typer extras, no pretty tracebacks)."""
     return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -56,7 +70,7 @@ def group(name: str, help: str) -> typer.Typer:
 
 def host_root() -> str:
     """The ``--root`` the app callback resolved (from the click context's ``obj``)."""
-    state = get_current_context().find_object(CliState)
+    state = _CURRENT.get()
     if state is None:  # a command invoked without the app callback: only in tests of a lone group
         from cxlctl.hostio.root import resolve_root
 
@@ -159,41 +173,113 @@ def progress_bar(json_out: bool) -> Iterator[Optional[ProgressFn]]:
         yield update
 
 
+class _Stdout:
+    """``sys.stdout`` while a command runs: turns a failed write or flush into :class:`StdoutError`
+    and remembers whether anything was written (then a ``--json`` failure adds no second document).
+
+    A closed stdout (``>&-``: Python sets ``sys.stdout`` to None), a full disk
+    (``>/dev/full``) or a closed pipe would otherwise surface as a traceback, an
+    "internal error", or exit 0/120 once the interpreter's own last flush fails.
+    """
+
+    def __init__(self, inner: Optional[TextIO]) -> None:
+        self.inner = inner
+        self.written = False
+
+    def write(self, text: str) -> int:
+        if self.inner is None:
+            raise StdoutError.of(None)
+        if text:
+            self.written = True
+        try:
+            return self.inner.write(text)
+        except (OSError, ValueError) as e:
+            raise StdoutError.of(e) from None
+
+    def flush(self) -> None:
+        if self.inner is None:
+            return
+        try:
+            self.inner.flush()
+        except (OSError, ValueError) as e:
+            raise StdoutError.of(e) from None
+
+    def isatty(self) -> bool:
+        return self.inner is not None and isatty(self.inner)
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, ... for rich and click
+        if self.inner is None:
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _json_requested(argv: List[str]) -> bool:
+    """``--json`` among the options (not in a launched program's arguments after ``--``)."""
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+
+
 def run_app(app: typer.Typer, argv: List[str]) -> int:
-    """Run ``app``; map every expected failure to a message and an exit code."""
+    """Run ``app``; map every expected failure to a message and an exit code.
+
+    The message goes to stderr; with ``--json`` the same error is also one JSON object
+    on stdout (docs/json-schema.md), unless the command had already printed its document."""
+    out = _Stdout(sys.stdout)
+    sys.stdout = out
+    try:
+        code = _run(app, argv)
+        out.flush()
+        return code
+    except CxlctlError as e:
+        err = e
+    finally:
+        sys.stdout = out.inner
+    if isinstance(err, StdoutError):
+        if not err.broken_pipe:  # `cxlctl … | head`: the reader left, nobody to tell
+            sys.stderr.write(fold_for_terminal(err.render()) + "\n")
+        return err.code
+    sys.stderr.write(fold_for_terminal(err.render()) + "\n")
+    if _json_requested(argv) and not out.written and out.inner is not None:
+        try:
+            out.inner.write(json_error(err))
+            out.inner.flush()
+        except (OSError, ValueError):
+            pass  # stdout itself fails: the message on stderr says enough
+    return err.code
+
+
+def _run(app: typer.Typer, argv: List[str]) -> int:
     try:
         # without standalone mode click *returns* the code of a ``typer.Exit(code)``
         # raised inside a command instead of raising it: dropping that return value
         # made ``cxlctl daemon``'s failures and ``health``'s errors exit 0
         rv = app(args=argv, prog_name="cxlctl", standalone_mode=False)
-    except CxlctlError as e:
-        sys.stderr.write(fold_for_terminal(e.render()) + "\n")
-        return e.code
+    except CxlctlError:
+        raise
     except typer.Exit as e:  # --version, --help
         return int(e.exit_code or 0)
     except typer.Abort:
-        sys.stderr.write("cxlctl: aborted\n")
-        return EXIT_FAILURE
-    except Exception as e:  # click usage errors and real bugs
-        usage = _usage_error(e)
-        if usage is not None:
-            return usage
+        raise CxlctlError("aborted") from None
+    except typer.TyperException as e:  # click's usage errors (typer's vendored click derives them from it)
+        if type(e).__name__ == "NoArgsIsHelpError":  # `cxlctl tune`: the group's help, as `cxlctl tune -h`
+            e.show()  # type: ignore[attr-defined]
+            return EXIT_USAGE
+        raise _usage_error(e) from None
+    except Exception as e:  # real bugs
         if os.environ.get("CXLCTL_DEBUG"):
             raise
-        sys.stderr.write(
-            f"cxlctl: internal error: {type(e).__name__}: {e}\n  rerun with CXLCTL_DEBUG=1 for a traceback\n"
-        )
-        return EXIT_FAILURE
+        raise InternalError(e) from None
     if isinstance(rv, int) and not isinstance(rv, bool):
         return rv
     return 0
 
 
-def _usage_error(e: Exception) -> Optional[int]:
-    """typer vendors click; its usage errors have ``show()`` and ``exit_code``."""
-    show = getattr(e, "show", None)
-    code = getattr(e, "exit_code", None)
-    if callable(show) and isinstance(code, int):
-        show()
-        return EXIT_USAGE if code == 2 else code
-    return None
+def _usage_error(e: typer.TyperException) -> CxlctlError:
+    """click's usage error as cxlctl's own: one line ``cxlctl: error: …`` and a hint, exit 2.
+
+    click prints three lines (usage, "Try …", "Error: …"); a usage error of cxlctl's
+    own (a :class:`UsageError`) is one line and a hint, and scripts grep for one shape."""
+    msg = " ".join(e.format_message().split())
+    if getattr(e, "exit_code", None) != EXIT_USAGE:
+        return CxlctlError(msg)
+    path = getattr(getattr(e, "ctx", None), "command_path", "") or "cxlctl"
+    return UsageError(msg, hint=f"see `{path} --help`")

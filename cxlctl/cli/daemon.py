@@ -44,15 +44,14 @@ def run_cmd(
 
 @daemon_app.command("config")
 def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
-    """Validate the configuration and print the effective values (exit 2 on a bad file)."""
+    """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
     from cxlctl import config as cfgmod
 
-    doc = cfgmod.render(cfgmod.load(host_root(), config))
+    cfg = cfgmod.load(host_root(), config)
     if json_out:
-        emit_json(doc)
+        emit_json(cfgmod.render(cfg))
         return
-    for k, v in doc.items():
-        typer.echo(f"{k} = {v}")
+    sys.stdout.write(cfgmod.to_toml(cfg))
 
 
 @daemon_app.command("metrics")

@@ -20,7 +20,7 @@ from cxlctl.errors import EXIT_DRIFT, CxlctlError
 
 from .common import JSON_OPT as JSON_DOC_OPT
 from .common import emit_json, group, host_root
-from .params import Command, argument
+from .params import Command, argument, integer
 
 if TYPE_CHECKING:
     pass
@@ -174,7 +174,7 @@ def _launch(
     execute(host_root(), lp)
 
 
-@launch_app.command("exec", context_settings=_CTX)
+@launch_app.command("exec", cls=Command, context_settings=_CTX)
 def exec_cmd(
     args: Optional[List[str]] = ARGS,
     policy: Optional[str] = POLICY_OPT,
@@ -218,7 +218,7 @@ def exec_cmd(
     )
 
 
-@launch_app.command("vllm", context_settings=_CTX)
+@launch_app.command("vllm", cls=Command, context_settings=_CTX)
 def vllm_cmd(
     args: Optional[List[str]] = ARGS,
     policy: Optional[str] = POLICY_OPT,
@@ -265,7 +265,7 @@ def vllm_cmd(
     )
 
 
-@launch_app.command("sglang", context_settings=_CTX)
+@launch_app.command("sglang", cls=Command, context_settings=_CTX)
 def sglang_cmd(
     args: Optional[List[str]] = ARGS,
     policy: Optional[str] = POLICY_OPT,
@@ -308,7 +308,7 @@ def sglang_cmd(
     )
 
 
-@launch_app.command("lmcache", context_settings=_CTX)
+@launch_app.command("lmcache", cls=Command, context_settings=_CTX)
 def lmcache_cmd(
     args: Optional[List[str]] = ARGS,
     devdax: Optional[str] = DEVDAX_OPT,
@@ -351,7 +351,7 @@ def lmcache_cmd(
 
 @policy_app.command("show", cls=Command)
 def show_cmd(
-    pid: int = argument(..., "PID", "Process id.", integer=True),
+    pid: int = argument(..., "PID", "Process id.", number=integer(0)),  # 0: show() says "not a process id"
     json_out: bool = JSON_DOC_OPT,
 ) -> None:
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""

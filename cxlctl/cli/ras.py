@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import typer
 
 from cxlctl.errors import EXIT_FAILURE, CxlctlError, UsageError
 
 from .common import JSON_OPT, SCHEMA_VERSION, emit_json, host_root
+from .params import seconds
+
+if TYPE_CHECKING:
+    from cxlctl.ras.trace import Stream
 
 
 def _tracefs_error(e: Exception) -> CxlctlError:
@@ -40,7 +44,7 @@ def events(
         None, "--input", metavar="FILE", help="Parse saved trace lines from FILE ('-' = stdin) instead of tracefs."
     ),
     duration: Optional[float] = typer.Option(
-        None, "--duration", metavar="SECONDS", help="With --follow: stop after SECONDS.", min=0
+        None, "--duration", metavar="SECONDS", help="With --follow: stop after SECONDS.", parser=seconds
     ),
     json_out: bool = typer.Option(False, "--json", help="JSON lines: one object per event, then a summary."),
 ) -> None:
@@ -62,8 +66,6 @@ def events(
         except ValueError as e:
             raise UsageError(str(e), hint="--since 15m") from None
     root = host_root()
-    stream = Stream()
-    mapper = C.Mapper(root)
     printed = 0
 
     def emit(ev: Any) -> None:
@@ -88,6 +90,8 @@ def events(
             return
         if follow:
             flag = [False]
+            stream = Stream()
+            mapper = C.Mapper(root)
 
             def on_line(line: str) -> None:
                 for ev in mapper.map([line], stream):
@@ -112,23 +116,12 @@ def events(
             _finish(stream, printed, json_out, src.where if src else "follow")
             return
         if input_file is not None:
-            lines = _read_input(input_file)
-            where = input_file
-            ts_now = None
+            got = C.stored_events(root, lines=_read_input(input_file), where=input_file, since=since_s)
         else:
-            if collect:
-                C.open_collection(root)
-            src, data = C.read_collection(root)
-            lines = data.decode("utf-8", "replace").splitlines()
-            where = src.where
-            ts_now = C.uptime(root)
-        evs = list(mapper.map(lines, stream))
-        if since_s is not None and evs:
-            now = ts_now if ts_now is not None else max(e.timestamp for e in evs)
-            evs = [e for e in evs if e.timestamp >= now - since_s]
-        for ev in evs:
+            got = C.stored_events(root, collect=collect, since=since_s)
+        for ev in got.events:
             emit(ev)
-        _finish(stream, printed, json_out, where)
+        _finish(got.stream, printed, json_out, got.where)
     except TracefsError as e:
         raise _tracefs_error(e) from None
 
@@ -144,11 +137,13 @@ def _read_input(name: str) -> List[str]:
     return data.decode("utf-8", "replace").splitlines()
 
 
-def _finish(stream: Any, printed: int, json_out: bool, where: str) -> None:
-    s = stream.summary()
+def _finish(stream: Stream, printed: int, json_out: bool, where: str) -> None:
+    from cxlctl.ras.collect import summary_json
+
     if json_out:
-        _jsonl({"type": "summary", "source": where, "events": printed, **s})
+        _jsonl(summary_json(stream, where, printed))
         return
+    s: Dict[str, Any] = stream.summary()
     if not printed:
         typer.echo(f"no CXL events (source: {where})")
     if s["parse_errors"]:

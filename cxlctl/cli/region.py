@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.parse import decimal_suffix
 
 from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
-from .params import Command, argument
+from .params import Command, argument, integer
 
 if TYPE_CHECKING:
     from cxlctl.model import Inventory
@@ -38,7 +38,12 @@ MEMDEVS_OPT = typer.Option(
     None, "--memdevs", "-m", metavar="MEM,MEM", help="Memdevs to interleave (any order; cxlctl orders them)."
 )
 WAYS_OPT = typer.Option(
-    None, "--ways", "-w", metavar="N", help="Number of memdevs; without --memdevs, cxlctl picks free ones."
+    None,
+    "--ways",
+    "-w",
+    metavar="N",
+    parser=integer(0),  # 0: _request says "must be positive"
+    help="Number of memdevs; without --memdevs, cxlctl picks free ones.",
 )
 SIZE_OPT = typer.Option(
     None, "--size", "-s", metavar="SIZE", help="Region size, K/M/G/T = powers of 1024 (default: all that fits)."
@@ -63,13 +68,24 @@ ONLINE_OPT = typer.Option(
     help="What the region's DAX device becomes: system-ram (a CPU-less NUMA node) or devdax (a character device).",
 )
 ZONE_OPT = typer.Option(
-    "normal",
+    None,
     "--zone",
     metavar="ZONE",
-    help="Zone for system-ram memory. normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
+    help="Zone for system-ram memory (default normal; not with devdax). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
     "which the kernel migrates out of ZONE_MOVABLE; but the memory can rarely be offlined again. movable: keeps "
     "hot-unplug and region destroy possible; long-term pins will not stay on it.",
 )
+
+
+def _zone(zone: Optional[str], mode: str, opt: str) -> str:
+    """``--zone`` (default normal) for system-ram; with devdax, where no memory is onlined, a usage error
+    rather than a silently ignored option."""
+    if zone is not None and mode == "devdax":
+        raise UsageError(
+            f"--zone {zone} has no effect with {opt} devdax: a devdax device is not onlined as memory",
+            hint=f"drop --zone, or use {opt} system-ram",
+        )
+    return _choice(zone or "normal", ("normal", "movable"), "--zone")
 
 
 def _choice(value: str, allowed: Tuple[str, ...], opt: str) -> str:
@@ -100,6 +116,13 @@ def _request(
             raise UsageError(
                 f"--memdevs: {e}", hint="memdevs are named memN, comma-separated (cxlctl status)"
             ) from None
+        given = [p.strip() for p in memdevs.split(",")]
+        if len(given) != len(names):  # parse_name_list drops repeats; a region cannot use a memdev twice
+            twice = sorted({n for n in given if given.count(n) > 1})
+            raise UsageError(
+                f"--memdevs {memdevs!r} names {', '.join(twice)} more than once",
+                hint="name each memdev once; --ways N alone lets cxlctl pick N",
+            )
     if ways is not None and ways <= 0:
         raise UsageError(f"--ways {ways} must be positive")
     sz: Optional[int] = None
@@ -182,7 +205,7 @@ def create_cmd(
     rtype: str = TYPE_OPT,
     use_all: bool = ALL_OPT,
     online: str = ONLINE_OPT,
-    zone: str = ZONE_OPT,
+    zone: Optional[str] = ZONE_OPT,
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing (no root needed)."),
     wait: Optional[float] = WAIT_OPT,
     verbose: bool = VERBOSE_OPT,
@@ -197,7 +220,7 @@ def create_cmd(
     from cxlctl.regions.batch import create_regions
 
     online = _choice(online, ("system-ram", "devdax"), "--online")
-    zone = _choice(zone, ("normal", "movable"), "--zone")
+    zone = _zone(zone, online, "--online")
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
     root = host_root()
     plans = _plans(scan(root), req, use_all)
@@ -260,11 +283,10 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
-    from cxlctl.hostio.lock import TuneLock
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
+    from cxlctl.regions.batch import destroy_region
     from cxlctl.regions.planner import destroy_blockers
-    from cxlctl.regions.program import destroy
 
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
@@ -283,8 +305,8 @@ def destroy_cmd(
             hint="destroy the later region(s) first",
         )
     need_root("region destroy")
-    with TuneLock(root, wait), progress_bar(json_out) as progress:
-        d = destroy(root, region, force, logger(verbose), progress)
+    with progress_bar(json_out) as progress:
+        d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
     if json_out:
         emit_json(region_json.destroyed(d))
         return
@@ -297,7 +319,7 @@ def destroy_cmd(
 def reconfigure_cmd(
     device: str = argument(..., "DEVICE", "The DAX device (daxX.Y, as cxlctl status lists it)."),
     mode: str = typer.Option(..., "--mode", "-m", metavar="MODE", help="system-ram (online as a NUMA node) or devdax."),
-    zone: str = ZONE_OPT,
+    zone: Optional[str] = ZONE_OPT,
     force: bool = typer.Option(False, "--force", "-f", help="To devdax: offline online memory first."),
     wait: Optional[float] = WAIT_OPT,
     verbose: bool = VERBOSE_OPT,
@@ -308,18 +330,18 @@ def reconfigure_cmd(
     system-ram onlines every block in the chosen zone (holding the kernel's auto-online policy off while
     kmem binds, when that policy would pick the other zone); devdax needs the memory offline (--force).
     """
-    from cxlctl.hostio.lock import TuneLock
-    from cxlctl.regions.dax import block_size, read_dax, reconfigure
+    from cxlctl.regions.batch import reconfigure_dax
+    from cxlctl.regions.dax import block_size, read_dax
 
     mode = _choice(mode, ("system-ram", "devdax"), "--mode")
-    zone = _choice(zone, ("normal", "movable"), "--zone")
+    zone = _zone(zone, mode, "--mode")
     if not (device.startswith("dax") and "." in device):
         raise UsageError(f"{device!r} is not a DAX device name", hint="DAX devices are named daxX.Y (cxlctl status)")
     root = host_root()
     read_dax(root, device)  # a clear error for unknown devices, before the root check
     need_root("dax reconfigure")
-    with TuneLock(root, wait), progress_bar(json_out) as progress:
-        r = reconfigure(root, device, mode, zone, force, logger(verbose), progress)
+    with progress_bar(json_out) as progress:
+        r = reconfigure_dax(root, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
     _report_reconfigured(r, block_size(root), json_out)
 
 

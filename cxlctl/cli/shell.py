@@ -16,7 +16,8 @@ registers the shells so that call is answered.
 from __future__ import annotations
 
 import os
-import sys
+
+import typer
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 
@@ -26,15 +27,22 @@ SHELLS = ("bash", "zsh", "fish")
 COMPLETE_VAR = "_CXLCTL_COMPLETE"
 
 
+def _nothing() -> None:
+    """The one command of the throw-away app :func:`enable` builds (never run)."""
+
+
 def enable() -> None:
     """Register typer's bash/zsh/fish completion classes with its click.
 
-    typer only does this when ``add_completion`` is on (which also adds the
-    install options this CLI does not want); the classes themselves are the same.
+    typer registers them when it builds an app with ``add_completion`` on (which
+    also adds the install options this CLI does not want to every help screen);
+    building a throw-away such app, never run, does it through typer's public API.
     """
-    from typer._completion_classes import completion_init
+    import typer.main
 
-    completion_init()
+    stub = typer.Typer(add_completion=True)
+    stub.command()(_nothing)
+    typer.main.get_command(stub)
 
 
 def completing() -> bool:
@@ -43,6 +51,7 @@ def completing() -> bool:
 
 
 def completion(
+    ctx: typer.Context,
     shell: str = argument(..., "SHELL", "bash, zsh or fish."),
 ) -> None:
     """Print the completion script for SHELL (source it, or save it where the shell looks)."""
@@ -50,7 +59,18 @@ def completion(
         raise CxlctlError(
             f"no completion for shell {shell!r}", code=EXIT_USAGE, hint=f"use one of: {', '.join(SHELLS)}"
         )
-    from typer._completion_shared import get_completion_script
-
     enable()
-    sys.stdout.write(get_completion_script(prog_name="cxlctl", complete_var=COMPLETE_VAR, shell=shell))
+    # the script is the answer to click's documented request `_CXLCTL_COMPLETE=source_SHELL cxlctl`
+    # (typer's spelling of click's `bash_source`): ask the root command that, as the shell would
+    old = os.environ.get(COMPLETE_VAR)
+    os.environ[COMPLETE_VAR] = f"source_{shell}"
+    try:
+        ctx.find_root().command.main(args=[], prog_name="cxlctl", complete_var=COMPLETE_VAR, standalone_mode=False)
+    except SystemExit as e:  # click ends a completion request with sys.exit(its status)
+        if e.code:
+            raise CxlctlError(f"typer could not write the {shell} completion script (status {e.code})") from None
+    finally:
+        if old is None:
+            del os.environ[COMPLETE_VAR]
+        else:
+            os.environ[COMPLETE_VAR] = old

@@ -9,7 +9,6 @@ object per report (JSON lines).  The reading and judging live in
 from __future__ import annotations
 
 import sys
-import time
 from typing import List, Optional
 
 import typer
@@ -17,6 +16,7 @@ import typer
 from cxlctl.errors import UsageError
 
 from .common import emit_json, host_root, interval_option
+from .params import integer
 
 
 def _nodes(values: Optional[List[str]]) -> Optional[List[int]]:
@@ -40,7 +40,12 @@ def stat(
         None, "--interval", "-i", metavar="S", help="Seconds between reports (default: one report, totals since boot)."
     ),
     count: Optional[int] = typer.Option(
-        None, "--count", "-c", metavar="N", min=1, help="Number of reports, the first included (default: until Ctrl-C)."
+        None,
+        "--count",
+        "-c",
+        metavar="N",
+        parser=integer(1),
+        help="Number of reports, the first included (default: until Ctrl-C).",
     ),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per report, one per line (docs/json-schema.md)."
@@ -54,14 +59,17 @@ def stat(
         metavar="PATH",
         help="Bytes per node and demotions of a cgroup v2 (repeat): /system.slice/x.service.",
     ),
-    pid: Optional[List[int]] = typer.Option(None, "--pid", metavar="PID", help="Pages per node of a process (repeat)."),
-    top: int = typer.Option(0, "--top", metavar="N", min=0, help="Also the N processes with the largest RSS."),
+    pid: Optional[List[int]] = typer.Option(
+        None, "--pid", metavar="PID", parser=integer(0), help="Pages per node of a process (repeat)."
+    ),
+    top: int = typer.Option(
+        0, "--top", metavar="N", parser=integer(0), help="Also the N processes with the largest RSS."
+    ),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
-    from cxlctl.telemetry.rates import rates
     from cxlctl.telemetry.report import render_text, to_dict
-    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, node_kinds, read_sample
-    from cxlctl.telemetry.verdicts import judge
+    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
+    from cxlctl.telemetry.sampler import Sampler, readings
 
     root = host_root()
     every = None if interval is None else interval_option(interval, 0.1, "1 or 0.5")
@@ -71,42 +79,22 @@ def stat(
     cgroups = [cgroup_name(c) for c in cgroup or []]
     for c in cgroups:
         check_cgroup(root, c)
-    from cxlctl.hostio import paths
-    from cxlctl.hostio.reader import Reader
-
     for p in pid or []:
-        if p <= 0:
-            raise UsageError(f"--pid {p} is not a process id", hint="give a PID from ps or pgrep")
-        if not Reader(root).isdir(paths.proc_pid(p, "").rstrip("/")):
-            raise UsageError(f"no process with PID {p}", hint="check the PID (ps, pgrep)")
+        check_pid(root, p)
     kinds = node_kinds(root)
     if nodes is not None:
-        unknown = [n for n in nodes if n not in kinds]
-        if unknown:
-            raise UsageError(
-                f"no node {', '.join(map(str, unknown))} on this host (nodes: {', '.join(map(str, sorted(kinds)))})",
-                hint="see cxlctl status for the nodes",
-            )
+        check_nodes(kinds, nodes)
     total = count if count is not None else (None if every is not None else 1)
-    prev = None
-    n = 0
     from cxlctl.term import width as term_width
 
     width = term_width()
+    sampler = Sampler(root, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top))
     try:
-        while total is None or n < total:
-            if prev is not None:
-                assert every is not None
-                time.sleep(max(0.0, prev.time + every - time.monotonic()))
-            s = read_sample(Reader(root), kinds, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top)
-            r = None if prev is None else rates(prev, s)
-            verdicts = judge(s, r)
+        for n, (s, r, verdicts) in enumerate(readings(sampler, kinds, every or 0.0, total)):
             if json_out:
                 emit_json(to_dict(s, r, verdicts, n), indent=None)
             else:
                 sys.stdout.write(("\n" if n else "") + render_text(s, r, verdicts, n, width) + "\n")
             sys.stdout.flush()
-            prev = s
-            n += 1
     except KeyboardInterrupt:
         return

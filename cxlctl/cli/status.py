@@ -24,8 +24,10 @@ def status(
         from cxlctl.status_json import dumps
 
         sys.stdout.write(dumps(inv))
-        return
-    from cxlctl.render import render_status
-    from cxlctl.term import console
+    else:
+        from cxlctl.render import render_status
+        from cxlctl.term import console
 
-    render_status(inv, console(highlight=True))
+        render_status(inv, console(highlight=True))
+    if inv.unknown:
+        raise typer.Exit(1)

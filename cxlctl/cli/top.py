@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 
 from .common import emit_json, host_root, interval_option, isatty
+from .params import integer
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -30,41 +31,40 @@ PROCESS_MAX_AGE_S = 5.0
 
 def top(
     interval: str = typer.Option("2", "--interval", "-i", metavar="S", help="Seconds between refreshes."),
-    count: Optional[int] = typer.Option(None, "--count", "-c", metavar="N", min=1, help="Stop after N refreshes."),
-    rows: int = typer.Option(8, "--rows", metavar="N", min=1, help="Cgroups and processes shown."),
+    count: Optional[int] = typer.Option(
+        None, "--count", "-c", metavar="N", parser=integer(1), help="Stop after N refreshes."
+    ),
+    rows: int = typer.Option(8, "--rows", metavar="N", parser=integer(1), help="Cgroups and processes shown."),
     json_out: bool = typer.Option(
         False, "--json", help="One JSON object per refresh (stat's schema, with the cgroups and processes looked at)."
     ),
 ) -> None:
     """Live view: node usage by tier, promote/demote rates, top CXL users, verdicts (q quits)."""
     from cxlctl.hostio.reader import Reader
-    from cxlctl.telemetry.rates import rates
-    from cxlctl.telemetry.sample import ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
+    from cxlctl.telemetry.sample import NodeInfo, ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
+    from cxlctl.telemetry.sampler import Sampler, Telemetry, readings
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
-    from cxlctl.telemetry.verdicts import judge
 
     every = interval_option(interval, 0.2, "2")
     root = host_root()
     kinds = node_kinds(root)
     hist = History()
-    prev: Optional[Sample] = None
     cache: Dict[int, Tuple[float, ProcessSample]] = {}
     ranked: List[int] = []
     cgroups: List[str] = []
     ranked_at = -1e9
 
-    def refresh() -> Any:
-        nonlocal prev, ranked, cgroups, ranked_at
-        r_ = Reader(root)
+    def read(r_: Reader, k: Dict[int, NodeInfo]) -> Sample:
+        nonlocal ranked, cgroups, ranked_at
         if time.monotonic() - ranked_at >= PROCESS_MAX_AGE_S:
             # listing every process costs as much as the rest of a refresh, and walking the
             # cgroup tree a tenth of it: both are redone every PROCESS_MAX_AGE_S, not per refresh
             # (a cgroup removed in between reads as unreadable and is left off the screen)
             ranked, ranked_at = top_pids(r_, TOP_PROCESSES), time.monotonic()
             cgroups = list_cgroups(r_, limit=TOP_CGROUPS)
-        s = read_sample(
+        return read_sample(
             r_,
-            kinds,
+            k,
             cgroups=cgroups,
             top=TOP_PROCESSES,
             budget_s=PROCESS_BUDGET_S,
@@ -73,20 +73,19 @@ def top(
             ranked=ranked,
             cgroup_counters=json_out,  # the screen shows cgroups' bytes only
         )
-        rt = None if prev is None else rates(prev, s)
-        hist.add(rt)
-        prev = s
-        return s, rt, judge(s, rt)
+
+    sampler = Sampler(root, read=read)
+
+    def refresh(t: Telemetry) -> Telemetry:
+        hist.add(t.rates)
+        return t
 
     if json_out or not isatty(sys.stdout):
         from cxlctl.telemetry.report import to_dict
 
-        n = 0
         try:
-            while count is None or n < count:
-                if prev is not None:
-                    time.sleep(max(0.0, prev.time + every - time.monotonic()))
-                s, rt, vs = refresh()
+            for n, t in enumerate(readings(sampler, kinds, every, count)):
+                s, rt, vs = refresh(t)
                 if json_out:
                     emit_json(to_dict(s, rt, vs, n), indent=None)
                 else:
@@ -95,7 +94,6 @@ def top(
                     cols = width()
                     sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), cols) + "\n")
                 sys.stdout.flush()
-                n += 1
         except (KeyboardInterrupt, BrokenPipeError):
             pass
         return
@@ -113,7 +111,7 @@ def top(
         n = 0
         try:
             while count is None or n < count:
-                s, rt, vs = refresh()
+                s, rt, vs = refresh(sampler.tick(kinds))
                 n += 1
                 deadline = s.time + every
                 while True:

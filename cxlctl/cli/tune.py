@@ -14,7 +14,7 @@ Before any ``tune`` command runs, an expired unconfirmed ``tune try`` is reverte
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import typer
 
@@ -23,17 +23,14 @@ from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument
+from .params import Command, argument, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from cxlctl.tuning.engine import ApplyResult, FileResult, Prepared
-    from cxlctl.tuning.journal import Journal
     from cxlctl.tuning.profile import Profile
     from cxlctl.tuning.results import UndoResult
-
-DEFAULT_PROFILE = "inference-bandwidth"
 
 tune_app = group("tune", "Plan, apply, verify and revert tuning profiles (sysctls, demotion, weighted interleave).")
 
@@ -122,24 +119,6 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 # ---------------------------------------------------------------------------- plan
 
 
-def _default_profile() -> Union[str, Profile]:
-    """The profile in effect this boot (rebuilt from the journal when it has no file), else the default."""
-    from cxlctl.tuning.state import applied_journal
-
-    j = applied_journal(host_root())
-    if j is not None:
-        from cxlctl.tuning.profile import candidates, from_data
-
-        if j.profile_data is not None:
-            return from_data(host_root(), j.profile, j.profile_data, j.profile_source)
-
-        found = candidates(host_root(), j.profile)
-        if found and found[0][0] == j.profile_source:
-            return j.profile  # still what the name resolves to
-        return j.profile_source or j.profile
-    return DEFAULT_PROFILE
-
-
 BESIDE_OPT = typer.Option(
     False,
     "--beside-other-damon",
@@ -147,13 +126,10 @@ BESIDE_OPT = typer.Option(
 )
 
 
-def _beside(ref: Union[str, Profile], beside: bool) -> Union[str, Profile]:
-    """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``)."""
-    if not beside:
-        return ref
-    from cxlctl.tuning.profile import load, with_beside_other_damon
+def _profile(ref: Optional[str], beside: bool) -> Union[str, Profile]:
+    from cxlctl.tuning.profile import for_command
 
-    return with_beside_other_damon(load(host_root(), ref) if isinstance(ref, str) else ref)
+    return for_command(host_root(), ref, beside)
 
 
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
@@ -162,7 +138,7 @@ def _render_plan(prep: Prepared, c: Console, title: str) -> None:
     render.plan(prep, c, title)
 
 
-@tune_app.command("plan")
+@tune_app.command("plan", cls=Command)
 def plan_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -175,7 +151,7 @@ def plan_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    prep = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None).prepared
+    prep = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -192,7 +168,7 @@ def _render_results(title: str, results: List[FileResult], c: Console) -> None:
     render.results(title, results, c)
 
 
-@tune_app.command("apply")
+@tune_app.command("apply", cls=Command)
 def apply_cmd(
     profile: Optional[str] = argument(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
@@ -209,7 +185,7 @@ def apply_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    txn = Transaction(host_root(), _beside(profile or _default_profile(), beside), persist=persist or None)
+    txn = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
@@ -237,13 +213,13 @@ def _raise_failed(res: ApplyResult) -> None:
 def _render_apply(res: ApplyResult) -> None:
     from cxlctl.tuning import render
 
-    render.apply(res, _console())
+    render.apply(res, _console(), root=host_root())
 
 
 # ---------------------------------------------------------------------------- verify / revert / status
 
 
-@tune_app.command("verify")
+@tune_app.command("verify", cls=Command)
 def verify_cmd(
     profile: Optional[str] = argument(None, "PROFILE", "Compare with this profile instead of the applied one."),
     json_out: bool = JSON_OPT,
@@ -282,7 +258,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
         from cxlctl.tuning import render
 
         _note(res.messages)
-        render.revert(res, _console())
+        render.revert(res, _console(), root=host_root())
     if not res.ok:
         raise CxlctlError(
             "revert incomplete: " + "; ".join(res.errors),
@@ -328,83 +304,36 @@ def _stdin_fd() -> Optional[int]:
         return None
 
 
-def _term(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 @tune_app.command("try", cls=Command)
 def try_cmd(
     profile: str = argument(..., "PROFILE", "Profile name or .toml path."),
-    timeout: float = typer.Option(
-        DEFAULT_TRY_TIMEOUT, "--timeout", metavar="SECONDS", help="How long to wait for confirmation (default 120)."
+    timeout_arg: str = typer.Option(
+        f"{DEFAULT_TRY_TIMEOUT:g}",
+        "--timeout",
+        metavar="SECONDS",
+        show_default=False,
+        help="How long to wait for confirmation (default 120).",
     ),
     beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    import math
-    import signal
-
     from cxlctl.errors import UsageError
-    from cxlctl.tuning import tune_json as view
-    from cxlctl.tuning.transaction import Transaction
-
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    # SIGTERM is Ctrl-C from the start: during the apply it rolls back, while waiting it reverts
-    old = signal.signal(signal.SIGTERM, _term)
-    try:
-        try:
-            with progress_bar(json_out) as progress:
-                res = Transaction(host_root(), _beside(profile, beside)).commit(
-                    wait=wait, trial_timeout=timeout, on_progress=progress
-                )
-        except KeyboardInterrupt:
-            # between recording the try and returning it: undo it here rather than leave it to expire
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            from cxlctl.tuning.trial import abandon
-
-            undone = abandon(host_root())
-            if undone is not None and not undone.ok:
-                raise CxlctlError(
-                    f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
-                    hint="the journal keeps the values; run `cxlctl tune revert`",
-                ) from None
-            raise CxlctlError(
-                "interrupted" + (f": reverted {undone.profile} to the previous values" if undone else ""),
-                hint="see `cxlctl tune status`",
-            ) from None
-        j = res.journal
-        if not res.ok or j is None or j.trial is None:
-            if json_out:
-                _emit(view.trial(res, timeout, None, "failed", None))
-            else:
-                _note(res.messages)
-                _render_apply(res)
-            _raise_failed(res)
-            return
-        outcome, reverted = _await_confirmation(res, j, timeout, json_out)
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    if json_out:
-        assert j.trial is not None
-        _emit(view.trial(res, timeout, j.trial.deadline, outcome, reverted))
-    _report_try(res.prepared.plan.profile, timeout, outcome, reverted, json_out)
-
-
-def _await_confirmation(
-    res: ApplyResult, j: Journal, timeout: float, json_out: bool
-) -> Tuple[str, Optional[UndoResult]]:
-    """Wait for the confirmation; undo the try without one. (outcome, the undo or None)."""
-    import signal
-
     from cxlctl.tuning import trial
     from cxlctl.tuning import tune_json as view
 
-    assert j.trial is not None
-    name = res.prepared.plan.profile
-    try:
+    try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
+        timeout = seconds(timeout_arg)
+    except typer.BadParameter:
+        timeout = 0.0
+    if timeout <= 0:
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
+        )
+
+    def applied(res: ApplyResult) -> None:
+        assert res.journal is not None and res.journal.trial is not None
         if not json_out:
             _note(res.messages)
             _render_plan(res.prepared, _console(), "try")
@@ -412,26 +341,34 @@ def _await_confirmation(
                 _render_results("Result", list(res.results), _console())
         _note(
             [
-                f"applied {name} on trial: press Enter to keep it, or run `cxlctl tune confirm` from another shell "
-                f"within {timeout:g} s (until {view.when(j.trial.deadline)}); otherwise it is reverted"
+                f"applied {res.prepared.plan.profile} on trial: press Enter to keep it, or run `cxlctl tune confirm` "
+                f"from another shell within {timeout:g} s (until {view.when(res.journal.trial.deadline)}); "
+                "otherwise it is reverted"
             ]
         )
-        outcome = trial.wait(host_root(), j, _stdin_fd())
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-    if outcome not in _WHY_NOT:
-        return outcome, None
-    # the undo itself is not interruptible: a second Ctrl-C must not leave it half done
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        reverted = trial.give_up(host_root(), j)
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-    if reverted is None:
-        return "confirmed", None  # confirmed in the same instant, from another shell
-    return outcome, reverted
+
+    t = trial.run(
+        host_root(),
+        _profile(profile, beside),
+        timeout,
+        wait_lock=wait,
+        stdin_fd=_stdin_fd(),
+        progress=lambda: progress_bar(json_out),
+        on_applied=applied,
+    )
+    res = t.result
+    if t.outcome == trial.FAILED:
+        if json_out:
+            _emit(view.trial(res, timeout, None, "failed", None))
+        else:
+            _note(res.messages)
+            _render_apply(res)
+        _raise_failed(res)
+        return
+    if json_out:
+        assert res.journal is not None and res.journal.trial is not None
+        _emit(view.trial(res, timeout, res.journal.trial.deadline, t.outcome, t.reverted))
+    _report_try(res.prepared.plan.profile, timeout, t.outcome, t.reverted, json_out)
 
 
 def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[UndoResult], json_out: bool) -> None:

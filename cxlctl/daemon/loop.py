@@ -43,6 +43,7 @@ from cxlctl import config as config_mod
 from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.root import under
+from cxlctl.hostio.write import OutsideRoot
 from cxlctl.k8s import nfd as nfd_mod
 from cxlctl.ras import health_probe as health_mod
 
@@ -328,14 +329,17 @@ class Daemon:
         cfg = self.cfg
         if cfg.textfile_dir:
             try:
-                metrics_mod.write_textfile(under(self.root, cfg.textfile_dir), text)
+                metrics_mod.write_textfile(self.root, cfg.textfile_dir, text)
             except OSError as e:
-                self.log.error("cannot write the metrics textfile in %s: %s", cfg.textfile_dir, e.strerror)
+                where = under(self.root, cfg.textfile_dir)
+                self.log.error("cannot write the metrics textfile in %s: %s", where, e.strerror)
+            except OutsideRoot as e:
+                self.log.error("cannot write the metrics textfile: %s", e)
         inv = self.rec.inventory
         nfd_dir = under(self.root, cfg.nfd_dir)
         if cfg.nfd_enabled and inv is not None and not os.path.isdir(nfd_dir):
             # not a Kubernetes node (or NFD not deployed): never create /etc/kubernetes here
-            self._once_log("nfd", f"no {cfg.nfd_dir}: Node Feature Discovery labels not written")
+            self._once_log("nfd", f"no {nfd_dir}: Node Feature Discovery labels not written")
         elif cfg.nfd_enabled and inv is not None:
             lbls = nfd_mod.labels(
                 inv,
@@ -347,9 +351,11 @@ class Daemon:
             # labels lapse if the daemon stops refreshing them: 3 rescan periods (or an hour)
             ttl = max(3 * cfg.rescan_interval, 3600.0)
             try:
-                nfd_mod.write(nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
+                nfd_mod.write(self.root, cfg.nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
             except OSError as e:
-                self.log.error("cannot write the NFD feature file in %s: %s", cfg.nfd_dir, e.strerror)
+                self.log.error("cannot write the NFD feature file in %s: %s", nfd_dir, e.strerror)
+            except OutsideRoot as e:
+                self.log.error("cannot write the NFD feature file: %s", e)
         if self.ready:
             self.notifier.status(self.status_line())
 
@@ -639,6 +645,10 @@ class Daemon:
                 if self.cfg.health_enabled:
                     self._collect_health()
                     self.publish()
+                if self.rec.state == "failed":
+                    # a one-shot run that could not enforce its profile failed: say so in the exit code
+                    self.log.error("--once: profile %s could not be enforced (see above)", self.rec.target.name)
+                    return self.exit_code or 1
                 return self.exit_code
             while not self._stop:
                 self.step()

@@ -473,9 +473,10 @@ def _health(b: Builder, h: Optional[Health]) -> None:
 # ------------------------------------------------------------------------ outputs
 
 
-def write_textfile(directory: str, text: str) -> str:
-    """Atomically replace ``directory/cxlctl.prom`` (the collector ignores the hidden temp file)."""
-    return atomic_write(os.path.join(directory, TEXTFILE), text, mode=0o644, sync_dir=False)
+def write_textfile(root: str, directory: str, text: str) -> str:
+    """Atomically replace ``directory/cxlctl.prom`` (a host path) under ``root`` (the collector
+    ignores the hidden temp file); returns the file's path under the root."""
+    return atomic_write(root, os.path.join(directory, TEXTFILE), text, mode=0o644, sync_dir=False)
 
 
 class MetricsServer:

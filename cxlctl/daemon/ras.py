@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.hostio import paths, tracefs
 from cxlctl.model import Inventory
+from cxlctl.parse import PAGE_SIZE
 from cxlctl.ras.events import Event, to_event
 from cxlctl.ras.trace import Stream, split_lines
 
@@ -36,7 +37,7 @@ MESSAGE_ID_EVENT = "5b1f3a0e6c2d4e8f9a7b1c3d5e7f9a2b"
 MESSAGE_ID_ACTION = "8e2c4a6b0d1f43a59c7e9b1d3f5a7c0e"
 
 INSTANCE = paths.TRACE_INSTANCE_PREFIX + "daemon"
-PAGE = 4096
+PAGE = PAGE_SIZE
 
 
 class RasStats:
@@ -200,7 +201,6 @@ class RasWatcher:
 
     def _soft_offline(self, ev: Event) -> None:
         """Soft-offline the page of a poisoned HPA in online memory (configured only)."""
-        from cxlctl.hostio.root import under
         from cxlctl.hostio.write import KnobError, write_knob
 
         m = ev.mapping
@@ -213,7 +213,7 @@ class RasWatcher:
             return
         self._tried.add(page)
         try:
-            write_knob(under(self.root, paths.SOFT_OFFLINE_PAGE), f"{page:#x}\n")
+            write_knob(self.root, paths.SOFT_OFFLINE_PAGE, f"{page:#x}\n")
         except KnobError as e:
             self._action("failed", ev, page, f"soft-offline of page {page:#x} ({ev.memdev}) failed: {e.reason}")
             return

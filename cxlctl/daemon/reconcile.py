@@ -43,9 +43,10 @@ from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
-from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
+from cxlctl.parse import format_size
 from cxlctl.tuning import engine, trial
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.profile import Profile, candidates, from_data
@@ -55,7 +56,6 @@ from cxlctl.tuning.transaction import Transaction
 from .metrics import DriftCheck, Stats
 
 ONLINE_MODES = ("online", "online_kernel", "online_movable")
-GIB = 1 << 30
 
 
 # ------------------------------------------------------------------------ snapshots and changes
@@ -106,11 +106,7 @@ def snapshot(inv: Inventory) -> Snapshot:
 
 
 def _size(n: Optional[int]) -> str:
-    if n is None:
-        return "size unknown"
-    if n >= GIB:
-        return f"{n / GIB:g} GiB"
-    return f"{n >> 20} MiB"
+    return format_size(n, unknown="size unknown")
 
 
 def _cxl(v: Optional[NodeView]) -> bool:
@@ -219,7 +215,7 @@ def _ref(root: str, name: str, source: str) -> str:
 
 def read_persisted(root: str) -> Optional[Tuple[str, str]]:
     """(profile, source) from ``active-profile``; None when absent or unreadable."""
-    text = read_text(root, engine.ACTIVE_PROFILE)
+    text = Reader(root).body(engine.ACTIVE_PROFILE)
     try:
         doc = json.loads(text) if text is not None else None
     except ValueError:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
-from cxlctl.parse import is_decimal
+from cxlctl.parse import is_decimal, sysfs_int
 
 from . import tree as t
 from .tree import KDAMONDS, NR_KDAMONDS
@@ -212,17 +212,6 @@ class DamonCaps(NamedTuple):
 # ---------------------------------------------------------------------------- reading
 
 
-def _int(text: Optional[str]) -> Optional[int]:
-    """ASCII digits, at most 20 of them (the kernel prints no more than a u64): else None.
-
-    The bound also keeps ``int()`` from raising on a file of more than 4300 digits.
-    """
-    if text is None:
-        return None
-    t = text.strip()
-    return int(t) if is_decimal(t) and len(t) <= 20 else None
-
-
 def _bool(text: Optional[str]) -> Optional[bool]:
     if text is None:
         return None
@@ -257,7 +246,7 @@ class _Walk:
         return t
 
     def num(self, path: str) -> Optional[int]:
-        return _int(self.text(path))
+        return sysfs_int(self.text(path))
 
     def range(self, d: str) -> Range:
         return Range(self.num(t.at(d, t.MIN)), self.num(t.at(d, t.MAX)))
@@ -309,7 +298,7 @@ class _Walk:
         return Scheme(
             id=i,
             action=_word(self.text(t.at(d, t.ACTION))),
-            target_nid=_int(self.text(t.at(d, t.TARGET_NID))),
+            target_nid=sysfs_int(self.text(t.at(d, t.TARGET_NID))),
             apply_interval_us=num(t.APPLY_INTERVAL_US),
             sz=self.range(t.at(d, t.SZ)),
             nr_accesses=self.range(t.at(d, t.NR_ACCESSES)),
@@ -353,7 +342,7 @@ class _Walk:
             id=i,
             path=d,
             state=state,
-            pid=_int(self.text(t.at(d, t.PID))),
+            pid=sysfs_int(self.text(t.at(d, t.PID))),
             contexts=tuple(self.entries(d, t.LIST_CONTEXTS, self.context)),
         )
 
@@ -364,7 +353,7 @@ def read_modules(r: Reader) -> Tuple[DamonModule, ...]:
         d = f"{paths.MODULE_DIR}/{name}/parameters"
         if not r.isdir(d):
             continue
-        out.append(DamonModule(name, _bool(r.text(d + "/enabled")), _int(r.text(d + "/kdamond_pid"))))
+        out.append(DamonModule(name, _bool(r.text(d + "/enabled")), sysfs_int(r.text(d + "/kdamond_pid"))))
     return tuple(out)
 
 
@@ -375,7 +364,7 @@ def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
     if not r.isdir(KDAMONDS):
         return DamonState(False, None, (), modules, {})
     w = _Walk(r)
-    nr = _int(w.text(NR_KDAMONDS))
+    nr = sysfs_int(w.text(NR_KDAMONDS))
     kds = tuple(
         w.kdamond(t.entry(t.ADMIN, t.LIST_KDAMONDS, n), int(n)) for n in r.listdir(KDAMONDS, is_decimal)[:MAX_ENTRIES]
     )

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.proc import status_field
-from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
 from cxlctl.kconfig import read_config
 from cxlctl.model import Inventory
@@ -129,7 +129,7 @@ def _as_root(root: str) -> bool:
     """Whether root-only files were readable: this process' euid live, the record's own word on replay."""
     if root == "/":
         return os.geteuid() == 0
-    text = read_text(root, paths.RECORD_MANIFEST)
+    text = Reader(root).body(paths.RECORD_MANIFEST)
     try:
         return bool(json.loads(text or "{}").get("as_root"))
     except (ValueError, AttributeError):

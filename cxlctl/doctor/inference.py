@@ -10,17 +10,23 @@ not a second opinion of it.
 
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List, Optional
 
 from cxlctl.hostio import paths
 from cxlctl.parse import format_size
 
 from .model import CANNOT, NOTE, OK, WARN, Check, Evidence, Facts
 
+if TYPE_CHECKING:
+    from cxlctl.launch.build import LaunchPlan
+    from cxlctl.launch.engines import Features
+
 LAYER = "Inference readiness"
 
 
 def check(f: Facts) -> List[Check]:
+    """One check per thing a launch would meet: the engine, the flags and policy cxlctl would
+    use, the launcher's own pre-flight checks, memlock, transparent hugepages."""
     from cxlctl.launch.build import LaunchPlan
 
     if f.engine is None:
@@ -37,59 +43,80 @@ def check(f: Facts) -> List[Check]:
             )
         ]
     out: List[Check] = []
-    feats = lp.features
-    if feats is not None:
-        if feats.source == "assumed":
-            ev = (Evidence(f"which {f.engine}", "not on PATH"),)
-        else:
-            ev = (Evidence(f"{f.engine} --version", feats.version or "unknown"),)
-        if feats.source == "assumed":
-            out.append(
-                Check(
-                    LAYER,
-                    "inference.engine",
-                    WARN,
-                    f"{f.engine} is not installed here ({feats.error}); flags below are those of {f.engine} {feats.version} or later",
-                    ev,
-                    f"install {f.engine} in this environment (or give cxlctl launch --engine-cmd)",
-                )
+    if lp.features is not None:
+        out.append(_engine(f.engine, lp.features))
+    out.append(_flags(f.engine, lp))
+    pre = _preflight(f, lp)
+    out += pre
+    names = {c.name for c in lp.checks}
+    ea = lp.engine
+    if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
+        out.append(
+            Check(
+                LAYER,
+                "inference.dev-shm",
+                NOTE,
+                "no /dev/shm offload planned, so /dev/shm size does not matter here",
+                (Evidence(paths.DEV_SHM, "not used"),),
             )
-        elif feats.source == "unavailable":
-            out.append(
-                Check(
-                    LAYER,
-                    "inference.engine",
-                    WARN,
-                    f"{f.engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged",
-                    ev,
-                )
-            )
-        else:
-            out.append(
-                Check(
-                    LAYER,
-                    "inference.engine",
-                    OK,
-                    f"{f.engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags",
-                    ev,
-                )
-            )
+        )
+    if "memlock" not in names:
+        out.append(_memlock(f, lp))
+    out.append(_thp(f.thp))
+    return out
+
+
+def _engine(engine: str, feats: Features) -> Check:
+    """Whether the engine is installed and its flags could be read (what the plan's flags rest on)."""
+    if feats.source == "assumed":
+        ev = (Evidence(f"which {engine}", "not on PATH"),)
+    else:
+        ev = (Evidence(f"{engine} --version", feats.version or "unknown"),)
+    if feats.source == "assumed":
+        return Check(
+            LAYER,
+            "inference.engine",
+            WARN,
+            f"{engine} is not installed here ({feats.error}); flags below are those of {engine} {feats.version} or later",
+            ev,
+            f"install {engine} in this environment (or give cxlctl launch --engine-cmd)",
+        )
+    if feats.source == "unavailable":
+        return Check(
+            LAYER,
+            "inference.engine",
+            WARN,
+            f"{engine} {feats.version or ''}: its flags could not be read ({feats.error}); cxlctl would pass arguments through unchanged",
+            ev,
+        )
+    return Check(
+        LAYER,
+        "inference.engine",
+        OK,
+        f"{engine} {feats.version or '(version unknown)'}: {len(feats.flags)} flags",
+        ev,
+    )
+
+
+def _flags(engine: str, lp: LaunchPlan) -> Check:
+    """The policy, KV size, flags and environment the launch would use."""
     ea = lp.engine
     kv = f"KV offload {format_size(ea.kv_bytes)}" if ea.kv_bytes else "no KV offload (no free CXL memory to size it)"
     flags = " ".join(ea.added) or "none"
     env = " ".join(f"{k}={v}" for k, v in sorted(lp.env_added.items()))
-    out.append(
-        Check(
-            LAYER,
-            "inference.flags",
-            NOTE,
-            f"cxlctl launch {f.engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
-            (Evidence("cxlctl launch --dry-run", lp.equivalent),) + ((Evidence("environment", env),) if env else ()),
-        )
+    return Check(
+        LAYER,
+        "inference.flags",
+        NOTE,
+        f"cxlctl launch {engine} would use policy {lp.policy.mode} over node(s) {','.join(str(n) for n in lp.policy.nodes) or '-'}; {kv}; adds: {flags}",
+        (Evidence("cxlctl launch --dry-run", lp.equivalent),) + ((Evidence("environment", env),) if env else ()),
     )
-    names = set()
+
+
+def _preflight(f: Facts, lp: LaunchPlan) -> List[Check]:
+    """The launcher's own pre-flight checks, each as a doctor check with where its evidence is."""
+    out: List[Check] = []
     for c in lp.checks:
-        names.add(c.name)
         res = {"ok": OK, "note": NOTE, "warn": WARN, "fail": "fail"}.get(c.status, NOTE)
         src = {
             "dev-shm": paths.DEV_SHM,
@@ -104,54 +131,39 @@ def check(f: Facts) -> List[Check]:
             else f"pre-flight {c.name}: {c.status}"
         )
         out.append(Check(LAYER, f"inference.{c.name}", res, c.message, (Evidence(src, value),), c.fix))
-    if ea.shm_bytes is None and "dev-shm" not in names and f.engine == "vllm":
-        out.append(
-            Check(
-                LAYER,
-                "inference.dev-shm",
-                NOTE,
-                "no /dev/shm offload planned, so /dev/shm size does not matter here",
-                (Evidence(paths.DEV_SHM, "not used"),),
-            )
-        )
-    if "memlock" not in names:
-        ml = f.memlock
-        shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
-        out.append(
-            Check(
-                LAYER,
-                "inference.memlock",
-                OK if ml else CANNOT,
-                f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"),
-                (Evidence(paths.SELF_LIMITS, shown),),
-            )
-        )
-    thp = f.thp
-    if thp is None:
-        out.append(
-            Check(
-                LAYER,
-                "inference.thp",
-                CANNOT,
-                "transparent hugepages setting unreadable",
-                (Evidence(paths.THP_ENABLED, "unreadable"),),
-            )
-        )
-    else:
-        sel = thp[thp.find("[") + 1 : thp.find("]")] if "[" in thp and "]" in thp else thp
-        if sel == "never":
-            out.append(
-                Check(
-                    LAYER,
-                    "inference.thp",
-                    NOTE,
-                    "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too",
-                    (Evidence(paths.THP_ENABLED, thp),),
-                    f"echo madvise > {paths.THP_ENABLED}",
-                )
-            )
-        else:
-            out.append(
-                Check(LAYER, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))
-            )
     return out
+
+
+def _memlock(f: Facts, lp: LaunchPlan) -> Check:
+    ml = f.memlock
+    shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
+    ea = lp.engine
+    return Check(
+        LAYER,
+        "inference.memlock",
+        OK if ml else CANNOT,
+        f"memlock limit: {shown}" + ("" if ea.pins and ea.kv_bytes else " (the engine pins no KV here)"),
+        (Evidence(paths.SELF_LIMITS, shown),),
+    )
+
+
+def _thp(thp: Optional[str]) -> Check:
+    if thp is None:
+        return Check(
+            LAYER,
+            "inference.thp",
+            CANNOT,
+            "transparent hugepages setting unreadable",
+            (Evidence(paths.THP_ENABLED, "unreadable"),),
+        )
+    sel = thp[thp.find("[") + 1 : thp.find("]")] if "[" in thp and "]" in thp else thp
+    if sel == "never":
+        return Check(
+            LAYER,
+            "inference.thp",
+            NOTE,
+            "transparent hugepages are off: large KV and weight buffers pay 4 KiB TLB misses, on CXL too",
+            (Evidence(paths.THP_ENABLED, thp),),
+            f"echo madvise > {paths.THP_ENABLED}",
+        )
+    return Check(LAYER, "inference.thp", OK, f"transparent hugepages: {sel}", (Evidence(paths.THP_ENABLED, thp),))

@@ -14,7 +14,7 @@ import json
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from cxlctl.hostio import tools
-from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.reader import Reader
 
 from .model import Probe
 
@@ -73,7 +73,7 @@ def to_json(probes: Dict[str, Probe]) -> Dict[str, object]:
 
 def load_recorded(root: str) -> Optional[Dict[str, Probe]]:
     """The answers a record saved (None when ``root`` holds none or they do not parse)."""
-    text = read_text(root, "/" + PROBES_FILE)
+    text = Reader(root).body("/" + PROBES_FILE)
     if text is None:
         return None
     try:

@@ -7,6 +7,13 @@ Used for the tuning journal, the active-profile record, persisted settings
 all skip it) is written, fsynced and renamed over the target.  ``sync_dir``
 also fsyncs the directory, making the rename itself durable: wanted for the
 journal and settings, not for files regenerated on every rescan.
+
+Under a ``--root`` tree every step is fenced like a read (the reader's
+:class:`~cxlctl.hostio.reader.Fence`): the directory is made and opened inside
+the tree (:func:`~cxlctl.hostio.write.dir_fenced`) and the temporary file, the
+rename and an unlink are all relative to that handle, so a link leading out of
+the tree is :class:`~cxlctl.hostio.write.OutsideRoot` (exit 2) and nothing
+lands outside it.
 """
 
 from __future__ import annotations
@@ -14,42 +21,86 @@ from __future__ import annotations
 import os
 from typing import Union
 
+from .reader import fence_of
+from .root import under
+from .write import dir_fenced
 
-def atomic_write(path: str, data: Union[bytes, str], *, mode: int = 0o600, sync_dir: bool = True) -> str:
-    """Replace ``path`` with ``data`` (str is UTF-8 encoded); creates the directory; returns ``path``.
 
-    ``mode`` is set explicitly with fchmod, so a service's ``UMask=0077`` does
-    not hide a world-readable file (metrics) from its readers.
+def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0o600, sync_dir: bool = True) -> str:
+    """Replace ``path`` (a host path) under ``root`` with ``data`` (str is UTF-8 encoded).
+
+    Creates the directory; returns the file's path under the root.  ``mode`` is
+    set explicitly with fchmod, so a service's ``UMask=0077`` does not hide a
+    world-readable file (metrics) from its readers.
     """
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, mode=0o755, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    host = under(root, path)
+    d = os.path.dirname(host) or "."
+    base = os.path.basename(host)
+    fence = fence_of(root)
+    if fence is None:
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    else:
+        dfd = dir_fenced(fence, d, create=True)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
+        tmp = f".{base}.{os.getpid()}.tmp"
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, mode, dir_fd=dfd)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if sync_dir:
-        sync_directory(d)
-    return path
-
-
-def sync_directory(d: str) -> None:
-    """fsync a directory, so a rename or unlink in it survives a crash."""
-    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
+            os.fchmod(fd, mode)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        os.replace(tmp, base, src_dir_fd=dfd, dst_dir_fd=dfd)
+        if sync_dir:
+            _sync_at(dfd)
     finally:
         os.close(dfd)
+    return host
+
+
+def remove(root: str, path: str, *, sync_dir: bool = True) -> bool:
+    """Unlink ``path`` (a host path) under ``root``; False when it was not there.
+
+    The directory is checked like :func:`atomic_write`'s (an unlink through a
+    link leading out of the tree would remove a file outside it).
+    """
+    host = under(root, path)
+    d, _, base = host.rpartition("/")
+    fence = fence_of(root)
+    try:
+        if fence is None:
+            dfd = os.open(d or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            dfd = dir_fenced(fence, d or "/")
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            os.unlink(base, dir_fd=dfd)
+        except FileNotFoundError:
+            return False
+        if sync_dir:
+            _sync_at(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
+def _sync_at(dfd: int) -> None:
+    """fsync the directory open as ``dfd`` (an ``O_PATH`` handle cannot be fsynced: reopen it)."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

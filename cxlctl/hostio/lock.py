@@ -21,12 +21,13 @@ import time
 from types import TracebackType
 from typing import Optional, Type
 
-from cxlctl.errors import EXIT_LOCKED, CxlctlError
+from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
 from .paths import LOCK
 from .proc import comm as _comm
-from .reader import Refused, read_bounded
+from .reader import Reader, Unreadable, fence_of
 from .root import under
+from .write import dir_fenced, open_fenced
 
 DEFAULT_WAIT = 5.0
 
@@ -49,16 +50,22 @@ class Locked(CxlctlError):
 def holder(root: str) -> Optional[int]:
     """Pid written by the current holder (may be stale if nobody holds the lock)."""
     try:
-        text = read_bounded(under(root, LOCK), limit=64).decode("ascii", "replace").strip()
-    except (OSError, Refused):
+        b = Reader(root).read(LOCK, limit=64)
+    except Unreadable:
         return None
+    if b is None:
+        return None
+    text = b.decode("ascii", "replace").strip()
     return int(text) if text.isascii() and text.isdigit() else None
 
 
 def is_held(root: str) -> bool:
     """True when some process holds the lock right now (probe with a non-blocking shared try)."""
+    fence = fence_of(root)
     try:
-        fd = os.open(under(root, LOCK), os.O_RDONLY | os.O_CLOEXEC)
+        if fence is not None and not fence.dir_inside(os.path.dirname(under(root, LOCK))):
+            return False  # a lock outside the tree is not this tree's
+        fd = os.open(under(root, LOCK), os.O_RDONLY | os.O_CLOEXEC | (0 if fence is None else os.O_NOFOLLOW))
     except OSError:
         return False
     try:
@@ -70,21 +77,47 @@ def is_held(root: str) -> bool:
     return False
 
 
+def env_wait() -> float:
+    """The lock wait from ``CXLCTL_LOCK_WAIT`` (seconds, ASCII digits), else :data:`DEFAULT_WAIT`.
+
+    A value that is not a number of seconds is a usage error (exit 2), not a
+    traceback and not "wait forever": ``-1`` and ``abc`` are refused like ``--wait -1``.
+    """
+    from cxlctl.parse import parse_seconds
+
+    env = os.environ.get("CXLCTL_LOCK_WAIT")
+    if not env:
+        return DEFAULT_WAIT
+    try:
+        return parse_seconds(env)
+    except ValueError:
+        raise UsageError(
+            f"CXLCTL_LOCK_WAIT={env[:40]!r} is not a number of seconds",
+            hint="set it to 0 or more seconds in ASCII digits (e.g. 5 or 0.5), or unset it (default 5)",
+        ) from None
+
+
 class TuneLock:
     """Context manager: ``with TuneLock(root, wait=5): ...`` or raise :class:`Locked` (exit 4)."""
 
     def __init__(self, root: str, wait: Optional[float] = None) -> None:
         self.root = root
         if wait is None:
-            env = os.environ.get("CXLCTL_LOCK_WAIT")
-            wait = float(env) if env else DEFAULT_WAIT
+            wait = env_wait()
         self.wait = max(0.0, wait)
         self.path = under(root, LOCK)
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:
-        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        fence = fence_of(self.root)
+        if fence is None:
+            os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+            fd = os.open(self.path, flags, 0o644)
+        else:
+            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
+            fd = open_fenced(fence, self.path, flags, 0o644)
         deadline = time.monotonic() + self.wait
         delay = 0.02
         while True:

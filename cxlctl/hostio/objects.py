@@ -18,7 +18,6 @@ from cxlctl.parse import U64_MAX, is_decimal, parse_hex, parse_int, parse_nodeli
 
 from . import paths
 from .reader import Reader
-from .root import under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
@@ -244,4 +243,4 @@ def set_block_state(root: str, bid: int, state: str) -> int:
     are retried; raises :class:`~cxlctl.hostio.write.KnobError`; returns attempts used."""
     from .write import write_with_retry  # scans never write: kept off status --json's imports
 
-    return write_with_retry(under(root, paths.memory_block(bid) + "/state"), state)
+    return write_with_retry(root, paths.memory_block(bid) + "/state", state)

@@ -1,17 +1,19 @@
 """Facts about processes, read from procfs through the bounded reader.
 
 Why here: procfs is a host file system like sysfs; reading it through
-:func:`~cxlctl.hostio.reader.read_bounded` gives it the same never-block,
+:class:`~cxlctl.hostio.reader.Reader` gives it the same never-block,
 size-bounded rules, and keeps ``/proc`` literals in one package.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Optional
+
+from cxlctl.parse import is_decimal
 
 from . import paths
-from .reader import read_text
+from .reader import Reader
 
 
 def status_field(status: Optional[str], key: str) -> Optional[str]:
@@ -26,7 +28,7 @@ def status_field(status: Optional[str], key: str) -> Optional[str]:
 def has_cap(bit: int) -> bool:
     """Is capability ``bit`` in this process' effective set?  Falls back to "is euid 0"
     when ``/proc/self/status`` cannot be read or parsed."""
-    v = status_field(read_text("/", paths.SELF_STATUS), "CapEff")
+    v = status_field(Reader().body(paths.SELF_STATUS), "CapEff")
     try:
         return bool(int(v or "", 16) >> bit & 1)
     except ValueError:
@@ -35,5 +37,34 @@ def has_cap(bit: int) -> bool:
 
 def comm(pid: int) -> Optional[str]:
     """Command name of a running process (``/proc/PID/comm``), None if gone or unreadable."""
-    text = read_text("/", paths.proc_pid(pid, "comm"))
+    text = Reader().body(paths.proc_pid(pid, "comm"))
     return (text or "").strip() or None
+
+
+def pids(r: Reader) -> List[int]:
+    """Process ids under the root's ``/proc`` (ASCII-digit names only), ascending; [] when there
+    is none (a recorded tree without processes).  The one walk of ``/proc`` by name."""
+    return sorted(int(n) for n in r.listdir(paths.PROC, is_decimal, ordered=False))
+
+
+def cgroup_of(text: Optional[str]) -> Optional[str]:
+    """The cgroup v2 path in a ``/proc/PID/cgroup`` text (``0::/system.slice/x.service``).
+
+    The v2 entry is the ``0::`` line, wherever it is: on a hybrid v1/v2 host the
+    file starts with the v1 hierarchies (``12:memory:/user.slice``), so the first
+    line is not it.  None when there is no v2 entry (a pure v1 host).
+    """
+    for line in (text or "").splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip() or "/"
+    return None
+
+
+def cgroup_v1(r: Reader) -> bool:
+    """Is the memory controller on a v1 hierarchy (no ``cgroup.controllers`` at the cgroup
+    mount, or one without ``memory``)?  Then no cgroup has the v2 ``memory.numa_stat``
+    layout: per-cgroup figures are unavailable, and a v1 file must not be parsed as one."""
+    text = r.text(paths.CGROUP_DIR + "/cgroup.controllers")
+    if text is None:
+        return r.isdir(paths.CGROUP_DIR + "/memory")
+    return "memory" not in text.split()

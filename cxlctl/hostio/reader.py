@@ -58,6 +58,22 @@ class Refused(Exception):
         self.reason = reason
 
 
+class Unreadable(Exception):
+    """A file that is there but cannot be read (permission, a FIFO, too large, a link out of the root).
+
+    Raised by :meth:`Reader.read`, so a caller can tell "absent" (None) from
+    "cannot read" and say which file, under the root the user gave (``where``),
+    and why (``reason``); ``errno`` is the system's, when it gave one.
+    """
+
+    def __init__(self, path: str, where: str, reason: str, err: Optional[int] = None) -> None:
+        super().__init__(f"cannot read {where}: {reason}")
+        self.path = path
+        self.where = where
+        self.reason = reason
+        self.errno = err
+
+
 class Reader:
     """Reads files under ``root`` as if it were ``/``.
 
@@ -229,21 +245,21 @@ class Reader:
             pass
 
     def _read(self, path: str) -> bytes:
-        """Content of host file ``path`` under the root, with :func:`read_bounded`'s rules.
+        """Content of host file ``path`` under the root, with :func:`_read_bounded`'s rules.
 
         Under a ``--root`` tree, a plain file (not a link: ``O_NOFOLLOW``) is
         opened relative to its directory's handle; a link, an odd name and the
-        live host (``/``: no fence) take :func:`read_bounded`'s general path.
+        live host (``/``: no fence) take :func:`_read_bounded`'s general path.
         """
         d, _, name = path.rpartition("/")
         if self._fence is None or name in _NOT_NAMES:
-            return read_bounded(under(self.root, path), self._fence)
+            return _read_bounded(under(self.root, path), self._fence)
         try:
             fd = self._at(d, lambda dfd: os.open(name, _NOFOLLOW, dir_fd=dfd))
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
-            return read_bounded(under(self.root, path), self._fence)
+            return _read_bounded(under(self.root, path), self._fence)
         # the common case inline (a scan reads thousands): one short read is the whole
         # attribute.  Anything else -- empty and not a regular file (a FIFO), would
         # block, a full chunk -- is read again by the general loop, which checks and
@@ -258,9 +274,46 @@ class Reader:
             os.close(fd)
         if 0 < len(b) < _CHUNK:
             return b
-        return read_bounded(under(self.root, path), self._fence)
+        return _read_bounded(under(self.root, path), self._fence)
 
     # -- reads ----------------------------------------------------------------------
+    def read(self, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[bytes]:
+        """Content of ``path``; None when it is absent; :class:`Unreadable` when it is there but
+        cannot be read.  For single reads that must tell the two apart (a knob, a process'
+        files, a profile); ``limit`` bounds the size (``head``: its first ``limit`` bytes).
+        Not logged and noted: a caller that wants a record uses :meth:`raw`."""
+        where = under(self.root, path)
+        try:
+            if limit == MAX_BYTES and not head:
+                return self._read(path)
+            return _read_bounded(where, self._fence, limit, head=head)
+        except Refused as e:
+            raise Unreadable(path, where, e.reason) from None
+        except FileNotFoundError:
+            if self._dev_gone(path):
+                raise Vanished(path) from None
+            return None
+        except NotADirectoryError:  # a component of the path is a file: no such file
+            return None
+        except IsADirectoryError:
+            raise Unreadable(path, where, "is a directory", errno.EISDIR) from None
+        except PermissionError:
+            raise Unreadable(path, where, "permission denied", errno.EACCES) from None
+        except OSError as e:
+            if e.errno in _GONE and self.device is not None:
+                raise Vanished(path) from None
+            raise Unreadable(path, where, os.strerror(e.errno or 0), e.errno) from None
+
+    def body(self, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
+        """Decoded text of ``path`` (not stripped: ``environ``, a TOML file), None when absent or
+        unreadable (then with a note saying why, as :meth:`raw` leaves)."""
+        try:
+            b = self.read(path, limit=limit, head=head)
+        except Unreadable as e:
+            self.notes.append((path, e.reason))
+            return None
+        return None if b is None else b.decode("utf-8", "replace")
+
     def raw(self, path: str) -> Optional[bytes]:
         """File content, or None if absent or unreadable (reason kept in notes)."""
         self._touch(path)
@@ -540,6 +593,8 @@ class Fence:
     """
 
     def __init__(self, root: str) -> None:
+        #: the root as given (absolute, no trailing slash): host paths start with it
+        self.given = os.path.abspath(root).rstrip("/")
         self.real = os.path.realpath(root)
         self._prefix = self.real.rstrip("/") + "/"
         self._dirs: Dict[str, bool] = {}
@@ -558,6 +613,40 @@ class Fence:
                 os.close(fd)
             self._dirs[host_dir] = ok
         return ok
+
+    def open_dir(self, host_dir: str) -> int:
+        """An ``O_PATH`` handle on directory ``host_dir`` (links followed), proven inside the root.
+
+        For writers: what they create or replace is then named relative to this
+        handle (``openat``, ``mkdirat``, ``renameat``), so it lands in the very
+        directory that was checked, even if a link in the path changes in between.
+        :class:`Refused` when the directory lies outside; OSError when it does not exist.
+        """
+        fd = os.open(host_dir, _DIR_FLAGS)
+        try:
+            inside = self.holds(_real_of(fd, host_dir))
+        except BaseException:
+            os.close(fd)
+            raise
+        if not inside:
+            os.close(fd)
+            raise Refused(_OUTSIDE)
+        return fd
+
+    def leading_out(self, host_path: str) -> Tuple[str, str]:
+        """(the first component of ``host_path`` that is a link leading out of the root, where it leads).
+
+        For the error message only (a few ``lstat`` calls): ``host_path`` itself and
+        its real path when no single component is to blame.
+        """
+        cur = next((h for h in (self.given, self.real) if host_path.startswith(h + "/")), "")
+        for name in host_path[len(cur) :].strip("/").split("/") if cur else ():
+            cur = f"{cur}/{name}"
+            if os.path.islink(cur):
+                real = os.path.realpath(cur)
+                if not self.holds(real):
+                    return cur, real
+        return host_path, os.path.realpath(host_path)
 
 
 def fence_of(root: str) -> Optional[Fence]:
@@ -633,7 +722,9 @@ def _size_of_regular(fd: int, host_path: str) -> int:
     return st.st_size
 
 
-def read_bounded(host_path: str, fence: Optional[Fence] = None, limit: int = MAX_BYTES, *, head: bool = False) -> bytes:
+def _read_bounded(
+    host_path: str, fence: Optional[Fence] = None, limit: int = MAX_BYTES, *, head: bool = False
+) -> bytes:
     """Whole file at ``host_path``, at most ``limit`` bytes, never blocking.
 
     Raw os calls: about half the cost of ``open().read()``, which matters when a
@@ -787,15 +878,3 @@ def sort_names(names: List[str], keys: Optional[Dict[str, str]] = None) -> None:
         names.sort(key=natural_key)
         return
     names.sort(key=keys.__getitem__)
-
-
-def read_text(root: str, path: str, *, limit: int = MAX_BYTES, head: bool = False) -> Optional[str]:
-    """Text of one host file under ``root`` (not stripped), None when absent, unreadable or refused.
-
-    For single reads outside a scan (procfs files of a process, a cgroup
-    attribute); the same rules as :class:`Reader`, without notes or logging.
-    """
-    try:
-        return read_bounded(under(root, path), fence_of(root), limit, head=head).decode("utf-8", "replace")
-    except (OSError, Refused):
-        return None

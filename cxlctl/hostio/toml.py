@@ -9,10 +9,11 @@ depth is checked before parsing; the ``RecursionError`` catch is a backstop.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Dict
 
-from .reader import Refused, read_bounded
+from .reader import Reader, Unreadable
 
 #: deeper nesting than any real profile or configuration could need
 MAX_DEPTH = 64
@@ -93,13 +94,11 @@ def loads(text: str) -> Dict[str, Any]:
 def load(path: str) -> Dict[str, Any]:
     """Read and parse a TOML file (a real path, already under the root)."""
     try:
-        raw = read_bounded(path, limit=MAX_BYTES)
-    except FileNotFoundError:
-        raise TomlError("no such file", missing=True) from None
-    except Refused as e:
-        raise TomlError(e.reason) from None
-    except OSError as e:
-        raise TomlError(f"cannot read: {e.strerror}") from None
+        raw = Reader().read(os.path.abspath(path), limit=MAX_BYTES)
+    except Unreadable as e:
+        raise TomlError(e.reason if e.errno is None else f"cannot read: {e.reason}") from None
+    if raw is None:
+        raise TomlError("no such file", missing=True)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

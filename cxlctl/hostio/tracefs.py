@@ -22,9 +22,9 @@ import time
 from typing import Iterator, List, Optional
 
 from . import paths
-from .reader import Refused, read_bounded
+from .reader import Reader, Unreadable
 from .root import under
-from .write import KnobError, write_knob
+from .write import KnobError, OutsideRoot, check_inside, write_knob
 
 #: the most of one ``trace`` snapshot read (the buffer is 1.4 MiB per CPU by default)
 MAX_TRACE_BYTES = 64 << 20
@@ -48,7 +48,7 @@ def find_tracefs(root: str) -> str:
             os.listdir(host)
         except PermissionError:
             raise TracefsError(
-                f"{cand} is readable by root only",
+                f"{host} is readable by root only",
                 hint="run cxlctl events/health as root (sudo)",
                 code="not_root",
             ) from None
@@ -57,7 +57,7 @@ def find_tracefs(root: str) -> str:
         if os.path.isdir(os.path.join(host, "instances")) or os.path.exists(os.path.join(host, "trace")):
             return cand
     raise TracefsError(
-        f"tracefs is not mounted (looked at {paths.TRACEFS} and {paths.TRACEFS_DEBUGFS})",
+        f"tracefs is not mounted (looked at {under(root, paths.TRACEFS)} and {under(root, paths.TRACEFS_DEBUGFS)})",
         hint=f"mount it: mount -t tracefs nodev {paths.TRACEFS}",
         code="no_tracefs",
     )
@@ -91,23 +91,32 @@ def create_instance(root: str, tracefs: str, name: str, events: List[str], buffe
     """
     inst = instance_path(tracefs, name)
     host = under(root, inst)
+    _inside(root, inst)
     try:
         os.mkdir(host)
     except FileExistsError:
         pass
     except PermissionError:
-        raise TracefsError(f"cannot create {inst}: permission denied", hint="run as root", code="not_root") from None
+        raise TracefsError(f"cannot create {host}: permission denied", hint="run as root", code="not_root") from None
     except OSError as e:
-        raise TracefsError(f"cannot create {inst}: {os.strerror(e.errno or 0)}") from None
+        raise TracefsError(f"cannot create {host}: {os.strerror(e.errno or 0)}") from None
     try:
         if buffer_kb:
-            write_knob(under(root, f"{inst}/buffer_size_kb"), f"{buffer_kb}\n")
+            write_knob(root, f"{inst}/buffer_size_kb", f"{buffer_kb}\n")
         for ev in events:
-            write_knob(under(root, f"{inst}/events/cxl/{ev}/enable"), "1\n")
+            write_knob(root, f"{inst}/events/cxl/{ev}/enable", "1\n")
     except KnobError as e:
         remove_instance(root, tracefs, name)
-        raise TracefsError(f"cannot enable the cxl events in {inst}: {e}") from None
+        raise TracefsError(f"cannot enable the cxl events in {host}: {e}") from None
     return inst
+
+
+def _inside(root: str, inst: str) -> None:
+    """Refuse to make or remove an instance through a link leading out of the ``--root`` tree."""
+    try:
+        check_inside(root, [inst])
+    except OutsideRoot as e:
+        raise TracefsError(str(e), hint=e.hint) from None
 
 
 def remove_instance(root: str, tracefs: str, name: str) -> bool:
@@ -116,8 +125,9 @@ def remove_instance(root: str, tracefs: str, name: str) -> bool:
     host = under(root, inst)
     if not os.path.isdir(host):
         return False
+    _inside(root, inst)
     try:
-        write_knob(under(root, f"{inst}/events/enable"), "0\n")
+        write_knob(root, f"{inst}/events/enable", "0\n")
     except KnobError:
         pass  # rmdir below disables everything anyway
     for _ in range(50):
@@ -128,9 +138,9 @@ def remove_instance(root: str, tracefs: str, name: str) -> bool:
             return True
         except OSError as e:
             if e.errno != errno.EBUSY:  # busy while a reader still holds trace_pipe
-                raise TracefsError(f"cannot remove {inst}: {os.strerror(e.errno or 0)}") from None
+                raise TracefsError(f"cannot remove {host}: {os.strerror(e.errno or 0)}") from None
             time.sleep(0.1)
-    raise TracefsError(f"cannot remove {inst}: still busy", hint=f"rmdir {inst} once no reader holds it")
+    raise TracefsError(f"cannot remove {host}: still busy", hint=f"rmdir {host} once no reader holds it")
 
 
 def stale_follow_instances(root: str, tracefs: str) -> List[str]:
@@ -152,9 +162,12 @@ def stale_follow_instances(root: str, tracefs: str) -> List[str]:
 def read_trace(root: str, inst: str) -> bytes:
     """The instance's ``trace`` file: a non-consuming snapshot of its buffer."""
     try:
-        return read_bounded(under(root, f"{inst}/trace"), limit=MAX_TRACE_BYTES, head=True)
-    except (OSError, Refused) as e:
-        raise TracefsError(f"cannot read {inst}/trace: {e}") from None
+        b = Reader(root).read(f"{inst}/trace", limit=MAX_TRACE_BYTES, head=True)
+    except Unreadable as e:
+        raise TracefsError(f"cannot read {inst}/trace: {e.reason}") from None
+    if b is None:
+        raise TracefsError(f"cannot read {inst}/trace: no such file")
+    return b
 
 
 def follow_pipe(root: str, inst: str, stop: Optional[List[bool]] = None, poll_s: float = 0.5) -> Iterator[bytes]:

@@ -38,12 +38,15 @@ import os
 import sys
 import time
 
-from .reader import Refused, read_bounded
+from cxlctl.errors import UsageError
+
+from .reader import Fence, Refused, _real_of, fence_of
+from .root import under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Tuple, Type
+    from typing import Iterable, Optional, Type
 
 
 _GONE = frozenset({errno.ENOENT, errno.ENODEV, errno.ENXIO, errno.ESTALE, errno.ENOTDIR})
@@ -93,6 +96,50 @@ class KnobDenied(KnobError):
     kind = "denied"
 
 
+class KnobOutside(KnobError):
+    """The knob file, or a directory on its way, is a link leading out of the ``--root`` tree: not written."""
+
+    kind = "outside"
+
+
+class OutsideRoot(UsageError):
+    """A write cxlctl was about to make would land outside the ``--root`` tree (exit 2, nothing written).
+
+    The tree given is the input at fault: one of its links leads out of it
+    (``ROOT/run`` → ``/tmp/elsewhere``).  The message names that link.
+    """
+
+    def __init__(self, link: str, target: str) -> None:
+        super().__init__(
+            f"{link} is a link leading out of the root (to {target}); cxlctl writes nothing outside the "
+            "--root tree it was given, so nothing was written",
+            hint="make it a directory (or a link) inside the tree, or point --root at the tree it leads to",
+        )
+        self.link = link
+        self.target = target
+
+
+def outside(fence: Fence, host_path: str) -> OutsideRoot:
+    """The error for ``host_path``, naming the link on its way that leads out of ``fence``."""
+    return OutsideRoot(*fence.leading_out(host_path))
+
+
+def check_inside(root: str, paths: Iterable[str]) -> None:
+    """Before anything is written: :class:`OutsideRoot` for the first of ``paths`` (host paths,
+    existing or to be made) that would land outside the ``--root`` tree; nothing on ``/``.
+
+    The writes themselves are fenced too; this check lets a transaction refuse
+    as a whole instead of stopping (and rolling back) at the first such file.
+    """
+    fence = fence_of(root)
+    if fence is None:
+        return
+    for p in paths:
+        host = under(root, p)
+        if not fence.holds(os.path.realpath(host)):
+            raise outside(fence, host)
+
+
 def classify(e: OSError, path: str) -> KnobError:
     """Turn an OSError from open/write into one of the four knob error classes."""
     code = e.errno
@@ -123,12 +170,20 @@ def _fault_for(index: Optional[int]) -> Optional[str]:
         return None
 
 
-def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> None:
-    """Write ``text`` to the knob file at ``host_path`` (already resolved under the root).
+_WRITE = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC
+_PATH = getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC
+
+
+def write_knob(root: str, path: str, text: str, *, index: Optional[int] = None) -> None:
+    """Write ``text`` to the knob file ``path`` (a host path such as ``/proc/sys/vm/swappiness``) under ``root``.
 
     One ``open``, one ``write``, byte count checked; raises a :class:`KnobError`
-    subclass.  ``index`` numbers the writes of one apply, for the fault hook.
+    subclass, whose ``path`` is the file under the root (what messages name).
+    Under a ``--root`` tree the write is fenced like a read (:func:`open_fenced`):
+    a link leading out of the tree is :class:`KnobOutside` and nothing is written.
+    ``index`` numbers the writes of one apply, for the fault hook.
     """
+    host_path = under(root, path)
     data = text.encode("utf-8")
     fault = _fault_for(index)
     if fault == "vanished":
@@ -136,8 +191,12 @@ def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> Non
             os.unlink(host_path)
         except FileNotFoundError:
             pass
+    fence = fence_of(root)
     try:
-        fd = os.open(host_path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        fd = os.open(host_path, _WRITE) if fence is None else open_fenced(fence, host_path, _WRITE)
+    except OutsideRoot as e:
+        why = f"not written: {e.link} is a link leading out of the root (to {e.target})"
+        raise KnobOutside(host_path, None, f"{host_path}: {why}", why) from None
     except OSError as e:
         raise classify(e, host_path) from None
     try:
@@ -154,12 +213,82 @@ def write_knob(host_path: str, text: str, *, index: Optional[int] = None) -> Non
         os.close(fd)
 
 
-def write_with_retry(host_path: str, text: str, *, index: Optional[int] = None, attempts: int = 3) -> int:
+def open_fenced(fence: Fence, host_path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open(host_path, flags, mode)`` for writing, landing inside ``fence`` or not at all.
+
+    The directory is opened and checked first (:meth:`Fence.open_dir`), and the
+    file opened relative to that handle, ``O_NOFOLLOW|O_NONBLOCK`` (a FIFO is never
+    waited on).  A file that is itself a link is resolved with an ``O_PATH`` open
+    (which has no effect on the file) and checked before it is opened for
+    writing.  :class:`OutsideRoot` when the directory or the file leads out.
+    """
+    d, _, name = host_path.rpartition("/")
+    dfd = dir_fenced(fence, d or "/")
+    try:
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode, dir_fd=dfd)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+        pfd = os.open(name, _PATH, dir_fd=dfd)  # the last component is a link: where does it lead?
+        try:
+            real = _real_of(pfd, host_path)
+            if not fence.holds(real):
+                raise OutsideRoot(host_path, real)
+            return os.open(real, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        finally:
+            os.close(pfd)
+    finally:
+        os.close(dfd)
+
+
+def dir_fenced(fence: Fence, host_dir: str, *, create: bool = False) -> int:
+    """An ``O_PATH`` handle on ``host_dir``, proven inside ``fence`` (:class:`OutsideRoot` if not).
+
+    ``create``: missing directories are made (0755), each one inside the one
+    checked before it, so a tree whose ``run`` is a link out of it never gets a
+    ``cxlctl/`` made at the far end.
+    """
+    missing = []
+    d = host_dir
+    while True:
+        try:
+            fd = fence.open_dir(d)
+            break
+        except Refused:
+            raise outside(fence, host_dir) from None
+        except FileNotFoundError:
+            parent = os.path.dirname(d)
+            if not create or d == fence.given or parent == d:
+                raise
+            if os.path.islink(d):  # a dangling link: mkdir would not follow it, but say where it leads
+                if not fence.holds(os.path.realpath(d)):
+                    raise outside(fence, host_dir) from None
+                raise
+            missing.append(os.path.basename(d))
+            d = parent
+    try:
+        for name in reversed(missing):
+            try:
+                os.mkdir(name, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            # a real directory, not a link put there meanwhile (O_NOFOLLOW|O_DIRECTORY: ENOTDIR)
+            nfd = os.open(name, _PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_with_retry(root: str, path: str, text: str, *, index: Optional[int] = None, attempts: int = 3) -> int:
     """:func:`write_knob`, retrying *busy* errors with a short backoff; returns attempts used."""
     delay = 0.005
     for attempt in range(1, attempts + 1):
         try:
-            write_knob(host_path, text, index=index)
+            write_knob(root, path, text, index=index)
             return attempt
         except KnobBusy:
             if attempt == attempts:
@@ -167,16 +296,6 @@ def write_with_retry(host_path: str, text: str, *, index: Optional[int] = None, 
             time.sleep(delay)
             delay *= 4
     return attempts  # pragma: no cover - loop always returns or raises
-
-
-def read_raw(host_path: str) -> Tuple[bool, Optional[str]]:
-    """(exists, content) of a knob file; content None when unreadable or absent."""
-    try:
-        return True, read_bounded(host_path).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return False, None
-    except (OSError, Refused):
-        return os.path.lexists(host_path), None
 
 
 def pause_hook(done: int) -> None:

@@ -167,9 +167,10 @@ def expiry_of(text: str) -> Optional[datetime.datetime]:
     return None
 
 
-def write(directory: str, text: str) -> str:
-    """Atomically replace ``directory/cxlctl`` (NFD skips the hidden temporary file)."""
-    return atomic_write(os.path.join(directory, FILE_NAME), text, mode=0o644, sync_dir=False)
+def write(root: str, directory: str, text: str) -> str:
+    """Atomically replace ``directory/cxlctl`` (a host path) under ``root`` (NFD skips the hidden
+    temporary file); returns the file's path under the root."""
+    return atomic_write(root, os.path.join(directory, FILE_NAME), text, mode=0o644, sync_dir=False)
 
 
 def expiry_after(seconds: float) -> datetime.datetime:

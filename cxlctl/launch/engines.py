@@ -207,7 +207,9 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
     if path is not None:
         try:
             doc = {"engine": engine, "version": version, "exe": exe, "flags": sorted(flags)}
-            atomic_write(path, json.dumps(doc, indent=1), mode=0o644, sync_dir=False)
+            atomic_write(
+                "/", path, json.dumps(doc, indent=1), mode=0o644, sync_dir=False
+            )  # the user's cache, not --root
         except OSError:
             pass  # a read-only home only costs the probe next time
     return Features(engine, version, flags, "probed")

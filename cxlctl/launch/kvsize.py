@@ -112,16 +112,33 @@ def _num(cfg: Dict[str, Any], *keys: str) -> Optional[int]:
     return None
 
 
+#: a model's config.json is a few KiB (the largest multimodal ones ~100 KiB); more is not one
+CONFIG_MAX_BYTES = 1 << 20
+
+
 def load_config(path: str) -> Dict[str, Any]:
+    """The model's ``config.json`` (``path``, or ``path/config.json`` for a directory); UsageError otherwise.
+
+    Read through the fenced reader's bounded read: ``--model-config /dev/zero`` or a FIFO is refused,
+    not read until memory runs out or a writer comes, and a 100k-deep JSON is an error, not a
+    RecursionError."""
+    from cxlctl.hostio.reader import Reader, Unreadable
+
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
+        raw = Reader().read(os.path.abspath(p), limit=CONFIG_MAX_BYTES)
+    except Unreadable as e:
+        hint = "give the model's config.json" if e.errno is None else "give a config.json or a model directory"
+        raise UsageError(f"cannot read model config {p}: {e.reason}", hint=hint) from None
+    if raw is None:
+        raise UsageError(f"cannot read model config {p}: no such file", hint="give a config.json or a model directory")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
         raise UsageError(
-            f"cannot read model config {p}: {e.strerror}", hint="give a config.json or a model directory"
+            f"model config {p} is nested too deeply to be a model config", hint="give the model's config.json"
         ) from None
-    except ValueError as e:
+    except ValueError as e:  # UnicodeDecodeError included
         raise UsageError(f"model config {p} is not valid JSON: {e}", hint="give the model's config.json") from None
     if not isinstance(data, dict):
         raise UsageError(f"model config {p} is not a JSON object", hint="give the model's config.json")

@@ -26,8 +26,8 @@ import resource
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.hostio import paths
-from cxlctl.hostio.proc import has_cap, status_field
-from cxlctl.hostio.reader import read_text
+from cxlctl.hostio.proc import cgroup_of, has_cap, status_field
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 from cxlctl.model import Inventory, Node
 from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
@@ -46,13 +46,9 @@ class Check(NamedTuple):
     fix: str = ""
 
 
-def _read(root: str, path: str) -> Optional[str]:
-    return read_text(root, path)
-
-
 def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """(Mems_allowed_list, Cpus_allowed_list) of this process (what the engine inherits)."""
-    st = _read(root, paths.SELF_STATUS)
+    st = Reader(root).body(paths.SELF_STATUS)
     out: List[Optional[Tuple[int, ...]]] = []
     for key in ("Mems_allowed_list", "Cpus_allowed_list"):
         v = status_field(st, key)
@@ -65,10 +61,7 @@ def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[i
 
 def cgroup_path(root: str) -> Optional[str]:
     """This process' cgroup v2 path (``0::/path``), or None."""
-    for line in (_read(root, paths.SELF_CGROUP) or "").splitlines():
-        if line.startswith("0::"):
-            return line[3:].strip() or "/"
-    return None
+    return cgroup_of(Reader(root).body(paths.SELF_CGROUP))
 
 
 def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
@@ -77,7 +70,7 @@ def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
     if cg is None:
         return f"allow node(s) {want} in this process' cpuset (cgroup cpuset.mems; systemd AllowedMemoryNodes=; docker --cpuset-mems)"
     d = paths.CGROUP_DIR + ("" if cg == "/" else cg)
-    eff = (_read(root, d + "/cpuset.mems.effective") or "").strip()
+    eff = (Reader(root).body(d + "/cpuset.mems.effective") or "").strip()
     have = f" (cpuset.mems.effective is {eff!r})" if eff else ""
     return (
         f"add node(s) {want} to cgroup {cg}'s cpuset.mems{have}: echo <nodes> > {d}/cpuset.mems "
@@ -293,7 +286,7 @@ def _kv_fits_cxl(
 def _numa_balancing(root: str, policy: Policy) -> List[Check]:
     """NUMA-balancing tiering leaves processes with an explicit policy alone: say so."""
     out: List[Check] = []
-    nb = (_read(root, paths.NUMA_BALANCING) or "").strip()
+    nb = (Reader(root).body(paths.NUMA_BALANCING) or "").strip()
     if is_decimal(nb) and int(nb) & 2 and policy.mode != "local":
         out.append(
             Check(

@@ -19,111 +19,43 @@ within ±10 % of its weight's share (judged from 256 pages on).
 
 from __future__ import annotations
 
-import re
+import errno
 from collections import Counter
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.proc import status_field
-from cxlctl.hostio.reader import Refused, fence_of, read_bounded, read_text
+from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under
+from cxlctl.numa_maps import Mapping, parse_mappings, parse_policy
 from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
 from .policy import Asked, parse_env_value
 
-NUMA_MAPS_MODES = {
-    "default": "default",
-    "local": "local",
-    "prefer (many)": "preferred-many",
-    "weighted interleave": "weighted-interleave",
-    "interleave": "interleave",
-    "prefer": "preferred",
-    "bind": "bind",
-}
-_POLICY = re.compile(
-    r"^(default|local|prefer \(many\)|weighted interleave|interleave|prefer|bind)(=[a-z|]+)?(?::([0-9,\-]+))?(?=\s|$)"
-)
-_NODE = re.compile(r"^N(\d+)=(\d+)$")
 TOLERANCE = 0.10
 MIN_PAGES = 256
 WI_DIR = paths.WI_DIR
 
 
-class Mapping(NamedTuple):
-    address: str
-    policy: str  # as numa_maps prints it
-    mode: str  # our name for it
-    nodes: Tuple[int, ...]
-    kind: str  # anon | heap | stack | file | huge | other
-    file: Optional[str]
-    pages: Dict[int, int]
-    page_kb: int
-
-
-def parse_policy(text: str) -> Optional[Tuple[str, Tuple[int, ...], str]]:
-    """``weighted interleave:0-1`` → ("weighted-interleave", (0, 1), "") — mode, nodes, flags."""
-    m = _POLICY.match(text)
-    if not m:
-        return None
-    nodes = parse_nodelist(m.group(3)) if m.group(3) else ()
-    return NUMA_MAPS_MODES[m.group(1)], nodes, (m.group(2) or "")[1:]
-
-
-def parse_numa_maps(text: str) -> List[Mapping]:
-    out = []
-    for line in text.splitlines():
-        addr, _, rest = line.strip().partition(" ")
-        if not addr or not rest:
-            continue
-        pol = parse_policy(rest)
-        if pol is None:
-            continue
-        m = _POLICY.match(rest)
-        assert m is not None
-        policy_text = m.group(0)
-        fields = rest[m.end() :].split()
-        pages: Dict[int, int] = {}
-        kind, file, page_kb = "other", None, 4
-        for f in fields:
-            nm = _NODE.match(f)
-            if nm:
-                pages[int(nm.group(1))] = pages.get(int(nm.group(1)), 0) + int(nm.group(2))
-            elif f.startswith("file="):
-                kind, file = "file", f[5:]
-            elif f in ("heap", "stack", "huge"):
-                kind = f
-            elif f.startswith("anon=") and kind == "other":
-                kind = "anon"
-            elif f.startswith("kernelpagesize_kB="):
-                try:
-                    page_kb = int(f.split("=", 1)[1])
-                except ValueError:
-                    pass
-        if file is None and kind == "other" and pages:
-            kind = "anon"
-        out.append(Mapping(addr, policy_text, pol[0], pol[1], kind, file, pages, page_kb))
-    return out
-
-
-def _read(root: str, path: str, pid: int) -> str:
-    p = under(root, path)  # messages name the file under --root, as the user gave it
+def _proc_file(r: Reader, path: str, pid: int) -> str:
+    """A file of process ``pid`` that must be there; messages name it under --root, as the user gave it."""
     try:
-        return read_bounded(p, fence_of(root), 64 << 20).decode("utf-8", "replace")
-    except Refused as e:
-        raise CxlctlError(f"cannot read {path}: {e.reason}") from None
-    except FileNotFoundError:
-        raise UsageError(f"no process with PID {pid} ({p} does not exist)", hint="check the PID (ps, pgrep)") from None
-    except PermissionError:
-        raise CxlctlError(f"cannot read {p}: permission denied", hint="run as root or as the process' owner") from None
-    except ProcessLookupError:
-        raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
-    except OSError as e:
-        raise CxlctlError(f"cannot read {p}: {e.strerror}") from None
+        b = r.read(path, limit=64 << 20)
+    except Unreadable as e:
+        if e.errno == errno.ESRCH:
+            raise UsageError(f"process {pid} exited", hint="check the PID (ps, pgrep)") from None
+        hint = "run as root or as the process' owner" if e.errno == errno.EACCES else ""
+        raise CxlctlError(str(e), hint=hint) from None
+    if b is None:
+        raise UsageError(
+            f"no process with PID {pid} ({under(r.root, path)} does not exist)", hint="check the PID (ps, pgrep)"
+        )
+    return b.decode("utf-8", "replace")
 
 
 def _environ(root: str, pid: int) -> Optional[str]:
-    data = read_text(root, paths.proc_pid(pid, "environ"))
+    data = Reader(root).body(paths.proc_pid(pid, "environ"))
     for item in (data or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             return item[len("CXLCTL_POLICY=") :]
@@ -132,8 +64,9 @@ def _environ(root: str, pid: int) -> Optional[str]:
 
 def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
     out: set[int] = set()
+    r = Reader(root)
     for n in nodes:
-        text = read_text(root, paths.node_dir(n) + "/cpulist")
+        text = r.body(paths.node_dir(n) + "/cpulist")
         if text is None:
             return None
         try:
@@ -145,8 +78,9 @@ def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
 
 def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
     out = {}
+    r = Reader(root)
     for n in nodes:
-        v = (read_text(root, f"{WI_DIR}/node{n}") or "").strip()
+        v = (r.body(f"{WI_DIR}/node{n}") or "").strip()
         if is_decimal(v):
             out[n] = int(v)
     return out
@@ -270,8 +204,9 @@ def show(root: str, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
         raise UsageError(f"PID {pid} is not a process id", hint="give a positive PID")
-    status = _read(root, paths.proc_pid(pid, "status"), pid)
-    maps = parse_numa_maps(_read(root, paths.proc_pid(pid, "numa_maps"), pid))
+    r = Reader(root)
+    status = _proc_file(r, paths.proc_pid(pid, "status"), pid)
+    maps = parse_mappings(_proc_file(r, paths.proc_pid(pid, "numa_maps"), pid))
     name = status_field(status, "Name") or "?"
     try:
         mems = parse_nodelist(status_field(status, "Mems_allowed_list") or "", limit=1 << 16)

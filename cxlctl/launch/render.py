@@ -142,7 +142,7 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     """``policy show``: the process' policy, its pages per node, and each check against what was asked."""
     from rich.table import Table
 
-    from cxlctl.parse import format_nodelist, format_size
+    from cxlctl.parse import PAGE_SIZE, format_nodelist, format_size
 
     pol = rep["policy"]
     c.print(
@@ -166,9 +166,9 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
         a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
         t.add_row(
             str(n),
-            f"{a} ({format_size(a * 4096)})",
-            f"{f} ({format_size(f * 4096)})",
-            f"{tot} ({format_size(tot * 4096)})",
+            f"{a} ({format_size(a * PAGE_SIZE)})",
+            f"{f} ({format_size(f * PAGE_SIZE)})",
+            f"{tot} ({format_size(tot * PAGE_SIZE)})",
             f"{a / anon_total:.1%}",
         )
     c.print(t)

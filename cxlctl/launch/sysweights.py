@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequenc
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.proc import pids
+from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist, is_decimal
 
@@ -182,13 +183,13 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
 def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     """Processes with weighted-interleave mappings (first 64 KiB of each numa_maps: cheap)."""
     out = []
-    names = Reader(root).listdir(paths.PROC, is_decimal)
-    for pid in sorted(int(p) for p in names):
+    r = Reader(root)
+    for pid in pids(r):
         if pid in exclude:
             continue
-        head = read_text(root, paths.proc_pid(pid, "numa_maps"), limit=65536, head=True)
+        head = r.body(paths.proc_pid(pid, "numa_maps"), limit=65536, head=True)
         if head is not None and "weighted interleave" in head:
-            name = (read_text(root, paths.proc_pid(pid, "comm")) or "").strip() or "?"
+            name = (r.body(paths.proc_pid(pid, "comm")) or "").strip() or "?"
             out.append((pid, name))
     return out
 

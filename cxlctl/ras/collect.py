@@ -19,7 +19,7 @@ or region the scan did not see, as after a hot-plug during ``--follow``).
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths, tracefs
 from cxlctl.model import Inventory
@@ -56,9 +56,9 @@ def parse_since(text: str) -> float:
 
 
 def uptime(root: str) -> Optional[float]:
-    from cxlctl.hostio.reader import read_text
+    from cxlctl.hostio.reader import Reader
 
-    t = read_text(root, paths.UPTIME)
+    t = Reader(root).body(paths.UPTIME)
     try:
         return float(t.split()[0]) if t else None
     except ValueError:
@@ -99,6 +99,55 @@ class Mapper:
                     self.inv = scan(self.root)
                     ev = to_event(t, self.inv)
             yield ev
+
+
+class Stored(NamedTuple):
+    """The stored events of one ``cxlctl events`` run (a collection or a saved file)."""
+
+    where: str  # the trace instance or the file
+    events: List[Event]  # mapped, in the ``--since`` window when one was given
+    stream: Stream  # parse counts and the first errors, for the summary
+
+    def summary_json(self) -> Dict[str, Any]:
+        return summary_json(self.stream, self.where, len(self.events))
+
+
+def summary_json(stream: Stream, where: str, printed: int) -> Dict[str, Any]:
+    """The ``events --json`` summary object that ends a run (stored or ``--follow``)."""
+    return {"type": "summary", "source": where, "events": printed, **stream.summary()}
+
+
+def since_window(events: List[Event], since: Optional[float], now: Optional[float]) -> List[Event]:
+    """The events of the last ``since`` seconds (all when None).
+
+    Trace timestamps count seconds since boot, so ``now`` is the host's uptime;
+    a saved file has no clock of its own (None), and then "now" is its newest event.
+    """
+    if since is None or not events:
+        return events
+    end = now if now is not None else max(e.timestamp for e in events)
+    return [e for e in events if e.timestamp >= end - since]
+
+
+def stored_events(
+    root: str,
+    *,
+    lines: Optional[List[str]] = None,
+    where: str = "",
+    collect: bool = False,
+    since: Optional[float] = None,
+) -> Stored:
+    """The events of the collection (started first when ``collect``) or of saved ``lines``
+    (named ``where``), mapped to regions, nodes and blocks and cut to ``since`` seconds."""
+    now: Optional[float] = None
+    if lines is None:
+        if collect:
+            open_collection(root)
+        src, data = read_collection(root)
+        lines, where, now = data.decode("utf-8", "replace").splitlines(), src.where, uptime(root)
+    stream = Stream()
+    events = list(Mapper(root).map(lines, stream))
+    return Stored(where, since_window(events, since, now), stream)
 
 
 def open_collection(root: str) -> Source:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.model import Decoder, Inventory, Region
-from cxlctl.parse import U64_MAX
+from cxlctl.parse import U64_MAX, sysfs_int
 
 from .trace import TraceLine
 
@@ -100,26 +100,6 @@ class Event(NamedTuple):
         }
 
 
-def _num(text: Optional[str], *, hexa: bool) -> Optional[int]:
-    """A number from a trace field: hex (with or without ``0x``) or decimal,
-    ASCII digits only; None when absent or unreadable, never an exception."""
-    if text is None:
-        return None
-    t = text.strip().lower()
-    if t.startswith("0x"):
-        t, hexa = t[2:], True
-    if not t or not t.isascii():
-        return None
-    digits = "0123456789abcdef" if hexa else "0123456789"
-    if t.lstrip(digits):
-        return None
-    try:
-        v = int(t, 16 if hexa else 10)
-    except ValueError:
-        return None
-    return v if v <= U64_MAX else None
-
-
 def _memdev(fields: Dict[str, str]) -> Optional[str]:
     v = fields.get("memdev") or fields.get("device")
     if not v:
@@ -142,15 +122,15 @@ def to_event(t: TraceLine, inv: Optional[Inventory]) -> Event:
     f = t.fields
     kind = KINDS.get(t.event, t.event[4:] if t.event.startswith("cxl_") else t.event)
     memdev = _memdev(f)
-    dpa = _num(f.get("dpa"), hexa=True)
-    length = _num(f.get("dpa_length") or f.get("length"), hexa=True)
-    hpa = _num(f.get("hpa"), hexa=True)
+    dpa = sysfs_int(f.get("dpa"), base=16)
+    length = sysfs_int(f.get("dpa_length") or f.get("length"), base=16)
+    hpa = sysfs_int(f.get("hpa"), base=16)
     if hpa == U64_MAX:  # ULLONG_MAX: the kernel's "no HPA"
         hpa = None
     region = f.get("region") or None
     if region is not None and not region.startswith("region"):
         region = None  # "", "(null)": not in a region
-    serial = _num(f.get("serial"), hexa=False)
+    serial = sysfs_int(f.get("serial"), base=0)
     mapping = Mapping(why="no inventory") if inv is None else map_address(inv, memdev, dpa, hpa, region)
     return Event(
         event=t.event,

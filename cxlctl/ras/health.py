@@ -93,7 +93,7 @@ def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str
     try:
         for m in have:
             try:
-                write_knob(under(root, f"{paths.cxl_device(m)}/trigger_poison_list"), "1\n")
+                write_knob(root, f"{paths.cxl_device(m)}/trigger_poison_list", "1\n")
                 out[m] = []
             except KnobError as e:
                 notes.append(f"{m}: trigger_poison_list: {e.reason}")
@@ -171,49 +171,35 @@ def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
     }
 
 
-def _pids(root: str) -> List[int]:
-    """Process ids, from the root's /proc (a recorded tree has none: empty)."""
-    from cxlctl.hostio.root import under
-
-    try:
-        names = os.listdir(under(root, paths.PROC))
-    except OSError:
-        return []
-    return sorted(int(n) for n in names if n.isascii() and n.isdigit())
-
-
 def processes_on(root: str, nodes: Set[int], limit: int = 4000) -> Tuple[List[Dict[str, Any]], int]:
     """Processes with pages on ``nodes`` (from numa_maps), largest first; and how
     many processes could not be read (not root, exited)."""
-    from cxlctl.hostio.reader import Refused, fence_of, read_bounded
-    from cxlctl.hostio.root import under
-    from cxlctl.launch.proof import parse_numa_maps
+    from cxlctl.hostio.proc import cgroup_of, pids
+    from cxlctl.hostio.reader import Reader, Unreadable
+    from cxlctl.numa_maps import parse_mappings
 
     out: List[Dict[str, Any]] = []
     unreadable = 0
     if not nodes:
         return out, 0
-    fence = fence_of(root)
-    for pid in _pids(root)[:limit]:
+    r = Reader(root)
+    for pid in pids(r)[:limit]:
         try:
-            text = read_bounded(under(root, paths.proc_pid(pid, "numa_maps")), fence, 32 << 20).decode(
-                "utf-8", "replace"
-            )
-        except (OSError, Refused):
+            b = r.read(paths.proc_pid(pid, "numa_maps"), limit=32 << 20)
+        except Unreadable:
+            b = None
+        if b is None:  # exited, not ours to read, or too large
             unreadable += 1
             continue
         pages: Dict[int, int] = {}
-        for mp in parse_numa_maps(text):
+        for mp in parse_mappings(b.decode("utf-8", "replace")):
             for n, p in mp.pages.items():
                 if n in nodes:
                     pages[n] = pages.get(n, 0) + p * mp.page_kb * 1024
         if not pages:
             continue
-        from cxlctl.hostio.reader import read_text
-
-        comm = (read_text(root, paths.proc_pid(pid, "comm")) or "").strip()
-        cg = (read_text(root, paths.proc_pid(pid, "cgroup")) or "").strip().splitlines()
-        cgroup = cg[0].split(":", 2)[-1] if cg else None
+        comm = (r.body(paths.proc_pid(pid, "comm")) or "").strip()
+        cgroup = cgroup_of(r.body(paths.proc_pid(pid, "cgroup")))
         out.append({"pid": pid, "comm": comm, "cgroup": cgroup, "bytes_by_node": pages, "bytes": sum(pages.values())})
     out.sort(key=lambda p: -int(p["bytes"]))
     return out, unreadable

@@ -1,4 +1,13 @@
-"""``region create``: program one plan, or with ``--all`` one region after another, and online each.
+"""The region commands that write, each under the tuning lock: create, destroy, DAX reconfigure.
+
+The one place the region engine takes ``/run/cxlctl/lock`` (shared with the
+tuning engine and the daemon: onlining memory and ``auto_online_blocks`` are
+knobs too).  Each entry point checks what would refuse it first
+(:func:`~cxlctl.regions.program.check_destroy`,
+:func:`~cxlctl.regions.dax.check_reconfigure`), so a refusal takes no lock and
+writes nothing, not even the lock file; the engine checks again under the lock.
+
+``region create``: program one plan, or with ``--all`` one region after another, and online each.
 
 Each region is programmed by :func:`cxlctl.regions.program.create` (full undo on
 failure) and its DAX device put in the asked mode and zone by
@@ -20,7 +29,7 @@ from cxlctl.model import DaxDevice
 from cxlctl.progress import ProgressFn
 from cxlctl.regions import dax
 from cxlctl.regions.planner import MAX_REGIONS, Plan, Request, plan_all
-from cxlctl.regions.program import Created, Log, create
+from cxlctl.regions.program import Created, Destroyed, Log, check_destroy, create, destroy
 
 
 class Built(NamedTuple):
@@ -91,3 +100,30 @@ def create_regions(
                 break
             current = _next(root, req)
     return Batch(tuple(built), dax.block_size(root), error)
+
+
+def destroy_region(
+    root: str, name: str, force: bool, log: Log, *, wait: Optional[float] = None, progress: Optional[ProgressFn] = None
+) -> Destroyed:
+    """``region destroy``: refused (exit 2, no lock taken) while its memory is online without ``force``."""
+    check_destroy(root, name, force)
+    with TuneLock(root, wait):
+        return destroy(root, name, force, log, progress)
+
+
+def reconfigure_dax(
+    root: str,
+    name: str,
+    mode: str,
+    zone: str,
+    force: bool,
+    log: Log,
+    *,
+    wait: Optional[float] = None,
+    progress: Optional[ProgressFn] = None,
+) -> dax.Reconfigured:
+    """``dax reconfigure``: refused (exit 2, no lock taken) when devdax would take online memory
+    away without ``force``."""
+    dax.check_reconfigure(root, name, mode, zone, force)
+    with TuneLock(root, wait):
+        return dax.reconfigure(root, name, mode, zone, force, log, progress)

@@ -38,7 +38,6 @@ from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import objects, paths
 from cxlctl.hostio.objects import Attrs, is_online, set_block_state
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobError, write_knob
 from cxlctl.model import DaxDevice, MemoryBlock
 from cxlctl.parse import format_size, parse_meminfo
@@ -62,15 +61,6 @@ Log = Callable[[str], None]
 
 class DaxError(CxlctlError):
     """A DAX step failed; the message says what state the device was left in."""
-
-
-def read_attr(root: str, path: str) -> Optional[str]:
-    """Stripped text of a sysfs attribute under ``root``; None when absent or unreadable."""
-    return Reader(root).text(path)
-
-
-def _link(root: str, path: str) -> Optional[str]:
-    return Reader(root).link(path)
 
 
 def block_size(root: str) -> Optional[int]:
@@ -116,7 +106,7 @@ def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
     """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
     if node is None:
         return None
-    mi = parse_meminfo(read_attr(root, paths.node_dir(node) + "/meminfo") or "")
+    mi = parse_meminfo(Reader(root).text(paths.node_dir(node) + "/meminfo") or "")
     if "MemTotal" not in mi or "MemFree" not in mi:
         return None
     return max(0, mi["MemTotal"] - mi["MemFree"])
@@ -138,7 +128,7 @@ def policy_zone(policy: Optional[str]) -> Optional[str]:
 
 def needs_hold(root: str, mode: str, zone: str) -> bool:
     """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
-    pz = policy_zone(read_attr(root, AUTO_ONLINE))
+    pz = policy_zone(Reader(root).text(AUTO_ONLINE))
     if pz is None:
         return False
     return mode != "system-ram" or pz != zone
@@ -147,17 +137,17 @@ def needs_hold(root: str, mode: str, zone: str) -> bool:
 @contextmanager
 def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]:
     """Keep the kernel from onlining hot-plugged memory while the body runs; restore after."""
-    old = read_attr(root, AUTO_ONLINE) if hold else None
+    old = Reader(root).text(AUTO_ONLINE) if hold else None
     if not hold or old is None or old == "offline":
         yield None
         return
-    write_knob(under(root, AUTO_ONLINE), "offline")
+    write_knob(root, AUTO_ONLINE, "offline")
     log(f"held auto_online_blocks at offline (was {old}) while kmem binds")
     try:
         yield old
     finally:
         try:
-            write_knob(under(root, AUTO_ONLINE), old)
+            write_knob(root, AUTO_ONLINE, old)
             log(f"restored auto_online_blocks to {old}")
         except KnobError as e:  # say so loudly: a tuning knob is off its value
             raise DaxError(
@@ -179,7 +169,8 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
 
 
 def _ensure_driver(root: str, drv: str) -> None:
-    if Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"):
+    r = Reader(root)
+    if r.isdir(f"{DAX_DRIVERS}/{drv}"):
         return
     why = ""
     if root == "/":  # daxctl loads the module too (kmod)
@@ -190,42 +181,44 @@ def _ensure_driver(root: str, drv: str) -> None:
         except tools.ToolError as e:
             why = f": {e}"  # the driver cannot appear now: say why instead of waiting for it
         else:
-            if _wait(lambda: Reader(root).isdir(f"{DAX_DRIVERS}/{drv}"), 5):
+            if _wait(lambda: r.isdir(f"{DAX_DRIVERS}/{drv}"), 5):
                 return
     raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing){why}", hint=f"modprobe {drv}")
 
 
 def unbind(root: str, name: str, log: Log) -> None:
-    drv = _link(root, f"{DAX_DEVICES}/{name}/driver")
+    r = Reader(root)
+    drv = r.link(f"{DAX_DEVICES}/{name}/driver")
     if drv is None:
         return
     try:  # daxctl_unbind: forget the dynamic id, then unbind
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/remove_id"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/remove_id", name)
     except KnobError:
         pass  # not a dynamic id of this driver: fine
     try:
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/unbind"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/unbind", name)
     except KnobError as e:
-        if _link(root, f"{DAX_DEVICES}/{name}/driver") is not None:
+        if r.link(f"{DAX_DEVICES}/{name}/driver") is not None:
             raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
-    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") is None, 10):
+    if not _wait(lambda: r.link(f"{DAX_DEVICES}/{name}/driver") is None, 10):
         raise DaxError(f"{name} is still bound to {drv} after unbind")
     log(f"{name}: unbound from {drv}")
 
 
 def bind(root: str, name: str, drv: str, log: Log) -> None:
     _ensure_driver(root, drv)
+    r = Reader(root)
     try:
-        write_knob(under(root, f"{DAX_DRIVERS}/{drv}/new_id"), name)
+        write_knob(root, f"{DAX_DRIVERS}/{drv}/new_id", name)
     except KnobError:
         pass  # daxctl ignores this too: new_id may probe and bind on its own
-    if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+    if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
         try:
-            write_knob(under(root, f"{DAX_DRIVERS}/{drv}/bind"), name)
+            write_knob(root, f"{DAX_DRIVERS}/{drv}/bind", name)
         except KnobError as e:
-            if _link(root, f"{DAX_DEVICES}/{name}/driver") != drv:
+            if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
                 raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None
-    if not _wait(lambda: _link(root, f"{DAX_DEVICES}/{name}/driver") == drv, 10):
+    if not _wait(lambda: r.link(f"{DAX_DEVICES}/{name}/driver") == drv, 10):
         raise DaxError(f"{name}: not bound to {drv} after bind")
     log(f"{name}: bound to {drv} ({MODES[drv]})")
 
@@ -352,6 +345,31 @@ class Reconfigured(NamedTuple):
     actions: Tuple[str, ...]
 
 
+def check_reconfigure(root: str, name: str, mode: str, zone: str, force: bool) -> DaxDevice:
+    """The device's state, or the refusal to reconfigure it (exit 2): an unknown mode or zone,
+    or memory online as System RAM that devdax would take away without ``force``.  Checked
+    before the lock is taken, and again under it."""
+    if mode not in DRIVER_OF:
+        raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
+    if zone not in ONLINE_STATE:
+        raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
+    st = read_dax(root, name)
+    if mode == "devdax" and st.driver == "kmem" and not force:
+        online = online_blocks(root, name)
+        if online:
+            bs = block_size(root) or 0
+            used = node_in_use(root, st.target_node)
+            raise DaxError(
+                f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
+                f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
+                "on that node): switching it to devdax takes that memory away from the system; nothing was changed",
+                code=EXIT_USAGE,
+                hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
+                "nothing changes if one cannot be offlined)",
+            )
+    return st
+
+
 def reconfigure(
     root: str, name: str, mode: str, zone: str, force: bool, log: Log, progress: Optional[ProgressFn] = None
 ) -> Reconfigured:
@@ -359,17 +377,13 @@ def reconfigure(
 
     ``progress``: called per memory block onlined or offlined (:mod:`cxlctl.progress`).
     """
-    if mode not in DRIVER_OF:
-        raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
-    if zone not in ONLINE_STATE:
-        raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
+    st = check_reconfigure(root, name, mode, zone, force)
     actions: List[str] = []
 
     def note(msg: str) -> None:
         actions.append(msg)
         log(msg)
 
-    st = read_dax(root, name)
     before = st.mode or "unbound"
     if mode == "system-ram":
         if st.driver != "kmem":
@@ -386,16 +400,6 @@ def reconfigure(
         return Reconfigured(name, before, mode, None, False, st, ())
     if st.driver == "kmem":
         online = online_blocks(root, name)
-        if online and not force:
-            bs = block_size(root) or 0
-            used = node_in_use(root, st.target_node)
-            raise DaxError(
-                f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
-                f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
-                "on that node): switching it to devdax takes that memory away from the system",
-                hint="stop what uses that node, then rerun with --force (offlines the blocks first; "
-                "nothing changes if one cannot be offlined)",
-            )
         offline_blocks(root, list(online), note, name, progress)
         try:
             unbind(root, name, note)

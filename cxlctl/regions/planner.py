@@ -131,7 +131,7 @@ def ram_region_support(inv: Inventory) -> Tuple[bool, str]:
 
 
 def _fmt(n: Optional[int]) -> str:
-    return format_size(n) if n is not None else "unknown"
+    return format_size(n, unknown="unknown")
 
 
 class _Window(NamedTuple):

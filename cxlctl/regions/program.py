@@ -45,7 +45,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
-from cxlctl.parse import format_size, parse_hex, parse_int
+from cxlctl.parse import format_size, sysfs_int
 from cxlctl.progress import ProgressFn
 
 from . import dax as daxmod
@@ -76,15 +76,6 @@ class Created(NamedTuple):
     dax_devices: Tuple[str, ...]
     steps: Tuple[str, ...]
     plan: Plan  # the plan as programmed
-
-
-def _int(text: Optional[str]) -> Optional[int]:
-    if not text:
-        return None
-    try:
-        return parse_int(text) if not text.lower().startswith("0x") else parse_hex(text)
-    except ValueError:
-        return None
 
 
 def _exists(root: str, path: str) -> bool:
@@ -123,6 +114,8 @@ class _Builder:
 
     def __init__(self, root: str, plan: Plan, log: Log, hold: bool = False) -> None:
         self.root = root
+        #: one reader for the build (it reopens a directory replaced since: see Reader._at)
+        self.reader = Reader(root)
         self.plan = plan
         self.log = log
         self.hold = hold
@@ -138,7 +131,7 @@ class _Builder:
     def w(self, path: str, value: str, what: str) -> None:
         """A programming write (counted for the fault hook); raises KnobError."""
         self.writes += 1
-        write_knob(under(self.root, path), value, index=self.writes)
+        write_knob(self.root, path, value, index=self.writes)
         self.steps.append(f"{what}: {value.strip() or '(empty)'} > {path}")
         self.log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
@@ -155,7 +148,7 @@ class _Builder:
             )
         # 1. claim a region name (cmpxchg; retry when another creator won the race)
         for attempt in range(5):
-            name = daxmod.read_attr(self.root, crr)
+            name = self.reader.text(crr)
             if not name:
                 raise CxlctlError(f"{crr} gave no region name; nothing was changed")
             try:
@@ -208,14 +201,14 @@ class _Builder:
 
     def _target(self, r: str, t: Target) -> None:
         d = f"{CXL}/{t.decoder}"
-        cur_dpa = _int(daxmod.read_attr(self.root, f"{d}/dpa_size")) or 0
+        cur_dpa = sysfs_int(self.reader.text(f"{d}/dpa_size"), base=0) or 0
         if cur_dpa:
             raise KnobError(
                 f"{d}/dpa_size",
                 None,
                 f"{t.decoder} already has DPA allocated ({cur_dpa:#x}); state changed since the plan",
             )
-        mode = daxmod.read_attr(self.root, f"{d}/mode")
+        mode = self.reader.text(f"{d}/mode")
         if mode != "ram":
             self.w(f"{d}/mode", "ram", f"{t.decoder} mode")
             self.modes[t.decoder] = mode or ""
@@ -230,20 +223,20 @@ class _Builder:
         r = f"{CXL}/{self.region}"
         p = self.plan
         got = {
-            "commit": daxmod.read_attr(self.root, f"{r}/commit"),
-            "size": _int(daxmod.read_attr(self.root, f"{r}/size")),
-            "ways": _int(daxmod.read_attr(self.root, f"{r}/interleave_ways")),
-            "granularity": _int(daxmod.read_attr(self.root, f"{r}/interleave_granularity")),
+            "commit": self.reader.text(f"{r}/commit"),
+            "size": sysfs_int(self.reader.text(f"{r}/size"), base=0),
+            "ways": sysfs_int(self.reader.text(f"{r}/interleave_ways"), base=0),
+            "granularity": sysfs_int(self.reader.text(f"{r}/interleave_granularity"), base=0),
         }
         want = {"commit": "1", "size": p.size, "ways": p.ways, "granularity": p.granularity}
         bad = [f"{k} is {got[k]!r}, expected {want[k]!r}" for k in want if got[k] != want[k]]
         for t in p.targets:
-            v = daxmod.read_attr(self.root, f"{r}/target{t.position}")
+            v = self.reader.text(f"{r}/target{t.position}")
             if v != t.decoder:
                 bad.append(f"target{t.position} is {v!r}, expected {t.decoder}")
         if bad:
             raise KnobError(r, None, f"{self.region} read back wrong: " + "; ".join(bad))
-        res = _int(daxmod.read_attr(self.root, f"{r}/resource"))
+        res = sysfs_int(self.reader.text(f"{r}/resource"), base=0)
         return Created(
             self.region,
             p.root_decoder,
@@ -272,7 +265,7 @@ class _Builder:
 
         def u(path: str, value: str, what: str) -> bool:
             try:
-                write_knob(under(self.root, path), value)
+                write_knob(self.root, path, value)
                 self.log(f"undo {what}: wrote {value.strip() or '(empty)'} to {path}")
                 return True
             except KnobError as e:
@@ -288,7 +281,7 @@ class _Builder:
                     left.append(str(e))
                     return left  # memory still online: leave the region whole rather than leak it
             u(f"{REGION_DRIVER}/unbind", self.region, "unbind")
-        if self.committed or daxmod.read_attr(self.root, f"{r}/commit") == "1":
+        if self.committed or self.reader.text(f"{r}/commit") == "1":
             u(f"{r}/commit", "0", "decommit")
         for pos in reversed(self.targets):
             u(f"{r}/target{pos}", "\n", f"clear target{pos}")
@@ -302,7 +295,7 @@ class _Builder:
         if _exists(self.root, r) and Reader(self.root).isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
-            v = _int(daxmod.read_attr(self.root, f"{CXL}/{d}/dpa_size"))
+            v = sysfs_int(self.reader.text(f"{CXL}/{d}/dpa_size"), base=0)
             if v:
                 left.append(f"{d} still has {v:#x} of DPA")
         return left
@@ -383,20 +376,21 @@ class RegionState(NamedTuple):
 
 def read_region(root: str, name: str) -> RegionState:
     r = f"{CXL}/{name}"
-    if not Reader(root).isdir(r):
+    reader = Reader(root)
+    if not reader.isdir(r):
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
     real = os.path.realpath(under(root, r))
     rd = os.path.basename(os.path.dirname(real))
-    ways = _int(daxmod.read_attr(root, f"{r}/interleave_ways")) or 0
+    ways = sysfs_int(reader.text(f"{r}/interleave_ways"), base=0) or 0
     targets = []
     for i in range(min(ways, 16)):
-        v = daxmod.read_attr(root, f"{r}/target{i}")
+        v = reader.text(f"{r}/target{i}")
         if v:
             targets.append((i, v))
     return RegionState(
         name,
         rd if rd.startswith("decoder") else None,
-        daxmod.read_attr(root, f"{r}/commit") == "1",
+        reader.text(f"{r}/commit") == "1",
         _exists(root, f"{r}/driver"),
         ways,
         tuple(targets),
@@ -411,36 +405,46 @@ class Destroyed(NamedTuple):
     steps: Tuple[str, ...]
 
 
-def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
-    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
-
-    ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
-    """
+def check_destroy(root: str, name: str, force: bool) -> RegionState:
+    """The region's state, or the refusal to destroy it (exit 2): unknown root decoder, or
+    memory online without ``force``.  Checked before the lock is taken, and again under it."""
     st = read_region(root, name)
     if st.root_decoder is None:
         raise CxlctlError(f"cannot tell the root decoder of {name}")
-    offlined: List[Tuple[str, Tuple[int, ...]]] = []
-    for dev in st.dax_devices:
-        ds = daxmod.read_dax(root, dev)
+    for dev in st.dax_devices if not force else ():
         online = daxmod.online_blocks(root, dev)
-        if online and not force:
+        if online:
+            ds = daxmod.read_dax(root, dev)
             bs = daxmod.block_size(root) or 0
             used = daxmod.node_in_use(root, ds.target_node)
             raise CxlctlError(
                 f"{name}'s memory is online: {dev} has {len(online)} block(s) ({format_size(len(online) * bs)}) "
                 f"online as System RAM on node {ds.target_node}"
                 + (f", {format_size(used)} in use on that node" if used is not None else "")
-                + "; destroying the region would take that memory away",
+                + "; destroying the region would take that memory away; nothing was changed",
+                code=EXIT_USAGE,
                 hint=f"stop what uses node {ds.target_node}, then `cxlctl region destroy {name} --force` "
                 "(offlines the blocks first; stops without changing anything if one cannot be offlined)",
             )
+    return st
+
+
+def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
+    """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
+
+    ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
+    """
+    st = check_destroy(root, name, force)
+    offlined: List[Tuple[str, Tuple[int, ...]]] = []
+    for dev in st.dax_devices:
+        online = daxmod.online_blocks(root, dev)
         ids = daxmod.offline_blocks(root, list(online), log, f"{name}/{dev}", progress)
         offlined.append((dev, tuple(ids)))
     steps: List[str] = []
 
     def w(path: str, value: str, what: str) -> None:
         try:
-            write_knob(under(root, path), value)
+            write_knob(root, path, value)
         except KnobError as e:
             raise CxlctlError(
                 f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"
@@ -451,20 +455,21 @@ def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[Prog
         log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
     r = f"{CXL}/{name}"
+    reader = Reader(root)
     if st.bound:
         w(f"{REGION_DRIVER}/unbind", name, "unbind")
         _wait(lambda: not _exists(root, f"{r}/driver"), 10)
-    if daxmod.read_attr(root, f"{r}/commit") == "1":
+    if reader.text(f"{r}/commit") == "1":
         w(f"{r}/commit", "0", "decommit")
     freed = []
     for pos, dec in reversed(st.targets):
         w(f"{r}/target{pos}", "\n", f"clear target{pos}")
         freed.append(dec)
     for dec in sorted(freed, key=lambda d: -int(d.rsplit(".", 1)[1]) if "." in d else 0):
-        if _int(daxmod.read_attr(root, f"{CXL}/{dec}/dpa_size")):
+        if sysfs_int(reader.text(f"{CXL}/{dec}/dpa_size"), base=0):
             w(f"{CXL}/{dec}/dpa_size", "0", f"free {dec} DPA")
     w(f"{CXL}/{st.root_decoder}/delete_region", name, f"delete {name}")
-    _wait(lambda: not Reader(root).isdir(r), 5)
-    if Reader(root).isdir(r):
+    _wait(lambda: not reader.isdir(r), 5)
+    if reader.isdir(r):
         raise CxlctlError(f"{name} still exists after delete_region")
     return Destroyed(name, tuple(offlined), tuple(freed), tuple(steps))

@@ -11,6 +11,8 @@ the same way.  The pieces, from the kernel outwards:
   :class:`cxlctl.hostio.reader.Reader` (so ``--root`` trees and ``cxlctl
   record`` work): per node, system-wide, per cgroup, per process;
 * :mod:`.rates` -- per-second rates, a pure function of two samples;
+* :mod:`.sampler` -- the one sampling loop (sample, wait, sample, rates) that
+  ``stat``, ``top`` and the daemon share;
 * :mod:`.verdicts` -- the explained findings (tiering off, DRAM too tight, ...),
   pure functions of a sample and its rates;
 * :mod:`.report` -- the ``stat`` JSON document and its 80-column text.

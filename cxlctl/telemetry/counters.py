@@ -13,7 +13,7 @@ and tolerant about lines: a line that does not parse is skipped, never fatal.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, NamedTuple, Optional, Tuple
 
 from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
 
@@ -175,7 +175,7 @@ def parse_numa_stat(text: str) -> Dict[str, Dict[int, int]]:
     out: Dict[str, Dict[int, int]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 2:
+        if len(parts) < 2 or "=" in parts[0]:  # cgroup v1's layout (anon=374 N0=...): not a type name
             continue
         per: Dict[int, int] = {}
         for f in parts[1:]:
@@ -197,139 +197,3 @@ def resident_per_node(numa_stat: Dict[str, Dict[int, int]]) -> Dict[int, int]:
         for node, v in numa_stat.get(kind, {}).items():
             out[node] = out.get(node, 0) + v
     return out
-
-
-class NumaMaps(NamedTuple):
-    """A process' pages per node from ``/proc/PID/numa_maps``.
-
-    ``pages`` counts what numa_maps prints (``N1=512``), in units of each
-    mapping's ``kernelpagesize_kB``; ``bytes`` weighs them by that size.
-    ``shm`` holds the pages per node of each mapped ``/dev/shm`` file (an
-    engine's KV offload file is one).
-    """
-
-    pages: Dict[int, int]
-    bytes: Dict[int, int]
-    shm: Dict[str, Dict[int, int]]
-    #: pages per node of anonymous mappings (no ``file=``: heap, stack, anon): what a policy placed
-    anon: Dict[int, int] = {}
-
-
-SHM_PREFIX = "/dev/shm/"
-
-
-#: one ``N<node>=<pages>`` field (ASCII digits, node < 10^9, pages < 10^19: what the per-line parser accepts)
-_N_FIELD = r" N([0-9]{1,9})=([0-9]{1,19})(?=[ \n]|\Z)"
-_FAST: Optional[Tuple[Any, Any, Any]] = None
-
-
-def _fast_patterns() -> Tuple[Any, Any, Any]:
-    """Compiled on first use: ``re`` stays out of the start-up of commands that never parse numa_maps."""
-    global _FAST
-    if _FAST is None:
-        import re
-
-        _FAST = (
-            re.compile(_N_FIELD),
-            re.compile(r" file=[^\n]*"),  # a file mapping's fields from file= on (no backtracking)
-            re.compile(r" file=(" + SHM_PREFIX + r"[^ \n]*)([^\n]*)"),
-        )
-    return _FAST
-
-
-def parse_numa_maps(text: str) -> NumaMaps:
-    """Sum the ``N<node>=<pages>`` fields of every mapping (pure; odd fields are skipped).
-
-    The usual file -- every mapping of 4 kB pages, as a process without huge
-    pages has -- is summed by three regular-expression passes over the whole
-    text (all ``N`` fields; those of ``file=`` lines, the rest being anonymous;
-    those of ``/dev/shm`` files), which run in C: a third of a line-by-line loop's time.
-    Anything else (a huge-page mapping, an odd page size) takes
-    :func:`parse_numa_maps_lines`, which weighs each mapping by its page size.
-    """
-    n4 = text.count("kernelpagesize_kB=4\n") + text.endswith("kernelpagesize_kB=4")
-    if text.count("kernelpagesize_kB=") != n4 or "\r" in text or "\t" in text:
-        return parse_numa_maps_lines(text)
-    fields, file_lines, shm_lines = _fast_patterns()
-    pages: Dict[int, int] = {}
-    for nid, val in fields.findall(text):
-        node = int(nid)
-        pages[node] = pages.get(node, 0) + int(val)
-    anon = dict(pages)  # all pages, less those of file mappings
-    for nid, val in fields.findall("\n".join(file_lines.findall(text))):
-        node = int(nid)
-        anon[node] -= int(val)
-    anon = {k: v for k, v in anon.items() if v}  # the kernel prints no N<node>=0
-    shm: Dict[str, Dict[int, int]] = {}
-    for file, rest in shm_lines.findall(text):
-        per = fields.findall(rest)
-        if per:
-            f_pages = shm.setdefault(file, {})
-            for nid, val in per:
-                node = int(nid)
-                f_pages[node] = f_pages.get(node, 0) + int(val)
-    return NumaMaps(pages, {k: v * 4096 for k, v in pages.items()}, shm, anon)
-
-
-def parse_numa_maps_lines(text: str) -> NumaMaps:
-    """:func:`parse_numa_maps`, line by line: any page size, any layout of fields.
-
-    A busy engine has thousands of mappings and ``top`` parses twenty such files,
-    so each line is looked at from its first `` N`` field on (the kernel prints
-    the per-node counts and ``kernelpagesize_kB`` last, after ``file=``/``anon=``
-    and the other counts): a line without one (a mapping with no page present,
-    most of a large process') costs one ``find``.  The address and policy fields
-    are never taken for counts.
-    """
-    pages: Dict[int, int] = {}
-    nbytes: Dict[int, int] = {}
-    shm: Dict[str, Dict[int, int]] = {}
-    anon: Dict[int, int] = {}
-    for line in text.splitlines():
-        i = line.find(" N", line.find(" ") + 1)  # not at the policy field (the second)
-        if i < 0:
-            continue
-        page_kb = 4
-        per: List[Tuple[int, int]] = []
-        for f in line[i + 1 :].split():
-            if f[0] == "N":
-                key, sep, val = f.partition("=")
-                nid = key[1:]
-                if (
-                    sep
-                    and nid.isdigit()
-                    and nid.isascii()
-                    and len(nid) < 10
-                    and val.isdigit()
-                    and val.isascii()
-                    and len(val) < 20
-                ):
-                    per.append((int(nid), int(val)))
-            elif f.startswith("kernelpagesize_kB="):
-                val = f[18:]
-                if is_decimal(val) and len(val) < 20 and 0 < int(val) <= 1 << 30:
-                    page_kb = int(val)
-        if not per:
-            continue
-        j = line.rfind(" file=", 0, i)
-        file = None if j < 0 else (line[j + 6 : i].split(None, 1) or [""])[0]
-        size = page_kb * 1024
-        is_shm = file is not None and file.startswith(SHM_PREFIX)
-        for node, n in per:
-            pages[node] = pages.get(node, 0) + n
-            nbytes[node] = nbytes.get(node, 0) + n * size
-            if file is None:
-                anon[node] = anon.get(node, 0) + n
-            if is_shm:
-                assert file is not None
-                f_pages = shm.setdefault(file, {})
-                f_pages[node] = f_pages.get(node, 0) + n
-    return NumaMaps(pages, nbytes, shm, anon)
-
-
-def parse_cgroup_line(text: str) -> Optional[str]:
-    """The cgroup v2 path in a ``/proc/PID/cgroup`` text (``0::/system.slice/x.service``)."""
-    for line in text.splitlines():
-        if line.startswith("0::"):
-            return line[3:].strip() or "/"
-    return None

@@ -14,9 +14,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from cxlctl.hostio import paths
 from cxlctl.model import Coordinates
+from cxlctl.parse import PAGE_SIZE
 
 from .rates import Rates, demote_sum
-from .sample import PAGE_SIZE, Sample
+from .sample import Sample
 from .verdicts import Verdict, clean
 
 
@@ -139,6 +140,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
         "nodes": nodes,
         "cxl_traffic": cxl_traffic(s, r),
         "cgroups": cgroups,
+        "cgroups_unavailable": s.cgroups_unavailable,
         "processes": procs,
         "damon": [
             {
@@ -277,6 +279,8 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
     missing = sorted({m for src in sources for m in src.missing})
     if missing:
         lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
+    if s.cgroups_unavailable:
+        lines += _wrap(s.cgroups_unavailable, width, "")
     for c in s.cgroups:
         vals = dict(c.stat.values) if r is None else (r.cgroups.get(c.name) or {})
         where = " ".join(f"N{k}={size(v)}" for k, v in _per_node(c.bytes_per_node).items()) or "no memory.numa_stat"

@@ -25,16 +25,17 @@ two reports of ``stat``.
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, Refused, Vanished, fence_of, read_bounded
+from cxlctl.hostio.proc import cgroup_of, cgroup_v1
+from cxlctl.hostio.reader import Reader, Unreadable, Vanished
 from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
-from cxlctl.parse import decimal_suffix, is_decimal, parse_meminfo
+from cxlctl.numa_maps import NumaMaps, parse_numa_maps
+from cxlctl.parse import PAGE_SIZE, decimal_suffix, is_decimal, parse_meminfo, sysfs_int
 
 from .counters import (
     CGROUP_COUNTERS,
@@ -43,15 +44,15 @@ from .counters import (
     NUMA_STAT_RESIDENT,
     SYSTEM_COUNTERS,
     Counters,
-    NumaMaps,
-    parse_cgroup_line,
     parse_keyvals,
-    parse_numa_maps,
     parse_numa_stat,
     pick_text,
     resident_per_node,
 )
 from .damon_stats import Scheme, read_schemes
+
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
 
 #: a process' numa_maps larger than this is not read (a page-table walk per mapping)
 NUMA_MAPS_LIMIT = 16 << 20
@@ -66,7 +67,7 @@ class NodeInfo(NamedTuple):
     """What the inventory says about a node: its kind (dram | cxl | other), memory tier and
     expected access characteristics (:func:`expected_access`)."""
 
-    kind: str
+    kind: NodeKind
     tier: Optional[int]
     #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
     hmat: Optional[Coordinates] = None
@@ -76,7 +77,7 @@ class NodeInfo(NamedTuple):
 
 class NodeSample(NamedTuple):
     id: int
-    kind: str
+    kind: NodeKind
     tier: Optional[int]
     #: bytes: total, free, used, anon, file, shmem (None when meminfo lacks the line)
     memory: Dict[str, Optional[int]]
@@ -131,6 +132,13 @@ class Sample(NamedTuple):
     #: no CXL node or one of them is not described (a partial sum would overstate the share used)
     cxl_read_mbps: Optional[int] = None
     cxl_write_mbps: Optional[int] = None
+    #: why no cgroup is reported (:data:`CGROUP_V1`), None when cgroups are read
+    cgroups_unavailable: Optional[str] = None
+
+
+#: what ``top`` and ``stat`` say on a host whose memory controller is on cgroup v1: its
+#: ``memory.numa_stat`` has another layout (``anon=374 N0=...`` in pages), not cgroup v2's
+CGROUP_V1 = "cgroup v1: per-cgroup figures unavailable (they need cgroup v2)"
 
 
 def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
@@ -221,6 +229,10 @@ def cgroup_name(arg: str) -> str:
 
 def check_cgroup(root: str, name: str) -> None:
     """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
+    if cgroup_v1(Reader(root)):
+        raise UsageError(
+            CGROUP_V1, hint="drop --cgroup, or boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
+        )
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
     if not Reader(root).isdir(d):
         raise UsageError(
@@ -229,13 +241,34 @@ def check_cgroup(root: str, name: str) -> None:
         )
 
 
+def check_pid(root: str, pid: int) -> None:
+    """Refuse a PID that is not a process of ``root`` (a usage error saying where to find one)."""
+    if pid <= 0:
+        raise UsageError(f"--pid {pid} is not a process id", hint="give a PID from ps or pgrep")
+    if not Reader(root).isdir(paths.proc_pid(pid, "").rstrip("/")):
+        raise UsageError(f"no process with PID {pid}", hint="check the PID (ps, pgrep)")
+
+
+def check_nodes(kinds: Dict[int, NodeInfo], nodes: Sequence[int]) -> None:
+    """Refuse nodes the host does not have (a usage error listing the nodes it has)."""
+    unknown = [n for n in nodes if n not in kinds]
+    if unknown:
+        raise UsageError(
+            f"no node {', '.join(map(str, unknown))} on this host (nodes: {', '.join(map(str, sorted(kinds)))})",
+            hint="see cxlctl status for the nodes",
+        )
+
+
 def _subdir_of(r: Reader, d: str) -> Callable[[str], bool]:
     return lambda name: not name.startswith(".") and r.isdir(f"{d}/{name}")
 
 
 def list_cgroups(r: Reader, limit: int = CGROUP_LIST_LIMIT, depth: int = CGROUP_LIST_DEPTH) -> List[str]:
-    """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them."""
+    """Cgroups with a memory controller, breadth first, at most ``depth`` levels and ``limit`` of them;
+    none on a cgroup v1 host (its ``memory/`` hierarchy is not a cgroup v2 tree)."""
     out: List[str] = []
+    if cgroup_v1(r):
+        return out
     level = ["/"]
     for _ in range(depth):
         nxt: List[str] = []
@@ -269,13 +302,12 @@ def _flag(r: Reader, path: str) -> Optional[bool]:
     return None
 
 
-def _num(r: Reader, path: str) -> Optional[int]:
-    t = r.text(path)
-    return int(t) if t is not None and is_decimal(t) and len(t) < 20 else None
-
-
 def read_settings(r: Reader) -> Settings:
-    return Settings(_flag(r, paths.DEMOTION_ENABLED), _num(r, paths.NUMA_BALANCING), _num(r, paths.PROMOTE_RATE_LIMIT))
+    return Settings(
+        _flag(r, paths.DEMOTION_ENABLED),
+        sysfs_int(r.text(paths.NUMA_BALANCING)),
+        sysfs_int(r.text(paths.PROMOTE_RATE_LIMIT)),
+    )
 
 
 def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
@@ -321,18 +353,16 @@ def _numa_maps(r: Reader, pid: int) -> Optional[NumaMaps]:
     if text is None and len(r.notes) > notes and "larger than" in r.notes[-1][1]:
         r.notes.pop()
         try:
-            text = read_bounded(under(r.root, path), fence_of(r.root), NUMA_MAPS_LIMIT).decode("utf-8", "replace")
-        except Refused as e:
+            b = r.read(path, limit=NUMA_MAPS_LIMIT)
+            text = None if b is None else b.decode("utf-8", "replace")
+        except Unreadable as e:
             # tens of thousands of mappings: its placement is not parsed (the report says so in
             # notes; a --pid process shows readable false, a --top one is left out)
             r.notes.append((path, f"{e.reason} (numa_maps bound {NUMA_MAPS_LIMIT >> 20} MiB)"))
             text = None
-        except OSError:
-            text = None
     return None if text is None else parse_numa_maps(text)
 
 
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PAGE = PAGE_SIZE
 
 
@@ -343,13 +373,12 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
 def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
 
-    Read with :func:`~cxlctl.hostio.reader.read_text`, not the logging reader:
-    ``cxlctl record`` must never copy a process' environment.
+    Read with a reader of its own, not the logging one: ``cxlctl record`` must
+    never copy a process' environment.
     """
-    from cxlctl.hostio.reader import read_text
     from cxlctl.launch.policy import parse_env_value
 
-    for item in (read_text(root, paths.proc_pid(pid, "environ")) or "").split("\0"):
+    for item in (Reader(root).body(paths.proc_pid(pid, "environ")) or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             a = parse_env_value(item[len("CXLCTL_POLICY=") :])
             return None if a is None else (a.mode, a.nodes)
@@ -362,7 +391,7 @@ def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
     return ProcessSample(
         pid,
         r.text(paths.proc_pid(pid, "comm")),
-        parse_cgroup_line(cg) if cg is not None else None,
+        cgroup_of(cg),
         _rss(r, pid),
         _numa_maps(r, pid),
         asked_policy(r.root, pid) if policy else None,
@@ -449,7 +478,10 @@ def read_sample(
             node_samples.append(read_node(r, nid, kinds.get(nid, NodeInfo("other", None))))
         except Vanished:
             notes.append(f"node{nid} went away while it was read")
-    cg_samples = tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
+    v1 = cgroup_v1(r)
+    cg_samples = () if v1 else tuple(read_cgroup(r, c, cgroup_counters) for c in cgroups)
+    if v1:
+        notes.append(CGROUP_V1)
     for c in cg_samples:
         if not c.readable:
             notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
@@ -488,5 +520,6 @@ def read_sample(
         damon=tuple(read_schemes(r)),
         cxl_read_mbps=bw[0],
         cxl_write_mbps=bw[1],
+        cgroups_unavailable=CGROUP_V1 if v1 else None,
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )

@@ -10,12 +10,15 @@ renderer (a terminal) and :func:`plain` (a pipe, a log) only lay it out.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .rates import Rates, demote_sum
 from .report import MB, count, cxl_traffic, mbps, size
 from .sample import Sample
 from .verdicts import Verdict, clean
+
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
 
 #: rates kept for the history sparklines
 HISTORY = 30
@@ -33,7 +36,7 @@ class Row(NamedTuple):
 
 class View(NamedTuple):
     header: str
-    nodes: List[Tuple[int, str, Optional[int], Optional[int], Optional[int]]]  # id, kind, used, total, read MB/s
+    nodes: List[Tuple[int, NodeKind, Optional[int], Optional[int], Optional[int]]]  # id, kind, used, total, read MB/s
     rates: List[Tuple[str, Optional[float], str]]  # name, pages/s now, sparkline
     cgroups: List[Row]
     processes: List[Row]
@@ -43,6 +46,8 @@ class View(NamedTuple):
     damon: List[Tuple[str, str, Optional[float]]] = []
     #: promotion/demotion MB/s and their share of the CXL nodes' bandwidth (None before the first interval)
     traffic: Optional[str] = None
+    #: why there is no cgroup list (cgroup v1), None when there is one
+    cgroups_note: Optional[str] = None
 
 
 class History:
@@ -135,6 +140,7 @@ def view(
         sort,
         damon[:rows],
         traffic,
+        s.cgroups_unavailable,
     )
 
 
@@ -168,6 +174,8 @@ def plain(v: View, width: int = 80) -> str:
     lines.append("pages/s: " + "  ".join(f"{name} {count(now)}" for name, now, _ in v.rates))
     if v.traffic:
         lines += fold_lines(v.traffic, width, indent="  ")
+    if v.cgroups_note:
+        lines += fold_lines(v.cgroups_note, width, indent="  ")
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
         for row in rows:
             lines.append(f"{title} {row.name[:36]:<36} CXL {size(row.cxl):>7} DRAM {size(row.dram):>7}"[:width])
@@ -234,6 +242,9 @@ def rich_view(v: View, width: int = 80, height: Optional[int] = None) -> Any:
     # (head, rows): the sections whose rows give way when the screen is short
     sections: List[Tuple[Text, List[Text]]] = []
     for title, rows in (("cgroup", v.cgroups), ("process", v.processes)):
+        if title == "cgroup" and v.cgroups_note:
+            top.append(Text(_cells(v.cgroups_note, w), style="dim"))  # cgroup v1: no list to show
+            continue
         head = _cells(f"{title} (by {dict(SORTS)[v.sort]})", name_w)
         sections.append(
             (

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 from cxlctl.hostio import paths
+from cxlctl.parse import PAGE_SIZE, format_size
 
 from .rates import Rates, demote_sum
 from .sample import NodeSample, Sample
@@ -55,7 +56,8 @@ class Verdict(NamedTuple):
 
 
 def _mib(pages: float) -> str:
-    return f"{pages * 4096 / (1 << 20):.1f} MiB"
+    """Pages (of the host's size) as a size, for a sentence."""
+    return format_size(int(pages * PAGE_SIZE))
 
 
 def _cxl_nodes(s: Sample) -> List[NodeSample]:

@@ -24,7 +24,7 @@ import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under
 
 from .knobs import REGISTRY
@@ -86,20 +86,17 @@ def sysctl_files(root: str) -> List[str]:
     return ordered
 
 
-def _read(root: str, path: str) -> Optional[str]:
-    return read_text(root, path)
-
-
 def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, str], str]]:
     """(active profile names, its [sysctl] keys, its [sysfs] keys, where found) or None."""
-    active = (_read(root, paths.TUNED_ACTIVE) or "").strip()
+    r = Reader(root)
+    active = (r.body(paths.TUNED_ACTIVE) or "").strip()
     if not active:
         return None
     sysctl: Dict[str, str] = {}
     sysfs: Dict[str, str] = {}
     where: List[str] = []
     for name in active.split():
-        found = _tuned_load(root, name, sysctl, sysfs, 0)
+        found = _tuned_load(r, name, sysctl, sysfs, 0)
         if found:
             where.append(found)
         elif name in TUNED_STOCK:
@@ -108,12 +105,12 @@ def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, st
     return active, sysctl, sysfs, "; ".join(where) or "profile file not found"
 
 
-def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, str], depth: int) -> Optional[str]:
+def _tuned_load(r: Reader, name: str, sysctl: Dict[str, str], sysfs: Dict[str, str], depth: int) -> Optional[str]:
     if depth > 10 or "/" in name or "\0" in name:  # a name, never a path (NUL: corrupt file)
         return None
     for d in paths.TUNED_DIRS:
         path = f"{d}/{name}/tuned.conf"
-        text = _read(root, path)
+        text = r.body(path)
         if text is None:
             continue
         cp = configparser.ConfigParser(interpolation=None, strict=False, delimiters=("=",))
@@ -126,7 +123,7 @@ def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, s
             for parent in cp.get("main", "include").split(","):
                 parent = parent.strip()
                 if parent and not parent.startswith("$"):
-                    if _tuned_load(root, parent, sysctl, sysfs, depth + 1) is None and parent in TUNED_STOCK:
+                    if _tuned_load(r, parent, sysctl, sysfs, depth + 1) is None and parent in TUNED_STOCK:
                         sysctl.update(TUNED_STOCK[parent])
         for section in cp.sections():
             kind = cp.get(section, "type", fallback=section)
@@ -142,8 +139,8 @@ def _tuned_load(root: str, name: str, sysctl: Dict[str, str], sysfs: Dict[str, s
     return None
 
 
-def _reapply_sysctl(root: str) -> bool:
-    text = _read(root, paths.TUNED_MAIN)
+def _reapply_sysctl(r: Reader) -> bool:
+    text = r.body(paths.TUNED_MAIN)
     if text is None:
         return True
     for line in text.splitlines():
@@ -166,10 +163,11 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
         return (1, "") if path == paths.SYSCTL_CONF else (0, os.path.basename(path))
 
     our_rank = rank(paths.PERSIST_SYSCTL)
+    r = Reader(root)
     for path in files:
         if path == paths.PERSIST_SYSCTL:
             continue
-        text = _read(root, path) or ""
+        text = r.body(path) or ""
         for key, value in parse_sysctl_conf(text).items():
             if key not in ours:
                 continue
@@ -190,7 +188,7 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
     tp = tuned_profile(root)
     if tp is not None:
         active, sysctl, sysfs, where = tp
-        reapply = _reapply_sysctl(root)
+        reapply = _reapply_sysctl(r)
         src = f"TuneD profile {active} ({where})"
         for key, value in sysctl.items():
             if key not in ours:

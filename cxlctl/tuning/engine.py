@@ -15,9 +15,10 @@ import json
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from cxlctl.errors import CxlctlError
+from cxlctl.errors import UsageError
 from cxlctl.hostio.lock import TuneLock, holder, is_held
 from cxlctl.hostio.paths import PERSIST_SYSCTL
+from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.root import under as host
 
 from . import journal as jn
@@ -46,7 +47,6 @@ from .transaction import (
     canon,
     persisted,
     preflight,
-    read_text,
     restore_files,
     restore_map,
     restore_persist,
@@ -104,7 +104,7 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
     messages: List[str] = []
     j = this_boot(root, messages)
     if j is None:
-        raise CxlctlError(
+        raise UsageError(
             "no tuning profile is applied on this boot"
             + (" (the journal is from an earlier boot)" if messages else ""),
             hint="name a profile to compare with: cxlctl tune verify inference-bandwidth",
@@ -117,7 +117,7 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
             jn.REVERTED: f"{j.profile} was reverted at {j.finished}",
             jn.REVERT_FAILED: f"the revert of {j.profile} did not complete: {j.error}",
         }.get(j.state, j.state)
-        raise CxlctlError(f"no tuning profile is in effect: {what}", hint="name a profile to compare with it")
+        raise UsageError(f"no tuning profile is in effect: {what}", hint="name a profile to compare with it")
     checks = verify_entries(root, list(j.entries))
     checks += [
         Check(setting=s, path="", expected=None, actual=None, status="unsupported", note=why) for s, why in j.skipped
@@ -168,7 +168,8 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
             messages.append(f"ended the pending `tune try` of {j.profile} (pid {j.trial.pid})")
         entries = list(j.entries)
         progress = Progress(entries)
-        before = {e.path: canon(e.knob, read_text(root, e.path)) for e in entries}
+        r = Reader(root)
+        before = {e.path: canon(e.knob, r.body(e.path)) for e in entries}
         knobs: List[str] = []
         for e in entries:
             progress.status[e.path] = "unchanged"
@@ -280,7 +281,7 @@ def status(root: str) -> StatusResult:
             unsupported=tuple(c.setting for c in checks if c.status == "unsupported") + tuple(s for s, _ in j.skipped),
         )
     persist: Optional[PersistSummary] = None
-    text = read_text(root, ACTIVE_PROFILE)
+    text = Reader(root).body(ACTIVE_PROFILE)
     if text is not None or persisted(root):
         name: Optional[str] = None
         try:
@@ -362,7 +363,7 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
                 stale.append(k.id)
                 continue
             try:
-                write_knob(hp, "update_schemes_stats\n")
+                write_knob(root, f"{k.path}/state", "update_schemes_stats\n")
                 refreshed = True
             except KnobError as e:
                 stale.append(k.id)

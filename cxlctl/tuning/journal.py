@@ -35,9 +35,10 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
-from cxlctl.hostio.atomic import atomic_write, sync_directory
-from cxlctl.hostio.reader import Reader, Refused, read_bounded
+from cxlctl.hostio.atomic import atomic_write, remove
+from cxlctl.hostio.reader import Reader, Unreadable, fence_of
 from cxlctl.hostio.root import under
+from cxlctl.hostio.write import outside
 
 SCHEMA = 1
 RUN_DIR = paths.RUN_DIR
@@ -201,14 +202,16 @@ def from_json(d: Any) -> Journal:
 def load(root: str) -> Optional[Journal]:
     """The journal, None when there is none; :class:`JournalCorrupt` when unreadable."""
     path = under(root, JOURNAL)
+    fence = fence_of(root)
     try:
-        raw = read_bounded(path, limit=64 << 20)
-    except FileNotFoundError:
-        return None
-    except Refused as e:
+        raw = Reader(root).read(JOURNAL, limit=64 << 20)
+    except Unreadable as e:
+        if fence is not None and not fence.holds(os.path.realpath(path)):
+            # another tree's journal (ROOT/run linked out): never act on it, name the link (exit 2)
+            raise outside(fence, path) from None
         raise JournalCorrupt(path, e.reason) from None
-    except OSError as e:
-        raise JournalCorrupt(path, e.strerror or str(e)) from None
+    if raw is None:
+        return None
     try:
         return from_json(json.loads(raw.decode("utf-8")))
     except (ValueError, KeyError, TypeError) as e:
@@ -217,14 +220,9 @@ def load(root: str) -> Optional[Journal]:
 
 def save(root: str, j: Journal) -> None:
     data = json.dumps(to_json(j), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write(under(root, JOURNAL), data)
+    atomic_write(root, JOURNAL, data)
 
 
 def discard(root: str) -> None:
     """Remove the journal (another boot's, or on request); fsync the directory."""
-    path = under(root, JOURNAL)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    sync_directory(os.path.dirname(path))
+    remove(root, JOURNAL)

@@ -15,11 +15,11 @@ balancing turns tiering on, and undone after it is turned off again.
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Literal, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, read_text
+from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.parse import decimal_suffix, is_decimal
 
 WI_DIR = paths.WI_DIR
@@ -39,6 +39,8 @@ class Current(NamedTuple):
     wi_files: Optional[Tuple[str, ...]]  # names in the weighted_interleave dir; None: no dir
     damon: Optional[DamonState] = None  # every kdamond on the host (its files are in ``values`` too)
     damon_caps: Optional[DamonCaps] = None
+    #: files that are there but cannot be read (path -> "cannot read ROOT/path: why"): not "absent"
+    unreadable: Dict[str, str] = {}
 
     def get(self, path: str) -> Optional[str]:
         return self.values.get(path)
@@ -76,6 +78,10 @@ class WISpec(NamedTuple):
     max_weight: int
 
 
+#: a single file under /proc/sys, a single sysfs file, or a group of files planned as a whole
+KnobKind = Literal["sysctl", "sysfs", "group"]
+
+
 class Knob:
     """One registry entry.  Subclasses implement validate/canonical for their type."""
 
@@ -95,8 +101,7 @@ class Knob:
         self.name = name
         #: from the one table of knobs status and tune share (KeyError: a knob missing there)
         self.path = path = paths.knob_path(name)
-        #: sysctl | sysfs | group
-        self.kind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
+        self.kind: KnobKind = "sysctl" if path.startswith(paths.PROC_SYS) else "sysfs"
         self.summary = summary
         self.reversible = reversible
         self.reversible_note = reversible_note
@@ -128,6 +133,8 @@ class Knob:
 
     def probe(self, cur: Current) -> Optional[str]:
         """None when the kernel has this knob, else why not."""
+        if self.path in cur.unreadable:
+            return cur.unreadable[self.path]
         if cur.get(self.path) is None:
             return f"{self.path} is absent on this kernel" + (f" (needs {self.since})" if self.since else "")
         return None
@@ -412,26 +419,36 @@ BY_NAME: Dict[str, Knob] = {k.name: k for k in REGISTRY}
 ORDER: Dict[str, int] = {k.name: i for i, k in enumerate(REGISTRY)}
 
 
-def _read(root: str, path: str) -> Optional[str]:
-    return read_text(root, path)
-
-
 def read_current(root: str) -> Current:
-    """Read every registry file under ``root`` (a few small reads; no inventory needed)."""
+    """Read every registry file under ``root`` (a few small reads; no inventory needed).
+
+    A file that is there but cannot be read (a FIFO, a link out of the root, permission)
+    is kept apart from an absent one: a plan then says "cannot read", not "absent on this
+    kernel"."""
     values: Dict[str, Optional[str]] = {}
+    unreadable: Dict[str, str] = {}
+    r = Reader(root)
+
+    def _read(path: str) -> Optional[str]:
+        try:
+            b = r.read(path)
+        except Unreadable as e:
+            unreadable[path] = str(e)
+            return None
+        return None if b is None else b.decode("utf-8", "replace")
+
     for k in REGISTRY:
         if k.kind != "group":
-            values[k.path] = _read(root, k.path)
+            values[k.path] = _read(k.path)
     wi: Optional[Tuple[str, ...]] = None
-    r = Reader(root)
     if r.isdir(WI_DIR):
         names = r.listdir(WI_DIR)
         keep = sorted(n for n in names if decimal_suffix(n, "node") is not None or n in WI_AUTO_NAMES)
         wi = tuple(keep)
         for n in keep:
-            values[f"{WI_DIR}/{n}"] = _read(root, f"{WI_DIR}/{n}")
+            values[f"{WI_DIR}/{n}"] = _read(f"{WI_DIR}/{n}")
     from cxlctl.damon.sysfs import probe_host
 
     damon, caps = probe_host(root)
     values.update(damon.files)
-    return Current(values, wi, damon, caps)
+    return Current(values, wi, damon, caps, unreadable)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
@@ -126,10 +126,20 @@ def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]
 
 
 def _read(path: str) -> Dict[str, Any]:
+    """The document of a profile file; an empty one (0 bytes, or only comments) is an error:
+    applying it as a profile that sets nothing would hide a truncated or unwritten file."""
     try:
-        return toml.load(path)
+        data = toml.load(path)
     except toml.TomlError as e:
         raise ProfileError(path, None, e.reason) from None
+    if not data:
+        raise ProfileError(
+            path,
+            None,
+            "the file is empty: a profile has at least a summary, an include or a setting",
+            hint="docs/tuning.md (Profiles) shows the format; `cxlctl tune list` the profiles there are",
+        )
+    return data
 
 
 class _Raw(NamedTuple):
@@ -342,3 +352,36 @@ def with_beside_other_damon(p: Profile) -> Profile:
         for s in p.settings
     )
     return p._replace(settings=settings)
+
+
+#: what ``tune plan`` and ``tune apply`` work on when no profile is named and none is in effect
+DEFAULT_PROFILE = "inference-bandwidth"
+
+
+def in_effect(root: str) -> Union[str, Profile]:
+    """The profile in effect this boot (rebuilt from the journal when it has no file), else the default.
+
+    By name when the name still resolves to the file it was applied from; else the
+    file it came from, so a profile shadowed or edited since is not silently swapped.
+    """
+    from .state import applied_journal
+
+    j = applied_journal(root)
+    if j is None:
+        return DEFAULT_PROFILE
+    if j.profile_data is not None:
+        return from_data(root, j.profile, j.profile_data, j.profile_source)
+    found = candidates(root, j.profile)
+    if found and found[0][0] == j.profile_source:
+        return j.profile  # still what the name resolves to
+    return j.profile_source or j.profile
+
+
+def for_command(root: str, ref: Union[None, str, Profile], beside: bool = False) -> Union[str, Profile]:
+    """The profile a ``tune`` command works on: ``ref``, else (None) :func:`in_effect`; with its
+    ``[damon]`` asked to work beside other DAMON users when ``beside`` (``--beside-other-damon``)."""
+    if ref is None:
+        ref = in_effect(root)
+    if not beside:
+        return ref
+    return with_beside_other_damon(load(root, ref) if isinstance(ref, str) else ref)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.hostio.root import under
 from cxlctl.term import Cell, grid, join, styled
 
 if TYPE_CHECKING:
@@ -135,7 +136,8 @@ def results(title: str, res: Sequence[FileResult], c: Console) -> None:
     grid(c, cols, rows, note="ERROR")
 
 
-def apply(res: ApplyResult, c: Console) -> None:
+def apply(res: ApplyResult, c: Console, *, root: str = "/") -> None:
+    """The apply's plan, results and outcome; files it persisted named where they are (under ``root``)."""
     if res.dry_run:
         plan(res.prepared, c, "dry run:")
         c.print(styled("nothing was written", "dim"))
@@ -147,7 +149,7 @@ def apply(res: ApplyResult, c: Console) -> None:
         passed = sum(1 for ch in res.checks if ch.status == "pass")
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
-            c.print(f"persisted: {path}")
+            c.print(f"persisted: {under(root, path)}")
         c.print("undo with: cxlctl tune revert")
 
 
@@ -162,11 +164,12 @@ def verify(res: VerifyResult, c: Console) -> None:
     grid(c, [("KNOB", "left"), ("EXPECTED", "left"), ("ACTUAL", "left"), ("RESULT", "left")], rows, note="NOTE")
 
 
-def revert(res: RevertResult, c: Console) -> None:
+def revert(res: RevertResult, c: Console, *, root: str = "/") -> None:
+    """The revert's results; files it removed named where they were (under ``root``)."""
     if res.results:
         results(f"revert {res.profile}", list(res.results), c)
     for path in res.removed:
-        c.print(f"removed: {path}")
+        c.print(f"removed: {under(root, path)}")
     if res.ok and res.results:
         n = sum(1 for r in res.results if r.status == "reverted")
         c.print(join((f"reverted {res.profile}", "green"), f": {n} file(s) restored"))

@@ -35,12 +35,13 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 from cxlctl import __version__
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.atomic import atomic_write, remove
 from cxlctl.hostio.lock import TuneLock
-from cxlctl.hostio.paths import PERSIST_SYSCTL
+from cxlctl.hostio.paths import LOCK, PERSIST_SYSCTL
 from cxlctl.hostio.proc import has_cap
+from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under as host
-from cxlctl.hostio.write import KnobError, pause_hook, read_raw, write_with_retry
+from cxlctl.hostio.write import KnobError, OutsideRoot, check_inside, pause_hook, write_with_retry
 from cxlctl.model import Inventory
 from cxlctl.progress import ProgressFn, tick
 
@@ -81,8 +82,14 @@ def persisted(root: str) -> bool:
     return os.path.exists(host(root, PERSIST_SYSCTL))
 
 
-def read_text(root: str, path: str) -> Optional[str]:
-    return read_raw(host(root, path))[1]
+def _knob_file(r: Reader, path: str) -> Tuple[bool, Optional[str]]:
+    """(exists, text) of a knob file through the fenced reader: text None when absent, or when
+    it is there but cannot be read (a FIFO, a link out of the root, permission): then it exists."""
+    try:
+        b = r.read(path)
+    except Unreadable:
+        return True, None
+    return (False, None) if b is None else (True, b.decode("utf-8", "replace"))
 
 
 def _desired_values(p: Plan) -> Dict[str, Optional[str]]:
@@ -110,14 +117,18 @@ def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: 
     The check is on the files themselves (``access(W_OK)`` with effective ids), so it
     means the same for the live system and for a ``--root`` tree.  On the live
     system (root ``/``) kernel.numa_balancing also needs ``CAP_SYS_ADMIN``, which
-    the file mode does not show, so the capability is checked too.
+    the file mode does not show, so the capability is checked too.  Under a ``--root``
+    tree, a target, the journal or the lock reached through a link leading out of the
+    tree is refused first (:func:`~cxlctl.hostio.write.check_inside`, exit 2).  Messages
+    name the files under the root, where they are.
     """
+    check_inside(root, [*paths, jn.JOURNAL, LOCK, *extra])
     denied = [p for p in paths if os.path.lexists(host(root, p)) and not writable(host(root, p))]
     denied += [p for p in (jn.RUN_DIR,) + extra if not writable(host(root, p))]
     cap = root == "/" and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
     if not denied and not cap:
         return
-    shown = ", ".join(denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
+    shown = ", ".join(host(root, p) for p in denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
     why = f"cannot write {shown}" if denied else "kernel.numa_balancing needs CAP_SYS_ADMIN"
     hint = "run it as root (sudo cxlctl tune " + action + " ...)"
     if "kernel.numa_balancing" in knobs:
@@ -160,14 +171,14 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
     Only files whose text differs are written; each write is read back.
     """
     failures: List[str] = []
+    r = Reader(root)
     for knob in reversed(knobs):
         group = [x for x in entries if x.knob == knob]
         if knob == "damon":
             group = _damon_order(root, group, target, failures)
         for e in group:
             want = e.prior if target == "prior" else e.original
-            hp = host(root, e.path)
-            exists, raw = read_raw(hp)
+            exists, raw = _knob_file(r, e.path)
             if not exists:
                 # a file the apply created (a kdamond's) is gone once its parent count is restored
                 progress.status[e.path] = "gone" if want is not None else "removed"
@@ -179,12 +190,12 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
                 failures.append(f"{e.path}: no saved value to restore")
                 continue
             try:
-                write_with_retry(hp, want)
+                write_with_retry(root, e.path, want)
             except KnobError as err:
                 progress.fail(e.path, "restore-failed", f"{err.kind}: {err.reason}")
                 failures.append(f"{e.setting}: {err.kind}: {err.reason}")
                 continue
-            _, back = read_raw(hp)
+            _, back = _knob_file(r, e.path)
             if canon(e.knob, back) != canon(e.knob, want):
                 progress.fail(e.path, "restore-failed", f"reads {back!r} after restoring {want!r}")
                 failures.append(f"{e.setting}: reads {(back or '').strip()!r} after restoring {want.strip()!r}")
@@ -208,18 +219,18 @@ def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]
     states = [e for e in group if is_state(e.path)]
     rest = sorted((e for e in group if not is_state(e.path)), key=lambda e: e.path != NR_KDAMONDS)
     differs = False
+    r = Reader(root)
     for e in rest:
         want = e.prior if target == "prior" else e.original
-        exists, raw = read_raw(host(root, e.path))
+        exists, raw = _knob_file(r, e.path)
         if e.path == NR_KDAMONDS or exists:
             differs = differs or (raw != want and want is not None)
     if differs:
         for e in states:
-            hp = host(root, e.path)
-            _, raw = read_raw(hp)
+            _, raw = _knob_file(r, e.path)
             if raw is not None and raw.strip() == "on":
                 try:
-                    write_with_retry(hp, "off\n")
+                    write_with_retry(root, e.path, "off\n")
                 except KnobError as err:
                     failures.append(f"{e.setting}: cannot stop it before restoring: {err.kind}: {err.reason}")
     return rest + states
@@ -228,10 +239,11 @@ def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]
 def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
     """Read back every file with a desired value: pass, drift or unsupported (vanished/unreadable)."""
     out = []
+    r = Reader(root)
     for e in entries:
         if e.desired is None:
             continue
-        exists, raw = read_raw(host(root, e.path))
+        exists, raw = _knob_file(r, e.path)
         if raw is None and BY_NAME[e.knob].name == "damon" and not exists:
             # a kdamond removed by hand (nr_kdamonds written) is drift, not a kernel without the file
             out.append(Check(e.setting, e.path, e.desired, None, "drift", "kdamond removed"))
@@ -265,17 +277,17 @@ def restore_persist(root: str, saved: Dict[str, Optional[str]]) -> Tuple[List[st
     """Put persist files back (None = remove); (paths changed, errors)."""
     changed, errs = [], []
     for path, before in saved.items():
-        hp = host(root, path)
         try:
             if before is None:
-                if os.path.lexists(hp):
-                    os.unlink(hp)
+                if remove(root, path):
                     changed.append(path)
             else:
-                atomic_write(hp, before.encode(), mode=0o644)
+                atomic_write(root, path, before.encode(), mode=0o644)
                 changed.append(path)
         except OSError as e:
-            errs.append(f"{path}: {e.strerror}")
+            errs.append(f"{host(root, path)}: {e.strerror}")
+        except OutsideRoot as e:
+            errs.append(str(e))
     return changed, errs
 
 
@@ -460,11 +472,12 @@ class Transaction:
         """Write-ahead: the originals are durable before the first knob write."""
         persist_saved: Dict[str, Optional[str]] = dict(active.persist) if active else {}
         if persist:
+            r = Reader(self.root)
             for path in PERSIST_FILES:
-                persist_saved.setdefault(path, read_text(self.root, path))
+                persist_saved.setdefault(path, _knob_file(r, path)[1])
         elif persisted(self.root):
             messages.append(
-                f"{PERSIST_SYSCTL} (from an earlier `apply --persist`) still sets the boot-time values; "
+                f"{host(self.root, PERSIST_SYSCTL)} (from an earlier `apply --persist`) still sets the boot-time values; "
                 "add --persist to update it, or `cxlctl tune revert` to remove it"
             )
         j = Journal(
@@ -496,12 +509,11 @@ class Transaction:
             assert st.write is not None
             if st.knob not in progress.attempted:
                 progress.attempted.append(st.knob)
-            hp = host(self.root, st.path)
             try:
-                write_with_retry(hp, st.write, index=i)
+                write_with_retry(self.root, st.path, st.write, index=i)
                 progress.status[st.path] = "written"
             except KnobError as e:
-                _, raw = read_raw(hp)
+                _, raw = _knob_file(Reader(self.root), st.path)
                 command = st.write.strip() == "commit"  # reads back "on" whether or not the kernel took it
                 if raw is not None and st.desired is not None and not command and canon(st.knob, raw) == st.desired:
                     # raced to the same value (another agent), or the write took effect after all
@@ -546,10 +558,12 @@ class Transaction:
         """Write the boot-time files (``done`` collects what was written); an error, or None."""
         try:
             for path, text in _persist_contents(p, self.profile).items():
-                atomic_write(host(self.root, path), text.encode(), mode=0o644)
+                atomic_write(self.root, path, text.encode(), mode=0o644)
                 done.append(path)
         except OSError as e:
-            return f"cannot persist: {e.filename}: {e.strerror}"
+            return f"cannot persist: {host(self.root, path)}: {e.strerror}"
+        except OutsideRoot as e:
+            return f"cannot persist: {e}"
         return None
 
     def _restore(

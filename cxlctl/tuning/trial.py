@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, NamedTuple, Optional, Union
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio.lock import TuneLock
@@ -25,8 +25,13 @@ from cxlctl.hostio.root import under as host
 
 from . import journal as jn
 from .journal import Journal
-from .results import UndoResult
+from .results import ApplyResult, UndoResult
 from .transaction import undo, writable
+
+if TYPE_CHECKING:
+    from cxlctl.progress import ProgressFn
+
+    from .profile import Profile
 
 POLL = 0.2  # seconds between two looks at the journal while waiting
 
@@ -35,6 +40,10 @@ CONFIRMED = "confirmed"  # `tune confirm`, or Enter on stdin
 TIMEOUT = "timeout"
 EOF_ = "eof"  # stdin closed
 SUPERSEDED = "superseded"  # the journal is no longer this try's (a revert came after it)
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM while waiting
+FAILED = "failed"  # the apply itself failed (and was rolled back): nothing to wait for
+#: the ends of a wait after which the try is undone
+UNDONE_AFTER = (TIMEOUT, EOF_, INTERRUPTED)
 
 
 class Confirmed(NamedTuple):
@@ -99,17 +108,27 @@ def alive(pid: int) -> bool:
 
 
 def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
-    """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending."""
+    """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending:
+    checked before the lock is taken too, so a refusal writes nothing (not even the lock file)."""
+    _pending_try(root)
     with TuneLock(root, wait):
-        j = jn.load(root)
-        if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
-            raise UsageError(
-                "no `tune try` is waiting for confirmation",
-                hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
-            )
+        j = _pending_try(root)
+        t = j.trial
+        assert t is not None  # _pending_try checked it
         when = jn.now()
-        jn.save(root, j._replace(trial=j.trial._replace(confirmed=when, previous=None)))
-    return Confirmed(profile=j.profile, confirmed=when, pid=j.trial.pid)
+        jn.save(root, j._replace(trial=t._replace(confirmed=when, previous=None)))
+    return Confirmed(profile=j.profile, confirmed=when, pid=t.pid)
+
+
+def _pending_try(root: str) -> Journal:
+    """The journal of the try waiting for confirmation, or :class:`UsageError`."""
+    j = jn.load(root)
+    if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
+        raise UsageError(
+            "no `tune try` is waiting for confirmation",
+            hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
+        )
+    return j
 
 
 def _stdin_event(fd: Optional[int], timeout: float) -> Optional[str]:
@@ -182,3 +201,86 @@ def abandon(root: str) -> Optional[UndoResult]:
         if not pending(cur) or cur is None or cur.trial is None or cur.trial.pid != os.getpid():
             return None
         return undo(root, cur, cur.trial.previous)
+
+
+class TryOutcome(NamedTuple):
+    """How a `tune try` ended: the apply, why the wait ended, and the undo when there was one."""
+
+    result: ApplyResult
+    outcome: str  # CONFIRMED, SUPERSEDED, FAILED, or one of UNDONE_AFTER
+    reverted: Optional[UndoResult]
+
+
+def _term(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run(
+    root: str,
+    ref: Union[str, Profile],
+    timeout: float,
+    *,
+    wait_lock: Optional[float] = None,
+    stdin_fd: Optional[int] = None,
+    progress: Optional[Callable[[], ContextManager[Optional[ProgressFn]]]] = None,
+    on_applied: Optional[Callable[[ApplyResult], None]] = None,
+) -> TryOutcome:
+    """Apply ``ref`` as a try, wait for its confirmation, undo it without one.
+
+    Why the signals are handled here: SIGTERM is Ctrl-C from the start, so during
+    the apply it rolls back and while waiting it reverts; an interrupt between
+    recording the try and waiting for it undoes the try here rather than leaving it
+    to expire (:class:`CxlctlError`, saying what was undone); and the undo itself is
+    not interruptible, so a second Ctrl-C cannot leave it half done.  ``progress``
+    opens the caller's progress display around the apply; ``on_applied`` is called
+    (e.g. to show the plan and how to confirm) once the try is recorded, before the
+    wait; ``stdin_fd`` as for :func:`wait`.
+    """
+    import contextlib
+    import signal
+
+    from .transaction import Transaction
+
+    old = signal.signal(signal.SIGTERM, _term)
+    try:
+        try:
+            with progress() if progress is not None else contextlib.nullcontext() as on_progress:
+                res = Transaction(root, ref).commit(wait=wait_lock, trial_timeout=timeout, on_progress=on_progress)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            undone = abandon(root)
+            if undone is not None and not undone.ok:
+                raise CxlctlError(
+                    f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
+                    hint="the journal keeps the values; run `cxlctl tune revert`",
+                ) from None
+            # the same words as an interrupt during the wait: to the user both are a try
+            # interrupted before its confirmation (a SIGTERM can land either side of the journal write)
+            raise CxlctlError(
+                "interrupted"
+                + (f" before a confirmation: reverted {undone.profile} to the previous values" if undone else ""),
+                hint="see `cxlctl tune status`",
+            ) from None
+        j = res.journal
+        if not res.ok or j is None or j.trial is None:
+            return TryOutcome(res, FAILED, None)
+        try:
+            if on_applied is not None:
+                on_applied(res)
+            outcome = wait(root, j, stdin_fd)
+        except KeyboardInterrupt:
+            outcome = INTERRUPTED
+        if outcome not in UNDONE_AFTER:
+            return TryOutcome(res, outcome, None)
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            reverted = give_up(root, j)
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+        if reverted is None:
+            return TryOutcome(res, CONFIRMED, None)  # confirmed in the same instant, from another shell
+        return TryOutcome(res, outcome, reverted)
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from cxlctl.launch.proof import parse_numa_maps
+from cxlctl.numa_maps import parse_mappings
 from tests.launch_support import HELP_VLLM
 from tests.vm.harness import TOPOLOGIES, build_c, run_guest
 
@@ -165,7 +165,7 @@ def _weights(out: Path, name: str) -> Dict[int, int]:
 
 
 def _big_mapping(out: Path, label: str, file: Any = None) -> Dict[int, int]:
-    maps = parse_numa_maps(_f(out, f"{label}.numa_maps"))
+    maps = parse_mappings(_f(out, f"{label}.numa_maps"))
     cands = [m for m in maps if (m.file == file if file else m.kind == "anon")]
     big = max(cands, key=lambda m: sum(m.pages.values()))
     return big.pages
