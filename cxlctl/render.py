@@ -8,7 +8,9 @@ Layout follows ``lsblk``/``ps``/``ip``: borderless columns with short upper-case
 headers that carry the unit, values that never wrap or get cut, and — when the
 terminal is too narrow for one wide NUMA table (80 columns, or piped) — the same
 facts split over two tables instead of squeezed into one.  Every string that
-comes from the kernel is escaped: sysfs content is data, never rich markup.
+comes from the kernel is escaped (``_e``) before it meets one of this module's markup
+templates, and each template becomes :class:`rich.text.Text` here (``_m``): the console
+(:func:`cxlctl.term.console`) reads no markup, so sysfs content is data, never markup.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .parse import format_nodelist, format_size
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     from rich.tree import Tree
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -32,6 +35,14 @@ def _e(value: object) -> str:
     from rich.markup import escape
 
     return escape(str(value))
+
+
+def _m(template: str) -> Text:
+    """One of this module's markup templates (every value in it through :func:`_e`) as
+    :class:`rich.text.Text`: the console (:func:`cxlctl.term.console`) reads no markup."""
+    from rich.text import Text
+
+    return Text.from_markup(template)
 
 
 def _pair(a: Optional[int], b: Optional[int]) -> str:
@@ -76,7 +87,7 @@ def _endpoint_label(inv: Inventory, p: Port) -> str:
 def topology_tree(inv: Inventory) -> Tree:
     from rich.tree import Tree
 
-    top = Tree("[bold]CXL topology[/bold]")
+    top = Tree(_m("[bold]CXL topology[/bold]"))
     children: Dict[str, List[Port]] = {}
     for p in inv.ports + inv.endpoints:
         children.setdefault(p.parent or "", []).append(p)
@@ -87,29 +98,31 @@ def topology_tree(inv: Inventory) -> Tree:
 
     def add_port(branch: Tree, p: Port, depth: int = 0) -> None:
         if p.kind == "endpoint":
-            branch.add(_endpoint_label(inv, p))
+            branch.add(_m(_endpoint_label(inv, p)))
             return
         label = "host bridge" if p.depth == 1 else f"switch (depth {p.depth})"
-        sub = branch.add(f"{_e(p.name)} [dim]{label} {_or(p.host, '')}[/dim]")
+        sub = branch.add(_m(f"{_e(p.name)} [dim]{label} {_or(p.host, '')}[/dim]"))
         if depth < 32:  # a corrupt tree may loop; the kernel's is a few levels deep
             for c in children.get(p.name, []):
                 add_port(sub, c, depth + 1)
 
     for b in inv.buses:
-        bt = top.add(f"[bold]{_e(b.name)}[/bold] [dim]{_or(b.provider, '')} {_or(b.host, '')}[/dim]")
+        bt = top.add(_m(f"[bold]{_e(b.name)}[/bold] [dim]{_or(b.provider, '')} {_or(b.host, '')}[/dim]"))
         for dn in b.decoders:
             d = decs.get(dn)
             if d is None:
                 continue
             caps = "/".join(c for c, on in (("ram", d.cap_ram), ("pmem", d.cap_pmem)) if on) or "-"
             dt = bt.add(
-                f"{_e(d.name)} window {format_size(d.size)} @ {_hex(d.resource)}  {caps}  "
-                f"{d.interleave_ways or '?'}-way × {d.interleave_granularity or '?'} B"
+                _m(
+                    f"{_e(d.name)} window {format_size(d.size)} @ {_hex(d.resource)}  {caps}  "
+                    f"{d.interleave_ways or '?'}-way × {d.interleave_granularity or '?'} B"
+                )
             )
             for rn in regions_by_root.get(dn, []):
                 reg = inv.region(rn)
                 if reg is not None:
-                    dt.add(f"[magenta]{_e(reg.name)}[/magenta] {_or(reg.mode)} {format_size(reg.size)}")
+                    dt.add(_m(f"[magenta]{_e(reg.name)}[/magenta] {_or(reg.mode)} {format_size(reg.size)}"))
         for c in children.get(b.name, []):
             add_port(bt, c)
     return top
@@ -119,7 +132,7 @@ def topology_tree(inv: Inventory) -> Tree:
 
 
 def _regions(inv: Inventory, console: Console) -> None:
-    console.print("\n[bold]Regions → DAX → NUMA node → tier[/bold]")
+    console.print(_m("\n[bold]Regions → DAX → NUMA node → tier[/bold]"))
     for r in inv.regions:
         daxes = [d for d in inv.dax_devices if d.name in r.dax_devices]
         state = {True: "committed", False: "[red]NOT committed[/red]", None: "state ?"}[r.committed]
@@ -138,7 +151,7 @@ def _regions(inv: Inventory, console: Console) -> None:
                 line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
         if not daxes:
             line += "\n      → no DAX device"
-        console.print(line, highlight=False)
+        console.print(_m(line), highlight=False)
 
 
 def _table(console: Console, columns: Sequence[Tuple[str, str]]) -> Table:
@@ -155,11 +168,11 @@ def _other_dax(inv: Inventory, console: Console) -> None:
     other = [d for d in inv.dax_devices if d.region is None]
     if not other:
         return
-    console.print("\n[bold]DAX devices outside CXL regions[/bold]")
+    console.print(_m("\n[bold]DAX devices outside CXL regions[/bold]"))
     t = _table(console, [("DAX", "left"), ("PROVIDER", "left"), ("SIZE", "right"), ("MODE", "left"), ("NODE", "right")])
     for d in other:
         node = "-" if d.target_node is None else str(d.target_node)
-        t.add_row(_e(d.name), _e(d.provider), format_size(d.size), _or(d.mode, "unbound"), node)
+        t.add_row(*map(_m, (_e(d.name), _e(d.provider), format_size(d.size), _or(d.mode, "unbound"), node)))
     console.print(t)
 
 
@@ -209,23 +222,23 @@ def _nodes(inv: Inventory, console: Console) -> None:
     """One wide table when it fits; else node facts, then distances and performance."""
     wide = _table(console, _BASIC + _PERF)
     for n in inv.nodes:
-        wide.add_row(*_basic_cells(inv, n), *_perf_cells(n))
-    console.print("\n[bold]NUMA nodes[/bold]")
+        wide.add_row(*map(_m, _basic_cells(inv, n) + _perf_cells(n)))
+    console.print(_m("\n[bold]NUMA nodes[/bold]"))
     if _fits(console, wide):
         console.print(wide)
     else:
         basic = _table(console, _BASIC)
         perf = _table(console, [("NODE", "right")] + _PERF)
         for n in inv.nodes:
-            basic.add_row(*_basic_cells(inv, n))
-            perf.add_row(str(n.id), *_perf_cells(n))
+            basic.add_row(*map(_m, _basic_cells(inv, n)))
+            perf.add_row(*map(_m, [str(n.id), *_perf_cells(n)]))
         console.print(basic)
         console.print()
         console.print(perf)
-    console.print("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
+    console.print(_m("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]"))
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
-        console.print("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
+        console.print(_m("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]"))
 
 
 # -- knobs ------------------------------------------------------------------------------
@@ -264,14 +277,14 @@ def unreadable(inv: Inventory) -> Dict[str, str]:
 
 def _knobs(inv: Inventory, console: Console) -> None:
     """``sysctl -a`` style: one ``name = value`` per line (names are long, values short)."""
-    console.print("\n[bold]Kernel knobs[/bold]")
+    console.print(_m("\n[bold]Kernel knobs[/bold]"))
     cannot = unreadable(inv)
     for k in inv.knobs:
         value = _e(k.value) if k.supported else "[dim]unsupported on this kernel[/dim]"
         if k.path in cannot:  # there, but not readable: not "unsupported"
             value = f"[red]{_e(cannot[k.path])}[/red]"
-        console.print(f"  {_e(k.name)} = {value}", highlight=False)
-    console.print(f"  weighted_interleave = {weighted_interleave_line(inv)}", highlight=False)
+        console.print(_m(f"  {_e(k.name)} = {value}"), highlight=False)
+    console.print(_m(f"  weighted_interleave = {weighted_interleave_line(inv)}"), highlight=False)
 
 
 def _warnings(inv: Inventory, console: Console) -> None:
@@ -280,7 +293,7 @@ def _warnings(inv: Inventory, console: Console) -> None:
 
     if not inv.warnings:
         return
-    console.print("\n[bold]Notes and warnings[/bold]")
+    console.print(_m("\n[bold]Notes and warnings[/bold]"))
     sev_w = max(len(w.severity) for w in inv.warnings)
     width = max(20, console.width - sev_w - 1)
     for warn in inv.warnings:
@@ -288,17 +301,17 @@ def _warnings(inv: Inventory, console: Console) -> None:
         sev = _e(f"{warn.severity:>{sev_w}}")
         lines = fold_lines(f"{warn.message}  ({warn.code})", width) or [""]
         text = f"\n{' ' * sev_w} ".join(_e(x) for x in lines)
-        console.print(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
+        console.print(_m(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}"), highlight=False, soft_wrap=True)
 
 
 def render_status(inv: Inventory, console: Console) -> None:
-    console.print(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}", highlight=False)
+    console.print(_m(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}"), highlight=False)
     if inv.has_cxl:
         console.print(topology_tree(inv), highlight=False)
     elif paths.CXL_DEVICES in unreadable(inv):  # unknown, not empty
-        console.print(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]", highlight=False)
+        console.print(_m(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]"), highlight=False)
     else:
-        console.print("[cyan]No CXL devices on this host.[/cyan]")
+        console.print(_m("[cyan]No CXL devices on this host.[/cyan]"))
     if inv.regions:
         _regions(inv, console)
     _other_dax(inv, console)

@@ -113,14 +113,6 @@ def console(stderr: bool = False, highlight: bool = False, file: Optional[TextIO
     return Console(stderr=stderr, file=file, width=width(), markup=False, highlight=highlight)
 
 
-def markup_console(highlight: bool = True) -> Console:
-    """:func:`console` reading rich markup -- only for :mod:`cxlctl.render` (``status``), whose
-    every value from the host goes through its ``_e`` escape before it meets a template."""
-    from rich.console import Console
-
-    return Console(width=width(), highlight=highlight)
-
-
 def styled(text: object, style: str = "") -> Text:
     """``text`` printed as it is, in ``style`` -- the way to colour cxlctl's text (no markup)."""
     from rich.text import Text

@@ -167,3 +167,22 @@ def test_region_plan_at_80_columns_keeps_decoders_and_routes_whole() -> None:
         row = next(x for x in lines if f" {t['memdev']} " in x)
         assert t["decoder"] in row.split(), out
     assert len(lines) <= 10, out
+
+
+def test_every_console_is_made_in_one_place() -> None:
+    """Defect 3 at its root: one layer makes the consoles (no markup read, a sane width);
+    only ``top``'s live screen (its width follows a resize; it prints Text only) and the
+    progress bar on stderr (a fixed template) build their own."""
+    import re
+
+    from tests.kit import REPO
+
+    made = []
+    for dirpath, _, files in os.walk(os.path.join(REPO, "cxlctl")):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    if re.search(r"\bConsole\(", f.read()):
+                        made.append(os.path.relpath(path, REPO))
+    assert sorted(made) == ["cxlctl/cli/common.py", "cxlctl/cli/top.py", "cxlctl/term.py"]

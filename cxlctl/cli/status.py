@@ -26,8 +26,8 @@ def status(
         sys.stdout.write(dumps(inv))
     else:
         from cxlctl.render import render_status
-        from cxlctl.term import markup_console
+        from cxlctl.term import console
 
-        render_status(inv, markup_console())
+        render_status(inv, console(highlight=True))
     if inv.unknown:
         raise typer.Exit(1)

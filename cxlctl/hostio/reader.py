@@ -159,15 +159,7 @@ class Reader:
                 fd = -1
         if fd < 0:
             host = under(self.root, d)
-            fd = os.open(host, _DIR_FLAGS)
-            try:
-                inside = self._fence is None or self._fence.holds(_real_of(fd, host))
-            except BaseException:
-                os.close(fd)
-                raise
-            if not inside:
-                os.close(fd)
-                raise Refused(_OUTSIDE)
+            fd = os.open(host, _DIR_FLAGS) if self._fence is None else self._fence.open_dir(host)
         self._keep(d, fd)
         return fd
 

@@ -255,8 +255,11 @@ def run(
                     f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
                     hint="the journal keeps the values; run `cxlctl tune revert`",
                 ) from None
+            # the same words as an interrupt during the wait: to the user both are a try
+            # interrupted before its confirmation (a SIGTERM can land either side of the journal write)
             raise CxlctlError(
-                "interrupted" + (f": reverted {undone.profile} to the previous values" if undone else ""),
+                "interrupted"
+                + (f" before a confirmation: reverted {undone.profile} to the previous values" if undone else ""),
                 hint="see `cxlctl tune status`",
             ) from None
         j = res.journal
