@@ -218,7 +218,7 @@ def test_hb2x2_dax_modes_and_zones(hb2x2: Dict[str, Dict[str, Any]]) -> None:
     r4 = created(s["create4"])
     dev = r4["dax"][0]["chardev"]
     # refused without --force: nothing changed
-    assert s["devdax-refused"]["rc"] == 1 and "online as System RAM" in s["devdax-refused"]["stderr"]
+    assert s["devdax-refused"]["rc"] == 2 and "online as System RAM" in s["devdax-refused"]["stderr"]
     assert comparable(s["devdax-refused"]["state"]) == comparable(s["create4"]["state"])
 
     def peer(label: str) -> Dict[str, Any]:
@@ -251,7 +251,7 @@ def test_hb2x2_destroy_brings_back_the_previous_state(hb2x2: Dict[str, Dict[str,
     before = comparable(s["before"]["state"])
     r4 = created(s["create4"])
     ref = s["destroy4-refused"]
-    assert ref["rc"] == 1 and "memory is online" in ref["stderr"] and "--force" in ref["stderr"]
+    assert ref["rc"] == 2 and "memory is online" in ref["stderr"] and "--force" in ref["stderr"]
     assert r4["region"] in ref["state"]["regions"]
     for label in ("destroy4", "destroy2", "destroy21", "all-destroy", "after"):
         assert s[label]["rc"] == 0, s[label]["stderr"]
