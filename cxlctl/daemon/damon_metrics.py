@@ -19,6 +19,7 @@ import logging
 from typing import List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.damon.sysfs import DamonState, Kdamond, SchemeStats
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 
 
@@ -76,7 +77,7 @@ def view(state: DamonState, mine: Optional[int], inv: Optional[Inventory]) -> Da
 
 
 def collect(
-    root: str, inv: Optional[Inventory], log: Optional[logging.Logger] = None, *, refresh: bool = True
+    host: Host, inv: Optional[Inventory], log: Optional[logging.Logger] = None, *, refresh: bool = True
 ) -> DamonView:
     """Read every kdamond, refreshing the stats of cxlctl's running ones first (``refresh``;
     ``cxlctl daemon metrics`` writes nothing and shows the stats as last refreshed)."""
@@ -89,13 +90,13 @@ def collect(
 
     messages: List[str] = []
     try:
-        j = this_boot(root, messages)
+        j = this_boot(host, messages)
     except jn.JournalCorrupt:
         j = None
     mine = owned(restore_map(j)) if j is not None and j.state == jn.APPLIED else None
-    state = read_damon(root)
+    state = read_damon(host.reader)
     if state.kdamonds and refresh:
-        state = refresh_damon_stats(root, state, mine, messages)
+        state = refresh_damon_stats(host, state, mine, messages)
     if log is not None:
         for m in messages:
             log.debug("damon: %s", m)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional, Protocol
 from cxlctl import config as config_mod
 from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.write import OutsideRoot
 from cxlctl.k8s import nfd as nfd_mod
 from cxlctl.ras import health_probe as health_mod
@@ -131,11 +131,15 @@ def make_logger(level: str, stream: Any = None) -> logging.Logger:
 
 
 class Daemon:
-    """``Daemon(root, cfg).run()`` until SIGTERM; every collaborator is injectable for tests."""
+    """``Daemon(host, cfg).run()`` until SIGTERM; every collaborator is injectable for tests.
+
+    ``host`` names the root; nothing reads through it directly: each pass takes a fresh
+    :class:`Host` (:meth:`Reconciler.pass_host`, :meth:`Host.fresh`), as a reader kept for
+    the daemon's life would hold directory handles across hot-plug."""
 
     def __init__(
         self,
-        root: str,
+        host: Host,
         cfg: Config,
         *,
         config_path: Optional[str] = None,
@@ -147,7 +151,7 @@ class Daemon:
         install_signals: bool = True,
         health_collector: Optional[Callable[[], health_mod.Health]] = None,
     ) -> None:
-        self.root = root
+        self.host = host
         self.cfg = cfg
         self.config_path = config_path
         self.log = log or make_logger(cfg.log_level)
@@ -159,11 +163,11 @@ class Daemon:
         self.monitor_factory = monitor_factory
         self.health_collector = health_collector
         self.stats = Stats()
-        self.rec = Reconciler(root, cfg, self.log, self.stats)
+        self.rec = Reconciler(host, cfg, self.log, self.stats)
         self.monitor: Optional[Monitor] = None
         self.server: Optional[MetricsServer] = None
         self.health: Optional[health_mod.Health] = None
-        self.sampler = Sampler(root, cfg.telemetry_cgroups)
+        self.sampler = Sampler(host.root, cfg.telemetry_cgroups)
         self.telemetry: Optional[Telemetry] = None
         self.damon: Optional[Any] = None  # cxlctl.daemon.damon_metrics.DamonView: kdamonds and scheme stats
         self.ready = False
@@ -329,14 +333,14 @@ class Daemon:
         cfg = self.cfg
         if cfg.textfile_dir:
             try:
-                metrics_mod.write_textfile(self.root, cfg.textfile_dir, text)
+                metrics_mod.write_textfile(self.host, cfg.textfile_dir, text)
             except OSError as e:
-                where = under(self.root, cfg.textfile_dir)
+                where = self.host.path(cfg.textfile_dir)
                 self.log.error("cannot write the metrics textfile in %s: %s", where, e.strerror)
             except OutsideRoot as e:
                 self.log.error("cannot write the metrics textfile: %s", e)
         inv = self.rec.inventory
-        nfd_dir = under(self.root, cfg.nfd_dir)
+        nfd_dir = self.host.path(cfg.nfd_dir)
         if cfg.nfd_enabled and inv is not None and not os.path.isdir(nfd_dir):
             # not a Kubernetes node (or NFD not deployed): never create /etc/kubernetes here
             self._once_log("nfd", f"no {nfd_dir}: Node Feature Discovery labels not written")
@@ -345,13 +349,13 @@ class Daemon:
                 inv,
                 self.rec.target.name if self.rec.state == "applied" else None,
                 cfg.nfd_namespace,
-                tiering=nfd_mod.tiering_engine(self.root),
+                tiering=nfd_mod.tiering_engine(self.host.root),
                 health=self.health,
             )
             # labels lapse if the daemon stops refreshing them: 3 rescan periods (or an hour)
             ttl = max(3 * cfg.rescan_interval, 3600.0)
             try:
-                nfd_mod.write(self.root, cfg.nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
+                nfd_mod.write(self.host.root, cfg.nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
             except OSError as e:
                 self.log.error("cannot write the NFD feature file in %s: %s", nfd_dir, e.strerror)
             except OutsideRoot as e:
@@ -500,7 +504,7 @@ class Daemon:
         from . import damon_metrics as damon_mod
 
         try:
-            self.damon = damon_mod.collect(self.root, self.rec.inventory, self.log)
+            self.damon = damon_mod.collect(self.host.fresh(), self.rec.inventory, self.log)
         except Exception:  # a bug here must not end the daemon
             self.log.exception("internal error while reading DAMON")
 
@@ -508,7 +512,7 @@ class Daemon:
         if self.health_collector is not None:
             h = self.health_collector()
         else:
-            h = health_mod.collect(self.root, self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
+            h = health_mod.collect(self.host.root, self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
         prev = self.health
         if prev is None or prev.available != h.available or (not h.available and prev.reason != h.reason):
             if h.available:
@@ -541,7 +545,7 @@ class Daemon:
         self.stats.reloads += 1
         self.notifier.reloading()
         try:
-            new = config_mod.load(self.root, self.config_path)
+            new = config_mod.load(self.host.root, self.config_path)
         except CxlctlError as e:
             self.stats.reload_failures += 1
             self.log.error("reload failed, keeping the running configuration: %s", e)
@@ -560,7 +564,7 @@ class Daemon:
         elif self.ras is not None:
             self.ras.poison_action = new.ras_poison_action
         if old.telemetry_cgroups != new.telemetry_cgroups:  # a sampler reads the cgroups it was made with
-            self.sampler = Sampler(self.root, new.telemetry_cgroups)
+            self.sampler = Sampler(self.host.root, new.telemetry_cgroups)
         # periodic timers restart from now with the new intervals
         for k in ("rescan", "drift", "health", "telemetry"):
             self.deadlines.pop(k, None)
@@ -574,7 +578,7 @@ class Daemon:
             from cxlctl.tuning import engine
 
             try:
-                res = engine.revert(self.root, wait=self.cfg.lock_wait)
+                res = engine.revert(self.host.fresh(), wait=self.cfg.lock_wait)
                 # the sandbox keeps /etc read-only: persisted files (90-cxlctl.conf) cannot be
                 # removed from here, and need not be — the knobs are what a rollback is about
                 knob_errors = [e for e in res.errors if not e.startswith(engine.PERSIST_FILES)]
@@ -664,7 +668,7 @@ class Daemon:
             return
         from .ras import RasWatcher
 
-        self.ras = RasWatcher(self.root, self.log, self.cfg.ras_poison_action)
+        self.ras = RasWatcher(self.host, self.log, self.cfg.ras_poison_action)
         self.stats.ras = self.ras.stats
         fd = self.ras.start()
         if fd is not None:

@@ -32,6 +32,8 @@ from cxlctl.model import Inventory
 from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
+    from cxlctl.hostio.host import Host
+
     from .damon_metrics import DamonView
     from .telemetry import Telemetry
 
@@ -473,10 +475,10 @@ def _health(b: Builder, h: Optional[Health]) -> None:
 # ------------------------------------------------------------------------ outputs
 
 
-def write_textfile(root: str, directory: str, text: str) -> str:
-    """Atomically replace ``directory/cxlctl.prom`` (a host path) under ``root`` (the collector
-    ignores the hidden temp file); returns the file's path under the root."""
-    return atomic_write(root, os.path.join(directory, TEXTFILE), text, mode=0o644, sync_dir=False)
+def write_textfile(host: Host, directory: str, text: str) -> str:
+    """Atomically replace ``directory/cxlctl.prom`` (a host path) under ``host``'s root (the
+    collector ignores the hidden temp file); returns the file's path under the root."""
+    return atomic_write(host.root, os.path.join(directory, TEXTFILE), text, mode=0o644, sync_dir=False)
 
 
 class MetricsServer:

@@ -13,6 +13,7 @@ from typing import Dict
 from cxlctl.config import Config
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.reconcile import Reconciler, resolve_target
+from cxlctl.hostio.host import Host
 from cxlctl.k8s import nfd
 from cxlctl.ras import health_probe as health
 
@@ -20,17 +21,17 @@ from cxlctl.ras import health_probe as health
 _PUBLISHED_STATES = ("applied", "reverted", "needs-attention")
 
 
-def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
+def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
     """One scan + drift check, as the metrics view the daemon would build (not ready: it never reconciled)."""
     stats = Stats()
     log = logging.getLogger("cxlctl.daemon.oneshot")
     log.addHandler(logging.NullHandler())
     log.propagate = False
-    rec = Reconciler(root, cfg, log, stats)
+    rec = Reconciler(host, cfg, log, stats)
     inv = rec.scan("oneshot")
-    target = resolve_target(root, cfg)
+    target = resolve_target(rec.host, cfg)
     rec.check_drift()
-    h = health.collect(root, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
+    h = health.collect(host.root, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
     state = target.state if target.state in _PUBLISHED_STATES else "observing"
     tel = None
     if cfg.telemetry_interval > 0:  # one sample: counters and the since-boot verdicts, no rates
@@ -38,23 +39,23 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
 
         from .telemetry import Sampler
 
-        tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
+        tel = Sampler(host.root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
     from .damon_metrics import collect
 
-    damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
+    damon = collect(rec.host, inv, refresh=False)  # as last refreshed: this command writes nothing
     return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon)
 
 
-def labels(root: str, cfg: Config) -> Dict[str, str]:
+def labels(host: Host, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
     from cxlctl.inventory import scan
 
-    target = resolve_target(root, cfg)
-    h = health.collect(root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
+    target = resolve_target(rec.host, cfg)
+    h = health.collect(host.root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
     return nfd.labels(
-        scan(root),
+        scan(host.root),
         target.name if target.state == "applied" else None,
         cfg.nfd_namespace,
-        tiering=nfd.tiering_engine(root),
+        tiering=nfd.tiering_engine(host.root),
         health=h,
     )

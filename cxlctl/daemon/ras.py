@@ -26,6 +26,7 @@ import os
 from typing import Dict, List, Optional, Set, Tuple
 
 from cxlctl.hostio import paths, tracefs
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.parse import PAGE_SIZE
 from cxlctl.ras.events import Event, to_event
@@ -54,9 +55,9 @@ class RasStats:
 
 class RasWatcher:
     def __init__(
-        self, root: str, log: logging.Logger, poison_action: str = "none", journal: Optional[object] = None
+        self, host: Host, log: logging.Logger, poison_action: str = "none", journal: Optional[object] = None
     ) -> None:
-        self.root = root
+        self.host = host
         self.log = log
         self.poison_action = poison_action
         self.stats = RasStats()
@@ -74,14 +75,12 @@ class RasWatcher:
         """Create the instance and open its pipe; None (logged once) when tracefs or the
         events are missing, or not root."""
         try:
-            tf = tracefs.find_tracefs(self.root)
-            avail = tracefs.cxl_events(self.root, tf)
+            tf = tracefs.find_tracefs(self.host.root)
+            avail = tracefs.cxl_events(self.host.root, tf)
             if not avail:
                 raise tracefs.TracefsError("this kernel has no cxl trace events (CXL drivers not loaded?)")
-            inst = tracefs.create_instance(self.root, tf, INSTANCE, avail)
-            from cxlctl.hostio.root import under
-
-            self.fd = os.open(under(self.root, f"{inst}/trace_pipe"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            inst = tracefs.create_instance(self.host.root, tf, INSTANCE, avail)
+            self.fd = os.open(self.host.path(f"{inst}/trace_pipe"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except (tracefs.TracefsError, OSError) as e:
             self.stats.up, self.stats.reason = False, str(e)
             self.log.warning("RAS events not watched: %s", e)
@@ -100,7 +99,7 @@ class RasWatcher:
             self.fd = None
         if self._tf is not None:
             try:
-                tracefs.remove_instance(self.root, self._tf, INSTANCE)
+                tracefs.remove_instance(self.host.root, self._tf, INSTANCE)
             except tracefs.TracefsError as e:
                 self.log.warning("cannot remove trace instance %s: %s", INSTANCE, e)
             self._tf = None
@@ -158,7 +157,7 @@ class RasWatcher:
             return bool(self._journal(fields))  # type: ignore[operator]
         from cxlctl.hostio.journald import send
 
-        return send(fields, self.root)
+        return send(fields, self.host.root)
 
     def _journal_event(self, ev: Event) -> None:
         m = ev.mapping
@@ -213,7 +212,7 @@ class RasWatcher:
             return
         self._tried.add(page)
         try:
-            write_knob(self.root, paths.SOFT_OFFLINE_PAGE, f"{page:#x}\n")
+            write_knob(self.host.root, paths.SOFT_OFFLINE_PAGE, f"{page:#x}\n")
         except KnobError as e:
             self._action("failed", ev, page, f"soft-offline of page {page:#x} ({ev.memdev}) failed: {e.reason}")
             return

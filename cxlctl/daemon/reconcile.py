@@ -41,9 +41,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
-from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
 from cxlctl.parse import format_size
@@ -196,26 +196,26 @@ class Target(NamedTuple):
     data: Optional[Dict[str, Any]] = None  # the document of a profile built in memory (no file)
 
 
-def load_target(root: str, target: Target) -> Profile:
+def load_target(host: Host, target: Target) -> Profile:
     """The target's profile object: rebuilt from the journal's document when it has no file."""
     assert target.ref is not None
     if target.data is not None:
-        return from_data(root, target.name or target.ref, target.data, target.ref)
-    return load_profile(root, target.ref)
+        return from_data(host, target.name or target.ref, target.data, target.ref)
+    return load_profile(host, target.ref)
 
 
-def _ref(root: str, name: str, source: str) -> str:
+def _ref(host: Host, name: str, source: str) -> str:
     """A profile reference the engine can load: the name if it resolves, else the file."""
-    if candidates(root, name):
+    if candidates(host, name):
         return name
     if source and os.path.isfile(source):
         return source
     return name
 
 
-def read_persisted(root: str) -> Optional[Tuple[str, str]]:
+def read_persisted(host: Host) -> Optional[Tuple[str, str]]:
     """(profile, source) from ``active-profile``; None when absent or unreadable."""
-    text = Reader(root).body(engine.ACTIVE_PROFILE)
+    text = host.reader.body(engine.ACTIVE_PROFILE)
     try:
         doc = json.loads(text) if text is not None else None
     except ValueError:
@@ -226,17 +226,17 @@ def read_persisted(root: str) -> Optional[Tuple[str, str]]:
     return doc["profile"], src if isinstance(src, str) else ""
 
 
-def resolve_target(root: str, cfg: Config) -> Target:
+def resolve_target(host: Host, cfg: Config) -> Target:
     try:
-        j = jn.load(root)
+        j = jn.load(host)
     except CxlctlError as e:
         return Target(None, None, "needs-attention", str(e))
-    if j is not None and jn.same_boot(j, jn.boot_id(root)):
+    if j is not None and jn.same_boot(j, host.boot_id):
         if j.state == jn.APPLIED and trial.pending(j):
             return Target(None, j.profile, "trying", f"a `tune try` of {j.profile} waits for confirmation")
         if j.state == jn.APPLIED:
             return Target(
-                j.profile_source if j.profile_data is not None else _ref(root, j.profile, j.profile_source),
+                j.profile_source if j.profile_data is not None else _ref(host, j.profile, j.profile_source),
                 j.profile,
                 "applied",
                 f"applied this boot ({j.tool}, pid {j.pid})",
@@ -246,7 +246,7 @@ def resolve_target(root: str, cfg: Config) -> Target:
             return Target(
                 None, j.profile, "reverted", f"{j.profile} was reverted at {j.finished}; `cxlctl tune apply` resumes"
             )
-        if j.state == jn.APPLYING and is_held(root):
+        if j.state == jn.APPLYING and is_held(host.root):
             return Target(None, j.profile, "busy", f"an apply of {j.profile} is in progress (pid {j.pid})")
         if j.state in (jn.APPLYING, jn.ROLLBACK_FAILED, jn.REVERT_FAILED):
             return Target(
@@ -256,9 +256,9 @@ def resolve_target(root: str, cfg: Config) -> Target:
                 f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`",
             )
         # ROLLED_BACK: the last apply failed and was undone; fall back to the standing intent
-    p = read_persisted(root)
+    p = read_persisted(host)
     if p is not None:
-        return Target(_ref(root, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
+        return Target(_ref(host, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
     if cfg.profile:
         name = os.path.basename(cfg.profile)[:-5] if cfg.profile.endswith(".toml") else cfg.profile
         return Target(cfg.profile, name, "configured", "profile from the daemon configuration")
@@ -279,8 +279,11 @@ class Result(NamedTuple):
 class Reconciler:
     """Keeps the last scan and drift state; one method per kind of pass."""
 
-    def __init__(self, root: str, cfg: Config, log: logging.Logger, stats: Stats) -> None:
-        self.root = root
+    def __init__(self, host: Host, cfg: Config, log: logging.Logger, stats: Stats) -> None:
+        #: the host of the current pass: :meth:`pass_host` makes a fresh one (a new reader, the
+        #: boot id read again) for each reconcile and drift check, so no directory handle is kept
+        #: across hot-plug between passes
+        self.host = host
         self.cfg = cfg
         self.log = log
         self.stats = stats
@@ -294,6 +297,11 @@ class Reconciler:
 
     # -- helpers ------------------------------------------------------------------------
 
+    def pass_host(self) -> Host:
+        """A fresh :class:`Host` for the pass about to run (kept as :attr:`host`)."""
+        self.host = self.host.fresh()
+        return self.host
+
     def _once(self, key: str, level: int, msg: str) -> None:
         if self._said.get(key) != msg:
             self._said[key] = msg
@@ -302,7 +310,7 @@ class Reconciler:
     def scan(self, reason: str) -> Inventory:
         from cxlctl.inventory import scan
 
-        inv = scan(self.root)
+        inv = scan(self.host.root)
         self.stats.bump(self.stats.rescans, reason)
         self.stats.last_scan_time = time.time()
         return inv
@@ -312,6 +320,7 @@ class Reconciler:
     def reconcile(self, reason: str) -> Result:
         """Rescan, log what changed, online new memory, apply the target profile if needed."""
         t0 = time.monotonic()
+        self.pass_host()
         self.expire_try()
         inv = self.scan(reason)
         new = snapshot(inv)
@@ -348,7 +357,7 @@ class Reconciler:
     def expire_try(self) -> None:
         """Revert an unconfirmed `tune try` past its deadline (its waiting process was killed)."""
         try:
-            res = trial.expire(self.root, self.cfg.lock_wait)
+            res = trial.expire(self.host, self.cfg.lock_wait)
         except CxlctlError as e:
             self._once("try", logging.WARNING, f"cannot revert an expired `tune try`: {e}")
             return
@@ -359,7 +368,7 @@ class Reconciler:
                 self.log.error("reverting the expired try: %s", err)
 
     def _enforce(self, inv: Inventory, fresh: Set[str]) -> Tuple[str, int, int]:
-        target = resolve_target(self.root, self.cfg)
+        target = resolve_target(self.host, self.cfg)
         self.target = target
         if target.ref is None:
             self.state = {
@@ -373,7 +382,7 @@ class Reconciler:
             return ("locked" if target.state == "busy" else "skipped"), 0, 0
         self._once("target", logging.INFO, f"enforcing profile {target.name} ({target.why})")
         try:
-            profile = load_target(self.root, target)
+            profile = load_target(self.host, target)
         except CxlctlError as e:
             self.state = "failed"
             self._once("profile", logging.ERROR, f"cannot load profile {target.name}: {e}")
@@ -400,7 +409,7 @@ class Reconciler:
         """Plan against ``inv`` once; commit that transaction only when something must be written
         (or the profile is not yet recorded as applied this boot)."""
         try:
-            txn = Transaction(self.root, profile, inventory=inv)
+            txn = Transaction(self.host, profile, inventory=inv)
         except CxlctlError as e:
             self.state = "failed"
             self.log.error("planning %s failed: %s", profile.name, e)
@@ -489,12 +498,12 @@ class Reconciler:
         if not todo:
             return 0
         done = 0
-        with TuneLock(self.root, self.cfg.lock_wait):
+        with TuneLock(self.host.root, self.cfg.lock_wait):
             for dax, nid, blocks in todo:
                 ok, failed = 0, []
                 for b in blocks:
                     try:
-                        set_block_state(self.root, b, f"{mode}\n")
+                        set_block_state(self.host.root, b, f"{mode}\n")
                         ok += 1
                     except KnobError as e:
                         failed.append(f"memory{b}: {e.kind} ({e.errno_name or e})")
@@ -521,13 +530,14 @@ class Reconciler:
         """
         if count:
             self.stats.drift_checks += 1
-        target = resolve_target(self.root, self.cfg)
+        self.pass_host()
+        target = resolve_target(self.host, self.cfg)
         if target.state != "applied":
             self.drift = ()
             self._drifted = set()
             return False
         try:
-            res = engine.verify(self.root)
+            res = engine.verify(self.host)
         except CxlctlError as e:
             self.log.debug("drift check skipped: %s", e)
             return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
 from cxlctl.namedrecord import NamedTuple
@@ -358,9 +359,12 @@ def read_modules(r: Reader) -> Tuple[DamonModule, ...]:
     return tuple(out)
 
 
-def read_damon(root: str = "/", reader: Optional[Reader] = None) -> DamonState:
-    """Every kdamond under ``root``'s DAMON sysfs, and the DAMON modules' kdamonds."""
-    r = reader or Reader(root)
+def read_damon(reader: Reader) -> DamonState:
+    """Every kdamond in the DAMON sysfs ``reader`` reads, and the DAMON modules' kdamonds.
+
+    A reader, not a root: a caller that just wrote the tree (created kdamonds, asked for
+    fresh stats) passes ``host.reread()``, one that only looks passes ``host.reader``."""
+    r = reader
     modules = read_modules(r)
     if not r.isdir(KDAMONDS):
         return DamonState(False, None, (), modules, {})
@@ -438,9 +442,9 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     return DamonCaps(True, release, paddr, migrate, node_goals, allow, tuple(ev), dests)
 
 
-def probe_host(root: str = "/") -> Tuple[DamonState, DamonCaps]:
+def probe_host(host: Host) -> Tuple[DamonState, DamonCaps]:
     """Read and probe in one go (the tuning engine and ``tune recommend`` use this)."""
-    r = Reader(root)
-    state = read_damon(root, r)
+    r = host.reader
+    state = read_damon(r)
     release = r.text(paths.OSRELEASE)
     return state, probe(state, release, r)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock
 from cxlctl.model import DaxDevice
 from cxlctl.progress import ProgressFn
@@ -43,7 +44,7 @@ class Batch(NamedTuple):
     error: Optional[CxlctlError]  # --all stopped by this failure after ``built`` were created (they stay)
 
 
-def _online(root: str, online: str, zone: str, log: Log, progress: Optional[ProgressFn]) -> Callable[[Created], None]:
+def _online(host: Host, online: str, zone: str, log: Log, progress: Optional[ProgressFn]) -> Callable[[Created], None]:
     def step(made: Created) -> None:
         if not made.dax_devices:
             raise dax.DaxError(
@@ -51,22 +52,22 @@ def _online(root: str, online: str, zone: str, log: Log, progress: Optional[Prog
                 hint="modprobe dax_cxl, then create the region again",
             )
         for dev in made.dax_devices:
-            dax.reconfigure(root, dev, online, zone, force=True, log=log, progress=progress)
+            dax.reconfigure(host, dev, online, zone, force=True, log=log, progress=progress)
 
     return step
 
 
-def _next(root: str, req: Request) -> Optional[Plan]:
+def _next(host: Host, req: Request) -> Optional[Plan]:
     from cxlctl.inventory import scan
 
     try:
-        return plan_all(scan(root), req)[0]
+        return plan_all(scan(host.root), req)[0]
     except CxlctlError:
         return None  # nothing more fits
 
 
 def create_regions(
-    root: str,
+    host: Host,
     plans: Sequence[Plan],
     req: Request,
     *,
@@ -84,35 +85,35 @@ def create_regions(
     """
     built: List[Built] = []
     error: Optional[CxlctlError] = None
-    with TuneLock(root, wait):
-        hold = dax.needs_hold(root, online, zone)
+    with TuneLock(host.root, wait):
+        hold = dax.needs_hold(host, online, zone)
         current: Optional[Plan] = plans[0]
         while current is not None:
             try:
-                made = create(root, current, log, on_bound=_online(root, online, zone, log, progress), hold=hold)
+                made = create(host, current, log, on_bound=_online(host, online, zone, log, progress), hold=hold)
             except CxlctlError as e:
                 if not built:
                     raise
                 error = e
                 break
-            built.append(Built(made, tuple(dax.read_dax(root, d) for d in made.dax_devices)))
+            built.append(Built(made, tuple(dax.read_dax(host, d) for d in made.dax_devices)))
             if not use_all or len(built) >= MAX_REGIONS:
                 break
-            current = _next(root, req)
-    return Batch(tuple(built), dax.block_size(root), error)
+            current = _next(host, req)
+    return Batch(tuple(built), dax.block_size(host), error)
 
 
 def destroy_region(
-    root: str, name: str, force: bool, log: Log, *, wait: Optional[float] = None, progress: Optional[ProgressFn] = None
+    host: Host, name: str, force: bool, log: Log, *, wait: Optional[float] = None, progress: Optional[ProgressFn] = None
 ) -> Destroyed:
     """``region destroy``: refused (exit 2, no lock taken) while its memory is online without ``force``."""
-    check_destroy(root, name, force)
-    with TuneLock(root, wait):
-        return destroy(root, name, force, log, progress)
+    check_destroy(host, name, force)
+    with TuneLock(host.root, wait):
+        return destroy(host, name, force, log, progress)
 
 
 def reconfigure_dax(
-    root: str,
+    host: Host,
     name: str,
     mode: str,
     zone: str,
@@ -124,6 +125,6 @@ def reconfigure_dax(
 ) -> dax.Reconfigured:
     """``dax reconfigure``: refused (exit 2, no lock taken) when devdax would take online memory
     away without ``force``."""
-    dax.check_reconfigure(root, name, mode, zone, force)
-    with TuneLock(root, wait):
-        return dax.reconfigure(root, name, mode, zone, force, log, progress)
+    dax.check_reconfigure(host, name, mode, zone, force)
+    with TuneLock(host.root, wait):
+        return dax.reconfigure(host, name, mode, zone, force, log, progress)

@@ -36,8 +36,8 @@ from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import objects, paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.objects import Attrs, is_online, set_block_state
-from cxlctl.hostio.reader import Reader
 from cxlctl.hostio.write import KnobError, write_knob
 from cxlctl.model import DaxDevice, MemoryBlock
 from cxlctl.parse import format_size, parse_meminfo
@@ -63,22 +63,26 @@ class DaxError(CxlctlError):
     """A DAX step failed; the message says what state the device was left in."""
 
 
-def block_size(root: str) -> Optional[int]:
-    return objects.block_size(Attrs(Reader(root)))
+def block_size(host: Host) -> Optional[int]:
+    return objects.block_size(Attrs(host.reader))
 
 
-def read_block(root: str, bid: int) -> MemoryBlock:
-    return objects.read_block(root, bid)
+def read_block(host: Host, bid: int) -> MemoryBlock:
+    """Fresh state of one memory block (after a write to it: no handle kept from before)."""
+    return objects.memory_block(host.reread(), paths.memory_block(bid), bid, -1)
 
 
-def read_dax(root: str, name: str) -> DaxDevice:
+def read_dax(host: Host, name: str) -> DaxDevice:
     """Fresh state of one DAX device, block counts and zones included (root needed for ``resource``)."""
-    return read_dax_blocks(root, name)[0]
+    return read_dax_blocks(host, name)[0]
 
 
-def read_dax_blocks(root: str, name: str) -> Tuple[DaxDevice, Tuple[MemoryBlock, ...]]:
-    """Fresh state of one DAX device and of its memory blocks."""
-    a = Attrs(Reader(root))
+def read_dax_blocks(host: Host, name: str) -> Tuple[DaxDevice, Tuple[MemoryBlock, ...]]:
+    """Fresh state of one DAX device and of its memory blocks.
+
+    Read through :meth:`~cxlctl.hostio.host.Host.reread`: this is what is polled while the
+    kernel hot-plugs (or removes) the device's memory block directories."""
+    a = Attrs(host.reread())
     dev = f"{DAX_DEVICES}/{name}"
     if not a.r.isdir(dev):
         known = a.r.listdir(DAX_DEVICES)
@@ -93,20 +97,20 @@ def read_dax_blocks(root: str, name: str) -> Tuple[DaxDevice, Tuple[MemoryBlock,
     return objects.with_blocks(dx, blocks, bs), blocks
 
 
-def online_blocks(root: str, name: str) -> List[MemoryBlock]:
+def online_blocks(host: Host, name: str) -> List[MemoryBlock]:
     """The online memory blocks of a DAX device, read now."""
-    return [b for b in read_dax_blocks(root, name)[1] if is_online(b)]
+    return [b for b in read_dax_blocks(host, name)[1] if is_online(b)]
 
 
-def _has_blocks(root: str, name: str) -> bool:
-    return bool(read_dax_blocks(root, name)[1])
+def _has_blocks(host: Host, name: str) -> bool:
+    return bool(read_dax_blocks(host, name)[1])
 
 
-def node_in_use(root: str, node: Optional[int]) -> Optional[int]:
+def node_in_use(host: Host, node: Optional[int]) -> Optional[int]:
     """Bytes in use on a NUMA node (MemTotal - MemFree), None when unknown."""
     if node is None:
         return None
-    mi = parse_meminfo(Reader(root).text(paths.node_dir(node) + "/meminfo") or "")
+    mi = parse_meminfo(host.reader.text(paths.node_dir(node) + "/meminfo") or "")
     if "MemTotal" not in mi or "MemFree" not in mi:
         return None
     return max(0, mi["MemTotal"] - mi["MemFree"])
@@ -126,28 +130,28 @@ def policy_zone(policy: Optional[str]) -> Optional[str]:
     return "normal"  # online, online_kernel
 
 
-def needs_hold(root: str, mode: str, zone: str) -> bool:
+def needs_hold(host: Host, mode: str, zone: str) -> bool:
     """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
-    pz = policy_zone(Reader(root).text(AUTO_ONLINE))
+    pz = policy_zone(host.reader.text(AUTO_ONLINE))
     if pz is None:
         return False
     return mode != "system-ram" or pz != zone
 
 
 @contextmanager
-def hold_auto_online(root: str, hold: bool, log: Log) -> Iterator[Optional[str]]:
+def hold_auto_online(host: Host, hold: bool, log: Log) -> Iterator[Optional[str]]:
     """Keep the kernel from onlining hot-plugged memory while the body runs; restore after."""
-    old = Reader(root).text(AUTO_ONLINE) if hold else None
+    old = host.reader.text(AUTO_ONLINE) if hold else None
     if not hold or old is None or old == "offline":
         yield None
         return
-    write_knob(root, AUTO_ONLINE, "offline")
+    write_knob(host.root, AUTO_ONLINE, "offline")
     log(f"held auto_online_blocks at offline (was {old}) while kmem binds")
     try:
         yield old
     finally:
         try:
-            write_knob(root, AUTO_ONLINE, old)
+            write_knob(host.root, AUTO_ONLINE, old)
             log(f"restored auto_online_blocks to {old}")
         except KnobError as e:  # say so loudly: a tuning knob is off its value
             raise DaxError(
@@ -168,12 +172,12 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
         delay = min(delay * 2, 0.25)
 
 
-def _ensure_driver(root: str, drv: str) -> None:
-    r = Reader(root)
+def _ensure_driver(host: Host, drv: str) -> None:
+    r = host.reader
     if r.isdir(f"{DAX_DRIVERS}/{drv}"):
         return
     why = ""
-    if root == "/":  # daxctl loads the module too (kmod)
+    if host.live:  # daxctl loads the module too (kmod)
         from cxlctl.hostio import tools
 
         try:
@@ -186,17 +190,17 @@ def _ensure_driver(root: str, drv: str) -> None:
     raise DaxError(f"the {drv} driver is not available ({DAX_DRIVERS}/{drv} is missing){why}", hint=f"modprobe {drv}")
 
 
-def unbind(root: str, name: str, log: Log) -> None:
-    r = Reader(root)
+def unbind(host: Host, name: str, log: Log) -> None:
+    r = host.reread()  # the driver links change under this command
     drv = r.link(f"{DAX_DEVICES}/{name}/driver")
     if drv is None:
         return
     try:  # daxctl_unbind: forget the dynamic id, then unbind
-        write_knob(root, f"{DAX_DRIVERS}/{drv}/remove_id", name)
+        write_knob(host.root, f"{DAX_DRIVERS}/{drv}/remove_id", name)
     except KnobError:
         pass  # not a dynamic id of this driver: fine
     try:
-        write_knob(root, f"{DAX_DRIVERS}/{drv}/unbind", name)
+        write_knob(host.root, f"{DAX_DRIVERS}/{drv}/unbind", name)
     except KnobError as e:
         if r.link(f"{DAX_DEVICES}/{name}/driver") is not None:
             raise DaxError(f"{name}: could not unbind it from {drv}: {e}") from None
@@ -205,16 +209,16 @@ def unbind(root: str, name: str, log: Log) -> None:
     log(f"{name}: unbound from {drv}")
 
 
-def bind(root: str, name: str, drv: str, log: Log) -> None:
-    _ensure_driver(root, drv)
-    r = Reader(root)
+def bind(host: Host, name: str, drv: str, log: Log) -> None:
+    _ensure_driver(host, drv)
+    r = host.reread()
     try:
-        write_knob(root, f"{DAX_DRIVERS}/{drv}/new_id", name)
+        write_knob(host.root, f"{DAX_DRIVERS}/{drv}/new_id", name)
     except KnobError:
         pass  # daxctl ignores this too: new_id may probe and bind on its own
     if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
         try:
-            write_knob(root, f"{DAX_DRIVERS}/{drv}/bind", name)
+            write_knob(host.root, f"{DAX_DRIVERS}/{drv}/bind", name)
         except KnobError as e:
             if r.link(f"{DAX_DEVICES}/{name}/driver") != drv:
                 raise DaxError(f"{name}: could not bind it to {drv}: {e}") from None
@@ -223,29 +227,29 @@ def bind(root: str, name: str, drv: str, log: Log) -> None:
     log(f"{name}: bound to {drv} ({MODES[drv]})")
 
 
-def _online_one(root: str, bid: int, zone: str) -> Optional[str]:
+def _online_one(host: Host, bid: int, zone: str) -> Optional[str]:
     """Online a block in ``zone``; None on success (or if someone else onlined it), else the error."""
     try:
-        set_block_state(root, bid, ONLINE_STATE[zone])
+        set_block_state(host.root, bid, ONLINE_STATE[zone])
         return None
     except KnobError as e:
-        if (read_block(root, bid).state or "").startswith("online"):
+        if (read_block(host, bid).state or "").startswith("online"):
             return None  # raced with another onliner; zones are checked afterwards
         return str(e)
 
 
-def _offline_one(root: str, bid: int) -> Optional[str]:
+def _offline_one(host: Host, bid: int) -> Optional[str]:
     try:
-        set_block_state(root, bid, "offline")
+        set_block_state(host.root, bid, "offline")
         return None
     except KnobError as e:
-        if read_block(root, bid).state == "offline":
+        if read_block(host, bid).state == "offline":
             return None  # raced: someone else offlined it
         return f"{e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e}"
 
 
 def offline_blocks(
-    root: str, blocks: List[MemoryBlock], log: Log, what: str, progress: Optional[ProgressFn] = None
+    host: Host, blocks: List[MemoryBlock], log: Log, what: str, progress: Optional[ProgressFn] = None
 ) -> List[int]:
     """Offline every online block; all or nothing (``progress``: called after each block).
 
@@ -256,7 +260,7 @@ def offline_blocks(
     done: List[MemoryBlock] = []
     todo = [b for b in sorted(blocks, key=lambda b: -b.id) if (b.state or "").startswith("online")]
     for b in todo:
-        err = _offline_one(root, b.id)
+        err = _offline_one(host, b.id)
         if err is None:
             done.append(b)
             tick(progress, len(done), len(todo), f"{what}: offlining memory blocks")
@@ -264,7 +268,7 @@ def offline_blocks(
         back = []
         for d in done:
             z = "movable" if d.zone == "Movable" else "normal"
-            if _online_one(root, d.id, z) is None:
+            if _online_one(host, d.id, z) is None:
                 back.append(d.id)
         lost = [d.id for d in done if d.id not in back]
         raise DaxError(
@@ -283,22 +287,22 @@ def offline_blocks(
     return [d.id for d in done]
 
 
-def online_in_zone(root: str, name: str, zone: str, log: Log, progress: Optional[ProgressFn] = None) -> DaxDevice:
+def online_in_zone(host: Host, name: str, zone: str, log: Log, progress: Optional[ProgressFn] = None) -> DaxDevice:
     """Online every block of a kmem-bound device in ``zone``; move blocks found in the other zone.
 
     ``progress`` is called after each offline block is tried (done, total, what).
     """
-    st, blocks = read_dax_blocks(root, name)
+    st, blocks = read_dax_blocks(host, name)
     if st.resource is None:
         raise DaxError(f"{name}: its address (resource) is unreadable; run as root")
     if not blocks:
-        _wait(lambda: _has_blocks(root, name), 10)
-        st, blocks = read_dax_blocks(root, name)
+        _wait(lambda: _has_blocks(host, name), 10)
+        st, blocks = read_dax_blocks(host, name)
     errors = []
     onlined = 0
     todo = [b for b in blocks if (b.state or "") == "offline"]
     for i, b in enumerate(todo, 1):
-        err = _online_one(root, b.id, zone)
+        err = _online_one(host, b.id, zone)
         if err:
             errors.append(f"memory{b.id}: {err}")
         else:
@@ -309,16 +313,16 @@ def online_in_zone(root: str, name: str, zone: str, log: Log, progress: Optional
     if errors:
         raise DaxError(f"{name}: could not online " + "; ".join(errors))
     want = ZONE_WORD[zone]
-    wrong = [b for b in online_blocks(root, name) if b.zone != want]
+    wrong = [b for b in online_blocks(host, name) if b.zone != want]
     moved, stuck = 0, []
     for b in wrong:  # auto-onlined (or onlined by someone else) in the other zone
-        err = _offline_one(root, b.id)
+        err = _offline_one(host, b.id)
         if err is not None:
             stuck.append(f"memory{b.id} ({b.zone}: {err})")
             continue
-        err = _online_one(root, b.id, zone)
+        err = _online_one(host, b.id, zone)
         if err is not None:  # put it back where it was rather than leave it offline
-            _online_one(root, b.id, "movable" if b.zone == "Movable" else "normal")
+            _online_one(host, b.id, "movable" if b.zone == "Movable" else "normal")
             stuck.append(f"memory{b.id} ({err})")
         else:
             moved += 1
@@ -332,7 +336,7 @@ def online_in_zone(root: str, name: str, zone: str, log: Log, progress: Optional
             hint="another agent onlined them first (auto_online_blocks, a udev rule); they can be moved once the "
             "pages on them are freed",
         )
-    return read_dax(root, name)
+    return read_dax(host, name)
 
 
 class Reconfigured(NamedTuple):
@@ -345,7 +349,7 @@ class Reconfigured(NamedTuple):
     actions: Tuple[str, ...]
 
 
-def check_reconfigure(root: str, name: str, mode: str, zone: str, force: bool) -> DaxDevice:
+def check_reconfigure(host: Host, name: str, mode: str, zone: str, force: bool) -> DaxDevice:
     """The device's state, or the refusal to reconfigure it (exit 2): an unknown mode or zone,
     or memory online as System RAM that devdax would take away without ``force``.  Checked
     before the lock is taken, and again under it."""
@@ -353,12 +357,12 @@ def check_reconfigure(root: str, name: str, mode: str, zone: str, force: bool) -
         raise CxlctlError(f"unknown mode {mode!r}", code=EXIT_USAGE, hint="use system-ram or devdax")
     if zone not in ONLINE_STATE:
         raise CxlctlError(f"unknown zone {zone!r}", code=EXIT_USAGE, hint="use movable or normal")
-    st = read_dax(root, name)
+    st = read_dax(host, name)
     if mode == "devdax" and st.driver == "kmem" and not force:
-        online = online_blocks(root, name)
+        online = online_blocks(host, name)
         if online:
-            bs = block_size(root) or 0
-            used = node_in_use(root, st.target_node)
+            bs = block_size(host) or 0
+            used = node_in_use(host, st.target_node)
             raise DaxError(
                 f"{name} is online as System RAM on node {st.target_node} ({len(online)} block(s), "
                 f"{format_size(len(online) * bs)}; {format_size(used) if used is not None else 'unknown'} in use "
@@ -371,13 +375,13 @@ def check_reconfigure(root: str, name: str, mode: str, zone: str, force: bool) -
 
 
 def reconfigure(
-    root: str, name: str, mode: str, zone: str, force: bool, log: Log, progress: Optional[ProgressFn] = None
+    host: Host, name: str, mode: str, zone: str, force: bool, log: Log, progress: Optional[ProgressFn] = None
 ) -> Reconfigured:
     """``daxctl reconfigure-device`` for one device; see the module doc for the semantics.
 
     ``progress``: called per memory block onlined or offlined (:mod:`cxlctl.progress`).
     """
-    st = check_reconfigure(root, name, mode, zone, force)
+    st = check_reconfigure(host, name, mode, zone, force)
     actions: List[str] = []
 
     def note(msg: str) -> None:
@@ -387,26 +391,26 @@ def reconfigure(
     before = st.mode or "unbound"
     if mode == "system-ram":
         if st.driver != "kmem":
-            with hold_auto_online(root, needs_hold(root, mode, zone), note):
+            with hold_auto_online(host, needs_hold(host, mode, zone), note):
                 if st.driver is not None:
-                    unbind(root, name, note)
-                bind(root, name, "kmem", note)
+                    unbind(host, name, note)
+                bind(host, name, "kmem", note)
                 # the kernel hot-plugs the memory during the bind; wait for its blocks
-                _wait(lambda: _has_blocks(root, name), 10)
-        st = online_in_zone(root, name, zone, note, progress)
+                _wait(lambda: _has_blocks(host, name), 10)
+        st = online_in_zone(host, name, zone, note, progress)
         return Reconfigured(name, before, mode, zone, before != mode or bool(actions), st, tuple(actions))
     # devdax
     if st.driver == "device_dax":
         return Reconfigured(name, before, mode, None, False, st, ())
     if st.driver == "kmem":
-        online = online_blocks(root, name)
-        offline_blocks(root, list(online), note, name, progress)
+        online = online_blocks(host, name)
+        offline_blocks(host, list(online), note, name, progress)
         try:
-            unbind(root, name, note)
+            unbind(host, name, note)
         except DaxError:
-            online_in_zone(root, name, "movable" if any(b.zone == "Movable" for b in online) else "normal", note)
+            online_in_zone(host, name, "movable" if any(b.zone == "Movable" for b in online) else "normal", note)
             raise
     elif st.driver is not None:
-        unbind(root, name, note)
-    bind(root, name, "device_dax", note)
-    return Reconfigured(name, before, mode, None, True, read_dax(root, name), tuple(actions))
+        unbind(host, name, note)
+    bind(host, name, "device_dax", note)
+    return Reconfigured(name, before, mode, None, True, read_dax(host, name), tuple(actions))

@@ -42,8 +42,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.write import KnobBusy, KnobError, write_knob
 from cxlctl.parse import format_size, sysfs_int
 from cxlctl.progress import ProgressFn
@@ -78,8 +77,8 @@ class Created(NamedTuple):
     plan: Plan  # the plan as programmed
 
 
-def _exists(root: str, path: str) -> bool:
-    return Reader(root).exists(path)
+def _exists(host: Host, path: str) -> bool:
+    return host.reader.exists(path)
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
@@ -112,10 +111,11 @@ def tamper(plan: Plan) -> Plan:
 class _Builder:
     """One region being built: the steps done so far, so they can be undone."""
 
-    def __init__(self, root: str, plan: Plan, log: Log, hold: bool = False) -> None:
-        self.root = root
-        #: one reader for the build (it reopens a directory replaced since: see Reader._at)
-        self.reader = Reader(root)
+    def __init__(self, host: Host, plan: Plan, log: Log, hold: bool = False) -> None:
+        self.host = host
+        #: the host's reader, its handles from before the build dropped (it reopens a directory
+        #: replaced since: see Reader._at)
+        self.reader = host.reread()
         self.plan = plan
         self.log = log
         self.hold = hold
@@ -131,7 +131,7 @@ class _Builder:
     def w(self, path: str, value: str, what: str) -> None:
         """A programming write (counted for the fault hook); raises KnobError."""
         self.writes += 1
-        write_knob(self.root, path, value, index=self.writes)
+        write_knob(self.host.root, path, value, index=self.writes)
         self.steps.append(f"{what}: {value.strip() or '(empty)'} > {path}")
         self.log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
@@ -140,7 +140,7 @@ class _Builder:
         p = self.plan
         rd = p.root_decoder
         crr = f"{CXL}/{rd}/create_ram_region"
-        if not _exists(self.root, crr):
+        if not _exists(self.host, crr):
             raise CxlctlError(
                 f"{crr} does not exist: this kernel cannot create RAM regions in {rd} (Linux 6.3+ and a "
                 "RAM-capable window are needed); nothing was changed",
@@ -160,7 +160,7 @@ class _Builder:
                     raise
                 time.sleep(0.05)
         r = f"{CXL}/{self.region}"
-        if not _wait(lambda: _exists(self.root, r), 5):
+        if not _wait(lambda: _exists(self.host, r), 5):
             raise KnobError(r, None, f"{r} did not appear after claiming {self.region}")
         # 2. geometry, then the address range
         self.w(f"{r}/interleave_granularity", str(p.granularity), "granularity")
@@ -173,11 +173,11 @@ class _Builder:
         #    (kmem) hot-plug its memory, so the auto-online policy is held here
         self.w(f"{r}/commit", "1", "commit")
         self.committed = True
-        with daxmod.hold_auto_online(self.root, self.hold, self.log):
+        with daxmod.hold_auto_online(self.host, self.hold, self.log):
             try:
                 self.w(f"{REGION_DRIVER}/bind", self.region or "", "bind to cxl_region")
             except KnobError:
-                if not _exists(self.root, f"{r}/driver"):  # probed on its own already is fine
+                if not _exists(self.host, f"{r}/driver"):  # probed on its own already is fine
                     raise
             self.bound = True
             self._settle()
@@ -192,7 +192,7 @@ class _Builder:
             if not devs:
                 return False
             for d in devs:
-                st, blocks = daxmod.read_dax_blocks(self.root, d)
+                st, blocks = daxmod.read_dax_blocks(self.host, d)
                 if st.driver is None or (st.driver == "kmem" and st.resource is not None and not blocks):
                     return False
             return True
@@ -252,7 +252,7 @@ class _Builder:
 
     def dax_devices(self) -> List[str]:
         assert self.region is not None
-        return region_dax_devices(self.root, self.region)
+        return region_dax_devices(self.host, self.region)
 
     # -- undo ---------------------------------------------------------------------------
     def undo(self) -> List[str]:
@@ -265,7 +265,7 @@ class _Builder:
 
         def u(path: str, value: str, what: str) -> bool:
             try:
-                write_knob(self.root, path, value)
+                write_knob(self.host.root, path, value)
                 self.log(f"undo {what}: wrote {value.strip() or '(empty)'} to {path}")
                 return True
             except KnobError as e:
@@ -273,10 +273,10 @@ class _Builder:
                 self.log(f"undo {what} failed: {e}")
                 return False
 
-        if self.bound and _exists(self.root, f"{r}/driver"):
-            for dev in region_dax_devices(self.root, self.region):
+        if self.bound and _exists(self.host, f"{r}/driver"):
+            for dev in region_dax_devices(self.host, self.region):
                 try:
-                    daxmod.offline_blocks(self.root, daxmod.online_blocks(self.root, dev), self.log, dev)
+                    daxmod.offline_blocks(self.host, daxmod.online_blocks(self.host, dev), self.log, dev)
                 except CxlctlError as e:
                     left.append(str(e))
                     return left  # memory still online: leave the region whole rather than leak it
@@ -292,7 +292,7 @@ class _Builder:
                 u(f"{CXL}/{d}/mode", mode, f"restore {d} mode")
         u(f"{CXL}/{rd}/delete_region", self.region, f"delete {self.region}")
         # check
-        if _exists(self.root, r) and Reader(self.root).isdir(r):
+        if _exists(self.host, r) and self.host.reader.isdir(r):
             left.append(f"{self.region} still exists")
         for d in self.dpa:
             v = sysfs_int(self.reader.text(f"{CXL}/{d}/dpa_size"), base=0)
@@ -301,10 +301,10 @@ class _Builder:
         return left
 
 
-def region_dax_devices(root: str, region: str) -> List[str]:
+def region_dax_devices(host: Host, region: str) -> List[str]:
     base = f"{CXL}/{region}"
     out: List[str] = []
-    r = Reader(root)
+    r = host.reader
     for dr in r.listdir(base, lambda n: n.startswith("dax_region")):
         out.extend(
             r.listdir(f"{base}/{dr}", lambda n: n.startswith("dax") and "." in n and not n.startswith("dax_region"))
@@ -313,7 +313,7 @@ def region_dax_devices(root: str, region: str) -> List[str]:
 
 
 def create(
-    root: str, plan: Plan, log: Log, on_bound: Optional[Callable[[Created], None]] = None, hold: bool = False
+    host: Host, plan: Plan, log: Log, on_bound: Optional[Callable[[Created], None]] = None, hold: bool = False
 ) -> Created:
     """Build ``plan``; on failure undo everything and raise :class:`ProgramError`.
 
@@ -322,7 +322,7 @@ def create(
     ``on_bound`` runs after the region is committed and bound (the DAX step);
     if it raises, the region is torn down too.
     """
-    b = _Builder(root, tamper(plan), log, hold)
+    b = _Builder(host, tamper(plan), log, hold)
     try:
         made = b.build()
         if on_bound is not None:
@@ -374,12 +374,12 @@ class RegionState(NamedTuple):
     dax_devices: Tuple[str, ...]
 
 
-def read_region(root: str, name: str) -> RegionState:
+def read_region(host: Host, name: str) -> RegionState:
     r = f"{CXL}/{name}"
-    reader = Reader(root)
+    reader = host.reader
     if not reader.isdir(r):
         raise CxlctlError(f"no region {name}", code=EXIT_USAGE, hint="`cxlctl status` lists the regions")
-    real = os.path.realpath(under(root, r))
+    real = os.path.realpath(host.path(r))
     rd = os.path.basename(os.path.dirname(real))
     ways = sysfs_int(reader.text(f"{r}/interleave_ways"), base=0) or 0
     targets = []
@@ -391,10 +391,10 @@ def read_region(root: str, name: str) -> RegionState:
         name,
         rd if rd.startswith("decoder") else None,
         reader.text(f"{r}/commit") == "1",
-        _exists(root, f"{r}/driver"),
+        _exists(host, f"{r}/driver"),
         ways,
         tuple(targets),
-        tuple(region_dax_devices(root, name)),
+        tuple(region_dax_devices(host, name)),
     )
 
 
@@ -405,18 +405,18 @@ class Destroyed(NamedTuple):
     steps: Tuple[str, ...]
 
 
-def check_destroy(root: str, name: str, force: bool) -> RegionState:
+def check_destroy(host: Host, name: str, force: bool) -> RegionState:
     """The region's state, or the refusal to destroy it (exit 2): unknown root decoder, or
     memory online without ``force``.  Checked before the lock is taken, and again under it."""
-    st = read_region(root, name)
+    st = read_region(host, name)
     if st.root_decoder is None:
         raise CxlctlError(f"cannot tell the root decoder of {name}")
     for dev in st.dax_devices if not force else ():
-        online = daxmod.online_blocks(root, dev)
+        online = daxmod.online_blocks(host, dev)
         if online:
-            ds = daxmod.read_dax(root, dev)
-            bs = daxmod.block_size(root) or 0
-            used = daxmod.node_in_use(root, ds.target_node)
+            ds = daxmod.read_dax(host, dev)
+            bs = daxmod.block_size(host) or 0
+            used = daxmod.node_in_use(host, ds.target_node)
             raise CxlctlError(
                 f"{name}'s memory is online: {dev} has {len(online)} block(s) ({format_size(len(online) * bs)}) "
                 f"online as System RAM on node {ds.target_node}"
@@ -429,22 +429,22 @@ def check_destroy(root: str, name: str, force: bool) -> RegionState:
     return st
 
 
-def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
+def destroy(host: Host, name: str, force: bool, log: Log, progress: Optional[ProgressFn] = None) -> Destroyed:
     """Offline (with ``force``), unbind, decommit, clear targets, free DPA, delete.
 
     ``progress``: called per memory block offlined (:mod:`cxlctl.progress`).
     """
-    st = check_destroy(root, name, force)
+    st = check_destroy(host, name, force)
     offlined: List[Tuple[str, Tuple[int, ...]]] = []
     for dev in st.dax_devices:
-        online = daxmod.online_blocks(root, dev)
-        ids = daxmod.offline_blocks(root, list(online), log, f"{name}/{dev}", progress)
+        online = daxmod.online_blocks(host, dev)
+        ids = daxmod.offline_blocks(host, list(online), log, f"{name}/{dev}", progress)
         offlined.append((dev, tuple(ids)))
     steps: List[str] = []
 
     def w(path: str, value: str, what: str) -> None:
         try:
-            write_knob(root, path, value)
+            write_knob(host.root, path, value)
         except KnobError as e:
             raise CxlctlError(
                 f"region destroy {name}: {what} failed: {e}; done before it: {', '.join(steps) or 'nothing'}"
@@ -455,10 +455,10 @@ def destroy(root: str, name: str, force: bool, log: Log, progress: Optional[Prog
         log(f"{what}: wrote {value.strip() or '(empty)'} to {path}")
 
     r = f"{CXL}/{name}"
-    reader = Reader(root)
+    reader = host.reread()  # after the blocks were offlined
     if st.bound:
         w(f"{REGION_DRIVER}/unbind", name, "unbind")
-        _wait(lambda: not _exists(root, f"{r}/driver"), 10)
+        _wait(lambda: not _exists(host, f"{r}/driver"), 10)
     if reader.text(f"{r}/commit") == "1":
         w(f"{r}/commit", "0", "decommit")
     freed = []

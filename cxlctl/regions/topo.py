@@ -84,9 +84,9 @@ class Tree:
         hops.reverse()
         return cur.name, tuple(hops), None
 
-    def host_bridge_of(self, root: str, dport: int) -> Optional[str]:
-        """The host-bridge port below ``root`` reached through its dport ``dport``."""
-        for d, child in self.children.get(root, []):
+    def host_bridge_of(self, root_port: str, dport: int) -> Optional[str]:
+        """The host-bridge port below root port ``root_port`` reached through its dport ``dport``."""
+        for d, child in self.children.get(root_port, []):
             if d == dport:
                 return child
         return None

@@ -12,7 +12,7 @@ Layout (each module says why it exists):
 * :mod:`.lock`     — the flock shared by the CLI and the daemon.
 * :mod:`.conflicts` — TuneD and sysctl.d files that set the same keys.
 * :mod:`.state`    — which journal is in effect this boot (the one "applied?" check).
-* :mod:`.transaction` — ``Transaction(root, profile, inventory=…)``: the plan,
+* :mod:`.transaction` — ``Transaction(host, profile, inventory=…)``: the plan,
   ``commit()`` in named phases, ``rollback()``.
 * :mod:`.trial`    — ``tune try``: the confirmation wait, ``confirm``, and reverting
   an expired try before anything else.

@@ -23,8 +23,8 @@ import os
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under
 from cxlctl.namedrecord import NamedTuple
 
 from .knobs import REGISTRY
@@ -70,25 +70,25 @@ def parse_sysctl_conf(text: str) -> Dict[str, str]:
     return out
 
 
-def sysctl_files(root: str) -> List[str]:
+def sysctl_files(host: Host) -> List[str]:
     """sysctl.d files in application order (root-relative paths), plus /etc/sysctl.conf last."""
     by_name: Dict[str, str] = {}
-    r = Reader(root)
+    r = host.reader
     for d in paths.SYSCTL_DIRS:
         for n in r.listdir(d):
             if n.endswith(".conf") and n not in by_name:
                 by_name[n] = f"{d}/{n}"
     ordered = [by_name[n] for n in sorted(by_name)]
-    if os.path.isfile(under(root, paths.SYSCTL_CONF)):
-        real = os.path.realpath(under(root, paths.SYSCTL_CONF))
-        if all(os.path.realpath(under(root, p)) != real for p in ordered):
+    if os.path.isfile(host.path(paths.SYSCTL_CONF)):
+        real = os.path.realpath(host.path(paths.SYSCTL_CONF))
+        if all(os.path.realpath(host.path(p)) != real for p in ordered):
             ordered.append(paths.SYSCTL_CONF)
     return ordered
 
 
-def tuned_profile(root: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, str], str]]:
+def tuned_profile(host: Host) -> Optional[Tuple[str, Dict[str, str], Dict[str, str], str]]:
     """(active profile names, its [sysctl] keys, its [sysfs] keys, where found) or None."""
-    r = Reader(root)
+    r = host.reader
     active = (r.body(paths.TUNED_ACTIVE) or "").strip()
     if not active:
         return None
@@ -152,20 +152,20 @@ def _reapply_sysctl(r: Reader) -> bool:
     return True
 
 
-def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Conflict]:
+def find(host: Host, ours: Dict[str, Optional[str]], persisting: bool) -> List[Conflict]:
     """Conflicts for the sysctls/sysfs paths in ``ours`` (key or path → value cxlctl sets).
 
     ``persisting``: cxlctl's values are (or will be) in 90-cxlctl.conf.
     """
     out: List[Conflict] = []
     # sysctl.d
-    files = sysctl_files(root)
+    files = sysctl_files(host)
 
     def rank(path: str) -> Tuple[int, str]:
         return (1, "") if path == paths.SYSCTL_CONF else (0, os.path.basename(path))
 
     our_rank = rank(paths.PERSIST_SYSCTL)
-    r = Reader(root)
+    r = host.reader
     for path in files:
         if path == paths.PERSIST_SYSCTL:
             continue
@@ -187,7 +187,7 @@ def find(root: str, ours: Dict[str, Optional[str]], persisting: bool) -> List[Co
                 note = "same value; " + note
             out.append(Conflict(key, ours[key], value, path, wins, note))
     # TuneD
-    tp = tuned_profile(root)
+    tp = tuned_profile(host)
     if tp is not None:
         active, sysctl, sysfs, where = tp
         reapply = _reapply_sysctl(r)

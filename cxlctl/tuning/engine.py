@@ -16,10 +16,9 @@ import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock, holder, is_held
 from cxlctl.hostio.paths import PERSIST_SYSCTL
-from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under as host
 
 from . import journal as jn
 from .plan import Step
@@ -80,29 +79,29 @@ __all__ = [
 ]
 
 
-def prepare(root: str, ref: str, *, persist: Optional[bool] = None, switching: bool = True) -> Prepared:
+def prepare(host: Host, ref: str, *, persist: Optional[bool] = None, switching: bool = True) -> Prepared:
     """Profile ``ref`` + a fresh scan + current values → plan and conflicts (no writes)."""
-    return Transaction(root, ref, persist=persist, switching=switching).prepared
+    return Transaction(host, ref, persist=persist, switching=switching).prepared
 
 
 def apply(
-    root: str, ref: str, *, dry_run: bool = False, persist: bool = False, wait: Optional[float] = None
+    host: Host, ref: str, *, dry_run: bool = False, persist: bool = False, wait: Optional[float] = None
 ) -> ApplyResult:
     """Apply profile ``ref`` transactionally (see :mod:`.transaction`)."""
-    return Transaction(root, ref, persist=persist or None).commit(dry_run=dry_run, persist=persist, wait=wait)
+    return Transaction(host, ref, persist=persist or None).commit(dry_run=dry_run, persist=persist, wait=wait)
 
 
 # ---------------------------------------------------------------------------- verify
 
 
-def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
+def verify(host: Host, ref: Optional[str] = None) -> VerifyResult:
     """Compare the host with the applied journal, or with profile ``ref`` when given."""
     if ref is not None:
-        prep = prepare(root, ref, switching=False)
+        prep = prepare(host, ref, switching=False)
         checks = [_check_step(s) for s in prep.plan.steps]
         return VerifyResult(profile=prep.profile.name, basis="profile", checks=tuple(checks), messages=prep.messages)
     messages: List[str] = []
-    j = this_boot(root, messages)
+    j = this_boot(host, messages)
     if j is None:
         raise UsageError(
             "no tuning profile is applied on this boot"
@@ -118,7 +117,7 @@ def verify(root: str, ref: Optional[str] = None) -> VerifyResult:
             jn.REVERT_FAILED: f"the revert of {j.profile} did not complete: {j.error}",
         }.get(j.state, j.state)
         raise UsageError(f"no tuning profile is in effect: {what}", hint="name a profile to compare with it")
-    checks = verify_entries(root, list(j.entries))
+    checks = verify_entries(host, list(j.entries))
     checks += [
         Check(setting=s, path="", expected=None, actual=None, status="unsupported", note=why) for s, why in j.skipped
     ]
@@ -143,20 +142,20 @@ def _nothing(profile: Optional[str], state: Optional[str], *messages: str) -> Re
     )
 
 
-def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
+def revert(host: Host, *, wait: Optional[float] = None) -> RevertResult:
     """Restore the journal's original values (also after a crashed apply, and ending a pending try)."""
-    j0 = jn.load(root)
-    if j0 is None and not writable(host(root, jn.RUN_DIR)):
+    j0 = jn.load(host)
+    if j0 is None and not writable(host.path(jn.RUN_DIR)):
         return _nothing(None, None, "nothing to revert: no tuning journal")
-    if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, jn.boot_id(root)):
-        preflight(root, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
+    if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, host.boot_id):
+        preflight(host, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
     messages: List[str] = []
-    with TuneLock(root, wait):
-        j = jn.load(root)
+    with TuneLock(host.root, wait):
+        j = jn.load(host)
         if j is None:
             return _nothing(None, None, "nothing to revert: no tuning journal")
-        if not jn.same_boot(j, jn.boot_id(root)):
-            return _discard_earlier_boot(root, j)
+        if not jn.same_boot(j, host.boot_id):
+            return _discard_earlier_boot(host, j)
         if j.state not in jn.ACTIVE_STATES:
             why = "it was already reverted" if j.state == jn.REVERTED else "the last apply was rolled back"
             return _nothing(j.profile, j.state, f"nothing to revert: {why}")
@@ -168,26 +167,26 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
             messages.append(f"ended the pending `tune try` of {j.profile} (pid {j.trial.pid})")
         entries = list(j.entries)
         progress = Progress(entries)
-        r = Reader(root)
+        r = host.reader
         before = {e.path: canon(e.knob, r.body(e.path)) for e in entries}
         knobs: List[str] = []
         for e in entries:
             progress.status[e.path] = "unchanged"
             if e.knob not in knobs:
                 knobs.append(e.knob)
-        failures = restore_files(root, entries, knobs, "original", progress)
-        removed, perr = restore_persist(root, j.persist)
+        failures = restore_files(host, entries, knobs, "original", progress)
+        removed, perr = restore_persist(host, j.persist)
         failures += perr
         final = progress.entries(entries)
         if failures:
             jn.save(
-                root,
+                host,
                 j._replace(
                     state=jn.REVERT_FAILED, entries=final, finished=jn.now(), error="; ".join(failures), trial=None
                 ),
             )
         else:
-            jn.save(root, j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None))
+            jn.save(host, j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None))
     results = tuple(
         FileResult(
             setting=e.setting,
@@ -210,9 +209,9 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
     )
 
 
-def _discard_earlier_boot(root: str, j: jn.Journal) -> RevertResult:
-    removed, errs = restore_persist(root, j.persist)
-    jn.discard(root)
+def _discard_earlier_boot(host: Host, j: jn.Journal) -> RevertResult:
+    removed, errs = restore_persist(host, j.persist)
+    jn.discard(host)
     messages = [
         f"discarded the tuning journal of an earlier boot ({j.boot_id}, profile {j.profile}): the kernel "
         "reset those values when it booted; nothing to restore"
@@ -255,11 +254,11 @@ def _journal_summary(j: jn.Journal, this_boot_: bool) -> JournalSummary:
     )
 
 
-def status(root: str) -> StatusResult:
+def status(host: Host) -> StatusResult:
     """Active profile, when it was applied, journal state, a pending try, lock and persistence."""
     messages: List[str] = []
-    j = jn.load(root)
-    this = j is not None and jn.same_boot(j, jn.boot_id(root))
+    j = jn.load(host)
+    this = j is not None and jn.same_boot(j, host.boot_id)
     if j is not None and not this:
         messages.append(f"the journal is from an earlier boot ({j.boot_id}); `tune revert` or `tune apply` discards it")
     active = j.profile if j is not None and this and j.state == jn.APPLIED else None
@@ -274,23 +273,23 @@ def status(root: str) -> StatusResult:
         )
     verify_: Optional[VerifySummary] = None
     if active and j is not None:
-        checks = verify_entries(root, list(j.entries))
+        checks = verify_entries(host, list(j.entries))
         verify_ = VerifySummary(
             passed=sum(1 for c in checks if c.status == "pass"),
             drift=tuple(c.setting for c in checks if c.status == "drift"),
             unsupported=tuple(c.setting for c in checks if c.status == "unsupported") + tuple(s for s, _ in j.skipped),
         )
     persist: Optional[PersistSummary] = None
-    text = Reader(root).body(ACTIVE_PROFILE)
-    if text is not None or persisted(root):
+    text = host.reader.body(ACTIVE_PROFILE)
+    if text is not None or persisted(host):
         name: Optional[str] = None
         try:
             name = json.loads(text or "{}").get("profile")
         except ValueError:
-            messages.append(f"{host(root, ACTIVE_PROFILE)} is not valid JSON")
-        persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(root) else None, profile=name)
-    held = is_held(root)
-    damon = damon_rows(root, j if active else None, messages)
+            messages.append(f"{host.path(ACTIVE_PROFILE)} is not valid JSON")
+        persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(host) else None, profile=name)
+    held = is_held(host.root)
+    damon = damon_rows(host, j if active else None, messages)
     return StatusResult(
         active_profile=active,
         journal=_journal_summary(j, this) if j is not None else None,
@@ -298,13 +297,13 @@ def status(root: str) -> StatusResult:
         verify=verify_,
         persisted=persist,
         lock_held=held,
-        lock_holder=holder(root) if held else None,
+        lock_holder=holder(host.root) if held else None,
         messages=tuple(messages),
         damon=damon,
     )
 
 
-def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple[DamonSchemeRow, ...]:
+def damon_rows(host: Host, j: Optional[jn.Journal], messages: List[str]) -> Tuple[DamonSchemeRow, ...]:
     """Every kdamond's schemes with their statistics; cxlctl's are refreshed first.
 
     The kernel updates a scheme's ``stats/`` files only when asked (``update_schemes_stats``
@@ -317,10 +316,10 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     from .damon_tiering import owned
 
     mine = owned(restore_map(j)) if j is not None else None
-    state = read_damon(root)
+    state = read_damon(host.reader)
     if not state.kdamonds:
         return ()
-    state = refresh_damon_stats(root, state, mine, messages)
+    state = refresh_damon_stats(host, state, mine, messages)
     rows = []
     for k in state.kdamonds:
         owner = "cxlctl" if mine is not None and k.id < mine else "other"
@@ -346,7 +345,7 @@ def damon_rows(root: str, j: Optional[jn.Journal], messages: List[str]) -> Tuple
     return tuple(rows)
 
 
-def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messages: List[str]) -> DamonState:
+def refresh_damon_stats(host: Host, state: DamonState, mine: Optional[int], messages: List[str]) -> DamonState:
     """``state`` read again after asking cxlctl's running kdamonds (ids below ``mine``) to refresh
     their scheme stats; other tools' kdamonds are never written to.  ``tune status`` and the
     daemon's metrics both use this (the kernel updates ``stats/`` only when asked)."""
@@ -358,12 +357,12 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
     refreshed = False
     for k in state.kdamonds:
         if mine is not None and k.id < mine and k.running:
-            hp = host(root, tree.at(k.path, tree.STATE))
+            hp = host.path(tree.at(k.path, tree.STATE))
             if not writable(hp):
                 stale.append(k.id)
                 continue
             try:
-                write_knob(root, f"{k.path}/state", "update_schemes_stats\n")
+                write_knob(host.root, f"{k.path}/state", "update_schemes_stats\n")
                 refreshed = True
             except KnobError as e:
                 stale.append(k.id)
@@ -373,4 +372,4 @@ def refresh_damon_stats(root: str, state: DamonState, mine: Optional[int], messa
             f"DAMON scheme stats of kdamond(s) {', '.join(map(str, stale))} are as of their last refresh "
             "(run as root to refresh them)"
         )
-    return read_damon(root) if refreshed else state
+    return read_damon(host.reread()) if refreshed else state

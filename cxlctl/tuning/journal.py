@@ -36,8 +36,8 @@ from typing import Any, Dict, Optional, Tuple
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, remove
-from cxlctl.hostio.reader import Reader, Unreadable, fence_of
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
+from cxlctl.hostio.reader import Unreadable, fence_of
 from cxlctl.hostio.write import outside
 from cxlctl.namedrecord import NamedTuple
 
@@ -111,11 +111,6 @@ class Trial(NamedTuple):
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def boot_id(root: str) -> Optional[str]:
-    """This boot's id, or None where the tree has none (a recorded fixture)."""
-    return Reader(root).text(BOOT_ID) or None
 
 
 def same_boot(journal: Journal, current: Optional[str]) -> bool:
@@ -200,12 +195,12 @@ def from_json(d: Any) -> Journal:
     )
 
 
-def load(root: str) -> Optional[Journal]:
+def load(host: Host) -> Optional[Journal]:
     """The journal, None when there is none; :class:`JournalCorrupt` when unreadable."""
-    path = under(root, JOURNAL)
-    fence = fence_of(root)
+    path = host.path(JOURNAL)
+    fence = fence_of(host.root)
     try:
-        raw = Reader(root).read(JOURNAL, limit=64 << 20)
+        raw = host.reader.read(JOURNAL, limit=64 << 20)
     except Unreadable as e:
         if fence is not None and not fence.holds(os.path.realpath(path)):
             # another tree's journal (ROOT/run linked out): never act on it, name the link (exit 2)
@@ -219,11 +214,11 @@ def load(root: str) -> Optional[Journal]:
         raise JournalCorrupt(path, str(e)) from None
 
 
-def save(root: str, j: Journal) -> None:
+def save(host: Host, j: Journal) -> None:
     data = json.dumps(to_json(j), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write(root, JOURNAL, data)
+    atomic_write(host.root, JOURNAL, data)
 
 
-def discard(root: str) -> None:
+def discard(host: Host) -> None:
     """Remove the journal (another boot's, or on request); fsync the directory."""
-    remove(root, JOURNAL)
+    remove(host.root, JOURNAL)

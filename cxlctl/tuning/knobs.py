@@ -19,7 +19,8 @@ from typing import Any, Dict, FrozenSet, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader, Unreadable
+from cxlctl.hostio.host import Host
+from cxlctl.hostio.reader import Unreadable
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import decimal_suffix, is_decimal
 
@@ -420,7 +421,7 @@ BY_NAME: Dict[str, Knob] = {k.name: k for k in REGISTRY}
 ORDER: Dict[str, int] = {k.name: i for i, k in enumerate(REGISTRY)}
 
 
-def read_current(root: str) -> Current:
+def read_current(host: Host) -> Current:
     """Read every registry file under ``root`` (a few small reads; no inventory needed).
 
     A file that is there but cannot be read (a FIFO, a link out of the root, permission)
@@ -428,7 +429,7 @@ def read_current(root: str) -> Current:
     kernel"."""
     values: Dict[str, Optional[str]] = {}
     unreadable: Dict[str, str] = {}
-    r = Reader(root)
+    r = host.reader
 
     def _read(path: str) -> Optional[str]:
         try:
@@ -450,6 +451,6 @@ def read_current(root: str) -> Current:
             values[f"{WI_DIR}/{n}"] = _read(f"{WI_DIR}/{n}")
     from cxlctl.damon.sysfs import probe_host
 
-    damon, caps = probe_host(root)
+    damon, caps = probe_host(host)
     values.update(damon.files)
     return Current(values, wi, damon, caps, unreadable)

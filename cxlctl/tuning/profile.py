@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.namedrecord import NamedTuple
 
 from .knobs import BY_NAME, ORDER, REGISTRY
@@ -99,10 +99,10 @@ def is_path(ref: str) -> bool:
     return "/" in ref or ref.endswith(".toml")
 
 
-def candidates(root: str, name: str) -> List[Tuple[str, bool]]:
+def candidates(host: Host, name: str) -> List[Tuple[str, bool]]:
     """(file, builtin?) for a profile name, in precedence order (existing files only)."""
     out = []
-    user = os.path.join(under(root, USER_DIR), name + ".toml")
+    user = os.path.join(host.path(USER_DIR), name + ".toml")
     if os.path.isfile(user):
         out.append((user, False))
     builtin = os.path.join(BUILTIN_DIR, name + ".toml")
@@ -111,7 +111,7 @@ def candidates(root: str, name: str) -> List[Tuple[str, bool]]:
     return out
 
 
-def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]) -> Tuple[str, bool]:
+def _resolve(host: Host, ref: str, exclude: Tuple[str, ...], where: Optional[str]) -> Tuple[str, bool]:
     if is_path(ref):
         path = os.path.abspath(ref)
         if not os.path.isfile(path):
@@ -119,10 +119,10 @@ def _resolve(root: str, ref: str, exclude: Tuple[str, ...], where: Optional[str]
         return path, False
     if not _NAME.match(ref):
         raise ProfileError(where, None, f"{ref!r} is not a valid profile name (letters, digits, . _ -)")
-    for path, builtin in candidates(root, ref):
+    for path, builtin in candidates(host, ref):
         if os.path.realpath(path) not in exclude:
             return path, builtin
-    known = ", ".join(n for n, _, _ in list_names(root)) or "none"
+    known = ", ".join(n for n, _, _ in list_names(host)) or "none"
     raise ProfileError(where, None, f"no profile named {ref!r}", hint=f"known profiles: {known}")
 
 
@@ -239,10 +239,10 @@ def _refuse_conflicts(path: str, settings: Dict[str, Setting]) -> None:
         )
 
 
-def load(root: str, ref: str) -> Profile:
+def load(host: Host, ref: str) -> Profile:
     """Load profile ``ref`` (a name or a path) with its includes; :class:`ProfileError` on any problem."""
-    path, builtin = _resolve(root, ref, (), None)
-    merged = _load(root, path, (), 0)
+    path, builtin = _resolve(host, ref, (), None)
+    merged = _load(host, path, (), 0)
     _refuse_conflicts(path, merged.settings)
     name = os.path.basename(path)[:-5] if path.endswith(".toml") else os.path.basename(path)
     settings = tuple(sorted(merged.settings.values(), key=lambda s: ORDER[s.knob]))
@@ -258,7 +258,7 @@ def load(root: str, ref: str) -> Profile:
     )
 
 
-def from_data(root: str, name: str, data: Dict[str, Any], source: str) -> Profile:
+def from_data(host: Host, name: str, data: Dict[str, Any], source: str) -> Profile:
     """A profile from a document already in memory (what a TOML file would hold).
 
     For callers that compose a profile (the launcher's weights on top of the profile in
@@ -268,7 +268,7 @@ def from_data(root: str, name: str, data: Dict[str, Any], source: str) -> Profil
     """
     if not _NAME.match(name):
         raise ProfileError(source, None, f"{name!r} is not a valid profile name (letters, digits, . _ -)")
-    merged = _merge(root, source, _validate(source, data), (), 0)
+    merged = _merge(host, source, _validate(source, data), (), 0)
     _refuse_conflicts(source, merged.settings)
     return Profile(
         name=name,
@@ -283,12 +283,12 @@ def from_data(root: str, name: str, data: Dict[str, Any], source: str) -> Profil
     )
 
 
-def _load(root: str, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
+def _load(host: Host, path: str, stack: Tuple[str, ...], depth: int) -> _Raw:
     """Merged view of ``path``; ``includes`` of the result is the resolved chain."""
-    return _merge(root, path, None, stack, depth)
+    return _merge(host, path, None, stack, depth)
 
 
-def _merge(root: str, path: str, given: Optional[_Raw], stack: Tuple[str, ...], depth: int) -> _Raw:
+def _merge(host: Host, path: str, given: Optional[_Raw], stack: Tuple[str, ...], depth: int) -> _Raw:
     """Merged view of ``path`` (read from the file unless ``given``), includes resolved."""
     real = os.path.realpath(path)
     if real in stack:
@@ -303,8 +303,8 @@ def _merge(root: str, path: str, given: Optional[_Raw], stack: Tuple[str, ...], 
     for inc in raw.includes:
         # an include never resolves to a file already being loaded (so a user file can
         # shadow a built-in profile and include it by the same name)
-        ipath, _ = _resolve(root, inc, (real,), f"{path}: include")
-        parent = _load(root, ipath, stack + (real,), depth + 1)
+        ipath, _ = _resolve(host, inc, (real,), f"{path}: include")
+        parent = _load(host, ipath, stack + (real,), depth + 1)
         summary = parent.summary or summary
         description = parent.description or description
         placement = parent.placement or placement
@@ -322,10 +322,10 @@ def _merge(root: str, path: str, given: Optional[_Raw], stack: Tuple[str, ...], 
     )
 
 
-def list_names(root: str) -> List[Tuple[str, str, bool]]:
+def list_names(host: Host) -> List[Tuple[str, str, bool]]:
     """(name, file, builtin?) of every visible profile; user files shadow built-ins."""
     seen: Dict[str, Tuple[str, str, bool]] = {}
-    udir = under(root, USER_DIR)
+    udir = host.path(USER_DIR)
     for d, builtin in ((udir, False), (BUILTIN_DIR, True)):
         try:
             names = sorted(os.listdir(d))
@@ -359,7 +359,7 @@ def with_beside_other_damon(p: Profile) -> Profile:
 DEFAULT_PROFILE = "inference-bandwidth"
 
 
-def in_effect(root: str) -> Union[str, Profile]:
+def in_effect(host: Host) -> Union[str, Profile]:
     """The profile in effect this boot (rebuilt from the journal when it has no file), else the default.
 
     By name when the name still resolves to the file it was applied from; else the
@@ -367,22 +367,22 @@ def in_effect(root: str) -> Union[str, Profile]:
     """
     from .state import applied_journal
 
-    j = applied_journal(root)
+    j = applied_journal(host)
     if j is None:
         return DEFAULT_PROFILE
     if j.profile_data is not None:
-        return from_data(root, j.profile, j.profile_data, j.profile_source)
-    found = candidates(root, j.profile)
+        return from_data(host, j.profile, j.profile_data, j.profile_source)
+    found = candidates(host, j.profile)
     if found and found[0][0] == j.profile_source:
         return j.profile  # still what the name resolves to
     return j.profile_source or j.profile
 
 
-def for_command(root: str, ref: Union[None, str, Profile], beside: bool = False) -> Union[str, Profile]:
+def for_command(host: Host, ref: Union[None, str, Profile], beside: bool = False) -> Union[str, Profile]:
     """The profile a ``tune`` command works on: ``ref``, else (None) :func:`in_effect`; with its
     ``[damon]`` asked to work beside other DAMON users when ``beside`` (``--beside-other-damon``)."""
     if ref is None:
-        ref = in_effect(root)
+        ref = in_effect(host)
     if not beside:
         return ref
-    return with_beside_other_damon(load(root, ref) if isinstance(ref, str) else ref)
+    return with_beside_other_damon(load(host, ref) if isinstance(ref, str) else ref)

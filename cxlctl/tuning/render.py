@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.term import Cell, grid, join, styled
 
 if TYPE_CHECKING:
@@ -136,8 +136,8 @@ def results(title: str, res: Sequence[FileResult], c: Console) -> None:
     grid(c, cols, rows, note="ERROR")
 
 
-def apply(res: ApplyResult, c: Console, *, root: str = "/") -> None:
-    """The apply's plan, results and outcome; files it persisted named where they are (under ``root``)."""
+def apply(res: ApplyResult, c: Console, *, host: Optional[Host] = None) -> None:
+    """The apply's plan, results and outcome; files it persisted named where they are (under ``host``'s root)."""
     if res.dry_run:
         plan(res.prepared, c, "dry run:")
         c.print(styled("nothing was written", "dim"))
@@ -149,7 +149,7 @@ def apply(res: ApplyResult, c: Console, *, root: str = "/") -> None:
         passed = sum(1 for ch in res.checks if ch.status == "pass")
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
-            c.print(f"persisted: {under(root, path)}")
+            c.print(f"persisted: {host.path(path) if host else path}")
         c.print("undo with: cxlctl tune revert")
 
 
@@ -164,12 +164,12 @@ def verify(res: VerifyResult, c: Console) -> None:
     grid(c, [("KNOB", "left"), ("EXPECTED", "left"), ("ACTUAL", "left"), ("RESULT", "left")], rows, note="NOTE")
 
 
-def revert(res: RevertResult, c: Console, *, root: str = "/") -> None:
-    """The revert's results; files it removed named where they were (under ``root``)."""
+def revert(res: RevertResult, c: Console, *, host: Optional[Host] = None) -> None:
+    """The revert's results; files it removed named where they were (under ``host``'s root)."""
     if res.results:
         results(f"revert {res.profile}", list(res.results), c)
     for path in res.removed:
-        c.print(f"removed: {under(root, path)}")
+        c.print(f"removed: {host.path(path) if host else path}")
     if res.ok and res.results:
         n = sum(1 for r in res.results if r.status == "reverted")
         c.print(join((f"reverted {res.profile}", "green"), f": {n} file(s) restored"))

@@ -11,34 +11,35 @@ from __future__ import annotations
 from typing import List, Optional
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.host import Host
 
 from . import journal as jn
 from .journal import Journal
 
 
-def this_boot(root: str, messages: Optional[List[str]] = None) -> Optional[Journal]:
+def this_boot(host: Host, messages: Optional[List[str]] = None) -> Optional[Journal]:
     """The journal if it belongs to this boot (read-only; nothing is discarded here).
 
     Raises :class:`~cxlctl.tuning.journal.JournalCorrupt` on an unreadable journal;
     appends a note to ``messages`` when the journal is from an earlier boot.
     """
-    j = jn.load(root)
+    j = jn.load(host)
     if j is None:
         return None
-    if not jn.same_boot(j, jn.boot_id(root)):
+    if not jn.same_boot(j, host.boot_id):
         if messages is not None:
             messages.append(f"the tuning journal is from an earlier boot ({j.boot_id}); it will be discarded")
         return None
     return j
 
 
-def applied_journal(root: str) -> Optional[Journal]:
+def applied_journal(host: Host) -> Optional[Journal]:
     """The journal of the profile applied this boot (state ``applied``), else None.
 
     An unreadable journal counts as none: the caller only wants to know what is in effect.
     """
     try:
-        j = this_boot(root)
+        j = this_boot(host)
     except CxlctlError:
         return None
     return j if j is not None and j.state == jn.APPLIED else None

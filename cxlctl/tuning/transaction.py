@@ -2,7 +2,7 @@
 
 Apply follows pyroute2's transaction with TuneD's save-the-original and
 daxctl's re-read-after-failure (docs/tuning.md has the full story).  A
-:class:`Transaction` is built from a root, a :class:`~.profile.Profile` (or a
+:class:`Transaction` is built from a :class:`~cxlctl.hostio.host.Host`, a :class:`~.profile.Profile` (or a
 reference to load) and optionally an :class:`~cxlctl.model.Inventory` the caller
 already has; building it plans (no writes), so the CLI's plan, the daemon's
 "is there anything to write?" and the launcher's weight preview all read the same
@@ -36,11 +36,11 @@ from cxlctl import __version__
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write, remove
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock
 from cxlctl.hostio.paths import LOCK, PERSIST_SYSCTL
 from cxlctl.hostio.proc import has_cap
 from cxlctl.hostio.reader import Reader, Unreadable
-from cxlctl.hostio.root import under as host
 from cxlctl.hostio.write import KnobError, OutsideRoot, check_inside, pause_hook, write_with_retry
 from cxlctl.model import Inventory
 from cxlctl.progress import ProgressFn, tick
@@ -78,8 +78,8 @@ def restore_map(j: Optional[Journal]) -> Restore:
     return {e.path: (e.knob, e.original) for e in j.entries}
 
 
-def persisted(root: str) -> bool:
-    return os.path.exists(host(root, PERSIST_SYSCTL))
+def persisted(host: Host) -> bool:
+    return os.path.exists(host.path(PERSIST_SYSCTL))
 
 
 def _knob_file(r: Reader, path: str) -> Tuple[bool, Optional[str]]:
@@ -111,7 +111,7 @@ def writable(path: str) -> bool:
     return os.access(p, os.W_OK)
 
 
-def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: Tuple[str, ...] = ()) -> None:
+def preflight(host: Host, paths: List[str], knobs: Set[str], action: str, extra: Tuple[str, ...] = ()) -> None:
     """Refuse — before anything is written — when this process cannot write the targets.
 
     The check is on the files themselves (``access(W_OK)`` with effective ids), so it
@@ -122,13 +122,13 @@ def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: 
     tree is refused first (:func:`~cxlctl.hostio.write.check_inside`, exit 2).  Messages
     name the files under the root, where they are.
     """
-    check_inside(root, [*paths, jn.JOURNAL, LOCK, *extra])
-    denied = [p for p in paths if os.path.lexists(host(root, p)) and not writable(host(root, p))]
-    denied += [p for p in (jn.RUN_DIR,) + extra if not writable(host(root, p))]
-    cap = root == "/" and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
+    check_inside(host.root, [*paths, jn.JOURNAL, LOCK, *extra])
+    denied = [p for p in paths if os.path.lexists(host.path(p)) and not writable(host.path(p))]
+    denied += [p for p in (jn.RUN_DIR,) + extra if not writable(host.path(p))]
+    cap = host.live and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
     if not denied and not cap:
         return
-    shown = ", ".join(host(root, p) for p in denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
+    shown = ", ".join(host.path(p) for p in denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
     why = f"cannot write {shown}" if denied else "kernel.numa_balancing needs CAP_SYS_ADMIN"
     hint = "run it as root (sudo cxlctl tune " + action + " ...)"
     if "kernel.numa_balancing" in knobs:
@@ -164,18 +164,18 @@ class Progress:
         return tuple(e._replace(status=self.status.get(e.path, e.status)) for e in entries)
 
 
-def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str, progress: Progress) -> List[str]:
+def restore_files(host: Host, entries: List[Entry], knobs: List[str], target: str, progress: Progress) -> List[str]:
     """Put every file of ``knobs`` (in reverse knob order) back to ``target`` (prior|original).
 
     Within a knob, files go in the registry's file order (weights before ``auto``).
     Only files whose text differs are written; each write is read back.
     """
     failures: List[str] = []
-    r = Reader(root)
+    r = host.reread()  # after this command's writes (DAMON's re-create directories): no handle kept from before
     for knob in reversed(knobs):
         group = [x for x in entries if x.knob == knob]
         if knob == "damon":
-            group = _damon_order(root, group, target, failures)
+            group = _damon_order(host, group, target, failures)
         for e in group:
             want = e.prior if target == "prior" else e.original
             exists, raw = _knob_file(r, e.path)
@@ -190,7 +190,7 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
                 failures.append(f"{e.path}: no saved value to restore")
                 continue
             try:
-                write_with_retry(root, e.path, want)
+                write_with_retry(host.root, e.path, want)
             except KnobError as err:
                 progress.fail(e.path, "restore-failed", f"{err.kind}: {err.reason}")
                 failures.append(f"{e.setting}: {err.kind}: {err.reason}")
@@ -204,7 +204,7 @@ def restore_files(root: str, entries: List[Entry], knobs: List[str], target: str
     return failures
 
 
-def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]) -> List[Entry]:
+def _damon_order(host: Host, group: List[Entry], target: str, failures: List[str]) -> List[Entry]:
     """DAMON's files in restore order, after stopping cxlctl's running kdamonds when needed.
 
     A kdamond only takes its files on ``on``/``commit``, and ``nr_kdamonds`` is refused (EBUSY)
@@ -219,7 +219,7 @@ def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]
     states = [e for e in group if is_state(e.path)]
     rest = sorted((e for e in group if not is_state(e.path)), key=lambda e: e.path != NR_KDAMONDS)
     differs = False
-    r = Reader(root)
+    r = host.reread()
     for e in rest:
         want = e.prior if target == "prior" else e.original
         exists, raw = _knob_file(r, e.path)
@@ -230,16 +230,16 @@ def _damon_order(root: str, group: List[Entry], target: str, failures: List[str]
             _, raw = _knob_file(r, e.path)
             if raw is not None and raw.strip() == "on":
                 try:
-                    write_with_retry(root, e.path, "off\n")
+                    write_with_retry(host.root, e.path, "off\n")
                 except KnobError as err:
                     failures.append(f"{e.setting}: cannot stop it before restoring: {err.kind}: {err.reason}")
     return rest + states
 
 
-def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
+def verify_entries(host: Host, entries: List[Entry]) -> List[Check]:
     """Read back every file with a desired value: pass, drift or unsupported (vanished/unreadable)."""
     out = []
-    r = Reader(root)
+    r = host.reread()  # the read-back follows the writes
     for e in entries:
         if e.desired is None:
             continue
@@ -273,19 +273,19 @@ def verify_entries(root: str, entries: List[Entry]) -> List[Check]:
     return out
 
 
-def restore_persist(root: str, saved: Dict[str, Optional[str]]) -> Tuple[List[str], List[str]]:
+def restore_persist(host: Host, saved: Dict[str, Optional[str]]) -> Tuple[List[str], List[str]]:
     """Put persist files back (None = remove); (paths changed, errors)."""
     changed, errs = [], []
     for path, before in saved.items():
         try:
             if before is None:
-                if remove(root, path):
+                if remove(host.root, path):
                     changed.append(path)
             else:
-                atomic_write(root, path, before.encode(), mode=0o644)
+                atomic_write(host.root, path, before.encode(), mode=0o644)
                 changed.append(path)
         except OSError as e:
-            errs.append(f"{host(root, path)}: {e.strerror}")
+            errs.append(f"{host.path(path)}: {e.strerror}")
         except OutsideRoot as e:
             errs.append(str(e))
     return changed, errs
@@ -384,15 +384,15 @@ class Transaction:
 
     def __init__(
         self,
-        root: str,
+        host: Host,
         profile: Union[Profile, str],
         *,
         inventory: Optional[Inventory] = None,
         persist: Optional[bool] = None,
         switching: bool = True,
     ) -> None:
-        self.root = root
-        self.profile = load(root, profile) if isinstance(profile, str) else profile
+        self.host = host
+        self.profile = load(host, profile) if isinstance(profile, str) else profile
         self.prepared = self._prepare(inventory, persist, switching)
         self.journal: Optional[Journal] = None  # after commit: the journal written
         self._previous: Optional[Journal] = None  # the journal this commit replaced
@@ -408,9 +408,9 @@ class Transaction:
         if inventory is None:
             from cxlctl.inventory import scan
 
-            inventory = scan(self.root)
+            inventory = scan(self.host.root)
         messages: List[str] = []
-        j = this_boot(self.root, messages)
+        j = this_boot(self.host, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None
         if (
             j is not None
@@ -422,9 +422,9 @@ class Transaction:
             # the apply in effect was asked to run beside DAMON modules: re-applying it keeps that
             self.profile = with_beside_other_damon(self.profile)
             messages.append(f"DAMON tiering runs beside other DAMON users, as the apply of {j.profile} asked")
-        p = make_plan(inventory, self.profile, read_current(self.root), restore_map(active))
-        persisting = persisted(self.root) if persist is None else persist
-        conflicts = tuple(find(self.root, _desired_values(p), persisting))
+        p = make_plan(inventory, self.profile, read_current(self.host), restore_map(active))
+        persisting = persisted(self.host) if persist is None else persist
+        conflicts = tuple(find(self.host, _desired_values(p), persisting))
         return Prepared(
             profile=self.profile,
             inventory=inventory,
@@ -440,13 +440,13 @@ class Transaction:
                 f"tune apply {p.profile} refused; nothing was changed: " + " ".join(p.refusals),
                 hint="`cxlctl tune plan` shows the plan; docs/tuning.md (DAMON tiering) explains the choice",
             )
-        preflight(self.root, [s.path for s in p.writes], {s.knob for s in p.writes}, "apply", extra)
+        preflight(self.host, [s.path for s in p.writes], {s.knob for s in p.writes}, "apply", extra)
 
     def _settle(self, messages: List[str]) -> Optional[Journal]:
         """The journal found under the lock: an earlier boot's is discarded; unsettled ones refuse."""
-        old = jn.load(self.root)
-        if old is not None and not jn.same_boot(old, jn.boot_id(self.root)):
-            jn.discard(self.root)
+        old = jn.load(self.host)
+        if old is not None and not jn.same_boot(old, self.host.boot_id):
+            jn.discard(self.host)
             messages.append(
                 f"discarded the tuning journal of an earlier boot ({old.boot_id}, profile {old.profile}): "
                 "the kernel reset those values when it booted"
@@ -459,7 +459,7 @@ class Transaction:
     def _replan(self, active: Optional[Journal], extra: Tuple[str, ...]) -> Tuple[Plan, Current]:
         """Plan again under the lock: knob values may have changed while we waited (the
         inventory — nodes, bandwidth — is reused: it does not change with knobs)."""
-        cur = read_current(self.root)
+        cur = read_current(self.host)
         p = make_plan(self.prepared.inventory, self.profile, cur, restore_map(active))
         if p.writes != self.prepared.plan.writes:
             self._check(p, extra)
@@ -472,12 +472,12 @@ class Transaction:
         """Write-ahead: the originals are durable before the first knob write."""
         persist_saved: Dict[str, Optional[str]] = dict(active.persist) if active else {}
         if persist:
-            r = Reader(self.root)
+            r = self.host.reader
             for path in PERSIST_FILES:
                 persist_saved.setdefault(path, _knob_file(r, path)[1])
-        elif persisted(self.root):
+        elif persisted(self.host):
             messages.append(
-                f"{host(self.root, PERSIST_SYSCTL)} (from an earlier `apply --persist`) still sets the boot-time values; "
+                f"{self.host.path(PERSIST_SYSCTL)} (from an earlier `apply --persist`) still sets the boot-time values; "
                 "add --persist to update it, or `cxlctl tune revert` to remove it"
             )
         j = Journal(
@@ -485,7 +485,7 @@ class Transaction:
             state=jn.APPLYING,
             profile=p.profile,
             profile_source=p.source,
-            boot_id=jn.boot_id(self.root),
+            boot_id=self.host.boot_id,
             pid=os.getpid(),
             tool=f"cxlctl {__version__}",
             started=jn.now(),
@@ -497,7 +497,7 @@ class Transaction:
             profile_data=self.profile.data,
             beside_other_damon=beside_other_damon(self.profile),
         )
-        jn.save(self.root, j)
+        jn.save(self.host, j)
         pause_hook(0)
         return j
 
@@ -510,10 +510,10 @@ class Transaction:
             if st.knob not in progress.attempted:
                 progress.attempted.append(st.knob)
             try:
-                write_with_retry(self.root, st.path, st.write, index=i)
+                write_with_retry(self.host.root, st.path, st.write, index=i)
                 progress.status[st.path] = "written"
             except KnobError as e:
-                _, raw = _knob_file(Reader(self.root), st.path)
+                _, raw = _knob_file(self.host.reread(), st.path)
                 command = st.write.strip() == "commit"  # reads back "on" whether or not the kernel took it
                 if raw is not None and st.desired is not None and not command and canon(st.knob, raw) == st.desired:
                     # raced to the same value (another agent), or the write took effect after all
@@ -530,23 +530,23 @@ class Transaction:
         self, j: Journal, entries: List[Entry], active: Optional[Journal], progress: Progress
     ) -> CxlctlError:
         """Ctrl-C between two writes: undo what was written, like any failure."""
-        rb = restore_files(self.root, entries, progress.attempted, "prior", progress)
+        rb = restore_files(self.host, entries, progress.attempted, "prior", progress)
         done = progress.entries(entries)
         if rb:
             jn.save(
-                self.root, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted")
+                self.host, j._replace(state=jn.ROLLBACK_FAILED, finished=jn.now(), entries=done, error="interrupted")
             )
         elif active is not None:
-            jn.save(self.root, active._replace(error=f"switching to {j.profile} was interrupted and rolled back"))
+            jn.save(self.host, active._replace(error=f"switching to {j.profile} was interrupted and rolled back"))
         else:
-            jn.save(self.root, j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=done, error="interrupted"))
+            jn.save(self.host, j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=done, error="interrupted"))
         return CxlctlError(
             "interrupted" + ("; ROLLBACK INCOMPLETE: " + "; ".join(rb) if rb else "; every change was rolled back"),
             hint="see `cxlctl tune status`",
         )
 
     def _verify(self, entries: List[Entry]) -> Tuple[List[Check], Optional[str]]:
-        checks = verify_entries(self.root, entries)
+        checks = verify_entries(self.host, entries)
         bad = [c for c in checks if c.status != "pass" and c.status != "unsupported"]
         if not bad:
             return checks, None
@@ -558,10 +558,10 @@ class Transaction:
         """Write the boot-time files (``done`` collects what was written); an error, or None."""
         try:
             for path, text in _persist_contents(p, self.profile).items():
-                atomic_write(self.root, path, text.encode(), mode=0o644)
+                atomic_write(self.host.root, path, text.encode(), mode=0o644)
                 done.append(path)
         except OSError as e:
-            return f"cannot persist: {host(self.root, path)}: {e.strerror}"
+            return f"cannot persist: {self.host.path(path)}: {e.strerror}"
         except OutsideRoot as e:
             return f"cannot persist: {e}"
         return None
@@ -570,9 +570,9 @@ class Transaction:
         self, entries: List[Entry], progress: Progress, persist_saved: Dict[str, Optional[str]], written: List[str]
     ) -> List[str]:
         """After a failure: every knob attempted back to its prior value, persist files too."""
-        errors = restore_files(self.root, entries, progress.attempted, "prior", progress)
+        errors = restore_files(self.host, entries, progress.attempted, "prior", progress)
         if written:
-            _, perr = restore_persist(self.root, {k: v for k, v in persist_saved.items() if k in written})
+            _, perr = restore_persist(self.host, {k: v for k, v in persist_saved.items() if k in written})
             errors += perr
             written.clear()
         return errors
@@ -596,7 +596,7 @@ class Transaction:
             j = active._replace(error=f"switching to {j.profile} failed and was rolled back: {error}")
         else:
             j = j._replace(state=jn.ROLLED_BACK, finished=jn.now(), entries=final, error=error)
-        jn.save(self.root, j)
+        jn.save(self.host, j)
         return j
 
     # -- commit / rollback -------------------------------------------------------------
@@ -633,7 +633,7 @@ class Transaction:
         extra = PERSIST_FILES if persist else ()
         self._check(prep.plan, extra)
         messages: List[str] = []
-        with TuneLock(self.root, wait):
+        with TuneLock(self.host.root, wait):
             old = self._settle(messages)
             active = old if old is not None and old.state == jn.APPLIED else None
             p, cur = self._replan(active, extra)
@@ -686,17 +686,17 @@ class Transaction:
         if self.journal is None:
             raise CxlctlError("nothing to roll back: this transaction did not commit")
         mine = self.journal
-        with TuneLock(self.root, wait):
-            j = jn.load(self.root)
+        with TuneLock(self.host.root, wait):
+            j = jn.load(self.host)
             if j is None or j.pid != mine.pid or j.started != mine.started or j.state != jn.APPLIED:
                 raise CxlctlError(
                     f"cannot roll back {mine.profile}: the tuning journal changed since it was applied",
                     hint="see `cxlctl tune status`",
                 )
-            return undo(self.root, j, self._previous)
+            return undo(self.host, j, self._previous)
 
 
-def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
+def undo(host: Host, j: Journal, previous: Optional[Journal]) -> UndoResult:
     """Put every file of journal ``j`` back to its value before ``j`` (its ``prior``), then record
     ``previous`` (the journal ``j`` replaced) as in effect again — or ``j`` as rolled back when
     there was none.  The caller holds the lock."""
@@ -708,11 +708,11 @@ def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
     for e in entries:
         if e.knob not in knobs:
             knobs.append(e.knob)
-    errors = restore_files(root, entries, knobs, "prior", progress)
+    errors = restore_files(host, entries, knobs, "prior", progress)
     messages: List[str] = []
     if errors:
         jn.save(
-            root,
+            host,
             j._replace(
                 state=jn.ROLLBACK_FAILED,
                 finished=jn.now(),
@@ -722,10 +722,10 @@ def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
             ),
         )
     elif previous is not None:
-        jn.save(root, previous)
+        jn.save(host, previous)
     else:
         jn.save(
-            root,
+            host,
             j._replace(
                 state=jn.ROLLED_BACK,
                 finished=jn.now(),

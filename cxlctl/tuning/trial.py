@@ -20,8 +20,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Union
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock
-from cxlctl.hostio.root import under as host
 from cxlctl.namedrecord import NamedTuple
 
 from . import journal as jn
@@ -66,28 +66,28 @@ def _mine(j: Optional[Journal], pid: int, started: str) -> bool:
     return pending(j) and j is not None and j.trial is not None and j.trial.pid == pid and j.started == started
 
 
-def expire(root: str, wait: Optional[float] = None) -> Optional[UndoResult]:
+def expire(host: Host, wait: Optional[float] = None) -> Optional[UndoResult]:
     """Undo an unconfirmed try whose deadline has passed (None when there is none).
 
     Cheap when there is nothing to do (one journal read, no lock).  Raises
     :class:`CxlctlError` when the try cannot be undone by this process (not root).
     """
     try:
-        j = jn.load(root)
+        j = jn.load(host)
     except CxlctlError:
         return None
-    if not _expired(j, time.time()) or j is None or not jn.same_boot(j, jn.boot_id(root)):
+    if not _expired(j, time.time()) or j is None or not jn.same_boot(j, host.boot_id):
         return None
-    if not writable(host(root, jn.RUN_DIR)):
+    if not writable(host.path(jn.RUN_DIR)):
         raise CxlctlError(
             f"the `tune try` of {j.profile} expired unconfirmed and must be reverted, which needs root",
             hint="run any `sudo cxlctl tune` command (e.g. `sudo cxlctl tune status`)",
         )
-    with TuneLock(root, wait):
-        j = jn.load(root)
+    with TuneLock(host.root, wait):
+        j = jn.load(host)
         if not _expired(j, time.time()) or j is None or j.trial is None:
             return None  # someone else got there first
-        res = undo(root, j, j.trial.previous)
+        res = undo(host, j, j.trial.previous)
     when = time.strftime("%H:%M:%S", time.localtime(j.trial.deadline))
     waiter = f"pid {j.trial.pid}, " + ("still running but stopped waiting" if alive(j.trial.pid) else "is gone")
     said = (
@@ -108,23 +108,23 @@ def alive(pid: int) -> bool:
     return pid > 0
 
 
-def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
+def confirm(host: Host, wait: Optional[float] = None) -> Confirmed:
     """Keep the pending try (any process may confirm it). :class:`UsageError` when none is pending:
     checked before the lock is taken too, so a refusal writes nothing (not even the lock file)."""
-    _pending_try(root)
-    with TuneLock(root, wait):
-        j = _pending_try(root)
+    _pending_try(host)
+    with TuneLock(host.root, wait):
+        j = _pending_try(host)
         t = j.trial
         assert t is not None  # _pending_try checked it
         when = jn.now()
-        jn.save(root, j._replace(trial=t._replace(confirmed=when, previous=None)))
+        jn.save(host, j._replace(trial=t._replace(confirmed=when, previous=None)))
     return Confirmed(profile=j.profile, confirmed=when, pid=t.pid)
 
 
-def _pending_try(root: str) -> Journal:
+def _pending_try(host: Host) -> Journal:
     """The journal of the try waiting for confirmation, or :class:`UsageError`."""
-    j = jn.load(root)
-    if j is None or not jn.same_boot(j, jn.boot_id(root)) or not pending(j) or j.trial is None:
+    j = jn.load(host)
+    if j is None or not jn.same_boot(j, host.boot_id) or not pending(j) or j.trial is None:
         raise UsageError(
             "no `tune try` is waiting for confirmation",
             hint="`cxlctl tune status` shows the tuning state; `cxlctl tune try PROFILE` starts a try",
@@ -152,7 +152,7 @@ def _stdin_event(fd: Optional[int], timeout: float) -> Optional[str]:
     return CONFIRMED if b"\n" in data or b"\r" in data else None
 
 
-def wait(root: str, j: Journal, stdin_fd: Optional[int]) -> str:
+def wait(host: Host, j: Journal, stdin_fd: Optional[int]) -> str:
     """Wait for the try recorded in ``j`` to be confirmed: CONFIRMED, TIMEOUT, EOF_ or SUPERSEDED.
 
     ``stdin_fd``: a line on it confirms, its end (EOF) refuses; None to wait for
@@ -163,7 +163,7 @@ def wait(root: str, j: Journal, stdin_fd: Optional[int]) -> str:
     while True:
         now = time.time()
         try:
-            cur = jn.load(root)
+            cur = jn.load(host)
         except CxlctlError:
             cur = None
         if cur is not None and cur.started == j.started and cur.trial is not None and cur.trial.confirmed:
@@ -175,7 +175,7 @@ def wait(root: str, j: Journal, stdin_fd: Optional[int]) -> str:
         event = _stdin_event(stdin_fd, min(POLL, j.trial.deadline - now))
         if event == CONFIRMED:
             try:
-                confirm(root)
+                confirm(host)
             except UsageError:
                 return SUPERSEDED
             return CONFIRMED
@@ -183,25 +183,25 @@ def wait(root: str, j: Journal, stdin_fd: Optional[int]) -> str:
             return EOF_
 
 
-def give_up(root: str, j: Journal, wait_lock: Optional[float] = None) -> Optional[UndoResult]:
+def give_up(host: Host, j: Journal, wait_lock: Optional[float] = None) -> Optional[UndoResult]:
     """Undo this process's own try (no confirmation came); None when the journal is no longer
     this try's (confirmed meanwhile, or replaced by a revert)."""
     assert j.trial is not None
-    with TuneLock(root, wait_lock):
-        cur = jn.load(root)
+    with TuneLock(host.root, wait_lock):
+        cur = jn.load(host)
         if not _mine(cur, j.trial.pid, j.started) or cur is None or cur.trial is None:
             return None
-        return undo(root, cur, cur.trial.previous)
+        return undo(host, cur, cur.trial.previous)
 
 
-def abandon(root: str) -> Optional[UndoResult]:
+def abandon(host: Host) -> Optional[UndoResult]:
     """Undo this process's try when it was interrupted right after recording it (before the
     caller got to wait); None when there is none."""
-    with TuneLock(root, None):
-        cur = jn.load(root)
+    with TuneLock(host.root, None):
+        cur = jn.load(host)
         if not pending(cur) or cur is None or cur.trial is None or cur.trial.pid != os.getpid():
             return None
-        return undo(root, cur, cur.trial.previous)
+        return undo(host, cur, cur.trial.previous)
 
 
 class TryOutcome(NamedTuple):
@@ -217,7 +217,7 @@ def _term(signum: int, frame: Any) -> None:
 
 
 def run(
-    root: str,
+    host: Host,
     ref: Union[str, Profile],
     timeout: float,
     *,
@@ -246,10 +246,10 @@ def run(
     try:
         try:
             with progress() if progress is not None else contextlib.nullcontext() as on_progress:
-                res = Transaction(root, ref).commit(wait=wait_lock, trial_timeout=timeout, on_progress=on_progress)
+                res = Transaction(host, ref).commit(wait=wait_lock, trial_timeout=timeout, on_progress=on_progress)
         except KeyboardInterrupt:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            undone = abandon(root)
+            undone = abandon(host)
             if undone is not None and not undone.ok:
                 raise CxlctlError(
                     f"interrupted: reverting {undone.profile} failed: " + "; ".join(undone.errors),
@@ -268,7 +268,7 @@ def run(
         try:
             if on_applied is not None:
                 on_applied(res)
-            outcome = wait(root, j, stdin_fd)
+            outcome = wait(host, j, stdin_fd)
         except KeyboardInterrupt:
             outcome = INTERRUPTED
         if outcome not in UNDONE_AFTER:
@@ -276,7 +276,7 @@ def run(
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            reverted = give_up(root, j)
+            reverted = give_up(host, j)
         finally:
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
