@@ -311,11 +311,12 @@ def check_profile(root: str, where: str, ref: str) -> None:
     A typo there would otherwise surface only as a reconcile that fails every pass
     while the daemon reports itself ready.
     """
+    from cxlctl.hostio.host import Host
     from cxlctl.tuning.profile import ProfileError
     from cxlctl.tuning.profile import load as load_profile
 
     try:
-        load_profile(root, ref)
+        load_profile(Host(root), ref)
     except ProfileError as e:
         known = f" ({e.hint})" if e.hint.startswith("known profiles") else ""
         raise ConfigError(where, "profile", f"cannot use profile {ref!r}: {e}{known}") from None

@@ -132,7 +132,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
     # DAMON's kdamonds (cxlctl.damon): not part of the inventory, but tuning reads them
     from .damon.sysfs import read_damon
 
-    read_damon(root, reader)
+    read_damon(reader)
     tools = _doctor_reads(root, reader, inv)
     # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
     # record's status document replays exactly

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from cxlctl.hostio.host import Host
+
 from .common import JSON_OPT, emit_json, group, host_root
 
 daemon_app = group("daemon", "The cxlctl service: keep the tuning profile applied as CXL memory comes and goes.")
@@ -36,7 +38,7 @@ def run_cmd(
 
     root = host_root()
     cfg = cfgmod.load(root, config)
-    d = Daemon(root, cfg, config_path=config, use_udev=not no_udev and root == "/")
+    d = Daemon(Host(root), cfg, config_path=config, use_udev=not no_udev and root == "/")
     rc = d.run(once=once)
     if rc:
         raise typer.Exit(rc)
@@ -66,7 +68,7 @@ def metrics_cmd(
     from cxlctl.daemon.oneshot import metrics_view
 
     root = host_root()
-    view = metrics_view(root, cfgmod.load(root, config), with_health=not no_health)
+    view = metrics_view(Host(root), cfgmod.load(root, config), with_health=not no_health)
     if json_out:
         emit_json(metrics.as_json(view))
         return
@@ -81,7 +83,7 @@ def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     from cxlctl.k8s import nfd
 
     root = host_root()
-    lbls = labels(root, cfgmod.load(root, config))
+    lbls = labels(Host(root), cfgmod.load(root, config))
     if json_out:
         emit_json({"labels": lbls})
         return

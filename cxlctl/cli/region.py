@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import typer
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.parse import decimal_suffix
 
 from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
@@ -239,7 +240,7 @@ def create_cmd(
     need_root("region create")
     with progress_bar(json_out) as progress:
         batch = create_regions(
-            root,
+            Host(root),
             plans,
             req,
             use_all=use_all,
@@ -306,7 +307,7 @@ def destroy_cmd(
         )
     need_root("region destroy")
     with progress_bar(json_out) as progress:
-        d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
+        d = destroy_region(Host(root), region, force, logger(verbose), wait=wait, progress=progress)
     if json_out:
         emit_json(region_json.destroyed(d))
         return
@@ -337,12 +338,12 @@ def reconfigure_cmd(
     zone = _zone(zone, mode, "--mode")
     if not (device.startswith("dax") and "." in device):
         raise UsageError(f"{device!r} is not a DAX device name", hint="DAX devices are named daxX.Y (cxlctl status)")
-    root = host_root()
-    read_dax(root, device)  # a clear error for unknown devices, before the root check
+    h = Host(host_root())
+    read_dax(h, device)  # a clear error for unknown devices, before the root check
     need_root("dax reconfigure")
     with progress_bar(json_out) as progress:
-        r = reconfigure_dax(root, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
-    _report_reconfigured(r, block_size(root), json_out)
+        r = reconfigure_dax(h, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
+    _report_reconfigured(r, block_size(h), json_out)
 
 
 def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> None:

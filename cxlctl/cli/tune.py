@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 import typer
 
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
+from cxlctl.hostio.host import Host
 
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
@@ -48,7 +49,7 @@ def _before_any_command() -> None:
     from cxlctl.tuning.trial import expire
 
     try:
-        _note(view.expired(expire(host_root())))
+        _note(view.expired(expire(Host(host_root()))))
     except CxlctlError as e:
         _note([f"warning: {e}" + (f" ({e.hint})" if e.hint else "")])
 
@@ -62,10 +63,11 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning.profile import ProfileError, list_names, load
 
     rows: List[Dict[str, Any]] = []
-    for name, path, builtin in list_names(host_root()):
+    h = Host(host_root())
+    for name, path, builtin in list_names(h):
         row: Dict[str, Any] = {"name": name, "source": path, "builtin": builtin, "summary": None, "error": None}
         try:
-            row["summary"] = load(host_root(), path).summary
+            row["summary"] = load(h, path).summary
         except ProfileError as e:
             row["error"] = str(e)
         rows.append(row)
@@ -85,7 +87,7 @@ def show_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.profile import load
 
-    p = load(host_root(), profile)
+    p = load(Host(host_root()), profile)
     doc = view.profile(p)
     if json_out:
         _emit({"profile": doc})
@@ -105,7 +107,8 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning.knobs import read_current
     from cxlctl.tuning.recommend import recommend
 
-    rec = recommend(scan(host_root()), read_current(host_root()))
+    h = Host(host_root())
+    rec = recommend(scan(h.root), read_current(h))
     if json_out:
         from cxlctl.tuning import tune_json as view
 
@@ -126,10 +129,10 @@ BESIDE_OPT = typer.Option(
 )
 
 
-def _profile(ref: Optional[str], beside: bool) -> Union[str, Profile]:
+def _profile(h: Host, ref: Optional[str], beside: bool) -> Union[str, Profile]:
     from cxlctl.tuning.profile import for_command
 
-    return for_command(host_root(), ref, beside)
+    return for_command(h, ref, beside)
 
 
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
@@ -151,7 +154,8 @@ def plan_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    prep = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None).prepared
+    h = Host(host_root())
+    prep = Transaction(h, _profile(h, profile or None, beside), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -185,14 +189,15 @@ def apply_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    txn = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None)
+    h = Host(host_root())
+    txn = Transaction(h, _profile(h, profile or None, beside), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
         _emit(view.apply(res))
     else:
         _note(res.messages)
-        _render_apply(res)
+        _render_apply(res, h)
     _raise_failed(res)
 
 
@@ -210,10 +215,10 @@ def _raise_failed(res: ApplyResult) -> None:
         )
 
 
-def _render_apply(res: ApplyResult) -> None:
+def _render_apply(res: ApplyResult, h: Host) -> None:
     from cxlctl.tuning import render
 
-    render.apply(res, _console(), root=host_root())
+    render.apply(res, _console(), host=h)
 
 
 # ---------------------------------------------------------------------------- verify / revert / status
@@ -228,7 +233,7 @@ def verify_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import verify
 
-    res = verify(host_root(), profile)
+    res = verify(Host(host_root()), profile)
     if json_out:
         _emit(view.verify(res))
     else:
@@ -251,14 +256,15 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import revert
 
-    res = revert(host_root(), wait=wait)
+    h = Host(host_root())
+    res = revert(h, wait=wait)
     if json_out:
         _emit(view.revert(res))
     else:
         from cxlctl.tuning import render
 
         _note(res.messages)
-        render.revert(res, _console(), root=host_root())
+        render.revert(res, _console(), host=h)
     if not res.ok:
         raise CxlctlError(
             "revert incomplete: " + "; ".join(res.errors),
@@ -273,7 +279,7 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import status
 
-    st = status(host_root())
+    st = status(Host(host_root()))
     if json_out:
         _emit(view.status(st))
         return
@@ -347,9 +353,10 @@ def try_cmd(
             ]
         )
 
+    h = Host(host_root())
     t = trial.run(
-        host_root(),
-        _profile(profile, beside),
+        h,
+        _profile(h, profile, beside),
         timeout,
         wait_lock=wait,
         stdin_fd=_stdin_fd(),
@@ -362,7 +369,7 @@ def try_cmd(
             _emit(view.trial(res, timeout, None, "failed", None))
         else:
             _note(res.messages)
-            _render_apply(res)
+            _render_apply(res, h)
         _raise_failed(res)
         return
     if json_out:
@@ -405,7 +412,7 @@ def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> 
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.trial import confirm
 
-    c = confirm(host_root(), wait)
+    c = confirm(Host(host_root()), wait)
     if json_out:
         _emit(view.confirmed(c))
         return

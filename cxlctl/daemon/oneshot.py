@@ -31,7 +31,11 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
     inv = rec.scan("oneshot")
     target = resolve_target(rec.host, cfg)
     rec.check_drift()
-    h = health.collect(host.root, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
+    h = (
+        health.collect(host.root, cfg.health_command, cfg.health_timeout)
+        if with_health and cfg.health_enabled
+        else None
+    )
     state = target.state if target.state in _PUBLISHED_STATES else "observing"
     tel = None
     if cfg.telemetry_interval > 0:  # one sample: counters and the since-boot verdicts, no rates
@@ -50,7 +54,7 @@ def labels(host: Host, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
     from cxlctl.inventory import scan
 
-    target = resolve_target(rec.host, cfg)
+    target = resolve_target(host, cfg)
     h = health.collect(host.root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
     return nfd.labels(
         scan(host.root),

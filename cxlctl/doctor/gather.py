@@ -138,24 +138,26 @@ def _as_root(root: str) -> bool:
 
 def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
     """The tuning engine's status, and the TuneD/sysctl.d settings of the knobs it manages."""
+    from cxlctl.hostio.host import Host
     from cxlctl.tuning import engine
     from cxlctl.tuning.conflicts import find, our_keys
     from cxlctl.tuning.knobs import REGISTRY
     from cxlctl.tuning.state import applied_journal
     from cxlctl.tuning.transaction import persisted
 
+    h = Host(root)
     try:
-        st: object = engine.status(root)
+        st: object = engine.status(h)
     except CxlctlError as e:
         st = str(e)
-    j = applied_journal(root)
+    j = applied_journal(h)
     values: List[Tuple[str, str, Optional[str]]]
     if j is not None:
         values = [(e.knob, e.path, e.desired) for e in j.entries if e.desired is not None]
     else:
         values = [(k.name, k.path, None) for k in REGISTRY if k.kind != "group"]
     try:
-        found = tuple(find(root, our_keys(values), persisted(root)))
+        found = tuple(find(h, our_keys(values), persisted(h)))
     except (CxlctlError, OSError):
         found = ()
     return st, found

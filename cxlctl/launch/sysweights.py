@@ -63,9 +63,10 @@ class WeightPlan(NamedTuple):
 
 def active_base(root: str) -> Optional[str]:
     """The source of the profile in effect this boot (what the launch profile includes)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.tuning.state import applied_journal
 
-    j = applied_journal(root)
+    j = applied_journal(Host(root))
     if j is None:
         return None
     if j.profile == PROFILE_NAME or j.profile_data is not None:
@@ -94,9 +95,10 @@ def profile_data(nodes: Sequence[int], ratio: Optional[Tuple[int, int]], base: O
 
 
 def _current(root: str) -> Dict[int, int]:
+    from cxlctl.hostio.host import Host
     from cxlctl.tuning.knobs import read_current
 
-    cur = read_current(root)
+    cur = read_current(Host(root))
     out = {}
     for n, p in cur.wi_node_paths().items():
         v = (cur.get(p) or "").strip()
@@ -107,6 +109,7 @@ def _current(root: str) -> Dict[int, int]:
 
 def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]) -> WeightPlan:
     """What the weights will be and what the tuning engine would write (no writes)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.tuning.profile import from_data
     from cxlctl.tuning.transaction import Transaction
 
@@ -132,9 +135,8 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
             hint="the kernel lists weights for nodes with memory; check cxlctl status",
         )
     base = active_base(root)
-    txn = Transaction(
-        root, from_data(root, PROFILE_NAME, profile_data(nodes, ratio, base), PROFILE_SOURCE), inventory=inv
-    )
+    h = Host(root)
+    txn = Transaction(h, from_data(h, PROFILE_NAME, profile_data(nodes, ratio, base), PROFILE_SOURCE), inventory=inv)
     prep = txn.prepared
     steps = [s for s in prep.plan.steps if s.knob == KNOB]
     others = [s for s in prep.plan.steps if s.knob != KNOB and s.action in ("set", "restore")]
