@@ -29,6 +29,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
@@ -238,7 +239,7 @@ def make_daemon(
     log = make_logger("debug", cap.stream)
     log.setLevel(logging.DEBUG)
     d = Daemon(
-        root,
+        Host(root),
         c,
         config_path=config_path,
         monitor_factory=fac,

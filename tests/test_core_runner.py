@@ -25,6 +25,7 @@ import pytest
 
 import cxlctl
 from cxlctl.hostio import tools
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.tools import ToolError
 
 PKG_DIR = os.path.dirname(os.path.abspath(cxlctl.__file__))
@@ -286,6 +287,6 @@ def test_loading_a_dax_driver_without_modprobe_is_a_clear_error(tmp_path: Any, m
     monkeypatch.setenv("PATH", str(tmp_path))
     t0 = time.monotonic()
     with pytest.raises(dax.DaxError) as ei:
-        dax._ensure_driver("/", "cxlctl_no_such_driver")
+        dax._ensure_driver(Host("/"), "cxlctl_no_such_driver")
     assert "modprobe is not installed" in str(ei.value) and ei.value.hint == "modprobe cxlctl_no_such_driver"
     assert time.monotonic() - t0 < 4  # no 5 s wait for a driver that cannot appear

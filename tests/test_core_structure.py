@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 import cxlctl
+from cxlctl.hostio.host import Host
 
 PKG_DIR = os.path.dirname(os.path.abspath(cxlctl.__file__))
 
@@ -236,7 +237,7 @@ def test_damon_reader_reads_back_every_file_the_engine_writes(tmp_path: Path) ->
         f = tmp_path / p.lstrip("/")
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(v + "\n")
-    st = read_damon(str(tmp_path))
+    st = read_damon(Host(str(tmp_path)).reader)
     assert {p: v.strip() for p, v in st.files.items()} == written
     assert [k.id for k in st.kdamonds] == [k.id for k in kds]
     for k, got in zip(kds, st.kdamonds):

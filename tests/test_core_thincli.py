@@ -17,6 +17,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras import collect
 from cxlctl.telemetry.sample import check_nodes, check_pid, kinds_of, read_sample
@@ -100,7 +101,11 @@ def test_try_run_undoes_the_try_when_stdin_closes_and_restores_sigterm(tmp_path:
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         t = trial.run(
-            root, "t-everything", 30.0, stdin_fd=rd, on_applied=lambda res: seen.append(diff(before, snapshot(root)))
+            Host(root),
+            "t-everything",
+            30.0,
+            stdin_fd=rd,
+            on_applied=lambda res: seen.append(diff(before, snapshot(root))),
         )
     finally:
         os.close(rd)
@@ -118,7 +123,7 @@ def test_try_run_an_interrupt_while_waiting_reverts(tmp_path: Any) -> None:
     def interrupt(res: Any) -> None:
         raise KeyboardInterrupt
 
-    t = trial.run(root, "t-everything", 30.0, on_applied=interrupt)
+    t = trial.run(Host(root), "t-everything", 30.0, on_applied=interrupt)
     assert t.outcome == trial.INTERRUPTED and t.reverted is not None and t.reverted.ok
     assert diff(before, snapshot(root)) == []
     tr = journal(root).trial
@@ -185,8 +190,8 @@ def test_stat_checks_refuse_a_missing_process_and_node_naming_what_exists() -> N
 
 def test_for_command_is_the_named_profile_else_the_one_in_effect_else_the_default(tmp_path: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
-    assert profile.for_command(root, None) == profile.DEFAULT_PROFILE == "inference-bandwidth"
+    assert profile.for_command(Host(root), None) == profile.DEFAULT_PROFILE == "inference-bandwidth"
     assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
-    assert profile.for_command(root, None) == "t-everything"
-    assert profile.for_command(root, "latency-strict") == "latency-strict"
-    assert profile.for_command(root, "") == "", "a name given, even empty, is not replaced"
+    assert profile.for_command(Host(root), None) == "t-everything"
+    assert profile.for_command(Host(root), "latency-strict") == "latency-strict"
+    assert profile.for_command(Host(root), "") == "", "a name given, even empty, is not replaced"

@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl.hostio import write as hw
 from cxlctl.hostio.atomic import atomic_write, remove
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock
 from tests.kit import FIXTURES, REPO, cli, copy_fixture
 
@@ -79,7 +80,7 @@ def test_linked_knob_is_refused_before_any_write(tmp_path: Any) -> None:
     os.unlink(root + SWAPPINESS)
     os.symlink(target, root + SWAPPINESS)
     with pytest.raises(hw.OutsideRoot) as e:
-        preflight(root, ["/proc/sys/vm/zone_reclaim_mode", SWAPPINESS], {"vm.swappiness"}, "apply")
+        preflight(Host(root), ["/proc/sys/vm/zone_reclaim_mode", SWAPPINESS], {"vm.swappiness"}, "apply")
     assert str(e.value).startswith(f"{root}{SWAPPINESS} is a link leading out of the root (to {target})")
     assert e.value.code == 2 and not os.path.exists(os.path.join(root, "run"))
     p = cli("--root", root, "tune", "apply", "cxl-common")

@@ -20,6 +20,7 @@ from cxlctl.daemon import damon_metrics as damon_mod
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from tests import damon_sysfs
@@ -47,7 +48,7 @@ def _spy(monkeypatch: Any) -> List[Tuple[str, str]]:
 
 def _text(root: str) -> str:
     inv = scan(root)
-    d = damon_mod.collect(root, inv)
+    d = damon_mod.collect(Host(root), inv)
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, None, d))
 
 
@@ -85,7 +86,7 @@ def test_scheme_stats_of_another_tools_kdamonds_are_exported_and_never_refreshed
 def test_only_cxlctls_running_kdamonds_are_refreshed(tmp_path: Any, monkeypatch: Any) -> None:
     root = work_copy(IDLE, str(tmp_path / "root"))
     damon_sysfs.install(monkeypatch, root)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     calls = _spy(monkeypatch)
     ex = parse_exposition(_text(root))
     refreshed = sorted(p[len(root) :] for p, t in calls if t == "update_schemes_stats\n")
@@ -104,7 +105,7 @@ def test_only_cxlctls_running_kdamonds_are_refreshed(tmp_path: Any, monkeypatch:
 def test_a_kdamond_of_someone_else_beside_an_applied_profile_is_not_written(tmp_path: Any, monkeypatch: Any) -> None:
     root = work_copy(RUNNING, str(tmp_path / "root"))
     damon_sysfs.install(monkeypatch, root)
-    assert engine.apply(root, "inference-capacity").ok  # a journal of this boot, without [damon]
+    assert engine.apply(Host(root), "inference-capacity").ok  # a journal of this boot, without [damon]
     calls = _spy(monkeypatch)
     ex = parse_exposition(_text(root))
     assert calls == []
@@ -131,7 +132,7 @@ def test_the_daemon_exports_them_after_startup(tmp_path: Any, monkeypatch: Any) 
 
     root = work_copy(IDLE, str(tmp_path / "root"))
     damon_sysfs.install(monkeypatch, root)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     d, _, _ = make_daemon(root, config(metrics={"listen": "", "telemetry_interval": 0}))
     try:
         d.startup()
@@ -183,7 +184,7 @@ def test_daemon_metrics_command_shows_them_without_refreshing(tmp_path: Any, mon
 
     root = work_copy(IDLE, str(tmp_path / "root"))
     damon_sysfs.install(monkeypatch, root)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     capsys.readouterr()
     calls = _spy(monkeypatch)
     assert run(["--root", root, "daemon", "metrics", "--no-health"]) == 0

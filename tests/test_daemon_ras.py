@@ -19,6 +19,7 @@ from cxlctl.daemon import metrics as metrics_mod
 from cxlctl.daemon.metrics import Stats
 from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT, RasWatcher
 from cxlctl.hostio import journald as journal
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 
@@ -39,7 +40,7 @@ def _watcher(root: str, action: str = "none") -> tuple[RasWatcher, List[Dict[str
         sent.append(dict(fields))
         return True
 
-    return RasWatcher(root, logging.getLogger("test-ras"), action, journal=journal_fn), sent
+    return RasWatcher(Host(root), logging.getLogger("test-ras"), action, journal=journal_fn), sent
 
 
 def _lines(*names: str) -> List[str]:

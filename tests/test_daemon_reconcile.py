@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import is_held
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import WI_DIR
@@ -103,7 +104,7 @@ def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(
         # one log line per change, then one summary line
         assert len(cap.grep("reconciled (event)")) == 1
         # the journal now holds the new node's weight (verify and revert know it)
-        j = jn.load(root)
+        j = jn.load(Host(root))
         assert j is not None and j.state == jn.APPLIED and j.pid == os.getpid()
         desired = {e.path: e.desired for e in j.entries}
         assert all(desired.get(f"{WI_DIR}/node{n}") == "2" for n in new)
@@ -277,7 +278,7 @@ def test_a_cli_apply_and_a_daemon_reconcile_never_interleave(tmp_path: Any, caps
         assert p.returncode == 0, err
         step_until(d, lambda: d.rec.target.name == "latency-strict" and d.deadlines.get("retry") is None)
         assert d.stats.knob_writes == 0, "the daemon follows the CLI's apply instead of undoing it"
-        j = jn.load(root)
+        j = jn.load(Host(root))
         assert j is not None and j.profile == "latency-strict" and j.pid == p.pid
 
         # 2. the daemon applies (drift re-apply) and pauses mid-way; a CLI apply must wait and fail
@@ -303,7 +304,7 @@ def test_a_cli_apply_and_a_daemon_reconcile_never_interleave(tmp_path: Any, caps
         assert seen["rc"] == 4, seen
         assert f"held by pid {os.getpid()}" in seen["out"][1]
         assert read(root, SWAPPINESS) == "10"
-        j = jn.load(root)
+        j = jn.load(Host(root))
         assert j is not None and j.profile == "latency-strict" and j.pid == os.getpid()
     finally:
         d.close()
@@ -370,7 +371,7 @@ def test_after_a_reboot_the_persisted_profile_is_applied(tmp_path: Any, capsys: 
         d.close()
     assert read(root, SWAPPINESS) == "10"
     assert cap.grep("enforcing profile d-ratio (persisted by `tune apply --persist`)")
-    j = jn.load(root)
+    j = jn.load(Host(root))
     assert j is not None and j.state == jn.APPLIED and j.profile == "d-ratio" and j.pid == os.getpid()
 
 
@@ -412,7 +413,7 @@ def test_run_once_from_the_command_line(tmp_path: Any, capsys: Any) -> None:
     assert p.returncode == 0, p.stderr
     assert "enforcing profile d-ratio (persisted by `tune apply --persist`)" in p.stderr
     assert "no udev monitor (--root or --no-udev)" in p.stderr
-    j = jn.load(root)
+    j = jn.load(Host(root))
     assert j is not None and j.state == jn.APPLIED and j.profile == "d-ratio"
     with open(root + "/etc/kubernetes/node-feature-discovery/features.d/cxlctl") as f:
         assert "feature.node.kubernetes.io/cxl.profile=d-ratio" in f.read()

@@ -23,6 +23,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory
 from cxlctl.tuning import engine
@@ -91,21 +92,21 @@ def _dests(root: str, k: int = 0) -> List[tuple]:  # type: ignore[type-arg]
 
 def test_probe_learns_dests_from_the_release_then_from_a_scheme_directory(tmp_path: Any, monkeypatch: Any) -> None:
     root612 = work_copy(IDLE, str(tmp_path / "a"))
-    _, caps = probe_host(root612)
+    _, caps = probe_host(Host(root612))
     assert not caps.dests
     root = _tree(tmp_path, monkeypatch)
-    _, caps = probe_host(root)
+    _, caps = probe_host(Host(root))
     assert caps.dests and caps.node_goals
     assert any("dests/ present (6.17+)" in e for e in caps.evidence)
     # a scheme directory is better evidence than the release: one without dests/ says no ...
     old = work_copy(TIERING, str(tmp_path / "b"))
     damon_sysfs.as_kernel(old, R617)
-    state, caps = probe_host(old)
+    state, caps = probe_host(Host(old))
     assert state.kdamonds and not caps.dests
     assert any("lack dests/" in e for e in caps.evidence)
     # ... and one the 6.17 stand-in made says yes, and is read with its destinations
-    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
-    state, caps = probe_host(root)
+    assert Transaction(Host(root), "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
+    state, caps = probe_host(Host(root))
     assert caps.dests and any("have dests/" in e for e in caps.evidence)
     k0 = state.kdamond(0)
     assert k0 is not None
@@ -118,7 +119,7 @@ def test_probe_learns_dests_from_the_release_then_from_a_scheme_directory(tmp_pa
 def test_plan_on_617_spreads_demotion_over_the_tier_by_capacity(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     two = with_two_cxl(scan(root))
-    t = Transaction(root, "inference-damon", inventory=two)
+    t = Transaction(Host(root), "inference-damon", inventory=two)
     assert t.plan.refusals == ()
     by = _steps(t)
     assert by["damon.kdamond0.scheme0.action"].desired == "migrate_cold"
@@ -139,22 +140,22 @@ def test_plan_on_617_spreads_demotion_over_the_tier_by_capacity(tmp_path: Any, m
 def test_weights_follow_write_bandwidth_when_every_node_has_it(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     inv = scan(root)
-    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(inv, {1: 24000, 2: 8000})))
+    by = _steps(Transaction(Host(root), "inference-damon", inventory=with_two_cxl(inv, {1: 24000, 2: 8000})))
     assert [by[f"damon.kdamond0.scheme0.dest{i}.weight"].desired for i in (0, 1)] == ["3", "1"]
     assert "weights 3:1 migrate_cold (6.17 destinations by write bandwidth (access1, HMAT/CDAT);" in (
         by["damon.nr_kdamonds"].note
     )
     # one node without performance data: capacity, never a mix
-    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(inv, {1: 24000, 2: None})))
+    by = _steps(Transaction(Host(root), "inference-damon", inventory=with_two_cxl(inv, {1: 24000, 2: None})))
     assert [by[f"damon.kdamond0.scheme0.dest{i}.weight"].desired for i in (0, 1)] == ["1", "3"]
     # numbers too large for a readable ratio are scaled to at most 1000
-    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(inv, {1: 30011, 2: 10007})))
+    by = _steps(Transaction(Host(root), "inference-damon", inventory=with_two_cxl(inv, {1: 30011, 2: 10007})))
     assert [by[f"damon.kdamond0.scheme0.dest{i}.weight"].desired for i in (0, 1)] == ["1000", "333"]
 
 
 def test_612_plans_exactly_as_before_with_two_cxl_nodes(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch, release=None)
-    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))))
+    by = _steps(Transaction(Host(root), "inference-damon", inventory=with_two_cxl(scan(root))))
     assert not [s for s in by if "dest" in s]
     assert by["damon.nr_kdamonds"].note.startswith("node0→node1 migrate_cold, node1→node0 migrate_hot")
 
@@ -163,7 +164,7 @@ def test_one_cxl_node_on_617_demotes_to_target_nid_alone(tmp_path: Any, monkeypa
     """One CXL node: today's layout; the only addition on a 6.17 kernel is ``nr_dests`` 0, which says
     "target_nid alone" explicitly (a committed running kdamond would otherwise keep old destinations)."""
     root = _tree(tmp_path, monkeypatch)
-    t = Transaction(root, "inference-damon", inventory=scan(root))
+    t = Transaction(Host(root), "inference-damon", inventory=scan(root))
     by = _steps(t)
     assert by["damon.kdamond0.scheme0.nr_dests"].desired == "0"
     assert not [s for s in by if ".dest" in s]
@@ -171,7 +172,7 @@ def test_one_cxl_node_on_617_demotes_to_target_nid_alone(tmp_path: Any, monkeypa
         "node0→node1 migrate_cold" in by["damon.nr_kdamonds"].note
         and "destinations" not in by["damon.nr_kdamonds"].note
     )
-    ref = _steps(Transaction(work_copy(IDLE, str(tmp_path / "612")), "inference-damon"))
+    ref = _steps(Transaction(Host(work_copy(IDLE, str(tmp_path / "612"))), "inference-damon"))
     # against the 6.12 plan: the same files but nr_dests (and the 6.16+ quota goals)
     assert {s for s in set(by) ^ set(ref) if "goal" not in s} == {"damon.kdamond0.scheme0.nr_dests"}
 
@@ -183,7 +184,7 @@ def test_multi_dest_false_keeps_one_destination(tmp_path: Any, monkeypatch: Any)
     _write_profile(
         root, "one", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nmulti_dest = false\n'
     )
-    by = _steps(Transaction(root, "one", inventory=with_two_cxl(scan(root))))
+    by = _steps(Transaction(Host(root), "one", inventory=with_two_cxl(scan(root))))
     assert by["damon.kdamond0.scheme0.nr_dests"].desired == "0"
     assert by["damon.nr_kdamonds"].note.startswith("node0→node1 migrate_cold,")
 
@@ -202,30 +203,30 @@ def test_apply_retarget_verify_drift_revert_on_617(tmp_path: Any, monkeypatch: A
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
     inv = scan(root)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     assert _dests(root) == []
     # a second CXL node comes (the daemon's re-target): stop, re-create with destinations, start
-    res = Transaction(root, "inference-damon", inventory=with_two_cxl(inv)).commit()
+    res = Transaction(Host(root), "inference-damon", inventory=with_two_cxl(inv)).commit()
     assert res.ok, res.error
     assert _dests(root) == [("1", "1"), ("2", "3")] and _read(root, f"0/{S0}/target_nid") == "1"
     assert [_read(root, f"{k}/state") for k in range(3)] == ["on", "on", "on"]
-    assert engine.verify(root).drift == 0
+    assert engine.verify(Host(root)).drift == 0
     # a weight changed by hand: drift on exactly that file; re-applying commits it back
     with open(root + f"{ADMIN}/0/{S0}/dests/1/weight", "w") as f:
         f.write("7\n")
-    v = engine.verify(root)
+    v = engine.verify(Host(root))
     assert [c.setting for c in v.checks if c.status == "drift"] == ["damon.kdamond0.scheme0.dest1.weight"]
-    t = Transaction(root, "inference-damon", inventory=with_two_cxl(inv))
+    t = Transaction(Host(root), "inference-damon", inventory=with_two_cxl(inv))
     assert [(s.setting, s.write) for s in t.plan.writes] == [
         ("damon.kdamond0.scheme0.dest1.weight", "3\n"),
         ("damon.kdamond0.state", "commit\n"),
     ]
-    assert t.commit().ok and engine.verify(root).drift == 0
+    assert t.commit().ok and engine.verify(Host(root)).drift == 0
     # the node goes: back to one destination
-    assert Transaction(root, "inference-damon", inventory=inv).commit().ok
+    assert Transaction(Host(root), "inference-damon", inventory=inv).commit().ok
     assert _dests(root) == [] and _read(root, "nr_kdamonds") == "2"
-    assert engine.verify(root).drift == 0
-    r = engine.revert(root)
+    assert engine.verify(Host(root)).drift == 0
+    r = engine.revert(Host(root))
     assert r.ok, r.errors
     assert sorted(os.listdir(root + ADMIN)) == ["nr_kdamonds"]
     assert diff(before, snapshot(root)) == []
@@ -240,15 +241,15 @@ def test_turning_multi_dest_off_on_a_running_kdamond_clears_its_destinations(tmp
     )
     before = snapshot(root)
     two = with_two_cxl(scan(root))
-    assert Transaction(root, "inference-damon", inventory=two).commit().ok
-    t = Transaction(root, "one", inventory=two)
+    assert Transaction(Host(root), "inference-damon", inventory=two).commit().ok
+    t = Transaction(Host(root), "one", inventory=two)
     assert [(s.setting, s.write) for s in t.plan.writes] == [
         ("damon.kdamond0.scheme0.nr_dests", "0\n"),
         ("damon.kdamond0.state", "commit\n"),
     ]
     assert t.commit().ok
-    assert _dests(root) == [] and engine.verify(root).drift == 0
-    assert engine.revert(root).ok
+    assert _dests(root) == [] and engine.verify(Host(root)).drift == 0
+    assert engine.revert(Host(root)).ok
     assert diff(before, snapshot(root)) == []
 
 
@@ -260,32 +261,32 @@ def test_a_failing_dests_write_leaves_the_host_as_it_was(tmp_path: Any, monkeypa
     inv = scan(root)
     two = with_two_cxl(inv)
     before = snapshot(root, DAMON_VIEW)
-    writes = Transaction(root, "inference-damon", inventory=two).plan.writes
+    writes = Transaction(Host(root), "inference-damon", inventory=two).plan.writes
     new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
     assert len(new) == 5
     for k in new:
         monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")
-        res = Transaction(root, "inference-damon", inventory=two).commit()
+        res = Transaction(Host(root), "inference-damon", inventory=two).commit()
         assert not res.ok and res.rollback_errors == (), (k, res.error)
         assert diff(before, snapshot(root, DAMON_VIEW)) == [], k
         assert journal(root).state == jn.ROLLED_BACK
     monkeypatch.delenv("CXLCTL_TEST_FAULT")
     # running on one CXL node, a second one comes: the re-target's dests writes fail in turn
-    assert Transaction(root, "inference-damon", inventory=inv).commit().ok
+    assert Transaction(Host(root), "inference-damon", inventory=inv).commit().ok
     running = snapshot(root, DAMON_VIEW)
     applied = journal(root)
-    writes = Transaction(root, "inference-damon", inventory=two).plan.writes
+    writes = Transaction(Host(root), "inference-damon", inventory=two).plan.writes
     new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
     assert new
     for k in new:
         monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")
-        res = Transaction(root, "inference-damon", inventory=two).commit()
+        res = Transaction(Host(root), "inference-damon", inventory=two).commit()
         assert not res.ok and res.rollback_errors == (), (k, res.error)
         assert diff(running, snapshot(root, DAMON_VIEW)) == [], k
         assert journal(root).entries == applied.entries, k
     monkeypatch.delenv("CXLCTL_TEST_FAULT")
-    assert Transaction(root, "inference-damon", inventory=two).commit().ok
-    assert engine.revert(root).ok
+    assert Transaction(Host(root), "inference-damon", inventory=two).commit().ok
+    assert engine.revert(Host(root)).ok
 
 
 # ---------------------------------------------------------------------------- the stand-in
@@ -313,7 +314,7 @@ def test_stand_in_models_617_dests_as_the_kernel_does(tmp_path: Any, monkeypatch
     w(root + f"{ADMIN}/0/state", "on")
     w(d + "/nr_dests", "1")  # no EBUSY while running (only nr_kdamonds has that)
     assert sorted(os.listdir(d)) == ["0", "nr_dests"]
-    state = read_damon(root)
+    state = read_damon(Host(root).reader)
     k0 = state.kdamond(0)
     assert k0 is not None and [(x.node, x.weight) for x in k0.schemes[0].dests] == [(0, 0)]
 
@@ -327,9 +328,10 @@ def _kill_apply_at(root: str, k: int) -> None:
         "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
         f"install(_MP(), {root!r})\n"
         "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_dests import with_two_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_two_cxl(scan({root!r}))).commit()\n"
+        f"Transaction(Host({root!r}), 'inference-damon', inventory=with_two_cxl(scan({root!r}))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
@@ -337,14 +339,14 @@ def _kill_apply_at(root: str, k: int) -> None:
 def test_sigkill_amid_the_dests_writes_then_revert_restores(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    writes = Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).plan.writes
+    writes = Transaction(Host(root), "inference-damon", inventory=with_two_cxl(scan(root))).plan.writes
     new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
     # after nr_dests (its children exist, still 0), mid-destinations, after the last weight
     for k in (new[0], new[2], new[-1]):
         _kill_apply_at(root, k)
         assert journal(root).state == jn.APPLYING, k
         assert os.path.isdir(root + f"{ADMIN}/0/{S0}/dests/1"), k
-        res = engine.revert(root)
+        res = engine.revert(Host(root))
         assert res.ok, (k, res.errors)
         assert diff(before, snapshot(root)) == [], k
 
@@ -353,8 +355,8 @@ def test_status_shows_the_destinations(tmp_path: Any, monkeypatch: Any, capsys: 
     from cxlctl.cli import run
 
     root = _tree(tmp_path, monkeypatch)
-    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
-    rows = engine.status(root).damon
+    assert Transaction(Host(root), "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
+    rows = engine.status(Host(root)).damon
     assert [(r.kdamond, r.target_nid, r.dests) for r in rows] == [(0, 1, ((1, 1), (2, 3))), (1, 0, ()), (2, 0, ())]
     capsys.readouterr()
     monkeypatch.setenv("COLUMNS", "80")
@@ -372,7 +374,7 @@ def test_destinations_are_the_nearest_nodes_tier_or_else_its_distance(tmp_path: 
     two = with_two_cxl(scan(root))
 
     def dest_ids(inv: Inventory) -> List[str]:
-        by = _steps(Transaction(root, "inference-damon", inventory=inv))
+        by = _steps(Transaction(Host(root), "inference-damon", inventory=inv))
         return [by[f"damon.kdamond0.scheme0.dest{i}.id"].desired for i in range(int(by[NR].desired))]
 
     def node2(inv: Inventory, **kw: Any) -> Inventory:

@@ -19,6 +19,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.tuning import engine
@@ -91,12 +92,12 @@ def test_a_new_cxl_node_restarts_the_running_kdamonds_on_the_new_layout(tmp_path
     before = snapshot(root)
     inv = scan(root)
     bs = inv.memory_block_size
-    assert bs and engine.apply(root, "inference-damon").ok
+    assert bs and engine.apply(Host(root), "inference-damon").ok
     two = _layout(root)
     assert [(s, a, t) for s, a, t, _ in two] == [("on", "migrate_cold", "1"), ("on", "migrate_hot", "0")]
 
     grown = with_second_cxl(inv)
-    t = Transaction(root, "inference-damon", inventory=grown)
+    t = Transaction(Host(root), "inference-damon", inventory=grown)
     assert t.plan.refusals == ()
     writes = [(s.setting, s.write) for s in t.plan.writes]
     # stop every running kdamond, then re-create, rewrite and start them (EBUSY otherwise)
@@ -114,21 +115,21 @@ def test_a_new_cxl_node_restarts_the_running_kdamonds_on_the_new_layout(tmp_path
         ("on", "migrate_hot", "0", two[1][3]),
         ("on", "migrate_hot", "0", str(n2.memory_blocks[0].id * bs)),
     ]
-    assert engine.verify(root).drift == 0
+    assert engine.verify(Host(root)).drift == 0
     assert journal(root).state == jn.APPLIED
 
     # the node goes again: back to two kdamonds, the DRAM one demoting to node 1
-    res = Transaction(root, "inference-damon", inventory=inv).commit()
+    res = Transaction(Host(root), "inference-damon", inventory=inv).commit()
     assert res.ok, res.error
     assert _layout(root) == two
-    assert engine.verify(root).drift == 0
-    st = engine.status(root)
+    assert engine.verify(Host(root)).drift == 0
+    st = engine.status(Host(root))
     assert [(r.kdamond, r.owner) for r in st.damon] == [(0, "cxlctl"), (1, "cxlctl")]
     # applying on the same scan again changes nothing (the journal's extra entries are not drift)
-    assert Transaction(root, "inference-damon", inventory=inv).plan.writes == ()
+    assert Transaction(Host(root), "inference-damon", inventory=inv).plan.writes == ()
 
     # revert after two re-targets: the pre-apply state, byte for byte
-    r = engine.revert(root)
+    r = engine.revert(Host(root))
     assert r.ok, r.errors
     assert sorted(os.listdir(root + ADMIN)) == ["nr_kdamonds"]
     assert diff(before, snapshot(root)) == []
@@ -138,19 +139,19 @@ def test_the_last_cxl_node_going_stops_and_removes_cxlctls_kdamonds(tmp_path: An
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
     inv = scan(root)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     running = _layout(root)
-    t = Transaction(root, "inference-damon", inventory=without_cxl(inv))
+    t = Transaction(Host(root), "inference-damon", inventory=without_cxl(inv))
     assert any("stopped and removed until one is back" in w for w in t.plan.warnings)
     res = t.commit()
     assert res.ok, res.error
     assert sorted(os.listdir(root + ADMIN)) == ["nr_kdamonds"] and _read(root, "nr_kdamonds") == "0"
-    assert engine.verify(root).drift == 0
+    assert engine.verify(Host(root)).drift == 0
     # the node is back: the kdamonds are created and started again
-    res = Transaction(root, "inference-damon", inventory=inv).commit()
+    res = Transaction(Host(root), "inference-damon", inventory=inv).commit()
     assert res.ok, res.error
     assert _layout(root) == running
-    assert engine.revert(root).ok
+    assert engine.revert(Host(root)).ok
     assert diff(before, snapshot(root)) == []
 
 
@@ -160,21 +161,21 @@ def test_a_failing_retarget_write_leaves_the_running_layout(tmp_path: Any, monke
     root = _tree(tmp_path, monkeypatch)
     inv = scan(root)
     start, target = (inv, with_second_cxl(inv)) if grow else (with_second_cxl(inv), inv)
-    assert Transaction(root, "inference-damon", inventory=start).commit().ok
+    assert Transaction(Host(root), "inference-damon", inventory=start).commit().ok
     running = snapshot(root, DAMON_VIEW)
     applied = journal(root)
-    n = len(Transaction(root, "inference-damon", inventory=target).plan.writes)
+    n = len(Transaction(Host(root), "inference-damon", inventory=target).plan.writes)
     assert n > 20
     for k in range(1, n + 1):
         monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:EIO")
-        res = Transaction(root, "inference-damon", inventory=target).commit()
+        res = Transaction(Host(root), "inference-damon", inventory=target).commit()
         assert not res.ok and res.rollback_errors == (), (k, res.error, res.rollback_errors)
         assert diff(running, snapshot(root, DAMON_VIEW)) == [], k
         assert journal(root).entries == applied.entries, k
     monkeypatch.delenv("CXLCTL_TEST_FAULT")
-    assert Transaction(root, "inference-damon", inventory=target).commit().ok
-    assert engine.verify(root).drift == 0
-    assert engine.revert(root).ok
+    assert Transaction(Host(root), "inference-damon", inventory=target).commit().ok
+    assert engine.verify(Host(root)).drift == 0
+    assert engine.revert(Host(root)).ok
     assert sorted(os.listdir(root + ADMIN)) == ["nr_kdamonds"]
 
 
@@ -197,7 +198,7 @@ def test_distances_are_read_by_position_among_online_nodes(tmp_path: Any, monkey
     root = _tree(tmp_path, monkeypatch)
     inv = renumbered(scan(root), 3)
     assert [len(n.distance) for n in inv.nodes] == [2, 2]
-    t = Transaction(root, "inference-damon", inventory=inv)
+    t = Transaction(Host(root), "inference-damon", inventory=inv)
     by = {s.setting: s for s in t.plan.steps if s.knob == "damon"}
     assert by["damon.nr_kdamonds"].desired == "2"
     assert (by["damon.kdamond0.scheme0.action"].desired, by["damon.kdamond0.scheme0.target_nid"].desired) == (
@@ -218,9 +219,10 @@ def _kill_retarget_at(root: str, k: int) -> None:
         "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
         f"install(_MP(), {root!r})\n"
         "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_retarget import with_second_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan({root!r}))).commit()\n"
+        f"Transaction(Host({root!r}), 'inference-damon', inventory=with_second_cxl(scan({root!r}))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
@@ -229,12 +231,12 @@ def test_sigkill_during_a_retarget_then_revert_restores_the_boot_state(tmp_path:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
     inv = scan(root)
-    n = len(Transaction(root, "inference-damon", inventory=with_second_cxl(inv)).plan.writes)
+    n = len(Transaction(Host(root), "inference-damon", inventory=with_second_cxl(inv)).plan.writes)
     # after stopping one kdamond, after nr_kdamonds, mid-files, before the last start
     for k in (1, 3, 40, n - 1):
-        assert engine.apply(root, "inference-damon").ok
+        assert engine.apply(Host(root), "inference-damon").ok
         _kill_retarget_at(root, k)
         assert journal(root).state == jn.APPLYING, k
-        res = engine.revert(root)
+        res = engine.revert(Host(root))
         assert res.ok, (k, res.errors)
         assert diff(before, snapshot(root)) == [], k

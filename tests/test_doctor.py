@@ -21,6 +21,7 @@ from cxlctl.doctor import devices, probes, services
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.model import Check, Facts
 from cxlctl.doctor.report import clean, exit_code, run, to_json
+from cxlctl.hostio.host import Host
 from cxlctl.kconfig import gunzip
 from cxlctl.tuning import journal as jn
 from tests.kit import FIXTURES, cli, copy_fixture
@@ -404,7 +405,7 @@ def test_half_applied_journal_fails(tmp_path: object) -> None:
     )
     edit(root, "/proc/sys/kernel/random/boot_id", boot + "\n")
     jn.save(
-        root,
+        Host(root),
         jn.Journal(1, jn.APPLYING, "inference-bandwidth", "builtin", boot, 4242, "cxlctl", jn.now(), None, (), (), {}),
     )
     _, checks = doc(root)
@@ -420,7 +421,7 @@ def test_unconfirmed_try_warns(tmp_path: object) -> None:
     edit(root, "/proc/sys/kernel/random/boot_id", "b-2\n")
     trial = jn.Trial(deadline=time.time() + 300, timeout=300, pid=999999)
     jn.save(
-        root,
+        Host(root),
         jn.Journal(
             1,
             jn.APPLIED,

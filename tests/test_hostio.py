@@ -18,6 +18,7 @@ from cxlctl import config as daemon_config
 from cxlctl.errors import UsageError
 from cxlctl.hostio import objects, paths, proc, toml
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import MAX_BYTES, Reader, natural_key
 from cxlctl.hostio.root import resolve_root, under
 from cxlctl.inventory import scan
@@ -210,7 +211,7 @@ def test_deep_toml_profile_is_a_clean_error(tmp_path: Any) -> None:
     f = tmp_path / "deep.toml"
     f.write_text(DEEP)
     with pytest.raises(ProfileError) as e:
-        load_profile("/", str(f))
+        load_profile(Host("/"), str(f))
     assert str(f) in str(e.value) and "nested" in str(e.value)
 
 
@@ -261,7 +262,7 @@ def test_fresh_dax_read_is_the_scans_object(t: str) -> None:
     inv = scan(root)
     assert inv.dax_devices
     for d in inv.dax_devices:
-        fresh, blocks = dax.read_dax_blocks(root, d.name)
+        fresh, blocks = dax.read_dax_blocks(Host(root), d.name)
         assert fresh == d  # same type, same values, block counts and zones included
         node = inv.node(d.target_node) if d.target_node is not None else None
         assert node is not None

@@ -14,6 +14,7 @@ import shutil
 from typing import Any
 
 from cxlctl.damon.sysfs import probe_host
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import kernel_version, read_config
 from tests.kit import copy_fixture
@@ -32,10 +33,10 @@ def _idle(tmp_path: Any) -> str:
 
 def test_damon_probe_reads_config_paddr_from_boot(tmp_path: Any) -> None:
     root = _idle(tmp_path)
-    assert probe_host(root)[1].paddr is None  # recorded without a config: unknown
+    assert probe_host(Host(root))[1].paddr is None  # recorded without a config: unknown
     os.makedirs(os.path.join(root, "boot"))
     shutil.copy(CONFIG, os.path.join(root, "boot", f"config-{RELEASE}"))
-    caps = probe_host(root)[1]
+    caps = probe_host(Host(root))[1]
     assert caps.paddr is True and f"/boot/config-{RELEASE}: CONFIG_DAMON_PADDR=y" in caps.evidence
 
 
@@ -44,7 +45,7 @@ def test_damon_probe_falls_back_to_proc_config_gz(tmp_path: Any) -> None:
     root = _idle(tmp_path)
     with open(CONFIG, "rb") as f, gzip.open(os.path.join(root, "proc", "config.gz"), "wb") as g:
         g.write(f.read())
-    caps = probe_host(root)[1]
+    caps = probe_host(Host(root))[1]
     assert caps.paddr is True and "/proc/config.gz: CONFIG_DAMON_PADDR=y" in caps.evidence
     cfg, src, why = read_config(Reader(root), RELEASE)
     assert src == "/proc/config.gz" and why is None and cfg and cfg["CONFIG_DAMON_SYSFS"] == "y"
@@ -82,7 +83,7 @@ def test_damon_probe_reads_no_config_when_sysfs_answers(tmp_path: Any) -> None:
             return super().raw(path, *a, **k)
 
     r = Counting(root)
-    caps = probe(read_damon(root, r), RELEASE, r)
+    caps = probe(read_damon(r), RELEASE, r)
     assert caps.paddr is True and any(e.startswith("avail_operations") for e in caps.evidence)
     assert not [p for p in asked if p.startswith("/boot") or p == "/proc/config.gz"], asked
     # and on the idle tree (no kdamond to look at) the same probe does read it
@@ -91,4 +92,4 @@ def test_damon_probe_reads_no_config_when_sysfs_answers(tmp_path: Any) -> None:
     shutil.copy(CONFIG, os.path.join(idle, "boot", f"config-{RELEASE}"))
     asked.clear()
     r = Counting(idle)
-    assert probe(read_damon(idle, r), RELEASE, r).paddr is True and f"/boot/config-{RELEASE}" in asked
+    assert probe(read_damon(r), RELEASE, r).paddr is True and f"/boot/config-{RELEASE}" in asked

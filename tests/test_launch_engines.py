@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
 from tests.kit import cli, copy_fixture, fixture_roots
@@ -444,7 +445,7 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
     assert got == {0: 3, 1: 1}
     with open(os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave/node0")) as f:
         assert f.read().strip() == "3"
-    j = jn.load(root)
+    j = jn.load(Host(root))
     assert j is not None and j.state == jn.APPLIED and j.profile == "launch-weights"
     # only the weights changed: the active profile's knobs stayed
     changed = {k for k in diff(applied, snapshot(root))}

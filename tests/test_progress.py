@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Any, List, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.regions import dax
 from cxlctl.tuning.transaction import Transaction
 from tests.kit import FIXTURES, REPO, cli, copy_fixture
@@ -30,28 +31,28 @@ def _monotonic_to_total(calls: List[Call]) -> None:
 
 def test_offlining_a_region_reports_every_block(tmp_path: Any) -> None:
     root = copy_fixture(HB2X2_R, str(tmp_path / "root"))
-    online = dax.online_blocks(root, "dax0.0")
+    online = dax.online_blocks(Host(root), "dax0.0")
     assert len(online) > 1, "the recorded region should have its memory online"
     calls: List[Call] = []
-    ids = dax.offline_blocks(root, online, lambda m: None, "region0/dax0.0", lambda *a: calls.append(a))
+    ids = dax.offline_blocks(Host(root), online, lambda m: None, "region0/dax0.0", lambda *a: calls.append(a))
     _monotonic_to_total(calls)
     assert calls[-1][1] == len(online) == len(ids)
     assert all("offlining" in w for _, _, w in calls)
-    assert dax.online_blocks(root, "dax0.0") == []  # the writes really happened
+    assert dax.online_blocks(Host(root), "dax0.0") == []  # the writes really happened
 
 
 def test_onlining_reports_every_block(tmp_path: Any) -> None:
     root = copy_fixture(HB2X2_R, str(tmp_path / "root"))
-    online = dax.online_blocks(root, "dax0.0")
-    dax.offline_blocks(root, online, lambda m: None, "dax0.0")
-    assert dax.online_blocks(root, "dax0.0") == []
+    online = dax.online_blocks(Host(root), "dax0.0")
+    dax.offline_blocks(Host(root), online, lambda m: None, "dax0.0")
+    assert dax.online_blocks(Host(root), "dax0.0") == []
     calls: List[Call] = []
     # a DaxError here (a block refused) fails the test: the progress of a failed onlining proves nothing
-    dax.online_in_zone(root, "dax0.0", "movable", lambda m: None, lambda *a: calls.append(a))
+    dax.online_in_zone(Host(root), "dax0.0", "movable", lambda m: None, lambda *a: calls.append(a))
     _monotonic_to_total(calls)
     assert calls[-1][1] == len(online)
     assert all("onlining" in w for _, _, w in calls)
-    assert len(dax.online_blocks(root, "dax0.0")) == len(online)  # the writes really happened
+    assert len(dax.online_blocks(Host(root), "dax0.0")) == len(online)  # the writes really happened
 
 
 def test_tune_commit_reports_every_write(tmp_path: Any) -> None:
@@ -59,7 +60,7 @@ def test_tune_commit_reports_every_write(tmp_path: Any) -> None:
     n = plan_writes(root, "t-everything")
     assert n > 1
     calls: List[Call] = []
-    res = Transaction(root, "t-everything").commit(on_progress=lambda *a: calls.append(a))
+    res = Transaction(Host(root), "t-everything").commit(on_progress=lambda *a: calls.append(a))
     assert res.ok, res.error
     _monotonic_to_total(calls)
     assert calls[-1][1] == n

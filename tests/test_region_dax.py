@@ -15,6 +15,7 @@ from typing import Any, List
 import pytest
 
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.write import write_knob
 from cxlctl.regions import dax, region_json
 from tests.kit import FIXTURES, copy_fixture
@@ -27,20 +28,20 @@ def test_device_state_agrees_with_daxctl(root: str) -> None:
     with open(os.path.join(root, "peers", "daxctl-list.json")) as f:
         peer = [d for r in json.load(f) for d in r.get("devices", [])]
     assert peer, "the fixture should hold one DAX device"
-    bs = dax.block_size(root)
+    bs = dax.block_size(Host(root))
     for p in peer:
-        st = dax.read_dax(root, p["chardev"])
+        st = dax.read_dax(Host(root), p["chardev"])
         mine = region_json.dax_device(st, bs)
         for key in ("chardev", "size", "target_node", "mode", "online_memblocks", "total_memblocks", "movable"):
             assert mine[key] == p[key], (key, mine[key], p[key])
         assert st.resource == p["mappings"][0]["start"]
-        assert len(dax.read_dax_blocks(root, p["chardev"])[1]) == p["total_memblocks"]
+        assert len(dax.read_dax_blocks(Host(root), p["chardev"])[1]) == p["total_memblocks"]
         assert mine["zones"] == (["Movable"] if p["movable"] else ["Normal"])
 
 
 def test_unknown_device_is_a_usage_error() -> None:
     with pytest.raises(CxlctlError) as e:
-        dax.read_dax(REGION_TREES[0], "dax3.1")
+        dax.read_dax(Host(REGION_TREES[0]), "dax3.1")
     assert e.value.code == 2 and "dax0.0" in str(e.value)
 
 
@@ -68,9 +69,9 @@ def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: s
     root = copy_fixture(REGION_TREES[0], str(tmp_path / "t"))
     path = root + dax.AUTO_ONLINE
     write_knob(root, dax.AUTO_ONLINE, policy)
-    assert dax.needs_hold(root, mode, zone) is hold
+    assert dax.needs_hold(Host(root), mode, zone) is hold
     log: List[str] = []
-    with dax.hold_auto_online(root, dax.needs_hold(root, mode, zone), log.append) as old:
+    with dax.hold_auto_online(Host(root), dax.needs_hold(Host(root), mode, zone), log.append) as old:
         with open(path) as f:
             inside = f.read().strip()
     with open(path) as f:
@@ -83,7 +84,7 @@ def test_when_the_auto_online_policy_is_held(tmp_path: Any, policy: str, mode: s
 def test_hold_restores_the_policy_when_the_body_fails(tmp_path: Any) -> None:
     root = copy_fixture(REGION_TREES[0], str(tmp_path / "t"))
     with pytest.raises(RuntimeError):
-        with dax.hold_auto_online(root, True, lambda m: None):
+        with dax.hold_auto_online(Host(root), True, lambda m: None):
             raise RuntimeError("bind failed")
     with open(root + dax.AUTO_ONLINE) as f:
         assert f.read().strip() == "online"
@@ -91,6 +92,6 @@ def test_hold_restores_the_policy_when_the_body_fails(tmp_path: Any) -> None:
 
 def test_node_in_use(tmp_path: Any) -> None:
     root = REGION_TREES[0]
-    used = dax.node_in_use(root, 0)
+    used = dax.node_in_use(Host(root), 0)
     assert used is not None and used > 0  # DRAM has the kernel
-    assert dax.node_in_use(root, 99) is None and dax.node_in_use(root, None) is None
+    assert dax.node_in_use(Host(root), 99) is None and dax.node_in_use(Host(root), None) is None

@@ -15,6 +15,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
@@ -274,7 +275,7 @@ def test_interrupted_apply_blocks_apply_until_revert(tmp_path: Any, capsys: Any)
     before = snapshot(root)
     assert run(["--root", root, "tune", "apply", "t-everything"]) == 0
     j = journal(root)
-    jn.save(root, j._replace(state=jn.APPLYING, finished=None, pid=999999))  # as a killed apply leaves it
+    jn.save(Host(root), j._replace(state=jn.APPLYING, finished=None, pid=999999))  # as a killed apply leaves it
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == EXIT_FAILURE
     err = capsys.readouterr().err
     assert "interrupted" in err and "tune revert" in err
@@ -344,8 +345,9 @@ def test_live_system_needs_cap_sys_admin_for_numa_balancing() -> None:
     code = (
         "from cxlctl.tuning.engine import preflight\n"
         "from cxlctl.errors import CxlctlError\n"
+        "from cxlctl.hostio.host import Host\n"
         "try:\n"
-        "    preflight('/', [], {'kernel.numa_balancing'}, 'apply')\n"
+        "    preflight(Host('/'), [], {'kernel.numa_balancing'}, 'apply')\n"
         "except CxlctlError as e:\n"
         "    print(e.render())\n"
         "else:\n"
@@ -393,7 +395,7 @@ def test_prepare_is_read_only(tmp_path: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
     before = snapshot(root)
     for p in PROFILES:
-        engine.prepare(root, p)
+        engine.prepare(Host(root), p)
     assert diff(before, snapshot(root)) == []
 
 

@@ -18,6 +18,7 @@ from typing import Any, List
 import pytest
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO
@@ -39,7 +40,7 @@ def test_sigkill_after_every_write_then_revert(source: str, tmp_path: Any, capsy
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
     profile = "t-everything" if source == LIVE else "t-ratio"
-    writes = engine.prepare(root, profile).plan.writes
+    writes = engine.prepare(Host(root), profile).plan.writes
     assert writes, "the crash test needs a plan with writes"
     # t-everything is killed at every knob the tree has; t-ratio is here for the weights
     missed = uncovered(root, profile, {w.knob for w in writes})
@@ -64,13 +65,13 @@ def test_sigkill_while_switching_profiles_then_revert_restores_boot_values(tmp_p
     boot = snapshot(root)
     a, b = "t-everything", "latency-strict"
     n = 0
-    assert engine.apply(root, a).ok
-    writes = engine.prepare(root, b).plan.writes
+    assert engine.apply(Host(root), a).ok
+    writes = engine.prepare(Host(root), b).plan.writes
     assert len(writes) >= 2, f"{a} -> {b} must write at least two knobs for the cases below to differ"
     # every k is covered by the fresh-apply test above; here the ends and the middle
     for k in sorted({0, 1, len(writes) // 2, len(writes)}):
         if k:
-            assert engine.apply(root, a).ok
+            assert engine.apply(Host(root), a).ok
         _kill_apply_at(root, b, k)
         j = journal(root)
         assert j.state == jn.APPLYING and j.previous_profile == a
@@ -87,7 +88,7 @@ def test_sigkill_while_switching_profiles_then_revert_restores_boot_values(tmp_p
 def test_sigkill_with_persist_then_revert_removes_files(tmp_path: Any) -> None:
     root = work_copy(LIVE, str(tmp_path / "root"))
     before = snapshot(root)
-    n = len(engine.prepare(root, "t-everything").plan.writes)
+    n = len(engine.prepare(Host(root), "t-everything").plan.writes)
     env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES=str(n), CXLCTL_TEST_PAUSE_SECONDS="30")
     p = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", "--root", root, "tune", "apply", "t-everything", "--persist"],

@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.errors import EXIT_DRIFT, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.damon_tiering import DamonSpec, parse_duration_us, validate
@@ -54,14 +55,14 @@ def _write_profile(root: str, name: str, text: str) -> None:
 
 
 def test_reader_idle_612() -> None:
-    state, caps = probe_host(os.path.join(FIXTURES, IDLE))
+    state, caps = probe_host(Host(os.path.join(FIXTURES, IDLE)))
     assert state.sysfs and state.nr_kdamonds == 0 and state.kdamonds == ()
     assert caps.migrate is True and caps.tiering and caps.why_not is None
     assert not caps.node_goals  # node_mem_used_bp goals are 6.16+
 
 
 def test_reader_running_kdamond_of_someone_else() -> None:
-    state = read_damon(os.path.join(FIXTURES, RUNNING))
+    state = read_damon(Host(os.path.join(FIXTURES, RUNNING)).reader)
     assert state.nr_kdamonds == 1
     (k,) = state.kdamonds
     assert k.running and k.pid is not None and k.pid > 0
@@ -70,7 +71,7 @@ def test_reader_running_kdamond_of_someone_else() -> None:
     (s,) = c.schemes
     assert s.action == "stat"
     assert s.stats.nr_tried is not None and s.stats.qt_exceeds is not None
-    _, caps = probe_host(os.path.join(FIXTURES, RUNNING))
+    _, caps = probe_host(Host(os.path.join(FIXTURES, RUNNING)))
     assert caps.paddr is True and caps.migrate is True  # read from the tree itself
     assert any("target_nid" in e for e in caps.evidence)
 
@@ -81,13 +82,13 @@ def test_reader_takes_no_number_longer_than_a_u64(tmp_path: Any) -> None:
     (k / "0").mkdir(parents=True)
     (k / "nr_kdamonds").write_text("9" * 5000 + "\n")
     (k / "0" / "pid").write_text("18446744073709551615\n")
-    state = read_damon(str(tmp_path))
+    state = read_damon(Host(str(tmp_path)).reader)
     assert state.nr_kdamonds is None and state.kdamonds[0].pid == (1 << 64) - 1
 
 
 def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     """The VM test's own kdamonds, recorded after the cold pages moved: stats show the migration."""
-    state = read_damon(os.path.join(FIXTURES, TIERING))
+    state = read_damon(Host(os.path.join(FIXTURES, TIERING)).reader)
     assert [k.running for k in state.kdamonds] == [True, True]
     cold, hot = (k.schemes[0] for k in state.kdamonds)
     assert (cold.action, cold.target_nid) == ("migrate_cold", 1) and (hot.action, hot.target_nid) == ("migrate_hot", 0)
@@ -102,12 +103,12 @@ def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     from cxlctl.tuning.plan import plan
 
     root = os.path.join(FIXTURES, TIERING)
-    p = plan(scan(root), load(root, "inference-damon"), read_current(root))
+    p = plan(scan(root), load(Host(root), "inference-damon"), read_current(Host(root)))
     assert p.refusals and "migrate_cold" in p.refusals[0]
 
 
 def test_reader_61_has_no_damon_sysfs() -> None:
-    state, caps = probe_host(os.path.join(FIXTURES, OLD))
+    state, caps = probe_host(Host(os.path.join(FIXTURES, OLD)))
     assert not state.sysfs and not caps.tiering  # Debian's 6.1 has no DAMON sysfs at all
     assert caps.why_not is not None and "needs 6.11+ with CONFIG_DAMON_PADDR" in caps.why_not
 
@@ -150,14 +151,14 @@ def test_damon_and_numa_balancing_tiering_together_are_refused(tmp_path: Any) ->
     p = tmp_path / "both.toml"
     p.write_text('summary = "x"\ninclude = "inference-capacity"\n[damon]\nenabled = true\n')
     with pytest.raises(ProfileError) as e:
-        load(os.path.join(FIXTURES, IDLE), str(p))
+        load(Host(os.path.join(FIXTURES, IDLE)), str(p))
     assert "kernel.numa_balancing = 2" in str(e.value) and "two promoters" in str(e.value)
     r = cli("--root", os.path.join(FIXTURES, IDLE), "tune", "apply", str(p))
     assert r.returncode == EXIT_USAGE and "two promoters" in r.stderr
 
 
 def test_builtin_inference_damon() -> None:
-    p = load(os.path.join(FIXTURES, IDLE), "inference-damon")
+    p = load(Host(os.path.join(FIXTURES, IDLE)), "inference-damon")
     s = p.setting("damon")
     assert s is not None and isinstance(s.value, DamonSpec) and s.value.enabled
     nb = p.setting("kernel.numa_balancing")
@@ -170,7 +171,7 @@ def test_builtin_inference_damon() -> None:
 
 def test_plan_on_612_monitors_each_nodes_blocks(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
-    p = engine.prepare(root, "inference-damon").plan
+    p = engine.prepare(Host(root), "inference-damon").plan
     assert p.refusals == ()
     by = {s.setting: s for s in p.steps if s.knob == "damon"}
     from cxlctl.inventory import scan
@@ -203,11 +204,11 @@ def test_plan_on_612_monitors_each_nodes_blocks(tmp_path: Any, monkeypatch: Any)
 def test_plan_on_61_says_unavailable_and_applies_the_rest(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(OLD, tmp_path, monkeypatch)
     before = snapshot(root, DAMON_VIEW)
-    p = engine.prepare(root, "inference-damon").plan
+    p = engine.prepare(Host(root), "inference-damon").plan
     (d,) = [s for s in p.steps if s.knob == "damon"]
     assert d.action == "unsupported"
     assert "not available on this kernel" in d.note and "needs 6.11+ with CONFIG_DAMON_PADDR" in d.note
-    res = engine.apply(root, "inference-damon")
+    res = engine.apply(Host(root), "inference-damon")
     assert res.ok, res.error
     assert [s for s in journal(root).skipped if s[0] == "damon"]
     changed = diff(before, snapshot(root, DAMON_VIEW))
@@ -217,7 +218,7 @@ def test_plan_on_61_says_unavailable_and_applies_the_rest(tmp_path: Any, monkeyp
 def test_someone_elses_kdamond_is_never_touched(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(RUNNING, tmp_path, monkeypatch)
     before = snapshot(root)
-    p = engine.prepare(root, "inference-damon").plan
+    p = engine.prepare(Host(root), "inference-damon").plan
     assert p.refusals and "kdamond 0 (on" in p.refusals[0] and "damo stop" in p.refusals[0]
     r = cli("--root", root, "tune", "apply", "inference-damon")
     assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr, r.stderr
@@ -228,7 +229,7 @@ def test_someone_elses_kdamond_is_never_touched(tmp_path: Any, monkeypatch: Any)
     # the plan still shows it, and a profile without [damon] applies as ever
     r = cli("--root", root, "tune", "plan", "inference-damon")
     assert r.returncode == 0 and "refused" in r.stdout
-    assert engine.apply(root, "inference-capacity").ok
+    assert engine.apply(Host(root), "inference-capacity").ok
 
 
 def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: Any) -> None:
@@ -238,7 +239,7 @@ def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: 
     for name, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
         with open(os.path.join(d, name), "w") as f:
             f.write(text)
-    p = engine.prepare(root, "inference-damon").plan
+    p = engine.prepare(Host(root), "inference-damon").plan
     assert p.refusals and "damon_reclaim (kdamond pid 321)" in p.refusals[0]
     r = cli("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
     assert r.returncode == 0 and "running beside damon_reclaim" in r.stdout.replace("\n", " ")
@@ -267,11 +268,11 @@ def test_beside_other_damon_is_kept_in_the_journal(tmp_path: Any, monkeypatch: A
     j = journal(root)
     assert j.beside_other_damon and jn.from_json(jn.to_json(j)).beside_other_damon
     # the same profile again, without the flag: kept (nothing to write, no refusal)
-    p = engine.prepare(root, "inference-damon")
+    p = engine.prepare(Host(root), "inference-damon")
     assert p.plan.refusals == () and p.plan.writes == ()
     assert any("beside other DAMON users" in m for m in p.messages)
-    assert engine.verify(root, "inference-damon").drift == 0
-    res = engine.apply(root, "inference-damon")
+    assert engine.verify(Host(root), "inference-damon").drift == 0
+    res = engine.apply(Host(root), "inference-damon")
     assert res.ok and journal(root).beside_other_damon
     # the daemon follows the journal: its reconcile neither refuses nor rewrites
     d, _, cap = make_daemon(root, config(metrics={"listen": "", "telemetry_interval": 0}))
@@ -281,9 +282,9 @@ def test_beside_other_damon_is_kept_in_the_journal(tmp_path: Any, monkeypatch: A
         d.close()
     assert d.rec.state == "applied" and d.stats.reconciles.get("failed", 0) == 0, cap.lines[-20:]
     # another profile does not inherit it
-    assert engine.prepare(root, "d3").plan.refusals
+    assert engine.prepare(Host(root), "d3").plan.refusals
     # revert removes cxlctl's kdamonds as ever
-    assert engine.revert(root).ok
+    assert engine.revert(Host(root)).ok
     assert diff(before, snapshot(root)) == []
 
 
@@ -297,38 +298,38 @@ def _damon_files(root: str) -> List[str]:
 def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
     before = snapshot(root)
-    res = engine.apply(root, "inference-damon")
+    res = engine.apply(Host(root), "inference-damon")
     assert res.ok, res.error
     assert _damon_files(root) == ["0", "1", "nr_kdamonds"]
     with open(root + ADMIN + "/0/contexts/0/schemes/0/action") as f:
         assert f.read() == "migrate_cold\n"
     with open(root + ADMIN + "/1/state") as f:
         assert f.read() == "on\n"
-    assert engine.verify(root).drift == 0
-    st = engine.status(root)
+    assert engine.verify(Host(root)).drift == 0
+    st = engine.status(Host(root))
     assert [(r.kdamond, r.owner, r.action) for r in st.damon] == [
         (0, "cxlctl", "migrate_cold"),
         (1, "cxlctl", "migrate_hot"),
     ]
     # applying again changes nothing
-    assert engine.prepare(root, "inference-damon").plan.writes == ()
+    assert engine.prepare(Host(root), "inference-damon").plan.writes == ()
     # stop cxlctl's kdamond by hand: drift (exit 3)
     damon_sysfs.Model(root).after(root + ADMIN + "/1/state", "off", None)
     with open(root + ADMIN + "/1/state", "w") as f:
         f.write("off\n")
-    v = engine.verify(root)
+    v = engine.verify(Host(root))
     assert [c.setting for c in v.checks if c.status == "drift"] == ["damon.kdamond1.state"]
     assert cli("--root", root, "tune", "verify").returncode == EXIT_DRIFT
     # apply again restarts it with "on"
-    p = engine.prepare(root, "inference-damon").plan
+    p = engine.prepare(Host(root), "inference-damon").plan
     assert [(s.setting, s.write) for s in p.writes] == [("damon.kdamond1.state", "on\n")]
     # a scheme changed by hand while running: drift; re-apply commits
     with open(root + ADMIN + "/0/contexts/0/schemes/0/target_nid", "w") as f:
         f.write("0\n")
-    assert engine.apply(root, "inference-damon").ok
-    assert engine.verify(root).drift == 0
+    assert engine.apply(Host(root), "inference-damon").ok
+    assert engine.verify(Host(root)).drift == 0
     # revert removes cxlctl's kdamonds and nothing else
-    r = engine.revert(root)
+    r = engine.revert(Host(root))
     assert r.ok, r.errors
     assert _damon_files(root) == ["nr_kdamonds"]
     assert diff(before, snapshot(root)) == []
@@ -336,42 +337,42 @@ def test_apply_verify_drift_revert(tmp_path: Any, monkeypatch: Any) -> None:
 
 def test_reapply_with_changed_settings_commits_the_running_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     _write_profile(
         root, "d2", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\ncold_age = "2min"\n'
     )
-    p = engine.prepare(root, "d2").plan
+    p = engine.prepare(Host(root), "d2").plan
     writes = [(s.setting, s.write) for s in p.writes]
     assert ("damon.kdamond0.scheme0.age.min", "1200\n") in writes
     assert ("damon.kdamond0.state", "commit\n") in writes and ("damon.kdamond1.state", "commit\n") not in writes
-    assert engine.apply(root, "d2").ok
-    assert engine.verify(root).drift == 0
-    assert engine.revert(root).ok and _damon_files(root) == ["nr_kdamonds"]
+    assert engine.apply(Host(root), "d2").ok
+    assert engine.verify(Host(root)).drift == 0
+    assert engine.revert(Host(root)).ok and _damon_files(root) == ["nr_kdamonds"]
 
 
 def test_switching_to_a_profile_without_damon_removes_the_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
     before = snapshot(root)
-    assert engine.apply(root, "inference-damon").ok
-    res = engine.apply(root, "inference-bandwidth")
+    assert engine.apply(Host(root), "inference-damon").ok
+    res = engine.apply(Host(root), "inference-bandwidth")
     assert res.ok, res.error
     assert _damon_files(root) == ["nr_kdamonds"]
-    assert engine.revert(root).ok
+    assert engine.revert(Host(root)).ok
     assert diff(before, snapshot(root)) == []
 
 
 def test_kdamonds_removed_by_hand_are_drift(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
     for k in ("0", "1"):
         with open(root + f"{ADMIN}/{k}/state", "w") as f:
             f.write("off\n")
     damon_sysfs.Model(root).after(root + ADMIN + "/nr_kdamonds", "0", None)
     with open(root + ADMIN + "/nr_kdamonds", "w") as f:
         f.write("0\n")
-    v = engine.verify(root)
+    v = engine.verify(Host(root))
     assert v.drift > 0 and any(c.note == "kdamond removed" for c in v.checks)
-    assert engine.revert(root).ok
+    assert engine.revert(Host(root)).ok
 
 
 # ---------------------------------------------------------------------------- faults and crash
@@ -382,17 +383,17 @@ def test_a_failing_damon_write_leaves_damon_as_before(tmp_path: Any, monkeypatch
     """Every write of the apply fails in turn: DAMON (and every knob) is exactly as before."""
     root = _tree(IDLE, tmp_path, monkeypatch)
     before = snapshot(root, DAMON_VIEW)
-    writes = engine.prepare(root, "inference-damon").plan.writes
+    writes = engine.prepare(Host(root), "inference-damon").plan.writes
     damon_writes = [i for i, s in enumerate(writes, 1) if s.knob == "damon"]
     assert len(damon_writes) > 40
     for k in range(1, len(writes) + 1):
         monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")
-        res = engine.apply(root, "inference-damon")
+        res = engine.apply(Host(root), "inference-damon")
         assert not res.ok and res.rollback_errors == (), (k, res.error)
         assert diff(before, snapshot(root, DAMON_VIEW)) == [], k
         assert journal(root).state == jn.ROLLED_BACK
     monkeypatch.delenv("CXLCTL_TEST_FAULT")
-    assert engine.apply(root, "inference-damon").ok
+    assert engine.apply(Host(root), "inference-damon").ok
 
 
 def _kill_at(root: str, k: int) -> None:
@@ -406,7 +407,7 @@ def _kill_at(root: str, k: int) -> None:
 def test_sigkill_during_apply_then_revert_restores_damon(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(IDLE, tmp_path, monkeypatch)
     before = snapshot(root)
-    writes = engine.prepare(root, "inference-damon").plan.writes
+    writes = engine.prepare(Host(root), "inference-damon").plan.writes
     first = next(i for i, s in enumerate(writes, 1) if s.knob == "damon")
     # right after the journal, after nr_kdamonds, mid-kdamond, before and after the last state
     for k in sorted({0, first, first + 20, len(writes) - 1, len(writes)}):
@@ -414,7 +415,7 @@ def test_sigkill_during_apply_then_revert_restores_damon(tmp_path: Any, monkeypa
         assert journal(root).state == jn.APPLYING
         if k >= first:
             assert _damon_files(root) != ["nr_kdamonds"], k
-        res = engine.revert(root)
+        res = engine.revert(Host(root))
         assert res.ok, (k, res.errors)
         assert diff(before, snapshot(root)) == [], k
 
@@ -426,11 +427,11 @@ def test_recommend_names_damon_where_the_kernel_has_it() -> None:
     new = os.path.join(FIXTURES, IDLE)
     from cxlctl.inventory import scan
 
-    rec = recommend(scan(new), read_current(new))
+    rec = recommend(scan(new), read_current(Host(new)))
     text = " ".join(rec.reasons) + " ".join(f"{p} {w}" for p, w in rec.alternatives)
     assert "inference-damon" in (rec.profile or "") + text and "migrate_hot/migrate_cold" in text
     old = os.path.join(FIXTURES, OLD)
-    rec = recommend(scan(old), read_current(old))
+    rec = recommend(scan(old), read_current(Host(old)))
     assert rec.profile != "inference-damon" and "inference-damon" not in [p for p, _ in rec.alternatives]
 
 

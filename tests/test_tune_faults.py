@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Set, Tuple
 import pytest
 
 from cxlctl.errors import EXIT_FAILURE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.kit import cli
@@ -55,7 +56,7 @@ def _one_fault(
     failing = writes[k - 1]
     monkeypatch.setenv("CXLCTL_TEST_FAULT", f"{k}:{fault}")
     try:
-        res = engine.apply(root, profile)
+        res = engine.apply(Host(root), profile)
     finally:
         monkeypatch.delenv("CXLCTL_TEST_FAULT")
     where = f"{source} {profile} write {k}/{len(writes)} ({failing.setting}) {fault}"
@@ -92,7 +93,7 @@ def test_every_write_fails_every_way_fresh_apply(source: str, tmp_path: Any, mon
     n_cases, n_writes = 0, 0
     reached: Set[str] = set()
     for profile in FAULT_PROFILES:
-        writes = engine.prepare(root, profile).plan.writes
+        writes = engine.prepare(Host(root), profile).plan.writes
         if profile == "t-ratio" and not any(w.knob == "weighted_interleave" for w in writes):
             continue  # no CXL node: its writes are a subset of t-everything's, already covered
         n_writes += len(writes)
@@ -109,8 +110,8 @@ def test_every_write_fails_every_way_fresh_apply(source: str, tmp_path: Any, mon
     print(f"fault cases: {source} fresh: {n_cases}")
     assert diff(before, snapshot(root)) == []
     # the host is usable afterwards: a clean apply and revert still work
-    assert engine.apply(root, "t-everything").ok
-    assert engine.revert(root).ok
+    assert engine.apply(Host(root), "t-everything").ok
+    assert engine.revert(Host(root)).ok
     assert diff(before, snapshot(root)) == []
 
 
@@ -124,10 +125,10 @@ def test_every_write_fails_while_switching_profiles(source: str, tmp_path: Any, 
     boot = snapshot(root)
     n_cases = 0
     for a, b in SWITCHES:
-        assert engine.apply(root, a).ok
+        assert engine.apply(Host(root), a).ok
         applied_a = _knob_view(root)
         journal_a = journal(root)
-        writes = engine.prepare(root, b).plan.writes
+        writes = engine.prepare(Host(root), b).plan.writes
         for k in range(1, len(writes) + 1):
             for fault in FAULTS:
                 _one_fault(root, source, b, writes, k, fault, applied_a, monkeypatch)
@@ -136,7 +137,7 @@ def test_every_write_fails_while_switching_profiles(source: str, tmp_path: Any, 
                 assert j.entries == journal_a.entries
                 assert j.error and f"switching to {b} failed and was rolled back" in j.error
                 n_cases += 1
-        assert engine.revert(root).ok
+        assert engine.revert(Host(root)).ok
         assert diff(boot, snapshot(root)) == [], (a, b)
     # t-ratio adds only weights, which a host without CXL has not: then only the first switch writes
     assert n_cases > 0, f"no switch between {SWITCHES} writes anything on {source}: no case ran"
@@ -148,7 +149,7 @@ def test_failed_apply_through_the_command_line(tmp_path: Any) -> None:
     source = SOURCES[0]
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
-    n = len(engine.prepare(root, "t-everything").plan.writes)
+    n = len(engine.prepare(Host(root), "t-everything").plan.writes)
     p = cli("--root", root, "tune", "apply", "t-everything", env={"CXLCTL_TEST_FAULT": f"{n}:EINVAL"})
     assert p.returncode == EXIT_FAILURE
     assert "failed" in p.stderr and "every change was rolled back" in p.stderr
@@ -195,7 +196,7 @@ def test_raced_to_the_same_value_counts_as_written(tmp_path: Any, monkeypatch: A
         real(root, path, text, index=index)
 
     monkeypatch.setattr(w, "write_knob", other_agent_wins)
-    res = engine.apply(root, "t-everything")
+    res = engine.apply(Host(root), "t-everything")
     assert res.ok, res.error
     sw = [r for r in res.results if r.setting == "vm.swappiness"][0]
     assert sw.status == "written" and sw.error and "now holds the wanted value" in sw.error
@@ -218,6 +219,6 @@ def test_ctrl_c_between_writes_rolls_back(tmp_path: Any, monkeypatch: Any) -> No
 
     monkeypatch.setattr(w, "write_knob", interrupted)
     with pytest.raises(CxlctlError, match="interrupted; every change was rolled back"):
-        engine.apply(root, "t-everything")
+        engine.apply(Host(root), "t-everything")
     assert diff(before, snapshot(root)) == []
     assert journal(root).state == jn.ROLLED_BACK

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory, Memdev, Node, Region
 from cxlctl.tuning import profile as prof
@@ -71,9 +72,9 @@ def test_canonical_text_round_trip() -> None:
 def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
     inv = scan(root)
-    cur = read_current(root)
+    cur = read_current(Host(root))
     for name in PROFILES:
-        p = prof.load(root, name)
+        p = prof.load(Host(root), name)
         pl = plan(inv, p, cur)
         assert pl == plan(inv, p, cur)  # deterministic
         saved = {path for _, path in pl.saved}
@@ -166,7 +167,7 @@ def _wi_steps(inv: Inventory, profile: str, cur: Current, tmp: str, text: Option
     if text is not None:
         with open(f"{root}/etc/cxlctl/profiles/{profile}.toml", "w") as f:
             f.write(text)
-    pl = plan(inv, prof.load(root, profile), cur)
+    pl = plan(inv, prof.load(Host(root), profile), cur)
     return {s.setting: (s.action, s.desired, s.note) for s in pl.steps if s.knob == "weighted_interleave"}
 
 
@@ -215,7 +216,7 @@ def test_rate_limit_is_a_tenth_of_cxl_write_bandwidth(tmp_path: Any) -> None:
     assert cxl_write_bandwidth(inv) == 25000
     root = work_copy(SOURCES[-1], str(tmp_path / "r"))
     dram = [n.id for n in inv.nodes if n.kind == "dram"][0]
-    pl = plan(inv, prof.load(root, "inference-capacity"), _current({dram: 1, 9: 1}, None))
+    pl = plan(inv, prof.load(Host(root), "inference-capacity"), _current({dram: 1, 9: 1}, None))
     rl = [s for s in pl.steps if s.knob == "kernel.numa_balancing_promote_rate_limit_MBps"][0]
     assert rl.desired == "2500" and "25000 MB/s" in rl.note
     assert pl.warnings == ()
@@ -225,7 +226,7 @@ def test_tiering_on_a_shared_tier_is_warned_about(tmp_path: Any) -> None:
     inv = _with_cxl(_host_inventory(), shared_tier=True)
     root = work_copy(SOURCES[-1], str(tmp_path / "r"))
     dram = [n.id for n in inv.nodes if n.kind == "dram"][0]
-    pl = plan(inv, prof.load(root, "inference-capacity"), _current({dram: 1, 9: 1}, None))
+    pl = plan(inv, prof.load(Host(root), "inference-capacity"), _current({dram: 1, 9: 1}, None))
     assert any("share DRAM's memory tier" in w for w in pl.warnings)
 
 
@@ -239,7 +240,7 @@ def test_switching_restores_weights_the_new_profile_leaves_alone(tmp_path: Any) 
         f"{WI_DIR}/node9": ("weighted_interleave", "2\n"),
         f"{WI_DIR}/auto": ("weighted_interleave", "true\n"),
     }
-    pl = plan(inv, prof.load(root, "latency-strict"), cur, restore)
+    pl = plan(inv, prof.load(Host(root), "latency-strict"), cur, restore)
     wi = [(s.setting, s.action, s.write) for s in pl.steps if s.knob == "weighted_interleave"]
     # weights first, auto last (a weight write switches auto off)
     assert wi == [

@@ -9,6 +9,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import profile as prof
 from cxlctl.tuning.knobs import BandwidthRule, WISpec
 from tests.kit import cli
@@ -41,25 +42,25 @@ def _user(root: str, name: str, text: str) -> str:
 
 
 def test_builtins_load_and_say_why(tree: str) -> None:
-    names = [n for n, _, builtin in prof.list_names(tree) if builtin]
+    names = [n for n, _, builtin in prof.list_names(Host(tree)) if builtin]
     assert {"inference-bandwidth", "inference-capacity", "latency-strict"} <= set(names)
     for name in names:
-        p = prof.load(tree, name)
+        p = prof.load(Host(tree), name)
         assert p.builtin and p.summary
         for s in p.settings:
             assert s.reason and not s.reason.startswith("set by profile"), (name, s.knob)
-    bw = prof.load(tree, "inference-bandwidth")
+    bw = prof.load(Host(tree), "inference-bandwidth")
     assert bw.setting("kernel.numa_balancing").value == 0  # type: ignore[union-attr]
     assert bw.setting("demotion_enabled").value is True  # type: ignore[union-attr]
     assert bw.setting("vm.zone_reclaim_mode").value == 0  # type: ignore[union-attr]
     assert bw.setting("vm.swappiness").value == 10  # type: ignore[union-attr]
     wi = bw.setting("weighted_interleave").value  # type: ignore[union-attr]
     assert isinstance(wi, WISpec) and wi.weights == "bandwidth" and wi.prefer_auto
-    cap = prof.load(tree, "inference-capacity")
+    cap = prof.load(Host(tree), "inference-capacity")
     assert cap.setting("kernel.numa_balancing").value == 2  # type: ignore[union-attr]
     rl = cap.setting("kernel.numa_balancing_promote_rate_limit_MBps").value  # type: ignore[union-attr]
     assert rl == BandwidthRule(0.1, 1024)
-    strict = prof.load(tree, "latency-strict")
+    strict = prof.load(Host(tree), "latency-strict")
     assert strict.setting("demotion_enabled").value is False  # type: ignore[union-attr]
     assert strict.placement == "dram-only"
 
@@ -70,7 +71,7 @@ def test_include_inheritance_and_override(tree: str) -> None:
         "mine",
         'include = "inference-capacity"\n[knobs."vm.swappiness"]\nvalue = 30\nreason = "ours"\n',
     )
-    p = prof.load(tree, "mine")
+    p = prof.load(Host(tree), "mine")
     assert p.setting("vm.swappiness").value == 30  # type: ignore[union-attr]
     assert p.setting("vm.swappiness").reason == "ours"  # type: ignore[union-attr]
     assert p.setting("kernel.numa_balancing").value == 2  # type: ignore[union-attr]
@@ -80,7 +81,7 @@ def test_include_inheritance_and_override(tree: str) -> None:
 
 def test_user_profile_shadows_builtin_and_includes_it(tree: str) -> None:
     path = _user(tree, "latency-strict", 'include = "latency-strict"\nknobs."vm.swappiness" = 1\n')
-    p = prof.load(tree, "latency-strict")
+    p = prof.load(Host(tree), "latency-strict")
     assert p.source == path and not p.builtin
     assert p.setting("vm.swappiness").value == 1  # type: ignore[union-attr]
     assert p.setting("demotion_enabled").value is False  # type: ignore[union-attr]
@@ -90,7 +91,7 @@ def test_profile_by_path(tree: str, tmp_path: Any) -> None:
     path = str(tmp_path / "x.toml")
     with open(path, "w") as f:
         f.write('knobs."vm.swappiness" = 5\n')
-    assert prof.load(tree, path).setting("vm.swappiness").value == 5  # type: ignore[union-attr]
+    assert prof.load(Host(tree), path).setting("vm.swappiness").value == 5  # type: ignore[union-attr]
 
 
 BAD = [

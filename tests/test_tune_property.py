@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.tune_support import PROFILES, diff, snapshot, sources, work_copy
@@ -96,15 +97,15 @@ def test_apply_then_revert_is_identity(source: str, first: Optional[str], second
         before = snapshot(root)
         second = "generated"
     if first is not None:
-        res = engine.apply(root, first, persist=persist)
+        res = engine.apply(Host(root), first, persist=persist)
         assert res.ok, res.error
-    res = engine.apply(root, second, persist=persist)
+    res = engine.apply(Host(root), second, persist=persist)
     assert res.ok, res.error
-    assert all(c.status != "drift" for c in engine.verify(root).checks)
-    rev = engine.revert(root)
+    assert all(c.status != "drift" for c in engine.verify(Host(root)).checks)
+    rev = engine.revert(Host(root))
     assert rev.ok, rev.errors
     assert diff(before, snapshot(root)) == []
-    j = jn.load(root)
+    j = jn.load(Host(root))
     assert j is not None and j.state == jn.REVERTED
     if second == "generated":
         os.unlink(os.path.join(root, "etc/cxlctl/profiles/generated.toml"))

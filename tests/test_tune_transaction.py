@@ -12,6 +12,7 @@ import os
 from typing import Any, List
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
@@ -26,9 +27,9 @@ REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
 def test_the_plan_is_what_prepare_gives_and_commit_writes_it(tmp_path: Any) -> None:
     root = work_copy(SOURCE, str(tmp_path / "root"))
     inv = scan(root)
-    txn = Transaction(root, load(root, "t-everything"), inventory=inv)
+    txn = Transaction(Host(root), load(Host(root), "t-everything"), inventory=inv)
     assert txn.prepared.inventory is inv, "an inventory the caller has is used, not rescanned"
-    assert txn.plan == engine.prepare(root, "t-everything").plan
+    assert txn.plan == engine.prepare(Host(root), "t-everything").plan
     res = txn.commit()
     assert res.ok and journal(root).state == jn.APPLIED
     written = {r.path for r in res.results if r.status == "written"}
@@ -39,7 +40,7 @@ def test_rollback_puts_back_the_exact_values_and_the_journal_before(tmp_path: An
     root = work_copy(SOURCE, str(tmp_path / "root"))
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     before, j_before = snapshot(root), journal(root)
-    txn = Transaction(root, "t-everything")
+    txn = Transaction(Host(root), "t-everything")
     assert txn.commit().ok and diff(before, snapshot(root)) != []
     undone = txn.rollback()
     assert undone.ok and undone.back_to == "latency-strict"
@@ -67,9 +68,9 @@ def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any)
     assert j.profile == "launch-weights" and j.profile_data == wp.transaction.profile.data
     from tests.daemon_support import config
 
-    target = resolve_target(root, config())
+    target = resolve_target(Host(root), config())
     assert target.state == "applied" and target.data == j.profile_data
-    prof = load_target(root, target)
+    prof = load_target(Host(root), target)
     assert prof.setting("weighted_interleave") is not None
     # the daemon enforces it like any profile: nothing to write, still applied
     before = snapshot(root)
@@ -120,7 +121,7 @@ def test_from_data_validates_like_a_file(tmp_path: Any) -> None:
 
     root = work_copy(SOURCE, str(tmp_path / "root"))
     with pytest.raises(ProfileError, match="unknown knob"):
-        from_data(root, "x", {"knobs": {"vm.swapiness": 1}}, "test (in memory)")
-    p = from_data(root, "x", {"include": "latency-strict", "knobs": {"vm.swappiness": 30}}, "test (in memory)")
+        from_data(Host(root), "x", {"knobs": {"vm.swapiness": 1}}, "test (in memory)")
+    p = from_data(Host(root), "x", {"include": "latency-strict", "knobs": {"vm.swappiness": 30}}, "test (in memory)")
     assert p.setting("vm.swappiness") is not None and p.setting("kernel.numa_balancing") is not None
     assert p.chain[-1] == "test (in memory)" and p.data is not None

@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO, cli
 from tests.tune_support import diff, journal, plan_writes, representative, snapshot, work_copy
@@ -55,7 +56,7 @@ def _wait_pending(root: str, proc: subprocess.Popen[str], limit: float = 30.0) -
     """Until the try has applied and waits (its journal holds a pending trial)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
-        j = jn.load(root)
+        j = jn.load(Host(root))
         if j is not None and j.trial is not None and j.trial.pending and j.profile == TRIED:
             return j
         if proc.poll() is not None:

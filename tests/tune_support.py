@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Set, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
@@ -171,7 +172,7 @@ def diff(a: Snapshot, b: Snapshot) -> List[str]:
 
 def plan_writes(root: str, profile: str) -> int:
     """How many knob files an apply of ``profile`` would write on ``root`` now."""
-    return len(engine.prepare(root, profile).plan.writes)
+    return len(engine.prepare(Host(root), profile).plan.writes)
 
 
 def knobs_to_cover(root: str) -> List[str]:
@@ -184,7 +185,7 @@ def knobs_to_cover(root: str) -> List[str]:
     from cxlctl.inventory import scan
     from cxlctl.tuning.knobs import REGISTRY, read_current
 
-    cur = read_current(root)
+    cur = read_current(Host(root))
     want = [k.name for k in REGISTRY if k.kind != "group" and cur.get(k.path) is not None]
     if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(root).nodes):
         want.append("weighted_interleave")
@@ -194,12 +195,12 @@ def knobs_to_cover(root: str) -> List[str]:
 def uncovered(root: str, profile: str, reached: Set[str]) -> List[str]:
     """Knobs of :func:`knobs_to_cover` that ``reached`` lacks, except those ``profile`` leaves alone
     because the tree already holds its value (a ``noop`` step: nothing to fail or interrupt)."""
-    noop = {s.knob for s in engine.prepare(root, profile).plan.steps if s.action == "noop"}
+    noop = {s.knob for s in engine.prepare(Host(root), profile).plan.steps if s.action == "noop"}
     return [k for k in knobs_to_cover(root) if k not in reached and k not in noop]
 
 
 def journal(root: str) -> jn.Journal:
-    j = jn.load(root)
+    j = jn.load(Host(root))
     assert j is not None, "expected a journal"
     return j
 

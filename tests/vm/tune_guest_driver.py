@@ -18,6 +18,7 @@ import sys
 import time
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import journal as jn
 
 OUT = os.environ["OUT"]
@@ -99,7 +100,7 @@ def start_try(label: str, timeout: int) -> subprocess.Popen[str]:
     )
     t0 = time.monotonic()
     while time.monotonic() - t0 < 600:
-        j = jn.load("/")
+        j = jn.load(Host("/"))
         if j is not None and j.trial is not None and j.trial.pending and j.trial.pid == proc.pid:
             readback(f"{label}-waiting")
             return proc
@@ -134,7 +135,7 @@ def tries() -> None:
     readback("try-confirm-reverted")
     # 3. the waiting process is SIGKILLed: left alone before the deadline, reverted after it
     p = start_try("try-kill", 60)
-    j = jn.load("/")
+    j = jn.load(Host("/"))
     assert j is not None and j.trial is not None
     p.send_signal(signal.SIGKILL)
     p.wait()
