@@ -459,6 +459,7 @@ class Transaction:
     def _replan(self, active: Optional[Journal], extra: Tuple[str, ...]) -> Tuple[Plan, Current]:
         """Plan again under the lock: knob values may have changed while we waited (the
         inventory — nodes, bandwidth — is reused: it does not change with knobs)."""
+        self.host.reread()  # another writer may have re-created DAMON's directories meanwhile
         cur = read_current(self.host)
         p = make_plan(self.prepared.inventory, self.profile, cur, restore_map(active))
         if p.writes != self.prepared.plan.writes:
