@@ -563,5 +563,21 @@ def others(state: DamonState, mine: Optional[int]) -> List[str]:
     return out
 
 
+#: DAMON modules whose kdamond only monitors (no scheme acts on memory): DAMON_STAT estimates idle
+#: memory for its parameters files, and Debian's 7.x starts it at boot (CONFIG_DAMON_STAT_ENABLED_DEFAULT)
+MONITOR_ONLY_MODULES = ("damon_stat",)
+
+
+def _module_name(m: Any) -> str:
+    return f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name
+
+
 def module_kdamonds(state: DamonState) -> List[str]:
-    return [f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name for m in state.modules if m.running]
+    """Running DAMON modules whose schemes act on memory (DAMON_RECLAIM pages out, DAMON_LRU_SORT
+    reorders the LRU): they can work against cxlctl's migrations."""
+    return [_module_name(m) for m in state.modules if m.running and m.name not in MONITOR_ONLY_MODULES]
+
+
+def monitor_kdamonds(state: DamonState) -> List[str]:
+    """Running DAMON modules that only monitor (DAMON_STAT): nothing to refuse, but worth saying."""
+    return [_module_name(m) for m in state.modules if m.running and m.name in MONITOR_ONLY_MODULES]

@@ -483,6 +483,11 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         )
     elif mods:
         warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    for mon in damon.monitor_kdamonds(state):
+        warnings.append(
+            f"damon: {mon} runs a monitoring-only kdamond (DAMON_STAT, started at boot on kernels built with "
+            "CONFIG_DAMON_STAT_ENABLED_DEFAULT); it migrates nothing, so cxlctl's kdamonds run beside it"
+        )
     n = len(kds)
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
