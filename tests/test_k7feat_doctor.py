@@ -127,9 +127,12 @@ def test_hmem_handoff_from_the_kernel_log(tmp_path: Any) -> None:
 
 
 def test_dmesg_probe_keeps_only_cxl_and_hmem_lines() -> None:
-    got = probes.collect(lambda argv: (0, "[ 0.0] secret unrelated line\n" + LOG_CLAIMED) if argv == ("dmesg",) else None)
+    got = probes.collect(
+        lambda argv: (0, "[ 0.0] secret unrelated line\n" + LOG_CLAIMED) if argv == ("dmesg",) else None
+    )
     assert got["dmesg"].out == LOG_CLAIMED
-    assert probes.to_json(got)["probes"]["dmesg"]["out"] == LOG_CLAIMED  # what a record saves
+    saved: Any = probes.to_json(got)["probes"]
+    assert saved["dmesg"]["out"] == LOG_CLAIMED  # what a record saves
 
 
 def test_extended_linear_cache_is_noted(tmp_path: Any) -> None:
