@@ -496,6 +496,9 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     # refuses nr_kdamonds with EBUSY while any kdamond runs, so they are stopped first, re-created
     # and started again (off -> rewrite -> on); a same-size change is committed while running
     stop = [k for k in state.kdamonds if k.running] if recreate and mine is not None else []
+    goal_notes, goal_refusals = damon.goal_support(spec, cur.damon_caps)
+    refusals += goal_refusals
+    warnings += [f"damon: {n}" for n in goal_notes]
     if refusals:
         step = _damon_step("damon", knob.path, None, None, None, "skip", s, "refused: " + refusals[0])
         return DamonPlan([step], [], [], warnings, refusals)
