@@ -25,8 +25,6 @@ from cxlctl.parse import format_size, parse_meminfo, parse_size, sysfs_int
 
 #: the kernel's range for ``swappiness=`` (mm/vmscan.c: 0..MAX_SWAPPINESS)
 SWAPPINESS_MAX = 200
-#: where cgroup v2 is mounted (``--cgroup`` paths are relative to it)
-CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 class ReclaimResult(NamedTuple):
@@ -82,15 +80,15 @@ def _target(root: str, node: Optional[int], cgroup: Optional[str]) -> tuple:  # 
     assert cgroup is not None
     if not cgroup.startswith("/") or ".." in cgroup.split("/") or "\n" in cgroup or "\0" in cgroup:
         raise UsageError(f'--cgroup must be a cgroup path such as "/inference.slice"; got {cgroup!r}')
-    d = CGROUP_ROOT + cgroup.rstrip("/") if cgroup != "/" else CGROUP_ROOT
-    path = d + "/memory.reclaim"
+    name = cgroup.rstrip("/") or "/"
+    path = paths.cgroup_file(name, "memory.reclaim")
     if not r.exists(path):
         raise UsageError(
             f"{path} is absent: no such cgroup, or its memory controller is off (or the root cgroup on an "
             "older kernel)",
             hint="name a cgroup with the memory controller (cat /proc/PID/cgroup shows a process' own)",
         )
-    return f"cgroup {cgroup}", path, d + "/memory.stat", None
+    return f"cgroup {cgroup}", path, paths.cgroup_file(name, "memory.stat"), None
 
 
 def reclaim(
