@@ -367,7 +367,8 @@ class Daemon:
     def status_line(self) -> str:
         inv = self.rec.inventory
         t = self.rec.target
-        what = f"profile {t.name} ({self.rec.state})" if t.name else "no profile (observing)"
+        state = self.rec.state
+        what = f"profile {t.name} ({state})" if t.name else f"no profile ({state if state != 'none' else 'observing'})"
         inv_s = "not scanned" if inv is None else _short(inv)
         drift = sum(1 for c in self.rec.drift if c.status == "drift")
         return f"{what}; {inv_s}; drift {drift}"

@@ -112,12 +112,17 @@ class TuneLock:
         """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         fence = fence_of(self.root)
-        if fence is None:
-            os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
-        else:
-            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
-            fd = open_fenced(fence, self.path, flags, 0o644)
+        try:
+            if fence is None:
+                os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+                fd = os.open(self.path, flags, 0o644)
+            else:
+                os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
+                fd = open_fenced(fence, self.path, flags, 0o644)
+        except OSError as e:
+            from .atomic import StorageError
+
+            raise StorageError(self.path, e) from None
         deadline = time.monotonic() + self.wait
         delay = 0.02
         while True:
@@ -130,8 +135,11 @@ class TuneLock:
                     raise Locked(self.path, holder(self.root), self.wait) from None
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.25)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the pid only names the holder to waiters: a full /run must not stop the lock
         self.fd = fd
 
     def release(self) -> None:
