@@ -33,7 +33,7 @@ import os
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from cxlctl import __version__
-from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import StorageError, atomic_write, read_only, remove
 from cxlctl.hostio.lock import TuneLock
@@ -375,8 +375,10 @@ def _refuse_unsettled(old: Journal) -> None:
             hint="run `cxlctl tune revert` (and `cxlctl tune status`) until it succeeds, then apply again",
         )
     if old.state == jn.APPLIED and old.trial is not None and old.trial.pending:
+        # exit 4 like a held lock: the try holds the knobs until it is confirmed or runs out
         raise CxlctlError(
             f"a `tune try` of {old.profile} is waiting for confirmation (pid {old.trial.pid})",
+            code=EXIT_LOCKED,
             hint="confirm it (`cxlctl tune confirm`), or let it time out, then apply again",
         )
 
