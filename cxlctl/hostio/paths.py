@@ -136,6 +136,7 @@ def cgroup_file(cgroup: str, what: str) -> str:
 # -- cxlctl's own state ---------------------------------------------------------------------
 RUN_DIR = "/run/cxlctl"
 LOCK = RUN_DIR + "/lock"
+DAEMON_LOCK = RUN_DIR + "/daemon.lock"  # held by a running `cxlctl daemon run`: one per host
 LAUNCH_PROFILE_DIR = RUN_DIR + "/launch"
 STATE_DIR = "/var/lib/cxlctl"
 ACTIVE_PROFILE = STATE_DIR + "/active-profile"
