@@ -214,12 +214,23 @@ def _ref(host: Host, name: str, source: str) -> str:
 
 
 def read_persisted(host: Host) -> Optional[Tuple[str, str]]:
-    """(profile, source) from ``active-profile``; None when absent or unreadable."""
+    """(profile, source) from ``active-profile``; None when absent or unreadable.
+
+    :class:`CxlctlError` when it fails its checksum: a damaged byte must not make the daemon
+    enforce another profile, nor silently none.
+    """
     text = host.reader.body(engine.ACTIVE_PROFILE)
     try:
         doc = json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+    if isinstance(doc, dict) and "checksum" in doc and doc["checksum"] != jn.checksum(doc):
+        path = host.path(engine.ACTIVE_PROFILE)
+        raise CxlctlError(
+            f"the persisted profile record {path} fails its checksum (changed or damaged after cxlctl wrote it); "
+            "the daemon enforces no profile until it is fixed",
+            hint="run `cxlctl tune apply --persist PROFILE` to write it again, or `cxlctl tune revert` to remove it",
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not doc["profile"]:
         return None
     src = doc.get("source")
@@ -256,7 +267,10 @@ def resolve_target(host: Host, cfg: Config) -> Target:
                 f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`",
             )
         # ROLLED_BACK: the last apply failed and was undone; fall back to the standing intent
-    p = read_persisted(host)
+    try:
+        p = read_persisted(host)
+    except CxlctlError as e:
+        return Target(None, None, "needs-attention", str(e))
     if p is not None:
         return Target(_ref(host, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
     if cfg.profile:

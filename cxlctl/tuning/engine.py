@@ -148,7 +148,8 @@ def revert(host: Host, *, wait: Optional[float] = None) -> RevertResult:
     if j0 is None and not writable(host.path(jn.RUN_DIR)):
         return _nothing(None, None, "nothing to revert: no tuning journal")
     if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, host.boot_id):
-        preflight(host, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
+        # the persist files too: a read-only /etc must refuse before any knob is restored
+        preflight(host, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert", tuple(j0.persist))
     messages: List[str] = []
     with TuneLock(host.root, wait):
         j = jn.load(host)
@@ -178,15 +179,26 @@ def revert(host: Host, *, wait: Optional[float] = None) -> RevertResult:
         removed, perr = restore_persist(host, j.persist)
         failures += perr
         final = progress.entries(entries)
+        # the knobs are back already; the journal keeps its originals, so repeating is safe
+        unrecorded = (
+            "the knobs were restored, but the journal still says "
+            + j.state
+            + ("; `cxlctl tune revert` again once it can be written (safe to repeat)")
+        )
         if failures:
             jn.save(
                 host,
                 j._replace(
                     state=jn.REVERT_FAILED, entries=final, finished=jn.now(), error="; ".join(failures), trial=None
                 ),
+                done="; ".join(failures) + "; " + unrecorded,
             )
         else:
-            jn.save(host, j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None))
+            jn.save(
+                host,
+                j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None),
+                done=unrecorded,
+            )
     results = tuple(
         FileResult(
             setting=e.setting,
@@ -284,9 +296,19 @@ def status(host: Host) -> StatusResult:
     if text is not None or persisted(host):
         name: Optional[str] = None
         try:
-            name = json.loads(text or "{}").get("profile")
-        except ValueError:
+            doc = json.loads(text or "{}")
+        except (ValueError, RecursionError):
             messages.append(f"{host.path(ACTIVE_PROFILE)} is not valid JSON")
+        else:
+            if not isinstance(doc, dict):
+                messages.append(f"{host.path(ACTIVE_PROFILE)} is not a JSON object")
+            elif "checksum" in doc and doc["checksum"] != jn.checksum(doc):
+                messages.append(
+                    f"{host.path(ACTIVE_PROFILE)} fails its checksum (changed or damaged after cxlctl wrote it); "
+                    "the daemon enforces no profile until `cxlctl tune apply --persist PROFILE` writes it again"
+                )
+            elif isinstance(doc.get("profile"), str):
+                name = doc["profile"]
         persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(host) else None, profile=name)
     held = is_held(host.root)
     damon = damon_rows(host, j if active else None, messages)
