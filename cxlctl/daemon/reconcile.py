@@ -333,8 +333,14 @@ class Reconciler:
 
     def reconcile(self, reason: str) -> Result:
         """Rescan, log what changed, online new memory, apply the target profile if needed."""
-        t0 = time.monotonic()
         self.pass_host()
+        try:
+            return self._reconcile(reason)
+        finally:
+            self.host.reader.close()  # no directory handle kept between passes (hot-plug replaces them)
+
+    def _reconcile(self, reason: str) -> Result:
+        t0 = time.monotonic()
         self.expire_try()
         inv = self.scan(reason)
         new = snapshot(inv)
@@ -545,6 +551,12 @@ class Reconciler:
         if count:
             self.stats.drift_checks += 1
         self.pass_host()
+        try:
+            return self._check_drift()
+        finally:
+            self.host.reader.close()
+
+    def _check_drift(self) -> bool:
         target = resolve_target(self.host, self.cfg)
         if target.state != "applied":
             self.drift = ()
