@@ -88,7 +88,7 @@ def test_the_host_is_resolved_once_and_handed_to_the_command(monkeypatch: Any, a
     real = Host.resolve.__func__  # type: ignore[attr-defined]
 
     def spy(cls: Any, value: Any = None) -> Host:
-        h = real(cls, value)
+        h: Host = real(cls, value)
         resolved.append(h)
         return h
 
