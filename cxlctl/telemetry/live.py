@@ -20,6 +20,11 @@ from cxlctl.term import isatty
 
 if TYPE_CHECKING:
     from cxlctl.hostio.host import Host
+    from cxlctl.hostio.reader import Reader
+
+    from .sample import NodeInfo, ProcessSample, Sample
+    from .sampler import Sampler
+    from .top import History
 
 #: cgroups and processes looked at per refresh (numa_maps costs a page-table walk each)
 TOP_CGROUPS = 64
@@ -32,14 +37,24 @@ PROCESS_MAX_AGE_S = 5.0
 
 def run(host: Host, every: float, count: Optional[int], rows: int, json_out: bool) -> None:
     """``cxlctl top``: until ``count`` refreshes, ``q`` or Ctrl-C (a reader that left ends it quietly)."""
-    from cxlctl.hostio.reader import Reader
-    from cxlctl.telemetry.sample import NodeInfo, ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
-    from cxlctl.telemetry.sampler import Sampler, Telemetry, readings
-    from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
+    from .sample import node_kinds
+    from .top import History
 
-    root = host.root
-    kinds = node_kinds(root)
+    kinds = node_kinds(host.root)
+    sampler = _sampler(host.root, json_out)
     hist = History()
+    if json_out or not isatty(sys.stdout):
+        _lines(sampler, kinds, hist, every, count, rows, json_out)
+    else:
+        _screen(sampler, kinds, hist, every, count, rows)
+
+
+def _sampler(root: str, cgroup_counters: bool) -> Sampler:
+    """A sampler that re-ranks processes and re-lists cgroups at most every :data:`PROCESS_MAX_AGE_S`,
+    and re-reads a process' ``numa_maps`` no more often (its cache)."""
+    from .sample import list_cgroups, read_sample, top_pids
+    from .sampler import Sampler
+
     cache: Dict[int, Tuple[float, ProcessSample]] = {}
     ranked: List[int] = []
     cgroups: List[str] = []
@@ -62,35 +77,50 @@ def run(host: Host, every: float, count: Optional[int], rows: int, json_out: boo
             cache=cache,
             max_age=PROCESS_MAX_AGE_S,
             ranked=ranked,
-            cgroup_counters=json_out,  # the screen shows cgroups' bytes only
+            cgroup_counters=cgroup_counters,  # the screen shows cgroups' bytes only
         )
 
-    sampler = Sampler(root, read=read)
+    return Sampler(root, read=read)
 
-    def refresh(t: Telemetry) -> Telemetry:
-        hist.add(t.rates)
-        return t
 
-    if json_out or not isatty(sys.stdout):
-        from cxlctl.telemetry.report import to_dict
+def _lines(
+    sampler: Sampler,
+    kinds: Dict[int, NodeInfo],
+    hist: History,
+    every: float,
+    count: Optional[int],
+    rows: int,
+    json_out: bool,
+) -> None:
+    """Not a terminal: one plain-text block (or ``stat --json`` line) per refresh."""
+    from .report import to_dict
+    from .sampler import readings
+    from .top import plain, view
 
-        try:
-            for n, t in enumerate(readings(sampler, kinds, every, count)):
-                s, rt, vs = refresh(t)
-                if json_out:
-                    emit_json(to_dict(s, rt, vs, n), indent=None)
-                else:
-                    from cxlctl.term import width
+    try:
+        for n, t in enumerate(readings(sampler, kinds, every, count)):
+            s, rt, vs = t
+            hist.add(rt)
+            if json_out:
+                emit_json(to_dict(s, rt, vs, n), indent=None)
+            else:
+                from cxlctl.term import width
 
-                    cols = width()
-                    sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), cols) + "\n")
-                sys.stdout.flush()
-        except (KeyboardInterrupt, BrokenPipeError):
-            pass
-        return
+                cols = width()
+                sys.stdout.write(("\n" if n else "") + plain(view(s, rt, vs, hist, rows=rows), cols) + "\n")
+            sys.stdout.flush()
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
 
+
+def _screen(
+    sampler: Sampler, kinds: Dict[int, NodeInfo], hist: History, every: float, count: Optional[int], rows: int
+) -> None:
+    """A terminal: the full-screen view, redrawn on each refresh and key (``q`` quits, ``s`` sorts)."""
     from rich.console import Console
     from rich.live import Live
+
+    from .top import SORTS, rich_view, view
 
     sort_i = 0
     console = Console(markup=False)  # not term.console(): its width follows a resized terminal
@@ -102,7 +132,9 @@ def run(host: Host, every: float, count: Optional[int], rows: int, json_out: boo
         n = 0
         try:
             while count is None or n < count:
-                s, rt, vs = refresh(sampler.tick(kinds))
+                t = sampler.tick(kinds)
+                s, rt, vs = t
+                hist.add(rt)
                 n += 1
                 deadline = s.time + every
                 while True:
