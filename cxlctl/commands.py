@@ -8,7 +8,8 @@ exits is written once.  Each takes the :class:`~cxlctl.hostio.host.Host` its
 caller resolved and returns the exit code; a failure is raised as a
 :class:`~cxlctl.errors.CxlctlError`, which :func:`cxlctl.emit.guarded` maps.
 
-Imports are lazy and per form: ``status --json`` loads neither rich nor typing.
+Imports are lazy and per form: ``status --json`` loads neither rich nor typing,
+and the human ``status`` no rich unless stdout is a terminal (:func:`cxlctl.render.print_status`).
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ def status(host: Host, json_out: bool) -> int:
 
         sys.stdout.write(dumps(inv))
     else:
-        from cxlctl.render import render_status
-        from cxlctl.term import console
+        from cxlctl.render import print_status
 
-        render_status(inv, console(highlight=True))
+        print_status(inv)
     return EXIT_INCOMPLETE if inv.unknown else 0
 
 

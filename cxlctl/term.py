@@ -107,10 +107,10 @@ def console(stderr: bool = False, highlight: bool = False, file: Optional[TextIO
     """The rich console every human view prints with: :func:`width` columns, no markup read.
 
     The width is given, not left to rich: rich takes ``COLUMNS=0`` at its word and prints
-    nothing at all."""
+    nothing at all.  No emoji codes either: rich would print ``0000:ab:00.0`` as ``0000🆎00.0``."""
     from rich.console import Console
 
-    return Console(stderr=stderr, file=file, width=width(), markup=False, highlight=highlight)
+    return Console(stderr=stderr, file=file, width=width(), markup=False, emoji=False, highlight=highlight)
 
 
 def styled(text: object, style: str = "") -> Text:
