@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, List, Optional, Sequence, TextIO, Tuple, Union
 
+# typing costs ~5 ms of start-up (it imports re): the human status on a pipe loads this module and
+# nothing else that needs typing, so only mypy imports it here
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, TextIO, Tuple, Union
+
     from rich.console import Console
     from rich.text import Text
 
@@ -36,7 +40,10 @@ NOTE_MIN = 40
 #: what a note the same as the row above's shows
 DITTO = "〃"
 
-Cell = Union[str, "Text"]
+if TYPE_CHECKING:
+    Cell = Union[str, "Text"]
+else:  # only annotations name it (strings at run time): no typing needed to define it
+    Cell = object
 
 
 def isatty(stream: TextIO) -> bool:
