@@ -669,6 +669,15 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
                 b.add(
                     f"node_vmstat_{_prom_name(name)}_total", "counter", f"nodeN/vmstat {name} (pages or events)", v, lab
                 )
+        if n.memory_failure is not None:
+            for result, v in n.memory_failure.values.items():
+                b.add(
+                    "node_memory_failure_pages_total",
+                    "counter",
+                    "nodeN/memory_failure/RESULT: poisoned pages memory_failure() handled (total) and how",
+                    v,
+                    {**lab, "result": result},
+                )
         for kind in ("used", "anon", "file", "shmem"):
             b.add(
                 "node_memory_by_type_bytes",

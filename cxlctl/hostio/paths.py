@@ -118,6 +118,10 @@ def node_dir(nid: int) -> str:
     return f"{NODE_DIR}/node{nid}"
 
 
+#: per-node memory-failure (hwpoison) counters, one file each (``total``, ``recovered``, ...)
+NODE_MEMORY_FAILURE = "memory_failure"
+
+
 def node_file(nid: int, what: str) -> str:
     """``/sys/devices/system/node/nodeN/WHAT`` (``vmstat``, ``meminfo``, ``numastat``)."""
     return f"{NODE_DIR}/node{nid}/{what}"
