@@ -128,7 +128,7 @@ def test_one_reader_and_one_boot_id_read_per_command(tmp_path: Path, monkeypatch
     read the file at every question: counted here as readers built and boot id reads."""
     root = copy_fixture(os.path.join(FIXTURES, "linux-6.12", "single-region"), tmp_path / "t")
     write_boot_id(root, "b-1")
-    j = jn.Journal(1, jn.APPLIED, "cxl-common", "builtin", "b-1", 4242, "cxlctl", jn.now(), None, (), (), {})
+    j = jn.Journal(jn.SCHEMA, jn.APPLIED, "cxl-common", "builtin", "b-1", 4242, "cxlctl", jn.now(), None, (), (), {})
     jn.save(Host(root), j)
     made: List[str] = []
     asked: List[str] = []
