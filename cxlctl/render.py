@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
+from .derive import expected_access
 from .hostio import paths
 from .model import Coordinates, Inventory, Node, Port
 from .parse import format_nodelist, format_size
@@ -207,8 +208,14 @@ def _basic_cells(inv: Inventory, n: Node) -> List[str]:
     ]
 
 
-def _perf_cells(n: Node) -> List[str]:
-    return [" ".join(map(str, n.distance)) or "-", _bw(n.access0), _lat(n.access0)]
+def _perf_cells(inv: Inventory, n: Node) -> List[str]:
+    """Distances and access0 figures.  A CXL node the kernel gave no ``access0`` of its own
+    (Linux 7.x computes the figures for the region only) shows its regions' figures, marked
+    ``*``: printing "-" there hid the bandwidth every other view (weights, stat) used."""
+    c, source = expected_access(n, inv.regions)
+    mark = "*" if source == "regions" else ""
+    bw, lat = _bw(c), _lat(c)
+    return [" ".join(map(str, n.distance)) or "-", bw + mark if c else bw, lat + mark if c else lat]
 
 
 def _fits(console: Console, table: Table) -> bool:
@@ -222,7 +229,7 @@ def _nodes(inv: Inventory, console: Console) -> None:
     """One wide table when it fits; else node facts, then distances and performance."""
     wide = _table(console, _BASIC + _PERF)
     for n in inv.nodes:
-        wide.add_row(*map(_m, _basic_cells(inv, n) + _perf_cells(n)))
+        wide.add_row(*map(_m, _basic_cells(inv, n) + _perf_cells(inv, n)))
     console.print(_m("\n[bold]NUMA nodes[/bold]"))
     if _fits(console, wide):
         console.print(wide)
@@ -231,11 +238,13 @@ def _nodes(inv: Inventory, console: Console) -> None:
         perf = _table(console, [("NODE", "right")] + _PERF)
         for n in inv.nodes:
             basic.add_row(*map(_m, _basic_cells(inv, n)))
-            perf.add_row(*map(_m, [str(n.id), *_perf_cells(n)]))
+            perf.add_row(*map(_m, [str(n.id), *_perf_cells(inv, n)]))
         console.print(basic)
         console.print()
         console.print(perf)
     console.print(_m("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]"))
+    if any(expected_access(n, inv.regions)[1] == "regions" for n in inv.nodes):
+        console.print(_m("[dim]*: the node's regions' access0 (bandwidths summed, slowest latency)[/dim]"))
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
         console.print(_m("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]"))

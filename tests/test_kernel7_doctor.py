@@ -57,5 +57,9 @@ def test_boot_config_still_wins_and_absence_names_every_place(tmp_path: Any) -> 
     assert f"/boot/config-{rel}" in why and f"/usr/lib/modules/{rel}/config" in why and "/proc/config.gz" in why
     c = [x for x in run(gather(root)) if x.id == "kernel.config"][0]
     assert c.result == "cannot-check"
-    assert [e.source for e in c.evidence] == [f"/boot/config-{rel}", f"/usr/lib/modules/{rel}/config", "/proc/config.gz"]
+    assert [e.source for e in c.evidence] == [
+        f"/boot/config-{rel}",
+        f"/usr/lib/modules/{rel}/config",
+        "/proc/config.gz",
+    ]
     assert "/usr/lib/modules/RELEASE/config" in c.fix

@@ -89,6 +89,14 @@ def series_of(release: str) -> str:
     return m.group(1)
 
 
+def package_of(release: str) -> str:
+    """The Debian packages a release came from (scripts/install-vm-deps.sh): bookworm's
+    ``linux-image-*-unsigned``, or Debian 13 backports' split packaging for 7.x."""
+    if release.startswith("7."):
+        return f"Debian trixie-backports linux-binary-{release}, linux-modules-{release}, linux-base-{release}"
+    return f"Debian linux-image-{release}-unsigned"
+
+
 def tool_version(cmd: List[str]) -> str:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -126,7 +134,7 @@ def record_one(series: str, name: str, qemu: str) -> List[str]:
     if r.returncode != 0:
         raise HarnessError(f"{k.release} {name}: guest script exited {r.returncode}\n{r.stderr[-3000:]}\n{err_text}")
     about = [
-        f"kernel: {k.release} (Debian linux-image-{k.release}-unsigned)",
+        f"kernel: {k.release} ({package_of(k.release)})",
         f"qemu: {qemu}",
         f"virtme-ng: {tool_version(['vng', '--version'])}",
         f"peers: ndctl cxl {tool_version(['cxl', 'version'])}, daxctl {tool_version(['daxctl', 'version'])}",
