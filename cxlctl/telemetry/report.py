@@ -271,6 +271,13 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         width,
         "",
     )
+    if sysv.get("pgscan_proactive") is not None or sysv.get("pgsteal_proactive") is not None:
+        lines += _wrap(
+            f"proactive reclaim: scanned {count(sysv.get('pgscan_proactive'))}, "
+            f"reclaimed {count(sysv.get('pgsteal_proactive'))}",
+            width,
+            "",
+        )
     unread = [f"node{n.id}/vmstat" for n in s.nodes if not n.vmstat.readable]
     unread += [] if s.system.readable else [paths.PROC_VMSTAT]
     if unread:

@@ -1,0 +1,46 @@
+"""cxlctl's own weighted-interleave weights quantize as finely as the kernel's ``auto`` (issue 20).
+
+With two CXL host bridges whose generic ports differ (DRAM 38912 MB/s, CXL 16000 and 6144
+MB/s), Linux 7.3's ``auto`` mode set 20:8:3; cxlctl's largest weight was capped at 10 and,
+when no weight up to the cap was within 5 %, took the cap: 10:4:2 → 5:2:1, which gives the
+slow node 27 % more than its bandwidth share.  Now the cap is the kernel's scale (32) and,
+when nothing is within the tolerance, the closest candidate wins.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+from cxlctl.tuning.knobs import DEFAULT_MAX_WEIGHT
+from cxlctl.tuning.weights import reduce_weights
+
+BW = {0: 38912, 2: 16000, 3: 6144}
+
+
+def _worst(w: Dict[int, int], bw: Dict[int, int]) -> float:
+    tw, tb = sum(w.values()), sum(bw.values())
+    return max(abs(w[n] / tw - bw[n] / tb) / (bw[n] / tb) for n in bw)
+
+
+def test_three_speeds_get_weights_within_5_percent_of_their_bandwidth() -> None:
+    w = reduce_weights(BW)
+    assert w == {0: 19, 2: 8, 3: 3}
+    assert _worst(w, BW) < 0.05
+    kernel_auto = {0: 20, 2: 8, 3: 3}  # what 7.3's auto wrote for these bandwidths
+    assert _worst(w, BW) <= _worst(kernel_auto, BW)
+    assert _worst({0: 5, 2: 2, 3: 1}, BW) > 0.2  # the old result: the slow node got 24 % more than its share
+
+
+def test_a_small_cap_takes_the_closest_candidate_not_the_cap() -> None:
+    w = reduce_weights(BW, cap=10)
+    assert w == {0: 7, 2: 3, 3: 1}
+    assert _worst(w, BW) < _worst({0: 5, 2: 2, 3: 1}, BW)
+
+
+def test_default_cap_is_the_kernels_scale_and_profiles_default_to_it() -> None:
+    from cxlctl.tuning.knobs import REGISTRY
+
+    assert DEFAULT_MAX_WEIGHT == 32
+    wi = [k for k in REGISTRY if k.name == "weighted_interleave"][0]
+    table = {"weights": "bandwidth", "nodes": ["dram", "cxl"]}
+    assert wi.validate(None, table).max_weight == 32
