@@ -76,13 +76,14 @@ def reduce_weights(bandwidth: Dict[int, int], cap: int = DEFAULT_MAX_WEIGHT, tol
         cand = {n: max(WEIGHT_MIN, int(round(f * m))) for n, f in share.items()}
         err = _worst_error(cand, m, share)
         if err <= tolerance:
-            return _divide_gcd(cand)
+            return divide_gcd(cand)
         if err < best_err:
             best, best_err = cand, err
-    return _divide_gcd(best)
+    return divide_gcd(best)
 
 
-def _divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
+def divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
+    """``ints`` divided by the gcd of its values (weights are kept reduced, as the kernel's are)."""
     g = 0
     for v in ints.values():
         g = math.gcd(g, v)
