@@ -130,7 +130,12 @@ def test_6_1_lacks_per_node_and_per_cgroup_demotion_counters() -> None:
     node0 = rep["nodes"][0]
     assert node0["missing"] == ["pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged", "pgdemote_proactive"]
     assert node0["counters"]["pgpromote_success"] == 0  # present, and really 0
-    assert rep["system"]["missing"] == ["pgscan_proactive", "pgsteal_proactive", "pgdemote_khugepaged", "pgdemote_proactive"]
+    assert rep["system"]["missing"] == [
+        "pgscan_proactive",
+        "pgsteal_proactive",
+        "pgdemote_khugepaged",
+        "pgdemote_proactive",
+    ]
     assert rep["system"]["counters"]["pgdemote_direct"] == _keyvals(_peer(T61, "D.vmstat"))["pgdemote_direct"]
     (cg,) = rep["cgroups"]
     assert "pgdemote_direct" in cg["missing"] and cg["counters"]["pgdemote_direct"] is None
