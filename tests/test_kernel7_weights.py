@@ -9,7 +9,7 @@ when nothing is within the tolerance, the closest candidate wins.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict
 
 from cxlctl.tuning.knobs import DEFAULT_MAX_WEIGHT
 from cxlctl.tuning.weights import reduce_weights
@@ -44,3 +44,29 @@ def test_default_cap_is_the_kernels_scale_and_profiles_default_to_it() -> None:
     wi = [k for k in REGISTRY if k.name == "weighted_interleave"][0]
     table = {"weights": "bandwidth", "nodes": ["dram", "cxl"]}
     assert wi.validate(None, table).max_weight == 32
+
+
+def _wi_steps(root: str) -> Dict[str, Any]:
+    import json
+
+    from tests.kit import cli
+
+    plan = json.loads(cli("--root", root, "tune", "plan", "inference-bandwidth", "--json", check=True).stdout)
+    return {s["setting"]: s for s in plan["plan"]["steps"] if s["setting"].startswith("weighted_interleave")}
+
+
+def test_recorded_hmat_guest_on_612_gets_19_8_3() -> None:
+    """The recorded 6.12 guest with HMAT, two generic ports and a fast and a slow CDAT device
+    (fixtures/linux-6.12/hmat2-region): the kernel's figures are 38912/16000/6144 MB/s."""
+    import os
+
+    from tests.kit import FIXTURES
+
+    steps = _wi_steps(os.path.join(FIXTURES, "linux-6.12", "hmat2-region"))
+    got = {k: v["desired"] for k, v in steps.items()}
+    assert got == {
+        "weighted_interleave.node0": "19",
+        "weighted_interleave.node2": "8",
+        "weighted_interleave.node3": "3",
+    }
+    assert "node0 38912 MB/s, node2 16000 MB/s, node3 6144 MB/s" in steps["weighted_interleave.node0"]["note"]
