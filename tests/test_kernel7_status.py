@@ -58,3 +58,26 @@ def test_cxl_node_shows_its_regions_figures_not_a_dash(tmp_path: Any) -> None:
 def test_no_figures_anywhere_still_prints_a_dash_without_the_note() -> None:
     p = cli("--root", SINGLE, "status", env={"COLUMNS": "160"}, check=True)
     assert "*: the node's regions'" not in p.stdout and "*" not in "".join(_node_row(p.stdout, 1))
+
+
+HMAT7 = os.path.join(FIXTURES, "linux-7.x", "hmat2-region")
+HMAT612 = os.path.join(FIXTURES, "linux-6.12", "hmat2-region")
+
+
+def test_recorded_7x_hmat_guest_shows_both_cxl_nodes_figures() -> None:
+    """The recorded 7.3 guest with HMAT, two generic ports and two CDAT devices: the kernel wrote
+    region0/region1 access0 and no access0 for nodes 2 and 3 (6.12 writes both)."""
+    d = json.loads(cli("--root", HMAT7, "status", "--json", check=True).stdout)
+    nodes = {n["id"]: n for n in d["nodes"]}
+    assert nodes[2]["access0"] is None and nodes[3]["access0"] is None
+    regions = {r["region"]: r for r in d["regions"]}
+    assert regions["region0"]["access0"]["read_bandwidth"] == 16000
+    assert regions["region1"]["access0"]["read_bandwidth"] == 6144
+    text = cli("--root", HMAT7, "status", env={"COLUMNS": "80"}, check=True).stdout
+    assert "16000/16000*" in _node_row(text, 2) and "192/292*" in _node_row(text, 2)
+    assert "6144/6144*" in _node_row(text, 3) and "362/462*" in _node_row(text, 3)
+    # 6.12 gives the nodes their own figures: no mark there
+    d612 = json.loads(cli("--root", HMAT612, "status", "--json", check=True).stdout)
+    assert {n["id"]: (n["access0"] or {}).get("read_bandwidth") for n in d612["nodes"]} == {0: 38912, 2: 16000, 3: 6144}
+    text612 = cli("--root", HMAT612, "status", env={"COLUMNS": "80"}, check=True).stdout
+    assert "16000/16000" in _node_row(text612, 2) and "*" not in "".join(_node_row(text612, 2))

@@ -70,3 +70,20 @@ def test_recorded_hmat_guest_on_612_gets_19_8_3() -> None:
         "weighted_interleave.node3": "3",
     }
     assert "node0 38912 MB/s, node2 16000 MB/s, node3 6144 MB/s" in steps["weighted_interleave.node0"]["note"]
+
+
+def test_recorded_7x_hmat_guest_plan_compares_the_kernels_auto_weights() -> None:
+    """On the recorded 7.3 guest the kernel's auto mode wrote 20:8:3; the plan chooses auto and
+    quotes those weights beside cxlctl's 19:8:3 and the bandwidth shares."""
+    import os
+
+    from tests.kit import FIXTURES
+
+    root = os.path.join(FIXTURES, "linux-7.x", "hmat2-region")
+    steps = _wi_steps(root)
+    auto = steps["weighted_interleave.auto"]
+    assert auto["desired"] == "true"
+    note = auto["note"]
+    assert "the kernel's auto weights now: node0=20 (65 %) node2=8 (26 %) node3=3 (10 %)" in note, note
+    assert "cxlctl's from the same figures: node0=19 (63 %) node2=8 (27 %) node3=3 (10 %)" in note, note
+    assert "bandwidth shares: node0 64 % node2 26 % node3 10 %" in note, note
