@@ -18,7 +18,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, fixture_roots
+from tests.kit import FIXTURES, fixture_roots
 
 REPO = Path(__file__).resolve().parent.parent
 
