@@ -71,9 +71,10 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Unio
     """The command ``cmd`` of :data:`_FAST`, as its typer command (cli/status.py, cli/doctor.py,
     cli/stat.py) runs it without options: (what writes its output, the error to exit with after it)."""
     if cmd[0] == "status":
+        from .hostio.host import Host
         from .inventory import scan
 
-        inv = scan(root)
+        inv = scan(Host(root))
         if cmd == ("status", "--json"):
             from .status_json import dumps
 
@@ -92,13 +93,14 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Unio
         text = _json_doc(to_json(facts, checks), 2)
         return _writer(text), failure(checks) if exit_code(checks) else None
     # stat --json: one report, the totals since boot
-    from .hostio.reader import Reader
+    from .hostio.host import Host
     from .telemetry.report import to_dict
     from .telemetry.sample import node_kinds, read_sample
     from .telemetry.verdicts import judge
 
-    kinds = node_kinds(root)
-    s = read_sample(Reader(root), kinds, nodes=None, cgroups=[], pids=(), top=0)
+    host = Host(root)
+    kinds = node_kinds(host)
+    s = read_sample(host.reader, kinds, nodes=None, cgroups=[], pids=(), top=0)
     text = _json_doc(to_dict(s, None, judge(s, None), 0), None)
     return _writer(text), None
 

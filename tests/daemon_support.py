@@ -32,6 +32,7 @@ from cxlctl.daemon.notify import Notifier
 from tests.kit import FIXTURES, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
+from cxlctl.hostio.host import Host
 
 #: where recorded trees live; CXLCTL_TEST_FIXTURES points elsewhere (e.g. a fresh recording)
 FIXTURE_DIR = os.environ.get("CXLCTL_TEST_FIXTURES", FIXTURES)
@@ -189,7 +190,7 @@ def write(root: str, path: str, text: str) -> None:
 def cxl_nodes(root: str) -> List[int]:
     from cxlctl.inventory import scan
 
-    return sorted(n.id for n in scan(root).nodes if n.kind == "cxl" and n.has_memory)
+    return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "cxl" and n.has_memory)
 
 
 # ------------------------------------------------------------------------ daemons

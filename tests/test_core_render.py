@@ -16,6 +16,7 @@ import pytest
 
 from tests.kit import FIXTURES, cli
 from tests.tune_support import work_copy
+from cxlctl.hostio.host import Host
 
 REGION = "linux-6.12/single-region"
 IDLE = "linux-6.12/single-region-damon-idle"
@@ -133,7 +134,7 @@ def _frame(root: str, width: int, height: int) -> List[str]:
     from cxlctl.telemetry.verdicts import judge
 
     r = Reader(root)
-    kinds = node_kinds(root)
+    kinds = node_kinds(Host(root))
     s = read_sample(r, kinds, cgroups=list_cgroups(r, limit=64), top=20, ranked=top_pids(r, 20))
     s2 = read_sample(r, kinds, cgroups=list_cgroups(r, limit=64), top=20, ranked=top_pids(r, 20))
     s2 = s2._replace(time=s.time + 2.0)

@@ -26,6 +26,7 @@ from tests import damon_sysfs
 from tests.prom import parse_exposition
 from tests.test_telemetry_metrics import promtool
 from tests.tune_support import diff, snapshot, work_copy
+from cxlctl.hostio.host import Host
 
 TIERING = "linux-6.12/single-region-damon-tiering"
 RUNNING = "linux-6.12/single-region-damon-running"
@@ -46,7 +47,7 @@ def _spy(monkeypatch: Any) -> List[Tuple[str, str]]:
 
 
 def _text(root: str) -> str:
-    inv = scan(root)
+    inv = scan(Host(root))
     d = damon_mod.collect(root, inv)
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, None, d))
 

@@ -20,6 +20,7 @@ from cxlctl.ras import health_probe as health
 from tests.daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
 from tests.kit import fixture_roots
 from tests.tune_support import LIVE, pristine
+from cxlctl.hostio.host import Host
 
 
 def _roots() -> List[str]:
@@ -36,7 +37,7 @@ def _root(src: str) -> str:
 
 @pytest.mark.parametrize("src", ROOTS, ids=[os.path.relpath(r, FIXTURE_DIR) if r != LIVE else r for r in ROOTS])
 def test_exposition_parses_back_and_matches_the_inventory(src: str) -> None:
-    inv = scan(_root(src))
+    inv = scan(Host(_root(src)))
     st = Stats()
     st.bump(st.events, "cxl", 12)
     st.bump(st.rescans, "event")
@@ -205,7 +206,7 @@ def test_textfile_and_nfd_outputs(tmp_path: Any) -> None:
         text = f.read()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     labels = dict(ln.split("=", 1) for ln in lines)
-    inv = scan(root)
+    inv = scan(Host(root))
     ns = "feature.node.kubernetes.io/"
     assert labels[ns + "cxl.present"] == ("true" if inv.has_cxl else "false")
     assert labels[ns + "cxl.memdevs"] == str(len(inv.memdevs))

@@ -36,6 +36,7 @@ from tests.daemon_support import (
     write,
 )
 from tests.kit import REPO, cli
+from cxlctl.hostio.host import Host
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")
@@ -50,7 +51,7 @@ def _weights(root: str) -> Dict[int, str]:
 def _dram(root: str) -> List[int]:
     from cxlctl.inventory import scan
 
-    return sorted(n.id for n in scan(root).nodes if n.kind == "dram" and n.has_memory)
+    return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "dram" and n.has_memory)
 
 
 def _cxl_cmd(root: str, *argv: str, env: Dict[str, str]) -> subprocess.Popen[str]:
@@ -131,7 +132,7 @@ def _offline_cxl_memory(root: str) -> List[str]:
     """Make the tree look as if kmem hot-added the CXL memory while auto_online_blocks=offline."""
     from cxlctl.inventory import scan
 
-    inv = scan(root)
+    inv = scan(Host(root))
     states = []
     for n in inv.nodes:
         if n.kind != "cxl":

@@ -36,6 +36,7 @@ from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from tests.kit import REPO, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
+from cxlctl.hostio.host import Host
 
 DEPLOY = os.path.join(REPO, "deploy", "kubernetes")
 SCHEMAS = os.path.join(REPO, "tests", "schemas")
@@ -196,7 +197,7 @@ def test_deployment_schedules_on_labels_the_daemon_writes() -> None:
     spec, _ = _vllm()
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = {e["key"] for t in terms for e in t["matchExpressions"]}
-    written = set(nfd.labels(scan(fixture_roots("linux-6.12/single-region")[0]), None, tiering="none"))
+    written = set(nfd.labels(scan(Host(fixture_roots("linux-6.12/single-region")[0])), None, tiering="none"))
     written.add("feature.node.kubernetes.io/cxl.health")  # written when the health probe has device data
     assert keys <= written, keys - written
 

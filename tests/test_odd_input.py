@@ -19,6 +19,7 @@ from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
 from tests.kit import cli, copy_fixture, fixture_roots, status_json
+from cxlctl.hostio.host import Host
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 
@@ -114,7 +115,7 @@ def test_unplug_during_scan_triggers_one_rescan(tree: str) -> None:
     victim = st0["dax_devices"][0]["chardev"]
     link = os.path.join(tree, "sys/bus/dax/devices", victim)
     r = _UnplugOnce(tree, [os.path.realpath(link), link], f"{victim}/size")
-    inv = scan(tree, r)
+    inv = scan(Host(tree), r)
     assert r.fired
     assert victim not in {d.name for d in inv.dax_devices}
     # the rescan saw a consistent tree: the device is simply gone, no warning needed

@@ -23,6 +23,7 @@ from cxlctl.ras.events import Event, map_address
 from cxlctl.ras.trace import Stream
 from tests.kit import cli
 from tests.vm.ras_steps import parse_facts
+from cxlctl.hostio.host import Host
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "fixtures" / "linux-6.12"
@@ -35,7 +36,7 @@ def _facts() -> Dict[str, Any]:
 
 
 def _events(name: str) -> Tuple[List[Event], Stream]:
-    inv = scan(str(TREE))
+    inv = scan(Host(str(TREE)))
     s = Stream()
     evs = list(Mapper(str(TREE), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
     return evs, s
@@ -57,7 +58,7 @@ def test_media_error_in_a_region_maps_through_the_decoders() -> None:
     takes it as given, and its own decoder translation of the DPA (used where a
     kernel gives no HPA) must land on exactly that HPA, for each of them."""
     f = _facts()
-    inv = scan(str(TREE))
+    inv = scan(Host(str(TREE)))
     checked = 0
     for name, kind in (
         ("general-media-in-region", "general_media"),

@@ -34,6 +34,7 @@ from cxlctl.regions.planner import (
     ram_region_support,
 )
 from tests.kit import FIXTURES
+from cxlctl.hostio.host import Host
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 K61 = os.path.join(FIXTURES, "linux-6.1")
@@ -45,7 +46,7 @@ GiB = 1 << 30
 def inv_of(kernel: str, name: str) -> Inventory:
     root = os.path.join(FIXTURES, f"linux-{kernel}", name)
     assert os.path.isdir(root), f"missing fixture {root} (scripts/record-fixtures.sh)"
-    return scan(root)
+    return scan(Host(root))
 
 
 def by_serial(inv: Inventory) -> Dict[int, str]:

@@ -33,6 +33,7 @@ from cxlctl.telemetry.verdicts import VERDICTS
 from tests.daemon_support import config, make_daemon, parse_exposition, step_until, work_tree
 from tests.kit import REPO
 from tests.tune_support import LIVE, pristine
+from cxlctl.hostio.host import Host
 
 RULES = os.path.join(REPO, "deploy", "prometheus")
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "cxlctl-tiering.json")
@@ -49,8 +50,8 @@ def promtool() -> Optional[str]:
 
 
 def _text(root: str) -> str:
-    inv = scan(root)
-    tel = Sampler(root).tick(kinds_of(inv.nodes))
+    inv = scan(Host(root))
+    tel = Sampler(Host(root)).tick(kinds_of(inv.nodes))
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, tel))
 
 
@@ -78,8 +79,8 @@ def test_tiering_metrics_parse_back_with_kernel_names_and_verdicts() -> None:
 def test_missing_counters_are_absent_series_and_listed() -> None:
     """A 6.1-style node vmstat without pgdemote_khugepaged: no series, one 'missing' gauge."""
     root = pristine(LIVE)
-    inv = scan(root)
-    s = Sampler(root).tick(kinds_of(inv.nodes))
+    inv = scan(Host(root))
+    s = Sampler(Host(root)).tick(kinds_of(inv.nodes))
     node0 = s.sample.nodes[0]
     values = dict(node0.vmstat.values, pgdemote_khugepaged=None)
     vm = node0.vmstat._replace(values=values, missing=("pgdemote_khugepaged",))

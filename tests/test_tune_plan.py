@@ -20,6 +20,7 @@ from cxlctl.tuning.plan import plan
 from cxlctl.tuning.recommend import recommend
 from cxlctl.tuning.weights import cxl_write_bandwidth, ratio_weights, reduce_weights
 from tests.tune_support import PROFILES, pristine, sources, work_copy
+from cxlctl.hostio.host import Host
 
 SOURCES = sources()
 
@@ -70,7 +71,7 @@ def test_canonical_text_round_trip() -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
-    inv = scan(root)
+    inv = scan(Host(root))
     cur = read_current(root)
     for name in PROFILES:
         p = prof.load(root, name)
@@ -101,7 +102,7 @@ def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
 
 
 def _host_inventory() -> Inventory:
-    return scan(pristine(SOURCES[-1]))
+    return scan(Host(pristine(SOURCES[-1])))
 
 
 def _with_cxl(

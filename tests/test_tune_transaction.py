@@ -18,6 +18,7 @@ from cxlctl.tuning import journal as jn
 from cxlctl.tuning.profile import from_data, load
 from cxlctl.tuning.transaction import Transaction
 from tests.tune_support import diff, journal, representative, snapshot, work_copy
+from cxlctl.hostio.host import Host
 
 SOURCE = [s for s in representative() if s != "live-host"][0]
 REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
@@ -25,7 +26,7 @@ REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
 
 def test_the_plan_is_what_prepare_gives_and_commit_writes_it(tmp_path: Any) -> None:
     root = work_copy(SOURCE, str(tmp_path / "root"))
-    inv = scan(root)
+    inv = scan(Host(root))
     txn = Transaction(root, load(root, "t-everything"), inventory=inv)
     assert txn.prepared.inventory is inv, "an inventory the caller has is used, not rescanned"
     assert txn.plan == engine.prepare(root, "t-everything").plan
@@ -56,12 +57,12 @@ def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any)
     from tests.daemon_support import make_daemon
 
     root = work_copy(REGION, str(tmp_path / "root"))
-    inv = scan(root)
-    ns = resolve(inv, root, cpu_spec=None, mem_spec=None, gpu_spec=None)
-    wp = sysweights.plan(root, inv, ns, ns.mem_nodes, (3, 1))
+    inv = scan(Host(root))
+    ns = resolve(inv, Host(root), cpu_spec=None, mem_spec=None, gpu_spec=None)
+    wp = sysweights.plan(Host(root), inv, ns, ns.mem_nodes, (3, 1))
     assert wp.writes and wp.transaction is not None
     assert wp.transaction.profile.data == sysweights.profile_data(ns.mem_nodes, (3, 1), None)
-    sysweights.apply(root, wp)
+    sysweights.apply(Host(root), wp)
     assert not os.path.exists(os.path.join(root, "run/cxlctl/launch")), "no profile file is written to pass weights"
     j = journal(root)
     assert j.profile == "launch-weights" and j.profile_data == wp.transaction.profile.data

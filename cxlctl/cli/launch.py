@@ -19,6 +19,8 @@ import typer
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
 
 from .common import JSON_OPT as JSON_DOC_OPT
+from cxlctl.hostio.host import Host
+
 from .common import emit_json, group, host_root
 from .params import Command, argument, integer
 
@@ -155,7 +157,8 @@ def _launch(
         devdax_offset=devdax_offset,
         mooncake=mooncake,
     )
-    lp = build(host_root(), req)
+    host = Host(host_root())
+    lp = build(host, req)
     if json_out:
         (sys.stdout if dry_run else sys.stderr).write(
             json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n"
@@ -171,7 +174,7 @@ def _launch(
         )
     if dry_run:
         return
-    execute(host_root(), lp)
+    execute(host, lp)
 
 
 @launch_app.command("exec", cls=Command, context_settings=_CTX)
@@ -357,7 +360,7 @@ def show_cmd(
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""
     from cxlctl.launch.proof import show
 
-    rep = show(host_root(), pid)
+    rep = show(Host(host_root()), pid)
     if json_out:
         emit_json(rep)
     else:

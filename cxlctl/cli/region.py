@@ -183,11 +183,12 @@ def plan_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show how a region would be built (positions, decoders, size), or exactly why it cannot be. No root needed."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
 
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
-    plans = _plans(scan(host_root()), req, use_all)
+    plans = _plans(scan(Host(host_root())), req, use_all)
     if json_out:
         emit_json(region_json.plans(plans))
         return
@@ -215,6 +216,7 @@ def create_cmd(
 
     On any failure every step is undone (targets, DPA, the region itself), so no half-built region remains.
     """
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
@@ -223,7 +225,7 @@ def create_cmd(
     zone = _zone(zone, online, "--online")
     req = _request(memdevs, ways, size, granularity, decoder, rtype)
     root = host_root()
-    plans = _plans(scan(root), req, use_all)
+    plans = _plans(scan(Host(root)), req, use_all)
     if dry_run:
         if json_out:
             emit_json(region_json.dry_run(plans, online, zone))
@@ -283,6 +285,7 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import destroy_region
@@ -291,7 +294,7 @@ def destroy_cmd(
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
     root = host_root()
-    inv = scan(root)
+    inv = scan(Host(root))
     if inv.region(region) is None:
         known = ", ".join(r.name for r in inv.regions) or "none"
         raise CxlctlError(f"no region {region} (regions: {known})", code=EXIT_USAGE)

@@ -69,26 +69,27 @@ def stat(
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
     from cxlctl.telemetry.report import render_text, to_dict
     from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
+    from cxlctl.hostio.host import Host
     from cxlctl.telemetry.sampler import Sampler, readings
 
-    root = host_root()
+    host = Host(host_root())
     every = None if interval is None else interval_option(interval, 0.1, "1 or 0.5")
     if count is not None and every is None:
         every = 1.0
     nodes = _nodes(node)
     cgroups = [cgroup_name(c) for c in cgroup or []]
     for c in cgroups:
-        check_cgroup(root, c)
+        check_cgroup(host, c)
     for p in pid or []:
-        check_pid(root, p)
-    kinds = node_kinds(root)
+        check_pid(host, p)
+    kinds = node_kinds(host)
     if nodes is not None:
         check_nodes(kinds, nodes)
     total = count if count is not None else (None if every is not None else 1)
     from cxlctl.term import width as term_width
 
     width = term_width()
-    sampler = Sampler(root, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top))
+    sampler = Sampler(host, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top))
     try:
         for n, (s, r, verdicts) in enumerate(readings(sampler, kinds, every or 0.0, total)):
             if json_out:

@@ -17,9 +17,10 @@ def status(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output (docs/json-schema.md)."),
 ) -> None:
     """Show CXL devices, regions, DAX devices, NUMA nodes, memory tiers and knobs."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
-    inv = scan(host_root())
+    inv = scan(Host(host_root()))
     if json_out:
         from cxlctl.status_json import dumps
 

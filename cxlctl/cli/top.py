@@ -40,14 +40,15 @@ def top(
     ),
 ) -> None:
     """Live view: node usage by tier, promote/demote rates, top CXL users, verdicts (q quits)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.hostio.reader import Reader
     from cxlctl.telemetry.sample import NodeInfo, ProcessSample, Sample, list_cgroups, node_kinds, read_sample, top_pids
     from cxlctl.telemetry.sampler import Sampler, Telemetry, readings
     from cxlctl.telemetry.top import SORTS, History, plain, rich_view, view
 
     every = interval_option(interval, 0.2, "2")
-    root = host_root()
-    kinds = node_kinds(root)
+    host = Host(host_root())
+    kinds = node_kinds(host)
     hist = History()
     cache: Dict[int, Tuple[float, ProcessSample]] = {}
     ranked: List[int] = []
@@ -74,7 +75,7 @@ def top(
             cgroup_counters=json_out,  # the screen shows cgroups' bytes only
         )
 
-    sampler = Sampler(root, read=read)
+    sampler = Sampler(host, read=read)
 
     def refresh(t: Telemetry) -> Telemetry:
         hist.add(t.rates)

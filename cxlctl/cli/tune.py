@@ -101,11 +101,12 @@ def show_cmd(
 @tune_app.command("recommend")
 def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     """Recommend a built-in profile for this host, with the reasons."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.tuning.knobs import read_current
     from cxlctl.tuning.recommend import recommend
 
-    rec = recommend(scan(host_root()), read_current(host_root()))
+    rec = recommend(scan(Host(host_root())), read_current(host_root()))
     if json_out:
         from cxlctl.tuning import tune_json as view
 

@@ -38,7 +38,9 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
 
         from .telemetry import Sampler
 
-        tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
+        from cxlctl.hostio.host import Host
+
+        tel = Sampler(Host(root), cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
     from .damon_metrics import collect
 
     damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
@@ -47,14 +49,16 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
 
 def labels(root: str, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
+    host = Host(root)
     target = resolve_target(root, cfg)
     h = health.collect(root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
     return nfd.labels(
-        scan(root),
+        scan(host),
         target.name if target.state == "applied" else None,
         cfg.nfd_namespace,
-        tiering=nfd.tiering_engine(root),
+        tiering=nfd.tiering_engine(host),
         health=h,
     )
