@@ -144,9 +144,9 @@ def _recorded_lines() -> List[str]:
 
 def test_stored_events_since_counts_back_from_the_newest_event_of_a_saved_file() -> None:
     tree = os.path.join(RAS, "hb2x2-region-ras")
-    every = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt")
+    every = collect.stored_events(Host(tree), lines=_recorded_lines(), where="saved.txt")
     newest = max(e.timestamp for e in every.events)
-    got = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt", since=10.0)
+    got = collect.stored_events(Host(tree), lines=_recorded_lines(), where="saved.txt", since=10.0)
     assert got.where == "saved.txt"
     assert 0 < len(got.events) < len(every.events)
     assert got.events == [e for e in every.events if e.timestamp >= newest - 10.0]
@@ -157,7 +157,7 @@ def test_stored_events_since_counts_back_from_the_newest_event_of_a_saved_file()
 
 def test_since_window_counts_back_from_the_host_clock_when_there_is_one() -> None:
     tree = os.path.join(RAS, "hb2x2-region-ras")
-    evs = collect.stored_events(tree, lines=_recorded_lines()).events
+    evs = collect.stored_events(Host(tree), lines=_recorded_lines()).events
     newest = max(e.timestamp for e in evs)
     assert collect.since_window(evs, 5.0, newest + 100.0) == []  # uptime well past the events
     assert collect.since_window(evs, None, newest + 100.0) == evs

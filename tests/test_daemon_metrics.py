@@ -160,14 +160,14 @@ def test_health_parsing_and_metrics() -> None:
 
 
 def test_health_unavailable(tmp_path: Any) -> None:
-    h = health.collect(str(tmp_path))
+    h = health.collect(Host(str(tmp_path)))
     assert not h.available and "reads the live system, not --root" in h.reason
-    h = health.collect("/", command=str(tmp_path / "no-such-cxl"))
+    h = health.collect(Host("/"), command=str(tmp_path / "no-such-cxl"))
     assert not h.available and "is not installed" in h.reason
     fake = tmp_path / "cxl"
     fake.write_text("#!/bin/sh\necho 'cxl: oops' >&2\nexit 3\n")
     fake.chmod(0o755)
-    h = health.collect("/", command=str(fake))
+    h = health.collect(Host("/"), command=str(fake))
     assert not h.available and h.reason.endswith("exited 3: cxl: oops")
 
 
@@ -177,7 +177,7 @@ def test_health_from_the_real_cxl_tool() -> None:
 
     if shutil.which("cxl") is None:
         pytest.skip("ndctl's cxl is not installed")
-    h = health.collect("/")
+    h = health.collect(Host("/"))
     assert h.available, h.reason
     assert all(m.memdev.startswith("mem") for m in h.memdevs)
 

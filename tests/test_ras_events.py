@@ -38,7 +38,7 @@ def _facts() -> Dict[str, Any]:
 def _events(name: str) -> Tuple[List[Event], Stream]:
     inv = scan(Host(str(TREE)))
     s = Stream()
-    evs = list(Mapper(str(TREE), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
+    evs = list(Mapper(Host(str(TREE)), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
     return evs, s
 
 

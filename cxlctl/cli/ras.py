@@ -65,7 +65,9 @@ def events(
             since_s = C.parse_since(since)
         except ValueError as e:
             raise UsageError(str(e), hint="--since 15m") from None
-    root = host_root()
+    from cxlctl.hostio.host import Host
+
+    host = Host(host_root())
     printed = 0
 
     def emit(ev: Any) -> None:
@@ -81,7 +83,7 @@ def events(
 
     try:
         if stop:
-            gone = C.stop_collection(root)
+            gone = C.stop_collection(host)
             msg = "stopped collecting CXL events" if gone else "no collection was running"
             if json_out:
                 _jsonl({"type": "summary", "stopped": gone})
@@ -91,7 +93,7 @@ def events(
         if follow:
             flag = [False]
             stream = Stream()
-            mapper = C.Mapper(root)
+            mapper = C.Mapper(host)
 
             def on_line(line: str) -> None:
                 for ev in mapper.map([line], stream):
@@ -108,7 +110,7 @@ def events(
 
             old = signal.signal(signal.SIGTERM, on_term)
             try:
-                src = C.follow(root, on_line, flag, on_ready=ready, duration=duration)
+                src = C.follow(host, on_line, flag, on_ready=ready, duration=duration)
             except KeyboardInterrupt:
                 src = None
             finally:
@@ -116,9 +118,9 @@ def events(
             _finish(stream, printed, json_out, src.where if src else "follow")
             return
         if input_file is not None:
-            got = C.stored_events(root, lines=_read_input(input_file), where=input_file, since=since_s)
+            got = C.stored_events(host, lines=_read_input(input_file), where=input_file, since=since_s)
         else:
-            got = C.stored_events(root, collect=collect, since=since_s)
+            got = C.stored_events(host, collect=collect, since=since_s)
         for ev in got.events:
             emit(ev)
         _finish(got.stream, printed, json_out, got.where)
@@ -165,10 +167,10 @@ def health(
     ),
 ) -> None:
     """Per-memdev health, poison list, event counts and fault domain (regions, nodes, blocks, processes)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.ras.health import collect_health, render_health
 
-    root = host_root()
-    doc = collect_health(root, poison=poison)
+    doc = collect_health(Host(host_root()), poison=poison)
     if json_out:
         emit_json(doc)
     else:

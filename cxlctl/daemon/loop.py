@@ -512,7 +512,9 @@ class Daemon:
         if self.health_collector is not None:
             h = self.health_collector()
         else:
-            h = health_mod.collect(self.root, self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
+            from cxlctl.hostio.host import Host
+
+            h = health_mod.collect(Host(self.root), self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
         prev = self.health
         if prev is None or prev.available != h.available or (not h.available and prev.reason != h.reason):
             if h.available:
