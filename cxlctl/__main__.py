@@ -87,8 +87,9 @@ def _run_fast(cmd: Tuple[str, ...], root: str) -> Tuple[Callable[[], None], Unio
     if cmd[0] == "doctor":
         from .doctor.gather import gather
         from .doctor.report import exit_code, failure, run, to_json
+        from .hostio.host import Host
 
-        facts = gather(root, engine=None)
+        facts = gather(Host(root), engine=None)
         checks = run(facts)
         text = _json_doc(to_json(facts, checks), 2)
         return _writer(text), failure(checks) if exit_code(checks) else None

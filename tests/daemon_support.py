@@ -29,10 +29,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
-from cxlctl.hostio.host import Host
 
 #: where recorded trees live; CXLCTL_TEST_FIXTURES points elsewhere (e.g. a fresh recording)
 FIXTURE_DIR = os.environ.get("CXLCTL_TEST_FIXTURES", FIXTURES)

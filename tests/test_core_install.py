@@ -18,8 +18,8 @@ from typing import Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, fixture_roots
 from cxlctl.hostio.host import Host
+from tests.conftest import FIXTURES, fixture_roots
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.kit import FIXTURES, cli, copy_fixture
 from cxlctl.hostio.host import Host
+from tests.kit import FIXTURES, cli, copy_fixture
 
 SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region")
 TELEMETRY = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")

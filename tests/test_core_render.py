@@ -14,9 +14,9 @@ from typing import Any, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, cli
 from tests.tune_support import work_copy
-from cxlctl.hostio.host import Host
 
 REGION = "linux-6.12/single-region"
 IDLE = "linux-6.12/single-region-damon-idle"

@@ -25,8 +25,8 @@ import pytest
 
 import cxlctl
 from cxlctl.hostio import tools
-from cxlctl.hostio.tools import ToolError
 from cxlctl.hostio.host import Host
+from cxlctl.hostio.tools import ToolError
 
 PKG_DIR = os.path.dirname(os.path.abspath(cxlctl.__file__))
 RUNNER = os.path.join("hostio", "tools.py")

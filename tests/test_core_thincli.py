@@ -17,6 +17,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras import collect
 from cxlctl.telemetry.sample import check_nodes, check_pid, kinds_of, read_sample
@@ -24,7 +25,6 @@ from cxlctl.telemetry.sampler import Sampler, readings
 from cxlctl.tuning import profile, trial
 from tests.kit import REPO
 from tests.tune_support import LIVE, diff, journal, plan_writes, pristine, representative, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 
 def _bump(path: str, name: str, by: int) -> int:

@@ -20,13 +20,13 @@ from cxlctl.daemon import damon_metrics as damon_mod
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from tests import damon_sysfs
 from tests.prom import parse_exposition
 from tests.test_telemetry_metrics import promtool
 from tests.tune_support import diff, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 TIERING = "linux-6.12/single-region-damon-tiering"
 RUNNING = "linux-6.12/single-region-damon-running"

@@ -14,13 +14,13 @@ import pytest
 
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import DriftCheck, Stats, View
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from cxlctl.ras import health_probe as health
 from tests.daemon_support import FIXTURE_DIR, config, make_daemon, parse_exposition, step_until, work_tree
 from tests.kit import fixture_roots
 from tests.tune_support import LIVE, pristine
-from cxlctl.hostio.host import Host
 
 
 def _roots() -> List[str]:

@@ -14,12 +14,12 @@ from typing import Any, Dict
 import pytest
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from cxlctl.ras.health_probe import Health, MemdevHealth
 from tests.daemon_support import config, make_daemon, work_tree
 from tests.kit import copy_fixture, fixture_roots
-from cxlctl.hostio.host import Host
 
 NS = "feature.node.kubernetes.io/"
 

@@ -19,9 +19,9 @@ from cxlctl.daemon import metrics as metrics_mod
 from cxlctl.daemon.metrics import Stats
 from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT, RasWatcher
 from cxlctl.hostio import journald as journal
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
-from cxlctl.hostio.host import Host
 
 REPO = Path(__file__).resolve().parents[1]
 EVENTS = REPO / "fixtures" / "linux-6.12" / "events"

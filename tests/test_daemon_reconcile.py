@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import is_held
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.knobs import WI_DIR
@@ -36,7 +37,6 @@ from tests.daemon_support import (
     write,
 )
 from tests.kit import REPO, cli
-from cxlctl.hostio.host import Host
 
 PAIRS = pairs()
 needs_pairs = pytest.mark.skipif(not PAIRS, reason="no recorded *-noregion/*-region fixture pairs")
@@ -347,7 +347,7 @@ def test_a_revert_is_respected_until_the_next_apply(tmp_path: Any, capsys: Any) 
     boot = read(root, SWAPPINESS)
     from cxlctl.config import load
 
-    d, _, cap = make_daemon(root, load(root))
+    d, _, cap = make_daemon(root, load(Host(root)))
     try:
         d.startup()
         assert d.rec.state == "reverted" and read(root, SWAPPINESS) == boot
@@ -383,7 +383,7 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
         f.write(f'profile = "inference-capacity"\n[shutdown]\nrollback = {json.dumps(rollback)}\n')
     from cxlctl.config import load
 
-    cfg = load(root)._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
+    cfg = load(Host(root))._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
     d, _, cap = make_daemon(root, cfg, install_signals=True)
     d.startup()
     assert read(root, SWAPPINESS) == "10"

@@ -23,6 +23,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory
 from cxlctl.tuning import engine
@@ -31,7 +32,6 @@ from cxlctl.tuning.damon_tiering import validate
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
 from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 IDLE = "linux-6.12/single-region-damon-idle"
 TIERING = "linux-6.12/single-region-damon-tiering"

@@ -19,6 +19,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.tuning import engine
@@ -26,7 +27,6 @@ from cxlctl.tuning import journal as jn
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
 from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 IDLE = "linux-6.12/single-region-damon-idle"
 ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"

@@ -18,6 +18,7 @@ from cxlctl import config as daemon_config
 from cxlctl.errors import UsageError
 from cxlctl.hostio import objects, paths, proc, toml
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import MAX_BYTES, Reader, natural_key
 from cxlctl.hostio.root import resolve_root, under
 from cxlctl.inventory import scan
@@ -26,7 +27,6 @@ from cxlctl.regions import dax
 from cxlctl.tuning.profile import ProfileError
 from cxlctl.tuning.profile import load as load_profile
 from tests.kit import FIXTURES, cli, copy_fixture
-from cxlctl.hostio.host import Host
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 
@@ -219,7 +219,7 @@ def test_deep_toml_config_is_a_clean_error(tmp_path: Any) -> None:
     f = tmp_path / "cxlctl.toml"
     f.write_text("[reconcile]\nx = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")
     with pytest.raises(daemon_config.ConfigError) as e:
-        daemon_config.load("/", str(f))
+        daemon_config.load(Host("/"), str(f))
     assert str(f) in str(e.value) and "nested" in str(e.value)
 
 

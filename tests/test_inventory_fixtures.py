@@ -13,10 +13,10 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from tests.kit import fixture_id, fixture_roots, status_json
 from tests.vm.compare import compare_cxl_list, compare_daxctl, compare_numactl
-from cxlctl.hostio.host import Host
 
 ROOTS = fixture_roots()
 

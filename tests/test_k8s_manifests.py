@@ -32,11 +32,11 @@ import yaml
 
 from cxlctl.cli import run
 from cxlctl.config import load
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from tests.kit import REPO, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
-from cxlctl.hostio.host import Host
 
 DEPLOY = os.path.join(REPO, "deploy", "kubernetes")
 SCHEMAS = os.path.join(REPO, "tests", "schemas")
@@ -148,7 +148,7 @@ def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
     text = _find("ConfigMap", "cxlctl-config")["data"]["cxlctl.toml"]
     p = tmp_path / "cxlctl.toml"
     p.write_text(text)
-    cfg = load("/", str(p))
+    cfg = load(Host("/"), str(p))
     assert cfg.profile == "inference-bandwidth"
     assert (cfg.drift_interval, cfg.drift_action) == (60, "reapply")
     assert cfg.metrics_listen == ("0.0.0.0", 9860) and cfg.metrics_allow_remote is True

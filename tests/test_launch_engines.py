@@ -15,11 +15,11 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
 from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, write_status
-from cxlctl.hostio.host import Host
 
 GIB = 1 << 30
 LLAMA_8B = {

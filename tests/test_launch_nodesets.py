@@ -9,11 +9,11 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.launch.nodesets import find_gpus, nearest_cxl, parse_node_spec, resolve, socket_of
 from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
 from tests.launch_support import add_gpu, add_socket
-from cxlctl.hostio.host import Host
 
 REGION = fixture_roots("*/*-region")
 NOREGION = fixture_roots("*/*-noregion")

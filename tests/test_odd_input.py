@@ -15,11 +15,11 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
 from tests.kit import cli, copy_fixture, fixture_roots, status_json
-from cxlctl.hostio.host import Host
 
 REGION_FIXTURES = [r for r in fixture_roots("linux-6.12/*") if r.endswith("-region")]
 

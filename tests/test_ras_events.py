@@ -17,13 +17,13 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras.collect import Mapper
 from cxlctl.ras.events import Event, map_address
 from cxlctl.ras.trace import Stream
 from tests.kit import cli
 from tests.vm.ras_steps import parse_facts
-from cxlctl.hostio.host import Host
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "fixtures" / "linux-6.12"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras.events import dpa_to_hpa, endpoint_decoder_for, map_address
-from cxlctl.hostio.host import Host
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "linux-6.12"
 

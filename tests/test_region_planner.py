@@ -19,6 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.kconfig import kernel_version
 from cxlctl.model import Decoder, Dport, Inventory, Port, Region
@@ -34,7 +35,6 @@ from cxlctl.regions.planner import (
     ram_region_support,
 )
 from tests.kit import FIXTURES
-from cxlctl.hostio.host import Host
 
 K612 = os.path.join(FIXTURES, "linux-6.12")
 K61 = os.path.join(FIXTURES, "linux-6.1")

@@ -9,10 +9,10 @@ from typing import List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.render import render_status, weighted_interleave_line
 from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
-from cxlctl.hostio.host import Host
 
 LARGEST = [os.path.join(FIXTURES, "linux-6.12", n) for n in ("hb2x2-region", "switch2-region", "hb2x2-noregion")]
 

@@ -18,11 +18,11 @@ from typing import Any, List, Optional
 import pytest
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.objects import Attrs
 from cxlctl.hostio.reader import Reader, Vanished, natural_key, sort_names
 from cxlctl.inventory import scan
 from tests.kit import FIXTURES, copy_fixture, fixture_id, fixture_roots
-from cxlctl.hostio.host import Host
 
 REGION = os.path.join(FIXTURES, "linux-6.12", "single-region")
 ROOTS = fixture_roots()

@@ -12,11 +12,11 @@ from typing import Any, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import natural_key
 from cxlctl.inventory import scan
 from cxlctl.status_json import _emit, dumps, to_dict
 from tests.kit import REPO, fixture_id, fixture_roots
-from cxlctl.hostio.host import Host
 
 
 @pytest.mark.parametrize("root", fixture_roots(), ids=fixture_id)

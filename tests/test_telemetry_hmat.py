@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Coordinates
 from cxlctl.parse import PAGE_SIZE
@@ -29,7 +30,6 @@ from cxlctl.telemetry.sample import (
 from cxlctl.telemetry.top import History, plain, rich_view, view
 from cxlctl.telemetry.verdicts import judge
 from tests.kit import FIXTURES, cli, copy_fixture
-from cxlctl.hostio.host import Host
 
 TREE = os.path.join(FIXTURES, "linux-6.12", "single-region-telemetry")
 NODE = "sys/devices/system/node"

@@ -27,13 +27,13 @@ from cxlctl.config import load
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.telemetry import Sampler
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.telemetry.sample import kinds_of
 from cxlctl.telemetry.verdicts import VERDICTS
 from tests.daemon_support import config, make_daemon, parse_exposition, step_until, work_tree
 from tests.kit import REPO
 from tests.tune_support import LIVE, pristine
-from cxlctl.hostio.host import Host
 
 RULES = os.path.join(REPO, "deploy", "prometheus")
 DASHBOARD = os.path.join(REPO, "deploy", "grafana", "cxlctl-tiering.json")
@@ -139,7 +139,7 @@ def test_a_reload_that_changes_the_cgroups_makes_a_new_sampler(tmp_path: Any) ->
     root = work_tree(pristine(LIVE), str(tmp_path / "root"))
     cfgfile = tmp_path / "cxlctl.toml"
     cfgfile.write_text("[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n")
-    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    d, _, _ = make_daemon(root, load(Host(root), str(cfgfile)), config_path=str(cfgfile))
     try:
         d.startup()
         same = d.sampler
@@ -157,7 +157,7 @@ def test_a_reload_restarts_the_telemetry_timer_with_the_new_interval(tmp_path: A
     cfgfile = tmp_path / "cxlctl.toml"
     body = "[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n"
     cfgfile.write_text(body + "telemetry_interval = 3600\n")
-    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    d, _, _ = make_daemon(root, load(Host(root), str(cfgfile)), config_path=str(cfgfile))
     try:
         d.startup()
         assert d.deadlines["telemetry"] > d.clock() + 3000

@@ -15,6 +15,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
@@ -31,7 +32,6 @@ from tests.tune_support import (
     work_copy,
     write_boot_id,
 )
-from cxlctl.hostio.host import Host
 
 SOURCES = sources()
 

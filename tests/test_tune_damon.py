@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.errors import EXIT_DRIFT, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.damon_tiering import DamonSpec, parse_duration_us, validate
@@ -28,7 +29,6 @@ from cxlctl.tuning.recommend import recommend
 from tests import damon_sysfs
 from tests.kit import FIXTURES, cli
 from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 IDLE = "linux-6.12/single-region-damon-idle"
 RUNNING = "linux-6.12/single-region-damon-running"

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory, Memdev, Node, Region
 from cxlctl.tuning import profile as prof
@@ -20,7 +21,6 @@ from cxlctl.tuning.plan import plan
 from cxlctl.tuning.recommend import recommend
 from cxlctl.tuning.weights import cxl_write_bandwidth, ratio_weights, reduce_weights
 from tests.tune_support import PROFILES, pristine, sources, work_copy
-from cxlctl.hostio.host import Host
 
 SOURCES = sources()
 

@@ -12,13 +12,13 @@ import os
 from typing import Any, List
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.profile import from_data, load
 from cxlctl.tuning.transaction import Transaction
 from tests.tune_support import diff, journal, representative, snapshot, work_copy
-from cxlctl.hostio.host import Host
 
 SOURCE = [s for s in representative() if s != "live-host"][0]
 REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
@@ -98,12 +98,12 @@ def test_a_reconcile_pass_scans_once_and_plans_through_one_transaction(tmp_path:
     calls: List[str] = []
     real = cxlctl.inventory.scan
 
-    def counting(r: str, *a: Any, **kw: Any) -> Any:
-        calls.append(r)
-        return real(r, *a, **kw)
+    def counting(h: Any, *a: Any, **kw: Any) -> Any:
+        calls.append(h.root)
+        return real(h, *a, **kw)
 
     monkeypatch.setattr(cxlctl.inventory, "scan", counting)
-    d, _, _ = make_daemon(root, load_config(root)._replace(metrics_listen=None, health_enabled=False))
+    d, _, _ = make_daemon(root, load_config(Host(root))._replace(metrics_listen=None, health_enabled=False))
     try:
         res = d.rec.reconcile("test")
     finally:

@@ -17,10 +17,10 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Set, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
-from cxlctl.hostio.host import Host
 
 BUILTIN = ("inference-bandwidth", "inference-capacity", "latency-strict", "cxl-common")
 LIVE = "live-host"

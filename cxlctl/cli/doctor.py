@@ -28,8 +28,9 @@ def doctor(
         raise UsageError(f"--for {engine!r}: unknown engine", hint="use --for vllm or --for sglang")
     from cxlctl.doctor.gather import gather
     from cxlctl.doctor.report import exit_code, failure, render, run, to_json
+    from cxlctl.hostio.host import Host
 
-    facts = gather(host_root(), engine=engine)
+    facts = gather(Host(host_root()), engine=engine)
     checks = run(facts)
     if json_out:
         emit_json(to_json(facts, checks))

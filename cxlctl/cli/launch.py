@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
-
-from .common import JSON_OPT as JSON_DOC_OPT
 from cxlctl.hostio.host import Host
 
+from .common import JSON_OPT as JSON_DOC_OPT
 from .common import emit_json, group, host_root
 from .params import Command, argument, integer
 

@@ -67,9 +67,9 @@ def stat(
     ),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.telemetry.report import render_text, to_dict
     from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
-    from cxlctl.hostio.host import Host
     from cxlctl.telemetry.sampler import Sampler, readings
 
     host = Host(host_root())

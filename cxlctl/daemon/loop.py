@@ -514,7 +514,9 @@ class Daemon:
         else:
             from cxlctl.hostio.host import Host
 
-            h = health_mod.collect(Host(self.root), self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
+            h = health_mod.collect(
+                Host(self.root), self.cfg.health_command, min(self.cfg.health_timeout, self._budget())
+            )
         prev = self.health
         if prev is None or prev.available != h.available or (not h.available and prev.reason != h.reason):
             if h.available:
@@ -547,7 +549,9 @@ class Daemon:
         self.stats.reloads += 1
         self.notifier.reloading()
         try:
-            new = config_mod.load(self.root, self.config_path)
+            from cxlctl.hostio.host import Host
+
+            new = config_mod.load(Host(self.root), self.config_path)
         except CxlctlError as e:
             self.stats.reload_failures += 1
             self.log.error("reload failed, keeping the running configuration: %s", e)

@@ -105,7 +105,9 @@ def _current(host: Host) -> Dict[int, int]:
     return out
 
 
-def plan(host: Host, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]) -> WeightPlan:
+def plan(
+    host: Host, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]
+) -> WeightPlan:
     """What the weights will be and what the tuning engine would write (no writes)."""
     from cxlctl.tuning.profile import from_data
     from cxlctl.tuning.transaction import Transaction
