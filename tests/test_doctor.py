@@ -148,8 +148,8 @@ def test_record_replays_doctor(tmp_path: object) -> None:
     )
     a = to_json(*_pair(R612))
     b = to_json(*_pair(dest))
-    a.pop("root"), b.pop("root")
-    assert a == b
+    # the same answers, the evidence naming the same files, each under its own tree
+    assert json.dumps(a).replace(a["root"], "<root>") == json.dumps(b).replace(b["root"], "<root>")
 
 
 def _pair(root: str) -> Tuple[Facts, List[Check]]:

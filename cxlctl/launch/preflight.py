@@ -238,28 +238,27 @@ def _dev_shm(
             )
         )
     elif shm_bytes:
+        shm = host.path(paths.DEV_SHM)  # the one stat'ed: named as such in the messages
         try:
-            st = os.statvfs(host.path(paths.DEV_SHM))
+            st = os.statvfs(shm)
             avail: Optional[int] = st.f_bavail * st.f_frsize
         except OSError:
             avail = None
         if avail is None:
-            out.append(Check("dev-shm", "note", f"cannot stat {host.path(paths.DEV_SHM)}; its size is not checked"))
+            out.append(Check("dev-shm", "note", f"cannot stat {shm}; its size is not checked"))
         elif avail < shm_bytes:
             out.append(
                 Check(
                     "dev-shm",
                     "fail",
-                    f"/dev/shm has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
+                    f"{shm} has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
                     "use --kv-tmpfs (a private /dev/shm on CXL), or grow it: mount -o remount,size=<N>G /dev/shm "
                     "(docker: --shm-size or --ipc=host)",
                 )
             )
         else:
             out.append(
-                Check(
-                    "dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"
-                )
+                Check("dev-shm", "ok", f"{shm} has {format_size(avail)} free for the {format_size(shm_bytes)} offload")
             )
     return out
 

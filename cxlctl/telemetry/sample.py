@@ -374,13 +374,12 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
 def asked_policy(r: Reader, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
 
-    Never read through a logging reader (one of its own instead): ``cxlctl record``
-    must never copy a process' environment.
+    Never read through a logging reader (:meth:`~cxlctl.hostio.reader.Reader.unlogged`):
+    ``cxlctl record`` must never copy a process' environment.
     """
     from cxlctl.launch.policy import parse_env_value
 
-    plain = r if r.log is None else Reader(r.root)
-    for item in (plain.body(paths.proc_pid(pid, "environ")) or "").split("\0"):
+    for item in (r.unlogged().body(paths.proc_pid(pid, "environ")) or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             a = parse_env_value(item[len("CXLCTL_POLICY=") :])
             return None if a is None else (a.mode, a.nodes)
