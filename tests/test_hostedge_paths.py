@@ -45,8 +45,9 @@ def _launch(root: str, rc: int, *opts: str) -> Dict[str, Any]:
 
 
 def _check(doc: Dict[str, Any], name: str) -> Dict[str, Any]:
-    (c,) = [c for c in doc["checks"] if c["name"] == name]
-    return c
+    found: List[Dict[str, Any]] = [c for c in doc["checks"] if c["name"] == name]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_launch_devdax_check_names_the_device_node_under_root(tree: str, fakes: Fakes) -> None:
