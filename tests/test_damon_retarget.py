@@ -219,9 +219,10 @@ def _kill_retarget_at(root: str, k: int) -> None:
         "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
         f"install(_MP(), {root!r})\n"
         "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_retarget import with_second_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan({root!r}))).commit()\n"
+        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan(Host({root!r})))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
