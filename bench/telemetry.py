@@ -142,7 +142,7 @@ def main() -> None:
 
         from rich.console import Console
 
-        from cxlctl.cli.top import PROCESS_BUDGET_S, PROCESS_MAX_AGE_S, TOP_CGROUPS, TOP_PROCESSES
+        from cxlctl.telemetry.live import PROCESS_BUDGET_S, PROCESS_MAX_AGE_S, TOP_CGROUPS, TOP_PROCESSES
         from cxlctl.telemetry.top import History, rich_view, view
 
         kinds = node_kinds(Host(root))

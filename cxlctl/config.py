@@ -14,7 +14,6 @@ resolved under ``--root``.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -163,6 +162,8 @@ def parse_listen(v: Any) -> Optional[Tuple[str, int]]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
+        import ipaddress  # ~1 ms: only for a listen address
+
         ipaddress.ip_address(host)
     except ValueError:
         raise ValueError(f"host must be an IP address (no names: no resolver at boot), got {host!r}") from None
@@ -242,7 +243,7 @@ def validate(where: str, data: Dict[str, Any]) -> Config:
     if r["max_delay_ms"] < r["debounce_ms"]:
         raise ConfigError(where, "reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})")
     listen = parse_listen(m["listen"])
-    if listen is not None and not m["allow_remote"] and not ipaddress.ip_address(listen[0]).is_loopback:
+    if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
         raise ConfigError(
             where,
             "metrics.listen",
@@ -396,3 +397,10 @@ def render(cfg: Config) -> Dict[str, Any]:
     out = cfg._asdict()
     out["metrics_listen"] = None if cfg.metrics_listen is None else f"{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}"
     return out
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address) is a loopback address (ipaddress is imported only here)."""
+    import ipaddress
+
+    return ipaddress.ip_address(host).is_loopback

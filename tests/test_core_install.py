@@ -19,7 +19,7 @@ from typing import Dict, List
 import pytest
 
 from cxlctl.hostio.host import Host
-from tests.conftest import FIXTURES, fixture_roots
+from tests.kit import FIXTURES, fixture_roots
 
 REPO = Path(__file__).resolve().parent.parent
 

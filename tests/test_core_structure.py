@@ -160,7 +160,7 @@ def test_status_and_tune_read_one_knob_table() -> None:
     from cxlctl.inventory import scan
     from cxlctl.tuning.knobs import BY_NAME, REGISTRY
 
-    from .conftest import fixture_roots
+    from .kit import fixture_roots
 
     # tune: every registry entry is a table row, in the table's (apply) order
     assert [(k.name, k.path) for k in REGISTRY] == list(paths.KNOBS)
@@ -222,7 +222,7 @@ def test_damon_reader_reads_back_every_file_the_engine_writes(tmp_path: Path) ->
     from cxlctl.inventory import scan
     from cxlctl.tuning import damon_tiering
 
-    from .conftest import FIXTURES
+    from .kit import FIXTURES
 
     src = os.path.join(FIXTURES, "linux-6.12", "single-region-damon-idle")
     inv = scan(Host(src))
