@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .derive import expected_access
 from .hostio import paths
 from .parse import format_nodelist, format_size
 
@@ -389,21 +390,29 @@ def _basic_cells(inv: Inventory, n: Node) -> List[str]:
     ]
 
 
-def _perf_cells(n: Node) -> List[str]:
-    return [" ".join(map(str, n.distance)) or "-", _bw(n.access0), _lat(n.access0)]
+def _perf_cells(inv: Inventory, n: Node) -> List[str]:
+    """Distances and access0 figures.  A CXL node the kernel gave no ``access0`` of its own
+    (Linux 7.x computes the figures for the region only) shows its regions' figures, marked
+    ``*``: printing "-" there hid the bandwidth every other view (weights, stat) used."""
+    c, source = expected_access(n, inv.regions)
+    mark = "*" if source == "regions" else ""
+    bw, lat = _bw(c), _lat(c)
+    return [" ".join(map(str, n.distance)) or "-", bw + mark if c else bw, lat + mark if c else lat]
 
 
 def _nodes(inv: Inventory, out: _Out) -> None:
     """One wide table when it fits; else node facts, then distances and performance."""
-    wide = [_basic_cells(inv, n) + _perf_cells(n) for n in inv.nodes]
+    wide = [_basic_cells(inv, n) + _perf_cells(inv, n) for n in inv.nodes]
     out.line("\n[bold]NUMA nodes[/bold]")
     if out.fits(_BASIC + _PERF, wide):
         out.table(_BASIC + _PERF, wide)
     else:
         out.table(_BASIC, [_basic_cells(inv, n) for n in inv.nodes])
         out.blank()
-        out.table([("NODE", "right")] + _PERF, [[str(n.id), *_perf_cells(n)] for n in inv.nodes])
+        out.table([("NODE", "right")] + _PERF, [[str(n.id), *_perf_cells(inv, n)] for n in inv.nodes])
     out.line("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
+    if any(expected_access(n, inv.regions)[1] == "regions" for n in inv.nodes):
+        out.line("[dim]*: the node's regions' access0 (bandwidths summed, slowest latency)[/dim]")
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")

@@ -94,12 +94,14 @@ def test_new_cxl_node_gets_its_weight_and_a_removed_one_is_dropped(
             assert d.stats.knob_writes == 0 and d.stats.reconciles.get("noop") == 2
             return
         w = _weights(root)
+        # the weight a node had before: 1 on 6.12; on 7.x (6.16+) with auto on, the kernel's own
+        # (the HMAT guest's nodes come online with auto weights 20, 8, 3)
         for n in new:
             assert w[n] == "2", w
-            assert cap.grep(f"set weighted_interleave.node{n}: 1 -> 2 (profile d-ratio)")
+            assert [ln for ln in cap.grep(f"set weighted_interleave.node{n}: ") if "-> 2 (profile d-ratio)" in ln]
         for n in _dram(root):
             assert w[n] == "3", w
-            assert cap.grep(f"set weighted_interleave.node{n}: 1 -> 3 (profile d-ratio)")
+            assert [ln for ln in cap.grep(f"set weighted_interleave.node{n}: ") if "-> 3 (profile d-ratio)" in ln]
         assert d.stats.reconciles.get("ok") == 1 and d.stats.knob_writes >= 1
         # one log line per change, then one summary line
         assert len(cap.grep("reconciled (event)")) == 1

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
+from cxlctl.derive import expected_access
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Coordinates
@@ -23,7 +24,6 @@ from cxlctl.telemetry.report import MB, render_text, to_dict
 from cxlctl.telemetry.sample import (
     NodeInfo,
     cxl_bandwidth,
-    expected_access,
     node_kinds,
     read_sample,
 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.derive import expected_access
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -146,39 +147,6 @@ class Sample(NamedTuple):
 #: what ``top`` and ``stat`` say on a host whose memory controller is on cgroup v1: its
 #: ``memory.numa_stat`` has another layout (``anon=374 N0=...`` in pages), not cgroup v2's
 CGROUP_V1 = "cgroup v1: per-cgroup figures unavailable (they need cgroup v2)"
-
-
-def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
-    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
-
-    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
-    initiators) when the firmware describes it; else, for a CXL node, the sum of
-    its regions' ``access0`` bandwidths (the kernel computes those from the
-    devices' CDAT and the path to them) and the largest latency, when every region
-    of the node is described; else (None, None).  A node read only through
-    ``kinds_of(nodes)`` without regions gets the first source only.
-    """
-    if node.access0 is not None:
-        return node.access0, "node"
-    by_name = {r.name: r for r in regions}
-    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
-    if not coords or any(c is None for c in coords):
-        return None, None
-
-    def total(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
-
-    def worst(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
-
-    cs = [c for c in coords if c is not None]
-    c = Coordinates(
-        read_bandwidth=total([x.read_bandwidth for x in cs]),
-        write_bandwidth=total([x.write_bandwidth for x in cs]),
-        read_latency=worst([x.read_latency for x in cs]),
-        write_latency=worst([x.write_latency for x in cs]),
-    )
-    return c, "regions"
 
 
 def node_kinds(host: Host) -> Dict[int, NodeInfo]:
