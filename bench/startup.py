@@ -118,14 +118,18 @@ repo, runs = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, repo)
 import cxlctl
 from cxlctl.inventory import scan
+try:
+    from cxlctl.hostio.host import Host
+except ImportError:  # a checkout from before the Host context: scan() took the root string
+    Host = str
 assert cxlctl.__file__.startswith(repo), (cxlctl.__file__, repo)
 out = {}
 for root in sys.argv[3:]:
-    n = len(scan(root).memdevs)  # warm: page cache, sort keys, imports
+    n = len(scan(Host(root)).memdevs)  # warm: page cache, sort keys, imports
     xs = []
     for _ in range(runs):
         t = time.perf_counter()
-        scan(root)
+        scan(Host(root))
         xs.append(time.perf_counter() - t)
     out[root] = {"memdevs": n, "times": xs}
 print(json.dumps(out))

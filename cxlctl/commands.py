@@ -31,7 +31,7 @@ def status(host: Host, json_out: bool) -> int:
     """``cxlctl status [--json]``: the inventory as a table or one JSON document."""
     from cxlctl.inventory import scan
 
-    inv = scan(host.root)
+    inv = scan(host)
     if json_out:
         from cxlctl.status_json import dumps
 
@@ -48,7 +48,7 @@ def doctor(host: Host, json_out: bool, engine: Optional[str] = None) -> int:
     from cxlctl.doctor.gather import gather
     from cxlctl.doctor.report import exit_code, failure, run, to_json
 
-    facts = gather(host.root, engine=engine)
+    facts = gather(host, engine=engine)
     checks = run(facts)
     if json_out:
         from cxlctl.emit import emit_json
@@ -82,19 +82,18 @@ def stat(
     from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
     from cxlctl.telemetry.sampler import Sampler, readings
 
-    root = host.root
     if count is not None and every is None:
         every = 1.0
     names = [cgroup_name(c) for c in cgroups]
     for c in names:
-        check_cgroup(root, c)
+        check_cgroup(host, c)
     for p in pids:
-        check_pid(root, p)
-    kinds = node_kinds(root)
+        check_pid(host, p)
+    kinds = node_kinds(host)
     if nodes is not None:
         check_nodes(kinds, nodes)
     total = count if count is not None else (None if every is not None else 1)
-    sampler = Sampler(root, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=names, pids=pids, top=top))
+    sampler = Sampler(host, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=names, pids=pids, top=top))
     try:
         for n, (s, r, verdicts) in enumerate(readings(sampler, kinds, every or 0.0, total)):
             if json_out:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
@@ -287,13 +287,13 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(root: str, path: Optional[str] = None) -> Config:
+def load(host: Host, path: Optional[str] = None) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
     A missing default file means defaults; a missing explicit ``path`` is an error.
     """
     explicit = path is not None
-    file = path if path is not None else under(root, CONFIG_PATH)
+    file = path if path is not None else host.path(CONFIG_PATH)
     try:
         data = toml.load(file)
     except toml.TomlError as e:
@@ -302,22 +302,21 @@ def load(root: str, path: Optional[str] = None) -> Config:
         raise ConfigError(file, None, e.reason) from None
     cfg = validate(file, data)
     if cfg.profile:
-        check_profile(root, file, cfg.profile)
+        check_profile(host, file, cfg.profile)
     return cfg
 
 
-def check_profile(root: str, where: str, ref: str) -> None:
-    """``profile =`` must name a profile that loads (under ``root``), or the file is refused (exit 2).
+def check_profile(host: Host, where: str, ref: str) -> None:
+    """``profile =`` must name a profile that loads (under ``host.root``), or the file is refused (exit 2).
 
     A typo there would otherwise surface only as a reconcile that fails every pass
     while the daemon reports itself ready.
     """
-    from cxlctl.hostio.host import Host
     from cxlctl.tuning.profile import ProfileError
     from cxlctl.tuning.profile import load as load_profile
 
     try:
-        load_profile(Host(root), ref)
+        load_profile(host, ref)
     except ProfileError as e:
         known = f" ({e.hint})" if e.hint.startswith("known profiles") else ""
         raise ConfigError(where, "profile", f"cannot use profile {ref!r}: {e}{known}") from None

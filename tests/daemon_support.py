@@ -215,7 +215,7 @@ def write(root: str, path: str, text: str) -> None:
 def cxl_nodes(root: str) -> List[int]:
     from cxlctl.inventory import scan
 
-    return sorted(n.id for n in scan(root).nodes if n.kind == "cxl" and n.has_memory)
+    return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "cxl" and n.has_memory)
 
 
 # ------------------------------------------------------------------------ daemons

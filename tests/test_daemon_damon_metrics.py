@@ -47,7 +47,7 @@ def _spy(monkeypatch: Any) -> List[Tuple[str, str]]:
 
 
 def _text(root: str) -> str:
-    inv = scan(root)
+    inv = scan(Host(root))
     d = damon_mod.collect(Host(root), inv)
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, None, d))
 

@@ -30,7 +30,7 @@ TREE = REPO / "fixtures" / "linux-6.12" / "hb2x2-region-ras"
 
 @pytest.fixture(scope="module")
 def inv() -> Inventory:
-    return scan(str(TREE))
+    return scan(Host(str(TREE)))
 
 
 def _watcher(root: str, action: str = "none") -> tuple[RasWatcher, List[Dict[str, object]]]:

@@ -51,7 +51,7 @@ def _weights(root: str) -> Dict[int, str]:
 def _dram(root: str) -> List[int]:
     from cxlctl.inventory import scan
 
-    return sorted(n.id for n in scan(root).nodes if n.kind == "dram" and n.has_memory)
+    return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "dram" and n.has_memory)
 
 
 def _cxl_cmd(root: str, *argv: str, env: Dict[str, str]) -> subprocess.Popen[str]:
@@ -134,7 +134,7 @@ def _offline_cxl_memory(root: str) -> List[str]:
     """Make the tree look as if kmem hot-added the CXL memory while auto_online_blocks=offline."""
     from cxlctl.inventory import scan
 
-    inv = scan(root)
+    inv = scan(Host(root))
     states = []
     for n in inv.nodes:
         if n.kind != "cxl":
@@ -349,7 +349,7 @@ def test_a_revert_is_respected_until_the_next_apply(tmp_path: Any, capsys: Any) 
     boot = read(root, SWAPPINESS)
     from cxlctl.config import load
 
-    d, _, cap = make_daemon(root, load(root))
+    d, _, cap = make_daemon(root, load(Host(root)))
     try:
         d.startup()
         assert d.rec.state == "reverted" and read(root, SWAPPINESS) == boot
@@ -385,7 +385,7 @@ def test_sigterm_rolls_back_only_when_configured(rollback: bool, tmp_path: Any, 
         f.write(f'profile = "inference-capacity"\n[shutdown]\nrollback = {json.dumps(rollback)}\n')
     from cxlctl.config import load
 
-    cfg = load(root)._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
+    cfg = load(Host(root))._replace(metrics_listen=None, health_enabled=False, drift_interval=0.0, rescan_interval=0.0)
     d, _, cap = make_daemon(root, cfg, install_signals=True)
     d.startup()
     assert read(root, SWAPPINESS) == "10"

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from tests.kit import fixture_id, fixture_roots, status_json
 from tests.vm.compare import compare_cxl_list, compare_daxctl, compare_numactl
@@ -59,7 +60,7 @@ def test_agrees_with_real_tools(root: str) -> None:
 @pytest.mark.parametrize("root", ROOTS, ids=[fixture_id(r) for r in ROOTS])
 def test_replay_is_stable(root: str) -> None:
     """Two scans of a recorded tree give the same model (no hidden state, no clocks)."""
-    assert scan(root) == scan(root)
+    assert scan(Host(root)) == scan(Host(root))
 
 
 def _all(kind: str) -> List[Dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.report import run
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.kconfig import read_config
 from tests.kit import FIXTURES, copy_fixture
@@ -41,7 +42,7 @@ def test_config_under_usr_lib_modules_is_found(tmp_path: Any) -> None:
     cfg, src, why = read_config(Reader(root), rel)
     assert src == f"/usr/lib/modules/{rel}/config" and why is None
     assert cfg is not None and cfg["CONFIG_CXL_PCI"] == "m"
-    checks = run(gather(root))
+    checks = run(gather(Host(root)))
     c = [x for x in checks if x.id == "kernel.config"][0]
     assert c.result == "ok", c.message
     assert c.evidence[0].source == f"/usr/lib/modules/{rel}/config"
@@ -55,7 +56,7 @@ def test_boot_config_still_wins_and_absence_names_every_place(tmp_path: Any) -> 
     cfg, src, why = read_config(Reader(root), rel)
     assert cfg is None and why is not None
     assert f"/boot/config-{rel}" in why and f"/usr/lib/modules/{rel}/config" in why and "/proc/config.gz" in why
-    c = [x for x in run(gather(root)) if x.id == "kernel.config"][0]
+    c = [x for x in run(gather(Host(root))) if x.id == "kernel.config"][0]
     assert c.result == "cannot-check"
     assert [e.source for e in c.evidence] == [
         f"/boot/config-{rel}",

@@ -18,6 +18,7 @@ import pytest
 
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.report import run
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, cli
 
 K7 = os.path.join(FIXTURES, "linux-7.x")
@@ -69,7 +70,7 @@ def test_doctor_reads_the_config_where_debian_13_installs_it() -> None:
     rel = _file(root, "/proc/sys/kernel/osrelease").strip()
     assert rel.startswith("7.")
     assert not os.path.exists(os.path.join(root, "boot", f"config-{rel}"))
-    c = [x for x in run(gather(root)) if x.id == "kernel.config"][0]
+    c = [x for x in run(gather(Host(root))) if x.id == "kernel.config"][0]
     assert c.result == "ok", c.message
     assert c.evidence[0].source == f"/usr/lib/modules/{rel}/config"
 

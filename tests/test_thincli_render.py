@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.render import _m, plain_status, render_status
 from tests.kit import REPO, fixture_id, fixture_roots
@@ -22,7 +23,7 @@ def _rich(root: str, width: int, monkeypatch: Any) -> str:
 
     monkeypatch.setenv("COLUMNS", str(width))
     buf = io.StringIO()
-    render_status(scan(root), console(highlight=True, file=buf))
+    render_status(scan(Host(root)), console(highlight=True, file=buf))
     return buf.getvalue()
 
 
@@ -30,7 +31,7 @@ def _rich(root: str, width: int, monkeypatch: Any) -> str:
 def test_plain_layout_is_what_rich_prints_uncoloured(root: str, monkeypatch: Any) -> None:
     """At every width the plain layout is rich's output byte for byte, or it declines (None) and rich
     prints; at 80 and 160 columns (a pipe, a wide terminal) it never declines on a recorded tree."""
-    inv = scan(root)
+    inv = scan(Host(root))
     for w in WIDTHS:
         plain = plain_status(inv, w)
         if plain is None:

@@ -417,7 +417,7 @@ def _cxl_wi_sources() -> List[str]:
             continue
         root = os.path.join(REPO, "fixtures", s)
         wi = root + "/sys/kernel/mm/mempolicy/weighted_interleave"
-        if os.path.isdir(wi) and len(os.listdir(wi)) >= 2 and any(n.kind == "cxl" for n in scan(root).nodes):
+        if os.path.isdir(wi) and len(os.listdir(wi)) >= 2 and any(n.kind == "cxl" for n in scan(Host(root)).nodes):
             out.append(s)
     return out
 
@@ -435,7 +435,7 @@ def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: A
     before = snapshot(root)
     res = _json(["--root", root, "tune", "apply", "t-ratio"])
     assert res["ok"]
-    inv = scan(root)
+    inv = scan(Host(root))
     dram = [n.id for n in inv.nodes if n.kind == "dram"]
     cxl = [n.id for n in inv.nodes if n.kind == "cxl"]
     for n in dram:

@@ -72,7 +72,7 @@ def test_canonical_text_round_trip() -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
-    inv = scan(root)
+    inv = scan(Host(root))
     cur = read_current(Host(root))
     for name in PROFILES:
         p = prof.load(Host(root), name)
@@ -103,7 +103,7 @@ def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
 
 
 def _host_inventory() -> Inventory:
-    return scan(pristine(SOURCES[-1]))
+    return scan(Host(pristine(SOURCES[-1])))
 
 
 def _with_cxl(

@@ -187,7 +187,7 @@ def knobs_to_cover(root: str) -> List[str]:
 
     cur = read_current(Host(root))
     want = [k.name for k in REGISTRY if k.kind != "group" and cur.get(k.path) is not None]
-    if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(root).nodes):
+    if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(Host(root)).nodes):
         want.append("weighted_interleave")
     return want
 

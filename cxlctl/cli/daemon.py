@@ -37,7 +37,7 @@ def run_cmd(
     from cxlctl.daemon.loop import Daemon
 
     root = host_root()
-    cfg = cfgmod.load(root, config)
+    cfg = cfgmod.load(Host(root), config)
     d = Daemon(Host(root), cfg, config_path=config, use_udev=not no_udev and root == "/")
     rc = d.run(once=once)
     if rc:
@@ -49,7 +49,7 @@ def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
     from cxlctl import config as cfgmod
 
-    cfg = cfgmod.load(host_root(), config)
+    cfg = cfgmod.load(Host(host_root()), config)
     if json_out:
         emit_json(cfgmod.render(cfg))
         return
@@ -68,7 +68,7 @@ def metrics_cmd(
     from cxlctl.daemon.oneshot import metrics_view
 
     root = host_root()
-    view = metrics_view(Host(root), cfgmod.load(root, config), with_health=not no_health)
+    view = metrics_view(Host(root), cfgmod.load(Host(root), config), with_health=not no_health)
     if json_out:
         emit_json(metrics.as_json(view))
         return
@@ -83,7 +83,7 @@ def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     from cxlctl.k8s import nfd
 
     root = host_root()
-    lbls = labels(Host(root), cfgmod.load(root, config))
+    lbls = labels(Host(root), cfgmod.load(Host(root), config))
     if json_out:
         emit_json({"labels": lbls})
         return

@@ -15,7 +15,7 @@ from typing import Any, List, Optional
 import typer
 
 from .common import JSON_OPT as JSON_DOC_OPT
-from .common import emit_json, group, host_root
+from .common import emit_json, group, host
 from .params import Command, argument, integer
 
 launch_app = group(
@@ -108,7 +108,7 @@ def _launch(engine: str, args: Optional[List[str]], json_out: bool, **fields: An
     from cxlctl.launch.build import Request
     from cxlctl.launch.command import launch
 
-    launch(host_root(), Request(engine=engine, args=tuple(args or ()), **fields), json_out)
+    launch(host(), Request(engine=engine, args=tuple(args or ()), **fields), json_out)
 
 
 @launch_app.command("exec", cls=Command, context_settings=_CTX)
@@ -219,7 +219,7 @@ def show_cmd(
     from cxlctl.launch.command import drift
     from cxlctl.launch.proof import show
 
-    rep = show(host_root(), pid)
+    rep = show(host(), pid)
     if json_out:
         emit_json(rep)
     else:

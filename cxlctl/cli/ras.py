@@ -14,7 +14,7 @@ import typer
 
 from cxlctl.errors import EXIT_FAILURE
 
-from .common import JSON_OPT, emit_json, host_root
+from .common import JSON_OPT, emit_json, host
 from .params import seconds
 
 
@@ -39,7 +39,7 @@ def events(
     from cxlctl.ras.command import events as run
 
     run(
-        host_root(),
+        host(),
         json_out=json_out,
         follow=follow,
         since=since,
@@ -61,8 +61,7 @@ def health(
     """Per-memdev health, poison list, event counts and fault domain (regions, nodes, blocks, processes)."""
     from cxlctl.ras.health import collect_health, render_health
 
-    root = host_root()
-    doc = collect_health(root, poison=poison)
+    doc = collect_health(host(), poison=poison)
     if json_out:
         emit_json(doc)
     else:

@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from cxlctl.hostio.host import Host
-
-from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
+from .common import JSON_OPT, WAIT_OPT, emit_json, group, host, logger, need_root, progress_bar
 from .params import Command, argument, integer
 
 if TYPE_CHECKING:
@@ -104,7 +102,7 @@ def plan_cmd(
     from cxlctl.regions.request import plans as plans_for
     from cxlctl.regions.request import request
 
-    plans = plans_for(scan(host_root()), request(memdevs, ways, size, granularity, decoder, rtype), use_all)
+    plans = plans_for(scan(host()), request(memdevs, ways, size, granularity, decoder, rtype), use_all)
     if json_out:
         emit_json(region_json.plans(plans))
         return
@@ -142,8 +140,8 @@ def create_cmd(
     online = choice(online, MODES, "--online")
     zone = zone_for(zone, online, "--online")
     req = request(memdevs, ways, size, granularity, decoder, rtype)
-    root = host_root()
-    plans = plans_for(scan(root), req, use_all)
+    root = host()
+    plans = plans_for(scan(host()), req, use_all)
     if dry_run:
         if json_out:
             emit_json(region_json.dry_run(plans, online, zone))
@@ -159,7 +157,7 @@ def create_cmd(
     need_root("region create")
     with progress_bar(json_out) as progress:
         batch = create_regions(
-            Host(root),
+            root,
             plans,
             req,
             use_all=use_all,
@@ -207,11 +205,11 @@ def destroy_cmd(
     from cxlctl.regions.batch import destroy_region
     from cxlctl.regions.request import check_destroy
 
-    h = Host(host_root())
-    check_destroy(h, region)
+    root = host()
+    check_destroy(root, region)
     need_root("region destroy")
     with progress_bar(json_out) as progress:
-        d = destroy_region(h, region, force, logger(verbose), wait=wait, progress=progress)
+        d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
     if json_out:
         emit_json(region_json.destroyed(d))
         return
@@ -243,12 +241,12 @@ def reconfigure_cmd(
     mode = choice(mode, MODES, "--mode")
     zone = zone_for(zone, mode, "--mode")
     check_dax_name(device)
-    h = Host(host_root())
-    read_dax(h, device)  # a clear error for unknown devices, before the root check
+    root = host()
+    read_dax(root, device)  # a clear error for unknown devices, before the root check
     need_root("dax reconfigure")
     with progress_bar(json_out) as progress:
-        r = reconfigure_dax(h, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
-    _report_reconfigured(r, block_size(h), json_out)
+        r = reconfigure_dax(root, device, mode, zone, force, logger(verbose), wait=wait, progress=progress)
+    _report_reconfigured(r, block_size(root), json_out)
 
 
 def _report_reconfigured(r: Reconfigured, bs: Optional[int], json_out: bool) -> None:

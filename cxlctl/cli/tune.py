@@ -100,7 +100,7 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning.recommend import recommend
 
     h = Host(host_root())
-    rec = recommend(scan(h.root), read_current(h))
+    rec = recommend(scan(h), read_current(h))
     if json_out:
         from cxlctl.tuning import tune_json as view
 

@@ -31,11 +31,7 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
     inv = rec.scan("oneshot")
     target = resolve_target(rec.host, cfg)
     rec.check_drift()
-    h = (
-        health.collect(host.root, cfg.health_command, cfg.health_timeout)
-        if with_health and cfg.health_enabled
-        else None
-    )
+    h = health.collect(host, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
     state = target.state if target.state in _PUBLISHED_STATES else "observing"
     tel = None
     if cfg.telemetry_interval > 0:  # one sample: counters and the since-boot verdicts, no rates
@@ -43,7 +39,7 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
 
         from .telemetry import Sampler
 
-        tel = Sampler(host.root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
+        tel = Sampler(host, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
     from .damon_metrics import collect
 
     damon = collect(rec.host, inv, refresh=False)  # as last refreshed: this command writes nothing
@@ -55,11 +51,11 @@ def labels(host: Host, cfg: Config) -> Dict[str, str]:
     from cxlctl.inventory import scan
 
     target = resolve_target(host, cfg)
-    h = health.collect(host.root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
+    h = health.collect(host, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
     return nfd.labels(
-        scan(host.root),
+        scan(host),
         target.name if target.state == "applied" else None,
         cfg.nfd_namespace,
-        tiering=nfd.tiering_engine(host.root),
+        tiering=nfd.tiering_engine(host),
         health=h,
     )

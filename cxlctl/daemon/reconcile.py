@@ -324,7 +324,7 @@ class Reconciler:
     def scan(self, reason: str) -> Inventory:
         from cxlctl.inventory import scan
 
-        inv = scan(self.host.root)
+        inv = scan(self.host)
         self.stats.bump(self.stats.rescans, reason)
         self.stats.last_scan_time = time.time()
         return inv

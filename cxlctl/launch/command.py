@@ -14,15 +14,16 @@ import sys
 from typing import Any, Dict
 
 from cxlctl.errors import EXIT_DRIFT, CxlctlError
+from cxlctl.hostio.host import Host
 
 from .build import Request
 
 
-def launch(root: str, req: Request, json_out: bool) -> None:
+def launch(host: Host, req: Request, json_out: bool) -> None:
     """Plan ``req``, show the plan, and (unless a dry run) execute it; never returns after an exec."""
     from .build import build, execute, to_json
 
-    lp = build(root, req)
+    lp = build(host, req)
     out = sys.stdout if req.dry_run else sys.stderr
     if json_out:
         out.write(json.dumps(to_json(lp, req.dry_run), indent=2 if req.dry_run else None) + "\n")
@@ -36,7 +37,7 @@ def launch(root: str, req: Request, json_out: bool) -> None:
             hint="each problem above names its fix",
         )
     if not req.dry_run:
-        execute(root, lp)
+        execute(host, lp)
 
 
 def drift(rep: Dict[str, Any], pid: int) -> None:

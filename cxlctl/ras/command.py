@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cxlctl.emit import SCHEMA_VERSION
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 
 from . import collect as C
 from .events import Event
@@ -55,7 +56,7 @@ def _say(text: str) -> None:
 
 
 def events(
-    root: str,
+    host: Host,
     *,
     json_out: bool,
     follow: bool = False,
@@ -73,17 +74,17 @@ def events(
     emit, printed = _printer(json_out)
     try:
         if stop:
-            gone = C.stop_collection(root)
+            gone = C.stop_collection(host)
             if json_out:
                 jsonl({"type": "summary", "stopped": gone})
             else:
                 _say("stopped collecting CXL events" if gone else "no collection was running")
             return
         if follow:
-            stream, where = _follow(root, emit, duration)
+            stream, where = _follow(host, emit, duration)
         else:
             lines = None if input_file is None else read_input(input_file)
-            got = C.stored_events(root, lines=lines, where=input_file or "", collect=collect, since=since_s)
+            got = C.stored_events(host, lines=lines, where=input_file or "", collect=collect, since=since_s)
             for ev in got.events:
                 emit(ev)
             stream, where = got.stream, got.where
@@ -108,13 +109,13 @@ def _printer(json_out: bool) -> Tuple[Callable[[Event], None], List[int]]:
     return emit, printed
 
 
-def _follow(root: str, emit: Callable[[Event], None], duration: Optional[float]) -> Tuple[Stream, str]:
+def _follow(host: Host, emit: Callable[[Event], None], duration: Optional[float]) -> Tuple[Stream, str]:
     """Follow the live stream until Ctrl-C, SIGTERM or ``duration``; (its stream, where it was read)."""
     import signal
 
     flag = [False]
     stream = Stream()
-    mapper = C.Mapper(root)
+    mapper = C.Mapper(host)
 
     def on_line(line: str) -> None:
         for ev in mapper.map([line], stream):
@@ -129,7 +130,7 @@ def _follow(root: str, emit: Callable[[Event], None], duration: Optional[float])
 
     old = signal.signal(signal.SIGTERM, on_term)
     try:
-        src: Optional[C.Source] = C.follow(root, on_line, flag, on_ready=ready, duration=duration)
+        src: Optional[C.Source] = C.follow(host, on_line, flag, on_ready=ready, duration=duration)
     except KeyboardInterrupt:
         src = None
     finally:

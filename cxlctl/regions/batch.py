@@ -61,7 +61,7 @@ def _next(host: Host, req: Request) -> Optional[Plan]:
     from cxlctl.inventory import scan
 
     try:
-        return plan_all(scan(host.root), req)[0]
+        return plan_all(scan(host), req)[0]
     except CxlctlError:
         return None  # nothing more fits
 

@@ -124,7 +124,7 @@ def check_destroy(host: Host, region: str) -> None:
 
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
-    inv = scan(host.root)
+    inv = scan(host)
     if inv.region(region) is None:
         known = ", ".join(r.name for r in inv.regions) or "none"
         raise CxlctlError(f"no region {region} (regions: {known})", code=EXIT_USAGE)

@@ -40,8 +40,8 @@ def run(host: Host, every: float, count: Optional[int], rows: int, json_out: boo
     from .sample import node_kinds
     from .top import History
 
-    kinds = node_kinds(host.root)
-    sampler = _sampler(host.root, json_out)
+    kinds = node_kinds(host)
+    sampler = _sampler(host, json_out)
     hist = History()
     if json_out or not isatty(sys.stdout):
         _lines(sampler, kinds, hist, every, count, rows, json_out)
@@ -49,7 +49,7 @@ def run(host: Host, every: float, count: Optional[int], rows: int, json_out: boo
         _screen(sampler, kinds, hist, every, count, rows)
 
 
-def _sampler(root: str, cgroup_counters: bool) -> Sampler:
+def _sampler(host: Host, cgroup_counters: bool) -> Sampler:
     """A sampler that re-ranks processes and re-lists cgroups at most every :data:`PROCESS_MAX_AGE_S`,
     and re-reads a process' ``numa_maps`` no more often (its cache)."""
     from .sample import list_cgroups, read_sample, top_pids
@@ -80,7 +80,7 @@ def _sampler(root: str, cgroup_counters: bool) -> Sampler:
             cgroup_counters=cgroup_counters,  # the screen shows cgroups' bytes only
         )
 
-    return Sampler(root, read=read)
+    return Sampler(host, read=read)
 
 
 def _lines(

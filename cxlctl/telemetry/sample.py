@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 from cxlctl.derive import expected_access
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, cgroup_v1
 from cxlctl.hostio.reader import Reader, Unreadable, Vanished
-from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.numa_maps import NumaMaps, parse_numa_maps
@@ -149,12 +149,12 @@ class Sample(NamedTuple):
 CGROUP_V1 = "cgroup v1: per-cgroup figures unavailable (they need cgroup v2)"
 
 
-def node_kinds(root: str) -> Dict[int, NodeInfo]:
+def node_kinds(host: Host) -> Dict[int, NodeInfo]:
     """Kind, tier and expected access of every node, from one inventory scan (run once per
     command, not per sample: neither changes between two reports of ``stat``)."""
     from cxlctl.inventory import scan
 
-    inv = scan(root)
+    inv = scan(host)
     return kinds_of(inv.nodes, inv.regions)
 
 
@@ -202,25 +202,25 @@ def cgroup_name(arg: str) -> str:
     return "/" + "/".join(parts)
 
 
-def check_cgroup(root: str, name: str) -> None:
+def check_cgroup(host: Host, name: str) -> None:
     """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
-    if cgroup_v1(Reader(root)):
+    if cgroup_v1(host.reader):
         raise UsageError(
             CGROUP_V1, hint="drop --cgroup, or boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
         )
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
-    if not Reader(root).isdir(d):
+    if not host.reader.isdir(d):
         raise UsageError(
-            f"no cgroup {name} ({under(root, d)} does not exist)",
+            f"no cgroup {name} ({host.path(d)} does not exist)",
             hint="see `systemd-cgls` or /proc/PID/cgroup for cgroup names (cgroup v2 only)",
         )
 
 
-def check_pid(root: str, pid: int) -> None:
-    """Refuse a PID that is not a process of ``root`` (a usage error saying where to find one)."""
+def check_pid(host: Host, pid: int) -> None:
+    """Refuse a PID that is not a process of ``host`` (a usage error saying where to find one)."""
     if pid <= 0:
         raise UsageError(f"--pid {pid} is not a process id", hint="give a PID from ps or pgrep")
-    if not Reader(root).isdir(paths.proc_pid(pid, "").rstrip("/")):
+    if not host.reader.isdir(paths.proc_pid(pid, "").rstrip("/")):
         raise UsageError(f"no process with PID {pid}", hint="check the PID (ps, pgrep)")
 
 
@@ -358,15 +358,15 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
     return _rss_of(r.raw(paths.proc_pid(pid, "statm")))
 
 
-def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
+def asked_policy(r: Reader, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
 
-    Read with a reader of its own, not the logging one: ``cxlctl record`` must
-    never copy a process' environment.
+    Never read through a logging reader (:meth:`~cxlctl.hostio.reader.Reader.unlogged`):
+    ``cxlctl record`` must never copy a process' environment.
     """
     from cxlctl.launch.policy import parse_env_value
 
-    for item in (Reader(root).body(paths.proc_pid(pid, "environ")) or "").split("\0"):
+    for item in (r.unlogged().body(paths.proc_pid(pid, "environ")) or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             a = parse_env_value(item[len("CXLCTL_POLICY=") :])
             return None if a is None else (a.mode, a.nodes)
@@ -382,7 +382,7 @@ def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
         cgroup_of(cg),
         _rss(r, pid),
         _numa_maps(r, pid),
-        asked_policy(r.root, pid) if policy else None,
+        asked_policy(r, pid) if policy else None,
     )
 
 

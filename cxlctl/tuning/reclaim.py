@@ -64,7 +64,7 @@ def _target(host: Host, node: Optional[int], cgroup: Optional[str]) -> tuple:  #
     if node is not None:
         if node < 0 or not r.isdir(paths.node_dir(node)):
             raise UsageError(f"there is no NUMA node {node}", hint="cxlctl status lists the nodes")
-        kinds = node_kinds(host.root)
+        kinds = node_kinds(host)
         kind = kinds[node].kind if node in kinds else "other"
         if kind == "cxl":
             raise UsageError(

@@ -422,7 +422,7 @@ class Transaction:
         if inventory is None:
             from cxlctl.inventory import scan
 
-            inventory = scan(self.host.root)
+            inventory = scan(self.host)
         messages: List[str] = []
         j = this_boot(self.host, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None
