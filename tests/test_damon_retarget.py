@@ -222,7 +222,7 @@ def _kill_retarget_at(root: str, k: int) -> None:
         "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_retarget import with_second_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan(Host({root!r})))).commit()\n"
+        f"Transaction(Host({root!r}), 'inference-damon', inventory=with_second_cxl(scan(Host({root!r})))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
