@@ -132,7 +132,7 @@ def test_vllm_cpu_backend_every_combination(tree: str, cache: str, tmp_path: Any
     plans = [plan(tree, cache, name, o, a) for _, o, a, _ in cases]
     assert plans[0]["engine"]["backend"] == "cpu" and plans[0]["engine"]["version"] == "0.32.0+cpu"
     answers = judge(name, [{"argv": p["engine_argv"], "env": p["env"]} for p in plans])
-    for (what, opts, args, per_worker), p, a in zip(cases, plans, answers):
+    for (what, _opts, _args, per_worker), p, a in zip(cases, plans, answers):
         v = ok(a, what)
         assert v["kv_offloading_size"] is None, "the CPU backend dies on a CPU KV offload"
         if per_worker is None:
