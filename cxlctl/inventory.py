@@ -417,6 +417,7 @@ class _Scan(Attrs):
             access1=self.coords(f"{dev}/access1"),
             dax_region=dax_region,
             dax_devices=dax_devs,
+            extended_linear_cache_size=self.num(f"{dev}/extended_linear_cache_size"),
         )
 
     # -- DAX bus ----------------------------------------------------------------------------

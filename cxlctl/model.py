@@ -139,6 +139,9 @@ class Region(_Record):
     access1: Optional[Coordinates] = None
     dax_region: Optional[str] = None
     dax_devices: Tuple[str, ...] = ()
+    #: bytes of DRAM the platform uses as a direct-mapped cache in front of this region (6.14+;
+    #: None where the attribute is absent: no such cache, or an older kernel)
+    extended_linear_cache_size: Optional[int] = None
 
 
 class DaxDevice(_Record):

@@ -23,6 +23,9 @@ N there creates ``dests/0`` … ``dests/N-1`` with ``id`` and ``weight`` (both `
 refuses a negative count with EINVAL, and ``id``/``weight`` with kstrtouint (EINVAL for
 anything but an unsigned number); ``nr_dests`` is accepted while the kdamond runs (its
 EBUSY only answers a concurrent DAMON sysfs writer, which a single test never has).
+From 6.19 a goal directory has ``path``, from 7.0 a scheme ``stats/nr_snapshots``, from 7.1 ``quotas/goal_tuner`` (``consist`` or
+``temporal``, EINVAL otherwise), from 7.2 a context ``pause``; ``target_metric`` takes the
+metric names of the release (EINVAL for one it does not know).
 Not modelled: 6.14+'s ``allow``, 6.15+'s ``core_filters``/``ops_filters``.
 """
 
@@ -41,6 +44,19 @@ ADMIN = "sys/kernel/mm/damon/admin/kdamonds"
 ACTIONS = ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "migrate_hot",
            "migrate_cold", "stat")  # fmt: skip
 OPERATIONS = ("vaddr", "fvaddr", "paddr")
+
+#: quota goal metric names the kernel's target_metric file takes, and since when
+GOAL_METRICS = (
+    ("user_input", (6, 8)),
+    ("some_mem_psi_us", (6, 9)),
+    ("node_mem_used_bp", (6, 16)),
+    ("node_mem_free_bp", (6, 16)),
+    ("node_memcg_used_bp", (6, 19)),
+    ("node_memcg_free_bp", (6, 19)),
+    ("active_mem_bp", (7, 0)),
+    ("inactive_mem_bp", (7, 0)),
+    ("node_eligible_mem_bp", (7, 2)),
+)
 
 #: file → default content of a freshly created directory of each kind
 KDAMOND = {"state": "off\n", "pid": "-1\n", "contexts/nr_contexts": "0\n"}
@@ -141,6 +157,16 @@ class Model:
             self.counts["nr_goals"] = {**GOAL, "nid": "0\n"}
         if self.version >= (6, 17):
             self.counts["nr_schemes"] = {**SCHEME, "dests/nr_dests": "0\n"}
+        if self.version >= (6, 19):
+            self.counts["nr_goals"] = {**self.counts["nr_goals"], "path": "\n"}  # node_memcg_* metrics' cgroup
+        # 7.0 stats/nr_snapshots, 7.1 quotas/goal_tuner (scheme), 7.2 pause (context)
+        if self.version >= (7, 0):
+            self.counts["nr_schemes"] = {**self.counts["nr_schemes"], "stats/nr_snapshots": "0\n"}
+        if self.version >= (7, 1):
+            self.counts["nr_schemes"] = {**self.counts["nr_schemes"], "quotas/goal_tuner": "consist\n"}
+        if self.version >= (7, 2):
+            self.counts["nr_contexts"] = {**self.counts["nr_contexts"], "pause": "N\n"}
+        self.metrics = [m for m, since in GOAL_METRICS if self.version >= since]
 
     def owns(self, host_path: str) -> bool:
         return os.path.abspath(host_path).startswith(self.admin + "/")
@@ -154,6 +180,10 @@ class Model:
         if name == "action" and value not in ACTIONS:
             _fail(host_path, errno.EINVAL)
         if name == "operations" and value not in OPERATIONS:
+            _fail(host_path, errno.EINVAL)
+        if name == "target_metric" and value not in self.metrics:
+            _fail(host_path, errno.EINVAL)  # damon_sysfs_quota_goal target_metric_store: no such name
+        if name == "goal_tuner" and value not in ("consist", "temporal"):
             _fail(host_path, errno.EINVAL)
         if name == "nr_dests" and not re.fullmatch(r"[+]?[0-9]+", value):
             _fail(host_path, errno.EINVAL)  # kstrtoint, then "nr < 0" is EINVAL too

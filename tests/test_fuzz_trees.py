@@ -264,7 +264,24 @@ def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
         # RAS: the fault domain over the odd tree, and a real event stream mapped onto it
         (["--root", root, "health", "--no-poison", "--json"], (0, 1)),
         (["--root", root, "events", "--input", _RAS_STREAM, "--json"], (0, 1)),
+        # the rest of the commands that read the host (issue 22)
+        (["--root", root, "top", "--count", "1"], (0, 1)),
+        (["--root", root, "launch", "exec", "--dry-run", "--json", "--", "true"], (0, 1, 2)),
+        (["--root", root, "daemon", "run", "--once", "--config", _daemon_config()], (0, 1)),
     ]
+
+
+def _daemon_config() -> str:
+    """The one-shot daemon's configuration: no HTTP endpoint (no port shared between runs), no `cxl list`."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"cxlctl-fuzz-daemon-{os.getpid()}.toml")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(
+                '[metrics]\nlisten = ""\ntelemetry_interval = 0\n[health]\nenabled = false\n[nfd]\nenabled = false\n'
+            )
+    return path
 
 
 #: a real 6.12 event stream (tests/vm/record_ras_events.py): DPA-only, so it is

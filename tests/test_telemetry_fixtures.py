@@ -48,7 +48,8 @@ def test_6_12_node_counters_equal_the_kernels_files() -> None:
     for name in ("pgdemote_direct", "pgdemote_kswapd", "pgpromote_success", "pgpromote_candidate"):
         assert node0["counters"][name] == kernel[name], name
     assert node0["counters"]["pgdemote_direct"] > 0, "the scenario demoted pages directly (memory.reclaim)"
-    assert node0["missing"] == ["pgdemote_proactive"]  # 6.12 counts memory.reclaim as direct
+    # 6.12 counts memory.reclaim as direct, and promotions past the rate limit nowhere
+    assert node0["missing"] == ["pgpromote_candidate_nrl", "pgdemote_proactive"]
     system = _keyvals(_peer(T612, "D.vmstat"))
     assert rep["system"]["counters"]["pgdemote_direct"] == system["pgdemote_direct"]
     assert rep["system"]["counters"]["pgmigrate_success"] == system["pgmigrate_success"]
@@ -128,9 +129,15 @@ def test_6_1_lacks_per_node_and_per_cgroup_demotion_counters() -> None:
     """What Debian's 6.1 really lacks (recorded): pgdemote_* per node and in memory.stat, khugepaged/proactive anywhere."""
     rep = _stat(T61, "--cgroup", "/cxltel")
     node0 = rep["nodes"][0]
-    assert node0["missing"] == ["pgdemote_kswapd", "pgdemote_direct", "pgdemote_khugepaged", "pgdemote_proactive"]
+    assert node0["missing"] == [
+        "pgpromote_candidate_nrl",
+        "pgdemote_kswapd",
+        "pgdemote_direct",
+        "pgdemote_khugepaged",
+        "pgdemote_proactive",
+    ]
     assert node0["counters"]["pgpromote_success"] == 0  # present, and really 0
-    assert rep["system"]["missing"] == ["pgdemote_khugepaged", "pgdemote_proactive"]
+    assert rep["system"]["missing"] == ["pgpromote_candidate_nrl", "pgdemote_khugepaged", "pgdemote_proactive"]
     assert rep["system"]["counters"]["pgdemote_direct"] == _keyvals(_peer(T61, "D.vmstat"))["pgdemote_direct"]
     (cg,) = rep["cgroups"]
     assert "pgdemote_direct" in cg["missing"] and cg["counters"]["pgdemote_direct"] is None

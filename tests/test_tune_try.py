@@ -18,7 +18,7 @@ from typing import Any, List, Optional
 import pytest
 
 from cxlctl.cli import run
-from cxlctl.errors import EXIT_FAILURE, EXIT_USAGE
+from cxlctl.errors import EXIT_FAILURE, EXIT_LOCKED, EXIT_USAGE
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO, cli
 from tests.tune_support import diff, journal, plan_writes, representative, snapshot, work_copy
@@ -188,7 +188,7 @@ def test_a_pending_try_blocks_apply_and_revert_ends_it(tmp_path: Any) -> None:
     proc = _start(root, "--timeout", "60")
     _wait_pending(root, proc)
     a = cli("--root", root, "tune", "apply", BASE)
-    assert a.returncode == EXIT_FAILURE and "is waiting for confirmation" in a.stderr
+    assert a.returncode == EXIT_LOCKED and "is waiting for confirmation" in a.stderr
     r = cli("--root", root, "tune", "revert")
     assert r.returncode == 0 and "ended the pending `tune try` of t-everything" in r.stderr
     p = _finish(proc)

@@ -23,7 +23,7 @@ from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument, seconds
+from .params import Command, argument, integer, seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -412,3 +412,27 @@ def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> 
     from cxlctl.tuning import render
 
     render.confirmed(c.profile, _console())
+
+
+@tune_app.command("reclaim", cls=Command)
+def reclaim_cmd(
+    size: str = argument(..., "SIZE", "How much to reclaim: 2G, 512M."),
+    node: Optional[int] = typer.Option(
+        None, "--node", parser=integer(0), help="A DRAM node: its cold pages demote to CXL (nodeN/reclaim)."
+    ),
+    cgroup: Optional[str] = typer.Option(None, "--cgroup", help="A cgroup under /sys/fs/cgroup (memory.reclaim)."),
+    swappiness: Optional[int] = typer.Option(
+        None, "--swappiness", parser=integer(0, 200), help="0-200: weigh anonymous against file pages (0: file only)."
+    ),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Demote cold memory now (proactive reclaim), to free DRAM before a large allocation; nothing to undo."""
+    from cxlctl.tuning.reclaim import describe, reclaim
+
+    res = reclaim(host_root(), size, node=node, cgroup=cgroup, swappiness=swappiness)
+    if json_out:
+        _emit({"reclaim": res.as_json()})
+        return
+    from cxlctl import term
+
+    typer.echo(term.fold(describe(res), term.width(default=80)))

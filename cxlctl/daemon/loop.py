@@ -367,7 +367,8 @@ class Daemon:
     def status_line(self) -> str:
         inv = self.rec.inventory
         t = self.rec.target
-        what = f"profile {t.name} ({self.rec.state})" if t.name else "no profile (observing)"
+        state = self.rec.state
+        what = f"profile {t.name} ({state})" if t.name else f"no profile ({state if state != 'none' else 'observing'})"
         inv_s = "not scanned" if inv is None else _short(inv)
         drift = sum(1 for c in self.rec.drift if c.status == "drift")
         return f"{what}; {inv_s}; drift {drift}"
@@ -638,6 +639,17 @@ class Daemon:
         self._run_timers()
 
     def run(self, once: bool = False) -> int:
+        instance = None
+        if not once:
+            from cxlctl.hostio.atomic import StorageError
+            from cxlctl.hostio.lock import DaemonLock
+
+            instance = DaemonLock(self.root)
+            try:
+                instance.acquire()  # a second daemon refuses here (exit 4), before touching anything
+            except StorageError as e:  # a read-only /run: still observe and publish
+                self.log.warning("running without the one-daemon check: %s", e)
+                instance = None
         self._setup_signals()
         try:
             self.startup()
@@ -656,6 +668,8 @@ class Daemon:
             return self.exit_code
         finally:
             self.close()
+            if instance is not None:
+                instance.release()
 
     # -- RAS events (docs/ras.md) ---------------------------------------------------------
 

@@ -484,16 +484,34 @@ class MetricsServer:
 
     ``handle_ready()`` is called by the main loop when the socket is readable:
     it accepts and hands the connection to a thread that reads one request
-    (with a timeout) and answers ``GET /metrics`` (or ``/``) with ``body()``.
+    and answers ``GET /metrics`` (or ``/``) with ``body()``.
+
+    The bound on a hostile local client is explicit (issue 22): at most
+    ``max_clients`` connections are served at once (so at most that many
+    threads), and each has ``timeout`` seconds in all to send its request —
+    a client dripping a byte every 2 s is cut off like a silent one.  A new
+    connection beyond the cap closes the oldest one still waiting for its
+    request (never one being answered): a scraper sends its request at once,
+    so it is answered however many silent connections are held open, while
+    they cost a thread each for at most ``timeout``.
     """
 
-    def __init__(self, host: str, port: int, body: Callable[[], bytes], timeout: float = 5.0) -> None:
+    MAX_CLIENTS = 32
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        body: Callable[[], bytes],
+        timeout: float = 5.0,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))
-            self.sock.listen(16)
+            self.sock.listen(64)
         except OSError:
             self.sock.close()
             raise
@@ -501,10 +519,20 @@ class MetricsServer:
         self.address: Tuple[str, int] = self.sock.getsockname()[:2]
         self.body = body
         self.timeout = timeout
+        self.max_clients = max(1, max_clients)
         self.served = 0
+        self.dropped = 0  # connections closed to keep the cap (silent or slow clients)
+        self._lock = threading.Lock()
+        #: open connections in accept order → True while still reading the request
+        self._clients: Dict[socket.socket, bool] = {}
 
     def fileno(self) -> int:
         return self.sock.fileno()
+
+    @property
+    def clients(self) -> int:
+        with self._lock:
+            return len(self._clients)
 
     def handle_ready(self) -> None:
         for _ in range(64):  # accept what is queued; the rest on the next wake-up
@@ -514,18 +542,46 @@ class MetricsServer:
                 return
             except OSError:
                 return
+            with self._lock:
+                if len(self._clients) >= self.max_clients and not self._evict():
+                    conn.close()  # every slot is answering a request: this one retries
+                    self.dropped += 1
+                    continue
+                self._clients[conn] = True
             threading.Thread(target=self._serve, args=(conn,), daemon=True, name="cxlctl-metrics").start()
+
+    def _evict(self) -> bool:
+        """Close the oldest connection still sending its request (the lock is held); False when none."""
+        for old, reading in self._clients.items():
+            if reading:
+                del self._clients[old]
+                try:
+                    old.shutdown(socket.SHUT_RDWR)  # its thread's recv returns at once
+                except OSError:
+                    pass
+                self.dropped += 1
+                return True
+        return False
 
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.setblocking(True)
-            conn.settimeout(self.timeout)
+            deadline = time.monotonic() + self.timeout
             data = b""
             while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < 8192:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("request not sent in time")
+                conn.settimeout(left)
                 chunk = conn.recv(4096)
                 if not chunk:
                     break
                 data += chunk
+            with self._lock:
+                if conn not in self._clients:
+                    return  # evicted while reading
+                self._clients[conn] = False
+            conn.settimeout(self.timeout)
             line = data.split(b"\n", 1)[0].decode("latin-1").strip()
             parts = line.split()
             if len(parts) < 2:
@@ -541,6 +597,8 @@ class MetricsServer:
         except OSError:
             pass
         finally:
+            with self._lock:
+                self._clients.pop(conn, None)
             conn.close()
 
     @staticmethod
@@ -610,6 +668,15 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
             if v is not None:
                 b.add(
                     f"node_vmstat_{_prom_name(name)}_total", "counter", f"nodeN/vmstat {name} (pages or events)", v, lab
+                )
+        if n.memory_failure is not None:
+            for result, v in n.memory_failure.values.items():
+                b.add(
+                    "node_memory_failure_pages_total",
+                    "counter",
+                    "nodeN/memory_failure/RESULT: poisoned pages memory_failure() handled (total) and how",
+                    v,
+                    {**lab, "result": result},
                 )
         for kind in ("used", "anon", "file", "shmem"):
             b.add(

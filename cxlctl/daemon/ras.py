@@ -136,7 +136,8 @@ class RasWatcher:
         for t in self.stream.feed(lines):
             ev = to_event(t, inv)
             out.append(ev)
-            key = (ev.memdev or "unknown", ev.kind, ev.severity)
+            # a port's AER events name no memdev: counted under the port (memdev label "port:NAME")
+            key = (ev.memdev or (f"port:{ev.port}" if ev.port else "unknown"), ev.kind, ev.severity)
             self.stats.events[key] = self.stats.events.get(key, 0) + 1
             self._journal_event(ev)
             if ev.kind == "poison" and self.poison_action == "soft-offline":
@@ -173,7 +174,8 @@ class RasWatcher:
             )
             if x
         )
-        msg = f"CXL {ev.kind} ({ev.severity}) on {ev.memdev or '?'}" + (f": {where}" if where else "")
+        on = ev.memdev or (f"port {ev.port}" if ev.port else "?")
+        msg = f"CXL {ev.kind} ({ev.severity}) on {on}" + (f": {where}" if where else "")
         level = (
             logging.WARNING
             if ev.severity in ("warning", "failure", "fatal", "uncorrectable", "poison")

@@ -44,6 +44,7 @@ from cxlctl.errors import CxlctlError
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
 from cxlctl.hostio.reader import Reader
+from cxlctl.hostio.root import under
 from cxlctl.hostio.write import KnobError
 from cxlctl.model import Inventory
 from cxlctl.parse import format_size
@@ -214,12 +215,23 @@ def _ref(root: str, name: str, source: str) -> str:
 
 
 def read_persisted(root: str) -> Optional[Tuple[str, str]]:
-    """(profile, source) from ``active-profile``; None when absent or unreadable."""
+    """(profile, source) from ``active-profile``; None when absent or unreadable.
+
+    :class:`CxlctlError` when it fails its checksum: a damaged byte must not make the daemon
+    enforce another profile, nor silently none.
+    """
     text = Reader(root).body(engine.ACTIVE_PROFILE)
     try:
         doc = json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
+    if isinstance(doc, dict) and "checksum" in doc and doc["checksum"] != jn.checksum(doc):
+        path = under(root, engine.ACTIVE_PROFILE)
+        raise CxlctlError(
+            f"the persisted profile record {path} fails its checksum (changed or damaged after cxlctl wrote it); "
+            "the daemon enforces no profile until it is fixed",
+            hint="run `cxlctl tune apply --persist PROFILE` to write it again, or `cxlctl tune revert` to remove it",
+        )
     if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not doc["profile"]:
         return None
     src = doc.get("source")
@@ -256,7 +268,10 @@ def resolve_target(root: str, cfg: Config) -> Target:
                 f"tuning journal in state {j.state} ({j.error or 'interrupted'}); run `cxlctl tune revert`",
             )
         # ROLLED_BACK: the last apply failed and was undone; fall back to the standing intent
-    p = read_persisted(root)
+    try:
+        p = read_persisted(root)
+    except CxlctlError as e:
+        return Target(None, None, "needs-attention", str(e))
     if p is not None:
         return Target(_ref(root, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
     if cfg.profile:

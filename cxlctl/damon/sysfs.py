@@ -35,6 +35,7 @@ MAX_REGIONS = 1024
 #: actions the sysfs interface accepts, with the kernel that added them
 MIGRATE_SINCE = (6, 11)
 NODE_GOALS_SINCE = (6, 16)  # quota goal metrics node_mem_used_bp / node_mem_free_bp, goal ``nid``
+TUNER_SINCE = (7, 1)  # quotas/goal_tuner
 FILTER_ALLOW_SINCE = (6, 14)
 #: a scheme's ``dests/`` directory (``nr_dests``, ``<D>/id``, ``<D>/weight``): weighted migration
 #: destinations, added in 6.17 (Documentation/ABI/testing/sysfs-kernel-mm-damon, "Jul 2025")
@@ -119,6 +120,7 @@ class Scheme(NamedTuple):
     filters: Tuple[Filter, ...]
     stats: SchemeStats
     dests: Tuple[Dest, ...] = ()  # 6.17+; () also when the kernel has no ``dests/`` directory
+    goal_tuner: Optional[str] = None  # 7.1+: consist | temporal; None without the file
 
 
 class Context(NamedTuple):
@@ -186,6 +188,9 @@ class DamonCaps(NamedTuple):
     filter_allow: bool  # filters with an ``allow`` file (6.14+)
     evidence: Tuple[str, ...]
     dests: bool = False  # a scheme's weighted migration destinations, ``dests/`` (6.17+)
+    #: quota goal metrics this kernel takes (of :data:`cxlctl.damon.tree.GOAL_METRICS`)
+    goal_metrics: Tuple[str, ...] = ()
+    goal_tuner: bool = False  # ``quotas/goal_tuner`` (7.1+)
 
     @property
     def tiering(self) -> bool:
@@ -268,6 +273,7 @@ class _Walk:
         return Target(i, self.num(t.at(d, t.PID_TARGET)), tuple(regions))
 
     def goal(self, d: str, i: int) -> QuotaGoal:
+        self.text(t.at(d, t.GOAL_PATH))  # read for the ABI probe (6.19), kept in ``files``
         nid = self.num(t.at(d, t.GOAL_NID))
         return QuotaGoal(
             i,
@@ -296,6 +302,8 @@ class _Walk:
         has_goals = self.r.isdir(t.listing(d, t.LIST_GOALS))
         goals = self.entries(d, t.LIST_GOALS, self.goal) if has_goals else []
         dests = self.entries(d, t.LIST_DESTS, self.dest) if self.r.isdir(t.listing(d, t.LIST_DESTS)) else []
+        tuner = _word(self.text(t.at(d, t.QUOTA_GOAL_TUNER)))
+        self.text(t.at(d, t.STATS_NR_SNAPSHOTS))  # for the ABI probe (7.0)
         return Scheme(
             id=i,
             action=_word(self.text(t.at(d, t.ACTION))),
@@ -321,9 +329,11 @@ class _Walk:
                 num(t.STATS_QT_EXCEEDS),
             ),
             dests=tuple(dests),
+            goal_tuner=tuner,
         )
 
     def context(self, d: str, i: int) -> Context:
+        self.text(t.at(d, t.PAUSE))  # for the ABI probe (7.2)
         avail = tuple(w for w in (self.text(t.at(d, t.AVAIL_OPERATIONS)) or "").split() if len(w) <= 32)[:16]
         return Context(
             id=i,
@@ -429,13 +439,68 @@ def probe(state: DamonState, release: Optional[str], reader: Optional[Reader] = 
     if migrate is None and ver is not None:
         migrate = ver >= MIGRATE_SINCE
         ev.append(f"kernel {ver[0]}.{ver[1]}: migrate_hot/migrate_cold {'present' if migrate else 'absent'} (6.11+)")
-    node_goals = ver is not None and ver >= NODE_GOALS_SINCE
+    level, abi_ev = abi_level(state, ver)
+    ev += abi_ev
+    goal_metrics = tuple(m for m, (since, _) in t.GOAL_METRICS.items() if level is not None and level >= since)
+    node_goals = "node_mem_used_bp" in goal_metrics
     allow = ver is not None and ver >= FILTER_ALLOW_SINCE
     if dests is None:
         dests = ver is not None and ver >= DESTS_SINCE
         if ver is not None and dests:
             ev.append(f"kernel {ver[0]}.{ver[1]}: scheme destinations dests/ present (6.17+)")
-    return DamonCaps(True, release, paddr, migrate, node_goals, allow, tuple(ev), dests)
+    return DamonCaps(
+        True,
+        release,
+        paddr,
+        migrate,
+        node_goals,
+        allow,
+        tuple(ev),
+        dests,
+        goal_metrics,
+        level is not None and level >= TUNER_SINCE,
+    )
+
+
+def abi_level(state: DamonState, ver: Optional[Tuple[int, int]]) -> Tuple[Optional[Tuple[int, int]], List[str]]:
+    """The DAMON ABI release this kernel's tree shows (for the goal metrics), and how that was found.
+
+    Each marker file of :data:`cxlctl.damon.tree.ABI_MARKERS` present in a directory of its kind
+    proves at least its release; absent from such a directory, it proves an older one.  The
+    release string only places the kernel inside what the tree leaves open (all of it on an idle
+    host, which has no directory to look at), so a vendor kernel with backports, or without them,
+    is taken for what it offers."""
+    lo: Optional[Tuple[int, int]] = None
+    hi: Optional[Tuple[int, int]] = None  # exclusive: the kernel is older than this
+    ev: List[str] = []
+    dirs: Dict[str, List[str]] = {"scheme": [], "context": [], "goal": []}
+    for k in state.kdamonds:
+        for c in k.contexts:
+            cd = t.entry(k.path, t.LIST_CONTEXTS, c.id)
+            dirs["context"].append(cd)
+            for s in c.schemes:
+                sd = t.entry(cd, t.LIST_SCHEMES, s.id)
+                dirs["scheme"].append(sd)
+                dirs["goal"] += [t.entry(sd, t.LIST_GOALS, g.id) for g in s.quota.goals]
+    for where, name, since in t.ABI_MARKERS:
+        if not dirs[where]:
+            continue
+        has = any(t.at(d, name) in state.files for d in dirs[where])
+        ev.append(f"{where} directories {'have' if has else 'lack'} {name} ({since[0]}.{since[1]}+)")
+        if has and (lo is None or since > lo):
+            lo = since
+        if not has and (hi is None or since < hi):
+            hi = since
+    if ver is None:
+        return lo, ev
+    level = ver
+    if lo is not None and level < lo:
+        level = lo
+    if hi is not None and level >= hi:
+        level = (hi[0], hi[1] - 1) if hi[1] > 0 else (hi[0] - 1, 99)
+    if level != ver:
+        ev.append(f"the tree overrules the release {ver[0]}.{ver[1]}: DAMON ABI of {level[0]}.{level[1]}")
+    return level, ev
 
 
 def probe_host(root: str = "/") -> Tuple[DamonState, DamonCaps]:

@@ -10,17 +10,18 @@ The tree (``Documentation/admin-guide/mm/damon/usage.rst``)::
     /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds
         K/state, pid
         K/contexts/nr_contexts
-            C/avail_operations, operations
+            C/avail_operations, operations, pause (7.2)
             C/monitoring_attrs/intervals/{sample_us,aggr_us,update_us}, nr_regions/{min,max}
             C/targets/nr_targets, T/pid_target, T/regions/nr_regions, R/{start,end}
             C/schemes/nr_schemes
                 S/action, target_nid (6.11), apply_interval_us
                 S/access_pattern/{sz,nr_accesses,age}/{min,max}
-                S/quotas/{ms,bytes,reset_interval_ms}, goals/nr_goals, G/{target_metric,target_value,nid}
+                S/quotas/{ms,bytes,reset_interval_ms}, goal_tuner (7.1),
+                    goals/nr_goals, G/{target_metric,target_value,current_value,nid (6.16),path (6.19)}
                 S/watermarks/{metric,interval_us,high,mid,low}
                 S/filters/nr_filters, F/{type,matching,memcg_path,addr_start,addr_end,allow}
                 S/dests/nr_dests, D/{id,weight} (6.17)
-                S/stats/{nr_tried,sz_tried,nr_applied,sz_applied,qt_exceeds}
+                S/stats/{nr_tried,sz_tried,nr_applied,sz_applied,qt_exceeds}, nr_snapshots (7.0)
 
 Every numbered list is a directory ``X`` holding a count file ``nr_X`` and the entries
 ``0`` … ``nr_X - 1`` (writing the count re-creates the entries): :func:`count` and
@@ -57,6 +58,7 @@ SAMPLE_US = "monitoring_attrs/intervals/sample_us"
 AGGR_US = "monitoring_attrs/intervals/aggr_us"
 UPDATE_US = "monitoring_attrs/intervals/update_us"
 NR_REGIONS = "monitoring_attrs/nr_regions"  # a range (MIN, MAX)
+PAUSE = "pause"  # 7.2
 
 # -- a target's and a region's files
 PID_TARGET = "pid_target"
@@ -73,6 +75,7 @@ AGE = "access_pattern/age"  # a range
 QUOTA_MS = "quotas/ms"
 QUOTA_BYTES = "quotas/bytes"
 QUOTA_RESET_INTERVAL_MS = "quotas/reset_interval_ms"
+QUOTA_GOAL_TUNER = "quotas/goal_tuner"  # 7.1: consist (the default) | temporal
 WATERMARKS_METRIC = "watermarks/metric"
 WATERMARKS_INTERVAL_US = "watermarks/interval_us"
 WATERMARKS_HIGH = "watermarks/high"
@@ -83,6 +86,7 @@ STATS_SZ_TRIED = "stats/sz_tried"
 STATS_NR_APPLIED = "stats/nr_applied"
 STATS_SZ_APPLIED = "stats/sz_applied"
 STATS_QT_EXCEEDS = "stats/qt_exceeds"
+STATS_NR_SNAPSHOTS = "stats/nr_snapshots"  # 7.0
 
 # -- a range directory's files
 MIN = "min"
@@ -93,6 +97,33 @@ GOAL_TARGET_METRIC = "target_metric"
 GOAL_TARGET_VALUE = "target_value"
 GOAL_CURRENT_VALUE = "current_value"
 GOAL_NID = "nid"  # 6.16
+GOAL_PATH = "path"  # 6.19: the memory cgroup of node_memcg_* metrics
+
+#: quota goal metrics cxlctl can write: name -> (the release that added it, the files it needs
+#: beside target_metric/target_value).  ``node_eligible_mem_bp`` is the share of the scheme's
+#: eligible memory (its access pattern and filters: the hot set, for migrate_hot) that sits on ``nid``.
+GOAL_METRICS = {
+    "node_mem_used_bp": ((6, 16), (GOAL_NID,)),
+    "node_mem_free_bp": ((6, 16), (GOAL_NID,)),
+    "node_memcg_used_bp": ((6, 19), (GOAL_NID, GOAL_PATH)),
+    "node_memcg_free_bp": ((6, 19), (GOAL_NID, GOAL_PATH)),
+    "active_mem_bp": ((7, 0), ()),
+    "inactive_mem_bp": ((7, 0), ()),
+    "node_eligible_mem_bp": ((7, 2), (GOAL_NID,)),
+}
+#: ``quotas/goal_tuner`` values (7.1)
+GOAL_TUNERS = ("consist", "temporal")
+
+#: files whose presence in a scheme / context / goal directory shows the release that added them:
+#: (where, file, release).  What the kernel's own tree offers decides which goal metrics it takes;
+#: the release string is asked only where no directory answers (an idle host has none).
+ABI_MARKERS = (
+    ("goal", GOAL_NID, (6, 16)),
+    ("goal", GOAL_PATH, (6, 19)),
+    ("scheme", STATS_NR_SNAPSHOTS, (7, 0)),
+    ("scheme", QUOTA_GOAL_TUNER, (7, 1)),
+    ("context", PAUSE, (7, 2)),
+)
 
 # -- a filter's files
 FILTER_TYPE = "type"

@@ -188,6 +188,12 @@ def _launch(root: str, inv: Inventory, engine: str) -> object:
         return str(e) + (f" ({e.hint})" if getattr(e, "hint", None) else "")
 
 
+def _damon_modules(r: Reader) -> Tuple[object, ...]:
+    from cxlctl.damon.sysfs import read_modules
+
+    return tuple(read_modules(r))
+
+
 def gather(
     root: str = "/",
     *,
@@ -245,6 +251,7 @@ def gather(
         nfd_labels=_nfd_labels(root, r),
         engine=engine,
         notes=tuple(r.notes),
+        damon_modules=_damon_modules(r),
     )
     if engine is not None:
         facts = facts._replace(launch=_launch(root, inv, engine))

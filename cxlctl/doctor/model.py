@@ -70,6 +70,8 @@ class Facts(NamedTuple):
     engine: Optional[str]  # --for
     launch: object = None  # cxlctl.launch.build.LaunchPlan, or a str saying why it could not be planned
     notes: Tuple[Tuple[str, str], ...] = ()
+    #: cxlctl.damon.sysfs.DamonModule of each DAMON module present (DAMON_STAT, _RECLAIM, _LRU_SORT)
+    damon_modules: Tuple[object, ...] = ()
 
 
 def worst(checks: List[Check]) -> str:

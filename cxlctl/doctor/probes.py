@@ -23,6 +23,8 @@ PROBES_FILE = "cxlctl-probes.json"
 UNIT = "cxlctl.service"
 SHOW_PROPS = "LoadState,ActiveState,SubState,MainPID,Result,UnitFileState"
 
+DMESG = ("dmesg",)
+
 #: every command doctor runs, in the order it runs them
 COMMANDS: Tuple[Tuple[str, ...], ...] = (
     ("cxl", "version"),
@@ -31,10 +33,16 @@ COMMANDS: Tuple[Tuple[str, ...], ...] = (
     ("numactl", "--help"),
     ("systemctl", "--version"),
     ("systemctl", "show", UNIT, "-p", SHOW_PROPS),
+    # the kernel log, for dax_hmem's Soft-Reserved hand-off lines (root where dmesg_restrict is 1)
+    DMESG,
 )
 
 Runner = Callable[[Sequence[str]], Optional[Tuple[int, str]]]
 MAX_OUT = 64 << 10
+#: the kernel log is read whole (a large host's boot log passes 64 KiB before dax_hmem loads) and
+#: only its CXL/hmem lines are kept (:func:`collect`), so a record holds no unrelated log text
+DMESG_MAX_OUT = 8 << 20
+DMESG_KEEP = ("hmem", "cxl", "CXL")
 #: seconds each command may take (docs/doctor.md)
 TIMEOUT = 10.0
 
@@ -49,13 +57,14 @@ def run_tool(argv: Sequence[str]) -> Optional[Tuple[int, str]]:
     A thin adapter of :func:`cxlctl.hostio.tools.run` to the recorded-answer
     shape: a timeout is status 124 and a refused start 126 (as coreutils'
     ``timeout`` and the shell report them), with the runner's message as text."""
+    cap = DMESG_MAX_OUT if tuple(argv) == DMESG else MAX_OUT
     try:
-        res = tools.run(argv, timeout=TIMEOUT, max_output=MAX_OUT, check=False)
+        res = tools.run(argv, timeout=TIMEOUT, max_output=cap, check=False)
     except tools.ToolError as e:
         if e.kind == "missing":
             return None
         return (124 if e.kind == "timeout" else 126, str(e))
-    return (res.returncode, res.output[:MAX_OUT])
+    return (res.returncode, res.output[:cap])
 
 
 def collect(runner: Runner = run_tool) -> Dict[str, Probe]:
@@ -63,6 +72,8 @@ def collect(runner: Runner = run_tool) -> Dict[str, Probe]:
     out: Dict[str, Probe] = {}
     for argv in COMMANDS:
         got = runner(argv)
+        if got is not None and tuple(argv) == DMESG:
+            got = (got[0], "".join(ln for ln in got[1].splitlines(True) if any(k in ln for k in DMESG_KEEP)))
         out[key(argv)] = Probe(None, "") if got is None else Probe(got[0], got[1])
     return out
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
 
-from . import devices, inference, kernel, services
+from . import devices, inference, kernel, newer, services
 from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Facts, worst
 
 if TYPE_CHECKING:
@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 def run(f: Facts) -> List[Check]:
     """All checks of ``f``, grouped by layer (firmware-to-engine order)."""
     kern, fw = kernel.checks(f)
-    return kern + fw + devices.checks(f) + services.check_tools(f) + services.checks(f) + inference.check(f)
+    new = list(newer.checks(f))
+    kern += [c for c in new if c.layer == kernel.K]
+    fw += [c for c in new if c.layer == kernel.F]
+    dev = devices.checks(f) + [c for c in new if c.layer not in (kernel.K, kernel.F)]
+    return kern + fw + dev + services.check_tools(f) + services.checks(f) + inference.check(f)
 
 
 def exit_code(checks: List[Check]) -> int:

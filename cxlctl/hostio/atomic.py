@@ -18,12 +18,78 @@ lands outside it.
 
 from __future__ import annotations
 
+import errno
 import os
-from typing import Union
+from typing import Dict, Optional, Union
+
+from cxlctl.errors import CxlctlError
 
 from .reader import fence_of
 from .root import under
 from .write import dir_fenced
+
+
+class StorageError(CxlctlError):
+    """A state or settings file cannot be written: full, read-only or failing storage (exit 1).
+
+    Why its own message: an ``OSError`` from a full ``/run`` used to reach the user as
+    "internal error", and a read-only ``/etc`` as "run it as root" — to root.  The message
+    names the file and the file system's condition; the hint says what fixes it.  ``done``
+    says what state that leaves (``nothing was changed``, or what was undone).
+    """
+
+    def __init__(self, path: str, err: OSError, done: str = "nothing was changed") -> None:
+        code = err.errno
+        d = os.path.dirname(path) or "/"
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            why, hint = "no space left on its file system", f"free space on the file system holding {d} (`df {d}`)"
+        elif code == errno.EROFS:
+            why, hint = "its file system is read-only", f"remount the file system holding {d} read-write"
+        elif code == errno.EIO:
+            why = "I/O error"
+            hint = f"the storage holding {d} reports I/O errors: check `dmesg` and the disk before trusting files on it"
+        else:
+            why = err.strerror or str(err)
+            hint = f"check {d} (mount, permissions, `dmesg`)"
+        super().__init__(f"cannot write {path}: {why}; {done}", hint=hint + ", then run the command again")
+        self.path = path
+        self.cause = err
+        self.errno: Optional[int] = code
+
+
+def read_only(path: str) -> bool:
+    """True when ``path`` (or its nearest existing parent) is on a read-only mount (``ST_RDONLY``).
+
+    Why: ``access(W_OK)`` fails on a read-only file system for root too; the refusal must then
+    say "read-only", not "run it as root".
+    """
+    p = path
+    while not os.path.lexists(p) and os.path.dirname(p) != p:
+        p = os.path.dirname(p)
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _test_fault(base: str) -> Optional[int]:
+    """The errno to fail the write of ``base`` with (test hook ``CXLCTL_TEST_FAULT_ATOMIC``).
+
+    ``NAME:N:ERRNO`` fails the ``N``-th atomic write of a file named ``NAME`` in this process
+    with ``ERRNO`` at its fsync (EIO cannot be made real here without device-mapper).
+    """
+    spec = os.environ.get("CXLCTL_TEST_FAULT_ATOMIC")
+    if not spec:
+        return None
+    name, _, rest = spec.partition(":")
+    n, _, what = rest.partition(":")
+    if name != base or not n.isdigit():
+        return None
+    _FAULT_COUNT[base] = _FAULT_COUNT.get(base, 0) + 1
+    return getattr(errno, what, errno.EIO) if _FAULT_COUNT[base] == int(n) else None
+
+
+_FAULT_COUNT: Dict[str, int] = {}
 
 
 def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0o600, sync_dir: bool = True) -> str:
@@ -52,6 +118,9 @@ def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view) :]
+            fault = _test_fault(base)
+            if fault is not None:
+                raise OSError(fault, os.strerror(fault), host)
             os.fsync(fd)
         except BaseException:
             os.close(fd)

@@ -23,7 +23,7 @@ from typing import Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
-from .paths import LOCK
+from .paths import DAEMON_LOCK, LOCK
 from .proc import comm as _comm
 from .reader import Reader, Unreadable, fence_of
 from .root import under
@@ -47,10 +47,10 @@ class Locked(CxlctlError):
         self.pid = pid
 
 
-def holder(root: str) -> Optional[int]:
+def holder(root: str, lock: str = LOCK) -> Optional[int]:
     """Pid written by the current holder (may be stale if nobody holds the lock)."""
     try:
-        b = Reader(root).read(LOCK, limit=64)
+        b = Reader(root).read(lock, limit=64)
     except Unreadable:
         return None
     if b is None:
@@ -100,24 +100,31 @@ def env_wait() -> float:
 class TuneLock:
     """Context manager: ``with TuneLock(root, wait=5): ...`` or raise :class:`Locked` (exit 4)."""
 
+    LOCK = LOCK
+
     def __init__(self, root: str, wait: Optional[float] = None) -> None:
         self.root = root
         if wait is None:
             wait = env_wait()
         self.wait = max(0.0, wait)
-        self.path = under(root, LOCK)
+        self.path = under(root, self.LOCK)
         self.fd: Optional[int] = None
 
     def acquire(self) -> None:
         """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
         fence = fence_of(self.root)
-        if fence is None:
-            os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-            fd = os.open(self.path, flags, 0o644)
-        else:
-            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
-            fd = open_fenced(fence, self.path, flags, 0o644)
+        try:
+            if fence is None:
+                os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+                fd = os.open(self.path, flags, 0o644)
+            else:
+                os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
+                fd = open_fenced(fence, self.path, flags, 0o644)
+        except OSError as e:
+            from .atomic import StorageError
+
+            raise StorageError(self.path, e) from None
         deadline = time.monotonic() + self.wait
         delay = 0.02
         while True:
@@ -127,12 +134,18 @@ class TuneLock:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise Locked(self.path, holder(self.root), self.wait) from None
+                    raise self.locked(holder(self.root, self.LOCK)) from None
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.25)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the pid only names the holder to waiters: a full /run must not stop the lock
         self.fd = fd
+
+    def locked(self, pid: Optional[int]) -> CxlctlError:
+        return Locked(self.path, pid, self.wait)
 
     def release(self) -> None:
         if self.fd is None:
@@ -153,3 +166,27 @@ class TuneLock:
         self, et: Optional[Type[BaseException]], ev: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         self.release()
+
+
+class DaemonLock(TuneLock):
+    """One ``cxlctl daemon run`` per host: held for the daemon's life, never waited for.
+
+    Why: two daemons would both enforce profiles, both answer metrics and both revert an
+    expired try; each transaction is safe under the tuning lock, but their logs, metrics and
+    shutdown rollbacks would contradict each other.  The second refuses (exit 4) and names the
+    first.  ``daemon run --once`` does not take it: it is one reconcile, like a CLI command.
+    """
+
+    LOCK = DAEMON_LOCK
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root, 0.0)
+
+    def locked(self, pid: Optional[int]) -> CxlctlError:
+        who = f"pid {pid}" if pid else "another process"
+        comm = _comm(pid) if pid else None
+        return CxlctlError(
+            f"another cxlctl daemon is running here ({who}{f', {comm}' if comm else ''}; {self.path} is held)",
+            code=EXIT_LOCKED,
+            hint="stop it first (`systemctl stop cxlctl`), or run `cxlctl daemon run --once` beside it",
+        )

@@ -118,6 +118,10 @@ def node_dir(nid: int) -> str:
     return f"{NODE_DIR}/node{nid}"
 
 
+#: per-node memory-failure (hwpoison) counters, one file each (``total``, ``recovered``, ...)
+NODE_MEMORY_FAILURE = "memory_failure"
+
+
 def node_file(nid: int, what: str) -> str:
     """``/sys/devices/system/node/nodeN/WHAT`` (``vmstat``, ``meminfo``, ``numastat``)."""
     return f"{NODE_DIR}/node{nid}/{what}"
@@ -132,6 +136,7 @@ def cgroup_file(cgroup: str, what: str) -> str:
 # -- cxlctl's own state ---------------------------------------------------------------------
 RUN_DIR = "/run/cxlctl"
 LOCK = RUN_DIR + "/lock"
+DAEMON_LOCK = RUN_DIR + "/daemon.lock"  # held by a running `cxlctl daemon run`: one per host
 LAUNCH_PROFILE_DIR = RUN_DIR + "/launch"
 STATE_DIR = "/var/lib/cxlctl"
 ACTIVE_PROFILE = STATE_DIR + "/active-profile"

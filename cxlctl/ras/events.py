@@ -36,7 +36,15 @@ KINDS: Dict[str, str] = {
     "cxl_aer_uncorrectable_error": "uncorrectable",
     "cxl_overflow": "overflow",
     "cxl_generic_event": "generic",
+    # 6.15+: AER on CXL ports (root, switch and downstream ports), not on a memdev
+    "cxl_port_aer_correctable_error": "port_correctable",
+    "cxl_port_aer_uncorrectable_error": "port_uncorrectable",
+    # 6.16+: a device's memory sparing event record (a row, bank or rank was spared)
+    "cxl_memory_sparing": "memory_sparing",
 }
+
+#: kinds of events about a CXL port, whose ``device=`` names the port, not a memdev
+PORT_KINDS = ("port_correctable", "port_uncorrectable")
 
 #: what each kind means for an operator, one line (docs/ras.md says more)
 MEANING: Dict[str, str] = {
@@ -48,6 +56,9 @@ MEANING: Dict[str, str] = {
     "uncorrectable": "uncorrectable CXL protocol error (AER uncorrectable)",
     "overflow": "the device's event log overflowed: events were lost",
     "generic": "vendor or unknown event record",
+    "port_correctable": "corrected protocol/link error on a CXL port (AER correctable)",
+    "port_uncorrectable": "uncorrectable protocol error on a CXL port (AER uncorrectable): every device below it",
+    "memory_sparing": "the device spared memory (row, bank or rank sparing) after errors there",
 }
 
 
@@ -76,6 +87,11 @@ class Event(NamedTuple):
     mapping: Mapping
     fields: Dict[str, str]
     raw: str
+    #: 6.15+ ``hpa_alias0``: the other address of the same memory where an extended linear cache
+    #: aliases it (None: no alias, or an older kernel)
+    hpa_alias: Optional[int] = None
+    #: the CXL port an AER event names (port kinds only)
+    port: Optional[str] = None
 
     def as_json(self) -> Dict[str, Any]:
         m = self.mapping
@@ -91,6 +107,8 @@ class Event(NamedTuple):
             "length": self.length,
             "hpa": m.hpa,
             "hpa_source": m.hpa_source,
+            "hpa_alias0": self.hpa_alias,
+            "port": self.port,
             "region": m.region,
             "node": m.node,
             "memory_block": m.memory_block,
@@ -110,6 +128,8 @@ def _memdev(fields: Dict[str, str]) -> Optional[str]:
 def _severity(kind: str, fields: Dict[str, str]) -> str:
     if kind in ("correctable", "uncorrectable", "poison"):
         return kind
+    if kind in PORT_KINDS:
+        return kind[len("port_") :]
     log = fields.get("log", "").strip().lower()
     for s in ("informational", "warning", "failure", "fatal"):
         if log.startswith(s[:4]):
@@ -121,7 +141,14 @@ def to_event(t: TraceLine, inv: Optional[Inventory]) -> Event:
     """Normalise one parsed line and map it (``inv`` None: no mapping)."""
     f = t.fields
     kind = KINDS.get(t.event, t.event[4:] if t.event.startswith("cxl_") else t.event)
-    memdev = _memdev(f)
+    port = None
+    if kind in PORT_KINDS:
+        port, memdev = (f.get("device") or "").split(" ")[0] or None, None
+    else:
+        memdev = _memdev(f)
+    alias = sysfs_int(f.get("hpa_alias0"), base=16)
+    if alias == U64_MAX:
+        alias = None
     dpa = sysfs_int(f.get("dpa"), base=16)
     length = sysfs_int(f.get("dpa_length") or f.get("length"), base=16)
     hpa = sysfs_int(f.get("hpa"), base=16)
@@ -131,7 +158,10 @@ def to_event(t: TraceLine, inv: Optional[Inventory]) -> Event:
     if region is not None and not region.startswith("region"):
         region = None  # "", "(null)": not in a region
     serial = sysfs_int(f.get("serial"), base=0)
-    mapping = Mapping(why="no inventory") if inv is None else map_address(inv, memdev, dpa, hpa, region)
+    if kind in PORT_KINDS:
+        mapping = Mapping(why=f"a port error ({port or '?'}): it concerns every device below that port")
+    else:
+        mapping = Mapping(why="no inventory") if inv is None else map_address(inv, memdev, dpa, hpa, region)
     return Event(
         event=t.event,
         kind=kind,
@@ -145,6 +175,8 @@ def to_event(t: TraceLine, inv: Optional[Inventory]) -> Event:
         mapping=mapping,
         fields=dict(f),
         raw=t.raw,
+        hpa_alias=alias,
+        port=port,
     )
 
 

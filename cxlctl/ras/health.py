@@ -124,7 +124,8 @@ def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[st
     counts: Dict[str, Dict[str, int]] = {}
     for ev in Mapper(root, inv).map(data.decode("utf-8", "replace").splitlines(), Stream()):
         key = f"{ev.kind}/{ev.severity}" if ev.severity != ev.kind else ev.kind
-        d = counts.setdefault(ev.memdev or "?", {})
+        # a port's AER events are counted under the port (``port:NAME``): they name no memdev
+        d = counts.setdefault(ev.memdev or (f"port:{ev.port}" if ev.port else "?"), {})
         d[key] = d.get(key, 0) + 1
     return counts, None
 
@@ -282,7 +283,8 @@ def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = No
         ]
         md["impact"]["process_count"] = len(mine)
         md["impact"]["cgroups"] = cgroups_on(mine)
-    return {"memdevs": memdevs, "notes": notes, "errors": errors}
+    ports = {k[len("port:") :]: v for k, v in (counts or {}).items() if k.startswith("port:")}
+    return {"memdevs": memdevs, "ports": ports, "notes": notes, "errors": errors}
 
 
 def problems(memdevs: List[Dict[str, Any]]) -> List[str]:
@@ -366,6 +368,8 @@ def render_health(doc: Dict[str, Any]) -> str:
             )
         else:
             lines.append("  impact: in no region (no memory in use)")
+    for port, c in sorted((doc.get("ports") or {}).items()):
+        lines.append(f"port {clean(port)}: events " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     for n in doc["notes"]:
         lines.append(f"note: {clean(n)}")
     for e in doc.get("errors") or []:

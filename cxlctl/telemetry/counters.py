@@ -22,6 +22,10 @@ from cxlctl.parse import U64_MAX, decimal_suffix, is_decimal
 PROMOTE_DEMOTE: Tuple[str, ...] = (
     "pgpromote_success",
     "pgpromote_candidate",
+    # promotions that skipped the rate limit because the DRAM node had free space (added in 2025): they
+    # count in pgpromote_success but not in pgpromote_candidate, so without this one the
+    # candidates/successes ratio under-counts how much the rate limit holds back
+    "pgpromote_candidate_nrl",
     "pgdemote_kswapd",
     "pgdemote_direct",
     "pgdemote_khugepaged",
@@ -49,7 +53,7 @@ SYSTEM_COUNTERS: Tuple[str, ...] = (
 ) + PROMOTE_DEMOTE
 
 #: counters of a cgroup's ``memory.stat`` (pages, cumulative; the size lines are bytes); memcg counts no candidates
-CGROUP_COUNTERS: Tuple[str, ...] = tuple(n for n in PROMOTE_DEMOTE if n != "pgpromote_candidate")
+CGROUP_COUNTERS: Tuple[str, ...] = tuple(n for n in PROMOTE_DEMOTE if not n.startswith("pgpromote_candidate"))
 
 #: ``memory.stat`` sizes (bytes, current) shown beside the counters
 CGROUP_SIZES: Tuple[str, ...] = ("anon", "file", "shmem")
@@ -59,6 +63,10 @@ TIERING_PREFIXES: Tuple[str, ...] = ("pgpromote_", "pgdemote_", "numa_")
 
 #: the demotion counters (their sum is "demoted")
 DEMOTE_COUNTERS: Tuple[str, ...] = tuple(n for n in PROMOTE_DEMOTE if n.startswith("pgdemote_"))
+
+#: files of ``/sys/devices/system/node/nodeN/memory_failure/`` (pages, cumulative since boot): what
+#: memory_failure() did with the poisoned pages of the node (hard-offlined, or why not)
+MEMORY_FAILURE: Tuple[str, ...] = ("total", "ignored", "failed", "delayed", "recovered")
 
 #: ``memory.numa_stat`` types that add up to a cgroup's memory on a node (shmem is part of file)
 NUMA_STAT_RESIDENT: Tuple[str, ...] = ("anon", "file")

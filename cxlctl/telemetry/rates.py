@@ -22,6 +22,8 @@ class Rates(NamedTuple):
     cgroups: Dict[str, Dict[str, Optional[float]]]
     #: DAMON scheme (``kdamond/context/scheme``) → its stats per second
     damon: Dict[str, Dict[str, Optional[float]]] = {}
+    #: node → its ``memory_failure/*`` counters per second (nodes that have the directory)
+    memory_failure: Dict[int, Dict[str, Optional[float]]] = {}
 
 
 def counter_rates(before: Counters, now: Counters, seconds: float) -> Dict[str, Optional[float]]:
@@ -52,7 +54,38 @@ def rates(before: Sample, now: Sample) -> Rates:
             for sc in now.damon
             if sc.key in b_damon
         },
+        memory_failure={
+            n.id: counter_rates(mf_before, n.memory_failure, dt)
+            for n in now.nodes
+            if n.memory_failure is not None
+            and n.id in b_nodes
+            and (mf_before := b_nodes[n.id].memory_failure) is not None
+        },
     )
+
+
+#: DAMON actions that migrate pages between nodes; the kernel counts their pages in
+#: ``pgmigrate_success``/``pgmigrate_fail`` (reason MR_DAMON), never in ``pgpromote_*``/``pgdemote_*``
+DAMON_MIGRATE_ACTIONS = ("migrate_hot", "migrate_cold")
+
+
+def damon_migrated(s: Sample, r: Optional[Rates]) -> Dict[str, float]:
+    """Bytes DAMON's migrating schemes moved, by action (``sz_applied``): since the scheme
+    started (first report, ``r`` None) or per second over the interval.  Only running kdamonds'
+    schemes count; {} when none migrates."""
+    out: Dict[str, float] = {}
+    for sc in s.damon:
+        if sc.action not in DAMON_MIGRATE_ACTIONS or sc.state != "on":
+            continue
+        v = sc.stats.get("sz_applied") if r is None else (r.damon.get(sc.key) or {}).get("sz_applied")
+        if v is not None:
+            out[sc.action] = out.get(sc.action, 0.0) + float(v)
+    return out
+
+
+def damon_migrates(s: Sample) -> bool:
+    """A running kdamond has a migrate_hot/migrate_cold scheme: DAMON tiers this host."""
+    return any(sc.action in DAMON_MIGRATE_ACTIONS and sc.state == "on" for sc in s.damon)
 
 
 def demote_sum(values: Dict[str, Optional[float]]) -> Optional[float]:

@@ -16,7 +16,7 @@ from cxlctl.hostio import paths
 from cxlctl.model import Coordinates
 from cxlctl.parse import PAGE_SIZE
 
-from .rates import Rates, demote_sum
+from .rates import Rates, damon_migrated, damon_migrates, demote_sum
 from .sample import Sample
 from .verdicts import Verdict, clean
 
@@ -60,13 +60,32 @@ def cxl_traffic(s: Sample, r: Optional[Rates]) -> Optional[Dict[str, Optional[fl
     def share(mbps: Optional[float], bw: Optional[int]) -> Optional[float]:
         return None if mbps is None or not bw else round(mbps / bw, 6)
 
+    moved = damon_migrated(s, r)
     return {
         "promote_mbps": None if p_mbps is None else round(p_mbps, 3),
         "demote_mbps": None if d_mbps is None else round(d_mbps, 3),
+        # DAMON's migrations, both directions (not in the promote/demote figures above)
+        "damon_migrate_mbps": round(sum(moved.values()) / MB, 3) if moved else None,
         "cxl_read_bandwidth_mbps": s.cxl_read_mbps,
         "cxl_write_bandwidth_mbps": s.cxl_write_mbps,
         "promote_share_of_read_bandwidth": share(p_mbps, s.cxl_read_mbps),
         "demote_share_of_write_bandwidth": share(d_mbps, s.cxl_write_mbps),
+    }
+
+
+def damon_migrated_dict(s: Sample, r: Optional[Rates]) -> Optional[Dict[str, Any]]:
+    """What DAMON's running migrate_hot/migrate_cold schemes moved (bytes since they started, or
+    bytes per second), or None when no running scheme migrates.  Kept apart from promotion and
+    demotion because the kernel counts it in ``pgmigrate_*`` (reason MR_DAMON) only."""
+    if not damon_migrates(s):
+        return None
+    moved = damon_migrated(s, r)
+    unit = "bytes" if r is None else "bytes_per_second"
+    return {
+        "unit": unit,
+        "migrate_hot": moved.get("migrate_hot"),
+        "migrate_cold": moved.get("migrate_cold"),
+        "counted_in": ["pgmigrate_success", "pgmigrate_fail"],
     }
 
 
@@ -86,6 +105,12 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 "numastat": dict(n.numastat),
                 "hmat": hmat_dict(n.hmat, n.hmat_from),
                 "rates": None if r is None else r.nodes.get(n.id),
+                "memory_failure": None
+                if n.memory_failure is None
+                else {
+                    "counters": dict(n.memory_failure.values),
+                    "rates": None if r is None else r.memory_failure.get(n.id),
+                },
             }
         )
     cgroups = []
@@ -139,6 +164,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
         },
         "nodes": nodes,
         "cxl_traffic": cxl_traffic(s, r),
+        "damon_migrated": damon_migrated_dict(s, r),
         "cgroups": cgroups,
         "cgroups_unavailable": s.cgroups_unavailable,
         "processes": procs,
@@ -271,6 +297,25 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         width,
         "",
     )
+    if damon_migrates(s):
+        moved = damon_migrated(s, r)
+        per = "" if first else "/s"
+        lines += _wrap(
+            f"DAMON migrated: hot {size(moved.get('migrate_hot'))}{per}, cold {size(moved.get('migrate_cold'))}{per} "
+            "(counted in pgmigrate_*, not in promoted/demoted)",
+            width,
+            "",
+        )
+    for n in s.nodes:
+        mf = n.memory_failure
+        mv: Dict[str, Any] = {} if mf is None else (dict(mf.values) if r is None else r.memory_failure.get(n.id) or {})
+        if mv.get("total"):
+            lines += _wrap(
+                f"node {n.id} memory failures: "
+                + ", ".join(f"{k} {count(mv.get(k))}" for k in ("total", "recovered", "failed", "delayed", "ignored")),
+                width,
+                "",
+            )
     unread = [f"node{n.id}/vmstat" for n in s.nodes if not n.vmstat.readable]
     unread += [] if s.system.readable else [paths.PROC_VMSTAT]
     if unread:

@@ -41,12 +41,14 @@ from cxlctl.parse import PAGE_SIZE, decimal_suffix, is_decimal, parse_meminfo, s
 from .counters import (
     CGROUP_COUNTERS,
     CGROUP_SIZES,
+    MEMORY_FAILURE,
     NODE_COUNTERS,
     NUMA_STAT_RESIDENT,
     SYSTEM_COUNTERS,
     Counters,
     parse_keyvals,
     parse_numa_stat,
+    pick,
     pick_text,
     resident_per_node,
 )
@@ -86,6 +88,10 @@ class NodeSample(NamedTuple):
     numastat: Dict[str, int]
     hmat: Optional[Coordinates] = None  # see NodeInfo
     hmat_from: Optional[str] = None
+    #: ``nodeN/memory_failure/*`` (pages): poisoned pages the kernel offlined (``recovered``) or could
+    #: not (``failed``, ``delayed``, ``ignored``); None when the node has no such directory
+    #: (CONFIG_MEMORY_FAILURE off, or a kernel before it)
+    memory_failure: Optional[Counters] = None
 
 
 class Settings(NamedTuple):
@@ -324,7 +330,20 @@ def read_node(r: Reader, nid: int, info: NodeInfo) -> NodeSample:
     }
     ns = _keyvals(r, paths.node_file(nid, "numastat")) or {}
     vm = pick_text(r.text(paths.node_file(nid, "vmstat")), NODE_COUNTERS)
-    return NodeSample(nid, info.kind, info.tier, memory, vm, ns, info.hmat, info.hmat_from)
+    return NodeSample(nid, info.kind, info.tier, memory, vm, ns, info.hmat, info.hmat_from, read_memory_failure(r, nid))
+
+
+def read_memory_failure(r: Reader, nid: int) -> Optional[Counters]:
+    """A node's ``memory_failure/`` counters (one file each), None when the directory is absent."""
+    d = paths.node_file(nid, paths.NODE_MEMORY_FAILURE)
+    if not r.isdir(d):
+        return None
+    found: Dict[str, int] = {}
+    for name in MEMORY_FAILURE:
+        v = sysfs_int(r.text(f"{d}/{name}"))
+        if v is not None:
+            found[name] = v
+    return pick(found, MEMORY_FAILURE, prefixes=())
 
 
 def read_cgroup(r: Reader, name: str, counters: bool = True) -> CgroupSample:

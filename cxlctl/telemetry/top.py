@@ -112,6 +112,7 @@ def view(
         traffic = (
             f"to/from CXL: promoted {mbps(tr['promote_mbps'])}{_share(tr['promote_share_of_read_bandwidth'])}, "
             f"demoted {mbps(tr['demote_mbps'])}{_share(tr['demote_share_of_write_bandwidth'])}"
+            + ("" if tr["damon_migrate_mbps"] is None else f", DAMON migrated {mbps(tr['damon_migrate_mbps'])}")
         )
     cur = History.current(r)
     rates = [(name, cur[name], hist.spark(name)) for name in History.NAMES]

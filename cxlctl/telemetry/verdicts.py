@@ -7,16 +7,26 @@ silent on the first report, which holds totals since boot only.
 
 The verdicts, by id:
 
-* ``tiering-off`` -- a CXL node is online, but demotion is disabled and NUMA
-  balancing is not in tiering mode: nothing will ever move pages between tiers;
+* ``tiering-off`` -- a CXL node is online, but demotion is disabled, NUMA
+  balancing is not in tiering mode and no running DAMON scheme migrates pages:
+  nothing will ever move pages between tiers (DAMON's migrations are counted as
+  ``pgmigrate_*``, never as promotion or demotion, so the counters alone would
+  call DAMON tiering "no tiering");
 * ``dram-too-tight`` -- pages were demoted *directly* from a DRAM node:
   allocations stalled on reclaim (on kernels without ``pgdemote_proactive``,
   a write to ``memory.reclaim`` counts here too);
 * ``promotion-throttled`` -- far more promotion candidates than promotions
-  while NUMA balancing is in tiering mode: the rate limit holds hot pages on CXL;
+  while NUMA balancing is in tiering mode: the rate limit holds hot pages on CXL.
+  Promotions that skipped the rate limit (``pgpromote_candidate_nrl``, newer
+  kernels) are taken out of the successes first: they are in
+  ``pgpromote_success`` but not in ``pgpromote_candidate``, and left in they hide
+  the throttling of the rest;
 * ``ping-pong`` -- pages are promoted and demoted at high, similar rates: the
   same pages go back and forth;
 * ``cxl-idle`` -- CXL capacity is online but almost none of it is used;
+* ``memory-failure`` -- the kernel handled poisoned pages on a node
+  (``nodeN/memory_failure/*``): since boot on the first report, in the interval
+  after;
 * ``kv-offload-not-on-cxl`` -- an engine's KV offload file in ``/dev/shm``
   sits mostly on DRAM while a CXL node is online.
 """
@@ -28,7 +38,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 from cxlctl.hostio import paths
 from cxlctl.parse import PAGE_SIZE, format_size
 
-from .rates import Rates, demote_sum
+from .rates import Rates, damon_migrated, damon_migrates, demote_sum
 from .sample import NodeSample, Sample
 
 #: promotion throttled: candidates at least this many times the successes ...
@@ -75,6 +85,8 @@ def tiering_off(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         return None
     if st.numa_balancing is not None and st.numa_balancing & 2:
         return None
+    if damon_migrates(s):
+        return None  # DAMON tiers: its migrations are pgmigrate_*, see the report's DAMON line
     nb = "unknown" if st.numa_balancing is None else str(st.numa_balancing)
     return Verdict(
         "tiering-off",
@@ -125,15 +137,21 @@ def promotion_throttled(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         return None
     cand = r.system.get("pgpromote_candidate")
     ok = r.system.get("pgpromote_success")
-    if cand is None or ok is None or cand < THROTTLE_MIN_CANDIDATES or cand < THROTTLE_RATIO * max(ok, 1.0):
+    if cand is None or ok is None:
+        return None
+    # promotions past the rate limit (free DRAM) are successes without being candidates
+    nrl = r.system.get("pgpromote_candidate_nrl")
+    limited_ok = ok if nrl is None else max(ok - nrl, 0.0)
+    if cand < THROTTLE_MIN_CANDIDATES or cand < THROTTLE_RATIO * max(limited_ok, 1.0):
         return None
     limit = s.settings.promote_rate_limit_mbps
     lim = f" at kernel.numa_balancing_promote_rate_limit_MBps={limit}" if limit is not None else ""
+    besides = "" if not nrl else f" (besides {nrl:.0f} pages/s promoted without the limit while DRAM had room)"
     return Verdict(
         "promotion-throttled",
         "warning",
-        f"{cand:.0f} pages/s were promotion candidates but only {ok:.0f} pages/s were promoted{lim}, "
-        "so hot pages stay on CXL.",
+        f"{cand:.0f} pages/s were promotion candidates under the rate limit but only {limited_ok:.0f} pages/s "
+        f"of them were promoted{lim}{besides}, so hot pages stay on CXL.",
         "raise kernel.numa_balancing_promote_rate_limit_MBps (cxlctl tune sets it per profile), "
         "or keep more DRAM free so promotion has room",
     )
@@ -172,7 +190,7 @@ def cxl_idle(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         return None
     if r is not None:
         moving = demote_sum(r.system)
-        if moving:
+        if moving or damon_migrated(s, r).get("migrate_cold"):
             return None  # pages are on their way there
     return Verdict(
         "cxl-idle",
@@ -180,6 +198,35 @@ def cxl_idle(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         f"CXL capacity is online but nearly unused: {', '.join(idle)}.",
         "enable tiering (cxlctl tune apply inference-capacity) so cold pages demote there, "
         "or place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)",
+    )
+
+
+def memory_failure(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
+    hits = []
+    for n in s.nodes:
+        mf = n.memory_failure
+        if mf is None:
+            continue
+        vals: Dict[str, Optional[float]]
+        if r is None:
+            vals = {k: None if v is None else float(v) for k, v in mf.values.items()}
+        else:
+            vals = r.memory_failure.get(n.id, {})
+        total = vals.get("total")
+        if not total:
+            continue
+        parts = ", ".join(f"{vals[k]:.0f} {k}" for k in ("recovered", "failed", "delayed", "ignored") if vals.get(k))
+        when = "page(s) since boot" if r is None else "pages/s"
+        hits.append(f"node {n.id} ({n.kind}): {total:.0f} {when}" + (f" ({parts})" if parts else ""))
+    if not hits:
+        return None
+    return Verdict(
+        "memory-failure",
+        "warning",
+        f"the kernel handled poisoned memory: {'; '.join(hits)}. Recovered pages are offlined; failed or "
+        "delayed ones may still be in use.",
+        "see which device reports media errors (cxlctl health), and replace or retire it; "
+        "rasdaemon's page thresholds offline pages before they fail",
     )
 
 
@@ -247,6 +294,7 @@ VERDICTS: Dict[str, Callable[[Sample, Optional[Rates]], Optional[Verdict]]] = {
     "promotion-throttled": promotion_throttled,
     "ping-pong": ping_pong,
     "cxl-idle": cxl_idle,
+    "memory-failure": memory_failure,
     "kv-offload-not-on-cxl": kv_offload_not_on_cxl,
 }
 

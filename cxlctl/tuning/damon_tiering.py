@@ -36,7 +36,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from cxlctl.damon import tree as t
-from cxlctl.damon.sysfs import DamonCaps, DamonState
+from cxlctl.damon.sysfs import TUNER_SINCE, DamonCaps, DamonState
 from cxlctl.damon.tree import KDAMONDS, NR_KDAMONDS
 from cxlctl.namedrecord import NamedTuple
 
@@ -64,6 +64,9 @@ KEYS = (
     "quota_interval",
     "dram_free_goal",
     "dram_used_goal",
+    "dram_max_used",
+    "hot_on_dram",
+    "goal_tuner",
     "watermarks",
     "young_filter",
     "memcg",
@@ -91,6 +94,11 @@ class DamonSpec(NamedTuple):
     quota_reset_ms: int = 1000
     dram_free_goal_bp: Optional[int] = 50  # mem_tier.sh: node_mem_free_bp 0.5%
     dram_used_goal_bp: Optional[int] = 9970  # mem_tier.sh: node_mem_used_bp 99.7%
+    #: "keep DRAM at most N% used" (``dram_max_used``): sets both goals above from one statement
+    dram_max_used_bp: Optional[int] = None
+    #: "keep at least N% of the hot set on DRAM" (``hot_on_dram``): node_eligible_mem_bp (7.2+)
+    hot_on_dram_bp: Optional[int] = None
+    goal_tuner: Optional[str] = None  # 7.1+: consist | temporal (None: the kernel's default)
     watermarks: Optional[Tuple[int, int, int]] = None  # (high, mid, low) per-mille free memory
     young_filter: bool = True
     memcg: Optional[str] = None
@@ -193,6 +201,20 @@ def validate(table: Mapping[str, Any]) -> DamonSpec:
         if key in table:
             v = table[key]
             kw[field] = None if v is False else int(round(parse_percent(v, key) * 100))
+    if "dram_max_used" in table:
+        # the statement replaces dram_free_goal/dram_used_goal (an included profile's among them)
+        used = int(round(parse_percent(table["dram_max_used"], "dram_max_used", 1.0, 100.0) * 100))
+        # demote (migrate_cold) until at least 100-N % of DRAM is free; promote (migrate_hot) only
+        # while DRAM is below N % used: the two goals meet at the operator's line, so neither
+        # scheme pushes pages the other pulls back
+        kw.update(dram_max_used_bp=used, dram_used_goal_bp=used, dram_free_goal_bp=10000 - used)
+    if "hot_on_dram" in table:
+        kw["hot_on_dram_bp"] = int(round(parse_percent(table["hot_on_dram"], "hot_on_dram", 1.0, 100.0) * 100))
+    if "goal_tuner" in table:
+        g = table["goal_tuner"]
+        if g not in t.GOAL_TUNERS:
+            raise ValueError(f"goal_tuner must be one of {', '.join(t.GOAL_TUNERS)}; got {g!r}")
+        kw["goal_tuner"] = g
     if "watermarks" in table:
         kw["watermarks"] = _watermarks(table["watermarks"])
     for key in ("young_filter", "anon_only", "beside_other_damon", "multi_dest"):
@@ -234,6 +256,10 @@ def show(spec: DamonSpec) -> str:
         f"quota {spec.quota_bytes >> 20} MiB/{_dur(spec.quota_reset_ms * 1000)}",
         f"intervals {_dur(spec.sample_us)}/{_dur(spec.aggr_us)}/{_dur(spec.update_us)}",
     ]
+    if spec.dram_max_used_bp is not None:
+        parts.append(f"keep DRAM at most {spec.dram_max_used_bp / 100:g}% used")
+    if spec.hot_on_dram_bp is not None:
+        parts.append(f"keep ≥{spec.hot_on_dram_bp / 100:g}% of the hot set on DRAM")
     if spec.memcg:
         parts.append(f"memcg {spec.memcg}")
     if spec.anon_only:
@@ -402,6 +428,9 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
                 goals.append(("node_mem_free_bp", spec.dram_free_goal_bp, dram_node.id))
             if kind == "cxl" and spec.dram_used_goal_bp is not None:
                 goals.append(("node_mem_used_bp", spec.dram_used_goal_bp, dram_node.id))
+        if kind == "cxl" and spec.hot_on_dram_bp is not None and "node_eligible_mem_bp" in caps.goal_metrics:
+            # the hot scheme's quota grows until this share of what it finds hot sits on DRAM
+            goals.append(("node_eligible_mem_bp", spec.hot_on_dram_bp, dram_node.id))
         dests: Tuple[Tuple[int, int], ...] = ()
         by = ""
         if kind == "dram" and caps.dests and spec.multi_dest:
@@ -483,14 +512,17 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
         (t.at(s, t.QUOTA_RESET_INTERVAL_MS), str(spec.quota_reset_ms), f"{sn}.quota.reset_interval_ms"),
     ]
     if sc.goals:
+        if spec.goal_tuner is not None:
+            out.append((t.at(s, t.QUOTA_GOAL_TUNER), spec.goal_tuner, f"{sn}.quota.goal_tuner"))
         out.append((t.count(s, t.LIST_GOALS), str(len(sc.goals)), f"{sn}.quota.nr_goals"))
         for i, (metric, value, nid) in enumerate(sc.goals):
             g = t.entry(s, t.LIST_GOALS, i)
             out += [
                 (t.at(g, t.GOAL_TARGET_METRIC), metric, f"{sn}.goal{i}.target_metric"),
                 (t.at(g, t.GOAL_TARGET_VALUE), str(value), f"{sn}.goal{i}.target_value"),
-                (t.at(g, t.GOAL_NID), str(nid), f"{sn}.goal{i}.nid"),
             ]
+            if t.GOAL_NID in t.GOAL_METRICS.get(metric, ((0, 0), (t.GOAL_NID,)))[1]:
+                out.append((t.at(g, t.GOAL_NID), str(nid), f"{sn}.goal{i}.nid"))
     if spec.watermarks is not None and sc.action == "migrate_cold":
         h, m, lo = spec.watermarks
         out += [
@@ -563,5 +595,60 @@ def others(state: DamonState, mine: Optional[int]) -> List[str]:
     return out
 
 
+#: DAMON modules whose kdamond only monitors (no scheme acts on memory): DAMON_STAT estimates idle
+#: memory for its parameters files, and Debian's 7.x starts it at boot (CONFIG_DAMON_STAT_ENABLED_DEFAULT)
+MONITOR_ONLY_MODULES = ("damon_stat",)
+
+
+def _module_name(m: Any) -> str:
+    return f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name
+
+
+def goal_support(spec: DamonSpec, caps: DamonCaps) -> Tuple[List[str], List[str]]:
+    """(what the plan says about the quota goals this spec asks for, refusals).
+
+    A statement the operator made (``dram_max_used``, ``hot_on_dram``, ``goal_tuner``) that this
+    kernel cannot keep is refused, naming the metric, the release that added it and what the
+    kernel takes; the defaults (``dram_free_goal``/``dram_used_goal``) fall back to fixed quotas."""
+    notes: List[str] = []
+    refusals: List[str] = []
+    offers = ", ".join(caps.goal_metrics) or "no node or memory goal metric"
+    asked: List[Tuple[str, str]] = []
+    if spec.dram_max_used_bp is not None:
+        asked += [("dram_max_used", "node_mem_used_bp"), ("dram_max_used", "node_mem_free_bp")]
+    if spec.hot_on_dram_bp is not None:
+        asked.append(("hot_on_dram", "node_eligible_mem_bp"))
+    for key, metric in asked:
+        since = t.GOAL_METRICS[metric][0]
+        if metric in caps.goal_metrics:
+            notes.append(f"{key}: quota goal {metric} ({since[0]}.{since[1]}+) is on this kernel")
+        else:
+            refusals.append(
+                f"{key} needs the DAMON quota goal metric {metric}, which Linux {since[0]}.{since[1]} added; "
+                f"this kernel{f' ({caps.release})' if caps.release else ''} takes {offers}. Leave {key} out of "
+                "the profile, or boot a newer kernel"
+            )
+    if asked:
+        newer = [
+            f"{m} ({since[0]}.{since[1]}+)" for m, (since, _) in t.GOAL_METRICS.items() if m not in caps.goal_metrics
+        ]
+        notes.append(
+            f"quota goal metrics on this kernel: {offers}" + (f"; not on it: {', '.join(newer)}" if newer else "")
+        )
+    if spec.goal_tuner is not None and not caps.goal_tuner:
+        refusals.append(
+            f"goal_tuner needs quotas/goal_tuner (Linux {TUNER_SINCE[0]}.{TUNER_SINCE[1]}+), which this kernel's "
+            "DAMON does not have. Leave goal_tuner out of the profile"
+        )
+    return notes, list(dict.fromkeys(refusals))
+
+
 def module_kdamonds(state: DamonState) -> List[str]:
-    return [f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name for m in state.modules if m.running]
+    """Running DAMON modules whose schemes act on memory (DAMON_RECLAIM pages out, DAMON_LRU_SORT
+    reorders the LRU): they can work against cxlctl's migrations."""
+    return [_module_name(m) for m in state.modules if m.running and m.name not in MONITOR_ONLY_MODULES]
+
+
+def monitor_kdamonds(state: DamonState) -> List[str]:
+    """Running DAMON modules that only monitor (DAMON_STAT): nothing to refuse, but worth saying."""
+    return [_module_name(m) for m in state.modules if m.running and m.name in MONITOR_ONLY_MODULES]

@@ -149,7 +149,8 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
     if j0 is None and not writable(host(root, jn.RUN_DIR)):
         return _nothing(None, None, "nothing to revert: no tuning journal")
     if j0 is not None and j0.state in jn.ACTIVE_STATES and jn.same_boot(j0, jn.boot_id(root)):
-        preflight(root, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert")
+        # the persist files too: a read-only /etc must refuse before any knob is restored
+        preflight(root, [e.path for e in j0.entries], {e.knob for e in j0.entries}, "revert", tuple(j0.persist))
     messages: List[str] = []
     with TuneLock(root, wait):
         j = jn.load(root)
@@ -179,15 +180,26 @@ def revert(root: str, *, wait: Optional[float] = None) -> RevertResult:
         removed, perr = restore_persist(root, j.persist)
         failures += perr
         final = progress.entries(entries)
+        # the knobs are back already; the journal keeps its originals, so repeating is safe
+        unrecorded = (
+            "the knobs were restored, but the journal still says "
+            + j.state
+            + ("; `cxlctl tune revert` again once it can be written (safe to repeat)")
+        )
         if failures:
             jn.save(
                 root,
                 j._replace(
                     state=jn.REVERT_FAILED, entries=final, finished=jn.now(), error="; ".join(failures), trial=None
                 ),
+                done="; ".join(failures) + "; " + unrecorded,
             )
         else:
-            jn.save(root, j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None))
+            jn.save(
+                root,
+                j._replace(state=jn.REVERTED, entries=final, finished=jn.now(), error=None, trial=None),
+                done=unrecorded,
+            )
     results = tuple(
         FileResult(
             setting=e.setting,
@@ -285,9 +297,19 @@ def status(root: str) -> StatusResult:
     if text is not None or persisted(root):
         name: Optional[str] = None
         try:
-            name = json.loads(text or "{}").get("profile")
-        except ValueError:
+            doc = json.loads(text or "{}")
+        except (ValueError, RecursionError):
             messages.append(f"{host(root, ACTIVE_PROFILE)} is not valid JSON")
+        else:
+            if not isinstance(doc, dict):
+                messages.append(f"{host(root, ACTIVE_PROFILE)} is not a JSON object")
+            elif "checksum" in doc and doc["checksum"] != jn.checksum(doc):
+                messages.append(
+                    f"{host(root, ACTIVE_PROFILE)} fails its checksum (changed or damaged after cxlctl wrote it); "
+                    "the daemon enforces no profile until `cxlctl tune apply --persist PROFILE` writes it again"
+                )
+            elif isinstance(doc.get("profile"), str):
+                name = doc["profile"]
         persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(root) else None, profile=name)
     held = is_held(root)
     damon = damon_rows(root, j if active else None, messages)

@@ -12,9 +12,19 @@ the runtime values it describes.  It is also stamped with the boot id
 (``/proc/sys/kernel/random/boot_id``) and a journal from another boot is
 discarded, in case ``/run`` is not a tmpfs.
 
-Format: JSON with ``"schema": 1``; file mode 0600.  Written as temp file +
-fsync + rename + fsync of the directory, so a reader sees the old or the new
-journal, never a torn one.
+Format: JSON with ``"schema": 2`` and a ``"checksum"`` (``sha256:`` of the
+document's canonical JSON without that key); file mode 0600.  Written as temp
+file + fsync + rename + fsync of the directory, so a reader sees the old or the
+new journal, never a torn one.  Why a checksum as well: the rename protects
+against cxlctl's own crash, not against a disk, an editor or a stray ``dd``
+changing the file later; a flipped byte that still parses (``"60"`` → ``"61"``,
+a misspelt ``"origjnal"`` key read as absent) would make ``tune revert`` restore
+wrong values, or skip knobs, and report success.  A
+journal whose checksum does not match is refused (:class:`JournalCorrupt`,
+naming the file and what to do) and never acted on or overwritten, so the boot
+values it may still hold are not lost.  Schema 1 journals (no checksum, written
+by cxlctl before 0.2) are still read: ``/run`` is cleared at boot, so they only
+exist across an upgrade within one boot.
 
 Per-entry values:
 
@@ -28,6 +38,7 @@ Per-entry values:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -35,13 +46,15 @@ from typing import Any, Dict, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
-from cxlctl.hostio.atomic import atomic_write, remove
+from cxlctl.hostio.atomic import StorageError, atomic_write, remove
 from cxlctl.hostio.reader import Reader, Unreadable, fence_of
 from cxlctl.hostio.root import under
 from cxlctl.hostio.write import outside
 from cxlctl.namedrecord import NamedTuple
 
-SCHEMA = 1
+SCHEMA = 2
+#: schemas this cxlctl reads (1: no checksum)
+READS = (1, 2)
 RUN_DIR = paths.RUN_DIR
 JOURNAL = RUN_DIR + "/journal.json"
 BOOT_ID = paths.BOOT_ID
@@ -149,11 +162,41 @@ def _trial(d: Any) -> Optional[Trial]:
 
 
 class JournalCorrupt(CxlctlError):
+    """The journal is there but cannot be trusted: nothing acts on it, nothing overwrites it."""
+
     def __init__(self, path: str, why: str) -> None:
         super().__init__(
-            f"the tuning journal {path} is unreadable ({why})",
-            hint="inspect it; once the knobs are known to be right, remove it by hand",
+            f"the tuning journal {path} is unreadable ({why}); nothing was changed",
+            hint=(
+                "cxlctl will not act on or overwrite it: the boot-time values it holds may be wrong. "
+                "Compare its `original` values (docs/tuning.md, How to undo) with the knobs, or reboot "
+                f"(runtime knobs reset at boot); once the knobs are known to be right, remove {path} by hand"
+            ),
         )
+
+
+def checksum(d: Dict[str, Any]) -> str:
+    """``sha256:`` of ``d``'s canonical JSON, its own ``checksum`` key left out."""
+    body = {k: v for k, v in d.items() if k != "checksum"}
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(canon.encode("ascii")).hexdigest()
+
+
+def verified(d: Any) -> Any:
+    """``d`` when its checksum holds (or it is a schema-1 document, which has none); else ValueError.
+
+    A document with a ``checksum`` key is always checked, whatever its ``schema`` says, so one
+    damaged byte cannot make a new journal pass for an old one (``"schema": 2`` → ``1``); one
+    without it must say schema 1 (a damaged ``"checksum"`` key is caught that way).
+    """
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    if "checksum" in d:
+        if d["checksum"] != checksum(d):
+            raise ValueError("checksum mismatch: the file was changed or damaged after cxlctl wrote it")
+    elif d.get("schema") != 1:
+        raise ValueError("no checksum: the file was changed or damaged after cxlctl wrote it")
+    return d
 
 
 def _entry(d: Any) -> Entry:
@@ -174,8 +217,8 @@ def _entry(d: Any) -> Entry:
 def from_json(d: Any) -> Journal:
     if not isinstance(d, dict):
         raise ValueError("not a JSON object")
-    if d.get("schema") != SCHEMA:
-        raise ValueError(f"schema {d.get('schema')!r}, this cxlctl reads schema {SCHEMA}")
+    if d.get("schema") not in READS:
+        raise ValueError(f"schema {d.get('schema')!r}, this cxlctl reads schema {' and '.join(map(str, READS))}")
     persist = d.get("persist") or {}
     if not isinstance(persist, dict):
         raise ValueError("persist is not an object")
@@ -214,16 +257,26 @@ def load(root: str) -> Optional[Journal]:
     if raw is None:
         return None
     try:
-        return from_json(json.loads(raw.decode("utf-8")))
-    except (ValueError, KeyError, TypeError) as e:
+        return from_json(verified(json.loads(raw.decode("utf-8"))))
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise JournalCorrupt(path, str(e)) from None
 
 
-def save(root: str, j: Journal) -> None:
-    data = json.dumps(to_json(j), indent=2, sort_keys=False).encode("utf-8") + b"\n"
-    atomic_write(root, JOURNAL, data)
+def save(root: str, j: Journal, done: str = "nothing was changed") -> None:
+    """Write the journal atomically; :class:`StorageError` (``done`` says what that leaves) when the
+    file system refuses — the journal on disk is then the previous one, intact."""
+    d = to_json(j._replace(schema=SCHEMA))
+    d["checksum"] = checksum(d)
+    data = json.dumps(d, indent=2, sort_keys=False).encode("utf-8") + b"\n"
+    try:
+        atomic_write(root, JOURNAL, data)
+    except OSError as e:
+        raise StorageError(under(root, JOURNAL), e, done) from None
 
 
 def discard(root: str) -> None:
     """Remove the journal (another boot's, or on request); fsync the directory."""
-    remove(root, JOURNAL)
+    try:
+        remove(root, JOURNAL)
+    except OSError as e:
+        raise StorageError(under(root, JOURNAL), e) from None

@@ -483,6 +483,11 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         )
     elif mods:
         warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    for mon in damon.monitor_kdamonds(state):
+        warnings.append(
+            f"damon: {mon} runs a monitoring-only kdamond (DAMON_STAT, started at boot on kernels built with "
+            "CONFIG_DAMON_STAT_ENABLED_DEFAULT); it migrates nothing, so cxlctl's kdamonds run beside it"
+        )
     n = len(kds)
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
@@ -491,6 +496,9 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     # refuses nr_kdamonds with EBUSY while any kdamond runs, so they are stopped first, re-created
     # and started again (off -> rewrite -> on); a same-size change is committed while running
     stop = [k for k in state.kdamonds if k.running] if recreate and mine is not None else []
+    goal_notes, goal_refusals = damon.goal_support(spec, cur.damon_caps)
+    refusals += goal_refusals
+    warnings += [f"damon: {n}" for n in goal_notes]
     if refusals:
         step = _damon_step("damon", knob.path, None, None, None, "skip", s, "refused: " + refusals[0])
         return DamonPlan([step], [], [], warnings, refusals)

@@ -33,9 +33,9 @@ import os
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from cxlctl import __version__
-from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.atomic import atomic_write, remove
+from cxlctl.hostio.atomic import StorageError, atomic_write, read_only, remove
 from cxlctl.hostio.lock import TuneLock
 from cxlctl.hostio.paths import LOCK, PERSIST_SYSCTL
 from cxlctl.hostio.proc import has_cap
@@ -128,9 +128,20 @@ def preflight(root: str, paths: List[str], knobs: Set[str], action: str, extra: 
     cap = root == "/" and "kernel.numa_balancing" in knobs and not has_cap(CAP_SYS_ADMIN)
     if not denied and not cap:
         return
+    ro = [p for p in denied if read_only(host(root, p))]
+    if ro:
+        # access(W_OK) fails on a read-only mount for root too: "run it as root" would mislead
+        shown = ", ".join(host(root, p) for p in ro[:4]) + (f" and {len(ro) - 4} more" if len(ro) > 4 else "")
+        raise CxlctlError(
+            f"tune {action} cannot write {shown}: read-only file system; nothing was changed",
+            hint="remount that file system read-write (`findmnt -T PATH` shows it), then run the command again",
+        )
     shown = ", ".join(host(root, p) for p in denied[:4]) + (f" and {len(denied) - 4} more" if len(denied) > 4 else "")
     why = f"cannot write {shown}" if denied else "kernel.numa_balancing needs CAP_SYS_ADMIN"
     hint = "run it as root (sudo cxlctl tune " + action + " ...)"
+    if os.geteuid() == 0 and denied:
+        # root is refused only by the mount, a file attribute or a security module, never by modes
+        hint = "you are root already: check the file's attributes (`lsattr`), its mount and any security module"
     if "kernel.numa_balancing" in knobs:
         hint += "; kernel.numa_balancing also needs CAP_SYS_ADMIN (containers and systemd units often drop it)"
     raise CxlctlError(f"tune {action} needs root: {why}; nothing was changed", hint=hint)
@@ -345,6 +356,7 @@ def _persist_contents(p: Plan, profile: Profile) -> Dict[str, str]:
         "applied": jn.now(),
         "note": "the cxlctl daemon re-applies this profile at boot (sysfs knobs and weights)",
     }
+    active["checksum"] = jn.checksum(active)  # the daemon refuses a damaged record (journal.verified)
     return {PERSIST_SYSCTL: "\n".join(lines) + "\n", ACTIVE_PROFILE: json.dumps(active, indent=2) + "\n"}
 
 
@@ -363,8 +375,10 @@ def _refuse_unsettled(old: Journal) -> None:
             hint="run `cxlctl tune revert` (and `cxlctl tune status`) until it succeeds, then apply again",
         )
     if old.state == jn.APPLIED and old.trial is not None and old.trial.pending:
+        # exit 4 like a held lock: the try holds the knobs until it is confirmed or runs out
         raise CxlctlError(
             f"a `tune try` of {old.profile} is waiting for confirmation (pid {old.trial.pid})",
+            code=EXIT_LOCKED,
             hint="confirm it (`cxlctl tune confirm`), or let it time out, then apply again",
         )
 
@@ -599,6 +613,21 @@ class Transaction:
         jn.save(self.root, j)
         return j
 
+    def _unrecorded(
+        self, e: StorageError, j: Journal, entries: List[Entry], progress: Progress, written: List[str], undo: bool
+    ) -> StorageError:
+        """The outcome cannot be recorded (the journal's storage failed after the knob writes).
+
+        Undo the apply (when it had not failed already), so no knob is left changed while the
+        journal on disk — the write-ahead one, state ``applying`` with the boot values — is the
+        only record; ``tune revert`` settles it once the storage is fixed.
+        """
+        errors = self._restore(entries, progress, j.persist, written) if undo else []
+        done = (
+            "ROLLBACK INCOMPLETE: " + "; ".join(errors) if errors else "every change was rolled back"
+        ) + f"; the journal still holds the boot values (run `cxlctl tune revert` once {e.path} can be written)"
+        return StorageError(e.path, e.cause, done)
+
     # -- commit / rollback -------------------------------------------------------------
 
     def commit(
@@ -661,7 +690,10 @@ class Transaction:
                 trial = Trial(
                     deadline=time.time() + trial_timeout, timeout=trial_timeout, pid=os.getpid(), previous=old
                 )
-            j = self._finish(j, progress.entries(entries), active, error, rollback_errors, trial)
+            try:
+                j = self._finish(j, progress.entries(entries), active, error, rollback_errors, trial)
+            except StorageError as e:
+                raise self._unrecorded(e, j, entries, progress, written, error is None) from None
         self.journal = j if error is None else None
         self._previous = old
         return ApplyResult(
@@ -710,6 +742,10 @@ def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
             knobs.append(e.knob)
     errors = restore_files(root, entries, knobs, "prior", progress)
     messages: List[str] = []
+    # the journal on disk keeps the boot values whatever happens below: `tune revert` settles it
+    done = ("; ".join(errors) + "; " if errors else "the knobs are back to their values before the try; ") + (
+        "the journal still records the try: `cxlctl tune revert` once it can be written"
+    )
     if errors:
         jn.save(
             root,
@@ -720,9 +756,10 @@ def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
                 error="undoing the try: " + "; ".join(errors),
                 trial=None,
             ),
+            done=done,
         )
     elif previous is not None:
-        jn.save(root, previous)
+        jn.save(root, previous, done=done)
     else:
         jn.save(
             root,
@@ -733,6 +770,7 @@ def undo(root: str, j: Journal, previous: Optional[Journal]) -> UndoResult:
                 error="the try was not confirmed and was rolled back",
                 trial=None,
             ),
+            done=done,
         )
     back_to = previous.profile if previous is not None and previous.state == jn.APPLIED else None
     results = tuple(

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Union
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.atomic import read_only
 from cxlctl.hostio.lock import TuneLock
 from cxlctl.hostio.root import under as host
 from cxlctl.namedrecord import NamedTuple
@@ -79,6 +80,12 @@ def expire(root: str, wait: Optional[float] = None) -> Optional[UndoResult]:
     if not _expired(j, time.time()) or j is None or not jn.same_boot(j, jn.boot_id(root)):
         return None
     if not writable(host(root, jn.RUN_DIR)):
+        if read_only(host(root, jn.RUN_DIR)):
+            raise CxlctlError(
+                f"the `tune try` of {j.profile} expired unconfirmed and must be reverted, but "
+                f"{host(root, jn.RUN_DIR)} is on a read-only file system",
+                hint="remount it read-write; the next `cxlctl tune` command or the daemon then reverts the try",
+            )
         raise CxlctlError(
             f"the `tune try` of {j.profile} expired unconfirmed and must be reverted, which needs root",
             hint="run any `sudo cxlctl tune` command (e.g. `sudo cxlctl tune status`)",
@@ -117,7 +124,11 @@ def confirm(root: str, wait: Optional[float] = None) -> Confirmed:
         t = j.trial
         assert t is not None  # _pending_try checked it
         when = jn.now()
-        jn.save(root, j._replace(trial=t._replace(confirmed=when, previous=None)))
+        jn.save(
+            root,
+            j._replace(trial=t._replace(confirmed=when, previous=None)),
+            done=f"the try of {j.profile} is NOT confirmed: it is reverted at its deadline unless confirmed",
+        )
     return Confirmed(profile=j.profile, confirmed=when, pid=t.pid)
 
 
