@@ -136,7 +136,7 @@ def test_vllm_cpu_backend_every_combination(tree: str, cache: str, tmp_path: Any
         v = ok(a, what)
         assert v["kv_offloading_size"] is None, "the CPU backend dies on a CPU KV offload"
         if per_worker is None:
-            assert v["kv_cache_memory_bytes"] is None and v["env.VLLM_CPU_KVCACHE_SPACE"] == 0
+            assert v["kv_cache_memory_bytes"] is None and v["env.VLLM_CPU_KVCACHE_SPACE"] in (None, 0)
             continue
         gib = p["kv"]["bytes"] // p["kv"]["ranks"] // GIB if per_worker == "auto" else per_worker
         assert gib >= 1
@@ -246,7 +246,7 @@ def test_lmcache_server_devdax(tree: str, cache: str) -> None:
     need(name)
     cases = [
         ("whole device", ["--devdax", "dax0.0"], ["server", "--eviction-policy", "LRU"]),
-        ("--kv-size 1G", ["--devdax", "auto", "--kv-size", "1G"], ["server"]),
+        ("--kv-size 256M", ["--devdax", "auto", "--kv-size", "256M"], ["server"]),
     ]
     plans = [plan(tree, cache, name, o, a) for _, o, a in cases]
     answers = judge(name, [{"argv": p["engine_argv"], "env": p["env"]} for p in plans])
