@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from cxlctl.hostio.host import Host  # noqa: E402
 from cxlctl.hostio.reader import Reader  # noqa: E402
 from cxlctl.telemetry.rates import rates  # noqa: E402
 from cxlctl.telemetry.report import to_dict  # noqa: E402
@@ -100,7 +101,7 @@ def median_ms(fn: Callable[[], object], runs: int) -> float:
 
 
 def report(root: str, cgroups: List[str], top: int, pids: List[int]) -> Callable[[], str]:
-    kinds = node_kinds(root)
+    kinds = node_kinds(Host(root))
 
     def one() -> str:
         s = read_sample(Reader(root), kinds, cgroups=cgroups, pids=pids, top=top)
@@ -141,10 +142,10 @@ def main() -> None:
 
         from rich.console import Console
 
-        from cxlctl.cli.top import PROCESS_BUDGET_S, PROCESS_MAX_AGE_S, TOP_CGROUPS, TOP_PROCESSES
+        from cxlctl.telemetry.live import PROCESS_BUDGET_S, PROCESS_MAX_AGE_S, TOP_CGROUPS, TOP_PROCESSES
         from cxlctl.telemetry.top import History, rich_view, view
 
-        kinds = node_kinds(root)
+        kinds = node_kinds(Host(root))
         hist = History()
         prev = read_sample(Reader(root), kinds, cgroups=cgs, top=TOP_PROCESSES)
         cpu = []

@@ -14,14 +14,13 @@ resolved under ``--root``.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
 
@@ -163,6 +162,8 @@ def parse_listen(v: Any) -> Optional[Tuple[str, int]]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
+        import ipaddress  # ~1 ms: only for a listen address
+
         ipaddress.ip_address(host)
     except ValueError:
         raise ValueError(f"host must be an IP address (no names: no resolver at boot), got {host!r}") from None
@@ -242,7 +243,7 @@ def validate(where: str, data: Dict[str, Any]) -> Config:
     if r["max_delay_ms"] < r["debounce_ms"]:
         raise ConfigError(where, "reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})")
     listen = parse_listen(m["listen"])
-    if listen is not None and not m["allow_remote"] and not ipaddress.ip_address(listen[0]).is_loopback:
+    if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
         raise ConfigError(
             where,
             "metrics.listen",
@@ -286,13 +287,13 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(root: str, path: Optional[str] = None) -> Config:
+def load(host: Host, path: Optional[str] = None) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
     A missing default file means defaults; a missing explicit ``path`` is an error.
     """
     explicit = path is not None
-    file = path if path is not None else under(root, CONFIG_PATH)
+    file = path if path is not None else host.path(CONFIG_PATH)
     try:
         data = toml.load(file)
     except toml.TomlError as e:
@@ -301,12 +302,12 @@ def load(root: str, path: Optional[str] = None) -> Config:
         raise ConfigError(file, None, e.reason) from None
     cfg = validate(file, data)
     if cfg.profile:
-        check_profile(root, file, cfg.profile)
+        check_profile(host, file, cfg.profile)
     return cfg
 
 
-def check_profile(root: str, where: str, ref: str) -> None:
-    """``profile =`` must name a profile that loads (under ``root``), or the file is refused (exit 2).
+def check_profile(host: Host, where: str, ref: str) -> None:
+    """``profile =`` must name a profile that loads (under ``host.root``), or the file is refused (exit 2).
 
     A typo there would otherwise surface only as a reconcile that fails every pass
     while the daemon reports itself ready.
@@ -315,7 +316,7 @@ def check_profile(root: str, where: str, ref: str) -> None:
     from cxlctl.tuning.profile import load as load_profile
 
     try:
-        load_profile(root, ref)
+        load_profile(host.root, ref)
     except ProfileError as e:
         known = f" ({e.hint})" if e.hint.startswith("known profiles") else ""
         raise ConfigError(where, "profile", f"cannot use profile {ref!r}: {e}{known}") from None
@@ -396,3 +397,10 @@ def render(cfg: Config) -> Dict[str, Any]:
     out = cfg._asdict()
     out["metrics_listen"] = None if cfg.metrics_listen is None else f"{cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}"
     return out
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address) is a loopback address (ipaddress is imported only here)."""
+    import ipaddress
+
+    return ipaddress.ip_address(host).is_loopback

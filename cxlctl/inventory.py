@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from .hostio import objects, paths
+from .hostio.host import Host
 from .hostio.objects import Attrs, text_of
 from .hostio.reader import Reader, Vanished
 from .hostio.root import under
@@ -577,9 +578,10 @@ def _fix_depths(ports: List[Port]) -> List[Port]:
     return [p._replace(depth=depth(p)) for p in ports]
 
 
-def scan(root: str = "/", reader: Optional[Reader] = None) -> Inventory:
-    """Scan the tree under ``root``; retried once when devices vanish mid-scan."""
-    r = reader or Reader(root)
+def scan(host: Host, reader: Optional[Reader] = None) -> Inventory:
+    """Scan ``host`` (through its reader, or ``reader``: ``record``'s logging one); retried once
+    when devices vanish mid-scan."""
+    r = host.reader if reader is None else reader
     r.close()  # handles kept from the reader's earlier reads may be of directories replaced since
     try:
         return _scan_twice(r)

@@ -62,16 +62,18 @@ def gunzip(data: bytes, limit: int = CONFIG_MAX) -> Optional[bytes]:
 
 def read_config(r: Reader, release: Optional[str]) -> Tuple[Optional[Dict[str, str]], Optional[str], Optional[str]]:
     """(config, the file it came from, why there is none): ``/boot/config-RELEASE`` where the
-    distribution installs it (Debian, RHEL), else ``/proc/config.gz`` (``CONFIG_IKCONFIG_PROC``)."""
+    distribution installs it (Debian up to 13's own 6.12, RHEL), else
+    ``/usr/lib/modules/RELEASE/config`` (Debian 13's 6.19/7.x packaging), else
+    ``/proc/config.gz`` (``CONFIG_IKCONFIG_PROC``)."""
     tried: List[str] = []
     if release and _FILE_RELEASE.fullmatch(release):
-        path = paths.boot_config(release)
-        text = r.text(path)
-        if text:
-            cfg = parse_config(text)
-            if cfg:
-                return cfg, path, None
-        tried.append(path)
+        for path in paths.config_files(release):
+            text = r.text(path)
+            if text:
+                cfg = parse_config(text)
+                if cfg:
+                    return cfg, path, None
+            tried.append(path)
     raw = r.raw(paths.PROC_CONFIG_GZ)
     if raw:
         data = gunzip(raw)

@@ -17,8 +17,8 @@ import time
 from typing import Any, Dict, Optional, Sequence, Set
 
 from .hostio import paths
+from .hostio.host import Host
 from .hostio.reader import Reader
-from .hostio.root import under
 from .model import Node
 
 MANIFEST = paths.RECORD_MANIFEST.lstrip("/")
@@ -29,7 +29,7 @@ class RecordError(Exception):
     pass
 
 
-def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen: Set[str], depth: int = 0) -> None:
+def _copy_path(src: Host, dest: str, path: str, data: Optional[bytes], seen: Set[str], depth: int = 0) -> None:
     """Re-create ``path`` (absolute-looking, under the root) in ``dest``, links included.
 
     Walks the path one component at a time, like realpath(3): a component that is a
@@ -44,11 +44,11 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
     cur = ""
     for i, part in enumerate(parts):
         cand = f"{cur}/{part}"
-        src = under(src_root, cand)
+        here = src.path(cand)
         dst = dest + cand
         last = i == len(parts) - 1
-        if os.path.islink(src):
-            target = os.readlink(src)
+        if os.path.islink(here):
+            target = os.readlink(here)
             if os.path.isabs(target):  # keep the copy self-contained: make it relative
                 target = os.path.relpath(target, os.path.dirname(cand) or "/")
             if not os.path.lexists(dst):
@@ -56,11 +56,11 @@ def _copy_path(src_root: str, dest: str, path: str, data: Optional[bytes], seen:
                 os.symlink(target, dst)
             resolved = os.path.normpath(os.path.join(os.path.dirname(cand) or "/", target))
             rest = "/".join(parts[i + 1 :])
-            _copy_path(src_root, dest, resolved + ("/" + rest if rest else ""), data, seen, depth + 1)
+            _copy_path(src, dest, resolved + ("/" + rest if rest else ""), data, seen, depth + 1)
             return
-        if not os.path.lexists(src):
+        if not os.path.lexists(here):
             return
-        if os.path.isdir(src):
+        if os.path.isdir(here):
             os.makedirs(dst, exist_ok=True)
         elif last and data is not None:
             seen.add(cand)
@@ -90,18 +90,18 @@ def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
     )
 
 
-def _doctor_reads(root: str, reader: Reader, inv: Any) -> Optional[Dict[str, Any]]:
+def _doctor_reads(host: Host, reader: Reader, inv: Any) -> Optional[Dict[str, Any]]:
     """Run ``cxlctl doctor``'s reads with the recording reader, so a record replays doctor too
     (kernel config, modules, command line, iomem, ACPI table names, udev rules that matter);
     returns the tools' answers to save beside the tree (asked live on ``/``, else those the
     tree was recorded with; None when it has none)."""
     from .doctor.gather import gather
 
-    facts = gather(root, reader=reader, inv=inv)
+    facts = gather(host, reader=reader, inv=inv)
     return facts.probes  # a record of a record keeps the answers saved with it
 
 
-def _keep_names(src_root: str, dest: str, log: Set[str], seen: Set[str]) -> None:
+def _keep_names(src: Host, dest: str, log: Set[str], seen: Set[str]) -> None:
     """Files whose *names* were used but not their content (the ACPI tables doctor lists:
     root-only binaries it never parses) are re-created empty, so a replay lists them too."""
     from .hostio import paths
@@ -109,14 +109,14 @@ def _keep_names(src_root: str, dest: str, log: Set[str], seen: Set[str]) -> None
     prefix = paths.ACPI_TABLES + "/"
     for path in sorted(log):
         if path.startswith(prefix) and "/" not in path[len(prefix) :] and path not in seen:
-            if os.path.isfile(under(src_root, path)) and not os.path.lexists(dest + path):
+            if os.path.isfile(src.path(path)) and not os.path.lexists(dest + path):
                 os.makedirs(os.path.dirname(dest + path), exist_ok=True)
                 open(dest + path, "wb").close()
                 seen.add(path)
 
 
-def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
-    """Scan ``root`` and write the record to ``dest``; returns the manifest."""
+def record(host: Host, dest: str, *, force: bool = False) -> Dict[str, Any]:
+    """Scan ``host`` and write the record to ``dest``; returns the manifest."""
     from . import __version__
     from .inventory import scan
     from .status_json import to_dict
@@ -127,27 +127,27 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         raise RecordError(f"{dest} exists and is not a directory; choose a new directory")
     if os.path.exists(dest) and os.listdir(dest) and not force:
         raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
-    reader = Reader(root, log=True)
-    inv = scan(root, reader)
+    reader = host.new_reader(log=True)
+    inv = scan(host, reader)
     # DAMON's kdamonds (cxlctl.damon): not part of the inventory, but tuning reads them
     from .damon.sysfs import read_damon
 
-    read_damon(root, reader)
-    tools = _doctor_reads(root, reader, inv)
+    read_damon(host.root, reader)
+    tools = _doctor_reads(host, reader, inv)
     # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
     # record's status document replays exactly
-    tel = Reader(root, log=True)
+    tel = host.new_reader(log=True)
     _telemetry(tel, inv.nodes)
     from .k8s.nfd import tiering_engine
 
-    tiering_engine(root, reader)  # the NFD tiering label's inputs (a running kdamond) go into the record too
+    tiering_engine(host, reader)  # the NFD tiering label's inputs (a running kdamond) go into the record too
     os.makedirs(dest, exist_ok=True)
     seen: Set[str] = set()
     assert reader.log is not None and tel.log is not None
     for path in sorted(reader.log | tel.log):
         data = reader.captured(path)
-        _copy_path(reader.root, os.path.abspath(dest), path, tel.captured(path) if data is None else data, seen)
-    _keep_names(reader.root, os.path.abspath(dest), reader.log, seen)
+        _copy_path(host, os.path.abspath(dest), path, tel.captured(path) if data is None else data, seen)
+    _keep_names(host, os.path.abspath(dest), reader.log, seen)
     if tools is not None:
         from .doctor import probes
 
@@ -163,7 +163,7 @@ def record(root: str, dest: str, *, force: bool = False) -> Dict[str, Any]:
         "uname": " ".join(platform.uname()),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "as_root": os.geteuid() == 0,
-        "source_root": reader.root,
+        "source_root": host.root,
         "files": len(seen),
         "paths_touched": len(reader.log | tel.log),
     }

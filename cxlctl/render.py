@@ -1,8 +1,17 @@
-"""Human view of the inventory (``cxlctl status``), built with rich.
+"""Human view of the inventory (``cxlctl status``): with rich on a terminal, as plain text elsewhere.
 
-rich is imported inside the functions: this module is only loaded when a person
-asked for the human view.  Renderers take a Console so tests can render into a
-StringIO at a fixed width.
+The view is described once (:func:`_status`) against a small output interface
+with two back-ends: :class:`_RichOut` prints through a rich console (colours
+on a terminal; :func:`render_status` takes the console, so tests can render
+into a StringIO at a fixed width), and :class:`_PlainOut` lays the same lines,
+tree and tables out itself, for a pipe or a file, where rich prints no colour
+anyway -- and importing rich alone costs about three times the interpreter's
+start-up (bench/README.md).  The plain layout is byte-identical to rich's
+uncoloured output (tests/test_thincli_render.py compares them on every fixture
+at several widths); whenever it could not be sure of that -- a line rich would
+wrap, a table rich would squeeze, a character outside the few it knows, a
+bracket or backslash in a value -- it gives up (:class:`_NotPlain`) and rich
+prints instead (:func:`print_status`).
 
 Layout follows ``lsblk``/``ps``/``ip``: borderless columns with short upper-case
 headers that carry the unit, values that never wrap or get cut, and — when the
@@ -15,34 +24,217 @@ templates, and each template becomes :class:`rich.text.Text` here (``_m``): the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+import os
+import sys
 
+from .derive import expected_access
 from .hostio import paths
-from .model import Coordinates, Inventory, Node, Port
 from .parse import format_nodelist, format_size
 
+# typing costs ~5 ms of start-up (it imports re): only mypy needs it here
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Dict, List, Optional, Sequence, Tuple, Union
+
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
     from rich.tree import Tree
 
+    from .model import Coordinates, Inventory, Node, Port
+
+    Columns = Sequence[Tuple[str, str]]
+    _Out = Union["_RichOut", "_PlainOut"]
+
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def _e(value: object) -> str:
-    """A kernel-provided value, safe inside rich markup (``[/]`` stays text)."""
+    """A kernel-provided value, safe inside rich markup (``[/]`` stays text): what
+    :func:`rich.markup.escape` returns, without importing rich when there is nothing to escape."""
+    text = str(value)
+    if "[" not in text and not text.endswith("\\"):
+        return text
     from rich.markup import escape
 
-    return escape(str(value))
+    return escape(text)
 
 
 def _m(template: str) -> Text:
     """One of this module's markup templates (every value in it through :func:`_e`) as
-    :class:`rich.text.Text`: the console (:func:`cxlctl.term.console`) reads no markup."""
+    :class:`rich.text.Text`: the console (:func:`cxlctl.term.console`) reads no markup.
+    No emoji codes either: rich would print the PCI address ``0000:ab:00.0`` as ``0000🆎00.0``."""
     from rich.text import Text
 
-    return Text.from_markup(template)
+    return Text.from_markup(template, emoji=False)
+
+
+# -- the two back-ends ------------------------------------------------------------------
+# (both have: width, line, text, blank, tree, table, fits -- mypy knows them as _Out)
+
+
+class _Branch:
+    """A node of the topology tree: its label (a markup template) and its children."""
+
+    __slots__ = ("label", "children")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.children: List[_Branch] = []
+
+    def add(self, label: str) -> _Branch:
+        b = _Branch(label)
+        self.children.append(b)
+        return b
+
+
+class _RichOut:
+    """The view through a rich console (a terminal: colours, highlighting)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.width = console.width
+
+    def line(self, template: str, highlight: Optional[bool] = None, soft_wrap: bool = False) -> None:
+        if highlight is None:
+            self.console.print(_m(template), soft_wrap=soft_wrap)
+        else:
+            self.console.print(_m(template), highlight=highlight, soft_wrap=soft_wrap)
+
+    def text(self, text: str) -> None:
+        """A line that is not markup (no value in it could be taken for markup)."""
+        self.console.print(text, highlight=False)
+
+    def blank(self) -> None:
+        self.console.print()
+
+    def tree(self, root: _Branch) -> None:
+        self.console.print(_rich_tree(root), highlight=False)
+
+    def table(self, columns: Columns, rows: List[List[str]]) -> None:
+        t = _table(columns)
+        for r in rows:
+            t.add_row(*map(_m, r))
+        self.console.print(t)
+
+    def fits(self, columns: Columns, rows: List[List[str]]) -> bool:
+        from rich.measure import Measurement
+
+        t = _table(columns)
+        for r in rows:
+            t.add_row(*map(_m, r))
+        unbounded = self.console.options.update_width(1 << 16)  # measure, not the clamp to the screen
+        return Measurement.get(self.console, unbounded, t).maximum <= self.console.width
+
+
+def _rich_tree(b: _Branch) -> Tree:
+    from rich.tree import Tree
+
+    def grow(t: Tree, b: _Branch) -> None:
+        for c in b.children:
+            grow(t.add(_m(c.label)), c)
+
+    top = Tree(_m(b.label))
+    grow(top, b)
+    return top
+
+
+def _table(columns: Columns) -> Table:
+    """A borderless table like ``lsblk``'s: bold headers, values never cut (``…``)."""
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1))
+    for name, just in columns:
+        t.add_column(name, justify=just, no_wrap=True, overflow="fold")  # type: ignore[arg-type]
+    return t
+
+
+class _NotPlain(Exception):
+    """The plain layout cannot promise rich's output here: let rich print."""
+
+
+#: what the plain layout prints besides printable ASCII: each one cell wide, as rich counts it
+_WIDE_OK = frozenset("→×├└│─")
+_TAG_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz /")
+
+
+def _plain(template: str) -> str:
+    """A template without its markup tags (``[bold]``, ``[/]``, ``[bold red]``)."""
+    out: List[str] = []
+    i = 0
+    while True:
+        j = template.find("[", i)
+        if j < 0:
+            out.append(template[i:])
+            break
+        k = template.find("]", j)
+        if k > j and all(ch in _TAG_CHARS for ch in template[j + 1 : k]):
+            out.append(template[i:j])
+            i = k + 1
+        else:
+            out.append(template[i : j + 1])
+            i = j + 1
+    return "".join(out)
+
+
+class _PlainOut:
+    """The view laid out as rich lays it out uncoloured, into :attr:`parts`; :class:`_NotPlain`
+    where it cannot be sure of doing so."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.parts: List[str] = []
+
+    def _check(self, text: str, wrap: bool = True) -> str:
+        for ch in text:
+            if not (" " <= ch <= "~" or ch == "\n" or ch in _WIDE_OK) or ch in "[\\":
+                raise _NotPlain(ch)
+        if wrap and any(len(x) > self.width for x in text.split("\n")):
+            raise _NotPlain("wraps")
+        return text
+
+    def line(self, template: str, highlight: Optional[bool] = None, soft_wrap: bool = False) -> None:
+        self.parts.append(self._check(_plain(template), wrap=not soft_wrap) + "\n")
+
+    def text(self, text: str) -> None:
+        self.parts.append(self._check(text) + "\n")
+
+    def blank(self) -> None:
+        self.parts.append("\n")
+
+    def tree(self, root: _Branch) -> None:
+        lines = [_plain(root.label)]
+
+        def walk(b: _Branch, prefix: str) -> None:
+            for i, c in enumerate(b.children):
+                last = i == len(b.children) - 1
+                lines.append(prefix + ("└── " if last else "├── ") + _plain(c.label))
+                walk(c, prefix + ("    " if last else "│   "))
+
+        walk(root, "")
+        self.parts.append(self._check("\n".join(lines)) + "\n")
+
+    def _widths(self, columns: Columns, rows: List[List[str]]) -> List[int]:
+        widths = [len(h) for h, _ in columns]
+        for r in rows:
+            widths = [max(w, len(_plain(c))) for w, c in zip(widths, r)]
+        return widths
+
+    def table(self, columns: Columns, rows: List[List[str]]) -> None:
+        if not rows:
+            raise _NotPlain("empty table")
+        widths = self._widths(columns, rows)
+        out = []
+        for cells in [[h for h, _ in columns]] + [[_plain(c) for c in r] for r in rows]:
+            out.append(
+                "  ".join(
+                    c.rjust(w) if just == "right" else c.ljust(w) for c, w, (_, just) in zip(cells, widths, columns)
+                )
+            )
+        self.parts.append(self._check("\n".join(out)) + "\n")
+
+    def fits(self, columns: Columns, rows: List[List[str]]) -> bool:
+        return sum(self._widths(columns, rows)) + 2 * (len(columns) - 1) <= self.width
 
 
 def _pair(a: Optional[int], b: Optional[int]) -> str:
@@ -85,9 +277,12 @@ def _endpoint_label(inv: Inventory, p: Port) -> str:
 
 
 def topology_tree(inv: Inventory) -> Tree:
-    from rich.tree import Tree
+    """The CXL topology as a rich tree."""
+    return _rich_tree(_topology(inv))
 
-    top = Tree(_m("[bold]CXL topology[/bold]"))
+
+def _topology(inv: Inventory) -> _Branch:
+    top = _Branch("[bold]CXL topology[/bold]")
     children: Dict[str, List[Port]] = {}
     for p in inv.ports + inv.endpoints:
         children.setdefault(p.parent or "", []).append(p)
@@ -96,33 +291,31 @@ def topology_tree(inv: Inventory) -> Tree:
     for r in inv.regions:
         regions_by_root.setdefault(r.root_decoder or "", []).append(r.name)
 
-    def add_port(branch: Tree, p: Port, depth: int = 0) -> None:
+    def add_port(branch: _Branch, p: Port, depth: int = 0) -> None:
         if p.kind == "endpoint":
-            branch.add(_m(_endpoint_label(inv, p)))
+            branch.add(_endpoint_label(inv, p))
             return
         label = "host bridge" if p.depth == 1 else f"switch (depth {p.depth})"
-        sub = branch.add(_m(f"{_e(p.name)} [dim]{label} {_or(p.host, '')}[/dim]"))
+        sub = branch.add(f"{_e(p.name)} [dim]{label} {_or(p.host, '')}[/dim]")
         if depth < 32:  # a corrupt tree may loop; the kernel's is a few levels deep
             for c in children.get(p.name, []):
                 add_port(sub, c, depth + 1)
 
     for b in inv.buses:
-        bt = top.add(_m(f"[bold]{_e(b.name)}[/bold] [dim]{_or(b.provider, '')} {_or(b.host, '')}[/dim]"))
+        bt = top.add(f"[bold]{_e(b.name)}[/bold] [dim]{_or(b.provider, '')} {_or(b.host, '')}[/dim]")
         for dn in b.decoders:
             d = decs.get(dn)
             if d is None:
                 continue
             caps = "/".join(c for c, on in (("ram", d.cap_ram), ("pmem", d.cap_pmem)) if on) or "-"
             dt = bt.add(
-                _m(
-                    f"{_e(d.name)} window {format_size(d.size)} @ {_hex(d.resource)}  {caps}  "
-                    f"{d.interleave_ways or '?'}-way × {d.interleave_granularity or '?'} B"
-                )
+                f"{_e(d.name)} window {format_size(d.size)} @ {_hex(d.resource)}  {caps}  "
+                f"{d.interleave_ways or '?'}-way × {d.interleave_granularity or '?'} B"
             )
             for rn in regions_by_root.get(dn, []):
                 reg = inv.region(rn)
                 if reg is not None:
-                    dt.add(_m(f"[magenta]{_e(reg.name)}[/magenta] {_or(reg.mode)} {format_size(reg.size)}"))
+                    dt.add(f"[magenta]{_e(reg.name)}[/magenta] {_or(reg.mode)} {format_size(reg.size)}")
         for c in children.get(b.name, []):
             add_port(bt, c)
     return top
@@ -131,8 +324,8 @@ def topology_tree(inv: Inventory) -> Tree:
 # -- regions ----------------------------------------------------------------------------
 
 
-def _regions(inv: Inventory, console: Console) -> None:
-    console.print(_m("\n[bold]Regions → DAX → NUMA node → tier[/bold]"))
+def _regions(inv: Inventory, out: _Out) -> None:
+    out.line("\n[bold]Regions → DAX → NUMA node → tier[/bold]")
     for r in inv.regions:
         daxes = [d for d in inv.dax_devices if d.name in r.dax_devices]
         state = {True: "committed", False: "[red]NOT committed[/red]", None: "state ?"}[r.committed]
@@ -151,29 +344,19 @@ def _regions(inv: Inventory, console: Console) -> None:
                 line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
         if not daxes:
             line += "\n      → no DAX device"
-        console.print(_m(line), highlight=False)
+        out.line(line, highlight=False)
 
 
-def _table(console: Console, columns: Sequence[Tuple[str, str]]) -> Table:
-    """A borderless table like ``lsblk``'s: bold headers, values never cut (``…``)."""
-    from rich.table import Table
-
-    t = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1))
-    for name, just in columns:
-        t.add_column(name, justify=just, no_wrap=True, overflow="fold")  # type: ignore[arg-type]
-    return t
-
-
-def _other_dax(inv: Inventory, console: Console) -> None:
+def _other_dax(inv: Inventory, out: _Out) -> None:
     other = [d for d in inv.dax_devices if d.region is None]
     if not other:
         return
-    console.print(_m("\n[bold]DAX devices outside CXL regions[/bold]"))
-    t = _table(console, [("DAX", "left"), ("PROVIDER", "left"), ("SIZE", "right"), ("MODE", "left"), ("NODE", "right")])
+    out.line("\n[bold]DAX devices outside CXL regions[/bold]")
+    rows = []
     for d in other:
         node = "-" if d.target_node is None else str(d.target_node)
-        t.add_row(*map(_m, (_e(d.name), _e(d.provider), format_size(d.size), _or(d.mode, "unbound"), node)))
-    console.print(t)
+        rows.append([_e(d.name), _e(d.provider), format_size(d.size), _or(d.mode, "unbound"), node])
+    out.table([("DAX", "left"), ("PROVIDER", "left"), ("SIZE", "right"), ("MODE", "left"), ("NODE", "right")], rows)
 
 
 # -- NUMA nodes -------------------------------------------------------------------------
@@ -207,38 +390,32 @@ def _basic_cells(inv: Inventory, n: Node) -> List[str]:
     ]
 
 
-def _perf_cells(n: Node) -> List[str]:
-    return [" ".join(map(str, n.distance)) or "-", _bw(n.access0), _lat(n.access0)]
+def _perf_cells(inv: Inventory, n: Node) -> List[str]:
+    """Distances and access0 figures.  A CXL node the kernel gave no ``access0`` of its own
+    (Linux 7.x computes the figures for the region only) shows its regions' figures, marked
+    ``*``: printing "-" there hid the bandwidth every other view (weights, stat) used."""
+    c, source = expected_access(n, inv.regions)
+    mark = "*" if source == "regions" else ""
+    bw, lat = _bw(c), _lat(c)
+    return [" ".join(map(str, n.distance)) or "-", bw + mark if c else bw, lat + mark if c else lat]
 
 
-def _fits(console: Console, table: Table) -> bool:
-    from rich.measure import Measurement
-
-    unbounded = console.options.update_width(1 << 16)  # measure, not the clamp to the screen
-    return Measurement.get(console, unbounded, table).maximum <= console.width
-
-
-def _nodes(inv: Inventory, console: Console) -> None:
+def _nodes(inv: Inventory, out: _Out) -> None:
     """One wide table when it fits; else node facts, then distances and performance."""
-    wide = _table(console, _BASIC + _PERF)
-    for n in inv.nodes:
-        wide.add_row(*map(_m, _basic_cells(inv, n) + _perf_cells(n)))
-    console.print(_m("\n[bold]NUMA nodes[/bold]"))
-    if _fits(console, wide):
-        console.print(wide)
+    wide = [_basic_cells(inv, n) + _perf_cells(inv, n) for n in inv.nodes]
+    out.line("\n[bold]NUMA nodes[/bold]")
+    if out.fits(_BASIC + _PERF, wide):
+        out.table(_BASIC + _PERF, wide)
     else:
-        basic = _table(console, _BASIC)
-        perf = _table(console, [("NODE", "right")] + _PERF)
-        for n in inv.nodes:
-            basic.add_row(*map(_m, _basic_cells(inv, n)))
-            perf.add_row(*map(_m, [str(n.id), *_perf_cells(n)]))
-        console.print(basic)
-        console.print()
-        console.print(perf)
-    console.print(_m("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]"))
+        out.table(_BASIC, [_basic_cells(inv, n) for n in inv.nodes])
+        out.blank()
+        out.table([("NODE", "right")] + _PERF, [[str(n.id), *_perf_cells(inv, n)] for n in inv.nodes])
+    out.line("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
+    if any(expected_access(n, inv.regions)[1] == "regions" for n in inv.nodes):
+        out.line("[dim]*: the node's regions' access0 (bandwidths summed, slowest latency)[/dim]")
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
-        console.print(_m("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]"))
+        out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
 
 
 # -- knobs ------------------------------------------------------------------------------
@@ -275,54 +452,93 @@ def unreadable(inv: Inventory) -> Dict[str, str]:
     return {w.subject: w.message for w in inv.warnings if w.code == "unreadable" and w.subject}
 
 
-def _knobs(inv: Inventory, console: Console) -> None:
+def _knobs(inv: Inventory, out: _Out) -> None:
     """``sysctl -a`` style: one ``name = value`` per line (names are long, values short)."""
-    console.print(_m("\n[bold]Kernel knobs[/bold]"))
+    out.line("\n[bold]Kernel knobs[/bold]")
     cannot = unreadable(inv)
     for k in inv.knobs:
         value = _e(k.value) if k.supported else "[dim]unsupported on this kernel[/dim]"
         if k.path in cannot:  # there, but not readable: not "unsupported"
             value = f"[red]{_e(cannot[k.path])}[/red]"
-        console.print(_m(f"  {_e(k.name)} = {value}"), highlight=False)
-    console.print(_m(f"  weighted_interleave = {weighted_interleave_line(inv)}"), highlight=False)
+        out.line(f"  {_e(k.name)} = {value}", highlight=False)
+    out.line(f"  weighted_interleave = {weighted_interleave_line(inv)}", highlight=False)
 
 
-def _warnings(inv: Inventory, console: Console) -> None:
+def _warnings(inv: Inventory, out: _Out) -> None:
     """Severity in a column of its own; a long message wraps indented under its text."""
     from .term import fold_lines
 
     if not inv.warnings:
         return
-    console.print(_m("\n[bold]Notes and warnings[/bold]"))
+    out.line("\n[bold]Notes and warnings[/bold]")
     sev_w = max(len(w.severity) for w in inv.warnings)
-    width = max(20, console.width - sev_w - 1)
+    width = max(20, out.width - sev_w - 1)
     for warn in inv.warnings:
         style = _SEV_STYLE.get(warn.severity, "")
         sev = _e(f"{warn.severity:>{sev_w}}")
         lines = fold_lines(f"{warn.message}  ({warn.code})", width) or [""]
         text = f"\n{' ' * sev_w} ".join(_e(x) for x in lines)
-        console.print(_m(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}"), highlight=False, soft_wrap=True)
+        out.line(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
+
+
+def _status(inv: Inventory, out: _Out) -> None:
+    out.line(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}", highlight=False)
+    if inv.has_cxl:
+        out.tree(_topology(inv))
+    elif paths.CXL_DEVICES in unreadable(inv):  # unknown, not empty
+        out.line(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]", highlight=False)
+    else:
+        out.line("[cyan]No CXL devices on this host.[/cyan]")
+    if inv.regions:
+        _regions(inv, out)
+    _other_dax(inv, out)
+    _nodes(inv, out)
+    if inv.has_cxl:
+        tot = inv.totals
+        out.text(
+            f"CXL {format_size(tot.cxl_capacity)}: regions {format_size(tot.cxl_in_regions)}, "
+            f"online {format_size(tot.cxl_online)}, free {format_size(tot.cxl_free)}, "
+            f"unassigned {format_size(tot.cxl_unassigned)}"
+        )
+    _knobs(inv, out)
+    _warnings(inv, out)
 
 
 def render_status(inv: Inventory, console: Console) -> None:
-    console.print(_m(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}"), highlight=False)
-    if inv.has_cxl:
-        console.print(topology_tree(inv), highlight=False)
-    elif paths.CXL_DEVICES in unreadable(inv):  # unknown, not empty
-        console.print(_m(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]"), highlight=False)
-    else:
-        console.print(_m("[cyan]No CXL devices on this host.[/cyan]"))
-    if inv.regions:
-        _regions(inv, console)
-    _other_dax(inv, console)
-    _nodes(inv, console)
-    if inv.has_cxl:
-        tot = inv.totals
-        console.print(
-            f"CXL {format_size(tot.cxl_capacity)}: regions {format_size(tot.cxl_in_regions)}, "
-            f"online {format_size(tot.cxl_online)}, free {format_size(tot.cxl_free)}, "
-            f"unassigned {format_size(tot.cxl_unassigned)}",
-            highlight=False,
-        )
-    _knobs(inv, console)
-    _warnings(inv, console)
+    """``cxlctl status``'s view on ``console`` (rich: colours when it is a terminal)."""
+    _status(inv, _RichOut(console))
+
+
+def plain_status(inv: Inventory, width: int) -> Optional[str]:
+    """The view as rich would print it uncoloured at ``width`` columns, laid out without rich;
+    None where that layout cannot promise rich's output (then rich must print it)."""
+    out = _PlainOut(width)
+    try:
+        _status(inv, out)
+    except _NotPlain:
+        return None
+    return "".join(out.parts)
+
+
+def _uncoloured(stream: object) -> bool:
+    """Whether rich would print no colour and use its Unicode tree guides on ``stream``: not a
+    terminal, UTF-8, and none of the variables that make rich treat a pipe as a terminal."""
+    from .term import isatty
+
+    enc = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if enc != "utf8" or isatty(stream):  # type: ignore[arg-type]
+        return False
+    return not any(v in os.environ for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "JUPYTER_COLUMNS", "JPY_PARENT_PID"))
+
+
+def print_status(inv: Inventory) -> None:
+    """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
+    from .term import width
+
+    text = plain_status(inv, width()) if _uncoloured(sys.stdout) else None
+    if text is not None:
+        sys.stdout.write(text)
+        return
+    from .term import console
+
+    render_status(inv, console(highlight=True))

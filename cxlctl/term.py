@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, List, Optional, Sequence, TextIO, Tuple, Union
 
+# typing costs ~5 ms of start-up (it imports re): the human status on a pipe loads this module and
+# nothing else that needs typing, so only mypy imports it here
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, TextIO, Tuple, Union
+
     from rich.console import Console
     from rich.text import Text
 
@@ -36,7 +40,10 @@ NOTE_MIN = 40
 #: what a note the same as the row above's shows
 DITTO = "〃"
 
-Cell = Union[str, "Text"]
+if TYPE_CHECKING:
+    Cell = Union[str, "Text"]
+else:  # only annotations name it (strings at run time): no typing needed to define it
+    Cell = object
 
 
 def isatty(stream: TextIO) -> bool:
@@ -107,10 +114,10 @@ def console(stderr: bool = False, highlight: bool = False, file: Optional[TextIO
     """The rich console every human view prints with: :func:`width` columns, no markup read.
 
     The width is given, not left to rich: rich takes ``COLUMNS=0`` at its word and prints
-    nothing at all."""
+    nothing at all.  No emoji codes either: rich would print ``0000:ab:00.0`` as ``0000🆎00.0``."""
     from rich.console import Console
 
-    return Console(stderr=stderr, file=file, width=width(), markup=False, highlight=highlight)
+    return Console(stderr=stderr, file=file, width=width(), markup=False, emoji=False, highlight=highlight)
 
 
 def styled(text: object, style: str = "") -> Text:

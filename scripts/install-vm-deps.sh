@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the VM test tier needs on a Debian 12 (bookworm) machine, as root:
 #   QEMU 10 (bookworm-backports), the guest-side tools (ndctl, daxctl, numactl, udev, kmod),
-#   Debian's 6.12 and 6.1 kernels (extracted, not installed: the host keeps its own kernel),
+#   Debian's 6.12 and 6.1 kernels and the newest 7.x of Debian 13's backports (extracted, not
+#   installed: the host keeps its own kernel),
 #   and virtme-ng.  Idempotent: reruns only do what is missing.  Downloads are cached in
 #   $CXLCTL_VM_CACHE (default /var/cache/cxlctl-vm) so a second run costs nothing.
 # Why a script and not docs: CI runs on a fresh machine and must install everything itself.
@@ -79,9 +80,59 @@ K61=$(fetch_kernel 'linux-image-6.1.0-.*-amd64-unsigned')
 printf '%s\n' "$K612" > "$CACHE/kernel-6.12"
 printf '%s\n' "$K61" > "$CACHE/kernel-6.1"
 
+# The newest Linux 7.x of Debian 13's backports (trixie-backports).  Its packaging is new: the
+# kernel is in linux-binary-VER (/usr/lib/modules/VER/vmlinuz), the modules in linux-modules-VER,
+# config and System.map in linux-base-VER (/usr/lib/modules/VER/config).  A bookworm host fetches
+# them through a private apt state under $CACHE/apt-trixie (its own sources.list, lists and
+# archive cache), from the same mirror that serves bookworm, so the host's apt sources stay as
+# they were.  The modules tree lands in /lib/modules/VER with its config beside it, as Debian 13
+# installs it (cxlctl doctor reads it there); vmlinuz and a copy of the config go to
+# $CACHE/kernels/VER like the other kernels.
+fetch_kernel7() {
+  local st mirror ver d pkg deb
+  st="$CACHE/apt-trixie"
+  mirror=$(debian_mirror | head -n1)
+  [ -n "$mirror" ] || { echo "no apt source for bookworm found: cannot derive the mirror for trixie-backports" >&2; return 1; }
+  mkdir -p "$st/lists/partial" "$st/cache/archives/partial"
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s trixie-backports main\n' "$mirror" > "$st/sources.list"
+  local A=(-o "Dir::State::Lists=$st/lists" -o "Dir::Etc::SourceList=$st/sources.list"
+           -o "Dir::Etc::SourceParts=/dev/null" -o "Dir::Cache=$st/cache")
+  newest7() {
+    apt-cache "${A[@]}" search --names-only '^linux-modules-7\.[0-9.]*\+deb13-amd64$' \
+      | awk '{print $1}' | sed 's/^linux-modules-//' | sort -V | tail -n1
+  }
+  ver=$(newest7 || true)
+  # a fresh state (or a week-old one on CI's cache) is refreshed once before giving up
+  if [ -z "$ver" ] || [ -z "$(find "$st/lists" -maxdepth 1 -name '*Packages*' -mtime -7 2>/dev/null | head -n1)" ]; then
+    apt-get "${A[@]}" update -qq
+    ver=$(newest7 || true)
+  fi
+  [ -n "$ver" ] || { echo "no linux-modules-7.* package in trixie-backports" >&2; return 1; }
+  if [ ! -f "$CACHE/kernels/$ver/vmlinuz" ] || [ ! -f "$CACHE/kernels/$ver/config" ] \
+     || [ ! -d "/lib/modules/$ver/kernel" ] || [ ! -f "/lib/modules/$ver/config" ]; then
+    for pkg in linux-binary-$ver linux-modules-$ver linux-base-$ver; do
+      deb=$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)
+      [ -n "$deb" ] || (cd "$CACHE" && apt-get "${A[@]}" download -qq "$pkg")
+    done
+    d="$CACHE/kroot-$ver"; rm -rf "$d"
+    for pkg in linux-binary-$ver linux-modules-$ver linux-base-$ver; do
+      dpkg -x "$(ls "$CACHE"/"${pkg}"_*.deb | head -n1)" "$d"
+    done
+    mkdir -p "$CACHE/kernels/$ver" "/lib/modules/$ver"
+    cp "$d/usr/lib/modules/$ver/vmlinuz" "$CACHE/kernels/$ver/vmlinuz"
+    cp "$d/usr/lib/modules/$ver/config" "$CACHE/kernels/$ver/config"
+    cp -a "$d/usr/lib/modules/$ver/." "/lib/modules/$ver/"
+    depmod "$ver"
+    rm -rf "$d"
+  fi
+  echo "$ver"
+}
+K7=$(fetch_kernel7)
+printf '%s\n' "$K7" > "$CACHE/kernel-7.x"
+
 PY=${VENV:+$VENV/bin/}python3
 PIP=${VENV:+$VENV/bin/}pip
 if ! ${VENV:+$VENV/bin/}vng --version >/dev/null 2>&1; then
   "$PIP" install -q 'virtme-ng==1.42'
 fi
-echo "vm deps ready: kernels $K612 $K61 in $CACHE/kernels"
+echo "vm deps ready: kernels $K612 $K61 $K7 in $CACHE/kernels"

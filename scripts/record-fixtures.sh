@@ -7,18 +7,19 @@
 # Usage: scripts/record-fixtures.sh [SET] [OPTIONS]     (as root)
 #        scripts/record-fixtures.sh --list              the sets, what each makes, the command it runs
 #        scripts/record-fixtures.sh --dry-run [SET] ... print the command instead of running it
-#   base (default)  <topology>-noregion/-region trees, every kernel and topology; OPTIONS: --kernel 6.12 --topology hb2
-#   telemetry       single-*-telemetry (telemetry scenario); OPTIONS: --kernel 6.12
+#   base (default)  <topology>-noregion/-region trees, every kernel and topology; OPTIONS: --kernel 6.12|6.1|7.x --topology hb2
+#   telemetry       single-*-telemetry (telemetry scenario); OPTIONS: --kernel 6.12|6.1|7.x
 #   ras             linux-6.12/hb2x2-region-ras and linux-6.12/events (RAS event injection over QMP)
 #   fleet           linux-6.12/switch2-devdax (a devdax region beside a system-ram one)
 #   damon           single-*-damon* (the DAMON VM test, recording on)
 #   doctor          single-*-doctor (the doctor VM test, recording on)
+#   hmat            linux-6.12/hmat2-* and linux-7.x/hmat2-* (HMAT + generic ports + CDAT; the HMAT VM test, recording on)
 #   all             every set above, in that order (no OPTIONS)
 # Only the status files, without booting anything: .venv/bin/python -m tests.fixture_status
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-SETS="base telemetry ras fleet damon doctor"
+SETS="base telemetry ras fleet damon doctor hmat"
 DRY=0
 
 command_of() {  # $1 = set: the command line it runs (OPTIONS appended by the caller)
@@ -29,6 +30,7 @@ command_of() {  # $1 = set: the command line it runs (OPTIONS appended by the ca
     fleet) echo "$PY -m tests.vm.record_fleet" ;;
     damon) echo "env CXLCTL_RECORD_DAMON_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_damon.py" ;;
     doctor) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_doctor.py" ;;
+    hmat) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_hmat.py" ;;
     *) return 1 ;;
   esac
 }

@@ -6,13 +6,6 @@ from typing import Any
 
 import pytest
 
-# Old names, kept so a branch written against them still imports; new tests import tests.kit.
-from tests.kit import FIXTURES, REPO, fixture_id, fixture_roots, status_json
-from tests.kit import cli as cxlctl
-from tests.kit import copy_fixture as copy_tree
-
-__all__ = ["FIXTURES", "REPO", "copy_tree", "cxlctl", "fixture_id", "fixture_roots", "status_json"]
-
 
 @pytest.fixture
 def live_record(tmp_path: Any) -> str:

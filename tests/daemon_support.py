@@ -29,6 +29,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
@@ -164,6 +165,31 @@ def swap_in(work: str, src: str) -> None:
     for k, data in kept.items():
         with open(os.path.join(work, k), "wb") as f:
             f.write(data)
+    _hotplug_weight_files(work, src)
+
+
+def _hotplug_weight_files(work: str, src: str) -> None:
+    """Linux 6.16+ (the 7.x trees) keeps a ``weighted_interleave/nodeN`` file only for nodes with
+    memory, created and removed with the node: a node that appears in ``src`` gets a file (weight 1
+    under manual weights, else the auto weight the recording shows), one that is gone loses it.  The weights of the nodes both trees
+    have stay as ``work`` has them (what the daemon wrote).  On 6.12 every possible node has a
+    file in both trees, so nothing changes."""
+    wi = "sys/kernel/mm/mempolicy/weighted_interleave"
+    have_dir, want_dir = os.path.join(work, wi), os.path.join(src, wi)
+    if not (os.path.isdir(have_dir) and os.path.isdir(want_dir)):
+        return
+    have = {n for n in os.listdir(have_dir) if n.startswith("node")}
+    want = {n for n in os.listdir(want_dir) if n.startswith("node")}
+    auto = os.path.join(have_dir, "auto")
+    manual = os.path.isfile(auto) and open(auto).read().strip().lower() in ("false", "0", "n")
+    for n in sorted(want - have):
+        if manual:  # manual weights: a node the table has no weight for reads the default, 1
+            with open(os.path.join(have_dir, n), "w") as f:
+                f.write("1\n")
+        else:  # auto mode: the kernel's own weight, as the recording shows it
+            shutil.copyfile(os.path.join(want_dir, n), os.path.join(have_dir, n))
+    for n in sorted(have - want):
+        os.unlink(os.path.join(have_dir, n))
 
 
 def work_tree(src: str, dest: str, profiles: Optional[Dict[str, str]] = None) -> str:
@@ -189,7 +215,7 @@ def write(root: str, path: str, text: str) -> None:
 def cxl_nodes(root: str) -> List[int]:
     from cxlctl.inventory import scan
 
-    return sorted(n.id for n in scan(root).nodes if n.kind == "cxl" and n.has_memory)
+    return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "cxl" and n.has_memory)
 
 
 # ------------------------------------------------------------------------ daemons

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tests.conftest import REPO, copy_tree, cxlctl, fixture_roots
+from tests.kit import REPO, cli, copy_fixture, fixture_roots
 
 ROOT = fixture_roots("linux-6.12/hb2-noregion")[0]
 REGION = fixture_roots("linux-6.12/hb2-region")[0]
@@ -116,9 +116,9 @@ def test_the_scan_sees_private_imports(tmp_path: Any) -> None:
 )
 def test_non_ascii_digits_are_usage_errors(argv: List[str], tmp_path: Any) -> None:
     """int() and float() take Arabic-Indic digits; the one integer type (and the seconds type) do not."""
-    root = copy_tree(ROOT, str(tmp_path / "t"))
+    root = copy_fixture(ROOT, str(tmp_path / "t"))
     before = _tree_digest(root)
-    p = cxlctl("--root", root, *argv, timeout=60, stdin=subprocess.DEVNULL)
+    p = cli("--root", root, *argv, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 2, (argv, p.returncode, p.stdout[:300], p.stderr)
     _one_error_line(p.stderr)
     assert any(m in p.stderr for m in ("ASCII digits", "not a number of seconds", "positive number of seconds")), (
@@ -128,8 +128,8 @@ def test_non_ascii_digits_are_usage_errors(argv: List[str], tmp_path: Any) -> No
 
 
 def test_ascii_numbers_still_work() -> None:
-    assert cxlctl("--root", REGION, "stat", "--count", "1", "--top", "2", "--json").returncode == 0
-    assert cxlctl("--root", ROOT, "region", "plan", "--ways", "2", "--json").returncode == 0
+    assert cli("--root", REGION, "stat", "--count", "1", "--top", "2", "--json").returncode == 0
+    assert cli("--root", ROOT, "region", "plan", "--ways", "2", "--json").returncode == 0
 
 
 # ------------------------------------------------------------------ #16 click usage errors
@@ -150,7 +150,7 @@ def test_ascii_numbers_still_work() -> None:
     ],
 )
 def test_click_usage_errors_are_one_line(argv: List[str], needle: str) -> None:
-    p = cxlctl("--root", ROOT, *argv)
+    p = cli("--root", ROOT, *argv)
     assert p.returncode == 2, (argv, p.returncode, p.stderr)
     _one_error_line(p.stderr)
     assert needle in p.stderr, p.stderr
@@ -158,7 +158,7 @@ def test_click_usage_errors_are_one_line(argv: List[str], needle: str) -> None:
 
 
 def test_a_group_without_a_command_still_prints_its_help() -> None:
-    p = cxlctl("tune")
+    p = cli("tune")
     assert p.returncode == 2 and "Usage: cxlctl tune" in p.stderr + p.stdout
 
 
@@ -168,14 +168,14 @@ def test_a_group_without_a_command_still_prints_its_help() -> None:
 def test_record_onto_a_file_or_nothing_is_a_usage_error(tmp_path: Any) -> None:
     f = tmp_path / "notes.txt"
     f.write_text("mine\n")
-    p = cxlctl("--root", ROOT, "record", str(f))
+    p = cli("--root", ROOT, "record", str(f))
     assert p.returncode == 2, p.stderr
     _one_error_line(p.stderr)
     assert f"{f} exists and is not a directory" in p.stderr
     assert f.read_text() == "mine\n"
-    p = cxlctl("--root", ROOT, "record", str(f), "--force")
+    p = cli("--root", ROOT, "record", str(f), "--force")
     assert p.returncode == 2 and "not a directory" in p.stderr
-    p = cxlctl("--root", ROOT, "record", "")
+    p = cli("--root", ROOT, "record", "")
     assert p.returncode == 2, p.stderr
     _one_error_line(p.stderr)
     assert "DEST is empty" in p.stderr
@@ -204,7 +204,7 @@ def _error_doc(stdout: str, rc: int) -> Dict[str, Any]:
     ],
 )
 def test_a_failing_json_run_prints_a_json_error_object(argv: List[str], needle: str) -> None:
-    p = cxlctl(*argv)
+    p = cli(*argv)
     assert p.returncode != 0, p.stdout
     err = _error_doc(p.stdout, p.returncode)
     assert needle in err["message"], err
@@ -281,24 +281,22 @@ def test_a_stdout_that_cannot_be_written_is_exit_1_with_a_message(argv: List[str
 
 def test_a_memdev_named_twice_is_refused() -> None:
     for cmd in (["region", "plan"], ["region", "create", "--dry-run"]):
-        p = cxlctl("--root", ROOT, *cmd, "--memdevs", "mem0,mem1,mem0")
+        p = cli("--root", ROOT, *cmd, "--memdevs", "mem0,mem1,mem0")
         assert p.returncode == 2, p.stdout
         _one_error_line(p.stderr)
         assert "names mem0 more than once" in p.stderr
 
 
 def test_zone_with_devdax_is_refused() -> None:
-    p = cxlctl(
-        "--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax", "--zone", "movable"
-    )
+    p = cli("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax", "--zone", "movable")
     assert p.returncode == 2, p.stdout
     _one_error_line(p.stderr)
     assert "--zone movable has no effect with --online devdax" in p.stderr
-    p = cxlctl("--root", REGION, "dax", "reconfigure", "dax0.0", "--mode", "devdax", "--zone", "normal")
+    p = cli("--root", REGION, "dax", "reconfigure", "dax0.0", "--mode", "devdax", "--zone", "normal")
     assert p.returncode == 2 and "--zone normal has no effect with --mode devdax" in p.stderr, p.stderr
     # without --zone devdax still plans, and system-ram still takes a zone
-    assert cxlctl("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax").returncode == 0
-    p = cxlctl("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--zone", "movable", "--json")
+    assert cli("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--online", "devdax").returncode == 0
+    p = cli("--root", ROOT, "region", "create", "--dry-run", "--ways", "2", "--zone", "movable", "--json")
     assert p.returncode == 0, p.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, copy_fixture
 
 
-def test_resolve_rejects_empty_and_missing_roots(tmp_path):
+def test_resolve_rejects_empty_and_missing_roots(tmp_path: Path) -> None:
     with pytest.raises(UsageError):
         Host.resolve("")
     with pytest.raises(UsageError):
@@ -19,7 +20,7 @@ def test_resolve_rejects_empty_and_missing_roots(tmp_path):
     assert Host.resolve(str(tmp_path)).root == str(tmp_path)
 
 
-def test_one_reader_and_boot_id_read_once(tmp_path):
+def test_one_reader_and_boot_id_read_once(tmp_path: Path) -> None:
     root = copy_fixture(os.path.join(FIXTURES, "linux-6.12", "single-region"), tmp_path / "t")
     h = Host(root)
     assert h.reader is h.reader

@@ -18,7 +18,8 @@ from typing import Dict, List
 
 import pytest
 
-from tests.conftest import FIXTURES, fixture_roots
+from cxlctl.hostio.host import Host
+from tests.kit import FIXTURES, fixture_roots
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -96,7 +97,7 @@ def _status_80(root: str) -> str:
     from cxlctl.render import render_status
 
     buf = io.StringIO()
-    render_status(scan(root), Console(file=buf, width=80, color_system=None, force_terminal=False))
+    render_status(scan(Host(root)), Console(file=buf, width=80, color_system=None, force_terminal=False))
     return buf.getvalue()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, cli, copy_fixture
 
 SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region")
@@ -166,7 +167,7 @@ def test_health_takes_the_v2_cgroup_on_a_hybrid_host(tmp_path: Any) -> None:
         "12:memory:/user.slice\n11:cpuset:/\n1:name=systemd:/system.slice/vllm.service\n0::/system.slice/vllm.service\n"
     )
     (proc / "numa_maps").write_text("7f0000000000 default anon=10 dirty=10 N1=10 kernelpagesize_kB=4\n")
-    procs, unreadable = processes_on(str(tmp_path), {1})
+    procs, unreadable = processes_on(Host(str(tmp_path)), {1})
     assert unreadable == 0 and [p["cgroup"] for p in procs] == ["/system.slice/vllm.service"]
     assert cgroups_on(procs) == [{"cgroup": "/system.slice/vllm.service", "bytes": 10 * 4096}]
 

@@ -14,6 +14,7 @@ from typing import Any, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from tests.kit import FIXTURES, cli
 from tests.tune_support import work_copy
 
@@ -133,7 +134,7 @@ def _frame(root: str, width: int, height: int) -> List[str]:
     from cxlctl.telemetry.verdicts import judge
 
     r = Reader(root)
-    kinds = node_kinds(root)
+    kinds = node_kinds(Host(root))
     s = read_sample(r, kinds, cgroups=list_cgroups(r, limit=64), top=20, ranked=top_pids(r, 20))
     s2 = read_sample(r, kinds, cgroups=list_cgroups(r, limit=64), top=20, ranked=top_pids(r, 20))
     s2 = s2._replace(time=s.time + 2.0)
@@ -185,4 +186,4 @@ def test_every_console_is_made_in_one_place() -> None:
                 with open(path, encoding="utf-8") as f:
                     if re.search(r"\bConsole\(", f.read()):
                         made.append(os.path.relpath(path, REPO))
-    assert sorted(made) == ["cxlctl/cli/common.py", "cxlctl/cli/top.py", "cxlctl/term.py"]
+    assert sorted(made) == ["cxlctl/cli/common.py", "cxlctl/telemetry/live.py", "cxlctl/term.py"]

@@ -25,6 +25,7 @@ import pytest
 
 import cxlctl
 from cxlctl.hostio import tools
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.tools import ToolError
 
 PKG_DIR = os.path.dirname(os.path.abspath(cxlctl.__file__))
@@ -266,7 +267,7 @@ def test_health_notes_odd_bytes_from_ndctl_instead_of_crashing(tmp_path: Any, mo
 
     _fake_cxl(tmp_path, r"printf '[\377]\n'")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    health, media, notes = hmod._ndctl_health("/", ["mem0"])
+    health, media, notes = hmod._ndctl_health(Host("/"), ["mem0"])
     assert health == {} and media == {}
     assert notes[0] == "cxl list -M -H printed something that is not JSON; fix: run `cxl list -M -H` by hand"
 
@@ -275,7 +276,7 @@ def test_health_notes_a_missing_ndctl_with_the_fix(tmp_path: Any, monkeypatch: A
     from cxlctl.ras import health as hmod
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    _, _, notes = hmod._ndctl_health("/", ["mem0"])
+    _, _, notes = hmod._ndctl_health(Host("/"), ["mem0"])
     assert notes[0] == "cxl is not installed (not on PATH); fix: install ndctl"
 
 

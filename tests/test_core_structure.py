@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 import cxlctl
+from cxlctl.hostio.host import Host
 
 PKG_DIR = os.path.dirname(os.path.abspath(cxlctl.__file__))
 
@@ -159,7 +160,7 @@ def test_status_and_tune_read_one_knob_table() -> None:
     from cxlctl.inventory import scan
     from cxlctl.tuning.knobs import BY_NAME, REGISTRY
 
-    from .conftest import fixture_roots
+    from .kit import fixture_roots
 
     # tune: every registry entry is a table row, in the table's (apply) order
     assert [(k.name, k.path) for k in REGISTRY] == list(paths.KNOBS)
@@ -167,7 +168,7 @@ def test_status_and_tune_read_one_knob_table() -> None:
     singles = {k.name for k in REGISTRY if k.kind != "group"}
     assert set(paths.STATUS_KNOBS) == singles and len(paths.STATUS_KNOBS) == len(singles)
     for root in fixture_roots():
-        shown = [(k.name, k.path) for k in scan(root).knobs]
+        shown = [(k.name, k.path) for k in scan(Host(root)).knobs]
         assert shown == [(n, BY_NAME[n].path) for n in paths.STATUS_KNOBS], root
 
 
@@ -221,10 +222,10 @@ def test_damon_reader_reads_back_every_file_the_engine_writes(tmp_path: Path) ->
     from cxlctl.inventory import scan
     from cxlctl.tuning import damon_tiering
 
-    from .conftest import FIXTURES
+    from .kit import FIXTURES
 
     src = os.path.join(FIXTURES, "linux-6.12", "single-region-damon-idle")
-    inv = scan(src)
+    inv = scan(Host(src))
     spec = damon_tiering.validate({"enabled": True, "memcg": "/x.slice", "anon_only": True})
     caps = DamonCaps(True, "6.17", True, True, True, True, (), True)
     kds, _ = damon_tiering.layout(inv, spec, caps)

@@ -17,6 +17,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras import collect
 from cxlctl.telemetry.sample import check_nodes, check_pid, kinds_of, read_sample
@@ -44,9 +45,9 @@ def _bump(path: str, name: str, by: int) -> int:
 def test_sampler_rates_over_two_recorded_samples() -> None:
     """First tick: no rates; second: the counter's growth over the samples' time apart."""
     root = pristine(LIVE)
-    kinds = kinds_of(scan(root).nodes)
+    kinds = kinds_of(scan(Host(root)).nodes)
     times = iter([(10.0, 0.0), (12.0, 2.0)])
-    s = Sampler(root, read=lambda r, k: read_sample(r, k, now=next(times)))
+    s = Sampler(Host(root), read=lambda r, k: read_sample(r, k, now=next(times)))
     first = s.tick(kinds)
     assert first.rates is None
     _bump(os.path.join(root, "proc/vmstat"), "numa_hint_faults", 300)
@@ -69,7 +70,7 @@ def test_readings_wait_to_the_previous_sample_time_plus_interval(monkeypatch: An
 
     monkeypatch.setattr("cxlctl.telemetry.sampler.time.monotonic", lambda: clock[0])
     monkeypatch.setattr("cxlctl.telemetry.sampler.time.sleep", sleep)
-    s = Sampler(root, read=lambda r, k: read_sample(r, k, now=(clock[0], clock[0])))
+    s = Sampler(Host(root), read=lambda r, k: read_sample(r, k, now=(clock[0], clock[0])))
     got = []
     for t in readings(s, {}, 1.0, 3):
         got.append(t)
@@ -143,9 +144,9 @@ def _recorded_lines() -> List[str]:
 
 def test_stored_events_since_counts_back_from_the_newest_event_of_a_saved_file() -> None:
     tree = os.path.join(RAS, "hb2x2-region-ras")
-    every = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt")
+    every = collect.stored_events(Host(tree), lines=_recorded_lines(), where="saved.txt")
     newest = max(e.timestamp for e in every.events)
-    got = collect.stored_events(tree, lines=_recorded_lines(), where="saved.txt", since=10.0)
+    got = collect.stored_events(Host(tree), lines=_recorded_lines(), where="saved.txt", since=10.0)
     assert got.where == "saved.txt"
     assert 0 < len(got.events) < len(every.events)
     assert got.events == [e for e in every.events if e.timestamp >= newest - 10.0]
@@ -156,7 +157,7 @@ def test_stored_events_since_counts_back_from_the_newest_event_of_a_saved_file()
 
 def test_since_window_counts_back_from_the_host_clock_when_there_is_one() -> None:
     tree = os.path.join(RAS, "hb2x2-region-ras")
-    evs = collect.stored_events(tree, lines=_recorded_lines()).events
+    evs = collect.stored_events(Host(tree), lines=_recorded_lines()).events
     newest = max(e.timestamp for e in evs)
     assert collect.since_window(evs, 5.0, newest + 100.0) == []  # uptime well past the events
     assert collect.since_window(evs, None, newest + 100.0) == evs
@@ -168,16 +169,16 @@ def test_since_window_counts_back_from_the_host_clock_when_there_is_one() -> Non
 
 def test_stat_checks_refuse_a_missing_process_and_node_naming_what_exists() -> None:
     root = pristine(LIVE)
-    kinds = kinds_of(scan(root).nodes)
+    kinds = kinds_of(scan(Host(root)).nodes)
     with pytest.raises(UsageError, match=r"no node 99 on this host \(nodes: 0"):
         check_nodes(kinds, sorted(kinds) + [99])
     check_nodes(kinds, sorted(kinds))
     for bad, said in ((0, "is not a process id"), (4194305, "no process with PID 4194305")):
         with pytest.raises(UsageError, match=said):
-            check_pid(root, bad)
+            check_pid(Host(root), bad)
     pids = [int(n) for n in os.listdir(os.path.join(root, "proc")) if n.isdigit()]
     if pids:
-        check_pid(root, pids[0])
+        check_pid(Host(root), pids[0])
 
 
 # ---------------------------------------------------------------------------- tune's profile

@@ -300,6 +300,7 @@ level = "debug"
 def test_daemon_config_prints_toml_that_reads_back_the_same(tmp_path: Any, text: str) -> None:
     from cxlctl.config import load
     from cxlctl.hostio import toml
+    from cxlctl.hostio.host import Host
 
     root = _tree(tmp_path)
     if text:
@@ -311,7 +312,7 @@ def test_daemon_config_prints_toml_that_reads_back_the_same(tmp_path: Any, text:
     saved = str(tmp_path / "saved.toml")
     with open(saved, "w") as f:
         f.write(p.stdout)
-    assert load(root, saved)._replace(source=None) == load(root)._replace(source=None)
+    assert load(Host(root), saved)._replace(source=None) == load(Host(root))._replace(source=None)
 
 
 def test_a_journal_outside_the_root_is_never_acted_on(tmp_path: Any) -> None:

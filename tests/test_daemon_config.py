@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cxlctl.config import SCHEMA, ConfigError, defaults, load, validate
+from cxlctl.hostio.host import Host
 from tests.kit import cli
 
 FULL = """
@@ -59,12 +60,12 @@ def test_defaults_without_a_file(tmp_path: Any) -> None:
     assert doc["debounce"] == 0.5 and doc["rescan_interval"] == 300 and doc["receive_buffer"] == 128 << 20
     assert doc["drift_action"] == "report" and doc["rollback_on_exit"] is False
     assert doc["metrics_listen"] == "127.0.0.1:9860" and doc["nfd_enabled"] is True
-    assert defaults() == load(root)
+    assert defaults() == load(Host(root))
 
 
 def test_every_key(tmp_path: Any) -> None:
     root = _root(tmp_path, FULL)
-    c = load(root)
+    c = load(Host(root))
     assert c.source == root + "/etc/cxlctl/cxlctl.toml"
     assert c.profile == "inference-capacity"
     assert (c.debounce, c.max_delay, c.rescan_interval, c.receive_buffer) == (0.25, 2.0, 120.0, 256 << 20)

@@ -20,6 +20,7 @@ from cxlctl.daemon import damon_metrics as damon_mod
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from tests import damon_sysfs
@@ -46,7 +47,7 @@ def _spy(monkeypatch: Any) -> List[Tuple[str, str]]:
 
 
 def _text(root: str) -> str:
-    inv = scan(root)
+    inv = scan(Host(root))
     d = damon_mod.collect(root, inv)
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, None, d))
 

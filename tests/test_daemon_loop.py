@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any, Dict, List
 
 from cxlctl.config import load
+from cxlctl.hostio.host import Host
 from tests.daemon_support import config, make_daemon, parse_exposition, step_for, step_until
 from tests.kit import copy_fixture
 from tests.tune_support import LIVE, pristine
@@ -126,7 +127,7 @@ def test_real_signals_reload_then_stop(tmp_path: Any) -> None:
     root = _tree(tmp_path)
     cfgfile = tmp_path / "cxlctl.toml"
     cfgfile.write_text("[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n")
-    d, fac, cap = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile), install_signals=True)
+    d, fac, cap = make_daemon(root, load(Host(root), str(cfgfile)), config_path=str(cfgfile), install_signals=True)
     before = signal.getsignal(signal.SIGTERM)
     pid = os.getpid()
     steps: List[str] = []

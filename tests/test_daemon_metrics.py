@@ -14,6 +14,7 @@ import pytest
 
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import DriftCheck, Stats, View
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from cxlctl.ras import health_probe as health
@@ -36,7 +37,7 @@ def _root(src: str) -> str:
 
 @pytest.mark.parametrize("src", ROOTS, ids=[os.path.relpath(r, FIXTURE_DIR) if r != LIVE else r for r in ROOTS])
 def test_exposition_parses_back_and_matches_the_inventory(src: str) -> None:
-    inv = scan(_root(src))
+    inv = scan(Host(_root(src)))
     st = Stats()
     st.bump(st.events, "cxl", 12)
     st.bump(st.rescans, "event")
@@ -159,14 +160,14 @@ def test_health_parsing_and_metrics() -> None:
 
 
 def test_health_unavailable(tmp_path: Any) -> None:
-    h = health.collect(str(tmp_path))
+    h = health.collect(Host(str(tmp_path)))
     assert not h.available and "reads the live system, not --root" in h.reason
-    h = health.collect("/", command=str(tmp_path / "no-such-cxl"))
+    h = health.collect(Host("/"), command=str(tmp_path / "no-such-cxl"))
     assert not h.available and "is not installed" in h.reason
     fake = tmp_path / "cxl"
     fake.write_text("#!/bin/sh\necho 'cxl: oops' >&2\nexit 3\n")
     fake.chmod(0o755)
-    h = health.collect("/", command=str(fake))
+    h = health.collect(Host("/"), command=str(fake))
     assert not h.available and h.reason.endswith("exited 3: cxl: oops")
 
 
@@ -176,7 +177,7 @@ def test_health_from_the_real_cxl_tool() -> None:
 
     if shutil.which("cxl") is None:
         pytest.skip("ndctl's cxl is not installed")
-    h = health.collect("/")
+    h = health.collect(Host("/"))
     assert h.available, h.reason
     assert all(m.memdev.startswith("mem") for m in h.memdevs)
 
@@ -205,7 +206,7 @@ def test_textfile_and_nfd_outputs(tmp_path: Any) -> None:
         text = f.read()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     labels = dict(ln.split("=", 1) for ln in lines)
-    inv = scan(root)
+    inv = scan(Host(root))
     ns = "feature.node.kubernetes.io/"
     assert labels[ns + "cxl.present"] == ("true" if inv.has_cxl else "false")
     assert labels[ns + "cxl.memdevs"] == str(len(inv.memdevs))

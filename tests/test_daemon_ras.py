@@ -19,6 +19,7 @@ from cxlctl.daemon import metrics as metrics_mod
 from cxlctl.daemon.metrics import Stats
 from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT, RasWatcher
 from cxlctl.hostio import journald as journal
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 
@@ -29,7 +30,7 @@ TREE = REPO / "fixtures" / "linux-6.12" / "hb2x2-region-ras"
 
 @pytest.fixture(scope="module")
 def inv() -> Inventory:
-    return scan(str(TREE))
+    return scan(Host(str(TREE)))
 
 
 def _watcher(root: str, action: str = "none") -> tuple[RasWatcher, List[Dict[str, object]]]:

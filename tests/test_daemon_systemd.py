@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict, List, Tuple
 
 from cxlctl.config import load, validate
+from cxlctl.hostio.host import Host
 from cxlctl.tuning.knobs import REGISTRY
 from tests.kit import REPO
 
@@ -115,7 +116,7 @@ def test_example_configuration_is_the_defaults(tmp_path: Any) -> None:
     root = str(tmp_path)
     os.makedirs(root + "/etc/cxlctl")
     shutil.copy(EXAMPLE, root + "/etc/cxlctl/cxlctl.toml")
-    assert load(root)._replace(source=None) == validate("<defaults>", {})
+    assert load(Host(root))._replace(source=None) == validate("<defaults>", {})
 
 
 def test_install_script_refuses_without_cxlctl(tmp_path: Any) -> None:

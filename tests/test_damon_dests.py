@@ -23,6 +23,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.hostio import write as hw
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory
 from cxlctl.tuning import engine
@@ -104,7 +105,7 @@ def test_probe_learns_dests_from_the_release_then_from_a_scheme_directory(tmp_pa
     assert state.kdamonds and not caps.dests
     assert any("lack dests/" in e for e in caps.evidence)
     # ... and one the 6.17 stand-in made says yes, and is read with its destinations
-    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
+    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(Host(root)))).commit().ok
     state, caps = probe_host(root)
     assert caps.dests and any("have dests/" in e for e in caps.evidence)
     k0 = state.kdamond(0)
@@ -117,7 +118,7 @@ def test_probe_learns_dests_from_the_release_then_from_a_scheme_directory(tmp_pa
 
 def test_plan_on_617_spreads_demotion_over_the_tier_by_capacity(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
-    two = with_two_cxl(scan(root))
+    two = with_two_cxl(scan(Host(root)))
     t = Transaction(root, "inference-damon", inventory=two)
     assert t.plan.refusals == ()
     by = _steps(t)
@@ -138,7 +139,7 @@ def test_plan_on_617_spreads_demotion_over_the_tier_by_capacity(tmp_path: Any, m
 
 def test_weights_follow_write_bandwidth_when_every_node_has_it(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
-    inv = scan(root)
+    inv = scan(Host(root))
     by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(inv, {1: 24000, 2: 8000})))
     assert [by[f"damon.kdamond0.scheme0.dest{i}.weight"].desired for i in (0, 1)] == ["3", "1"]
     assert "weights 3:1 migrate_cold (6.17 destinations by write bandwidth (access1, HMAT/CDAT);" in (
@@ -154,7 +155,7 @@ def test_weights_follow_write_bandwidth_when_every_node_has_it(tmp_path: Any, mo
 
 def test_612_plans_exactly_as_before_with_two_cxl_nodes(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch, release=None)
-    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))))
+    by = _steps(Transaction(root, "inference-damon", inventory=with_two_cxl(scan(Host(root)))))
     assert not [s for s in by if "dest" in s]
     assert by["damon.nr_kdamonds"].note.startswith("node0→node1 migrate_cold, node1→node0 migrate_hot")
 
@@ -163,7 +164,7 @@ def test_one_cxl_node_on_617_demotes_to_target_nid_alone(tmp_path: Any, monkeypa
     """One CXL node: today's layout; the only addition on a 6.17 kernel is ``nr_dests`` 0, which says
     "target_nid alone" explicitly (a committed running kdamond would otherwise keep old destinations)."""
     root = _tree(tmp_path, monkeypatch)
-    t = Transaction(root, "inference-damon", inventory=scan(root))
+    t = Transaction(root, "inference-damon", inventory=scan(Host(root)))
     by = _steps(t)
     assert by["damon.kdamond0.scheme0.nr_dests"].desired == "0"
     assert not [s for s in by if ".dest" in s]
@@ -183,7 +184,7 @@ def test_multi_dest_false_keeps_one_destination(tmp_path: Any, monkeypatch: Any)
     _write_profile(
         root, "one", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nmulti_dest = false\n'
     )
-    by = _steps(Transaction(root, "one", inventory=with_two_cxl(scan(root))))
+    by = _steps(Transaction(root, "one", inventory=with_two_cxl(scan(Host(root)))))
     assert by["damon.kdamond0.scheme0.nr_dests"].desired == "0"
     assert by["damon.nr_kdamonds"].note.startswith("node0→node1 migrate_cold,")
 
@@ -201,7 +202,7 @@ def test_multi_dest_is_validated(value: Any) -> None:
 def test_apply_retarget_verify_drift_revert_on_617(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    inv = scan(root)
+    inv = scan(Host(root))
     assert engine.apply(root, "inference-damon").ok
     assert _dests(root) == []
     # a second CXL node comes (the daemon's re-target): stop, re-create with destinations, start
@@ -239,7 +240,7 @@ def test_turning_multi_dest_off_on_a_running_kdamond_clears_its_destinations(tmp
         root, "one", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nmulti_dest = false\n'
     )
     before = snapshot(root)
-    two = with_two_cxl(scan(root))
+    two = with_two_cxl(scan(Host(root)))
     assert Transaction(root, "inference-damon", inventory=two).commit().ok
     t = Transaction(root, "one", inventory=two)
     assert [(s.setting, s.write) for s in t.plan.writes] == [
@@ -257,7 +258,7 @@ def test_a_failing_dests_write_leaves_the_host_as_it_was(tmp_path: Any, monkeypa
     """Each new write (nr_dests, every id and weight) fails in turn, on a fresh apply and on a
     re-target of running kdamonds: DAMON (and every knob) is exactly as before."""
     root = _tree(tmp_path, monkeypatch)
-    inv = scan(root)
+    inv = scan(Host(root))
     two = with_two_cxl(inv)
     before = snapshot(root, DAMON_VIEW)
     writes = Transaction(root, "inference-damon", inventory=two).plan.writes
@@ -327,9 +328,10 @@ def _kill_apply_at(root: str, k: int) -> None:
         "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
         f"install(_MP(), {root!r})\n"
         "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_dests import with_two_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_two_cxl(scan({root!r}))).commit()\n"
+        f"Transaction({root!r}, 'inference-damon', inventory=with_two_cxl(scan(Host({root!r})))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
@@ -337,7 +339,7 @@ def _kill_apply_at(root: str, k: int) -> None:
 def test_sigkill_amid_the_dests_writes_then_revert_restores(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    writes = Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).plan.writes
+    writes = Transaction(root, "inference-damon", inventory=with_two_cxl(scan(Host(root)))).plan.writes
     new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
     # after nr_dests (its children exist, still 0), mid-destinations, after the last weight
     for k in (new[0], new[2], new[-1]):
@@ -353,7 +355,7 @@ def test_status_shows_the_destinations(tmp_path: Any, monkeypatch: Any, capsys: 
     from cxlctl.cli import run
 
     root = _tree(tmp_path, monkeypatch)
-    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(root))).commit().ok
+    assert Transaction(root, "inference-damon", inventory=with_two_cxl(scan(Host(root)))).commit().ok
     rows = engine.status(root).damon
     assert [(r.kdamond, r.target_nid, r.dests) for r in rows] == [(0, 1, ((1, 1), (2, 3))), (1, 0, ()), (2, 0, ())]
     capsys.readouterr()
@@ -369,7 +371,7 @@ def test_status_shows_the_destinations(tmp_path: Any, monkeypatch: Any, capsys: 
 
 def test_destinations_are_the_nearest_nodes_tier_or_else_its_distance(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
-    two = with_two_cxl(scan(root))
+    two = with_two_cxl(scan(Host(root)))
 
     def dest_ids(inv: Inventory) -> List[str]:
         by = _steps(Transaction(root, "inference-damon", inventory=inv))

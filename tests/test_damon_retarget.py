@@ -19,6 +19,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.tuning import engine
@@ -89,7 +90,7 @@ def _layout(root: str) -> List[Tuple[str, str, str, str]]:
 def test_a_new_cxl_node_restarts_the_running_kdamonds_on_the_new_layout(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    inv = scan(root)
+    inv = scan(Host(root))
     bs = inv.memory_block_size
     assert bs and engine.apply(root, "inference-damon").ok
     two = _layout(root)
@@ -137,7 +138,7 @@ def test_a_new_cxl_node_restarts_the_running_kdamonds_on_the_new_layout(tmp_path
 def test_the_last_cxl_node_going_stops_and_removes_cxlctls_kdamonds(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    inv = scan(root)
+    inv = scan(Host(root))
     assert engine.apply(root, "inference-damon").ok
     running = _layout(root)
     t = Transaction(root, "inference-damon", inventory=without_cxl(inv))
@@ -158,7 +159,7 @@ def test_the_last_cxl_node_going_stops_and_removes_cxlctls_kdamonds(tmp_path: An
 def test_a_failing_retarget_write_leaves_the_running_layout(tmp_path: Any, monkeypatch: Any, grow: bool) -> None:
     """Every write of a re-target fails in turn (EIO): the kdamonds run as before, as before."""
     root = _tree(tmp_path, monkeypatch)
-    inv = scan(root)
+    inv = scan(Host(root))
     start, target = (inv, with_second_cxl(inv)) if grow else (with_second_cxl(inv), inv)
     assert Transaction(root, "inference-damon", inventory=start).commit().ok
     running = snapshot(root, DAMON_VIEW)
@@ -195,7 +196,7 @@ def test_distances_are_read_by_position_among_online_nodes(tmp_path: Any, monkey
     """Found in the VM (hb2x2: DRAM node 0 and CXL node 3 online): the DRAM kdamond was left out
     because node 0's distance row was indexed by node id instead of by position."""
     root = _tree(tmp_path, monkeypatch)
-    inv = renumbered(scan(root), 3)
+    inv = renumbered(scan(Host(root)), 3)
     assert [len(n.distance) for n in inv.nodes] == [2, 2]
     t = Transaction(root, "inference-damon", inventory=inv)
     by = {s.setting: s for s in t.plan.steps if s.knob == "damon"}
@@ -218,9 +219,10 @@ def _kill_retarget_at(root: str, k: int) -> None:
         "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
         f"install(_MP(), {root!r})\n"
         "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
         "from cxlctl.tuning.transaction import Transaction\n"
         "from tests.test_damon_retarget import with_second_cxl\n"
-        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan({root!r}))).commit()\n"
+        f"Transaction({root!r}, 'inference-damon', inventory=with_second_cxl(scan(Host({root!r})))).commit()\n"
     )
     kill_at_pause([sys.executable, "-c", code], k)
 
@@ -228,7 +230,7 @@ def _kill_retarget_at(root: str, k: int) -> None:
 def test_sigkill_during_a_retarget_then_revert_restores_the_boot_state(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
-    inv = scan(root)
+    inv = scan(Host(root))
     n = len(Transaction(root, "inference-damon", inventory=with_second_cxl(inv)).plan.writes)
     # after stopping one kdamond, after nr_kdamonds, mid-files, before the last start
     for k in (1, 3, 40, n - 1):

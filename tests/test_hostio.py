@@ -18,6 +18,7 @@ from cxlctl import config as daemon_config
 from cxlctl.errors import UsageError
 from cxlctl.hostio import objects, paths, proc, toml
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import MAX_BYTES, Reader, natural_key
 from cxlctl.hostio.root import resolve_root, under
 from cxlctl.inventory import scan
@@ -161,7 +162,7 @@ def test_a_kept_reader_sees_a_replaced_directory(tree: str) -> None:
 def test_scan_releases_its_directory_handles(tree: str) -> None:
     fds = set(os.listdir("/proc/self/fd"))
     r = Reader(tree)
-    scan(tree, reader=r)
+    scan(Host(tree), reader=r)
     assert set(os.listdir("/proc/self/fd")) == fds
     assert r.text("/proc/sys/kernel/osrelease") is not None  # still usable: handles reopen
 
@@ -218,7 +219,7 @@ def test_deep_toml_config_is_a_clean_error(tmp_path: Any) -> None:
     f = tmp_path / "cxlctl.toml"
     f.write_text("[reconcile]\nx = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")
     with pytest.raises(daemon_config.ConfigError) as e:
-        daemon_config.load("/", str(f))
+        daemon_config.load(Host("/"), str(f))
     assert str(f) in str(e.value) and "nested" in str(e.value)
 
 
@@ -258,7 +259,7 @@ def test_proc_reads() -> None:
 @pytest.mark.parametrize("t", ["single", "hb2", "switch2", "hb2x2"])
 def test_fresh_dax_read_is_the_scans_object(t: str) -> None:
     root = os.path.join(FIXTURES, "linux-6.12", f"{t}-region")
-    inv = scan(root)
+    inv = scan(Host(root))
     assert inv.dax_devices
     for d in inv.dax_devices:
         fresh, blocks = dax.read_dax_blocks(root, d.name)
@@ -271,7 +272,7 @@ def test_fresh_dax_read_is_the_scans_object(t: str) -> None:
 
 def test_block_membership_by_address() -> None:
     blocks = [MemoryBlock(i, 1, "online", "Movable") for i in range(6)]
-    dx = scan(REGION).dax_devices[0]
+    dx = scan(Host(REGION)).dax_devices[0]
     bs = 0x10000000
     dx = dx._replace(resource=2 * bs, size=3 * bs)
     mine = objects.blocks_of(dx, blocks, bs, alone=False)
@@ -286,16 +287,16 @@ def test_knob_read_returns_the_model_knob() -> None:
     r = Reader(REGION)
     ks = objects.knobs(r)
     assert [k.name for k in ks] == list(paths.STATUS_KNOBS)
-    assert ks == scan(REGION).knobs
+    assert ks == scan(Host(REGION)).knobs
 
 
 def test_launch_reads_this_process_through_the_layer() -> None:
     """policy show and preflight read /proc/PID files through hostio (any Linux host)."""
     from cxlctl.launch import preflight, proof
 
-    doc = proof.show("/", os.getpid())
+    doc = proof.show(Host("/"), os.getpid())
     assert doc["name"] == proc.comm(os.getpid())
-    mems, cpus = preflight.self_allowed("/")
+    mems, cpus = preflight.self_allowed(Host("/"))
     assert mems and cpus and os.sched_getaffinity(0) <= set(cpus)
 
 

@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any, Dict
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.telemetry import verdicts as V
 from cxlctl.telemetry.counters import NODE_COUNTERS, SYSTEM_COUNTERS
@@ -56,7 +57,7 @@ def test_promotion_throttled_counts_only_rate_limited_successes() -> None:
 
 def _damon_sample(demotion: bool = False) -> Any:
     r = Reader(TIERING)
-    s = read_sample(r, node_kinds(TIERING), now=(100.0, 0.0))
+    s = read_sample(r, node_kinds(Host(TIERING)), now=(100.0, 0.0))
     return s._replace(settings=s.settings._replace(demotion_enabled=demotion, numa_balancing=0))
 
 

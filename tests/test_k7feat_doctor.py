@@ -17,6 +17,7 @@ from cxlctl.doctor import probes
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.model import Check
 from cxlctl.doctor.report import exit_code, run
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from tests.kit import FIXTURES, cli, copy_fixture
 
@@ -40,12 +41,12 @@ def _damon_stat(root: str) -> None:
 
 def _checks(root: str, answers: Optional[Dict[str, Tuple[int, str]]] = None) -> List[Check]:
     if answers is None:
-        return run(gather(root))
+        return run(gather(Host(root)))
 
     def runner(argv: Sequence[str]) -> Optional[Tuple[int, str]]:
         return (answers or {}).get(probes.key(argv))
 
-    return run(gather(root, runner=runner))
+    return run(gather(Host(root), runner=runner))
 
 
 def _one(checks: Sequence[Check], cid: str) -> Check:

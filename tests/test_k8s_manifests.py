@@ -32,6 +32,7 @@ import yaml
 
 from cxlctl.cli import run
 from cxlctl.config import load
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
 from tests.kit import REPO, copy_fixture, fixture_roots
@@ -147,7 +148,7 @@ def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
     text = _find("ConfigMap", "cxlctl-config")["data"]["cxlctl.toml"]
     p = tmp_path / "cxlctl.toml"
     p.write_text(text)
-    cfg = load("/", str(p))
+    cfg = load(Host("/"), str(p))
     assert cfg.profile == "inference-bandwidth"
     assert (cfg.drift_interval, cfg.drift_action) == (60, "reapply")
     assert cfg.metrics_listen == ("0.0.0.0", 9860) and cfg.metrics_allow_remote is True
@@ -196,7 +197,7 @@ def test_deployment_schedules_on_labels_the_daemon_writes() -> None:
     spec, _ = _vllm()
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     keys = {e["key"] for t in terms for e in t["matchExpressions"]}
-    written = set(nfd.labels(scan(fixture_roots("linux-6.12/single-region")[0]), None, tiering="none"))
+    written = set(nfd.labels(scan(Host(fixture_roots("linux-6.12/single-region")[0])), None, tiering="none"))
     written.add("feature.node.kubernetes.io/cxl.health")  # written when the health probe has device data
     assert keys <= written, keys - written
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
 from tests.kit import cli, copy_fixture, fixture_roots
@@ -435,11 +436,11 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
     before = snapshot(root)
     assert run(["--root", root, "tune", "apply", "latency-strict"]) == 0
     applied = snapshot(root)
-    inv = scan(root)
-    ns = resolve(inv, root, cpu_spec=None, mem_spec=None, gpu_spec=None)
-    wp = sysweights.plan(root, inv, ns, ns.mem_nodes, (3, 1))
+    inv = scan(Host(root))
+    ns = resolve(inv, Host(root), cpu_spec=None, mem_spec=None, gpu_spec=None)
+    wp = sysweights.plan(Host(root), inv, ns, ns.mem_nodes, (3, 1))
     assert wp.writes and wp.base and wp.base.endswith("latency-strict.toml")
-    got = sysweights.apply(root, wp)
+    got = sysweights.apply(Host(root), wp)
     assert got == {0: 3, 1: 1}
     with open(os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave/node0")) as f:
         assert f.read().strip() == "3"
@@ -449,9 +450,9 @@ def test_weights_through_the_tuning_engine_and_tune_revert(region: str, capsys: 
     changed = {k for k in diff(applied, snapshot(root))}
     assert all("weighted_interleave" in c or c.startswith("run/") for c in changed), changed
     # a second launch with other weights stacks on the same base, not on itself
-    wp2 = sysweights.plan(root, scan(root), ns, ns.mem_nodes, (2, 1))
+    wp2 = sysweights.plan(Host(root), scan(Host(root)), ns, ns.mem_nodes, (2, 1))
     assert wp2.base == wp.base
-    assert sysweights.apply(root, wp2) == {0: 2, 1: 1}
+    assert sysweights.apply(Host(root), wp2) == {0: 2, 1: 1}
     capsys.readouterr()
     assert run(["--root", root, "tune", "revert"]) == 0
     assert diff(before, snapshot(root)) == []
@@ -547,7 +548,8 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
         == 1
     )
     out = capsys.readouterr().out
-    assert "FAIL  dev-shm: /dev/shm has" in out and "fix: use --kv-tmpfs" in out
+    flat = " ".join(out.split())
+    assert f"FAIL dev-shm: {root}/dev/shm has" in flat and "fix: use --kv-tmpfs" in flat  # the one under --root
     assert "WARN  kv-size" in out  # and it is larger than the CXL tier
 
 

@@ -9,6 +9,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.launch.nodesets import find_gpus, nearest_cxl, parse_node_spec, resolve, socket_of
 from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
@@ -47,8 +48,8 @@ def test_fixtures_present() -> None:
 @pytest.mark.parametrize("root", REGION, ids=[fixture_id(r) for r in REGION])
 def test_defaults_dram_plus_nearest_cxl(root: str) -> None:
     st = _status(root)
-    inv = scan(root)
-    ns = resolve(inv, root, cpu_spec=None, mem_spec=None, gpu_spec=None)
+    inv = scan(Host(root))
+    ns = resolve(inv, Host(root), cpu_spec=None, mem_spec=None, gpu_spec=None)
     kinds = {n["id"]: n["kind"] for n in st["nodes"]}
     cpu = [n["id"] for n in st["nodes"] if n["cpus"]]
     cxl = [n["id"] for n in st["nodes"] if n["kind"] == "cxl" and n["mem_total"]]
@@ -80,7 +81,7 @@ def test_gpu_socket_picks_cpus_and_its_memory(tmp_path: Any, capsys: Any) -> Non
     add_gpu(root, "0000:17:00.0", 0)
     add_gpu(root, "0000:b1:00.0", 2, klass="0x030000")
     add_gpu(root, "0000:b2:00.0", 2, vendor="0x1002")  # not NVIDIA: ignored
-    gpus = find_gpus(root)
+    gpus = find_gpus(Host(root))
     assert [(g.ordinal, g.bdf, g.numa_node) for g in gpus] == [(0, "0000:17:00.0", 0), (1, "0000:b1:00.0", 2)]
     # every GPU: both sockets
     doc = _dry(root, "--policy", "bind")
@@ -121,7 +122,7 @@ def test_gpus_on_a_host_without_gpus(capsys: Any) -> None:
 
 def test_socket_and_nearest_cxl_on_a_model_with_two_cxl_nodes() -> None:
     """Pure functions on the model: two sockets, each with its own CXL node."""
-    inv = scan(fixture_roots("linux-6.12/single-region")[0])
+    inv = scan(Host(fixture_roots("linux-6.12/single-region")[0]))
     n0, n1 = inv.nodes
     nodes = (
         n0._replace(distance=(10, 20, 21, 30)),
@@ -157,7 +158,7 @@ def test_socket_and_nearest_cxl_on_a_model_with_two_cxl_nodes() -> None:
     ],
 )
 def test_node_spec_grammar(spec: str, want: str, ids: tuple) -> None:  # type: ignore[type-arg]
-    inv = scan(fixture_roots("linux-6.12/single-region")[0])
+    inv = scan(Host(fixture_roots("linux-6.12/single-region")[0]))
     assert parse_node_spec(spec, "--x", inv, want=want, allowed=(0, 1)) == ids
 
 
@@ -199,7 +200,7 @@ def test_memory_node_without_memory(tmp_path: Any, capsys: Any) -> None:
 
 
 def test_resolve_raises_usage_errors_directly() -> None:
-    inv = scan(fixture_roots("linux-6.12/single-region")[0])
+    inv = scan(Host(fixture_roots("linux-6.12/single-region")[0]))
     with pytest.raises(UsageError):
         parse_node_spec("3", "--mem-nodes", inv, want="memory")
 
@@ -211,4 +212,4 @@ def test_gpu_attributes_take_ascii_digits_only(tmp_path: Any) -> None:
     with open(os.path.join(root, "sys/devices/pci0000:00/0000:17:00.0/numa_node"), "w") as f:
         f.write("\u0661\n")
     add_gpu(root, "0000:b1:00.0", 2, vendor="0x\u0661\u0660de")  # not a vendor id at all
-    assert [(g.bdf, g.numa_node) for g in find_gpus(root)] == [("0000:17:00.0", None)]
+    assert [(g.bdf, g.numa_node) for g in find_gpus(Host(root))] == [("0000:17:00.0", None)]

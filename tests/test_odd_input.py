@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.paths import CXL_DEVICES
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
@@ -114,7 +115,7 @@ def test_unplug_during_scan_triggers_one_rescan(tree: str) -> None:
     victim = st0["dax_devices"][0]["chardev"]
     link = os.path.join(tree, "sys/bus/dax/devices", victim)
     r = _UnplugOnce(tree, [os.path.realpath(link), link], f"{victim}/size")
-    inv = scan(tree, r)
+    inv = scan(Host(tree), r)
     assert r.fired
     assert victim not in {d.name for d in inv.dax_devices}
     # the rescan saw a consistent tree: the device is simply gone, no warning needed

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras.collect import Mapper
 from cxlctl.ras.events import Event, map_address
@@ -35,9 +36,9 @@ def _facts() -> Dict[str, Any]:
 
 
 def _events(name: str) -> Tuple[List[Event], Stream]:
-    inv = scan(str(TREE))
+    inv = scan(Host(str(TREE)))
     s = Stream()
-    evs = list(Mapper(str(TREE), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
+    evs = list(Mapper(Host(str(TREE)), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
     return evs, s
 
 
@@ -57,7 +58,7 @@ def test_media_error_in_a_region_maps_through_the_decoders() -> None:
     takes it as given, and its own decoder translation of the DPA (used where a
     kernel gives no HPA) must land on exactly that HPA, for each of them."""
     f = _facts()
-    inv = scan(str(TREE))
+    inv = scan(Host(str(TREE)))
     checked = 0
     for name, kind in (
         ("general-media-in-region", "general_media"),

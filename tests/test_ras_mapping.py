@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.ras.events import dpa_to_hpa, endpoint_decoder_for, map_address
 
@@ -21,7 +22,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "linux-6.12"
 
 @pytest.fixture(scope="module")
 def hb2() -> object:
-    return scan(str(FIX / "hb2-region"))
+    return scan(Host(str(FIX / "hb2-region")))
 
 
 def test_dpa_translates_through_the_interleave(hb2: object) -> None:

@@ -19,6 +19,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.kconfig import kernel_version
 from cxlctl.model import Decoder, Dport, Inventory, Port, Region
@@ -45,7 +46,7 @@ GiB = 1 << 30
 def inv_of(kernel: str, name: str) -> Inventory:
     root = os.path.join(FIXTURES, f"linux-{kernel}", name)
     assert os.path.isdir(root), f"missing fixture {root} (scripts/record-fixtures.sh)"
-    return scan(root)
+    return scan(Host(root))
 
 
 def by_serial(inv: Inventory) -> Dict[int, str]:

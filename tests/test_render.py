@@ -9,6 +9,7 @@ from typing import List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.render import render_status, weighted_interleave_line
 from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
@@ -20,7 +21,7 @@ def _render(root: str, width: int) -> List[str]:
     from rich.console import Console
 
     buf = io.StringIO()
-    render_status(scan(root), Console(file=buf, width=width, color_system=None, force_terminal=False))
+    render_status(scan(Host(root)), Console(file=buf, width=width, color_system=None, force_terminal=False))
     return buf.getvalue().splitlines()
 
 
@@ -29,7 +30,7 @@ def _render(root: str, width: int) -> List[str]:
 def test_no_cut_cells_and_no_overlong_lines(root: str, width: int) -> None:
     lines = _render(root, width)
     # what the tree holds is on the page (an empty or half-drawn status would pass the checks below)
-    inv = scan(root)
+    inv = scan(Host(root))
     text = "\n".join(lines)
     assert inv.kernel and inv.kernel in text, text
     assert any(ln.lstrip().startswith("NODE") for ln in lines), text
@@ -63,7 +64,7 @@ def test_through_the_cli_when_piped() -> None:
 
 def test_weighted_interleave_names_only_online_nodes() -> None:
     """hb2x2-region has nodes 0-1 and weight files for node0..node3 (possible nodes)."""
-    inv = scan(LARGEST[0])
+    inv = scan(Host(LARGEST[0]))
     assert sorted(inv.weighted_interleave.weights) == [0, 1, 2, 3]
     line = weighted_interleave_line(inv)
     live, _, rest = line.partition(";")

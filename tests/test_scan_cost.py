@@ -18,6 +18,7 @@ from typing import Any, List, Optional
 import pytest
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.objects import Attrs
 from cxlctl.hostio.reader import Reader, Vanished, natural_key, sort_names
 from cxlctl.inventory import scan
@@ -92,7 +93,7 @@ def test_subdirectory_link_out_of_the_root_is_not_followed(tree_copy: str, tmp_p
     shutil.rmtree(os.path.join(mem, "ram"))
     os.symlink(str(outside), os.path.join(mem, "ram"))
     r = Reader(tree_copy)
-    inv = scan(tree_copy, r)
+    inv = scan(Host(tree_copy), r)
     assert inv.memdevs[0].ram_size is None
     assert any(p.endswith("/ram/size") and "out of the root" in why for p, why in inv.notes)
 
@@ -105,7 +106,7 @@ def tree_copy(tmp_path: Any) -> str:
 @pytest.mark.parametrize("root", ROOTS, ids=[fixture_id(r) for r in ROOTS])
 def test_idle_endpoint_decoders_are_read_for_their_state_only(root: str) -> None:
     r = Reader(root, log=True)
-    inv = scan(root, r)
+    inv = scan(Host(root), r)
     assert r.log is not None
     eps = [d for d in inv.decoders if d.kind == "endpoint"]
     idle = [d for d in eps if d.region is None and d.dpa_size == 0]
@@ -124,7 +125,7 @@ def test_idle_endpoint_decoders_are_read_for_their_state_only(root: str) -> None
 
 
 def test_in_use_endpoint_decoders_keep_every_attribute() -> None:
-    inv = scan(REGION)
+    inv = scan(Host(REGION))
     used = [d for d in inv.decoders if d.kind == "endpoint" and d.region]
     assert used
     for d in used:
@@ -135,7 +136,7 @@ def test_in_use_endpoint_decoders_keep_every_attribute() -> None:
 @pytest.mark.parametrize("root", ROOTS, ids=[fixture_id(r) for r in ROOTS])
 def test_decoders_are_placed_where_their_bus_link_leads(root: str) -> None:
     """The port whose directory lists a decoder is the parent of the decoder's real path."""
-    inv = scan(root)
+    inv = scan(Host(root))
     assert inv.decoders
     bus = os.path.join(root, paths.CXL_DEVICES.lstrip("/"))
     for d in inv.decoders:
@@ -145,7 +146,7 @@ def test_decoders_are_placed_where_their_bus_link_leads(root: str) -> None:
 def test_a_decoder_in_no_port_directory_is_placed_by_its_real_path(tree_copy: str) -> None:
     """A bus entry whose device sits outside every port's directory still gets its parent as port."""
     bus = os.path.join(tree_copy, paths.CXL_DEVICES.lstrip("/"))
-    inv0 = scan(tree_copy)
+    inv0 = scan(Host(tree_copy))
     d0 = next(d for d in inv0.decoders if d.kind == "endpoint")
     real = os.path.realpath(os.path.join(bus, d0.name))
     moved = os.path.join(tree_copy, "sys", "devices", "elsewhere", d0.name)
@@ -153,7 +154,7 @@ def test_a_decoder_in_no_port_directory_is_placed_by_its_real_path(tree_copy: st
     shutil.move(real, moved)
     os.unlink(os.path.join(bus, d0.name))
     os.symlink(os.path.relpath(moved, bus), os.path.join(bus, d0.name))
-    d = next(x for x in scan(tree_copy).decoders if x.name == d0.name)
+    d = next(x for x in scan(Host(tree_copy)).decoders if x.name == d0.name)
     assert d.port == "elsewhere" and d.kind == "switch"  # not a port: as the real-path rule always said
     assert d.size == d0.size
 

@@ -12,6 +12,7 @@ from typing import Any, List
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import natural_key
 from cxlctl.inventory import scan
 from cxlctl.status_json import _emit, dumps, to_dict
@@ -20,7 +21,7 @@ from tests.kit import REPO, fixture_id, fixture_roots
 
 @pytest.mark.parametrize("root", fixture_roots(), ids=fixture_id)
 def test_dumps_is_json_dumps_on_every_fixture(root: str) -> None:
-    inv = scan(root)
+    inv = scan(Host(root))
     assert dumps(inv) == json.dumps(to_dict(inv), indent=2) + "\n"
 
 

@@ -137,7 +137,13 @@ def test_6_1_lacks_per_node_and_per_cgroup_demotion_counters() -> None:
         "pgdemote_proactive",
     ]
     assert node0["counters"]["pgpromote_success"] == 0  # present, and really 0
-    assert rep["system"]["missing"] == ["pgpromote_candidate_nrl", "pgdemote_khugepaged", "pgdemote_proactive"]
+    assert rep["system"]["missing"] == [
+        "pgscan_proactive",
+        "pgsteal_proactive",
+        "pgpromote_candidate_nrl",
+        "pgdemote_khugepaged",
+        "pgdemote_proactive",
+    ]
     assert rep["system"]["counters"]["pgdemote_direct"] == _keyvals(_peer(T61, "D.vmstat"))["pgdemote_direct"]
     (cg,) = rep["cgroups"]
     assert "pgdemote_direct" in cg["missing"] and cg["counters"]["pgdemote_direct"] is None

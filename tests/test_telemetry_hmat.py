@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
+from cxlctl.derive import expected_access
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Coordinates
 from cxlctl.parse import PAGE_SIZE
@@ -22,7 +24,6 @@ from cxlctl.telemetry.report import MB, render_text, to_dict
 from cxlctl.telemetry.sample import (
     NodeInfo,
     cxl_bandwidth,
-    expected_access,
     node_kinds,
     read_sample,
 )
@@ -63,7 +64,7 @@ def _bump(path: str, counter: str, by: int) -> None:
 
 
 def test_recorded_tree_without_hmat_says_null_never_zero() -> None:
-    kinds = node_kinds(TREE)
+    kinds = node_kinds(Host(TREE))
     assert kinds[1].kind == "cxl" and all(i.hmat is None and i.hmat_from is None for i in kinds.values())
     a = read_sample(Reader(TREE), kinds, now=(0.0, 0.0))
     b = read_sample(Reader(TREE), kinds, now=(2.0, 2.0))
@@ -79,7 +80,7 @@ def test_recorded_tree_without_hmat_says_null_never_zero() -> None:
 
 def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(tmp_path: Any) -> None:
     root = _with_hmat(tmp_path)
-    kinds = node_kinds(root)
+    kinds = node_kinds(Host(root))
     assert kinds[0].hmat_from == "node" and kinds[1].hmat == Coordinates(*HMAT[1])
     a = read_sample(Reader(root), kinds, now=(10.0, 0.0))
     # 2,560 pages demoted by kswapd from DRAM node 0 (to CXL), 512 promoted onto it, over 2 s
@@ -128,7 +129,7 @@ def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(
 
 def test_one_undescribed_cxl_node_leaves_the_share_unknown(tmp_path: Any) -> None:
     root = _with_hmat(tmp_path, nodes=(0,))  # DRAM described, the CXL node not
-    kinds = node_kinds(root)
+    kinds = node_kinds(Host(root))
     assert kinds[0].hmat is not None and kinds[1].hmat is None
     assert cxl_bandwidth(kinds) == (None, None)
     two = {1: NodeInfo("cxl", 5, Coordinates(100, 50)), 2: NodeInfo("cxl", 5, None)}
@@ -140,7 +141,7 @@ def test_one_undescribed_cxl_node_leaves_the_share_unknown(tmp_path: Any) -> Non
 def test_a_cxl_node_without_hmat_takes_its_regions_cdat_coordinates() -> None:
     from cxlctl.inventory import scan
 
-    inv = scan(os.path.join(FIXTURES, "linux-6.12", "single-region"))
+    inv = scan(Host(os.path.join(FIXTURES, "linux-6.12", "single-region")))
     (cxl,) = [n for n in inv.nodes if n.kind == "cxl"]
     assert cxl.access0 is None and cxl.regions == ("region0",)
     region = inv.regions[0]

@@ -27,6 +27,7 @@ from cxlctl.config import load
 from cxlctl.daemon import metrics
 from cxlctl.daemon.metrics import Stats, View
 from cxlctl.daemon.telemetry import Sampler
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.telemetry.sample import kinds_of
 from cxlctl.telemetry.verdicts import VERDICTS
@@ -49,8 +50,8 @@ def promtool() -> Optional[str]:
 
 
 def _text(root: str) -> str:
-    inv = scan(root)
-    tel = Sampler(root).tick(kinds_of(inv.nodes))
+    inv = scan(Host(root))
+    tel = Sampler(Host(root)).tick(kinds_of(inv.nodes))
     return metrics.build(View(inv, None, "observing", (), None, Stats(), True, tel))
 
 
@@ -78,8 +79,8 @@ def test_tiering_metrics_parse_back_with_kernel_names_and_verdicts() -> None:
 def test_missing_counters_are_absent_series_and_listed() -> None:
     """A 6.1-style node vmstat without pgdemote_khugepaged: no series, one 'missing' gauge."""
     root = pristine(LIVE)
-    inv = scan(root)
-    s = Sampler(root).tick(kinds_of(inv.nodes))
+    inv = scan(Host(root))
+    s = Sampler(Host(root)).tick(kinds_of(inv.nodes))
     node0 = s.sample.nodes[0]
     values = dict(node0.vmstat.values, pgdemote_khugepaged=None)
     vm = node0.vmstat._replace(values=values, missing=("pgdemote_khugepaged",))
@@ -138,7 +139,7 @@ def test_a_reload_that_changes_the_cgroups_makes_a_new_sampler(tmp_path: Any) ->
     root = work_tree(pristine(LIVE), str(tmp_path / "root"))
     cfgfile = tmp_path / "cxlctl.toml"
     cfgfile.write_text("[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n")
-    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    d, _, _ = make_daemon(root, load(Host(root), str(cfgfile)), config_path=str(cfgfile))
     try:
         d.startup()
         same = d.sampler
@@ -156,7 +157,7 @@ def test_a_reload_restarts_the_telemetry_timer_with_the_new_interval(tmp_path: A
     cfgfile = tmp_path / "cxlctl.toml"
     body = "[drift]\ninterval = 0\n[health]\nenabled = false\n[metrics]\nlisten = ''\n"
     cfgfile.write_text(body + "telemetry_interval = 3600\n")
-    d, _, _ = make_daemon(root, load(root, str(cfgfile)), config_path=str(cfgfile))
+    d, _, _ = make_daemon(root, load(Host(root), str(cfgfile)), config_path=str(cfgfile))
     try:
         d.startup()
         assert d.deadlines["telemetry"] > d.clock() + 3000

@@ -15,6 +15,7 @@ import pytest
 
 from cxlctl.cli import run
 from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, EXIT_LOCKED, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
@@ -415,7 +416,7 @@ def _cxl_wi_sources() -> List[str]:
             continue
         root = os.path.join(REPO, "fixtures", s)
         wi = root + "/sys/kernel/mm/mempolicy/weighted_interleave"
-        if os.path.isdir(wi) and len(os.listdir(wi)) >= 2 and any(n.kind == "cxl" for n in scan(root).nodes):
+        if os.path.isdir(wi) and len(os.listdir(wi)) >= 2 and any(n.kind == "cxl" for n in scan(Host(root)).nodes):
             out.append(s)
     return out
 
@@ -433,7 +434,7 @@ def test_weights_and_auto_are_one_group(auto_name: str, tmp_path: Any, capsys: A
     before = snapshot(root)
     res = _json(["--root", root, "tune", "apply", "t-ratio"])
     assert res["ok"]
-    inv = scan(root)
+    inv = scan(Host(root))
     dram = [n.id for n in inv.nodes if n.kind == "dram"]
     cxl = [n.id for n in inv.nodes if n.kind == "cxl"]
     for n in dram:

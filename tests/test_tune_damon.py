@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl.damon.sysfs import probe_host, read_damon
 from cxlctl.errors import EXIT_DRIFT, EXIT_USAGE
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.damon_tiering import DamonSpec, parse_duration_us, validate
@@ -102,7 +103,7 @@ def test_reader_cxlctls_kdamonds_recorded_while_tiering() -> None:
     from cxlctl.tuning.plan import plan
 
     root = os.path.join(FIXTURES, TIERING)
-    p = plan(scan(root), load(root, "inference-damon"), read_current(root))
+    p = plan(scan(Host(root)), load(root, "inference-damon"), read_current(root))
     assert p.refusals and "migrate_cold" in p.refusals[0]
 
 
@@ -175,7 +176,7 @@ def test_plan_on_612_monitors_each_nodes_blocks(tmp_path: Any, monkeypatch: Any)
     by = {s.setting: s for s in p.steps if s.knob == "damon"}
     from cxlctl.inventory import scan
 
-    inv = scan(root)
+    inv = scan(Host(root))
     cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
     assert len(cxl) == 1
     cxl_id = cxl[0].id
@@ -426,11 +427,11 @@ def test_recommend_names_damon_where_the_kernel_has_it() -> None:
     new = os.path.join(FIXTURES, IDLE)
     from cxlctl.inventory import scan
 
-    rec = recommend(scan(new), read_current(new))
+    rec = recommend(scan(Host(new)), read_current(new))
     text = " ".join(rec.reasons) + " ".join(f"{p} {w}" for p, w in rec.alternatives)
     assert "inference-damon" in (rec.profile or "") + text and "migrate_hot/migrate_cold" in text
     old = os.path.join(FIXTURES, OLD)
-    rec = recommend(scan(old), read_current(old))
+    rec = recommend(scan(Host(old)), read_current(old))
     assert rec.profile != "inference-damon" and "inference-damon" not in [p for p, _ in rec.alternatives]
 
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Coordinates, Inventory, Memdev, Node, Region
 from cxlctl.tuning import profile as prof
@@ -35,11 +36,12 @@ def test_reduce_weights_hmsdk_style() -> None:
     assert reduce_weights({0: 100}) == {0: 1}
     assert reduce_weights({}) == {}
     # no small ratio fits: the cap bounds the largest weight, the smallest stays 1
-    assert reduce_weights({0: 1_000_000, 1: 1_000}) == {0: 10, 1: 1}
+    assert reduce_weights({0: 1_000_000, 1: 1_000}, cap=10) == {0: 10, 1: 1}
     assert reduce_weights({0: 1_000_000, 1: 1_000}, cap=255) == {0: 255, 1: 1}
     assert reduce_weights({0: 100000, 2: 33000}, cap=1) == {0: 1, 2: 1}
     for bw in ({0: 123456, 1: 654321, 2: 1}, {0: 2**40, 1: 3}):
-        assert all(1 <= v <= 10 for v in reduce_weights(bw).values())
+        assert all(1 <= v <= 10 for v in reduce_weights(bw, cap=10).values())
+        assert all(1 <= v <= 32 for v in reduce_weights(bw).values())
 
 
 def test_ratio_weights_and_parse() -> None:
@@ -70,7 +72,7 @@ def test_canonical_text_round_trip() -> None:
 @pytest.mark.parametrize("source", SOURCES)
 def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
     root = work_copy(source, str(tmp_path / "root"))
-    inv = scan(root)
+    inv = scan(Host(root))
     cur = read_current(root)
     for name in PROFILES:
         p = prof.load(root, name)
@@ -101,7 +103,7 @@ def test_plan_invariants_on_recorded_trees(source: str, tmp_path: Any) -> None:
 
 
 def _host_inventory() -> Inventory:
-    return scan(pristine(SOURCES[-1]))
+    return scan(Host(pristine(SOURCES[-1])))
 
 
 def _with_cxl(

@@ -12,6 +12,7 @@ import os
 from typing import Any, List
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
@@ -25,7 +26,7 @@ REGION = "linux-6.12/single-region"  # a DRAM node and an online CXL node
 
 def test_the_plan_is_what_prepare_gives_and_commit_writes_it(tmp_path: Any) -> None:
     root = work_copy(SOURCE, str(tmp_path / "root"))
-    inv = scan(root)
+    inv = scan(Host(root))
     txn = Transaction(root, load(root, "t-everything"), inventory=inv)
     assert txn.prepared.inventory is inv, "an inventory the caller has is used, not rescanned"
     assert txn.plan == engine.prepare(root, "t-everything").plan
@@ -56,12 +57,12 @@ def test_launcher_weights_are_an_in_memory_profile_no_file_in_run(tmp_path: Any)
     from tests.daemon_support import make_daemon
 
     root = work_copy(REGION, str(tmp_path / "root"))
-    inv = scan(root)
-    ns = resolve(inv, root, cpu_spec=None, mem_spec=None, gpu_spec=None)
-    wp = sysweights.plan(root, inv, ns, ns.mem_nodes, (3, 1))
+    inv = scan(Host(root))
+    ns = resolve(inv, Host(root), cpu_spec=None, mem_spec=None, gpu_spec=None)
+    wp = sysweights.plan(Host(root), inv, ns, ns.mem_nodes, (3, 1))
     assert wp.writes and wp.transaction is not None
     assert wp.transaction.profile.data == sysweights.profile_data(ns.mem_nodes, (3, 1), None)
-    sysweights.apply(root, wp)
+    sysweights.apply(Host(root), wp)
     assert not os.path.exists(os.path.join(root, "run/cxlctl/launch")), "no profile file is written to pass weights"
     j = journal(root)
     assert j.profile == "launch-weights" and j.profile_data == wp.transaction.profile.data
@@ -97,12 +98,12 @@ def test_a_reconcile_pass_scans_once_and_plans_through_one_transaction(tmp_path:
     calls: List[str] = []
     real = cxlctl.inventory.scan
 
-    def counting(r: str, *a: Any, **kw: Any) -> Any:
-        calls.append(r)
-        return real(r, *a, **kw)
+    def counting(h: Any, *a: Any, **kw: Any) -> Any:
+        calls.append(h.root)
+        return real(h, *a, **kw)
 
     monkeypatch.setattr(cxlctl.inventory, "scan", counting)
-    d, _, _ = make_daemon(root, load_config(root)._replace(metrics_listen=None, health_enabled=False))
+    d, _, _ = make_daemon(root, load_config(Host(root))._replace(metrics_listen=None, health_enabled=False))
     try:
         res = d.rec.reconcile("test")
     finally:

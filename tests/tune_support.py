@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Set, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from tests.kit import REPO, cli, copy_fixture, fixture_id, fixture_roots
@@ -186,7 +187,7 @@ def knobs_to_cover(root: str) -> List[str]:
 
     cur = read_current(root)
     want = [k.name for k in REGISTRY if k.kind != "group" and cur.get(k.path) is not None]
-    if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(root).nodes):
+    if cur.wi_files and any(n.kind == "cxl" and n.has_memory for n in scan(Host(root)).nodes):
         want.append("weighted_interleave")
     return want
 

@@ -5,8 +5,11 @@ code.  Module map: :mod:`.app` assembles the app; :mod:`.common` holds the
 shared options, emitters, state and error mapping; one module per command
 group (:mod:`.status`, :mod:`.record`, :mod:`.tune`, :mod:`.region`,
 :mod:`.launch`, :mod:`.daemon`, :mod:`.shell`); :mod:`.params` the help-text
-helpers.  ``status --json`` does not come here at all (the fast path in
-:mod:`cxlctl.__main__`).
+helpers.  What a command does after parsing is its package's (``commands.py``,
+``ras/command.py``, ``regions/request.py``, ``launch/command.py``,
+``tuning/command.py``, ``telemetry/live.py``).  ``status``, ``doctor --json`` and
+``stat --json`` usually do not come here at all (the fast path in
+:mod:`cxlctl.__main__`, same command functions, same error mapping).
 """
 
 from __future__ import annotations

@@ -47,9 +47,9 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Inventory, tune and use CXL memory on Linux hosts."""
-    from cxlctl.hostio.root import resolve_root
+    from cxlctl.hostio.host import Host
 
-    enter(ctx, CliState(resolve_root(root)))
+    enter(ctx, CliState(Host.resolve(root)))
 
 
 def make_app() -> typer.Typer:

@@ -3,18 +3,18 @@
 One module so the command modules depend on it and on nothing else of the CLI
 (:mod:`cxlctl.cli.app` imports them, never the other way: no import cycle).
 
-* State: the global ``--root`` is resolved once by the app's callback and kept
-  in the click context (``ctx.obj``, a :class:`CliState`); :func:`host_root` reads it
-  back through a context variable that the callback sets and the context's close
-  resets (typer has no public "current context"; its vendored click is private).
+* State: the global ``--root`` is resolved once by the app's callback into a
+  :class:`~cxlctl.hostio.host.Host`, kept in the click context (``ctx.obj``, a
+  :class:`CliState`); :func:`host` reads it back through a context variable that
+  the callback sets and the context's close resets (typer has no public "current
+  context"; its vendored click is private).  Commands pass it to the engines.
 * ``--json`` (:data:`JSON_OPT`) and ``--wait`` (:data:`WAIT_OPT`) mean the same
   on every command; :func:`emit_json` writes one document with its
   ``schema_version``; messages go to stderr (:func:`note`) so stdout stays
   parseable.
-* :func:`run_app` is the one place turning :class:`CxlctlError`, click's usage
-  errors and a stdout that cannot be written into a one-line message and an exit
-  code, so no user error shows a traceback; with ``--json`` it also prints the
-  error as a JSON object on stdout (:func:`cxlctl.errors.json_error`).
+* :func:`run_app` turns click's usage errors into cxlctl's own and runs the app
+  under :func:`cxlctl.emit.guarded`, the one mapping of errors to a message and an
+  exit code that the fast path (:mod:`cxlctl.__main__`) shares.
 * :func:`progress_bar`: a rich bar on stderr for long work, only on a terminal
   and never with ``--json`` (the engines take a plain callback, see
   :mod:`cxlctl.progress`).
@@ -22,22 +22,24 @@ One module so the command modules depend on it and on nothing else of the CLI
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, TextIO
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import typer
 
-from cxlctl.errors import EXIT_USAGE, CxlctlError, InternalError, StdoutError, UsageError, json_error
+from cxlctl.emit import SCHEMA_VERSION as SCHEMA_VERSION
+from cxlctl.emit import emit_json as emit_json
+from cxlctl.emit import fold_for_terminal as fold_for_terminal
+from cxlctl.emit import guarded
+from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.progress import ProgressFn
 from cxlctl.term import isatty as isatty
 
 from .params import seconds
-
-SCHEMA_VERSION = 1
 
 JSON_OPT = typer.Option(False, "--json", help="One JSON document on stdout (messages go to stderr).")
 WAIT_OPT = typer.Option(
@@ -46,10 +48,15 @@ WAIT_OPT = typer.Option(
 
 
 class CliState:
-    """What the global options decided, kept in ``ctx.obj`` for the commands."""
+    """What the global options decided, kept in ``ctx.obj`` for the commands: the
+    :class:`~cxlctl.hostio.host.Host` the command acts on, resolved once from ``--root``."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    @property
+    def root(self) -> str:
+        return self.host.root
 
 
 #: the state of the command being run: set by :func:`enter`, reset when its click context closes
@@ -68,14 +75,18 @@ def group(name: str, help: str) -> typer.Typer:
     return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
-def host_root() -> str:
-    """The ``--root`` the app callback resolved (from the click context's ``obj``)."""
+def host() -> Host:
+    """The host the app callback resolved from ``--root`` (the click context's ``obj``): one per
+    command, handed to the engine functions."""
     state = _CURRENT.get()
     if state is None:  # a command invoked without the app callback: only in tests of a lone group
-        from cxlctl.hostio.root import resolve_root
+        return Host.resolve(None)
+    return state.host
 
-        return resolve_root(None)
-    return state.root
+
+def host_root() -> str:
+    """``host().root``: for the engine functions that still take a root string."""
+    return host().root
 
 
 def interval_option(value: str, minimum: float, example: str) -> float:
@@ -89,27 +100,6 @@ def interval_option(value: str, minimum: float, example: str) -> float:
     if s < minimum:
         raise UsageError(f"--interval {value!r} is too short", hint=f"use {minimum:g} s or more")
     return s
-
-
-def emit_json(doc: Dict[str, Any], stream: Optional[TextIO] = None, indent: Optional[int] = 2) -> None:
-    """One JSON document (with ``schema_version`` first) on stdout, or ``stream``."""
-    out = sys.stdout if stream is None else stream
-    out.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent) + "\n")
-
-
-def fold_for_terminal(text: str, stream: Optional[TextIO] = None) -> str:
-    """``text`` folded at the terminal's width when ``stream`` (stderr) is a terminal;
-    unchanged otherwise.
-
-    Messages on stderr are one line each in a pipe, a log or the journal, where a line is a
-    record that grep and journalctl keep whole; on a person's terminal a 200-column error
-    is folded on spaces (paths and flags never broken), continuation lines indented."""
-    from cxlctl.term import fold, width
-
-    if not isatty(stream or sys.stderr):
-        return text
-    cols = max(width(), 60)
-    return "\n".join(fold(line, cols) for line in text.split("\n"))
 
 
 def note(msgs: Iterable[str]) -> None:
@@ -173,46 +163,6 @@ def progress_bar(json_out: bool) -> Iterator[Optional[ProgressFn]]:
         yield update
 
 
-class _Stdout:
-    """``sys.stdout`` while a command runs: turns a failed write or flush into :class:`StdoutError`
-    and remembers whether anything was written (then a ``--json`` failure adds no second document).
-
-    A closed stdout (``>&-``: Python sets ``sys.stdout`` to None), a full disk
-    (``>/dev/full``) or a closed pipe would otherwise surface as a traceback, an
-    "internal error", or exit 0/120 once the interpreter's own last flush fails.
-    """
-
-    def __init__(self, inner: Optional[TextIO]) -> None:
-        self.inner = inner
-        self.written = False
-
-    def write(self, text: str) -> int:
-        if self.inner is None:
-            raise StdoutError.of(None)
-        if text:
-            self.written = True
-        try:
-            return self.inner.write(text)
-        except (OSError, ValueError) as e:
-            raise StdoutError.of(e) from None
-
-    def flush(self) -> None:
-        if self.inner is None:
-            return
-        try:
-            self.inner.flush()
-        except (OSError, ValueError) as e:
-            raise StdoutError.of(e) from None
-
-    def isatty(self) -> bool:
-        return self.inner is not None and isatty(self.inner)
-
-    def __getattr__(self, name: str) -> Any:  # encoding, fileno, ... for rich and click
-        if self.inner is None:
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
 def _json_requested(argv: List[str]) -> bool:
     """``--json`` among the options (not in a launched program's arguments after ``--``)."""
     return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
@@ -223,28 +173,7 @@ def run_app(app: typer.Typer, argv: List[str]) -> int:
 
     The message goes to stderr; with ``--json`` the same error is also one JSON object
     on stdout (docs/json-schema.md), unless the command had already printed its document."""
-    out = _Stdout(sys.stdout)
-    sys.stdout = out
-    try:
-        code = _run(app, argv)
-        out.flush()
-        return code
-    except CxlctlError as e:
-        err = e
-    finally:
-        sys.stdout = out.inner
-    if isinstance(err, StdoutError):
-        if not err.broken_pipe:  # `cxlctl … | head`: the reader left, nobody to tell
-            sys.stderr.write(fold_for_terminal(err.render()) + "\n")
-        return err.code
-    sys.stderr.write(fold_for_terminal(err.render()) + "\n")
-    if _json_requested(argv) and not out.written and out.inner is not None:
-        try:
-            out.inner.write(json_error(err))
-            out.inner.flush()
-        except (OSError, ValueError):
-            pass  # stdout itself fails: the message on stderr says enough
-    return err.code
+    return guarded(lambda: _run(app, argv), _json_requested(argv))
 
 
 def _run(app: typer.Typer, argv: List[str]) -> int:
@@ -264,10 +193,6 @@ def _run(app: typer.Typer, argv: List[str]) -> int:
             e.show()  # type: ignore[attr-defined]
             return EXIT_USAGE
         raise _usage_error(e) from None
-    except Exception as e:  # real bugs
-        if os.environ.get("CXLCTL_DEBUG"):
-            raise
-        raise InternalError(e) from None
     if isinstance(rv, int) and not isinstance(rv, bool):
         return rv
     return 0

@@ -33,9 +33,10 @@ def run_cmd(
     """Run in the foreground (for systemd Type=notify): reconcile on udev events, watch drift, publish metrics."""
     from cxlctl import config as cfgmod
     from cxlctl.daemon.loop import Daemon
+    from cxlctl.hostio.host import Host
 
     root = host_root()
-    cfg = cfgmod.load(root, config)
+    cfg = cfgmod.load(Host(root), config)
     d = Daemon(root, cfg, config_path=config, use_udev=not no_udev and root == "/")
     rc = d.run(once=once)
     if rc:
@@ -46,8 +47,9 @@ def run_cmd(
 def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
     from cxlctl import config as cfgmod
+    from cxlctl.hostio.host import Host
 
-    cfg = cfgmod.load(host_root(), config)
+    cfg = cfgmod.load(Host(host_root()), config)
     if json_out:
         emit_json(cfgmod.render(cfg))
         return
@@ -64,9 +66,10 @@ def metrics_cmd(
     from cxlctl import config as cfgmod
     from cxlctl.daemon import metrics
     from cxlctl.daemon.oneshot import metrics_view
+    from cxlctl.hostio.host import Host
 
     root = host_root()
-    view = metrics_view(root, cfgmod.load(root, config), with_health=not no_health)
+    view = metrics_view(root, cfgmod.load(Host(root), config), with_health=not no_health)
     if json_out:
         emit_json(metrics.as_json(view))
         return
@@ -78,10 +81,11 @@ def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     """Print the Node Feature Discovery feature file the daemon would write now (writes nothing)."""
     from cxlctl import config as cfgmod
     from cxlctl.daemon.oneshot import labels
+    from cxlctl.hostio.host import Host
     from cxlctl.k8s import nfd
 
     root = host_root()
-    lbls = labels(root, cfgmod.load(root, config))
+    lbls = labels(root, cfgmod.load(Host(root), config))
     if json_out:
         emit_json({"labels": lbls})
         return

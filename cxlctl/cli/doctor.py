@@ -1,15 +1,14 @@
-"""``cxlctl doctor``: why CXL memory is missing, slow or misplaced (logic in :mod:`cxlctl.doctor`)."""
+"""``cxlctl doctor``: why CXL memory is missing, slow or misplaced (:func:`cxlctl.commands.doctor`)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Optional
 
 import typer
 
 from cxlctl.errors import UsageError
 
-from .common import JSON_OPT, emit_json, host_root
+from .common import JSON_OPT, host
 
 ENGINES = ("vllm", "sglang")
 
@@ -26,17 +25,6 @@ def doctor(
     """
     if engine is not None and engine not in ENGINES:
         raise UsageError(f"--for {engine!r}: unknown engine", hint="use --for vllm or --for sglang")
-    from cxlctl.doctor.gather import gather
-    from cxlctl.doctor.report import exit_code, failure, render, run, to_json
+    from cxlctl.commands import doctor as run
 
-    facts = gather(host_root(), engine=engine)
-    checks = run(facts)
-    if json_out:
-        emit_json(to_json(facts, checks))
-    else:
-        from cxlctl.term import console
-
-        render(facts, checks, console())
-    sys.stdout.flush()
-    if exit_code(checks):
-        raise failure(checks)
+    run(host(), json_out, engine)

@@ -32,15 +32,16 @@ def nri_config_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """The memory-policy plugin's classes for this host: weighted interleave, KV on CXL, DRAM bind (YAML)."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.k8s import nri
     from cxlctl.launch.build import _ratio
 
-    root = host_root()
+    host = Host(host_root())
     r = _ratio(ratio)
     nri.check_prefix(prefix)
     nri.check_namespace(namespace)
-    cfg = nri.build(root, scan(root), r, prefix)
+    cfg = nri.build(host, scan(host), r, prefix)
     if json_out:
         emit_json(nri.to_json(cfg))
         return

@@ -1,7 +1,7 @@
 """``cxlctl launch exec|vllm|sglang`` and ``cxlctl policy show``: the launcher's command line.
 
-Thin: :mod:`cxlctl.launch.build` plans and executes, :mod:`cxlctl.launch.proof`
-reports; this module parses options, renders, and maps outcomes to exit codes
+Thin: :func:`cxlctl.launch.command.launch` plans, shows and executes,
+:mod:`cxlctl.launch.proof` reports; this module parses options.  Exit codes
 (2 bad input, 1 a failed pre-flight or apply — nothing launched, 3 a process
 whose placement differs from what was asked).  A real launch never returns:
 the engine replaces cxlctl.  Its plan goes to stderr, so the engine's stdout
@@ -10,20 +10,13 @@ is the engine's alone; ``--dry-run`` prints it on stdout.
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import TYPE_CHECKING, List, Optional
+from typing import Any, List, Optional
 
 import typer
 
-from cxlctl.errors import EXIT_DRIFT, CxlctlError
-
 from .common import JSON_OPT as JSON_DOC_OPT
-from .common import emit_json, group, host_root
+from .common import emit_json, group, host
 from .params import Command, argument, integer
-
-if TYPE_CHECKING:
-    pass
 
 launch_app = group(
     "launch",
@@ -109,69 +102,13 @@ MOONCAKE_OPT = typer.Option(
 ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
-def _launch(
-    engine: str,
-    args: Optional[List[str]],
-    *,
-    engine_cmd: Optional[str] = None,
-    policy: Optional[str],
-    cpu_nodes: Optional[str],
-    mem_nodes: Optional[str],
-    ratio: Optional[str],
-    gpus: Optional[str],
-    kv_size: Optional[str],
-    reserve: Optional[str],
-    model_config: Optional[str],
-    dry_run: bool,
-    json_out: bool,
-    kv_tmpfs: bool = False,
-    keep_numa_bind: bool = False,
-    lmcache: bool = False,
-    devdax: Optional[str] = None,
-    devdax_pool_id: Optional[str] = None,
-    devdax_offset: Optional[str] = None,
-    mooncake: bool = False,
-) -> None:
-    from cxlctl.launch.build import Request, build, execute, to_json
+def _launch(engine: str, args: Optional[List[str]], json_out: bool, **fields: Any) -> None:
+    """Launch ``engine``: each command's options are named as :class:`~cxlctl.launch.build.Request`'s
+    fields, so a command passes them on as they are (``**locals()``)."""
+    from cxlctl.launch.build import Request
+    from cxlctl.launch.command import launch
 
-    req = Request(
-        engine=engine,
-        args=tuple(args or ()),
-        engine_cmd=engine_cmd,
-        policy=policy,
-        cpu_nodes=cpu_nodes,
-        mem_nodes=mem_nodes,
-        ratio=ratio,
-        gpus=gpus,
-        kv_size=kv_size,
-        reserve=reserve,
-        model_config=model_config,
-        kv_tmpfs=kv_tmpfs,
-        keep_numa_bind=keep_numa_bind,
-        lmcache=lmcache,
-        dry_run=dry_run,
-        devdax=devdax,
-        devdax_pool_id=devdax_pool_id,
-        devdax_offset=devdax_offset,
-        mooncake=mooncake,
-    )
-    lp = build(host_root(), req)
-    if json_out:
-        (sys.stdout if dry_run else sys.stderr).write(
-            json.dumps(to_json(lp, dry_run), indent=2 if dry_run else None) + "\n"
-        )
-    else:
-        from cxlctl.launch.render import plan_text
-
-        plan_text(lp, sys.stdout if dry_run else sys.stderr, dry_run)
-    if lp.failed:
-        raise CxlctlError(
-            f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched",
-            hint="each problem above names its fix",
-        )
-    if dry_run:
-        return
-    execute(host_root(), lp)
+    launch(host(), Request(engine=engine, args=tuple(args or ()), **fields), json_out)
 
 
 @launch_app.command("exec", cls=Command, context_settings=_CTX)
@@ -196,26 +133,7 @@ def exec_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Run any program under the policy: cxlctl launch exec OPTIONS -- PROGRAM ARGS..."""
-    _launch(
-        "exec",
-        args,
-        policy=policy,
-        cpu_nodes=cpu_nodes,
-        mem_nodes=mem_nodes,
-        ratio=ratio,
-        gpus=gpus,
-        kv_size=kv_size,
-        reserve=reserve,
-        model_config=None,
-        dry_run=dry_run,
-        devdax=devdax,
-        devdax_pool_id=devdax_pool_id,
-        devdax_offset=devdax_offset,
-        mooncake=mooncake,
-        json_out=json_out,
-        kv_tmpfs=kv_tmpfs,
-        lmcache=lmcache,
-    )
+    _launch("exec", **locals())
 
 
 @launch_app.command("vllm", cls=Command, context_settings=_CTX)
@@ -241,28 +159,7 @@ def vllm_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Run vLLM with its CPU KV offload on CXL: cxlctl launch vllm OPTIONS -- serve MODEL ..."""
-    _launch(
-        "vllm",
-        args,
-        engine_cmd=engine_cmd,
-        policy=policy,
-        cpu_nodes=cpu_nodes,
-        mem_nodes=mem_nodes,
-        ratio=ratio,
-        gpus=gpus,
-        kv_size=kv_size,
-        reserve=reserve,
-        model_config=model_config,
-        dry_run=dry_run,
-        devdax=devdax,
-        devdax_pool_id=devdax_pool_id,
-        devdax_offset=devdax_offset,
-        mooncake=mooncake,
-        json_out=json_out,
-        kv_tmpfs=kv_tmpfs,
-        keep_numa_bind=keep_numa_bind,
-        lmcache=lmcache,
-    )
+    _launch("vllm", **locals())
 
 
 @launch_app.command("sglang", cls=Command, context_settings=_CTX)
@@ -286,26 +183,7 @@ def sglang_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Run SGLang with its hierarchical cache on CXL: cxlctl launch sglang OPTIONS -- --model-path M ..."""
-    _launch(
-        "sglang",
-        args,
-        engine_cmd=engine_cmd,
-        policy=policy,
-        cpu_nodes=cpu_nodes,
-        mem_nodes=mem_nodes,
-        ratio=ratio,
-        gpus=gpus,
-        kv_size=kv_size,
-        reserve=reserve,
-        model_config=model_config,
-        dry_run=dry_run,
-        devdax=devdax,
-        devdax_pool_id=devdax_pool_id,
-        devdax_offset=devdax_offset,
-        mooncake=mooncake,
-        json_out=json_out,
-        lmcache=lmcache,
-    )
+    _launch("sglang", **locals())
 
 
 @launch_app.command("lmcache", cls=Command, context_settings=_CTX)
@@ -329,24 +207,7 @@ def lmcache_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Run LMCache's server with its L1 on a CXL devdax device: cxlctl launch lmcache --devdax DEV -- server ..."""
-    _launch(
-        "lmcache",
-        args,
-        engine_cmd=engine_cmd,
-        policy=policy,
-        cpu_nodes=cpu_nodes,
-        mem_nodes=mem_nodes,
-        ratio=ratio,
-        gpus=gpus,
-        kv_size=kv_size,
-        reserve=None,
-        model_config=None,
-        dry_run=dry_run,
-        json_out=json_out,
-        devdax=devdax,
-        devdax_pool_id=devdax_pool_id,
-        devdax_offset=devdax_offset,
-    )
+    _launch("lmcache", **locals())
 
 
 @policy_app.command("show", cls=Command)
@@ -355,9 +216,10 @@ def show_cmd(
     json_out: bool = JSON_DOC_OPT,
 ) -> None:
     """A process' memory policy, its pages per node, and how that compares with what cxlctl launch asked."""
+    from cxlctl.launch.command import drift
     from cxlctl.launch.proof import show
 
-    rep = show(host_root(), pid)
+    rep = show(host(), pid)
     if json_out:
         emit_json(rep)
     else:
@@ -365,10 +227,4 @@ def show_cmd(
         from cxlctl.term import console
 
         proof(rep, console())
-    if rep["match"] is False:
-        bad = ", ".join(c["check"] for c in rep["checks"] if c["status"] == "fail")
-        raise CxlctlError(
-            f"process {pid} differs from what was asked ({bad})",
-            code=EXIT_DRIFT,
-            hint="a child may have set its own policy (vLLM --numa-bind, SGLang NUMA binding), or the weights/cpuset changed",
-        )
+    drift(rep, pid)

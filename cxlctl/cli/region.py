@@ -13,23 +13,18 @@ See docs/regions.md.
 
 from __future__ import annotations
 
-import re
 import sys
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
-from cxlctl.parse import decimal_suffix
-
-from .common import JSON_OPT, WAIT_OPT, emit_json, group, host_root, logger, need_root, progress_bar
+from .common import JSON_OPT, WAIT_OPT, emit_json, group, host, host_root, logger, need_root, progress_bar
 from .params import Command, argument, integer
 
 if TYPE_CHECKING:
-    from cxlctl.model import Inventory
     from cxlctl.regions.batch import Batch
     from cxlctl.regions.dax import Reconfigured
-    from cxlctl.regions.planner import Plan, Request
+    from cxlctl.regions.planner import Plan
 
 region_app = group("region", "Plan, create and destroy interleaved CXL RAM regions (docs/regions.md).")
 dax_app = group("dax", "Switch DAX devices between devdax and system-ram, onlining in the chosen zone.")
@@ -77,87 +72,6 @@ ZONE_OPT = typer.Option(
 )
 
 
-def _zone(zone: Optional[str], mode: str, opt: str) -> str:
-    """``--zone`` (default normal) for system-ram; with devdax, where no memory is onlined, a usage error
-    rather than a silently ignored option."""
-    if zone is not None and mode == "devdax":
-        raise UsageError(
-            f"--zone {zone} has no effect with {opt} devdax: a devdax device is not onlined as memory",
-            hint=f"drop --zone, or use {opt} system-ram",
-        )
-    return _choice(zone or "normal", ("normal", "movable"), "--zone")
-
-
-def _choice(value: str, allowed: Tuple[str, ...], opt: str) -> str:
-    v = value.strip().lower()
-    if v not in allowed:
-        raise UsageError(f"{opt} {value!r} is not one of {', '.join(allowed)}", hint=f"use {opt} {allowed[0]}")
-    return v
-
-
-def _request(
-    memdevs: Optional[str],
-    ways: Optional[int],
-    size: Optional[str],
-    granularity: Optional[str],
-    decoder: Optional[str],
-    rtype: str,
-) -> Request:
-    from cxlctl.parse import parse_name_list, parse_size
-    from cxlctl.regions.planner import Request
-
-    names: Tuple[str, ...] = ()
-    if memdevs is not None:
-        if not memdevs.replace(",", "").strip():
-            raise UsageError("--memdevs is empty", hint="e.g. --memdevs mem0,mem1")
-        try:  # as strict as --mem-nodes: "mem0,,mem1" is an error, not "mem0,mem1"
-            names = tuple(parse_name_list(memdevs, "memdev", "mem"))
-        except ValueError as e:
-            raise UsageError(
-                f"--memdevs: {e}", hint="memdevs are named memN, comma-separated (cxlctl status)"
-            ) from None
-        given = [p.strip() for p in memdevs.split(",")]
-        if len(given) != len(names):  # parse_name_list drops repeats; a region cannot use a memdev twice
-            twice = sorted({n for n in given if given.count(n) > 1})
-            raise UsageError(
-                f"--memdevs {memdevs!r} names {', '.join(twice)} more than once",
-                hint="name each memdev once; --ways N alone lets cxlctl pick N",
-            )
-    if ways is not None and ways <= 0:
-        raise UsageError(f"--ways {ways} must be positive")
-    sz: Optional[int] = None
-    if size is not None:
-        try:
-            sz = parse_size(size)
-        except ValueError as e:
-            raise UsageError(f"--size: {e}", hint="e.g. --size 512M or --size 4G") from None
-        if sz == 0:
-            raise UsageError("--size 0: a region needs a size", hint="leave --size out to use all that fits")
-    g: Optional[int] = None
-    if granularity is not None:
-        try:
-            g = parse_size(granularity)
-        except ValueError as e:
-            raise UsageError(f"--granularity: {e}", hint="e.g. --granularity 4096 or 4K") from None
-    if decoder is not None and not re.fullmatch(r"decoder[0-9]+\.[0-9]+", decoder):
-        raise UsageError(
-            f"--decoder {decoder!r} is not a decoder name", hint="root decoders are named decoderX.Y (cxlctl status)"
-        )
-    return Request(memdevs=names, ways=ways, size=sz, granularity=g, decoder=decoder, type=rtype.strip().lower())
-
-
-def _plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
-    from cxlctl.regions.planner import plan, plan_all
-
-    if use_all:
-        if req.memdevs or req.ways is not None or req.size is not None:
-            raise UsageError(
-                "--all picks memdevs, ways and sizes itself", hint="drop --memdevs/--ways/--size, or drop --all"
-            )
-        return plan_all(inv, req)
-    return [plan(inv, req)]
-
-
 # ------------------------------------------------------------------------------ rendering
 
 
@@ -185,9 +99,10 @@ def plan_cmd(
     """Show how a region would be built (positions, decoders, size), or exactly why it cannot be. No root needed."""
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
+    from cxlctl.regions.request import plans as plans_for
+    from cxlctl.regions.request import request
 
-    req = _request(memdevs, ways, size, granularity, decoder, rtype)
-    plans = _plans(scan(host_root()), req, use_all)
+    plans = plans_for(scan(host()), request(memdevs, ways, size, granularity, decoder, rtype), use_all)
     if json_out:
         emit_json(region_json.plans(plans))
         return
@@ -218,12 +133,15 @@ def create_cmd(
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
+    from cxlctl.regions.request import MODES, choice, request
+    from cxlctl.regions.request import plans as plans_for
+    from cxlctl.regions.request import zone as zone_for
 
-    online = _choice(online, ("system-ram", "devdax"), "--online")
-    zone = _zone(zone, online, "--online")
-    req = _request(memdevs, ways, size, granularity, decoder, rtype)
+    online = choice(online, MODES, "--online")
+    zone = zone_for(zone, online, "--online")
+    req = request(memdevs, ways, size, granularity, decoder, rtype)
     root = host_root()
-    plans = _plans(scan(root), req, use_all)
+    plans = plans_for(scan(host()), req, use_all)
     if dry_run:
         if json_out:
             emit_json(region_json.dry_run(plans, online, zone))
@@ -283,27 +201,12 @@ def destroy_cmd(
 
     Refuses while its memory is online unless --force; stops without changing anything if a block cannot be offlined.
     """
-    from cxlctl.inventory import scan
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import destroy_region
-    from cxlctl.regions.planner import destroy_blockers
+    from cxlctl.regions.request import check_destroy
 
-    if decimal_suffix(region, "region") is None:
-        raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
     root = host_root()
-    inv = scan(root)
-    if inv.region(region) is None:
-        known = ", ".join(r.name for r in inv.regions) or "none"
-        raise CxlctlError(f"no region {region} (regions: {known})", code=EXIT_USAGE)
-    blockers = destroy_blockers(inv, region)
-    if blockers:
-        raise CxlctlError(
-            f"{region} cannot be torn down before "
-            + "; ".join(blockers)
-            + ": the kernel releases a port's decoders in reverse commit order",
-            code=EXIT_USAGE,
-            hint="destroy the later region(s) first",
-        )
+    check_destroy(root, region)
     need_root("region destroy")
     with progress_bar(json_out) as progress:
         d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
@@ -332,11 +235,12 @@ def reconfigure_cmd(
     """
     from cxlctl.regions.batch import reconfigure_dax
     from cxlctl.regions.dax import block_size, read_dax
+    from cxlctl.regions.request import MODES, check_dax_name, choice
+    from cxlctl.regions.request import zone as zone_for
 
-    mode = _choice(mode, ("system-ram", "devdax"), "--mode")
-    zone = _zone(zone, mode, "--mode")
-    if not (device.startswith("dax") and "." in device):
-        raise UsageError(f"{device!r} is not a DAX device name", hint="DAX devices are named daxX.Y (cxlctl status)")
+    mode = choice(mode, MODES, "--mode")
+    zone = zone_for(zone, mode, "--mode")
+    check_dax_name(device)
     root = host_root()
     read_dax(root, device)  # a clear error for unknown devices, before the root check
     need_root("dax reconfigure")

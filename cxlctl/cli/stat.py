@@ -2,20 +2,19 @@
 
 The first report holds the totals since boot; each further one (``--interval``)
 the per-second rates over the interval before it.  ``--json`` prints one JSON
-object per report (JSON lines).  The reading and judging live in
-:mod:`cxlctl.telemetry`; this module parses options and loops.
+object per report (JSON lines).  This module parses the options;
+:func:`cxlctl.commands.stat` (the fast path's too) checks, samples and prints.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import List, Optional
 
 import typer
 
 from cxlctl.errors import UsageError
 
-from .common import emit_json, host_root, interval_option
+from .common import host, interval_option
 from .params import integer
 
 
@@ -67,34 +66,7 @@ def stat(
     ),
 ) -> None:
     """Promotion, demotion and placement counters per node, cgroup and process (vmstat-style)."""
-    from cxlctl.telemetry.report import render_text, to_dict
-    from cxlctl.telemetry.sample import cgroup_name, check_cgroup, check_nodes, check_pid, node_kinds, read_sample
-    from cxlctl.telemetry.sampler import Sampler, readings
+    from cxlctl.commands import stat as run
 
-    root = host_root()
     every = None if interval is None else interval_option(interval, 0.1, "1 or 0.5")
-    if count is not None and every is None:
-        every = 1.0
-    nodes = _nodes(node)
-    cgroups = [cgroup_name(c) for c in cgroup or []]
-    for c in cgroups:
-        check_cgroup(root, c)
-    for p in pid or []:
-        check_pid(root, p)
-    kinds = node_kinds(root)
-    if nodes is not None:
-        check_nodes(kinds, nodes)
-    total = count if count is not None else (None if every is not None else 1)
-    from cxlctl.term import width as term_width
-
-    width = term_width()
-    sampler = Sampler(root, read=lambda r, k: read_sample(r, k, nodes=nodes, cgroups=cgroups, pids=pid or (), top=top))
-    try:
-        for n, (s, r, verdicts) in enumerate(readings(sampler, kinds, every or 0.0, total)):
-            if json_out:
-                emit_json(to_dict(s, r, verdicts, n), indent=None)
-            else:
-                sys.stdout.write(("\n" if n else "") + render_text(s, r, verdicts, n, width) + "\n")
-            sys.stdout.flush()
-    except KeyboardInterrupt:
-        return
+    run(host(), json_out, every=every, count=count, nodes=_nodes(node), cgroups=cgroup or (), pids=pid or (), top=top)

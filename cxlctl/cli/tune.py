@@ -13,17 +13,17 @@ Before any ``tune`` command runs, an expired unconfirmed ``tune try`` is reverte
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, List, Optional, Union
 
 import typer
 
-from cxlctl.errors import EXIT_DRIFT, EXIT_FAILURE, CxlctlError
+from cxlctl.errors import CxlctlError
+from cxlctl.tuning.command import DEFAULT_TRY_TIMEOUT
 
 from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
-from .params import Command, argument, integer, seconds
+from .params import Command, argument, integer
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -59,16 +59,9 @@ def _before_any_command() -> None:
 @tune_app.command("list")
 def list_cmd(json_out: bool = JSON_OPT) -> None:
     """List built-in and user profiles (/etc/cxlctl/profiles)."""
-    from cxlctl.tuning.profile import ProfileError, list_names, load
+    from cxlctl.tuning.command import profile_rows
 
-    rows: List[Dict[str, Any]] = []
-    for name, path, builtin in list_names(host_root()):
-        row: Dict[str, Any] = {"name": name, "source": path, "builtin": builtin, "summary": None, "error": None}
-        try:
-            row["summary"] = load(host_root(), path).summary
-        except ProfileError as e:
-            row["error"] = str(e)
-        rows.append(row)
+    rows = profile_rows(host_root())
     if json_out:
         _emit({"profiles": rows})
         return
@@ -101,11 +94,12 @@ def show_cmd(
 @tune_app.command("recommend")
 def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     """Recommend a built-in profile for this host, with the reasons."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.tuning.knobs import read_current
     from cxlctl.tuning.recommend import recommend
 
-    rec = recommend(scan(host_root()), read_current(host_root()))
+    rec = recommend(scan(Host(host_root())), read_current(host_root()))
     if json_out:
         from cxlctl.tuning import tune_json as view
 
@@ -183,6 +177,7 @@ def apply_cmd(
 ) -> None:
     """Apply a profile: journal the originals, write each knob, roll back on failure, verify."""
     from cxlctl.tuning import tune_json as view
+    from cxlctl.tuning.command import apply_failed
     from cxlctl.tuning.transaction import Transaction
 
     txn = Transaction(host_root(), _profile(profile or None, beside), persist=persist or None)
@@ -193,21 +188,7 @@ def apply_cmd(
     else:
         _note(res.messages)
         _render_apply(res)
-    _raise_failed(res)
-
-
-def _raise_failed(res: ApplyResult) -> None:
-    if not res.ok:
-        raise CxlctlError(
-            f"apply of {res.prepared.plan.profile} failed: {res.error}"
-            + (
-                "; ROLLBACK INCOMPLETE: " + "; ".join(res.rollback_errors)
-                if res.rollback_errors
-                else "; every change was rolled back"
-            ),
-            code=EXIT_FAILURE,
-            hint="see `cxlctl tune status`" + ("; then `cxlctl tune revert`" if res.rollback_errors else ""),
-        )
+    apply_failed(res)
 
 
 def _render_apply(res: ApplyResult) -> None:
@@ -226,6 +207,7 @@ def verify_cmd(
 ) -> None:
     """Check every applied setting: pass / drift / unsupported (exit 3 on drift)."""
     from cxlctl.tuning import tune_json as view
+    from cxlctl.tuning.command import drifted
     from cxlctl.tuning.engine import verify
 
     res = verify(host_root(), profile)
@@ -236,19 +218,14 @@ def verify_cmd(
 
         _note(res.messages)
         render.verify(res, _console())
-    if res.drift:
-        drifted = ", ".join(ch.setting for ch in res.checks if ch.status == "drift")
-        raise CxlctlError(
-            f"{res.drift} setting(s) drifted from {res.profile}: {drifted}",
-            code=EXIT_DRIFT,
-            hint=f"re-apply with `cxlctl tune apply {res.profile}`, or find what changed them (TuneD, sysctl.d, an admin)",
-        )
+    drifted(res)
 
 
 @tune_app.command("revert")
 def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Restore every knob to its value before cxlctl (also after a crashed apply); remove persisted files."""
     from cxlctl.tuning import tune_json as view
+    from cxlctl.tuning.command import revert_incomplete
     from cxlctl.tuning.engine import revert
 
     res = revert(host_root(), wait=wait)
@@ -259,12 +236,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
 
         _note(res.messages)
         render.revert(res, _console(), root=host_root())
-    if not res.ok:
-        raise CxlctlError(
-            "revert incomplete: " + "; ".join(res.errors),
-            code=EXIT_FAILURE,
-            hint="the journal keeps the originals; fix the cause and run `cxlctl tune revert` again",
-        )
+    revert_incomplete(res)
 
 
 @tune_app.command("status")
@@ -285,24 +257,6 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
 
 # ---------------------------------------------------------------------------- try / confirm
 
-DEFAULT_TRY_TIMEOUT = 120.0
-
-_WHY_NOT = {
-    "timeout": "no confirmation within {t:g} s",
-    "eof": "stdin was closed before a confirmation",
-    "interrupted": "interrupted before a confirmation",
-}
-
-
-def _stdin_fd() -> Optional[int]:
-    """The fd to read Enter from; None when stdin is not a real file (e.g. under a test runner)."""
-    import io
-
-    try:
-        return sys.stdin.fileno()
-    except (AttributeError, ValueError, io.UnsupportedOperation):
-        return None
-
 
 @tune_app.command("try", cls=Command)
 def try_cmd(
@@ -319,18 +273,11 @@ def try_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Apply a profile, then revert it unless confirmed in time (Enter, or `cxlctl tune confirm`)."""
-    from cxlctl.errors import UsageError
     from cxlctl.tuning import trial
     from cxlctl.tuning import tune_json as view
+    from cxlctl.tuning.command import apply_failed, stdin_fd, try_timeout
 
-    try:  # the shared seconds parser (ASCII digits, finite, >= 0); 0 is no try at all
-        timeout = seconds(timeout_arg)
-    except typer.BadParameter:
-        timeout = 0.0
-    if timeout <= 0:
-        raise UsageError(
-            f"--timeout must be a positive number of seconds, got {timeout_arg!r}", hint="e.g. --timeout 120"
-        )
+    timeout = try_timeout(timeout_arg)
 
     def applied(res: ApplyResult) -> None:
         assert res.journal is not None and res.journal.trial is not None
@@ -352,7 +299,7 @@ def try_cmd(
         _profile(profile, beside),
         timeout,
         wait_lock=wait,
-        stdin_fd=_stdin_fd(),
+        stdin_fd=stdin_fd(),
         progress=lambda: progress_bar(json_out),
         on_applied=applied,
     )
@@ -363,7 +310,7 @@ def try_cmd(
         else:
             _note(res.messages)
             _render_apply(res)
-        _raise_failed(res)
+        apply_failed(res)
         return
     if json_out:
         assert res.journal is not None and res.journal.trial is not None
@@ -372,31 +319,14 @@ def try_cmd(
 
 
 def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[UndoResult], json_out: bool) -> None:
-    """Say how the try ended; exit 1 unless it was confirmed."""
+    """Say how the try ended; exit 1 unless it was confirmed (:func:`cxlctl.tuning.command.try_ended`)."""
+    from cxlctl.tuning.command import try_ended
+
     if outcome == "confirmed":
         _note([f"kept {name} (confirmed)"])
-        return
-    if outcome == "superseded":
-        raise CxlctlError(
-            f"the try of {name} was ended by another command (the tuning journal changed): nothing to revert here",
-            code=EXIT_FAILURE,
-            hint="see `cxlctl tune status`",
-        )
-    assert reverted is not None
-    if not json_out and reverted.results:
+    elif outcome != "superseded" and reverted is not None and not json_out and reverted.results:
         _render_results(f"revert {name}", list(reverted.results), _console())
-    why = _WHY_NOT[outcome].format(t=timeout)
-    if not reverted.ok:
-        raise CxlctlError(
-            f"{why}: reverting {name} failed: " + "; ".join(reverted.errors),
-            code=EXIT_FAILURE,
-            hint="the journal keeps the values; run `cxlctl tune revert`",
-        )
-    raise CxlctlError(
-        f"{why}: reverted {name} to the previous values"
-        + (f" ({reverted.back_to} is in effect again)" if reverted.back_to else ""),
-        code=EXIT_FAILURE,
-    )
+    try_ended(name, timeout, outcome, reverted)
 
 
 @tune_app.command("confirm")

@@ -163,7 +163,9 @@ class Daemon:
         self.monitor: Optional[Monitor] = None
         self.server: Optional[MetricsServer] = None
         self.health: Optional[health_mod.Health] = None
-        self.sampler = Sampler(root, cfg.telemetry_cgroups)
+        from cxlctl.hostio.host import Host
+
+        self.sampler = Sampler(Host(root), cfg.telemetry_cgroups)
         self.telemetry: Optional[Telemetry] = None
         self.damon: Optional[Any] = None  # cxlctl.daemon.damon_metrics.DamonView: kdamonds and scheme stats
         self.ready = False
@@ -341,17 +343,19 @@ class Daemon:
             # not a Kubernetes node (or NFD not deployed): never create /etc/kubernetes here
             self._once_log("nfd", f"no {nfd_dir}: Node Feature Discovery labels not written")
         elif cfg.nfd_enabled and inv is not None:
+            from cxlctl.hostio.host import Host
+
             lbls = nfd_mod.labels(
                 inv,
                 self.rec.target.name if self.rec.state == "applied" else None,
                 cfg.nfd_namespace,
-                tiering=nfd_mod.tiering_engine(self.root),
+                tiering=nfd_mod.tiering_engine(Host(self.root)),
                 health=self.health,
             )
             # labels lapse if the daemon stops refreshing them: 3 rescan periods (or an hour)
             ttl = max(3 * cfg.rescan_interval, 3600.0)
             try:
-                nfd_mod.write(self.root, cfg.nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
+                nfd_mod.write(Host(self.root), cfg.nfd_dir, nfd_mod.render(lbls, nfd_mod.expiry_after(ttl)))
             except OSError as e:
                 self.log.error("cannot write the NFD feature file in %s: %s", nfd_dir, e.strerror)
             except OutsideRoot as e:
@@ -509,7 +513,11 @@ class Daemon:
         if self.health_collector is not None:
             h = self.health_collector()
         else:
-            h = health_mod.collect(self.root, self.cfg.health_command, min(self.cfg.health_timeout, self._budget()))
+            from cxlctl.hostio.host import Host
+
+            h = health_mod.collect(
+                Host(self.root), self.cfg.health_command, min(self.cfg.health_timeout, self._budget())
+            )
         prev = self.health
         if prev is None or prev.available != h.available or (not h.available and prev.reason != h.reason):
             if h.available:
@@ -542,7 +550,9 @@ class Daemon:
         self.stats.reloads += 1
         self.notifier.reloading()
         try:
-            new = config_mod.load(self.root, self.config_path)
+            from cxlctl.hostio.host import Host
+
+            new = config_mod.load(Host(self.root), self.config_path)
         except CxlctlError as e:
             self.stats.reload_failures += 1
             self.log.error("reload failed, keeping the running configuration: %s", e)
@@ -561,7 +571,9 @@ class Daemon:
         elif self.ras is not None:
             self.ras.poison_action = new.ras_poison_action
         if old.telemetry_cgroups != new.telemetry_cgroups:  # a sampler reads the cgroups it was made with
-            self.sampler = Sampler(self.root, new.telemetry_cgroups)
+            from cxlctl.hostio.host import Host
+
+            self.sampler = Sampler(Host(self.root), new.telemetry_cgroups)
         # periodic timers restart from now with the new intervals
         for k in ("rescan", "drift", "health", "telemetry"):
             self.deadlines.pop(k, None)

@@ -22,6 +22,9 @@ _PUBLISHED_STATES = ("applied", "reverted", "needs-attention")
 
 def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
     """One scan + drift check, as the metrics view the daemon would build (not ready: it never reconciled)."""
+    from cxlctl.hostio.host import Host
+
+    host = Host(root)
     stats = Stats()
     log = logging.getLogger("cxlctl.daemon.oneshot")
     log.addHandler(logging.NullHandler())
@@ -30,7 +33,7 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
     inv = rec.scan("oneshot")
     target = resolve_target(root, cfg)
     rec.check_drift()
-    h = health.collect(root, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
+    h = health.collect(host, cfg.health_command, cfg.health_timeout) if with_health and cfg.health_enabled else None
     state = target.state if target.state in _PUBLISHED_STATES else "observing"
     tel = None
     if cfg.telemetry_interval > 0:  # one sample: counters and the since-boot verdicts, no rates
@@ -38,7 +41,7 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
 
         from .telemetry import Sampler
 
-        tel = Sampler(root, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
+        tel = Sampler(host, cfg.telemetry_cgroups).tick(kinds_of(inv.nodes) if inv is not None else {})
     from .damon_metrics import collect
 
     damon = collect(root, inv, refresh=False)  # as last refreshed: this command writes nothing
@@ -47,14 +50,16 @@ def metrics_view(root: str, cfg: Config, with_health: bool = True) -> View:
 
 def labels(root: str, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
+    host = Host(root)
     target = resolve_target(root, cfg)
-    h = health.collect(root, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
+    h = health.collect(host, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
     return nfd.labels(
-        scan(root),
+        scan(host),
         target.name if target.state == "applied" else None,
         cfg.nfd_namespace,
-        tiering=nfd.tiering_engine(root),
+        tiering=nfd.tiering_engine(host),
         health=h,
     )

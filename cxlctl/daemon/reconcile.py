@@ -315,9 +315,10 @@ class Reconciler:
             self.log.log(level, msg)
 
     def scan(self, reason: str) -> Inventory:
+        from cxlctl.hostio.host import Host
         from cxlctl.inventory import scan
 
-        inv = scan(self.root)
+        inv = scan(Host(self.root))
         self.stats.bump(self.stats.rescans, reason)
         self.stats.last_scan_time = time.time()
         return inv

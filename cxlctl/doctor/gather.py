@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader
 from cxlctl.inventory import scan
@@ -52,14 +53,14 @@ def parse_modules(text: str) -> Dict[str, str]:
     return out
 
 
-def _udev(root: str, r: Reader) -> Tuple[Tuple[str, str], ...]:
+def _udev(host: Host, r: Reader) -> Tuple[Tuple[str, str], ...]:
     """Rules that reconfigure DAX devices (ndctl's daxctl rule) or online memory blocks.
 
-    All rules files are scanned with a reader that does not log (a record would
-    otherwise copy a hundred unrelated files); the files that match are read
+    All rules files are scanned with the host's reader, which does not log (a record
+    would otherwise copy a hundred unrelated files); the files that match are read
     again through ``r``, so a record holds exactly the evidence.
     """
-    quiet = Reader(root)
+    quiet = host.reader
     seen: Dict[str, str] = {}
     for d in paths.UDEV_RULES_DIRS:
         for n in quiet.listdir(d, lambda x: x.endswith(".rules")):
@@ -125,18 +126,18 @@ def parse_memlock(text: Optional[str]) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _as_root(root: str) -> bool:
+def _as_root(host: Host) -> bool:
     """Whether root-only files were readable: this process' euid live, the record's own word on replay."""
-    if root == "/":
+    if host.live:
         return os.geteuid() == 0
-    text = Reader(root).body(paths.RECORD_MANIFEST)
+    text = host.reader.body(paths.RECORD_MANIFEST)
     try:
         return bool(json.loads(text or "{}").get("as_root"))
     except (ValueError, AttributeError):
         return False
 
 
-def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
+def _tuning(host: Host) -> Tuple[object, Tuple[object, ...]]:
     """The tuning engine's status, and the TuneD/sysctl.d settings of the knobs it manages."""
     from cxlctl.tuning import engine
     from cxlctl.tuning.conflicts import find, our_keys
@@ -145,30 +146,30 @@ def _tuning(root: str) -> Tuple[object, Tuple[object, ...]]:
     from cxlctl.tuning.transaction import persisted
 
     try:
-        st: object = engine.status(root)
+        st: object = engine.status(host.root)
     except CxlctlError as e:
         st = str(e)
-    j = applied_journal(root)
+    j = applied_journal(host.root)
     values: List[Tuple[str, str, Optional[str]]]
     if j is not None:
         values = [(e.knob, e.path, e.desired) for e in j.entries if e.desired is not None]
     else:
         values = [(k.name, k.path, None) for k in REGISTRY if k.kind != "group"]
     try:
-        found = tuple(find(root, our_keys(values), persisted(root)))
+        found = tuple(find(host.root, our_keys(values), persisted(host.root)))
     except (CxlctlError, OSError):
         found = ()
     return st, found
 
 
-def _nfd_labels(root: str, r: Reader) -> Optional[str]:
+def _nfd_labels(host: Host, r: Reader) -> Optional[str]:
     """The Node Feature Discovery file the daemon rewrites on every rescan (its one state file),
     in the directory its configuration names; None when labels are off or the file is absent."""
     from cxlctl import config
     from cxlctl.k8s import nfd
 
     try:
-        cfg = config.load(root)
+        cfg = config.load(host)
     except CxlctlError:
         cfg = config.defaults()
     if not cfg.nfd_enabled:
@@ -176,14 +177,14 @@ def _nfd_labels(root: str, r: Reader) -> Optional[str]:
     return r.text(f"{cfg.nfd_dir.rstrip('/')}/{nfd.FILE_NAME}")
 
 
-def _launch(root: str, inv: Inventory, engine: str) -> object:
+def _launch(host: Host, inv: Inventory, engine: str) -> object:
     """What ``cxlctl launch ENGINE --dry-run`` would plan (its pre-flight included), or why it cannot."""
     from cxlctl.launch.build import Request, build
 
     has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
     req = Request(engine=engine, args=ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True)
     try:
-        return build(root, req)
+        return build(host, req)
     except CxlctlError as e:
         return str(e) + (f" ({e.hint})" if getattr(e, "hint", None) else "")
 
@@ -195,7 +196,7 @@ def _damon_modules(r: Reader) -> Tuple[object, ...]:
 
 
 def gather(
-    root: str = "/",
+    host: Host,
     *,
     reader: Optional[Reader] = None,
     inv: Optional[Inventory] = None,
@@ -203,10 +204,11 @@ def gather(
     engine: Optional[str] = None,
 ) -> Facts:
     """Read the host (or a recorded tree) for doctor.  ``runner`` replaces the tool runs (tests);
-    without it the tools are run on the live host and a record's saved answers are used for a tree."""
-    r = reader or Reader(root)
+    without it the tools are run on the live host and a record's saved answers are used for a tree.
+    ``reader`` replaces ``host.reader`` for what a record must hold (``record``'s logging one)."""
+    r = host.reader if reader is None else reader
     if inv is None:
-        inv = scan(root, r)
+        inv = scan(host, r)
     cfg, cfg_src, cfg_note = read_config(r, inv.kernel)
     mods_text = r.text(paths.PROC_MODULES)
     wanted = {m for m, _ in MODULES}
@@ -218,17 +220,17 @@ def gather(
     probes_note = None
     if runner is not None:
         probes = pr.collect(runner)
-    elif root == "/":
+    elif host.live:
         probes = pr.collect()
     else:
-        probes = pr.load_recorded(root)
+        probes = pr.load_recorded(host)
         if probes is None:
-            probes_note = f"the tree {root} holds no {pr.PROBES_FILE} (tool answers are saved by `cxlctl record`)"
+            probes_note = f"the tree {host.root} holds no {pr.PROBES_FILE} (tool answers are saved by `cxlctl record`)"
     r.text(paths.SELF_CGROUP)  # for a record: the launcher's cpuset hint reads it on replay
-    tuning, conflicts = _tuning(root)
+    tuning, conflicts = _tuning(host)
     facts = Facts(
-        root=root,
-        as_root=_as_root(root),
+        host=host,
+        as_root=_as_root(host),
         inv=inv,
         config=cfg,
         config_source=cfg_src,
@@ -238,7 +240,7 @@ def gather(
         cmdline=r.text(paths.PROC_CMDLINE),
         iomem=r.text(paths.PROC_IOMEM),
         acpi_tables=acpi,
-        udev_rules=_udev(root, r),
+        udev_rules=_udev(host, r),
         daxctl_conf=_daxctl_conf(r),
         thp=r.text(paths.THP_ENABLED),
         mems_allowed=status_field(r.text(paths.SELF_STATUS), "Mems_allowed_list"),
@@ -248,11 +250,11 @@ def gather(
         tuning=tuning,
         conflicts=conflicts,
         tuned_active=(r.text(paths.TUNED_ACTIVE) or None),
-        nfd_labels=_nfd_labels(root, r),
+        nfd_labels=_nfd_labels(host, r),
         engine=engine,
         notes=tuple(r.notes),
         damon_modules=_damon_modules(r),
     )
     if engine is not None:
-        facts = facts._replace(launch=_launch(root, inv, engine))
+        facts = facts._replace(launch=_launch(host, inv, engine))
     return facts

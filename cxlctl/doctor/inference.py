@@ -27,10 +27,10 @@ LAYER = "Inference readiness"
 def check(f: Facts) -> List[Check]:
     """One check per thing a launch would meet: the engine, the flags and policy cxlctl would
     use, the launcher's own pre-flight checks, memlock, transparent hugepages."""
-    from cxlctl.launch.build import LaunchPlan
-
     if f.engine is None:
         return []
+    from cxlctl.launch.build import LaunchPlan  # the launcher (ctypes, shutil...) only with --for
+
     lp = f.launch
     if not isinstance(lp, LaunchPlan):
         return [

@@ -108,11 +108,11 @@ def check_config(f: Facts) -> List[Check]:
                 "kernel.config",
                 CANNOT,
                 f.config_note or "kernel config not found",
-                (
-                    Evidence(paths.boot_config(f.inv.kernel or "RELEASE"), "absent"),
-                    Evidence(paths.PROC_CONFIG_GZ, "absent"),
-                ),
-                "install the kernel package's config file in /boot, or boot a kernel with CONFIG_IKCONFIG_PROC=y",
+                tuple(Evidence(p, "absent") for p in paths.config_files(f.inv.kernel or "RELEASE"))
+                + (Evidence(paths.PROC_CONFIG_GZ, "absent"),),
+                "install the kernel package's config file (/boot/config-RELEASE, or Debian 13's"
+                " linux-base-RELEASE for /usr/lib/modules/RELEASE/config), or boot a kernel with"
+                " CONFIG_IKCONFIG_PROC=y",
             )
         ]
     src = f.config_source or "config"

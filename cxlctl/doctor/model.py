@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 
@@ -45,7 +46,7 @@ class Probe(NamedTuple):
 class Facts(NamedTuple):
     """Everything the checks look at, read once (see :mod:`.gather`)."""
 
-    root: str
+    host: Host  # the host (or recorded tree) read; evidence is shown under its root
     as_root: bool  # could root-only files be read (live: euid 0; replay: the record's as_root)
     inv: Inventory
     config: Optional[Dict[str, str]]  # CONFIG_X -> y/m/value ("n" for "is not set")

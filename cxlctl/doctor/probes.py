@@ -14,7 +14,7 @@ import json
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from cxlctl.hostio import tools
-from cxlctl.hostio.reader import Reader
+from cxlctl.hostio.host import Host
 
 from .model import Probe
 
@@ -82,9 +82,9 @@ def to_json(probes: Dict[str, Probe]) -> Dict[str, object]:
     return {"format": 1, "probes": {k: {"rc": p.rc, "out": p.out} for k, p in probes.items()}}
 
 
-def load_recorded(root: str) -> Optional[Dict[str, Probe]]:
-    """The answers a record saved (None when ``root`` holds none or they do not parse)."""
-    text = Reader(root).body("/" + PROBES_FILE)
+def load_recorded(host: Host) -> Optional[Dict[str, Probe]]:
+    """The answers a record saved (None when ``host``'s tree holds none or they do not parse)."""
+    text = host.reader.body("/" + PROBES_FILE)
     if text is None:
         return None
     try:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
 
 from . import devices, inference, kernel, newer, services
-from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Facts, worst
+from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Evidence, Facts, worst
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,10 +39,16 @@ def failure(checks: List[Check]) -> CxlctlError:
     )
 
 
+def where(f: Facts, e: Evidence) -> str:
+    """The evidence's source as the user can open it: a file under ``--root`` (the checks name
+    files as the host sees them, ``/proc/cmdline``); a command (``cxl version``) as it is."""
+    return f.host.path(e.source) if e.source.startswith("/") else e.source
+
+
 def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
     counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
     return {
-        "root": f.root,
+        "root": f.host.root,
         "kernel": f.inv.kernel,
         "for": f.engine,
         "as_root": f.as_root,
@@ -54,7 +60,7 @@ def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
                 "id": c.id,
                 "result": c.result,
                 "message": c.message,
-                "evidence": [{"source": e.source, "value": e.value} for e in c.evidence],
+                "evidence": [{"source": where(f, e), "value": e.value} for e in c.evidence],
                 "fix": c.fix or None,
             }
             for c in checks
@@ -102,7 +108,7 @@ def render(f: Facts, checks: List[Check], console: Console) -> None:
             label = Text.assemble("  ", (f"{_LABEL[c.result]:<4}", _STYLE[c.result]), " ")
             _hang(console, label, Text(msg), 7)
             for e in c.evidence:
-                _hang(console, Text(" " * 9), Text(f"{clean(e.source)}: {clean(e.value)}", style="dim"), 9)
+                _hang(console, Text(" " * 9), Text(f"{clean(where(f, e))}: {clean(e.value)}", style="dim"), 9)
             if c.fix:
                 fix = Text("fix: ", style="bold")
                 fix.append(clean(c.fix))

@@ -8,11 +8,13 @@ and the Node Feature Discovery file the daemon rewrites on every rescan.
 
 from __future__ import annotations
 
-import datetime
 import re
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from cxlctl.hostio import paths
+
+if TYPE_CHECKING:
+    import datetime
 
 from . import probes as pr
 from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Probe
@@ -195,6 +197,8 @@ def check_profile(f: Facts) -> List[Check]:
         )
     if st.trial is not None:
         t = st.trial
+        import datetime  # ~1.5 ms: only for a pending try
+
         when = datetime.datetime.fromtimestamp(t.deadline, datetime.timezone.utc).strftime("%H:%M:%SZ")
         msg = f"tune try of {t.profile} is unconfirmed: it reverts at {when} ({t.seconds_left:.0f} s left) unless confirmed"
         if not t.waiting:
@@ -398,6 +402,8 @@ def check_daemon(f: Facts, now: Optional[datetime.datetime] = None) -> List[Chec
 
         exp = nfd.expiry_of(f.nfd_labels)
         path = f"{paths.NFD_DIR}/{nfd.FILE_NAME}"
+        import datetime  # ~1.5 ms: only when the daemon runs
+
         now = now or datetime.datetime.now(datetime.timezone.utc)
         ev2 = (Evidence(path, f"expiry {exp.strftime(nfd.EXPIRY_FORMAT)}" if exp else "no expiry"),)
         if exp is not None and exp < now:

@@ -170,3 +170,20 @@ DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
 def boot_config(release: str) -> str:
     """``/boot/config-RELEASE``: the kernel build configuration Debian/RHEL install beside the kernel."""
     return f"{BOOT_DIR}/config-{release}"
+
+
+#: where Debian 13's new kernel packaging (``linux-binary``/``linux-modules``/``linux-base``)
+#: keeps a kernel's ``vmlinuz``, modules and (``linux-base-RELEASE``) its build config
+MODULES_DIR = "/usr/lib/modules"
+
+
+def modules_config(release: str) -> str:
+    """``/usr/lib/modules/RELEASE/config``: the build configuration of Debian 13's 6.19/7.x
+    packages, which install nothing in /boot."""
+    return f"{MODULES_DIR}/{release}/config"
+
+
+def config_files(release: str) -> Tuple[str, ...]:
+    """The files a kernel's build config is looked for in, first match wins: the classic
+    ``/boot/config-RELEASE``, then Debian 13's ``/usr/lib/modules/RELEASE/config``."""
+    return (boot_config(release), modules_config(release))

@@ -107,6 +107,11 @@ class Reader:
         if self.log is not None:
             self.log.add(path)
 
+    def unlogged(self) -> Reader:
+        """This reader, or one of the same root that does not log when this one does: for
+        what ``cxlctl record`` must never copy (a process' environment)."""
+        return self if self.log is None else Reader(self.root)
+
     def captured(self, path: str) -> Optional[bytes]:
         """Bytes returned for ``path`` during this scan (recording mode only)."""
         return None if self._data is None else self._data.get(path)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory
 from cxlctl.parse import is_decimal, parse_int
@@ -59,17 +60,18 @@ NUMA_BALANCING_TIERING = 2
 _HEALTH_ORDER = ("ok", "warning", "critical")
 
 
-def tiering_engine(root: str, reader: Optional[Reader] = None) -> str:
+def tiering_engine(host: Host, reader: Optional[Reader] = None) -> str:
     """Which tiering engine is in effect: ``none``, ``numa-balancing``, ``damon`` or ``damon_numa-balancing``.
 
     Read only, and deliberately small: NUMA-balancing tiering is bit 2 of
     ``kernel.numa_balancing``; DAMON counts when any kdamond under
     ``/sys/kernel/mm/damon/admin/kdamonds/N/state`` reads ``on`` (whoever
     started it: cxlctl, damo, HMSDK), asked of :func:`cxlctl.damon.sysfs.any_running`.
+    Read through ``host.reader``, or ``reader`` (``record``'s logging one).
     """
     from cxlctl.damon.sysfs import any_running
 
-    r = reader if reader is not None else Reader(root)
+    r = host.reader if reader is None else reader
     out = []
     if any_running(r):
         out.append("damon")
@@ -167,10 +169,10 @@ def expiry_of(text: str) -> Optional[datetime.datetime]:
     return None
 
 
-def write(root: str, directory: str, text: str) -> str:
-    """Atomically replace ``directory/cxlctl`` (a host path) under ``root`` (NFD skips the hidden
+def write(host: Host, directory: str, text: str) -> str:
+    """Atomically replace ``directory/cxlctl`` (a host path) under ``host.root`` (NFD skips the hidden
     temporary file); returns the file's path under the root."""
-    return atomic_write(root, os.path.join(directory, FILE_NAME), text, mode=0o644, sync_dir=False)
+    return atomic_write(host.root, os.path.join(directory, FILE_NAME), text, mode=0o644, sync_dir=False)
 
 
 def expiry_after(seconds: float) -> datetime.datetime:

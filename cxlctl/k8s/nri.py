@@ -40,6 +40,7 @@ import json
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.parse import format_nodelist
 
@@ -89,7 +90,7 @@ def _sockets(inv: Inventory) -> List[Tuple[int, ...]]:
     return seen
 
 
-def build(root: str, inv: Inventory, ratio: Optional[Tuple[int, int]] = None, prefix: str = "cxlctl-") -> NriConfig:
+def build(host: Host, inv: Inventory, ratio: Optional[Tuple[int, int]] = None, prefix: str = "cxlctl-") -> NriConfig:
     """The classes for this host and the weights they assume (reads only)."""
     from cxlctl.launch import sysweights
     from cxlctl.launch.nodesets import resolve
@@ -114,14 +115,14 @@ def build(root: str, inv: Inventory, ratio: Optional[Tuple[int, int]] = None, pr
     current: Dict[int, int] = {}
     source = "unsupported"
     for sock in socks:
-        ns = resolve(inv, root, cpu_spec=format_nodelist(sock), mem_spec=None, gpu_spec=None)
+        ns = resolve(inv, host, cpu_spec=format_nodelist(sock), mem_spec=None, gpu_spec=None)
         suffix = f"-socket{sock[0]}" if len(socks) > 1 else ""
         where = f"CPU node(s) {format_nodelist(sock)}"
         if not ns.cxl:
             notes.append(f"{where}: no CXL node near these CPUs; only the DRAM class is written")
         if ns.cxl and ns.dram:
             if wi:
-                wp = sysweights.plan(root, inv, ns, ns.dram + ns.cxl, ratio)
+                wp = sysweights.plan(host, inv, ns, ns.dram + ns.cxl, ratio)
                 weights.update(wp.weights)
                 current.update({n: wp.current[n] for n in wp.nodes if n in wp.current})
                 source = wp.source

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
+from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
@@ -201,15 +202,15 @@ def _check_devdax_request(req: Request) -> None:
             raise UsageError("--reserve does not apply to --devdax", hint="--kv-size SIZE maps part of the device")
 
 
-def _resolve_nodes(root: str, inv: Inventory, req: Request) -> NodeSets:
+def _resolve_nodes(host: Host, inv: Inventory, req: Request) -> NodeSets:
     """The CPU, memory and GPU node sets, within what this process may use (its cpuset)."""
-    mems, cpus_allowed = preflight.self_allowed(root)
+    mems, cpus_allowed = preflight.self_allowed(host)
     allowed_cpu_nodes = None
     if cpus_allowed is not None:
         allowed_cpu_nodes = [n.id for n in inv.nodes if n.has_cpu and set(n.cpus) & set(cpus_allowed)]
     return resolve(
         inv,
-        root,
+        host,
         cpu_spec=req.cpu_nodes,
         mem_spec=req.mem_nodes,
         gpu_spec=req.gpus,
@@ -341,7 +342,7 @@ class _Weights(NamedTuple):
 
 
 def _system_weights(
-    root: str,
+    host: Host,
     inv: Inventory,
     ns: NodeSets,
     mode: str,
@@ -353,12 +354,12 @@ def _system_weights(
     """The system-wide weighted-interleave weights this launch needs, and who else they affect."""
     if not (mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes):
         return _Weights(plan=None, weights=(), users=())
-    wp = sysweights.plan(root, inv, ns, pnodes, ratio)
+    wp = sysweights.plan(host, inv, ns, pnodes, ratio)
     notes.extend(wp.notes)
     warnings.extend(wp.warnings)
     users: List[Tuple[int, str]] = []
     if wp.writes:
-        users = sysweights.wi_users(root, exclude=(os.getpid(),))
+        users = sysweights.wi_users(host, exclude=(os.getpid(),))
         who = ", ".join(f"{p} ({n})" for p, n in users[:8]) + (f" and {len(users) - 8} more" if len(users) > 8 else "")
         warnings.append(
             "weighted-interleave weights are system-wide: "
@@ -415,15 +416,15 @@ def _equivalent(
     return equivalent
 
 
-def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
+def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
     mode, ratio, cmd = _check_request(req)
     notes: List[str] = []
     warnings: List[str] = []
 
-    inv = scan(root)
-    ns = _resolve_nodes(root, inv, req)
+    inv = scan(host)
+    ns = _resolve_nodes(host, inv, req)
     pnodes = _policy_nodes(req, mode, ns, notes)
     kv = _kv_request(inv, req, ns, notes)
     dd = _devdax(inv, req)
@@ -451,10 +452,10 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
-    w = _system_weights(root, inv, ns, mode, pnodes, ratio, notes, warnings)
+    w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     checks = preflight.run(
-        root,
+        host,
         inv,
         policy,
         ns,
@@ -465,14 +466,14 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
         engine=req.engine,
     )
     if dd is not None:
-        status, message, fix = devdax_mod.node_check(root, dd)
+        status, message, fix = devdax_mod.node_check(host, dd)
         checks.append(preflight.Check("devdax", status, message, fix))
     numactl, method, argv = _exec_argv(policy, ea, environ, notes)
     added = _env_added(req, ns, ea, policy, environ, warnings)
     env = dict(environ)
     env.update(added)
-    if root != "/":
-        notes.append(f"node sets come from the tree {root}; the policy applies to the running kernel")
+    if not host.live:
+        notes.append(f"node sets come from the tree {host.root}; the policy applies to the running kernel")
     return LaunchPlan(
         request=req,
         inventory=inv,
@@ -500,7 +501,7 @@ def build(root: str, req: Request, environ: Optional[Dict[str, str]] = None) -> 
     )
 
 
-def execute(root: str, lp: LaunchPlan) -> None:
+def execute(host: Host, lp: LaunchPlan) -> None:
     """Change the host as planned and exec the engine; returns only by raising."""
     from .policy import apply_in_process, get_mempolicy, unshare_shm
 
@@ -512,7 +513,7 @@ def execute(root: str, lp: LaunchPlan) -> None:
     policy = lp.policy
     weights_set = False
     if lp.weights is not None and lp.weights.writes:
-        got = sysweights.apply(root, lp.weights)
+        got = sysweights.apply(host, lp.weights)
         weights_set = True
         policy = policy._replace(weights=tuple(sorted(got.items())))
         lp.env["CXLCTL_POLICY"] = policy.env_value()

@@ -29,7 +29,7 @@ import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
-from cxlctl.hostio.root import under
+from cxlctl.hostio.host import Host
 from cxlctl.model import DaxDevice, Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size, is_decimal
@@ -148,33 +148,37 @@ def resolve(
     return Devdax(dev.name, "/dev/" + dev.name, dev.size, size, align, off, pool_id, dev.region, how)
 
 
-def node_check(root: str, dd: Devdax) -> Tuple[str, str, str]:
-    """(status, message, fix) for the device node the backend opens (pre-flight)."""
-    p = under(root, dd.path)
+def node_check(host: Host, dd: Devdax) -> Tuple[str, str, str]:
+    """(status, message, fix) for the device node the backend opens (pre-flight).
+
+    The messages name the node checked, under ``--root`` when one is given: that
+    is the file whose state they report (the engine itself opens ``dd.path``).
+    """
+    p = host.path(dd.path)
     try:
         st = os.stat(p)
     except OSError as e:
         return (
             "fail",
-            f"{dd.path} cannot be opened ({e.strerror}): the backend could not map the device",
+            f"{p} cannot be opened ({e.strerror}): the backend could not map the device",
             "in a container, mount the device (volumeDevices or a hostPath of type CharDevice); on the host, "
             "check udev created it (ls -l /dev/dax*)",
         )
     if stat.S_ISCHR(st.st_mode):
-        if root == "/" and not os.access(p, os.R_OK | os.W_OK):
+        if host.live and not os.access(p, os.R_OK | os.W_OK):
             return (
                 "fail",
-                f"{dd.path} is not readable and writable by this user",
-                f"chmod/chown {dd.path}, or run as its owner",
+                f"{p} is not readable and writable by this user",
+                f"chmod/chown {p}, or run as its owner",
             )
         return (
             "ok",
-            f"{dd.path} is a character device ({format_size(dd.device_size)}, align {format_size(dd.align)})",
+            f"{p} is a character device ({format_size(dd.device_size)}, align {format_size(dd.align)})",
             "",
         )
     if stat.S_ISREG(st.st_mode):
-        return ("note", f"{dd.path} is a regular file, not a device: fine for testing, not CXL memory", "")
-    return ("fail", f"{dd.path} is neither a character device nor a file", "recreate the device node")
+        return ("note", f"{p} is a regular file, not a device: fine for testing, not CXL memory", "")
+    return ("fail", f"{p} is neither a character device nor a file", "recreate the device node")
 
 
 def size_gb(n: int) -> str:

@@ -123,11 +123,13 @@ def load_config(path: str) -> Dict[str, Any]:
     Read through the fenced reader's bounded read: ``--model-config /dev/zero`` or a FIFO is refused,
     not read until memory runs out or a writer comes, and a 100k-deep JSON is an error, not a
     RecursionError."""
-    from cxlctl.hostio.reader import Reader, Unreadable
+    from cxlctl.hostio.host import Host
+    from cxlctl.hostio.reader import Unreadable
 
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
-        raw = Reader().read(os.path.abspath(p), limit=CONFIG_MAX_BYTES)
+        # the file is on the machine cxlctl runs on (a path the user typed), never under --root
+        raw = Host().reader.read(os.path.abspath(p), limit=CONFIG_MAX_BYTES)
     except Unreadable as e:
         hint = "give the model's config.json" if e.errno is None else "give a config.json or a model directory"
         raise UsageError(f"cannot read model config {p}: {e.reason}", hint=hint) from None

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
-from cxlctl.hostio.reader import Reader
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory, Node
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, parse_hex, parse_int, parse_nodelist
@@ -54,9 +54,9 @@ class NodeSets(NamedTuple):
     how: Tuple[str, ...]  # one line per decision, for --dry-run
 
 
-def find_gpus(root: str) -> List[Gpu]:
+def find_gpus(host: Host) -> List[Gpu]:
     """NVIDIA GPUs from sysfs PCI devices, in bus order."""
-    r = Reader(root)
+    r = host.reader
     found = []
     for name in r.listdir(PCI_DEVICES, lambda n: _BDF.match(n) is not None):
         base = f"{PCI_DEVICES}/{name}"
@@ -234,7 +234,7 @@ def _dram(n: Node) -> bool:
 
 def resolve(
     inv: Inventory,
-    root: str,
+    host: Host,
     *,
     cpu_spec: Optional[str],
     mem_spec: Optional[str],
@@ -244,7 +244,7 @@ def resolve(
 ) -> NodeSets:
     """The node sets for a launch: explicit lists validated, defaults derived (module docstring)."""
     how: List[str] = []
-    all_gpus = find_gpus(root)
+    all_gpus = find_gpus(host)
     gpus = select_gpus(all_gpus, gpu_spec)
     cpu_all = [n.id for n in inv.nodes if n.has_cpu]
     if cpu_spec is not None:

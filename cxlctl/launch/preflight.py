@@ -26,9 +26,8 @@ import resource
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, has_cap, status_field
-from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import under
 from cxlctl.model import Inventory, Node
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
@@ -47,9 +46,9 @@ class Check(NamedTuple):
     fix: str = ""
 
 
-def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
+def self_allowed(host: Host) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[int, ...]]]:
     """(Mems_allowed_list, Cpus_allowed_list) of this process (what the engine inherits)."""
-    st = Reader(root).body(paths.SELF_STATUS)
+    st = host.reader.body(paths.SELF_STATUS)
     out: List[Optional[Tuple[int, ...]]] = []
     for key in ("Mems_allowed_list", "Cpus_allowed_list"):
         v = status_field(st, key)
@@ -60,21 +59,21 @@ def self_allowed(root: str) -> Tuple[Optional[Tuple[int, ...]], Optional[Tuple[i
     return out[0], out[1]
 
 
-def cgroup_path(root: str) -> Optional[str]:
+def cgroup_path(host: Host) -> Optional[str]:
     """This process' cgroup v2 path (``0::/path``), or None."""
-    return cgroup_of(Reader(root).body(paths.SELF_CGROUP))
+    return cgroup_of(host.reader.body(paths.SELF_CGROUP))
 
 
-def _cpuset_hint(root: str, nodes: Sequence[int]) -> str:
-    cg = cgroup_path(root)
+def _cpuset_hint(host: Host, nodes: Sequence[int]) -> str:
+    cg = cgroup_path(host)
     want = format_nodelist(nodes)
     if cg is None:
         return f"allow node(s) {want} in this process' cpuset (cgroup cpuset.mems; systemd AllowedMemoryNodes=; docker --cpuset-mems)"
     d = paths.CGROUP_DIR + ("" if cg == "/" else cg)
-    eff = (Reader(root).body(d + "/cpuset.mems.effective") or "").strip()
+    eff = (host.reader.body(d + "/cpuset.mems.effective") or "").strip()
     have = f" (cpuset.mems.effective is {eff!r})" if eff else ""
     return (
-        f"add node(s) {want} to cgroup {cg}'s cpuset.mems{have}: echo <nodes> > {d}/cpuset.mems "
+        f"add node(s) {want} to cgroup {cg}'s cpuset.mems{have}: echo <nodes> > {host.path(d)}/cpuset.mems "
         "(systemd: AllowedMemoryNodes=; docker: --cpuset-mems)"
     )
 
@@ -107,10 +106,10 @@ def _node_memory(policy: Policy, by_id: Dict[int, Node]) -> List[Check]:
     return out
 
 
-def _cpuset(root: str, inv: Inventory, policy: Policy) -> List[Check]:
+def _cpuset(host: Host, inv: Inventory, policy: Policy) -> List[Check]:
     """The kernel refuses a policy over nodes outside this process' cpuset (EINVAL)."""
     out: List[Check] = []
-    mems, cpus = self_allowed(root)
+    mems, cpus = self_allowed(host)
     if mems is None:
         out.append(
             Check("cpuset", "note", "cannot read Mems_allowed of this process (/proc/self/status); cpuset not checked")
@@ -124,7 +123,7 @@ def _cpuset(root: str, inv: Inventory, policy: Policy) -> List[Check]:
                     "fail",
                     f"node(s) {format_nodelist(outside)} are outside this process' cpuset (Mems_allowed_list {format_nodelist(mems) or 'empty'}): "
                     "the kernel would refuse the policy (EINVAL)",
-                    _cpuset_hint(root, outside),
+                    _cpuset_hint(host, outside),
                 )
             )
         else:
@@ -201,7 +200,7 @@ def _pinned_kv(ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optio
 
 
 def _dev_shm(
-    root: str,
+    host: Host,
     by_id: Dict[int, Node],
     kv_bytes: Optional[int],
     shm_bytes: Optional[int],
@@ -211,7 +210,7 @@ def _dev_shm(
     out: List[Check] = []
     if kv_tmpfs is not None:
         size, tnodes = kv_tmpfs
-        if root == "/" and not has_cap(CAP_SYS_ADMIN):
+        if host.live and not has_cap(CAP_SYS_ADMIN):
             out.append(
                 Check(
                     "kv-tmpfs",
@@ -239,28 +238,27 @@ def _dev_shm(
             )
         )
     elif shm_bytes:
+        shm = host.path(paths.DEV_SHM)  # the one stat'ed: named as such in the messages
         try:
-            st = os.statvfs(under(root, paths.DEV_SHM))
+            st = os.statvfs(shm)
             avail: Optional[int] = st.f_bavail * st.f_frsize
         except OSError:
             avail = None
         if avail is None:
-            out.append(Check("dev-shm", "note", "cannot stat /dev/shm; its size is not checked"))
+            out.append(Check("dev-shm", "note", f"cannot stat {shm}; its size is not checked"))
         elif avail < shm_bytes:
             out.append(
                 Check(
                     "dev-shm",
                     "fail",
-                    f"/dev/shm has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
+                    f"{shm} has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
                     "use --kv-tmpfs (a private /dev/shm on CXL), or grow it: mount -o remount,size=<N>G /dev/shm "
                     "(docker: --shm-size or --ipc=host)",
                 )
             )
         else:
             out.append(
-                Check(
-                    "dev-shm", "ok", f"/dev/shm has {format_size(avail)} free for the {format_size(shm_bytes)} offload"
-                )
+                Check("dev-shm", "ok", f"{shm} has {format_size(avail)} free for the {format_size(shm_bytes)} offload")
             )
     return out
 
@@ -284,10 +282,10 @@ def _kv_fits_cxl(
     return out
 
 
-def _numa_balancing(root: str, policy: Policy) -> List[Check]:
+def _numa_balancing(host: Host, policy: Policy) -> List[Check]:
     """NUMA-balancing tiering leaves processes with an explicit policy alone: say so."""
     out: List[Check] = []
-    nb = (Reader(root).body(paths.NUMA_BALANCING) or "").strip()
+    nb = (host.reader.body(paths.NUMA_BALANCING) or "").strip()
     if is_decimal(nb) and int(nb) & 2 and policy.mode != "local":
         out.append(
             Check(
@@ -301,7 +299,7 @@ def _numa_balancing(root: str, policy: Policy) -> List[Check]:
 
 
 def run(
-    root: str,
+    host: Host,
     inv: Inventory,
     policy: Policy,
     ns: NodeSets,
@@ -316,12 +314,12 @@ def run(
     by_id = {n.id: n for n in inv.nodes}
     return (
         _node_memory(policy, by_id)
-        + _cpuset(root, inv, policy)
+        + _cpuset(host, inv, policy)
         + _kernel_policy(inv, policy)
         + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
-        + _dev_shm(root, by_id, kv_bytes, shm_bytes, kv_tmpfs)
+        + _dev_shm(host, by_id, kv_bytes, shm_bytes, kv_tmpfs)
         + _kv_fits_cxl(ns, by_id, kv_bytes, kv_tmpfs)
-        + _numa_balancing(root, policy)
+        + _numa_balancing(host, policy)
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under
@@ -54,17 +55,16 @@ def _proc_file(r: Reader, path: str, pid: int) -> str:
     return b.decode("utf-8", "replace")
 
 
-def _environ(root: str, pid: int) -> Optional[str]:
-    data = Reader(root).body(paths.proc_pid(pid, "environ"))
+def _environ(r: Reader, pid: int) -> Optional[str]:
+    data = r.body(paths.proc_pid(pid, "environ"))
     for item in (data or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             return item[len("CXLCTL_POLICY=") :]
     return None
 
 
-def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
+def _node_cpus(r: Reader, nodes: Tuple[int, ...]) -> Optional[set[int]]:
     out: set[int] = set()
-    r = Reader(root)
     for n in nodes:
         text = r.body(paths.node_dir(n) + "/cpulist")
         if text is None:
@@ -76,9 +76,8 @@ def _node_cpus(root: str, nodes: Tuple[int, ...]) -> Optional[set[int]]:
     return out
 
 
-def _sys_weights(root: str, nodes: Tuple[int, ...]) -> Dict[int, int]:
+def _sys_weights(r: Reader, nodes: Tuple[int, ...]) -> Dict[int, int]:
     out = {}
-    r = Reader(root)
     for n in nodes:
         v = (r.body(f"{WI_DIR}/node{n}") or "").strip()
         if is_decimal(v):
@@ -105,7 +104,7 @@ def _check(name: str, ok: Optional[bool], detail: str) -> Dict[str, Any]:
 
 
 def _policy_checks(
-    root: str, asked: Asked, mode: str, nodes: Tuple[int, ...], mems: Tuple[int, ...], cpus: Tuple[int, ...]
+    r: Reader, asked: Asked, mode: str, nodes: Tuple[int, ...], mems: Tuple[int, ...], cpus: Tuple[int, ...]
 ) -> List[Dict[str, Any]]:
     """The process' policy, cpuset and CPUs against what the launch asked for."""
     out = [_check("mode", mode == asked.mode, f"asked {asked.mode}, the process has {mode}")]
@@ -126,7 +125,7 @@ def _policy_checks(
             + (f" excludes {format_nodelist(outside_mems)}" if outside_mems else ""),
         )
     )
-    want_cpus = _node_cpus(root, asked.cpu_nodes)
+    want_cpus = _node_cpus(r, asked.cpu_nodes)
     if want_cpus is not None and asked.cpu_nodes:
         extra = sorted(set(cpus) - want_cpus)
         out.append(
@@ -139,7 +138,7 @@ def _policy_checks(
     return out
 
 
-def _interleave_checks(root: str, asked: Asked, on: Dict[int, int], inside: int) -> List[Dict[str, Any]]:
+def _interleave_checks(r: Reader, asked: Asked, on: Dict[int, int], inside: int) -> List[Dict[str, Any]]:
     """Each node's share of the anonymous pages against its (weighted) interleave share."""
     a_mode, a_nodes, a_w = asked.mode, asked.nodes, asked.weights
     out: List[Dict[str, Any]] = []
@@ -163,7 +162,7 @@ def _interleave_checks(root: str, asked: Asked, on: Dict[int, int], inside: int)
             )
         )
     if a_mode == "weighted-interleave":
-        now = _sys_weights(root, a_nodes)
+        now = _sys_weights(r, a_nodes)
         if now and any(now.get(n) != a_w.get(n) for n in a_nodes if n in a_w):
             out.append(
                 _check(
@@ -177,7 +176,7 @@ def _interleave_checks(root: str, asked: Asked, on: Dict[int, int], inside: int)
     return out
 
 
-def _placement_checks(root: str, asked: Asked, anon: Dict[int, int]) -> List[Dict[str, Any]]:
+def _placement_checks(r: Reader, asked: Asked, anon: Dict[int, int]) -> List[Dict[str, Any]]:
     """Where the anonymous pages are, judged by the mode that was asked for."""
     a_mode, a_nodes = asked.mode, asked.nodes
     on = {n: anon.get(n, 0) for n in a_nodes}
@@ -192,7 +191,7 @@ def _placement_checks(root: str, asked: Asked, anon: Dict[int, int]) -> List[Dic
             )
         ]
     if a_mode in ("interleave", "weighted-interleave") and a_nodes:
-        return _interleave_checks(root, asked, on, inside)
+        return _interleave_checks(r, asked, on, inside)
     if a_nodes:
         tot = sum(anon.values())
         share = ", ".join(f"node{n} {on[n] / tot:.1%}" for n in a_nodes) if tot else "no anonymous pages yet"
@@ -200,11 +199,11 @@ def _placement_checks(root: str, asked: Asked, anon: Dict[int, int]) -> List[Dic
     return []
 
 
-def show(root: str, pid: int) -> Dict[str, Any]:
+def show(host: Host, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
         raise UsageError(f"PID {pid} is not a process id", hint="give a positive PID")
-    r = Reader(root)
+    r = host.reader
     status = _proc_file(r, paths.proc_pid(pid, "status"), pid)
     maps = parse_mappings(_proc_file(r, paths.proc_pid(pid, "numa_maps"), pid))
     name = status_field(status, "Name") or "?"
@@ -220,11 +219,11 @@ def show(root: str, pid: int) -> Dict[str, Any]:
     anon = _sum(maps, ANON)
     total = _sum(maps, None)
     file = _sum(maps, ("file",))
-    env = _environ(root, pid)
+    env = _environ(r, pid)
     asked = parse_env_value(env) if env else None
     checks: List[Dict[str, Any]] = []
     if asked is not None:
-        checks = _policy_checks(root, asked, mode, nodes, mems, cpus) + _placement_checks(root, asked, anon)
+        checks = _policy_checks(r, asked, mode, nodes, mems, cpus) + _placement_checks(r, asked, anon)
     fails = [c for c in checks if c["status"] == "fail"]
     return {
         "pid": pid,

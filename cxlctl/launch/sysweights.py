@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import pids
-from cxlctl.hostio.reader import Reader
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, is_decimal
@@ -61,11 +61,11 @@ class WeightPlan(NamedTuple):
         return self.transaction is not None and bool(self.changes)
 
 
-def active_base(root: str) -> Optional[str]:
+def active_base(host: Host) -> Optional[str]:
     """The source of the profile in effect this boot (what the launch profile includes)."""
     from cxlctl.tuning.state import applied_journal
 
-    j = applied_journal(root)
+    j = applied_journal(host.root)
     if j is None:
         return None
     if j.profile == PROFILE_NAME or j.profile_data is not None:
@@ -93,10 +93,10 @@ def profile_data(nodes: Sequence[int], ratio: Optional[Tuple[int, int]], base: O
     return data
 
 
-def _current(root: str) -> Dict[int, int]:
+def _current(host: Host) -> Dict[int, int]:
     from cxlctl.tuning.knobs import read_current
 
-    cur = read_current(root)
+    cur = read_current(host.root)
     out = {}
     for n, p in cur.wi_node_paths().items():
         v = (cur.get(p) or "").strip()
@@ -105,7 +105,9 @@ def _current(root: str) -> Dict[int, int]:
     return out
 
 
-def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]) -> WeightPlan:
+def plan(
+    host: Host, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]
+) -> WeightPlan:
     """What the weights will be and what the tuning engine would write (no writes)."""
     from cxlctl.tuning.profile import from_data
     from cxlctl.tuning.transaction import Transaction
@@ -124,16 +126,16 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
                 f"--ratio needs DRAM and CXL nodes in the memory set (have {format_nodelist(nodes)})",
                 hint="add a CXL node to --mem-nodes (cxlctl status lists them), or leave out --ratio",
             )
-    current = _current(root)
+    current = _current(host)
     missing = [n for n in nodes if n not in current]
     if missing:
         raise CxlctlError(
             f"no weighted-interleave weight file for node(s) {format_nodelist(missing)}",
             hint="the kernel lists weights for nodes with memory; check cxlctl status",
         )
-    base = active_base(root)
+    base = active_base(host)
     txn = Transaction(
-        root, from_data(root, PROFILE_NAME, profile_data(nodes, ratio, base), PROFILE_SOURCE), inventory=inv
+        host.root, from_data(host.root, PROFILE_NAME, profile_data(nodes, ratio, base), PROFILE_SOURCE), inventory=inv
     )
     prep = txn.prepared
     steps = [s for s in prep.plan.steps if s.knob == KNOB]
@@ -181,10 +183,10 @@ def plan(root: str, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: O
     )
 
 
-def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
+def wi_users(host: Host, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     """Processes with weighted-interleave mappings (first 64 KiB of each numa_maps: cheap)."""
     out = []
-    r = Reader(root)
+    r = host.reader
     for pid in pids(r):
         if pid in exclude:
             continue
@@ -195,7 +197,7 @@ def wi_users(root: str, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
     return out
 
 
-def apply(root: str, wp: WeightPlan) -> Dict[int, int]:
+def apply(host: Host, wp: WeightPlan) -> Dict[int, int]:
     """Commit the planned launch profile through the tuning transaction; the weights read back."""
     assert wp.transaction is not None
     try:
@@ -211,5 +213,5 @@ def apply(root: str, wp: WeightPlan) -> Dict[int, int]:
             f"setting the weighted-interleave weights failed and was rolled back: {res.error}",
             hint="see cxlctl tune status; nothing was launched",
         )
-    now = _current(root)
+    now = _current(host)
     return {n: now.get(n, 0) for n in wp.nodes}

@@ -22,6 +22,7 @@ import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths, tracefs
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 
 from .events import Event, to_event
@@ -55,10 +56,8 @@ def parse_since(text: str) -> float:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 15m, 2h, 1d)") from None
 
 
-def uptime(root: str) -> Optional[float]:
-    from cxlctl.hostio.reader import Reader
-
-    t = Reader(root).body(paths.UPTIME)
+def uptime(host: Host) -> Optional[float]:
+    t = host.reader.body(paths.UPTIME)
     try:
         return float(t.split()[0]) if t else None
     except ValueError:
@@ -69,8 +68,8 @@ class Mapper:
     """Turns parsed lines into mapped events with one inventory scan, rescanning
     when an event names a memdev the scan did not know (hot-plug while following)."""
 
-    def __init__(self, root: str, inv: Optional[Inventory] = None, scan: bool = True) -> None:
-        self.root = root
+    def __init__(self, host: Host, inv: Optional[Inventory] = None, scan: bool = True) -> None:
+        self.host = host
         self._scan = scan
         self.inv = inv
         self._rescanned = -1e9
@@ -79,7 +78,7 @@ class Mapper:
         if self.inv is None and self._scan:
             from cxlctl.inventory import scan
 
-            self.inv = scan(self.root)
+            self.inv = scan(self.host)
         return self.inv
 
     def map(self, lines: Iterable[str], stream: Stream) -> Iterator[Event]:
@@ -96,7 +95,7 @@ class Mapper:
                     from cxlctl.inventory import scan
 
                     self._rescanned = now
-                    self.inv = scan(self.root)
+                    self.inv = scan(self.host)
                     ev = to_event(t, self.inv)
             yield ev
 
@@ -130,7 +129,7 @@ def since_window(events: List[Event], since: Optional[float], now: Optional[floa
 
 
 def stored_events(
-    root: str,
+    host: Host,
     *,
     lines: Optional[List[str]] = None,
     where: str = "",
@@ -142,32 +141,32 @@ def stored_events(
     now: Optional[float] = None
     if lines is None:
         if collect:
-            open_collection(root)
-        src, data = read_collection(root)
-        lines, where, now = data.decode("utf-8", "replace").splitlines(), src.where, uptime(root)
+            open_collection(host)
+        src, data = read_collection(host)
+        lines, where, now = data.decode("utf-8", "replace").splitlines(), src.where, uptime(host)
     stream = Stream()
-    events = list(Mapper(root).map(lines, stream))
+    events = list(Mapper(host).map(lines, stream))
     return Stored(where, since_window(events, since, now), stream)
 
 
-def open_collection(root: str) -> Source:
+def open_collection(host: Host) -> Source:
     """Start (or keep) the long-lived collection instance."""
-    tf = tracefs.find_tracefs(root)
-    avail = _require_events(root, tf)
-    inst = tracefs.create_instance(root, tf, paths.TRACE_COLLECT_INSTANCE, avail)
+    tf = tracefs.find_tracefs(host.root)
+    avail = _require_events(host, tf)
+    inst = tracefs.create_instance(host.root, tf, paths.TRACE_COLLECT_INSTANCE, avail)
     return Source("collect", inst, avail)
 
 
-def stop_collection(root: str) -> bool:
-    tf = tracefs.find_tracefs(root)
-    return tracefs.remove_instance(root, tf, paths.TRACE_COLLECT_INSTANCE)
+def stop_collection(host: Host) -> bool:
+    tf = tracefs.find_tracefs(host.root)
+    return tracefs.remove_instance(host.root, tf, paths.TRACE_COLLECT_INSTANCE)
 
 
-def _require_events(root: str, tf: str) -> List[str]:
-    avail = tracefs.cxl_events(root, tf)
+def _require_events(host: Host, tf: str) -> List[str]:
+    avail = tracefs.cxl_events(host.root, tf)
     if not avail:
         raise tracefs.TracefsError(
-            f"this kernel has no cxl trace events ({tf}/events/cxl is missing)",
+            f"this kernel has no cxl trace events ({host.path(tf + '/events/cxl')} is missing)",
             hint="the events come with the cxl_core module (CONFIG_CXL_BUS); load the CXL drivers "
             "(modprobe cxl_pci cxl_mem) or use a kernel with CXL support (6.3+ for device events)",
             code="no_events",
@@ -175,23 +174,23 @@ def _require_events(root: str, tf: str) -> List[str]:
     return avail
 
 
-def read_collection(root: str) -> Tuple[Source, bytes]:
+def read_collection(host: Host) -> Tuple[Source, bytes]:
     """The collection instance's snapshot; TracefsError with the fix when none runs."""
-    tf = tracefs.find_tracefs(root)
+    tf = tracefs.find_tracefs(host.root)
     inst = tracefs.instance_path(tf, paths.TRACE_COLLECT_INSTANCE)
-    if not tracefs.instance_exists(root, tf, paths.TRACE_COLLECT_INSTANCE):
-        avail = _require_events(root, tf)
+    if not tracefs.instance_exists(host.root, tf, paths.TRACE_COLLECT_INSTANCE):
+        avail = _require_events(host, tf)
         raise tracefs.TracefsError(
-            f"no event collection is running ({inst} does not exist); this kernel has {len(avail)} cxl events",
+            f"no event collection is running ({host.path(inst)} does not exist); this kernel has {len(avail)} cxl events",
             hint="start one with `cxlctl events --collect` (or watch live with `cxlctl events --follow`)",
             code="not_collecting",
         )
-    avail = tracefs.cxl_events(root, tf)
-    return Source("collect", inst, avail), tracefs.read_trace(root, inst)
+    avail = tracefs.cxl_events(host.root, tf)
+    return Source("collect", inst, avail), tracefs.read_trace(host.root, inst)
 
 
 def follow(
-    root: str,
+    host: Host,
     on_line: Callable[[str], None],
     stop: List[bool],
     on_ready: Optional[Callable[[Source], None]] = None,
@@ -201,19 +200,19 @@ def follow(
     until ``stop[0]`` is set (or ``duration`` seconds passed), then remove it."""
     import time
 
-    tf = tracefs.find_tracefs(root)
-    avail = _require_events(root, tf)
-    for stale in tracefs.stale_follow_instances(root, tf):
-        tracefs.remove_instance(root, tf, stale)
+    tf = tracefs.find_tracefs(host.root)
+    avail = _require_events(host, tf)
+    for stale in tracefs.stale_follow_instances(host.root, tf):
+        tracefs.remove_instance(host.root, tf, stale)
     name = f"{paths.TRACE_INSTANCE_PREFIX}follow-{os.getpid()}"
-    inst = tracefs.create_instance(root, tf, name, avail)
+    inst = tracefs.create_instance(host.root, tf, name, avail)
     src = Source("follow", inst, avail)
     end = None if duration is None else time.monotonic() + duration
     try:
         if on_ready is not None:
             on_ready(src)
         tail = b""
-        for chunk in tracefs.follow_pipe(root, inst, stop):
+        for chunk in tracefs.follow_pipe(host.root, inst, stop):
             if chunk:
                 lines, tail = split_lines(tail + chunk)
                 for line in lines:
@@ -223,5 +222,5 @@ def follow(
         if tail:
             on_line(tail.decode("utf-8", "replace"))
     finally:
-        tracefs.remove_instance(root, tf, name)
+        tracefs.remove_instance(host.root, tf, name)
     return src

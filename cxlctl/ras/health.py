@@ -25,17 +25,18 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 
 from .events import Event
 
 
-def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
+def _ndctl_health(host: Host, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
     """(health per memdev, media errors per memdev, notes) from ndctl; empty under a --root tree."""
     notes: List[str] = []
     health: Dict[str, Any] = {}
     media: Dict[str, Any] = {}
-    if root != "/":
+    if not host.live:
         return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"]
     if not memdevs:
         return health, media, notes
@@ -61,14 +62,13 @@ def _ndctl_health(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[s
     return health, media, notes
 
 
-def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str, List[Event]], List[str]]:
+def read_poison(host: Host, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str, List[Event]], List[str]]:
     """Trigger each memdev's poison list and collect the ``cxl_poison`` events.
 
     Uses its own instance (``cxlctl-health-<pid>``) with only ``cxl_poison``
     enabled, so a running collection or follower is not disturbed, and removes
     it afterwards.  Returns (events per memdev, notes)."""
     from cxlctl.hostio import tracefs
-    from cxlctl.hostio.root import under
     from cxlctl.hostio.write import KnobError, write_knob
 
     from .collect import Mapper
@@ -76,33 +76,33 @@ def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str
 
     out: Dict[str, List[Event]] = {}
     notes: List[str] = []
-    have = [m for m in memdevs if os.path.exists(under(root, f"{paths.cxl_device(m)}/trigger_poison_list"))]
+    have = [m for m in memdevs if os.path.exists(host.path(f"{paths.cxl_device(m)}/trigger_poison_list"))]
     if not have:
         return out, ["no memdev has trigger_poison_list (kernel before 6.4, or the device lacks poison list support)"]
     try:
-        tf = tracefs.find_tracefs(root)
+        tf = tracefs.find_tracefs(host.root)
     except tracefs.TracefsError as e:
         return out, [f"poison list not read: {e}"]
-    if "cxl_poison" not in tracefs.cxl_events(root, tf):
+    if "cxl_poison" not in tracefs.cxl_events(host.root, tf):
         return out, ["poison list not read: this kernel has no cxl_poison trace event"]
     name = f"{paths.TRACE_INSTANCE_PREFIX}health-{os.getpid()}"
     try:
-        inst = tracefs.create_instance(root, tf, name, ["cxl_poison"])
+        inst = tracefs.create_instance(host.root, tf, name, ["cxl_poison"])
     except tracefs.TracefsError as e:
         return out, [f"poison list not read: {e}"]
     try:
         for m in have:
             try:
-                write_knob(root, f"{paths.cxl_device(m)}/trigger_poison_list", "1\n")
+                write_knob(host.root, f"{paths.cxl_device(m)}/trigger_poison_list", "1\n")
                 out[m] = []
             except KnobError as e:
                 notes.append(f"{m}: trigger_poison_list: {e.reason}")
         time.sleep(0.2)  # the kernel emits the events synchronously; let the buffer settle
-        data = tracefs.read_trace(root, inst)
+        data = tracefs.read_trace(host.root, inst)
     finally:
-        tracefs.remove_instance(root, tf, name)
+        tracefs.remove_instance(host.root, tf, name)
     stream = Stream()
-    for ev in Mapper(root, inv).map(data.decode("utf-8", "replace").splitlines(), stream):
+    for ev in Mapper(host, inv).map(data.decode("utf-8", "replace").splitlines(), stream):
         if ev.memdev in out:
             out[ev.memdev].append(ev)
     if stream.error_count:
@@ -110,7 +110,7 @@ def read_poison(root: str, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str
     return out, notes
 
 
-def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[str, int]]], Optional[str]]:
+def _event_counts(host: Host, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[str, int]]], Optional[str]]:
     """Counts of collected events per memdev, "kind/severity" keys; None + why when no collection runs."""
     from cxlctl.hostio.tracefs import TracefsError
 
@@ -118,11 +118,11 @@ def _event_counts(root: str, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[st
     from .trace import Stream
 
     try:
-        _, data = read_collection(root)
+        _, data = read_collection(host)
     except TracefsError as e:
         return None, str(e)
     counts: Dict[str, Dict[str, int]] = {}
-    for ev in Mapper(root, inv).map(data.decode("utf-8", "replace").splitlines(), Stream()):
+    for ev in Mapper(host, inv).map(data.decode("utf-8", "replace").splitlines(), Stream()):
         key = f"{ev.kind}/{ev.severity}" if ev.severity != ev.kind else ev.kind
         # a port's AER events are counted under the port (``port:NAME``): they name no memdev
         d = counts.setdefault(ev.memdev or (f"port:{ev.port}" if ev.port else "?"), {})
@@ -172,18 +172,18 @@ def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
     }
 
 
-def processes_on(root: str, nodes: Set[int], limit: int = 4000) -> Tuple[List[Dict[str, Any]], int]:
+def processes_on(host: Host, nodes: Set[int], limit: int = 4000) -> Tuple[List[Dict[str, Any]], int]:
     """Processes with pages on ``nodes`` (from numa_maps), largest first; and how
     many processes could not be read (not root, exited)."""
     from cxlctl.hostio.proc import cgroup_of, pids
-    from cxlctl.hostio.reader import Reader, Unreadable
+    from cxlctl.hostio.reader import Unreadable
     from cxlctl.numa_maps import parse_mappings
 
     out: List[Dict[str, Any]] = []
     unreadable = 0
     if not nodes:
         return out, 0
-    r = Reader(root)
+    r = host.reader
     for pid in pids(r)[:limit]:
         try:
             b = r.read(paths.proc_pid(pid, "numa_maps"), limit=32 << 20)
@@ -218,23 +218,23 @@ def cgroups_on(procs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 # ----------------------------------------------------------------------- report
 
 
-def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = None) -> Dict[str, Any]:
+def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = None) -> Dict[str, Any]:
     from cxlctl.inventory import scan
 
-    inv = inv or scan(root)
+    inv = inv or scan(host)
     names = [m.name for m in inv.memdevs]
     notes: List[str] = []
     errors: List[str] = []
-    health, media, nd_notes = _ndctl_health(root, names)
+    health, media, nd_notes = _ndctl_health(host, names)
     notes += nd_notes
     poison_by: Dict[str, List[Event]] = {}
     if poison and names:
-        if os.geteuid() != 0 and root == "/":
+        if os.geteuid() != 0 and host.live:
             notes.append("poison list not read: trigger_poison_list needs root")
         else:
-            poison_by, p_notes = read_poison(root, inv, names)
+            poison_by, p_notes = read_poison(host, inv, names)
             notes += p_notes
-    counts, why = _event_counts(root, inv)
+    counts, why = _event_counts(host, inv)
     if why:
         notes.append(f"event counts: {why}")
     all_nodes: Set[int] = set()
@@ -271,7 +271,7 @@ def collect_health(root: str, poison: bool = True, inv: Optional[Inventory] = No
                 "impact": fd,
             }
         )
-    procs, unreadable = processes_on(root, all_nodes)
+    procs, unreadable = processes_on(host, all_nodes)
     if unreadable and os.geteuid() != 0:
         notes.append(f"{unreadable} processes' numa_maps unreadable (not root): the process list is partial")
     errors.extend(problems(memdevs))

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.tools import ToolError, cxl_list, memdev_objects
 
 #: numeric fields exported as metrics (ndctl's JSON names)
@@ -81,15 +82,15 @@ def parse(doc: Any) -> Tuple[MemdevHealth, ...]:
     return tuple(seen[k] for k in sorted(seen, key=lambda n: (len(n), n)))
 
 
-def collect(root: str, command: str = "cxl", timeout: float = 10.0) -> Health:
+def collect(host: Host, command: str = "cxl", timeout: float = 10.0) -> Health:
     """Run ``cxl list -M -H`` (bounded by ``timeout``) and parse it; never raises."""
     t0 = time.monotonic()
 
     def unavailable(why: str) -> Health:
         return Health(False, why, (), time.time(), time.monotonic() - t0)
 
-    if root != "/":
-        return unavailable(f"cxl list reads the live system, not --root {root}")
+    if not host.live:
+        return unavailable(f"cxl list reads the live system, not --root {host.root}")
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
     try:
         got = cxl_list("-M", "-H", command=command, timeout=timeout, env=env)

@@ -57,10 +57,11 @@ def _online(root: str, online: str, zone: str, log: Log, progress: Optional[Prog
 
 
 def _next(root: str, req: Request) -> Optional[Plan]:
+    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
     try:
-        return plan_all(scan(root), req)[0]
+        return plan_all(scan(Host(root)), req)[0]
     except CxlctlError:
         return None  # nothing more fits
 

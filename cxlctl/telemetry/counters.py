@@ -50,6 +50,10 @@ SYSTEM_COUNTERS: Tuple[str, ...] = (
     "numa_pte_updates",
     "pgmigrate_success",
     "pgmigrate_fail",
+    # reclaim asked for through memory.reclaim / nodeN/reclaim (6.16+): pages scanned and reclaimed
+    # (demoted or freed) on request, apart from kswapd's and direct reclaim's
+    "pgscan_proactive",
+    "pgsteal_proactive",
 ) + PROMOTE_DEMOTE
 
 #: counters of a cgroup's ``memory.stat`` (pages, cumulative; the size lines are bytes); memcg counts no candidates

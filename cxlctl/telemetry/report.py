@@ -297,6 +297,13 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         width,
         "",
     )
+    if sysv.get("pgscan_proactive") is not None or sysv.get("pgsteal_proactive") is not None:
+        lines += _wrap(
+            f"proactive reclaim: scanned {count(sysv.get('pgscan_proactive'))}, "
+            f"reclaimed {count(sysv.get('pgsteal_proactive'))}",
+            width,
+            "",
+        )
     if damon_migrates(s):
         moved = damon_migrated(s, r)
         per = "" if first else "/s"

@@ -28,11 +28,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.derive import expected_access
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths
+from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, cgroup_v1
 from cxlctl.hostio.reader import Reader, Unreadable, Vanished
-from cxlctl.hostio.root import under
 from cxlctl.model import Coordinates, Node, Region
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.numa_maps import NumaMaps, parse_numa_maps
@@ -148,45 +149,12 @@ class Sample(NamedTuple):
 CGROUP_V1 = "cgroup v1: per-cgroup figures unavailable (they need cgroup v2)"
 
 
-def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
-    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
-
-    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
-    initiators) when the firmware describes it; else, for a CXL node, the sum of
-    its regions' ``access0`` bandwidths (the kernel computes those from the
-    devices' CDAT and the path to them) and the largest latency, when every region
-    of the node is described; else (None, None).  A node read only through
-    ``kinds_of(nodes)`` without regions gets the first source only.
-    """
-    if node.access0 is not None:
-        return node.access0, "node"
-    by_name = {r.name: r for r in regions}
-    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
-    if not coords or any(c is None for c in coords):
-        return None, None
-
-    def total(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
-
-    def worst(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
-
-    cs = [c for c in coords if c is not None]
-    c = Coordinates(
-        read_bandwidth=total([x.read_bandwidth for x in cs]),
-        write_bandwidth=total([x.write_bandwidth for x in cs]),
-        read_latency=worst([x.read_latency for x in cs]),
-        write_latency=worst([x.write_latency for x in cs]),
-    )
-    return c, "regions"
-
-
-def node_kinds(root: str) -> Dict[int, NodeInfo]:
+def node_kinds(host: Host) -> Dict[int, NodeInfo]:
     """Kind, tier and expected access of every node, from one inventory scan (run once per
     command, not per sample: neither changes between two reports of ``stat``)."""
     from cxlctl.inventory import scan
 
-    inv = scan(root)
+    inv = scan(host)
     return kinds_of(inv.nodes, inv.regions)
 
 
@@ -234,25 +202,25 @@ def cgroup_name(arg: str) -> str:
     return "/" + "/".join(parts)
 
 
-def check_cgroup(root: str, name: str) -> None:
+def check_cgroup(host: Host, name: str) -> None:
     """Refuse a cgroup that does not exist (a usage error naming the directory looked at)."""
-    if cgroup_v1(Reader(root)):
+    if cgroup_v1(host.reader):
         raise UsageError(
             CGROUP_V1, hint="drop --cgroup, or boot with the unified hierarchy (systemd.unified_cgroup_hierarchy=1)"
         )
     d = paths.cgroup_file(name, "").rstrip("/") or "/"
-    if not Reader(root).isdir(d):
+    if not host.reader.isdir(d):
         raise UsageError(
-            f"no cgroup {name} ({under(root, d)} does not exist)",
+            f"no cgroup {name} ({host.path(d)} does not exist)",
             hint="see `systemd-cgls` or /proc/PID/cgroup for cgroup names (cgroup v2 only)",
         )
 
 
-def check_pid(root: str, pid: int) -> None:
-    """Refuse a PID that is not a process of ``root`` (a usage error saying where to find one)."""
+def check_pid(host: Host, pid: int) -> None:
+    """Refuse a PID that is not a process of ``host`` (a usage error saying where to find one)."""
     if pid <= 0:
         raise UsageError(f"--pid {pid} is not a process id", hint="give a PID from ps or pgrep")
-    if not Reader(root).isdir(paths.proc_pid(pid, "").rstrip("/")):
+    if not host.reader.isdir(paths.proc_pid(pid, "").rstrip("/")):
         raise UsageError(f"no process with PID {pid}", hint="check the PID (ps, pgrep)")
 
 
@@ -390,15 +358,15 @@ def _rss(r: Reader, pid: int) -> Optional[int]:
     return _rss_of(r.raw(paths.proc_pid(pid, "statm")))
 
 
-def asked_policy(root: str, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
+def asked_policy(r: Reader, pid: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
     """The ``CXLCTL_POLICY`` a ``cxlctl launch``-ed process carries, as (mode, nodes).
 
-    Read with a reader of its own, not the logging one: ``cxlctl record`` must
-    never copy a process' environment.
+    Never read through a logging reader (:meth:`~cxlctl.hostio.reader.Reader.unlogged`):
+    ``cxlctl record`` must never copy a process' environment.
     """
     from cxlctl.launch.policy import parse_env_value
 
-    for item in (Reader(root).body(paths.proc_pid(pid, "environ")) or "").split("\0"):
+    for item in (r.unlogged().body(paths.proc_pid(pid, "environ")) or "").split("\0"):
         if item.startswith("CXLCTL_POLICY="):
             a = parse_env_value(item[len("CXLCTL_POLICY=") :])
             return None if a is None else (a.mode, a.nodes)
@@ -414,7 +382,7 @@ def read_process(r: Reader, pid: int, policy: bool = False) -> ProcessSample:
         cgroup_of(cg),
         _rss(r, pid),
         _numa_maps(r, pid),
-        asked_policy(r.root, pid) if policy else None,
+        asked_policy(r, pid) if policy else None,
     )
 
 

@@ -18,6 +18,7 @@ from .sample import NodeInfo, Sample
 from .verdicts import Verdict, judge
 
 if TYPE_CHECKING:
+    from cxlctl.hostio.host import Host
     from cxlctl.hostio.reader import Reader
 
 #: how one sample is read from a fresh reader (``top`` lists processes and cgroups first)
@@ -31,30 +32,33 @@ class Telemetry(NamedTuple):
 
 
 class Sampler:
-    """Reads samples of ``root`` and judges each against the one before.
+    """Reads samples of ``host`` and judges each against the one before.
 
     ``read`` overrides how a sample is read (default: every node and the
-    ``cgroups`` given); it gets a fresh :class:`~cxlctl.hostio.reader.Reader`,
-    closed after the sample is taken.
+    ``cgroups`` given); it gets the sampler's :class:`~cxlctl.hostio.reader.Reader`
+    (one of its own: the daemon samples between reconciles, on its own timer),
+    its directory handles closed and its notes dropped after each sample: a
+    sample copies the notes it needs, and handles kept across the interval could
+    be of directories gone since (an exited process, a removed cgroup).
     """
 
-    def __init__(self, root: str, cgroups: Sequence[str] = (), read: Optional[ReadFn] = None) -> None:
-        self.root = root
+    def __init__(self, host: Host, cgroups: Sequence[str] = (), read: Optional[ReadFn] = None) -> None:
+        self.host = host
+        self.reader = host.new_reader()
         self.cgroups = tuple(cgroups)
         self.read = read
         self.prev: Optional[Sample] = None
 
     def tick(self, kinds: Dict[int, NodeInfo]) -> Telemetry:
         """Read a sample; rates and verdicts against the one before (none for the first)."""
-        from cxlctl.hostio.reader import Reader
-
         from .sample import read_sample
 
-        r = Reader(self.root)
+        r = self.reader
         try:
             s = self.read(r, kinds) if self.read is not None else read_sample(r, kinds, cgroups=self.cgroups)
         finally:
             r.close()
+            r.notes.clear()
         rt = None if self.prev is None else rates(self.prev, s)
         self.prev = s
         return Telemetry(s, rt, judge(s, rt))

@@ -28,6 +28,10 @@ WI_DIR = paths.WI_DIR
 #: (the attribute name went through a ``#define auto __auto_type`` macro); accept both.
 WI_AUTO_NAMES = ("auto", "__auto_type")
 WEIGHT_MIN, WEIGHT_MAX = 1, 255
+#: the default largest weight computed from bandwidth: the scale Linux 6.16+'s own ``auto`` mode
+#: spreads its weights over (``weightiness`` in mm/mempolicy.c), so cxlctl's weights are no
+#: coarser than the kernel's (38912/16000/6144 MB/s: the kernel 20:8:3, cxlctl 19:8:3)
+DEFAULT_MAX_WEIGHT = 32
 
 TRUE_WORDS = ("1", "y", "yes", "true", "on")
 FALSE_WORDS = ("0", "n", "no", "false", "off")
@@ -272,7 +276,7 @@ class WeightedInterleaveKnob(Knob):
         pa = table.get("prefer_auto", True)
         if not isinstance(pa, bool):
             raise ValueError(f"prefer_auto must be true or false, got {pa!r}")
-        mw = table.get("max_weight", 10)
+        mw = table.get("max_weight", DEFAULT_MAX_WEIGHT)
         if isinstance(mw, bool) or not isinstance(mw, int) or not WEIGHT_MIN <= mw <= WEIGHT_MAX:
             raise ValueError(f"max_weight must be an integer {WEIGHT_MIN}-{WEIGHT_MAX}, got {mw!r}")
         return WISpec(w, ratio, tuple(sel), pa, mw)

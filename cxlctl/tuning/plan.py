@@ -20,7 +20,7 @@ from cxlctl.parse import is_decimal
 from . import damon_tiering as damon
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
-from .weights import cxl_write_bandwidth, node_bandwidth, ratio_weights, reduce_weights
+from .weights import cxl_write_bandwidth, divide_gcd, node_bandwidth, ratio_weights, reduce_weights
 
 #: path → (knob, original raw text) of the profile applied before this one
 Restore = Mapping[str, Tuple[str, Optional[str]]]
@@ -258,6 +258,35 @@ class _WIPlanner:
                 bw[nid] = b
         return bw, missing
 
+    def auto_comparison(self, bw: Dict[int, int], max_weight: int) -> str:
+        """The kernel's ``auto`` weights (read from the ``nodeN`` files while ``auto`` is on)
+        beside the ones cxlctl computes from the same bandwidths, as shares of the pages, so
+        an operator sees what either would do and why they differ (the kernel scales to 32
+        and rounds down; cxlctl takes the smallest weights within 5 % of each share)."""
+        ours = reduce_weights(bw, max_weight)
+        total_bw = sum(bw.values())
+
+        def shares(w: Dict[int, int]) -> str:
+            t = sum(w.values())
+            return " ".join(f"node{n}={w[n]} ({100 * w[n] / t:.0f} %)" for n in sorted(w))
+
+        want = " ".join(f"node{n} {100 * b / total_bw:.0f} %" for n, b in sorted(bw.items()))
+        mine = f"cxlctl's from the same figures: {shares(ours)}; bandwidth shares: {want}"
+        kernel: Dict[int, int] = {}
+        if _canon(self.knob, self.cur.get(self.auto or "")) == "true":
+            for n in bw:
+                raw = self.cur.get(self.nodes.get(n, ""))
+                v = _canon(self.knob, raw) if raw is not None else None
+                if v is None or not v.isdigit():
+                    kernel = {}
+                    break
+                kernel[n] = int(v)
+        if not kernel:
+            return f"the kernel computes its weights when auto is on; {mine}"
+        if divide_gcd(kernel) == ours:
+            return f"the kernel's auto weights now: {shares(kernel)}, the same as cxlctl's"
+        return f"the kernel's auto weights now: {shares(kernel)} (bandwidth x 32 / total, rounded down); " + mine
+
     def manual(self, s: Setting, weights: Dict[int, int], note: str) -> List[Step]:
         """The weight files (restoring the previous profile's others), then ``auto`` off."""
         steps = self.restores(tuple(self.nodes[n] for n in weights))
@@ -299,7 +328,7 @@ class _WIPlanner:
             return self.skipped(s, why), warnings
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
         if spec.prefer_auto and self.auto:
-            note = f"kernel auto mode (weights from {shown})"
+            note = f"kernel auto mode (weights from {shown}); {self.auto_comparison(bw, spec.max_weight)}"
             return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
         return self.manual(s, reduce_weights(bw, spec.max_weight), "from bandwidth " + shown), warnings
 

@@ -55,6 +55,7 @@ def _free(r: Reader, nid: int) -> Optional[int]:
 
 def _target(root: str, node: Optional[int], cgroup: Optional[str]) -> tuple:  # type: ignore[type-arg]
     """(label, file to write, counter file, node or None); UsageError when it cannot be used."""
+    from cxlctl.hostio.host import Host
     from cxlctl.telemetry.sample import node_kinds
 
     if (node is None) == (cgroup is None):
@@ -63,7 +64,7 @@ def _target(root: str, node: Optional[int], cgroup: Optional[str]) -> tuple:  # 
     if node is not None:
         if node < 0 or not r.isdir(paths.node_dir(node)):
             raise UsageError(f"there is no NUMA node {node}", hint="cxlctl status lists the nodes")
-        kinds = node_kinds(root)
+        kinds = node_kinds(Host(root))
         kind = kinds[node].kind if node in kinds else "other"
         if kind == "cxl":
             raise UsageError(

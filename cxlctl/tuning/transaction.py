@@ -420,9 +420,10 @@ class Transaction:
     def _prepare(self, inventory: Optional[Inventory], persist: Optional[bool], switching: bool) -> Prepared:
         """Profile + inventory + current values → plan and conflicts (no writes)."""
         if inventory is None:
+            from cxlctl.hostio.host import Host
             from cxlctl.inventory import scan
 
-            inventory = scan(self.root)
+            inventory = scan(Host(self.root))
         messages: List[str] = []
         j = this_boot(self.root, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None

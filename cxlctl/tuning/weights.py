@@ -6,10 +6,12 @@ describe — from its CXL regions' ``access0`` coordinates, which the kernel
 computes from CDAT along the whole path (v6.9+).  A node's bandwidth is
 min(read, write) where both are known, as the kernel's own auto mode does.
 
-The reduction to small integers follows HMSDK (``tools/iw_ratio.py``): the
-largest weight at most a cap (10), then divide by the gcd; see
-:func:`reduce_weights` for how the rounding is kept honest.  Small weights keep
-the interleave round short, so a short-lived allocation still sees the ratio.
+The reduction to integers follows HMSDK (``tools/iw_ratio.py``): the largest
+weight at most a cap (32 by default, the scale of the kernel's own ``auto``
+weights), then divide by the gcd; see :func:`reduce_weights` for how the
+rounding is kept honest.  The smallest largest weight that is within 5 % wins,
+so the interleave round stays as short as the ratio allows and a short-lived
+allocation still sees the ratio.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Dict, Iterable, Optional, Sequence
 
 from cxlctl.model import Coordinates, Inventory, Node
 
-from .knobs import WEIGHT_MAX, WEIGHT_MIN
+from .knobs import DEFAULT_MAX_WEIGHT, WEIGHT_MAX, WEIGHT_MIN
 
 
 def _bw(c: Optional[Coordinates], which: str = "min") -> Optional[int]:
@@ -46,30 +48,42 @@ def node_bandwidth(inv: Inventory, node: Node, which: str = "min") -> Optional[i
     return total or None
 
 
-def reduce_weights(bandwidth: Dict[int, int], cap: int = 10, tolerance: float = 0.05) -> Dict[int, int]:
-    """Bandwidths → small integer weights, HMSDK-style: largest weight ≤ ``cap``, divided by the gcd.
+def _worst_error(cand: Dict[int, int], m: int, share: Dict[int, float]) -> float:
+    """The largest relative distance of a node's weight share (w/m) from its bandwidth share."""
+    return max(abs(cand[n] / m - f) / f for n, f in share.items())
+
+
+def reduce_weights(bandwidth: Dict[int, int], cap: int = DEFAULT_MAX_WEIGHT, tolerance: float = 0.05) -> Dict[int, int]:
+    """Bandwidths → integer weights: largest weight ≤ ``cap``, divided by the gcd.
 
     HMSDK halves every value until the largest is ≤ 10 and rounds, which can be
     far off (90000:60000 becomes 5:4).  Here the largest weight is the smallest
     m ≤ cap for which every node's share is within ``tolerance`` of its
-    bandwidth share (90000:60000 → 3:2, 100000:30000 → 7:2); if none is, m = cap.
-    Every weight is at least 1 (the kernel's minimum), so a very slow node still
-    gets one page per round.
+    bandwidth share (90000:60000 → 3:2, 100000:30000 → 7:2); if no m is, the m
+    whose worst node is closest (not simply m = cap, which can be worse than a
+    smaller m).  Every weight is at least 1 (the kernel's minimum), so a very
+    slow node still gets one page per round.  With the old cap of 10,
+    38912:16000:6144 could only become 5:2:1, which gives the slow node 27 % more
+    than its share; the default cap (:data:`DEFAULT_MAX_WEIGHT`) allows 19:8:3.
     """
     if not bandwidth:
         return {}
     top = max(bandwidth.values())
     share = {n: b / top for n, b in bandwidth.items()}
     best: Dict[int, int] = {}
+    best_err = math.inf
     for m in range(1, max(1, min(cap, WEIGHT_MAX)) + 1):
         cand = {n: max(WEIGHT_MIN, int(round(f * m))) for n, f in share.items()}
-        best = cand
-        if all(abs(cand[n] / m - f) <= tolerance * f for n, f in share.items()):
-            break
-    return _divide_gcd(best)
+        err = _worst_error(cand, m, share)
+        if err <= tolerance:
+            return divide_gcd(cand)
+        if err < best_err:
+            best, best_err = cand, err
+    return divide_gcd(best)
 
 
-def _divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
+def divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
+    """``ints`` divided by the gcd of its values (weights are kept reduced, as the kernel's are)."""
     g = 0
     for v in ints.values():
         g = math.gcd(g, v)

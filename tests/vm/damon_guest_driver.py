@@ -34,6 +34,7 @@ import time
 from typing import Dict, List
 
 from cxlctl.cli import run
+from cxlctl.hostio.host import Host
 from cxlctl.record import record
 
 OUT = os.environ["OUT"]
@@ -84,7 +85,7 @@ def snap(name: str) -> None:
     tmp = f"/tmp/damon-record/{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.dirname(tmp), exist_ok=True)
-    record("/", tmp)
+    record(Host("/"), tmp)
     peers = os.path.join(tmp, "peers")
     os.makedirs(peers)
     with open(os.path.join(peers, "damon-tree.txt"), "w") as f:

@@ -1,6 +1,6 @@
 """Guest side of test_vm_doctor (and the recorder of the ``*-doctor`` fixtures): ONE interpreter.
 
-Usage: python doctor_guest_driver.py SCENARIO OUTDIR, SCENARIO ``6.12`` or ``6.1``.
+Usage: python doctor_guest_driver.py SCENARIO OUTDIR, SCENARIO ``6.12``, ``6.1`` or ``7.x``.
 
 Each step runs ``cxlctl doctor --json`` in-process (cold starts cost seconds
 under TCG) and writes ``OUTDIR/<step>.json`` ({"rc", "doc", "shell"}); the
@@ -135,6 +135,18 @@ def scenario_612(s: Steps) -> None:
     s.doctor("movable-fixed")
 
 
+def scenario_7x(s: Steps) -> None:
+    """Linux 7.x (Debian 13's packaging): the config is only at /usr/lib/modules/VER/config
+    (nothing is mounted at /boot); the clean host, before and after a region.  The fault
+    scenarios test doctor's own logic and run on 6.12 only (docs/testing.md)."""
+    s.record("single-noregion-doctor")
+    s.doctor("noregion")
+    s.cxlctl("region", "create", "--all")
+    s.record("single-region-doctor")
+    s.doctor("clean")
+    s.doctor("clean-vllm", "--for", "vllm")
+
+
 def scenario_61(s: Steps) -> None:
     s.record("single-noregion-doctor")
     s.doctor("linux61")
@@ -145,7 +157,7 @@ def main() -> None:
     os.environ["COLUMNS"] = "80"
     os.makedirs(out, exist_ok=True)
     s = Steps(out)
-    {"6.12": scenario_612, "6.1": scenario_61}[scenario](s)
+    {"6.12": scenario_612, "6.1": scenario_61, "7.x": scenario_7x}[scenario](s)
     with open(os.path.join(out, "done"), "w") as f:
         f.write("ok\n")
 

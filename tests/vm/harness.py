@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from tests.vm.cdat import Speed
+
 if TYPE_CHECKING:
     from tests.vm.qmp import QmpSession
 
@@ -160,10 +162,35 @@ class Topology:
     description: str
     args: str
     regions: Tuple[Region, ...] = ()
+    #: (QEMU device id, its speed): the device gets a CDAT table of its own (tests/vm/cdat.py),
+    #: written into the run's harness folder; the others report QEMU's default table
+    cdat: Tuple[Tuple[str, Speed], ...] = ()
 
     @property
     def qemu_args(self) -> List[str]:
         return shlex.split(self.args)
+
+    def qemu_args_in(self, folder: Path) -> List[str]:
+        """:attr:`qemu_args` with each :attr:`cdat` table written to ``folder`` and named
+        on its device (``cxl-type3,...,id=X,cdat=FILE``)."""
+        from tests.vm import cdat
+
+        sizes = {
+            m.group(1): m.group(2)
+            for m in re.finditer(r"memory-backend-ram,id=([^,\s]+),[^\s]*?size=(\d+)M", self.args)
+        }
+        out = []
+        speeds = dict(self.cdat)
+        for a in self.qemu_args:
+            m = re.match(r"cxl-type3,.*?\bid=([^,]+)", a)
+            if m and m.group(1) in speeds:
+                dev = m.group(1)
+                mem = re.search(r"volatile-memdev=([^,]+)", a)
+                size = int(sizes[mem.group(1)]) << 20 if mem else 0
+                f = cdat.write(folder / f"cdat-{dev}.bin", speeds[dev], size)
+                a = f"{a},cdat={f}"
+            out.append(a)
+        return out
 
     @property
     def device_ids(self) -> List[str]:
@@ -282,6 +309,48 @@ _add(
             # 1-way on a per-bridge window
             Region(2, 8192, ("cxl-vmem2",)),
         ),
+    )
+)
+
+
+#: the HMAT topology's figures (issue 20): DRAM and the two host bridges' generic ports from the
+#: firmware (HMAT), the devices' own from their CDAT.  The kernel computes each region's access
+#: coordinates from the generic port, the link and the CDAT.
+HMAT_DRAM = {"latency": 80, "bandwidth": "38G"}
+HMAT_PORTS = ({"latency": 40, "bandwidth": "64G"}, {"latency": 60, "bandwidth": "32G"})
+HMAT_DEVICES = (("cxl-vmem0", Speed(150, 250, 16000, 16000)), ("cxl-vmem1", Speed(300, 400, 6144, 6144)))
+
+
+def _hmat_lb(target: int, fig: Dict[str, object]) -> str:
+    base = f"-numa hmat-lb,initiator=0,target={target},hierarchy=memory,data-type="
+    return f"{base}access-latency,latency={fig['latency']} {base}access-bandwidth,bandwidth={fig['bandwidth']} "
+
+
+_add(
+    Topology(
+        "hmat2",
+        "HMAT on: DRAM (2 GiB) and the CPUs on node 0, two host bridges with a generic port each "
+        "(nodes 1 and 2), one 256 MiB device per bridge with its own CDAT (a fast and a slow "
+        "expander), one 4 GiB window per bridge",
+        "-M hmat=on -m 2G,maxmem=12G,slots=8 "
+        "-object memory-backend-ram,id=ram0,size=2G -numa node,nodeid=0,cpus=0-1,memdev=ram0 "
+        "-numa node,nodeid=1 -numa node,nodeid=2 "
+        "-object acpi-generic-port,id=gp0,pci-bus=cxl.1,node=1 "
+        "-object acpi-generic-port,id=gp1,pci-bus=cxl.2,node=2 "
+        + _hmat_lb(0, HMAT_DRAM)
+        + _hmat_lb(1, HMAT_PORTS[0])
+        + _hmat_lb(2, HMAT_PORTS[1])
+        + _vmem(0, "256M")
+        + _vmem(1, "256M")
+        + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
+        "-device pxb-cxl,bus_nr=222,bus=pcie.0,id=cxl.2 "
+        "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
+        "-device cxl-rp,port=0,bus=cxl.2,id=rp1,chassis=0,slot=3 "
+        "-device cxl-type3,bus=rp0,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x5001 "
+        "-device cxl-type3,bus=rp1,volatile-memdev=vmem1,id=cxl-vmem1,sn=0x5002 "
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G,cxl-fmw.1.targets.0=cxl.2,cxl-fmw.1.size=4G",
+        regions=(Region(0, 256, ("cxl-vmem0",)), Region(1, 256, ("cxl-vmem1",))),
+        cdat=HMAT_DEVICES,
     )
 )
 
@@ -700,7 +769,7 @@ def _prepare(
         )
     )
     qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8"]
-    qemu += topo.qemu_args + list(extra_qemu_args)
+    qemu += topo.qemu_args_in(hdir) + list(extra_qemu_args)
     wrap: List[str] = []
     real = _find_qemu(env if env is not None else dict(os.environ))
     wrapper = hdir / "bin" / "qemu-system-x86_64"

@@ -89,6 +89,14 @@ def series_of(release: str) -> str:
     return m.group(1)
 
 
+def package_of(release: str) -> str:
+    """The Debian packages a release came from (scripts/install-vm-deps.sh): bookworm's
+    ``linux-image-*-unsigned``, or Debian 13 backports' split packaging for 7.x."""
+    if release.startswith("7."):
+        return f"Debian trixie-backports linux-binary-{release}, linux-modules-{release}, linux-base-{release}"
+    return f"Debian linux-image-{release}-unsigned"
+
+
 def tool_version(cmd: List[str]) -> str:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -117,7 +125,9 @@ def record_one(series: str, name: str, qemu: str) -> List[str]:
     Returns summary lines."""
     t = TOPOLOGIES[name]
     k = kernel(series)
-    dest_root = FIXTURES / f"linux-{series_of(k.release)}"
+    # named by the series asked for: linux-6.12, linux-6.1, and linux-7.x for the newest 7.x
+    # (tests/vm/test_vm_doctor.py and the other recorders name theirs the same way)
+    dest_root = FIXTURES / f"linux-{series if series == '7.x' else series_of(k.release)}"
     r = run_guest(t, guest_script(t), kernel=k, timeout=900)
     timing = f"boot {r.boot_seconds:.0f} s, wall {r.wall_seconds:.0f} s"
     print(f"[{k.release}] {name}: {timing}", flush=True)
@@ -126,7 +136,7 @@ def record_one(series: str, name: str, qemu: str) -> List[str]:
     if r.returncode != 0:
         raise HarnessError(f"{k.release} {name}: guest script exited {r.returncode}\n{r.stderr[-3000:]}\n{err_text}")
     about = [
-        f"kernel: {k.release} (Debian linux-image-{k.release}-unsigned)",
+        f"kernel: {k.release} ({package_of(k.release)})",
         f"qemu: {qemu}",
         f"virtme-ng: {tool_version(['vng', '--version'])}",
         f"peers: ndctl cxl {tool_version(['cxl', 'version'])}, daxctl {tool_version(['daxctl', 'version'])}",
@@ -170,7 +180,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     qemu = tool_version(["qemu-system-x86_64", "--version"])
     summary: List[str] = []
     for series in a.kernel or ["6.12", "6.1"]:
-        for name in a.topology or list(TOPOLOGIES):
+        # hmat2 has its own set (scripts/record-fixtures.sh hmat: both regions, the kernel's figures)
+        for name in a.topology or [t for t in TOPOLOGIES if t != "hmat2"]:
             summary += record_one(series, name, qemu)
     print("\n".join(summary))
     return 0

@@ -30,7 +30,7 @@ from typing import List, Optional
 
 from tests.fixture_status import install
 from tests.vm.harness import REPO, TOPOLOGIES, HarnessError, kernel, run_guest
-from tests.vm.record_fixtures import series_of
+from tests.vm.record_fixtures import package_of, series_of
 from tests.vm.telemetry_guest import ANON_MIB, CGROUP, RECLAIM, SHM_FILE, SHM_MIB, build_helper, script
 
 FIXTURES = REPO / "fixtures"
@@ -53,7 +53,7 @@ def record_one(series: str) -> str:
     if not (src / "cxlctl-record.json").exists():
         raise HarnessError(f"{k.release}: no record made: {(r.outdir / 'record.log').read_text(errors='replace')}")
     name = "single-region-telemetry" if create else "single-noregion-telemetry"
-    dst = FIXTURES / f"linux-{series_of(k.release)}" / name
+    dst = FIXTURES / f"linux-{series if series == '7.x' else series_of(k.release)}" / name
     install(src, dst)
     peers = dst / "peers"
     peers.mkdir(exist_ok=True)
@@ -63,7 +63,7 @@ def record_one(series: str) -> str:
     (peers / "recorded.txt").write_text(
         "\n".join(
             [
-                f"kernel: {k.release} (Debian linux-image-{k.release}-unsigned)",
+                f"kernel: {k.release} ({package_of(k.release)})",
                 f"recorded: {datetime.date.today().isoformat()} by tests/vm/record_telemetry_fixtures.py --kernel {series}",
                 f"topology: single: {t.description}",
                 f"region: {'created with ' + create if create else 'none (this kernel cannot create RAM regions)'}",

@@ -33,6 +33,14 @@ mount -t tmpfs -o size=8m doctor-boot /boot && cp "$cfg" "/boot/config-$(uname -
 "$PY" "$REPO/tests/vm/doctor_guest_driver.py" {scenario} "$OUT"
 """
 
+#: Debian 13's 7.x packaging installs the config at /usr/lib/modules/VER/config (install-vm-deps.sh
+#: puts it there on the host, whose root the guest sees) and nothing in /boot: no mount
+SCRIPT_7X = r"""
+[ -f "/usr/lib/modules/$(uname -r)/config" ] || {{ echo "no /usr/lib/modules/$(uname -r)/config" >&2; exit 9; }}
+[ ! -e "/boot/config-$(uname -r)" ] || {{ echo "/boot/config-$(uname -r) exists" >&2; exit 9; }}
+"$PY" "$REPO/tests/vm/doctor_guest_driver.py" {scenario} "$OUT"
+"""
+
 
 def boot(series: str) -> Dict[str, Dict[str, Any]]:
     k = kernel(series)
@@ -42,8 +50,9 @@ def boot(series: str) -> Dict[str, Dict[str, Any]]:
     # config over in the work folder (the guest's --rwdir), which it sees at the same path
     work = Path(tempfile.mkdtemp(prefix=f"cxlvm-doctor-{series}-"))
     shutil.copyfile(cfg, work / "kconfig")
+    script = SCRIPT_7X if series == "7.x" else SCRIPT
     res = run_guest(
-        "single", SCRIPT.format(config=work / "kconfig", scenario=series), kernel=series, timeout=1500, workdir=work
+        "single", script.format(config=work / "kconfig", scenario=series), kernel=series, timeout=1500, workdir=work
     )
     sys.stderr.write(f"[doctor/{series}] boot {res.boot_seconds:.0f} s, wall {res.wall_seconds:.0f} s\n")
     assert res.returncode == 0, res.stderr[-4000:]
@@ -67,6 +76,11 @@ def v612() -> Dict[str, Dict[str, Any]]:
 @pytest.fixture(scope="module")
 def v61() -> Dict[str, Dict[str, Any]]:
     return boot("6.1")
+
+
+@pytest.fixture(scope="module")
+def v7x() -> Dict[str, Dict[str, Any]]:
+    return boot("7.x")
 
 
 def checks(step: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -172,3 +186,23 @@ def test_linux61_has_no_ram_regions(v61: Dict[str, Dict[str, Any]]) -> None:
     assert st["rc"] == 1
     # 6.1 has no dax_cxl: not reported as a missing module or config option
     assert not [x for x in checks(st) if x["id"] in ("kernel.modules.dax_cxl", "kernel.config.DEV_DAX_CXL")]
+
+
+def test_linux7_config_under_usr_lib_modules(v7x: Dict[str, Dict[str, Any]]) -> None:
+    """Debian 13's 7.x: doctor finds the config where linux-base installs it (it said
+    "cannot check: no kernel config found" before), and the clean host has no failures."""
+    clean = v7x["clean"]
+    assert failures(clean) == [], clean["human"]
+    cfg = by_id(clean, "kernel.config")
+    assert cfg["result"] == "ok", cfg
+    assert cfg["evidence"][0]["source"].startswith("/usr/lib/modules/7.") and cfg["evidence"][0]["source"].endswith(
+        "/config"
+    )
+    assert by_id(clean, "kernel.version")["message"].startswith("Linux 7.")
+    mods = by_id(clean, "kernel.modules")["message"]
+    for m in ("cxl_acpi (loaded)", "cxl_pci (loaded)", "cxl_mem (loaded)", "cxl_port (built-in)", "dax_cxl (loaded)"):
+        assert m in mods, mods
+    assert by_id(clean, "devices.dax.dax0.0")["result"] == "ok"
+    assert all(len(line) <= 80 for line in clean["human"].splitlines()), clean["human"]
+    un = by_id(v7x["noregion"], "devices.memdevs-unused")
+    assert un["result"] == "warn" and "cxlctl region create" in un["fix"]
