@@ -27,12 +27,27 @@ if [ "$SKIP_VM" != 1 ]; then
   # promtool for the metrics and alert-rule tests (tests/test_telemetry_metrics.py)
   bash scripts/install-promtool.sh
 fi
+# the real inference engines for the engines tier (pytest -m engines), each in a venv of its own under
+# /var/cache/cxlctl-engines.  Opt-in for now (CXLCTL_ENGINES=1): a cold install takes ~35 min here and the
+# tier still has failing cases (docs/testing.md)
+SKIP_ENGINES=1; [ "${CXLCTL_ENGINES:-0}" = 1 ] && SKIP_ENGINES=0
+if [ "$SKIP_ENGINES" != 1 ]; then
+  t0=$(date +%s)
+  bash scripts/install-engines.sh || echo "== engines: install failed; the engines tier will skip what is missing"
+  echo "== engines: install took $(($(date +%s) - t0)) s"
+fi
 echo "== ruff"; .venv/bin/ruff check cxlctl tests bench; .venv/bin/ruff format --check cxlctl tests bench
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 if [ "$SKIP_VM" = 1 ]; then
-  .venv/bin/python -m pytest -q -m 'not vm' "$@"
+  .venv/bin/python -m pytest -q -m 'not vm and not engines' "$@"
 else
   # --durations: the slowest tests in CI's log, to keep the run inside its time budget
-  .venv/bin/python -m pytest -q --durations=20 "$@"
+  .venv/bin/python -m pytest -q --durations=20 -m 'not engines' "$@"
+fi
+if [ "$SKIP_ENGINES" != 1 ]; then
+  echo "== pytest -m engines"
+  t0=$(date +%s)
+  .venv/bin/python -m pytest -q -rs -m engines tests/test_engines_judge.py "$@"
+  echo "== engines tier took $(($(date +%s) - t0)) s"
 fi

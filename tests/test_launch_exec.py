@@ -163,7 +163,6 @@ def test_sglang_fake_package_receives_flags_env_and_policy(fakes: Fakes) -> None
     assert rep["argv"][1:] == [
         "--model-path",
         "m",
-        "--disable-hicache-numa-detect",
         "--enable-hierarchical-cache",
         "--hicache-size",
         "2",

