@@ -272,3 +272,4 @@ def test_lmcache_server_devdax(tree: str, cache: str) -> None:
         v = ok(a, what)
         assert v["l1_devdax_path"] == p["devdax"]["path"] and v["l1_use_lazy"] is False and v["shm_name"] == ""
         assert int(v["l1_size_gb"] * GIB) == p["devdax"]["size"], what
+        assert v["eviction_policy"] == "LRU", what  # the user's, or cxlctl's when the user gave none

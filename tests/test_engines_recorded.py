@@ -240,3 +240,25 @@ def test_lmcache_recorded_devdax_argv_only_known_flags(
     doc = dry(tree, "lmcache", ["--devdax", "dax0.0", "--policy", "bind"], ["server", "--eviction-policy", "LRU"])
     assert "--l1-devdax-path" in doc["engine"]["added"] and doc["engine"]["placement"]["decided_by"] == "cxlctl"
     assert_known(doc["engine"]["added"], flags_of("lmcache-0.5.6"), "LMCache 0.5.6")
+
+
+def test_lmcache_devdax_without_eviction_policy_gets_lru(fakes: Fakes, tmp_path: Any, capsys: Any) -> None:
+    """``--l1-size-gb`` (which cxlctl adds) makes LMCache 0.5.6's server require ``--eviction-policy``
+    (``parse_args_to_config``: "Legacy L1 configuration requires --l1-size-gb and --eviction-policy"),
+    so a bare ``server`` gets LRU; the user's own policy is kept.  The engines tier judges both."""
+    if "lmcache-0.5.6" not in RECORDED:
+        pytest.skip("lmcache-0.5.6 not recorded")
+    from tests.kit import copy_fixture
+
+    tree = str(tmp_path / "tree")
+    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
+    make_devdax(tree)
+    fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    doc = dry(tree, "lmcache", ["--devdax", "auto", "--kv-size", "256M"], ["server"])
+    added = doc["engine"]["added"]
+    assert added[added.index("--eviction-policy") + 1] == "LRU"
+    assert any("eviction policy: LRU" in n for n in doc["notes"])
+    assert_known(added, flags_of("lmcache-0.5.6"), "LMCache 0.5.6")
+    doc = dry(tree, "lmcache", ["--devdax", "auto"], ["server", "--eviction-policy", "ARC"])
+    assert "--eviction-policy" not in doc["engine"]["added"]
+    assert doc["argv"].count("--eviction-policy") == 1 and "ARC" in doc["argv"]

@@ -224,6 +224,12 @@ def lmcache_args(
     else:
         added += ["--l1-size-gb", size_gb(dd.size)]
     added += ["--no-l1-use-lazy", "--shm-name", ""]
+    if not has_opt(args, ["--eviction-policy"]) and (not known or "--eviction-policy" in fl):
+        # --l1-size-gb selects LMCache's legacy L1 configuration, which has no default eviction
+        # policy: without one the server dies at start-up ("Legacy L1 configuration requires
+        # --l1-size-gb and --eviction-policy", parse_args_to_config, LMCache 0.5.6)
+        added += ["--eviction-policy", "LRU"]
+        notes.append("LMCache eviction policy: LRU (LMCache has none by default; pass --eviction-policy to choose)")
     if "--l1-align-bytes" in fl and not has_opt(args, ["--l1-align-bytes"]) and dd.align > 4096:
         added += ["--l1-align-bytes", str(dd.align)]
     if dd.pool_id is not None:
