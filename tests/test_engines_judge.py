@@ -38,7 +38,7 @@ def need(name: str) -> str:
 
 
 def judge(name: str, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The engine's verdict on each {argv, env}: one process of the engine's Python for them all."""
+    """The engine's verdict on each {argv, env}: one import of the engine, a fork per request (judge.py)."""
     e = ENGINES[name]
     env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE, **e.env}
     p = subprocess.run(
