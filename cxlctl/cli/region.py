@@ -203,13 +203,13 @@ def destroy_cmd(
     """
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import destroy_region
-    from cxlctl.regions.request import check_destroy
+    from cxlctl.regions.request import check_destroy_target
 
-    root = host()
-    check_destroy(root, region)
+    h = host()
+    check_destroy_target(h, region)
     need_root("region destroy")
     with progress_bar(json_out) as progress:
-        d = destroy_region(root, region, force, logger(verbose), wait=wait, progress=progress)
+        d = destroy_region(h, region, force, logger(verbose), wait=wait, progress=progress)
     if json_out:
         emit_json(region_json.destroyed(d))
         return

@@ -115,9 +115,12 @@ def plans(inv: Inventory, req: Request, use_all: bool) -> List[Plan]:
     return [plan(inv, req)]
 
 
-def check_destroy(host: Host, region: str) -> None:
+def check_destroy_target(host: Host, region: str) -> None:
     """Refuse (exit 2) a ``region destroy`` of a bad name (before reading anything), an unknown
-    region, or one whose decoders a later region still holds."""
+    region, or one whose decoders a later region still holds.
+
+    What the inventory can tell before the lock; the region's own state (online memory without
+    ``--force``) is :func:`cxlctl.regions.program.check_destroy`, checked again under the lock."""
     from cxlctl.inventory import scan
 
     from .planner import destroy_blockers
