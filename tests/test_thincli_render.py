@@ -66,3 +66,22 @@ def test_a_pci_address_is_not_read_as_an_emoji_code() -> None:
     buf = io.StringIO()
     console(file=buf).print("0000:ab:00.0 :ok:")
     assert buf.getvalue() == "0000:ab:00.0 :ok:\n"
+
+
+def test_every_rich_console_reads_no_emoji_codes() -> None:
+    """Every ``Console(...)`` cxlctl builds passes ``emoji=False``: names such as ``0000:ab:00.0``
+    would otherwise print as ``0000🆎00.0`` (top's screen and the progress bar built their own)."""
+    import ast
+    import glob
+
+    missing = []
+    for path in glob.glob(os.path.join(REPO, "cxlctl", "**", "*.py"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Console":
+                kw = {k.arg: k.value for k in node.keywords}
+                value = kw.get("emoji")
+                if not (isinstance(value, ast.Constant) and value.value is False):
+                    missing.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
+    assert not missing, missing

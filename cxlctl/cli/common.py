@@ -148,7 +148,7 @@ def progress_bar(json_out: bool) -> Iterator[Optional[ProgressFn]]:
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=Console(stderr=True, emoji=False),
         transient=True,
     )
     tasks: Dict[str, Any] = {}

@@ -123,7 +123,7 @@ def _screen(
     from .top import SORTS, rich_view, view
 
     sort_i = 0
-    console = Console(markup=False)  # not term.console(): its width follows a resized terminal
+    console = Console(markup=False, emoji=False)  # not term.console(): its width follows a resized terminal
     if console.width <= 0:  # COLUMNS=0, which rich takes at its word
         from cxlctl.term import console as fixed_console
 
