@@ -71,8 +71,8 @@ int main(int argc, char **argv) {
 """
 
 FAKE_VLLM_SH = r"""#!/bin/bash
-# fake vLLM: answers the launcher's probes, then allocates its "offload" in /dev/shm like vLLM >= 0.28
-case "$1" in --version) echo 0.29.0; exit 0 ;; esac
+# fake vLLM: answers the launcher's probes, then allocates its "offload" in /dev/shm like vLLM >= 0.28 (help: the recorded 0.32.0)
+case "$1" in --version) echo 0.32.0; exit 0 ;; esac
 if [ "$1" = serve ] && [[ "$*" == *--help* ]]; then cat "@HELP@"; exit 0; fi
 exec "@TOUCH@" 4 "$OUT/tmpfs.ready" /dev/shm/vllm_offload_cxlctltest.mmap
 """
@@ -183,7 +183,7 @@ def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     work = tmp_path / "vm"
     tools = work / "tools"
     build_c(tools, "touch", TOUCH_C)
-    (tools / "help.txt").write_text(HELP_VLLM["0.29.0"])
+    (tools / "help.txt").write_text(HELP_VLLM["0.32.0"])
     fake = tools / "vllm"
     fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))
     fake.chmod(0o755)
