@@ -15,33 +15,16 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import List
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _proc(pid: int) -> Dict[str, int]:
-    out = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k == "Threads":
-                out["threads"] = int(v)
-            elif k == "VmRSS":
-                out["rss_kib"] = int(v.split()[0])
-    return out
-
-
 def _scrape(port: int) -> float:
+    from tests.daemon_probe import scrape
+
     t0 = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
-        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-        data = b""
-        while True:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    data = scrape(("127.0.0.1", port))
     assert data.startswith(b"HTTP/1.0 200"), data[:60]
     return time.monotonic() - t0
 
@@ -56,6 +39,7 @@ def main() -> int:
     import resource
 
     from tests.concurrency_support import daemon_config, start
+    from tests.daemon_probe import usage
     from tests.tune_support import work_copy
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -74,7 +58,7 @@ def main() -> int:
                 except OSError:
                     assert daemon.poll() is None, daemon.communicate()
                     time.sleep(0.1)
-            before = _proc(daemon.pid)
+            before = usage(daemon.pid)
             held: List[socket.socket] = []
             for _ in range(a.silent):
                 held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
@@ -91,11 +75,11 @@ def main() -> int:
                         except OSError:
                             pass
                 lat.append(_scrape(port))
-                now = _proc(daemon.pid)
+                now = usage(daemon.pid)
                 peak = {k: max(peak[k], now[k]) for k in peak}
                 time.sleep(1)
                 n += 1
-            after = _proc(daemon.pid)
+            after = usage(daemon.pid)
             for c in held + drip:
                 c.close()
             assert daemon.poll() is None

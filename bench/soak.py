@@ -25,7 +25,6 @@ import json
 import os
 import random
 import resource
-import socket
 import sys
 import tempfile
 import threading
@@ -38,27 +37,10 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBSYSTEMS = (("memory", "memory{}"), ("dax", "dax{}.0"), ("cxl", "region{}"), ("node", "node{}"))
 
 
-def _proc() -> Dict[str, int]:
-    out = {"fds": len(os.listdir("/proc/self/fd"))}
-    with open("/proc/self/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k == "Threads":
-                out["threads"] = int(v)
-            elif k == "VmRSS":
-                out["rss_kib"] = int(v.split()[0])
-    return out
-
-
 def _scrape(addr: Tuple[str, int]) -> bytes:
-    with socket.create_connection(addr, timeout=10) as c:
-        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-        data = b""
-        while True:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    from tests.daemon_probe import scrape
+
+    data = scrape(addr)
     assert data.startswith(b"HTTP/1.0 200"), data[:80]
     return data
 
@@ -82,6 +64,7 @@ def soak(events: int, reconciles: int, scrapes: int, seed: int = 22, log: Any = 
     sys.path.insert(0, HERE)
     from cxlctl.tuning import engine
     from cxlctl.tuning import journal as jn
+    from tests.daemon_probe import usage
     from tests.daemon_support import config, make_daemon, pairs, read, step_until, swap_in, work_tree, write
 
     rng = random.Random(seed)
@@ -115,7 +98,7 @@ def soak(events: int, reconciles: int, scrapes: int, seed: int = 22, log: Any = 
         debt = 0.0
         for i in range(reconciles):
             if i == warm:
-                start = _proc()
+                start = usage()
                 r = resource.getrusage(resource.RUSAGE_SELF)
                 cpu0, t0 = r.ru_utime + r.ru_stime, time.monotonic()
             if i % 10 == 9:
@@ -150,11 +133,11 @@ def soak(events: int, reconciles: int, scrapes: int, seed: int = 22, log: Any = 
                 first_series = first_series or n
                 last_series = n
             if log is not None and (i + 1) % max(1, reconciles // 20) == 0:
-                log(f"{i + 1}/{reconciles} reconciles, {sent} events, {scraped} scrapes, {_proc()}")
+                log(f"{i + 1}/{reconciles} reconciles, {sent} events, {scraped} scrapes, {usage()}")
         r = resource.getrusage(resource.RUSAGE_SELF)
         cpu = r.ru_utime + r.ru_stime - cpu0
         wall = time.monotonic() - t0
-        end = _proc()
+        end = usage()
         received = sum(daemon.stats.events.values())
         jsize = os.path.getsize(root + jn.JOURNAL)
         j = jn.load(Host(root))

@@ -13,6 +13,7 @@ import time
 from typing import Any, List
 
 from cxlctl.daemon.metrics import MetricsServer
+from tests.daemon_probe import scrape
 
 
 class _Loop:
@@ -38,14 +39,7 @@ class _Loop:
 
 
 def _scrape(addr: Any, timeout: float = 5.0) -> bytes:
-    with socket.create_connection(addr, timeout=timeout) as c:
-        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-        data = b""
-        while True:
-            chunk = c.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
+    return scrape(addr, timeout)
 
 
 def _metrics_threads() -> int:

@@ -1,0 +1,33 @@
+"""What the reliability tests and benches ask of a running daemon: a raw ``/metrics`` scrape,
+and the process' fds, threads and RSS (from ``/proc``), written once for all of them."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Dict, Union
+
+
+def scrape(addr: Any, timeout: float = 10.0) -> bytes:
+    """The whole HTTP/1.0 answer of ``GET /metrics`` at ``addr`` (host, port), headers included."""
+    with socket.create_connection(addr, timeout=timeout) as c:
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        data = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
+def usage(pid: Union[int, str] = "self") -> Dict[str, int]:
+    """Open fds, threads and RSS (KiB) of process ``pid`` (default: this one)."""
+    out = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k == "Threads":
+                out["threads"] = int(v)
+            elif k == "VmRSS":
+                out["rss_kib"] = int(v.split()[0])
+    return out
