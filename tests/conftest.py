@@ -15,3 +15,14 @@ def live_record(tmp_path: Any) -> str:
     dest = str(tmp_path / "live")
     cli("record", dest, check=True)
     return dest
+
+
+@pytest.fixture
+def fakes(tmp_path: Any, monkeypatch: Any) -> Any:
+    """Fake engines (``tests.launch_support.Fakes``) on ``PATH`` for the test's life."""
+    from tests.launch_support import Fakes
+
+    f = Fakes(str(tmp_path / "fakes"))
+    for k, v in f.env().items():
+        monkeypatch.setenv(k, v)
+    return f

@@ -21,7 +21,7 @@ import os
 import shutil
 import stat
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from tests.engines import recorded_help
 
@@ -336,3 +336,12 @@ def fixture(pattern: str) -> Sequence[str]:
     from tests.kit import fixture_roots
 
     return fixture_roots(pattern)
+
+
+def dry(root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
+    """``cxlctl --root ROOT launch ENGINE --dry-run --json OPTS -- ARGS``, its JSON (exit ``rc``)."""
+    from tests.kit import cli
+
+    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=rc, inprocess=True)
+    data: Dict[str, Any] = json.loads(p.stdout)
+    return data

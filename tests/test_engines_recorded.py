@@ -8,17 +8,16 @@ one the recorded engine lists: a flag the engine lacks fails here, not on the op
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, List
 
 import pytest
 
 from cxlctl.launch import engines as eng
 from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_version
 from tests.kit import cli, fixture_roots
-from tests.launch_support import Fakes, make_devdax
+from tests.launch_support import Fakes, dry, make_devdax
 
 GIB = 1 << 30
 RECORDED = sorted(n for n in ENGINES if os.path.isfile(os.path.join(RECORDINGS, n, "help.txt")))
@@ -31,20 +30,6 @@ def flags_of(name: str) -> frozenset:  # type: ignore[type-arg]
 @pytest.fixture
 def region() -> str:
     return fixture_roots("linux-6.12/single-region")[0]
-
-
-@pytest.fixture
-def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
-    f = Fakes(str(tmp_path / "fakes"))
-    for k, v in f.env().items():
-        monkeypatch.setenv(k, v)
-    return f
-
-
-def dry(root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
-    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=rc, inprocess=True)
-    data: Dict[str, Any] = json.loads(p.stdout)
-    return data
 
 
 def assert_known(added: List[str], flags: frozenset, name: str) -> None:  # type: ignore[type-arg]

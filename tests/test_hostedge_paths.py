@@ -30,14 +30,6 @@ def tree(tmp_path: Any) -> str:
     return t
 
 
-@pytest.fixture
-def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
-    f = Fakes(str(tmp_path / "fakes"))
-    for k, v in f.env().items():
-        monkeypatch.setenv(k, v)
-    return f
-
-
 def _launch(root: str, rc: int, *opts: str) -> Dict[str, Any]:
     p = cli("--root", root, "launch", "lmcache", "--dry-run", "--json", *opts, "--", "server", rc=rc, inprocess=True)
     doc: Dict[str, Any] = json.loads(p.stdout)

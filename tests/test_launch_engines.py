@@ -19,7 +19,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
 from tests.kit import cli, copy_fixture, fixture_roots
-from tests.launch_support import Fakes, write_status
+from tests.launch_support import Fakes, dry, write_status
 
 GIB = 1 << 30
 LLAMA_8B = {
@@ -45,20 +45,6 @@ DEEPSEEK_V3 = {
 @pytest.fixture
 def region() -> str:
     return fixture_roots("linux-6.12/single-region")[0]
-
-
-@pytest.fixture
-def fakes(tmp_path: Any, monkeypatch: Any) -> Fakes:
-    f = Fakes(str(tmp_path / "fakes"))
-    for k, v in f.env().items():
-        monkeypatch.setenv(k, v)
-    return f
-
-
-def dry(root: str, engine: str, opts: List[str], args: List[str], rc: int = 0) -> Dict[str, Any]:
-    p = cli("--root", root, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=rc, inprocess=True)
-    data: Dict[str, Any] = json.loads(p.stdout)
-    return data
 
 
 def usage(argv: List[str], *needles: str, rc: int = 2) -> str:
