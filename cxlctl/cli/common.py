@@ -64,7 +64,7 @@ _CURRENT: ContextVar[Optional[CliState]] = ContextVar("cxlctl_cli_state", defaul
 
 
 def enter(ctx: typer.Context, state: CliState) -> None:
-    """Make ``state`` the running command's (``ctx.obj``, and :func:`host_root`'s until ``ctx`` closes)."""
+    """Make ``state`` the running command's (``ctx.obj``, and :func:`host`'s until ``ctx`` closes)."""
     ctx.obj = state
     token = _CURRENT.set(state)
     ctx.call_on_close(lambda: _CURRENT.reset(token))
@@ -82,11 +82,6 @@ def host() -> Host:
     if state is None:  # a command invoked without the app callback: only in tests of a lone group
         return Host.resolve(None)
     return state.host
-
-
-def host_root() -> str:
-    """``host().root``: for the engine functions that still take a root string."""
-    return host().root
 
 
 def interval_option(value: str, minimum: float, example: str) -> float:

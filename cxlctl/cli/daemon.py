@@ -13,9 +13,7 @@ from typing import Optional
 
 import typer
 
-from cxlctl.hostio.host import Host
-
-from .common import JSON_OPT, emit_json, group, host_root
+from .common import JSON_OPT, emit_json, group, host
 
 daemon_app = group("daemon", "The cxlctl service: keep the tuning profile applied as CXL memory comes and goes.")
 
@@ -36,9 +34,9 @@ def run_cmd(
     from cxlctl import config as cfgmod
     from cxlctl.daemon.loop import Daemon
 
-    root = host_root()
-    cfg = cfgmod.load(Host(root), config)
-    d = Daemon(Host(root), cfg, config_path=config, use_udev=not no_udev and root == "/")
+    h = host()
+    cfg = cfgmod.load(h, config)
+    d = Daemon(h, cfg, config_path=config, use_udev=not no_udev and h.live)
     rc = d.run(once=once)
     if rc:
         raise typer.Exit(rc)
@@ -49,7 +47,7 @@ def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
     from cxlctl import config as cfgmod
 
-    cfg = cfgmod.load(Host(host_root()), config)
+    cfg = cfgmod.load(host(), config)
     if json_out:
         emit_json(cfgmod.render(cfg))
         return
@@ -67,8 +65,8 @@ def metrics_cmd(
     from cxlctl.daemon import metrics
     from cxlctl.daemon.oneshot import metrics_view
 
-    root = host_root()
-    view = metrics_view(Host(root), cfgmod.load(Host(root), config), with_health=not no_health)
+    h = host()
+    view = metrics_view(h, cfgmod.load(h, config), with_health=not no_health)
     if json_out:
         emit_json(metrics.as_json(view))
         return
@@ -82,8 +80,8 @@ def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     from cxlctl.daemon.oneshot import labels
     from cxlctl.k8s import nfd
 
-    root = host_root()
-    lbls = labels(Host(root), cfgmod.load(Host(root), config))
+    h = host()
+    lbls = labels(h, cfgmod.load(h, config))
     if json_out:
         emit_json({"labels": lbls})
         return

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from .common import JSON_OPT, emit_json, group, host_root, note
+from .common import JSON_OPT, emit_json, group, host, note
 
 k8s_app = group("k8s", "Generate configuration for Kubernetes components from this host (NRI memory-policy plugin).")
 
@@ -32,16 +32,15 @@ def nri_config_cmd(
     json_out: bool = JSON_OPT,
 ) -> None:
     """The memory-policy plugin's classes for this host: weighted interleave, KV on CXL, DRAM bind (YAML)."""
-    from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
     from cxlctl.k8s import nri
     from cxlctl.launch.build import _ratio
 
-    host = Host(host_root())
+    h = host()
     r = _ratio(ratio)
     nri.check_prefix(prefix)
     nri.check_namespace(namespace)
-    cfg = nri.build(host, scan(host), r, prefix)
+    cfg = nri.build(h, scan(h), r, prefix)
     if json_out:
         emit_json(nri.to_json(cfg))
         return

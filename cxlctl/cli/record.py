@@ -6,7 +6,7 @@ import typer
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 
-from .common import JSON_OPT, emit_json, host_root
+from .common import JSON_OPT, emit_json, host
 from .params import argument
 
 
@@ -16,12 +16,11 @@ def record(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Copy the part of sysfs/procfs that cxlctl reads into DEST (fixture / bug report)."""
-    from cxlctl.hostio.host import Host
     from cxlctl.record import RecordError, as_json
     from cxlctl.record import record as do_record
 
     try:
-        m = do_record(Host(host_root()), dest, force=force)
+        m = do_record(host(), dest, force=force)
     except RecordError as e:
         raise CxlctlError(str(e), code=EXIT_USAGE) from None
     except OSError as e:

@@ -21,7 +21,7 @@ from cxlctl.errors import CxlctlError
 from cxlctl.hostio.host import Host
 from cxlctl.tuning.command import DEFAULT_TRY_TIMEOUT
 
-from .common import JSON_OPT, WAIT_OPT, group, host_root, progress_bar
+from .common import JSON_OPT, WAIT_OPT, group, host, progress_bar
 from .common import emit_json as _emit
 from .common import note as _note
 from .params import Command, argument, integer
@@ -49,7 +49,7 @@ def _before_any_command() -> None:
     from cxlctl.tuning.trial import expire
 
     try:
-        _note(view.expired(expire(Host(host_root()))))
+        _note(view.expired(expire(host())))
     except CxlctlError as e:
         _note([f"warning: {e}" + (f" ({e.hint})" if e.hint else "")])
 
@@ -62,7 +62,7 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     """List built-in and user profiles (/etc/cxlctl/profiles)."""
     from cxlctl.tuning.command import profile_rows
 
-    rows = profile_rows(Host(host_root()))
+    rows = profile_rows(host())
     if json_out:
         _emit({"profiles": rows})
         return
@@ -79,7 +79,7 @@ def show_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.profile import load
 
-    p = load(Host(host_root()), profile)
+    p = load(host(), profile)
     doc = view.profile(p)
     if json_out:
         _emit({"profile": doc})
@@ -99,7 +99,7 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning.knobs import read_current
     from cxlctl.tuning.recommend import recommend
 
-    h = Host(host_root())
+    h = host()
     rec = recommend(scan(h), read_current(h))
     if json_out:
         from cxlctl.tuning import tune_json as view
@@ -146,7 +146,7 @@ def plan_cmd(
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.transaction import Transaction
 
-    h = Host(host_root())
+    h = host()
     prep = Transaction(h, _profile(h, profile or None, beside), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
@@ -182,7 +182,7 @@ def apply_cmd(
     from cxlctl.tuning.command import apply_failed
     from cxlctl.tuning.transaction import Transaction
 
-    h = Host(host_root())
+    h = host()
     txn = Transaction(h, _profile(h, profile or None, beside), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
@@ -213,7 +213,7 @@ def verify_cmd(
     from cxlctl.tuning.command import drifted
     from cxlctl.tuning.engine import verify
 
-    res = verify(Host(host_root()), profile)
+    res = verify(host(), profile)
     if json_out:
         _emit(view.verify(res))
     else:
@@ -231,7 +231,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
     from cxlctl.tuning.command import revert_incomplete
     from cxlctl.tuning.engine import revert
 
-    h = Host(host_root())
+    h = host()
     res = revert(h, wait=wait)
     if json_out:
         _emit(view.revert(res))
@@ -249,7 +249,7 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import status
 
-    st = status(Host(host_root()))
+    st = status(host())
     if json_out:
         _emit(view.status(st))
         return
@@ -298,7 +298,7 @@ def try_cmd(
             ]
         )
 
-    h = Host(host_root())
+    h = host()
     t = trial.run(
         h,
         _profile(h, profile, beside),
@@ -340,7 +340,7 @@ def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> 
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.trial import confirm
 
-    c = confirm(Host(host_root()), wait)
+    c = confirm(host(), wait)
     if json_out:
         _emit(view.confirmed(c))
         return
@@ -366,7 +366,7 @@ def reclaim_cmd(
     """Demote cold memory now (proactive reclaim), to free DRAM before a large allocation; nothing to undo."""
     from cxlctl.tuning.reclaim import describe, reclaim
 
-    res = reclaim(Host(host_root()), size, node=node, cgroup=cgroup, swappiness=swappiness)
+    res = reclaim(host(), size, node=node, cgroup=cgroup, swappiness=swappiness)
     if json_out:
         _emit({"reclaim": res.as_json()})
         return
