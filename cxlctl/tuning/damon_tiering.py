@@ -595,11 +595,6 @@ def others(state: DamonState, mine: Optional[int]) -> List[str]:
     return out
 
 
-#: DAMON modules whose kdamond only monitors (no scheme acts on memory): DAMON_STAT estimates idle
-#: memory for its parameters files, and Debian's 7.x starts it at boot (CONFIG_DAMON_STAT_ENABLED_DEFAULT)
-MONITOR_ONLY_MODULES = ("damon_stat",)
-
-
 def _module_name(m: Any) -> str:
     return f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name
 
@@ -643,12 +638,24 @@ def goal_support(spec: DamonSpec, caps: DamonCaps) -> Tuple[List[str], List[str]
     return notes, list(dict.fromkeys(refusals))
 
 
+#: DAMON modules whose running kdamond the kernel lets no sysfs kdamond start beside: DAMON_STAT
+#: (Debian's 7.x starts it at boot) -- in a 7.3.4 guest, ``state=on`` of a sysfs kdamond failed with
+#: EBUSY while it ran (the module starts its kdamond exclusively).  DAMON_RECLAIM and DAMON_LRU_SORT
+#: are refused unless ``beside_other_damon`` says otherwise (their schemes act on memory)
+EXCLUSIVE_MODULES = ("damon_stat",)
+
+
+def exclusive_kdamonds(state: DamonState) -> List[str]:
+    """Running DAMON modules of :data:`EXCLUSIVE_MODULES`: no sysfs kdamond starts beside them."""
+    return [_module_name(m) for m in state.modules if m.running and m.name in EXCLUSIVE_MODULES]
+
+
+def exclusive_names(state: DamonState) -> List[str]:
+    """The module names of :func:`exclusive_kdamonds` (``damon_stat``), for the files that stop them."""
+    return [m.name for m in state.modules if m.running and m.name in EXCLUSIVE_MODULES]
+
+
 def module_kdamonds(state: DamonState) -> List[str]:
     """Running DAMON modules whose schemes act on memory (DAMON_RECLAIM pages out, DAMON_LRU_SORT
     reorders the LRU): they can work against cxlctl's migrations."""
-    return [_module_name(m) for m in state.modules if m.running and m.name not in MONITOR_ONLY_MODULES]
-
-
-def monitor_kdamonds(state: DamonState) -> List[str]:
-    """Running DAMON modules that only monitor (DAMON_STAT): nothing to refuse, but worth saying."""
-    return [_module_name(m) for m in state.modules if m.running and m.name in MONITOR_ONLY_MODULES]
+    return [_module_name(m) for m in state.modules if m.running and m.name not in EXCLUSIVE_MODULES]

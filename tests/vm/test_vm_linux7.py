@@ -1,0 +1,134 @@
+"""The 6.12 VM checks on Linux 7.x, sharing boots (issue 20).
+
+Each 6.12 VM test keeps its guest script and its host-side assertions in two
+functions (``guest_script`` and ``check``); here one 7.x boot per topology runs
+several of those scripts in turn (``harness.run_checks``: each sees its own
+``$OUT``, the region is made once and handed to every check that asks for it,
+and what a check left running is cleared before the next), and each check's
+assertions are applied to its own results as a separate pytest test.  Why the
+sharing: a 7.x boot per check would add ~4 min apiece to CI (docs/testing.md,
+"The kernel matrix").
+
+``hb2x2`` (one boot): the region scenario (create/switch/destroy against ``cxl``, ``daxctl``,
+``numactl``; it leaves no region), then daemon hot-plug (regions on windows 2 and 1), then the RAS
+session (its region on window 1 is the daemon's region B, handed over; QMP injects the errors).
+
+``single`` (one boot): telemetry (``stat``/``top`` against the counters), tune
+(apply/try/drift/revert), DAMON tiering, launch placement, in that order.  The
+order matters only in that launch enables the cpuset controller at the root.
+The measured times (boot, each check) are printed (pytest -s) and written to
+``measured.txt`` in the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.vm import (
+    test_vm_daemon,
+    test_vm_damon,
+    test_vm_launch,
+    test_vm_ras,
+    test_vm_region,
+    test_vm_telemetry,
+    test_vm_tune,
+)
+from tests.vm.harness import TOPOLOGIES, GuestResult, SharedCheck, run_checks
+from tests.vm.ras_steps import host_driver
+
+pytestmark = pytest.mark.vm
+
+SERIES = "7.x"
+
+
+def _shared(topo: str, work: Path, res: Dict[str, GuestResult]) -> Dict[str, GuestResult]:
+    """Print and keep the boot's times (the boot, then each check's own time in the guest)."""
+    first = next(iter(res.values()))
+    lines = [
+        f"7.x {topo} shared boot: {first.kernel.release}, boot {first.boot_seconds} s, "
+        f"wall {first.extra['boot_wall']} s"
+    ]
+    lines += [f"  {name}: rc {r.returncode}, {r.wall_seconds} s in the guest" for name, r in res.items()]
+    print("\n".join(lines))
+    (work / "measured.txt").write_text("\n".join(lines) + "\n")
+    for name, r in res.items():
+        (work / f"between-{name}.log").write_text(r.extra["between"])
+    return res
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
+    t = TOPOLOGIES["single"]
+    work = tmp_path_factory.mktemp("linux7-single")
+    checks: List[SharedCheck] = [
+        ("telemetry", test_vm_telemetry.guest_script(work / "telemetry-tools", t)),
+        ("tune", test_vm_tune.guest_script(t)),
+        ("damon", test_vm_damon.guest_script(work / "damon-tools", t)),
+        ("damon_goals", test_vm_damon.guest_script(work / "goals-tools", t, mode="goals")),
+        ("launch", test_vm_launch.guest_script(work / "launch-tools", t)),
+    ]
+    return _shared(t.name, work, run_checks(t, checks, kernel=SERIES, timeout=2400, workdir=work / "vm"))
+
+
+@pytest.fixture(scope="module")
+def hb2x2(tmp_path_factory: Any) -> Dict[str, GuestResult]:
+    t = TOPOLOGIES["hb2x2"]
+    work = tmp_path_factory.mktemp("linux7-hb2x2")
+    checks: List[SharedCheck] = [
+        ("region", test_vm_region.SCRIPT.format(scenario="hb2x2")),
+        ("daemon", test_vm_daemon.guest_script(t)),
+        ("ras", test_vm_ras.guest_script()),
+    ]
+    res = run_checks(t, checks, kernel=SERIES, timeout=3000, workdir=work / "vm", qmp=("ras", host_driver()))
+    return _shared(t.name, work, res)
+
+
+@pytest.fixture(scope="module")
+def hb2x2_regions(hb2x2: Dict[str, GuestResult]) -> Dict[str, Dict[str, Any]]:
+    return test_vm_region.index(test_vm_region.steps_of(hb2x2["region"]))
+
+
+def test_7x_single_telemetry(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    test_vm_telemetry.check(single["telemetry"], tmp_path)
+
+
+def test_7x_single_tune(single: Dict[str, GuestResult]) -> None:
+    test_vm_tune.check(single["tune"])
+
+
+def test_7x_single_damon_tiering(single: Dict[str, GuestResult]) -> None:
+    test_vm_damon.check(single["damon"], SERIES)
+
+
+def test_7x_single_launch(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    test_vm_launch.check(single["launch"], tmp_path)
+
+
+def test_7x_single_damon_goal_converges(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    (tmp_path / "measured.txt").write_text("\n".join(test_vm_damon.check_goals(single["damon_goals"])) + "\n")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "regions_match_the_kernel",
+        "dax_modes_and_zones",
+        "destroy_brings_back_the_previous_state",
+        "address_order_rule_is_the_kernels",
+        "destroy_order",
+        "rejected_half_way_leaves_nothing",
+    ],
+)
+def test_7x_hb2x2_region(hb2x2_regions: Dict[str, Dict[str, Any]], name: str) -> None:
+    getattr(test_vm_region, f"test_hb2x2_{name}")(hb2x2_regions)
+
+
+def test_7x_hb2x2_daemon(hb2x2: Dict[str, GuestResult], capsys: Any) -> None:
+    test_vm_daemon.check(hb2x2["daemon"], capsys)
+
+
+def test_7x_hb2x2_ras(hb2x2: Dict[str, GuestResult]) -> None:
+    test_vm_ras.check(hb2x2["ras"])
