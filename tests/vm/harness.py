@@ -729,15 +729,22 @@ def run_checks(
         q = shlex.quote
         lines.append(f"cxlvm_check {q(name)} {q(str(meta / (name + '.sh')))} {q(str(meta / name))}")
     driver: Optional[Callable[[QmpSession], None]] = None
+    qmp_errors: Dict[str, str] = {}
     if qmp is not None:
         qname, qfn = qmp
         if qname not in names:
             raise HarnessError(f"qmp driver for {qname!r}, which is not a check here: {names}")
 
         def driver(session: QmpSession) -> None:
-            session.wait_until((session.out / qname).is_dir, timeout, f"$OUT/{qname} (check {qname} starting)")
-            session.out = session.out / qname
-            qfn(session)
+            # a failure is the check's (its result carries it), not the boot's: the next check still runs
+            try:
+                session.wait_until((session.out / qname).is_dir, timeout, f"$OUT/{qname} (check {qname} starting)")
+                session.out = session.out / qname
+                qfn(session)
+            except Exception:  # noqa: BLE001 - handed to the check's result
+                import traceback
+
+                qmp_errors[qname] = traceback.format_exc()
 
     whole = run_guest(
         topo, "\n".join(lines) + "\nexit 0\n", kernel=kernel, timeout=timeout, workdir=base, memory=memory, qmp=driver
@@ -765,7 +772,8 @@ def run_checks(
             kernel=whole.kernel,
             topology=topo,
             prelude_log=whole.prelude_log,
-            extra={"boot_wall": str(whole.wall_seconds), "between": _read(m / "between.log")},
+            extra={"boot_wall": str(whole.wall_seconds), "between": _read(m / "between.log")}
+            | ({"qmp_error": qmp_errors[name]} if name in qmp_errors else {}),
             attempts=whole.attempts,
         )
     return results

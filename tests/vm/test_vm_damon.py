@@ -225,7 +225,10 @@ def check(res: GuestResult, series: str) -> None:
     report.append(f"cold helper 4 MiB, before apply: {start['cold']}; after {last['t']} s: {cold}")
     report.append(f"hot helper 1 MiB on node{cxl}, before apply: {start['hot']}; after {last['t']} s: {hot}")
     moved_at = next((p["t"] for p in trace if int(p["cold"].get(str(cxl), 0)) >= 0.9 * 1024), None)
-    report.append(f"cold pages on the CXL node (>= 90 %) after {moved_at} s")
+    report.append(
+        f"cold pages on the CXL node (>= 90 %) after {moved_at} s"
+        + (" (the cold scheme's node_mem_free_bp goal is met in this guest)" if moved_at is None else "")
+    )
     st = _json(out, "status.json")
     rows = st["damon"]
     report.append(
@@ -238,12 +241,20 @@ def check(res: GuestResult, series: str) -> None:
     )
     print("\n".join(report))
     assert sum(int(v) for v in start["cold"].values()) == 1024 and int(start["cold"].get("0", 0)) >= 0.9 * 1024
-    assert cold.get(cxl, 0) >= 0.9 * 1024, report
+    # 6.16+ (7.x): inference-damon's cold scheme has the quota goal node_mem_free_bp 50 (demote while
+    # DRAM has under 0.5 % free, mem_tier.sh); this guest's DRAM is mostly free, so the goal is met and
+    # the kernel keeps the scheme's quota at zero: the cold pages stay.  Without goals (6.12) they move.
+    free_goal = "./0/contexts/0/schemes/0/quotas/goals/0/target_metric:node_mem_free_bp" in tree
+    if free_goal:
+        assert cold.get(0, 0) >= 0.9 * 1024, ("the free-memory goal is met: nothing to demote", report)
+    else:
+        assert cold.get(cxl, 0) >= 0.9 * 1024, report
     # the hot direction worked on QEMU TCG too (254 of 256 pages back on DRAM after 20 s when first run)
     assert sum(hot.values()) == 256 and hot.get(0, 0) >= 0.5 * 256, report
     assert [r["owner"] for r in rows] == ["cxlctl", "cxlctl"]
     cold_row = next(r for r in rows if r["action"] == "migrate_cold")
-    assert cold_row["sz_applied"] >= 4 << 20 and cold_row["nr_applied"] > 0
+    if not free_goal:
+        assert cold_row["sz_applied"] >= 4 << 20 and cold_row["nr_applied"] > 0
 
     # -- drift, then revert
     assert _f(out, "drift-verify.rc").strip() == "3"

@@ -9,9 +9,11 @@ assertions are applied to its own results as a separate pytest test.  Why the
 sharing: a 7.x boot per check would add ~4 min apiece to CI (docs/testing.md,
 "The kernel matrix").
 
-``hb2x2`` (one boot): the region scenario (create/switch/destroy against ``cxl``, ``daxctl``,
-``numactl``; it leaves no region), then daemon hot-plug (regions on windows 2 and 1), then the RAS
-session (its region on window 1 is the daemon's region B, handed over; QMP injects the errors).
+``hb2x2`` (one boot): daemon hot-plug (regions on windows 2 and 1), then the RAS session (its
+region on window 1 is the daemon's region B, handed over; QMP injects the errors).  The region
+scenario (``test_vm_region.py``) does not share it: on 7.3.4 its 4-way region, onlined in
+ZONE_NORMAL, kept a block the kernel could not offline (EBUSY, unmovable pages), so it could not be
+destroyed and every later check lacked its memdevs (docs/testing.md).
 
 ``single`` (one boot): tune (apply/try/drift/revert), DAMON tiering, the DAMON goal
 statement converging, then (``CXLCTL_VM_7X=all``) telemetry (``stat``/``top`` against the
@@ -33,7 +35,6 @@ from tests.vm import (
     test_vm_damon,
     test_vm_launch,
     test_vm_ras,
-    test_vm_region,
     test_vm_telemetry,
     test_vm_tune,
 )
@@ -90,17 +91,11 @@ def hb2x2(tmp_path_factory: Any) -> Dict[str, GuestResult]:
     t = TOPOLOGIES["hb2x2"]
     work = tmp_path_factory.mktemp("linux7-hb2x2")
     checks: List[SharedCheck] = [
-        ("region", test_vm_region.SCRIPT.format(scenario="hb2x2")),
         ("daemon", test_vm_daemon.guest_script(t)),
         ("ras", test_vm_ras.guest_script()),
     ]
     res = run_checks(t, checks, kernel=SERIES, timeout=3000, workdir=work / "vm", qmp=("ras", host_driver()))
     return _shared(t.name, work, res)
-
-
-@pytest.fixture(scope="module")
-def hb2x2_regions(hb2x2: Dict[str, GuestResult]) -> Dict[str, Dict[str, Any]]:
-    return test_vm_region.index(test_vm_region.steps_of(hb2x2["region"]))
 
 
 def test_7x_single_telemetry(single: Dict[str, GuestResult], tmp_path: Path) -> None:
@@ -127,24 +122,11 @@ def test_7x_single_damon_goal_converges(single: Dict[str, GuestResult], tmp_path
     (tmp_path / "measured.txt").write_text("\n".join(test_vm_damon.check_goals(single["damon_goals"])) + "\n")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "regions_match_the_kernel",
-        "dax_modes_and_zones",
-        "destroy_brings_back_the_previous_state",
-        "address_order_rule_is_the_kernels",
-        "destroy_order",
-        "rejected_half_way_leaves_nothing",
-    ],
-)
-def test_7x_hb2x2_region(hb2x2_regions: Dict[str, Dict[str, Any]], name: str) -> None:
-    getattr(test_vm_region, f"test_hb2x2_{name}")(hb2x2_regions)
-
-
 def test_7x_hb2x2_daemon(hb2x2: Dict[str, GuestResult], capsys: Any) -> None:
     test_vm_daemon.check(hb2x2["daemon"], capsys)
 
 
 def test_7x_hb2x2_ras(hb2x2: Dict[str, GuestResult]) -> None:
-    test_vm_ras.check(hb2x2["ras"])
+    r = hb2x2["ras"]
+    assert "qmp_error" not in r.extra, r.extra.get("qmp_error", "") + r.stderr[-3000:]
+    test_vm_ras.check(r)
