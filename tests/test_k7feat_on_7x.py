@@ -66,6 +66,18 @@ def test_7_x_damon_tiering_with_goal_statements_once_damon_stat_is_off(tmp_path:
             f.write(value)
     p = engine.prepare(Host(root), "goals").plan
     assert not p.refusals, p.refusals
+    # node_eligible_mem_bp is measured over the kdamond's own regions: the CXL node's kdamond (1)
+    # watches DRAM's ranges too, or the share reads 0 for ever (the 7.3.4 guest showed it)
+    desired = {s.setting: str(s.desired) for s in p.steps}
+    dram = [
+        (int(desired[f"damon.kdamond0.region{i}.start"]), int(desired[f"damon.kdamond0.region{i}.end"]))
+        for i in range(int(desired["damon.kdamond0.nr_regions"]))
+    ]
+    cxl = [
+        (int(desired[f"damon.kdamond1.region{i}.start"]), int(desired[f"damon.kdamond1.region{i}.end"]))
+        for i in range(int(desired["damon.kdamond1.nr_regions"]))
+    ]
+    assert set(dram) < set(cxl) and cxl == sorted(cxl), (dram, cxl)
     goals = {s.setting: s.desired for s in p.steps if ".goal" in s.setting}
     assert "node_eligible_mem_bp" in goals.values() and "node_mem_used_bp" in goals.values()
 

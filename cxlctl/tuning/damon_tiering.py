@@ -429,8 +429,13 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
             if kind == "cxl" and spec.dram_used_goal_bp is not None:
                 goals.append(("node_mem_used_bp", spec.dram_used_goal_bp, dram_node.id))
         if kind == "cxl" and spec.hot_on_dram_bp is not None and "node_eligible_mem_bp" in caps.goal_metrics:
-            # the hot scheme's quota grows until this share of what it finds hot sits on DRAM
+            # the hot scheme's quota grows until this share of what it finds hot sits on DRAM.  The
+            # kernel measures that share over the context's own regions, so this kdamond watches the
+            # DRAM node too: over the CXL node alone the share reads 0 for ever and the quota never
+            # stops growing (a 7.3.4 guest: current_value 0 with 511 of 512 hot pages on DRAM).
+            # Hot pages already on DRAM are not moved (paddr skips folios on target_nid)
             goals.append(("node_eligible_mem_bp", spec.hot_on_dram_bp, dram_node.id))
+            regions = tuple(sorted(regions + node_ranges(inv, dram_node)))
         dests: Tuple[Tuple[int, int], ...] = ()
         by = ""
         if kind == "dram" and caps.dests and spec.multi_dest:
