@@ -87,7 +87,12 @@ def get(path: str) -> str:
 
 
 def snap(name: str) -> None:
-    """``cxlctl record`` onto the guest's tmpfs, then one copy to $OUT (9p is slow under TCG)."""
+    """``cxlctl record`` onto the guest's tmpfs, then one copy to $OUT (9p is slow under TCG).
+
+    Only when recording (``CXLCTL_RECORD_DAMON_FIXTURES=1``, passed in by the test's script): a
+    record costs about a minute under TCG, three per boot."""
+    if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") != "1":
+        return
     tmp = f"/tmp/damon-record/{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.dirname(tmp), exist_ok=True)

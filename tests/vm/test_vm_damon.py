@@ -136,6 +136,11 @@ def _readback(out: Path, label: str) -> Dict[str, str]:
     return {k: v for k, v in rows}
 
 
+def _record_env() -> str:
+    """The guest driver records its trees only when asked (a record costs a minute under TCG)."""
+    return "export CXLCTL_RECORD_DAMON_FIXTURES=1\n" if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") == "1" else ""
+
+
 def _keep(out: Path, series: str, names: List[str], release: str = "") -> None:
     """Copy the guest's records into fixtures/ (only with CXLCTL_RECORD_DAMON_FIXTURES=1)."""
     if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") != "1":
@@ -161,7 +166,7 @@ def guest_script(work: Path, t: Topology, mode: str = "full") -> str:
     assert region is not None
     tools = work / "tools"
     build_c(tools, "tier", TIER_C)
-    return (
+    return _record_env() + (
         GUEST_FULL.replace("CREATE", region.create_command(t))
         .replace("PROFILE", VM_PROFILE.strip())
         .replace("GOALS", GOALS_PROFILE.strip())
@@ -277,7 +282,9 @@ def check(res: GuestResult, series: str) -> None:
 
 
 def test_damon_unavailable_on_61(tmp_path: Path) -> None:
-    res = run_guest(TOPOLOGIES["single"], GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm")
+    res = run_guest(
+        TOPOLOGIES["single"], _record_env() + GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm"
+    )
     out = res.outdir
     assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
     _keep(out, "6.1", ["single-noregion-damon"], res.kernel.release)
