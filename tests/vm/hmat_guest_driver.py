@@ -9,9 +9,10 @@
 3. ``tune apply vm-bw-own`` (the same, ``prefer_auto = false``: cxlctl's own weights, ``auto``
    switched off), the same launch;
 4. ``tune revert``: every weight file and ``auto`` as at boot;
-5. traffic: a program holds 48 MiB on DRAM; ``stat --json --interval 3 --count 2`` runs while
-   ``tune reclaim 16M --node 0`` demotes part of it (the kernel's counters copied around it), and
-   ``top --count 2`` (plain text: not a terminal) runs across a second reclaim.
+5. traffic: a program in cgroup ``/p3hold`` holds 48 MiB on DRAM; ``tune reclaim 16M --node 0``
+   (its figures kept); then ``stat --json --interval 3 --count 2`` runs while ``tune reclaim 16M
+   --cgroup /p3hold`` demotes part of it (the kernel's counters copied around it), and ``top
+   --count 2`` (plain text: not a terminal) runs across a second cgroup reclaim.
 
 Every cxlctl command but the launches, ``stat`` and ``top`` runs in this process
 (``cxlctl.cli.run``: a cold ``python -m cxlctl`` costs tens of seconds under TCG).  Results go to ``$OUT``.
@@ -134,9 +135,21 @@ def main() -> None:
     demotion = get("/sys/kernel/mm/numa/demotion_enabled")
     with open("/sys/kernel/mm/numa/demotion_enabled", "w") as f:
         f.write("true\n")
+    subprocess.run(
+        "grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup", shell=True
+    )
+    subprocess.run("echo +memory > /sys/fs/cgroup/cgroup.subtree_control", shell=True)
+    os.makedirs("/sys/fs/cgroup/p3hold", exist_ok=True)
     ready = f"{OUT}/hold.ready"
-    hold = subprocess.Popen(["numactl", "--membind=0", TOUCH, "48", ready], stderr=open(f"{OUT}/hold.err", "w"))
+    hold = subprocess.Popen(
+        ["sh", "-c", f"echo $$ > /sys/fs/cgroup/p3hold/cgroup.procs && exec numactl --membind=0 {TOUCH} 48 {ready}"],
+        stderr=open(f"{OUT}/hold.err", "w"),
+    )
     wait_ready(ready, hold)
+    # the node's own file first (kernels after 6.12): what it did here is kept as figures
+    counters("node-before")
+    cx("reclaim-node", "tune", "reclaim", "16M", "--node", "0", "--json")
+    counters("node-after")
     counters("stat-before")
     stat = subprocess.Popen(
         [PY, "-m", "cxlctl", "stat", "--json", "--interval", "3", "--count", "2"],
@@ -147,7 +160,7 @@ def main() -> None:
     while time.time() < end and not get(f"{OUT}/stat.jsonl").strip() and stat.poll() is None:
         time.sleep(0.2)
     t0 = time.time()
-    cx("reclaim", "tune", "reclaim", "16M", "--node", "0", "--json")
+    cx("reclaim", "tune", "reclaim", "16M", "--cgroup", "/p3hold", "--json")
     log(f"reclaim took {time.time() - t0:.2f} s")
     counters("stat-reclaimed")
     with open(f"{OUT}/stat.rc", "w") as f:
@@ -162,12 +175,13 @@ def main() -> None:
     end = time.time() + 300
     while time.time() < end and "cxlctl top" not in get(f"{OUT}/top.txt") and top.poll() is None:
         time.sleep(0.2)
-    cx("reclaim2", "tune", "reclaim", "8M", "--node", "0", "--json")
+    cx("reclaim2", "tune", "reclaim", "8M", "--cgroup", "/p3hold", "--json")
     with open(f"{OUT}/top.rc", "w") as f:
         f.write(f"{top.wait()}\n")
     copy(f"/proc/{hold.pid}/numa_maps", "hold.numa_maps")
     hold.kill()
     hold.wait()
+    os.rmdir("/sys/fs/cgroup/p3hold")
     with open("/sys/kernel/mm/numa/demotion_enabled", "w") as f:
         f.write(demotion + "\n")
 

@@ -268,8 +268,13 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
     kernel = _kv_text(p3 / "stat-after.vmstat")
     assert all(kernel.get(k, 0) >= (v or 0) for k, v in c1.items() if k.startswith("pgdemote_")), (c1, kernel)
     rec = _j(p3, "reclaim.json")["reclaim"]
+    if (p3 / "reclaim-node.json").exists():
+        node = _j(p3, "reclaim-node.json")["reclaim"]
+        b, a = _kv_text(p3 / "node-before.node0.vmstat"), _kv_text(p3 / "node-after.node0.vmstat")
+        scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
+        print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
     print(
-        f"\n7.x hmat2: tune reclaim 16M --node 0: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
+        f"\n7.x hmat2: tune reclaim 16M --cgroup /p3hold: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
         f"{tr['demote_mbps']} MB/s = {tr['demote_share_of_write_bandwidth']:.6f} of {tr['cxl_write_bandwidth_mbps']} MB/s"
     )
     # top: every node's bandwidth context and the traffic line
