@@ -340,13 +340,15 @@ def check_goals(res: GuestResult, goal: float = 0.70, band: float = 0.05) -> Lis
         if conv is not None
         else f"not converged in {shares[-1][0]:.0f} s; final {shares[-1][1]:.0%}"
     )
-    # the kernel's own view of the goal (its current_value, basis points of the hot set on DRAM) reaches
-    # the line too: the quota is tuned to the statement, not grown for ever against a share it reads as 0
-    seen = [int(str(p["kernel"]["1"].get("goal0", "=0")).rpartition("=")[2] or 0) for p in trace]
-    report.append(f"kernel's node_eligible_mem_bp: max {max(seen)}, last {seen[-1]} (goal 7000)")
+    # the kernel tunes the quota to the statement: it grows while the goal is unmet and shrinks once
+    # met (quotas/effective_bytes; the goal's current_value file is not refreshed by the state commands
+    # on 7.3.4 and reads 0).  Over the CXL node's ranges alone the kernel read the share as 0 and the
+    # quota only grew (854500 -> 1101000 B with 511 of 512 hot pages on DRAM)
+    quota = [int(p["kernel"]["1"].get("effective_bytes") or 0) for p in trace]
+    report.append(f"hot scheme's tuned quota: peak {max(quota)} B, last {quota[-1]} B")
     print("\n".join(report))
     assert conv is not None, report
-    assert seen[-1] >= (goal - band) * 10000, report
+    assert quota[-1] <= max(quota) // 10, ("the kernel never saw the goal met: the quota did not shrink", report)
     peak = shares[conv][1]
     for t, s in shares[conv:]:
         assert s >= peak - band or s >= goal - band, (t, s, report)

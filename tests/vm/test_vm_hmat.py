@@ -274,7 +274,7 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
         scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
         print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
     print(
-        f"\n7.x hmat2: tune reclaim 16M --cgroup /p3hold: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
+        f"\n7.x hmat2: tune reclaim 4M --cgroup /p3hold: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
         f"{tr['demote_mbps']} MB/s = {tr['demote_share_of_write_bandwidth']:.6f} of {tr['cxl_write_bandwidth_mbps']} MB/s"
     )
     # top: every node's bandwidth context and the traffic line
