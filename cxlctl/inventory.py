@@ -442,7 +442,13 @@ class _Scan(Attrs):
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            blk = self.guarded(f"{dev}/{b}", self.block, f"{dev}/{b}", int(b[6:]), nid)
+            # read at its own directory on the memory bus, where the node's link leads: through
+            # the bus directory's handle, no link walked and checked per block (the listing logs
+            # the link, so a record re-creates it)
+            bid = int(b[6:])
+            path = paths.memory_block(bid)
+            self.r.alias(path, paths.MEMORY_DIR, b, open_parent=True)
+            blk = self.guarded(path, self.block, path, bid, nid)
             if blk is not None:
                 blocks.append(blk)
         return Node(
