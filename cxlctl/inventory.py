@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
-    from .model import DecoderKind, PortKind
+    from .model import DecoderKind, PortKind, Severity
 
     T = TypeVar("T")
 
@@ -561,7 +561,7 @@ def cannot_read(r: Reader) -> List[Warning_]:
         if path in seen or any(s in why for s in _NOT_UNREADABLE):
             continue
         seen.add(path)
-        sev = "error" if path in LISTED else "warning"
+        sev: Severity = "error" if path in LISTED else "warning"
         out.append(Warning_("unreadable", sev, f"cannot read {under(r.root, path)}: {why}", path))
     return out
 

@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
 from cxlctl.hostio import paths
@@ -74,7 +74,7 @@ class DriftCheck(NamedTuple):
     setting: str
     expected: Optional[str]
     actual: Optional[str]
-    status: str  # pass | drift | unsupported
+    status: Literal["pass", "drift", "unsupported"]
 
 
 class View(NamedTuple):

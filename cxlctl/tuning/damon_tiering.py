@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon import tree as t
 from cxlctl.damon.sysfs import TUNER_SINCE, DamonCaps, DamonState
@@ -280,7 +280,7 @@ def _dur(us: int) -> str:
 
 
 class SchemeLayout(NamedTuple):
-    action: str  # migrate_cold | migrate_hot
+    action: Literal["migrate_cold", "migrate_hot"]
     target_nid: int
     nr_accesses: Tuple[int, int]
     age: Tuple[int, int]
@@ -293,10 +293,14 @@ class SchemeLayout(NamedTuple):
     weighted_by: str = ""  # what the weights are: "write bandwidth (HMAT/CDAT access1)", "online capacity"
 
 
+#: the memory a kdamond watches: DRAM (cold pages leave) or CXL (hot pages come back)
+SourceKind = Literal["dram", "cxl"]
+
+
 class KdamondLayout(NamedTuple):
     id: int
     node: int
-    kind: str  # dram | cxl
+    kind: SourceKind
     regions: Tuple[Tuple[int, int], ...]
     scheme: SchemeLayout
 
@@ -405,7 +409,8 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
     max_acc = spec.aggr_us // spec.sample_us
     cold_age = max(1, spec.cold_age_us // spec.aggr_us)
     out: List[KdamondLayout] = []
-    for src, kind in [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]:
+    sources: List[Tuple[Node, SourceKind]] = [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]
+    for src, kind in sources:
         dest = nearest(src, cxl if kind == "dram" else dram, [n.id for n in inv.nodes])
         regions = node_ranges(inv, src)
         if dest is None:

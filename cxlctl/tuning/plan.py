@@ -11,7 +11,7 @@ it) or ``skip`` (cannot be computed here, e.g. weights without bandwidth data).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
@@ -26,6 +26,10 @@ from .weights import cxl_write_bandwidth, divide_gcd, node_bandwidth, ratio_weig
 Restore = Mapping[str, Tuple[str, Optional[str]]]
 
 
+#: what applying a step does (a tag: mypy rejects a compare with a word it never holds)
+Action = Literal["set", "noop", "restore", "unsupported", "skip"]
+
+
 class Step(NamedTuple):
     knob: str
     setting: str  # display name (the knob, or weighted_interleave.nodeN / .auto)
@@ -33,7 +37,7 @@ class Step(NamedTuple):
     current: Optional[str]  # canonical current value (raw text if unparsable); None = absent
     desired: Optional[str]  # canonical value wanted; None for unsupported/skip
     write: Optional[str]  # exact text to write; None = nothing to write
-    action: str  # set | noop | restore | unsupported | skip
+    action: Action
     reason: str
     reversible: bool
     origin: str  # profile file that asked for it
@@ -103,7 +107,7 @@ def _scalar(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, rest
 def _profile_step(
     knob: Knob,
     s: Setting,
-    action: str,
+    action: Action,
     current: Optional[str],
     desired: Optional[str],
     write: Optional[str],
@@ -166,7 +170,13 @@ class _WIPlanner:
         self.kinds = {n.id: n.kind for n in inv.nodes}
 
     def step(
-        self, setting: str, path: str, desired: Optional[str], s: Setting, note: str = "", action: Optional[str] = None
+        self,
+        setting: str,
+        path: str,
+        desired: Optional[str],
+        s: Setting,
+        note: str = "",
+        action: Optional[Action] = None,
     ) -> Step:
         raw = self.cur.get(path)
         current = _canon(self.knob, raw)
@@ -233,7 +243,7 @@ class _WIPlanner:
     def skipped(self, s: Setting, why: str) -> List[Step]:
         return [self._whole(s, "skip", why)]
 
-    def _whole(self, s: Setting, action: str, why: str) -> Step:
+    def _whole(self, s: Setting, action: Action, why: str) -> Step:
         return _profile_step(self.knob, s, action, None, None, None, why)
 
     def by_ratio(self, spec: WISpec, chosen: List[int], cxl: List[int]) -> Tuple[Optional[Dict[int, int]], str]:
@@ -438,7 +448,7 @@ def _damon_step(
     current: Optional[str],
     desired: Optional[str],
     write: Optional[str],
-    action: str,
+    action: Action,
     s: Setting,
     note: str = "",
 ) -> Step:
@@ -458,7 +468,8 @@ def _damon_restore(cur: Current, restore: Restore) -> DamonPlan:
         saved.append(("damon", path))
         now, want = raw.strip(), original.strip()
         setting = "damon.nr_kdamonds" if path == damon.NR_KDAMONDS else "damon.kdamond" + path.split("/")[-2] + ".state"
-        action, write = ("noop", None) if now == want else ("restore", original)
+        action: Action = "noop" if now == want else "restore"
+        write = None if now == want else original
         # a state file goes away with nr_kdamonds: nothing to read back afterwards
         desired = None if path != damon.NR_KDAMONDS else want
         note = "stopped, then removed by nr_kdamonds" if desired is None else ""
