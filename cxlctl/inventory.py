@@ -570,18 +570,21 @@ def _fix_depths(ports: List[Port]) -> List[Port]:
     """Depth = distance from the root, as libcxl computes it (root 0, host bridge 1, …)."""
     by_name = {p.name: p for p in ports}
     memo: Dict[str, int] = {}
+    return [p._replace(depth=_depth(p, by_name, memo)) for p in ports]
 
-    def depth(p: Port, guard: int = 0) -> int:
-        if p.kind == "root":
-            return 0
-        if p.name in memo:
-            return memo[p.name]
-        parent = by_name.get(p.parent or "")
-        d = 1 if parent is None or guard > 64 else depth(parent, guard + 1) + 1
-        memo[p.name] = d
-        return d
 
-    return [p._replace(depth=depth(p)) for p in ports]
+def _depth(p: Port, by_name: Dict[str, Port], memo: Dict[str, int], guard: int = 0) -> int:
+    """A module-level function, not a closure: a nested function that calls itself is a reference
+    cycle (function, cell, function) holding every port, left for the garbage collector by each
+    scan the daemon runs."""
+    if p.kind == "root":
+        return 0
+    if p.name in memo:
+        return memo[p.name]
+    parent = by_name.get(p.parent or "")
+    d = 1 if parent is None or guard > 64 else _depth(parent, by_name, memo, guard + 1) + 1
+    memo[p.name] = d
+    return d
 
 
 def scan(host: Host, reader: Optional[Reader] = None) -> Inventory:
