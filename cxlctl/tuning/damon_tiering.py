@@ -469,7 +469,6 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
     """
     kd = t.kdamond(k.id)
     c = t.context(k.id, 0)
-    s = t.scheme(k.id, 0, 0)
     name = f"damon.kdamond{k.id}"
     out: List[Tuple[str, str, str]] = [
         (t.count(kd, t.LIST_CONTEXTS), "1", f"{name}.nr_contexts"),
@@ -489,9 +488,16 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
             (t.at(r, t.START), str(start), f"{name}.region{i}.start"),
             (t.at(r, t.END), str(end), f"{name}.region{i}.end"),
         ]
+    return out + _scheme_files(k, spec, c, f"{name}.scheme0")
+
+
+def _scheme_files(k: KdamondLayout, spec: DamonSpec, c: str, sn: str) -> List[Tuple[str, str, str]]:
+    """:func:`files` of the kdamond's one scheme (``sn`` its display name): its count, action and
+    destinations, access pattern and quota, then its goals, watermarks and filters."""
+    s = t.scheme(k.id, 0, 0)
     sc = k.scheme
-    sn = f"{name}.scheme0"
-    out += [
+    name = sn.rpartition(".")[0]
+    out: List[Tuple[str, str, str]] = [
         (t.count(c, t.LIST_SCHEMES), "1", f"{name}.nr_schemes"),
         (t.at(s, t.ACTION), sc.action, f"{sn}.action"),
         (t.at(s, t.TARGET_NID), str(sc.target_nid), f"{sn}.target_nid"),

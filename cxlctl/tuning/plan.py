@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
+from cxlctl.damon.sysfs import DamonState
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
@@ -505,29 +506,7 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         return skip("no CXL memory node is online: nothing to tier DRAM with")
     if not kds:
         return skip("no DRAM/CXL node pair with online memory blocks to monitor")
-    refusals = []
-    other = damon.others(state, mine)
-    if other:
-        refusals.append(
-            "DAMON is already in use through sysfs by another tool (damo, a script): "
-            + "; ".join(other)
-            + ". cxlctl never touches it: adding a kdamond means writing nr_kdamonds, which re-creates every "
-            "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
-            "out of the profile"
-        )
-    mods = damon.module_kdamonds(state)
-    if mods and not spec.beside_other_damon:
-        refusals.append(
-            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
-            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
-        )
-    elif mods:
-        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
-    for mon in damon.monitor_kdamonds(state):
-        warnings.append(
-            f"damon: {mon} runs a monitoring-only kdamond (DAMON_STAT, started at boot on kernels built with "
-            "CONFIG_DAMON_STAT_ENABLED_DEFAULT); it migrates nothing, so cxlctl's kdamonds run beside it"
-        )
+    refusals = _damon_refusals(state, mine, spec, warnings)
     n = len(kds)
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
@@ -565,6 +544,46 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
             desc + ("; " + "; ".join(extra) if extra else ""),
         )
     )
+    more, saved, baseline = _damon_files(kds, spec, s, cur, recreate)
+    saved += _old_files(cur, restore, saved)
+    return DamonPlan(steps + more, saved, baseline, warnings, [])
+
+
+def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpec, warnings: List[str]) -> List[str]:
+    """Why cxlctl's kdamonds may not run beside the ones it finds (another tool's; a module's,
+    unless asked); what it runs beside goes to ``warnings``."""
+    refusals = []
+    other = damon.others(state, mine)
+    if other:
+        refusals.append(
+            "DAMON is already in use through sysfs by another tool (damo, a script): "
+            + "; ".join(other)
+            + ". cxlctl never touches it: adding a kdamond means writing nr_kdamonds, which re-creates every "
+            "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
+            "out of the profile"
+        )
+    mods = damon.module_kdamonds(state)
+    if mods and not spec.beside_other_damon:
+        refusals.append(
+            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
+            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
+        )
+    elif mods:
+        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    for mon in damon.monitor_kdamonds(state):
+        warnings.append(
+            f"damon: {mon} runs a monitoring-only kdamond (DAMON_STAT, started at boot on kernels built with "
+            "CONFIG_DAMON_STAT_ENABLED_DEFAULT); it migrates nothing, so cxlctl's kdamonds run beside it"
+        )
+    return refusals
+
+
+def _damon_files(
+    kds: List[damon.KdamondLayout], spec: damon.DamonSpec, s: Setting, cur: Current, recreate: bool
+) -> Tuple[List[Step], List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """(steps, saved, baseline) of every kdamond's member files, then of their states: a file
+    already holding its value is a noop, a running kdamond whose files change is committed."""
+    steps: List[Step] = []
     member_paths: List[str] = []
     changed = {k.id: recreate for k in kds}
     for k in kds:
@@ -591,9 +610,8 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         else:
             steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", "on\n", "set", s))
     saved = [("damon", p) for p in states + [damon.NR_KDAMONDS] + member_paths]
-    saved += _old_files(cur, restore, saved)
     baseline = [(p, "off\n") for p in states if recreate or cur.get(p) is None]
-    return DamonPlan(steps, saved, baseline, warnings, [])
+    return steps, saved, baseline
 
 
 def _old_files(cur: Current, restore: Restore, saved: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
