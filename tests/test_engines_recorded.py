@@ -16,7 +16,7 @@ import pytest
 
 from cxlctl.launch import engines as eng
 from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_version
-from tests.kit import cli, fixture_roots
+from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, dry, make_devdax
 
 GIB = 1 << 30
@@ -211,17 +211,21 @@ def test_sglang_recorded_argv_only_known_flags(fakes: Fakes, region: str, monkey
     assert_known(doc["engine"]["added"], flags_of("sglang-0.5.23"), "SGLang 0.5.23")
 
 
-def test_lmcache_recorded_devdax_argv_only_known_flags(
-    fakes: Fakes, tmp_path: Any, monkeypatch: Any, capsys: Any
-) -> None:
+def _lmcache_devdax_tree(fakes: Fakes, tree: str) -> str:
+    """A copy of single-region with a devdax device, and the fake LMCache server answering with
+    0.5.6's recorded help (skips when it is not recorded)."""
     if "lmcache-0.5.6" not in RECORDED:
         pytest.skip("lmcache-0.5.6 not recorded")
-    from tests.kit import copy_fixture
-
-    tree = str(tmp_path / "tree")
     copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
     make_devdax(tree)
     fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    return tree
+
+
+def test_lmcache_recorded_devdax_argv_only_known_flags(
+    fakes: Fakes, tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    tree = _lmcache_devdax_tree(fakes, str(tmp_path / "tree"))
     doc = dry(tree, "lmcache", ["--devdax", "dax0.0", "--policy", "bind"], ["server", "--eviction-policy", "LRU"])
     assert "--l1-devdax-path" in doc["engine"]["added"] and doc["engine"]["placement"]["decided_by"] == "cxlctl"
     assert_known(doc["engine"]["added"], flags_of("lmcache-0.5.6"), "LMCache 0.5.6")
@@ -231,14 +235,7 @@ def test_lmcache_devdax_without_eviction_policy_gets_lru(fakes: Fakes, tmp_path:
     """``--l1-size-gb`` (which cxlctl adds) makes LMCache 0.5.6's server require ``--eviction-policy``
     (``parse_args_to_config``: "Legacy L1 configuration requires --l1-size-gb and --eviction-policy"),
     so a bare ``server`` gets LRU; the user's own policy is kept.  The engines tier judges both."""
-    if "lmcache-0.5.6" not in RECORDED:
-        pytest.skip("lmcache-0.5.6 not recorded")
-    from tests.kit import copy_fixture
-
-    tree = str(tmp_path / "tree")
-    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
-    make_devdax(tree)
-    fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    tree = _lmcache_devdax_tree(fakes, str(tmp_path / "tree"))
     doc = dry(tree, "lmcache", ["--devdax", "auto", "--kv-size", "256M"], ["server"])
     added = doc["engine"]["added"]
     assert added[added.index("--eviction-policy") + 1] == "LRU"
