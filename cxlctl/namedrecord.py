@@ -21,12 +21,18 @@ from _operator import itemgetter as _itemgetter  # the C module: operator.py imp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterable, Tuple
+    from typing import Any, Dict, Iterable, List, Tuple
 
 
-def _field(i: int, name: str) -> property:
-    # itemgetter: the field is read in C (as namedtuple's are), not through a Python getter
-    return property(_itemgetter(i), doc=f"Alias for field number {i} ({name})")
+def _field(i: int) -> property:
+    """The accessor of field ``i``: ``itemgetter`` (read in C, as namedtuple's are), one shared by
+    every record class (the model's ~170 fields need ~25 of them)."""
+    while len(_FIELDS) <= i:
+        _FIELDS.append(property(_itemgetter(len(_FIELDS))))
+    return _FIELDS[i]
+
+
+_FIELDS: List[property] = []
 
 
 def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
@@ -126,7 +132,7 @@ class _RecordMeta(type):
             "_field_defaults": dict(zip(fields[len(fields) - len(defaults) :], defaults)),
             "__match_args__": fields,
         }
-        body.update({f: _field(i, f) for i, f in enumerate(fields)})
+        body.update({f: _field(i) for i, f in enumerate(fields)})
         body.update((k, v) for k, v in ns.items() if k not in fields)
         return type(name, (_Base,), body)
 
