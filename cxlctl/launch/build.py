@@ -464,6 +464,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         shm_bytes=ea.shm_bytes,
         kv_tmpfs=tmpfs,
         engine=req.engine,
+        cpu_kv=ea.kv_bytes // ea.ranks if feats is not None and feats.backend == "cpu" and ea.kv_bytes else None,
     )
     if dd is not None:
         status, message, fix = devdax_mod.node_check(host, dd)
