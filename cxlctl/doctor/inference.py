@@ -10,17 +10,18 @@ not a second opinion of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.parse import format_nodelist, format_size, parse_nodelist
 
-from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts
+from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 from .probes import LOCALALLOC, key
 
 if TYPE_CHECKING:
     from cxlctl.launch.build import LaunchPlan
     from cxlctl.launch.engines import Features
+    from cxlctl.launch.preflight import Status
 
 LAYER = "Inference readiness"
 
@@ -134,11 +135,15 @@ def _flags(engine: str, lp: LaunchPlan) -> Check:
     )
 
 
+#: a pre-flight status as a doctor result (the same words, one more: cannot-check)
+_RESULT_OF: Dict[Status, Result] = {"ok": OK, "note": NOTE, "warn": WARN, "fail": FAIL}
+
+
 def _preflight(f: Facts, lp: LaunchPlan) -> List[Check]:
     """The launcher's own pre-flight checks, each as a doctor check with where its evidence is."""
     out: List[Check] = []
     for c in lp.checks:
-        res = {"ok": OK, "note": NOTE, "warn": WARN, "fail": "fail"}.get(c.status, NOTE)
+        res = _RESULT_OF[c.status]
         src = {
             "dev-shm": paths.DEV_SHM,
             "memlock": "ulimit -l",
@@ -377,7 +382,7 @@ def _numa_env(f: Facts) -> Optional[Check]:
         else "each scheduler calls numa_set_preferred(N) itself (SGLANG_NUMA_BIND_V2=0)"
     )
     parts: List[str] = []
-    result = OK
+    result: Result = OK
     fix = ""
     if numa_node:
         result = WARN

@@ -18,7 +18,7 @@ from cxlctl.parse import format_size
 from cxlctl.regions.planner import NEWER_KERNEL, RAM_REGION_SINCE
 
 from .gather import MODULES
-from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts
+from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 
 K = "Kernel"
 F = "Firmware"
@@ -32,7 +32,7 @@ FEATURES: Tuple[Tuple[Tuple[int, int], str], ...] = (
 )
 
 #: config symbols: (symbol, needed for, severity when missing on a CXL host)
-CONFIG: Tuple[Tuple[str, str, str], ...] = (
+CONFIG: Tuple[Tuple[str, str, Result], ...] = (
     ("CONFIG_CXL_BUS", "the CXL bus itself", FAIL),
     ("CONFIG_CXL_PCI", "CXL memory devices (cxl_pci)", FAIL),
     ("CONFIG_CXL_ACPI", "CXL windows from the CEDT (cxl_acpi)", FAIL),
@@ -78,7 +78,7 @@ def check_version(f: Facts) -> List[Check]:
     out = [Check(K, "kernel.version", OK if not lacks else NOTE, msg, (_ev_kernel(f),))]
     if v < RAM_REGION_SINCE:
         ram = [m for m in f.inv.memdevs if (m.ram_size or 0) > m.dpa_allocated]
-        res = FAIL if ram else NOTE
+        res: Result = FAIL if ram else NOTE
         what = (
             f"{', '.join(m.name for m in ram)} cannot be used: " if ram else "no memdev waits for a region; "
         ) + "only regions the firmware committed are usable"
@@ -127,7 +127,7 @@ def check_config(f: Facts) -> List[Check]:
             continue
         if sym == "CONFIG_DEV_DAX_CXL" and v is not None and v < RAM_REGION_SINCE:
             continue  # the symbol appeared in 6.3; kernel.ram-regions says what that means
-        res = sev if cxl or sev != FAIL else NOTE
+        res: Result = sev if cxl or sev != FAIL else NOTE
         shown = "not set" if val in (None, "n") else val
         out.append(
             Check(
@@ -191,6 +191,7 @@ def check_modules(f: Facts) -> List[Check]:
         if name == "dax_cxl" and v is not None and v < RAM_REGION_SINCE:
             continue  # no such module before 6.3
         needed = cxl if name in CORE_MODULES else ram_regions
+        res: Result
         if state == "not-built":
             res, msg, fix = (
                 FAIL if needed else NOTE,
@@ -219,7 +220,7 @@ def check_modules(f: Facts) -> List[Check]:
 
 
 #: command-line options that change how CXL memory is handled: option -> (result, why, fix)
-CMDLINE: Dict[str, Tuple[str, str, str]] = {
+CMDLINE: Dict[str, Tuple[Result, str, str]] = {
     "efi=nosoftreserve": (
         WARN,
         "firmware's Soft Reserved (EFI_MEMORY_SP) ranges become ordinary System RAM at boot: no CXL region or "
@@ -238,6 +239,7 @@ def check_cmdline(f: Facts) -> List[Check]:
     if f.cmdline is None:
         return [Check(K, "kernel.cmdline", CANNOT, f"{paths.PROC_CMDLINE} is unreadable")]
     out: List[Check] = []
+    res: Result
     for tok in f.cmdline.split():
         key, _, val = tok.partition("=")
         ev = (Evidence(paths.PROC_CMDLINE, tok),)
@@ -346,7 +348,7 @@ def check_acpi(f: Facts) -> List[Check]:
     else:
         # a warning only when it shows: a CXL node in DRAM's tier (devices.tiers says why)
         dram_tiers = {n.tier for n in f.inv.nodes if n.kind == "dram" and n.tier is not None}
-        res = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
+        res: Result = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
         out.append(
             Check(
                 F,

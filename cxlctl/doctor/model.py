@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Final, List, Literal, Optional, Tuple
 
 from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 
+#: a check's result; a tag, not free text: mypy rejects a compare with a word it never holds
+Result = Literal["ok", "note", "warn", "fail", "cannot-check"]
 #: results, mildest first; only ``fail`` makes ``doctor`` exit 1
-OK = "ok"
-NOTE = "note"
-WARN = "warn"
-FAIL = "fail"
-CANNOT = "cannot-check"
-RESULTS = (OK, NOTE, WARN, FAIL, CANNOT)
+OK: Final = "ok"
+NOTE: Final = "note"
+WARN: Final = "warn"
+FAIL: Final = "fail"
+CANNOT: Final = "cannot-check"
+RESULTS: Tuple[Result, ...] = (OK, NOTE, WARN, FAIL, CANNOT)
 
 #: layers in the order doctor walks them (firmware up to the engine)
 LAYERS = ("Kernel", "Firmware", "Devices and regions", "Tools", "Tuning and services", "Inference readiness")
@@ -30,7 +32,7 @@ class Evidence(NamedTuple):
 class Check(NamedTuple):
     layer: str
     id: str  # stable, for scripts: "kernel.modules.cxl_pci"
-    result: str  # ok | note | warn | fail | cannot-check
+    result: Result
     message: str  # what was found, and for cannot-check why it could not be
     evidence: Tuple[Evidence, ...] = ()
     fix: str = ""  # a command or a setting; empty when there is nothing to do
@@ -83,6 +85,6 @@ class Facts(NamedTuple):
     launch_note: Optional[str] = None
 
 
-def worst(checks: List[Check]) -> str:
+def worst(checks: List[Check]) -> Result:
     order = {OK: 0, NOTE: 1, CANNOT: 1, WARN: 2, FAIL: 3}
     return max((c.result for c in checks), key=lambda r: order[r], default=OK)

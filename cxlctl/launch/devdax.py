@@ -26,13 +26,16 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.host import Host
 from cxlctl.model import DaxDevice, Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size, is_decimal
+
+if TYPE_CHECKING:
+    from .preflight import Status
 
 from .engine_args import has_opt, opt_value, version_tuple
 
@@ -148,7 +151,7 @@ def resolve(
     return Devdax(dev.name, "/dev/" + dev.name, dev.size, size, align, off, pool_id, dev.region, how)
 
 
-def node_check(host: Host, dd: Devdax) -> Tuple[str, str, str]:
+def node_check(host: Host, dd: Devdax) -> Tuple[Status, str, str]:
     """(status, message, fix) for the device node the backend opens (pre-flight).
 
     The messages name the node checked, under ``--root`` when one is given: that

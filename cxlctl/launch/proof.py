@@ -230,6 +230,41 @@ def _placement_checks(r: Reader, asked: Asked, anon: Dict[int, int]) -> List[Dic
     return []
 
 
+def _asked_checks(
+    r: Reader,
+    asked: Optional[Asked],
+    origin: Optional[Tuple[int, str]],
+    mode: str,
+    nodes: Tuple[int, ...],
+    mems: Tuple[int, ...],
+    cpus: Tuple[int, ...],
+    anon: Dict[int, int],
+) -> List[Dict[str, Any]]:
+    """Every check against what was asked; with an inherited ``CXLCTL_POLICY``, a first row naming its origin."""
+    if asked is None:
+        return []
+    checks = _policy_checks(r, asked, mode, nodes, mems, cpus) + _placement_checks(r, asked, anon)
+    if origin is not None:
+        changed = mode != asked.mode or (asked.mode != "local" and nodes != asked.nodes)
+        checks.insert(
+            0,
+            _check(
+                "inherited",
+                None,
+                f"CXLCTL_POLICY read from ancestor {origin[0]} ({origin[1]}): this process' own environ has none "
+                "(a process title written over it, as vLLM's setproctitle does, or an environment it replaced)"
+                + (
+                    f"; it has set a policy of its own since ({mode}"
+                    + (f" over node(s) {format_nodelist(nodes)}" if nodes else "")
+                    + "), as vLLM's CPU worker does (it binds its memory to its first CPU's node)"
+                    if changed
+                    else ""
+                ),
+            ),
+        )
+    return checks
+
+
 def show(host: Host, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
@@ -252,27 +287,7 @@ def show(host: Host, pid: int) -> Dict[str, Any]:
     file = _sum(maps, ("file",))
     env, origin = _asked_env(r, pid, status)
     asked = parse_env_value(env) if env else None
-    checks: List[Dict[str, Any]] = []
-    if asked is not None:
-        checks = _policy_checks(r, asked, mode, nodes, mems, cpus) + _placement_checks(r, asked, anon)
-    if asked is not None and origin is not None:
-        changed = mode != asked.mode or (asked.mode != "local" and nodes != asked.nodes)
-        checks.insert(
-            0,
-            _check(
-                "inherited",
-                None,
-                f"CXLCTL_POLICY read from ancestor {origin[0]} ({origin[1]}): this process' own environ has none "
-                "(a process title written over it, as vLLM's setproctitle does, or an environment it replaced)"
-                + (
-                    f"; it has set a policy of its own since ({mode}"
-                    + (f" over node(s) {format_nodelist(nodes)}" if nodes else "")
-                    + "), as vLLM's CPU worker does (it binds its memory to its first CPU's node)"
-                    if changed
-                    else ""
-                ),
-            ),
-        )
+    checks = _asked_checks(r, asked, origin, mode, nodes, mems, cpus, anon)
     fails = [c for c in checks if c["status"] == "fail"]
     return {
         "pid": pid,

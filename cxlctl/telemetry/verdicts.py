@@ -33,7 +33,7 @@ The verdicts, by id:
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl.hostio import paths
 from cxlctl.parse import PAGE_SIZE, format_size
@@ -60,7 +60,7 @@ KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
 
 class Verdict(NamedTuple):
     id: str
-    severity: str  # warning | info
+    severity: Literal["warning", "info"]
     message: str
     fix: str
 
