@@ -327,3 +327,27 @@ def test_tags_of_cxlctls_own_are_literal_types() -> None:
                     if ast.unparse(st.annotation) in ("str", "Optional[str]"):
                         found.add(f"{rel} {c.name}.{st.target.id}")
     assert found == STR_TAGS, (sorted(found - STR_TAGS), sorted(STR_TAGS - found))
+
+
+# ------------------------------------------------------------------ host text made safe in one place
+
+
+def test_host_text_is_made_safe_in_one_place() -> None:
+    """doctor, the telemetry reports and verdicts, and the RAS text each had a ``clean()`` of
+    their own (escapes, '?', a lossy ``\\xNN``) and render.py its markup escape: now
+    ``cxlctl.term.clean`` and ``cxlctl.term.markup_escape`` are the only ones."""
+    from cxlctl.term import clean, markup_escape
+
+    own = []
+    for f in sorted(Path(PKG_DIR).rglob("*.py")):
+        rel = f.relative_to(PKG_DIR).as_posix()
+        src = f.read_text(encoding="utf-8")
+        names = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
+        if rel != "term.py" and (
+            names & {"clean", "_clean", "escape", "_e"} or "isprintable() else" in src or "markup import escape" in src
+        ):
+            own.append(rel)
+    assert own == []
+    # what each view shows for a crafted name: the escape, whole (U+2028 was \x28 in the RAS text)
+    assert clean("kv\x1b[2J\n\u2028") == "kv\\x1b[2J\\n\\u2028"
+    assert clean("mem0") == "mem0" and markup_escape("[damon]") == "\\[damon]"

@@ -20,9 +20,10 @@ import pytest
 from cxlctl.doctor import devices, probes, services
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.model import Check, Facts
-from cxlctl.doctor.report import clean, exit_code, run, to_json
+from cxlctl.doctor.report import exit_code, run, to_json
 from cxlctl.hostio.host import Host
 from cxlctl.kconfig import gunzip
+from cxlctl.term import clean
 from cxlctl.tuning import journal as jn
 from tests.kit import FIXTURES, cli, copy_fixture
 

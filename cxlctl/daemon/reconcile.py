@@ -570,7 +570,7 @@ class Reconciler:
             self._drifted = set()
             return False
         try:
-            res = engine.verify(self.host)
+            res = engine.verify(self.host, wait=0)  # a CLI transaction in flight: check next time
         except CxlctlError as e:
             self.log.debug("drift check skipped: %s", e)
             return False

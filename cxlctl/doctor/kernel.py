@@ -174,7 +174,12 @@ def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
 def check_modules(f: Facts) -> List[Check]:
     if f.modules is None and f.config is None and not f.sys_modules:
         return [
-            Check(K, "kernel.modules", CANNOT, f"{paths.PROC_MODULES} is unreadable and no kernel config was found")
+            Check(
+                K,
+                "kernel.modules",
+                CANNOT,
+                f"{f.host.path(paths.PROC_MODULES)} is unreadable and no kernel config was found",
+            )
         ]
     cxl = cxl_platform(f)
     ram_regions = any(r.mode == "ram" for r in f.inv.regions)
@@ -237,7 +242,7 @@ CMDLINE: Dict[str, Tuple[Result, str, str]] = {
 
 def check_cmdline(f: Facts) -> List[Check]:
     if f.cmdline is None:
-        return [Check(K, "kernel.cmdline", CANNOT, f"{paths.PROC_CMDLINE} is unreadable")]
+        return [Check(K, "kernel.cmdline", CANNOT, f"{f.host.path(paths.PROC_CMDLINE)} is unreadable")]
     out: List[Check] = []
     res: Result
     for tok in f.cmdline.split():
@@ -318,7 +323,7 @@ def check_acpi(f: Facts) -> List[Check]:
                 F,
                 "firmware.acpi",
                 CANNOT,
-                f"{paths.ACPI_TABLES} does not exist (not an ACPI platform, or not recorded)",
+                f"{f.host.path(paths.ACPI_TABLES)} does not exist (not an ACPI platform, or not recorded)",
             )
         ]
     have = set(t.rstrip("0123456789") for t in f.acpi_tables)
@@ -381,7 +386,7 @@ def parse_iomem(text: str) -> List[Tuple[int, int, int, str]]:
 
 def check_iomem(f: Facts) -> List[Check]:
     if f.iomem is None:
-        return [Check(F, "firmware.iomem", CANNOT, f"{paths.PROC_IOMEM} is unreadable")]
+        return [Check(F, "firmware.iomem", CANNOT, f"{f.host.path(paths.PROC_IOMEM)} is unreadable")]
     entries = parse_iomem(f.iomem)
     if entries and all(s == 0 and e == 0 for _, s, e, _ in entries):
         return [
@@ -389,7 +394,7 @@ def check_iomem(f: Facts) -> List[Check]:
                 F,
                 "firmware.iomem",
                 CANNOT,
-                f"cannot check: needs root ({paths.PROC_IOMEM} shows zero addresses to other users)",
+                f"cannot check: needs root ({f.host.path(paths.PROC_IOMEM)} shows zero addresses to other users)",
                 (Evidence(paths.PROC_IOMEM, "all ranges 00000000-00000000"),),
                 "sudo cxlctl doctor",
             )
@@ -415,7 +420,7 @@ def check_iomem(f: Facts) -> List[Check]:
                 F,
                 "firmware.cxl-windows",
                 WARN,
-                "no 'CXL Window' in /proc/iomem although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
+                f"no 'CXL Window' in {f.host.path(paths.PROC_IOMEM)} although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
                 (Evidence(paths.PROC_IOMEM, "no CXL Window"),),
                 "modprobe cxl_acpi",
             )

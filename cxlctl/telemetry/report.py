@@ -15,10 +15,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from cxlctl.hostio import paths
 from cxlctl.model import Coordinates
 from cxlctl.parse import PAGE_SIZE
+from cxlctl.term import clean
 
 from .rates import Rates, damon_migrated, damon_migrates, demote_sum
 from .sample import Sample
-from .verdicts import Verdict, clean
+from .verdicts import Verdict
 
 
 def _per_node(d: Dict[int, int]) -> Dict[str, int]:
