@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
-    from .model import DecoderKind, PortKind
+    from .model import DecoderKind, PortKind, Severity
 
     T = TypeVar("T")
 
@@ -442,7 +442,13 @@ class _Scan(Attrs):
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            blk = self.guarded(f"{dev}/{b}", self.block, f"{dev}/{b}", int(b[6:]), nid)
+            # read at its own directory on the memory bus, where the node's link leads: through
+            # the bus directory's handle, no link walked and checked per block (the listing logs
+            # the link, so a record re-creates it)
+            bid = int(b[6:])
+            path = paths.memory_block(bid)
+            self.r.alias(path, paths.MEMORY_DIR, b, open_parent=True)
+            blk = self.guarded(path, self.block, path, bid, nid)
             if blk is not None:
                 blocks.append(blk)
         return Node(
@@ -555,7 +561,7 @@ def cannot_read(r: Reader) -> List[Warning_]:
         if path in seen or any(s in why for s in _NOT_UNREADABLE):
             continue
         seen.add(path)
-        sev = "error" if path in LISTED else "warning"
+        sev: Severity = "error" if path in LISTED else "warning"
         out.append(Warning_("unreadable", sev, f"cannot read {under(r.root, path)}: {why}", path))
     return out
 

@@ -31,7 +31,7 @@ fi
 # /var/cache/cxlctl-engines (scripts/install-engines.sh; idempotent, wheels cached).  On by default
 # for root (CXLCTL_ENGINES=0 leaves it out; without root it is off unless CXLCTL_ENGINES=1 and the cache
 # directory is writable).  The install runs in the background while the static checks and the
-# unit and VM tiers run (it is mostly download and unpacking; a cold install is ~15 min here, a warm one
+# unit and VM tiers run (it is mostly download and unpacking; a cold install took 28 min here, a warm one
 # seconds), and the engines tier waits for it at the end.  docs/testing.md gives the figures.
 ENGINES_DEFAULT=0; [ "$(id -u)" = 0 ] && ENGINES_DEFAULT=1
 ENGINES=${CXLCTL_ENGINES:-$ENGINES_DEFAULT}
