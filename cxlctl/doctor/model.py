@@ -75,6 +75,14 @@ class Facts(NamedTuple):
     notes: Tuple[Tuple[str, str], ...] = ()
     #: cxlctl.damon.sysfs.DamonModule of each DAMON module present (DAMON_STAT, _RECLAIM, _LRU_SORT)
     damon_modules: Tuple[object, ...] = ()
+    #: ``Seccomp`` of /proc/self/status: 0 none, 1 strict, 2 a filter (what a launched engine inherits)
+    seccomp: Optional[str] = None
+    #: the engine's arguments doctor planned with (``doctor --for ENGINE -- ARGS``; a placeholder model without)
+    engine_args: Tuple[str, ...] = ()
+    #: the engines' NUMA variables of the environment a launch from this shell inherits (SGLANG_*NUMA*)
+    numa_env: Tuple[Tuple[str, str], ...] = ()
+    #: why the plan with --kv-size auto failed, when doctor then planned without --kv-size
+    launch_note: Optional[str] = None
 
 
 def worst(checks: List[Check]) -> Result:

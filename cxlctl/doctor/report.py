@@ -52,6 +52,7 @@ def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
         "root": f.host.root,
         "kernel": f.inv.kernel,
         "for": f.engine,
+        "engine_args": list(f.engine_args) if f.engine else None,
         "as_root": f.as_root,
         "result": worst(checks),
         "counts": counts,
