@@ -37,8 +37,6 @@ def region() -> str:
 def cpu_region(tmp_path: Any) -> str:
     """The recorded host with its DRAM node (0) grown to 30 GiB free: vLLM's CPU worker puts its KV
     cache there, and the recorded guest's 1.8 GiB is less than the sizes these tests ask (pre-flight kv-node)."""
-    from tests.kit import copy_fixture
-
     tree = str(tmp_path / "tree")
     copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
     grow_node(tree, 0, 32 << 20, 30 << 20)
@@ -300,8 +298,6 @@ def test_lmcache_devdax_with_l1_manager_is_refused(fakes: Fakes, tmp_path: Any, 
     tests/test_engines_judge.py has the real parser say the same."""
     if "lmcache-0.5.6" not in RECORDED:
         pytest.skip("lmcache-0.5.6 not recorded")
-    from tests.kit import copy_fixture
-
     assert {"--l1-manager", "--gds-l1-path"} <= flags_of("lmcache-0.5.6")
     tree = str(tmp_path / "tree")
     copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
