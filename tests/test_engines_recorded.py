@@ -212,6 +212,9 @@ def test_cpu_backend_kv_cache_must_fit_the_workers_node(fakes: Fakes, region: st
     doc = dry(region, "vllm", ["--kv-size", "1G", "--policy", "bind"], ["serve", "m"])
     (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]
     assert c["status"] == "ok" and "node 0 (its first CPU, 0)" in c["message"]
+    assert doc["engine"]["placement"]["how"].endswith(
+        "CPU 0 (the first cxlctl binds) is on node 0: the worker's memory, KV cache included, goes there"
+    )
     assert not any(c["name"] == "kv-size" for c in doc["checks"]), "not compared with the CXL node"
     doc = dry(region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"], rc=1)
     (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]

@@ -268,6 +268,7 @@ def test_vllm_cpu_serves_through_cxlctl_launch(tmp_path: Any) -> None:
         node = _cpu_node(first)
         assert first in cpus, "the worker runs on CPUs cxlctl bound"
         assert kv.group(2) == str(node)
+        assert f"is on node {node}: the worker's memory" in dry["engine"]["placement"]["how"], "the dry run said so"
         rc, rep = _policy_show(worker, env)
         assert rep["policy"]["mode"] == "bind" and rep["policy"]["nodes"] == [node], rep["policy"]
         assert rc == 3 and rep["match"] is False and rep["asked"]["from_pid"] == api

@@ -451,6 +451,15 @@ def _engine_args(
     return ea, mc_version
 
 
+def _cpu_worker_node(inv: Inventory, policy: Policy) -> str:
+    """vLLM's CPU backend: the node its (first) worker binds to, the node of the first CPU cxlctl binds."""
+    cpu = policy.cpus[0] if policy.cpus else None
+    node = next((n.id for n in inv.nodes if cpu in n.cpus), None)
+    if node is None:
+        return ""
+    return f"; here CPU {cpu} (the first cxlctl binds) is on node {node}: the worker's memory, KV cache included, goes there"
+
+
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
@@ -470,6 +479,8 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     toks = _kv_tokens(model, ea, notes)
     w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
+    if feats is not None and feats.backend == "cpu":
+        ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
     checks = preflight.run(
         host,
         inv,
