@@ -43,12 +43,12 @@ def status(host: Host, json_out: bool) -> int:
     return EXIT_INCOMPLETE if inv.unknown else 0
 
 
-def doctor(host: Host, json_out: bool, engine: Optional[str] = None) -> int:
-    """``cxlctl doctor [--json] [--for ENGINE]``: the checks; raises their failure when one fails."""
+def doctor(host: Host, json_out: bool, engine: Optional[str] = None, engine_args: Sequence[str] = ()) -> int:
+    """``cxlctl doctor [--json] [--for ENGINE [-- ARGS]]``: the checks; raises their failure when one fails."""
     from cxlctl.doctor.gather import gather
     from cxlctl.doctor.report import exit_code, failure, run, to_json
 
-    facts = gather(host, engine=engine)
+    facts = gather(host, engine=engine, engine_args=engine_args)
     checks = run(facts)
     if json_out:
         from cxlctl.emit import emit_json

@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
-    from .model import DecoderKind, PortKind
+    from .model import DecoderKind, PortKind, Severity
 
     T = TypeVar("T")
 
@@ -442,7 +442,13 @@ class _Scan(Attrs):
                 self._bad(f"{dev}/distance", dist_t, "a distance row")
         blocks = []
         for b in self.r.listdir(dev, _is("memory")):
-            blk = self.guarded(f"{dev}/{b}", self.block, f"{dev}/{b}", int(b[6:]), nid)
+            # read at its own directory on the memory bus, where the node's link leads: through
+            # the bus directory's handle, no link walked and checked per block (the listing logs
+            # the link, so a record re-creates it)
+            bid = int(b[6:])
+            path = paths.memory_block(bid)
+            self.r.alias(path, paths.MEMORY_DIR, b, open_parent=True)
+            blk = self.guarded(path, self.block, path, bid, nid)
             if blk is not None:
                 blocks.append(blk)
         return Node(
@@ -555,7 +561,7 @@ def cannot_read(r: Reader) -> List[Warning_]:
         if path in seen or any(s in why for s in _NOT_UNREADABLE):
             continue
         seen.add(path)
-        sev = "error" if path in LISTED else "warning"
+        sev: Severity = "error" if path in LISTED else "warning"
         out.append(Warning_("unreadable", sev, f"cannot read {under(r.root, path)}: {why}", path))
     return out
 
@@ -564,18 +570,21 @@ def _fix_depths(ports: List[Port]) -> List[Port]:
     """Depth = distance from the root, as libcxl computes it (root 0, host bridge 1, …)."""
     by_name = {p.name: p for p in ports}
     memo: Dict[str, int] = {}
+    return [p._replace(depth=_depth(p, by_name, memo)) for p in ports]
 
-    def depth(p: Port, guard: int = 0) -> int:
-        if p.kind == "root":
-            return 0
-        if p.name in memo:
-            return memo[p.name]
-        parent = by_name.get(p.parent or "")
-        d = 1 if parent is None or guard > 64 else depth(parent, guard + 1) + 1
-        memo[p.name] = d
-        return d
 
-    return [p._replace(depth=depth(p)) for p in ports]
+def _depth(p: Port, by_name: Dict[str, Port], memo: Dict[str, int], guard: int = 0) -> int:
+    """A module-level function, not a closure: a nested function that calls itself is a reference
+    cycle (function, cell, function) holding every port, left for the garbage collector by each
+    scan the daemon runs."""
+    if p.kind == "root":
+        return 0
+    if p.name in memo:
+        return memo[p.name]
+    parent = by_name.get(p.parent or "")
+    d = 1 if parent is None or guard > 64 else _depth(parent, by_name, memo, guard + 1) + 1
+    memo[p.name] = d
+    return d
 
 
 def scan(host: Host, reader: Optional[Reader] = None) -> Inventory:

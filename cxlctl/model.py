@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     DecoderKind = Literal["root", "switch", "endpoint"]
     PortKind = Literal["root", "port", "endpoint"]
     NodeKind = Literal["dram", "cxl", "other"]
+    Severity = Literal["info", "warning", "error"]
 else:
     from .namedrecord import Record as _Record
 
@@ -32,7 +33,7 @@ class Warning_(_Record):
     """Something an operator should know or fix.  ``code`` is stable for scripts."""
 
     code: str
-    severity: str  # "info" | "warning" | "error"
+    severity: Severity
     message: str
     subject: Optional[str] = None
 

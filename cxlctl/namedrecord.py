@@ -6,9 +6,10 @@ its per-annotation checks cost 10-20 ms of a 40 ms ``cxlctl status --json``,
 and even ``collections.namedtuple`` (with the ``functools``/``operator``
 imports around it) costs 2-4 ms for the model's 17 classes.  This builds the
 same thing from the class body: a ``tuple`` subclass with ``__slots__ = ()``;
-fields in annotation order, defaults from the class attributes, a generated
-``__new__`` taking positional or keyword arguments (so construction is as fast
-as a namedtuple's); ``_fields``, ``_field_defaults``, ``_make``, ``_replace``,
+fields in annotation order, defaults from the class attributes, one generic
+``__new__`` taking positional or keyword arguments (no source compiled per class,
+see :func:`_constructor`), fields read through ``itemgetter`` as a namedtuple's;
+``_fields``, ``_field_defaults``, ``_make``, ``_replace``,
 ``_asdict``, a namedtuple-style ``repr``, pickling/copying, and the class's own
 methods, properties and docstring.  tests/test_model_records.py holds it to
 ``collections.namedtuple``'s behaviour.
@@ -16,16 +17,66 @@ methods, properties and docstring.  tests/test_model_records.py holds it to
 
 from __future__ import annotations
 
+from _operator import itemgetter as _itemgetter  # the C module: operator.py imports more
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterable, Tuple
+    from typing import Any, Dict, Iterable, List, Tuple
 
 
-def _field(i: int, name: str) -> property:
-    def get(self: Tuple[Any, ...]) -> Any:
-        return self[i]
+def _field(i: int) -> property:
+    """The accessor of field ``i``: ``itemgetter`` (read in C, as namedtuple's are), one shared by
+    every record class (the model's ~170 fields need ~25 of them)."""
+    while len(_FIELDS) <= i:
+        _FIELDS.append(property(_itemgetter(len(_FIELDS))))
+    return _FIELDS[i]
 
-    return property(get, doc=f"Alias for field number {i} ({name})")
+
+_FIELDS: List[property] = []
+
+
+def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
+    """``__new__(cls, *args, **kwargs)`` of a record with these fields and (trailing) defaults.
+
+    Not generated source as ``collections.namedtuple`` makes (one ``exec``, that is one
+    compile, per class: half of the model's import time, bench/README.md): one generic
+    function, a little slower to call with keywords (~2 us against ~0.8 us) -- a scan
+    builds ~100 records, and a class is built at every start-up of every command.
+    """
+    n = len(fields)
+    required = n - len(defaults)
+    index = {f: i for i, f in enumerate(fields)}
+
+    def __new__(_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        k = len(args)
+        if not kwargs:
+            if k == n:
+                return _tuple_new(_cls, args)
+            if required <= k < n:
+                return _tuple_new(_cls, args + defaults[k - required :])
+        if k > n:
+            raise TypeError(f"{name}.__new__() takes {n + 1} positional arguments but {k + 1} were given")
+        values = list(args) + [_MISSING] * (n - k)
+        for f, v in kwargs.items():
+            i = index.get(f)
+            if i is None:
+                raise TypeError(f"{name}.__new__() got an unexpected keyword argument {f!r}")
+            if i < k:
+                raise TypeError(f"{name}.__new__() got multiple values for argument {f!r}")
+            values[i] = v
+        for i in range(k, n):
+            if values[i] is _MISSING:
+                if i < required:
+                    raise TypeError(f"{name}.__new__() missing required argument: {fields[i]!r}")
+                values[i] = defaults[i - required]
+        return _tuple_new(_cls, values)
+
+    __new__.__qualname__ = f"{name}.__new__"
+    return __new__
+
+
+_MISSING = object()
+_tuple_new = tuple.__new__
 
 
 class _Base(tuple):  # type: ignore[type-arg]
@@ -72,14 +123,7 @@ class _RecordMeta(type):
             if not f.isidentifier() or f.startswith("_"):
                 raise ValueError(f"{name}: bad field name {f!r}")
         params = ", ".join(fields)
-        code = (
-            f"def __new__(_cls, {params}):\n    return _tuple_new(_cls, ({params}{',' if len(fields) == 1 else ''}))\n"
-        )
-        scope: Dict[str, Any] = {"_tuple_new": tuple.__new__}
-        exec(code, scope)  # what collections.namedtuple does: construction at C-call speed
-        new = scope["__new__"]
-        new.__defaults__ = defaults or None
-        new.__qualname__ = f"{name}.__new__"
+        new = _constructor(name, fields, defaults)
         body: Dict[str, Any] = {
             "__slots__": (),
             "__new__": new,
@@ -88,7 +132,7 @@ class _RecordMeta(type):
             "_field_defaults": dict(zip(fields[len(fields) - len(defaults) :], defaults)),
             "__match_args__": fields,
         }
-        body.update({f: _field(i, f) for i, f in enumerate(fields)})
+        body.update({f: _field(i) for i, f in enumerate(fields)})
         body.update((k, v) for k, v in ns.items() if k not in fields)
         return type(name, (_Base,), body)
 

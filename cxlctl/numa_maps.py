@@ -17,7 +17,7 @@ numa_maps do not pay for it at start-up.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Literal, NamedTuple, Optional, Tuple
 
 from cxlctl.parse import decimal_suffix, is_decimal, parse_nodelist
 
@@ -176,6 +176,12 @@ def _policy_pattern() -> Any:
     return _POLICY
 
 
+#: what a mapping holds (a tag: mypy rejects a compare with a word it never holds)
+MapKind = Literal["anon", "heap", "stack", "file", "huge", "other"]
+#: the numa_maps words that name a kind by themselves
+_NAMED_KINDS: Dict[str, MapKind] = {"heap": "heap", "stack": "stack", "huge": "huge"}
+
+
 class Mapping(NamedTuple):
     """One line of numa_maps: a mapping, its policy and its pages per node."""
 
@@ -183,7 +189,7 @@ class Mapping(NamedTuple):
     policy: str  # as numa_maps prints it
     mode: str  # our name for it
     nodes: Tuple[int, ...]
-    kind: str  # anon | heap | stack | file | huge | other
+    kind: MapKind
     file: Optional[str]
     pages: Dict[int, int]
     page_kb: int
@@ -222,15 +228,17 @@ def parse_mappings(text: str) -> List[Mapping]:
         assert pol is not None
         fields = rest[m.end() :].split()
         pages: Dict[int, int] = {}
-        kind, file, page_kb = "other", None, 4
+        kind: MapKind = "other"
+        file: Optional[str] = None
+        page_kb = 4
         for f in fields:
             nf = _node_field(f) if f[:1] == "N" else None
             if nf is not None:
                 pages[nf[0]] = pages.get(nf[0], 0) + nf[1]
             elif f.startswith("file="):
                 kind, file = "file", f[5:]
-            elif f in ("heap", "stack", "huge"):
-                kind = f
+            elif f in _NAMED_KINDS:
+                kind = _NAMED_KINDS[f]
             elif f.startswith("anon=") and kind == "other":
                 kind = "anon"
             elif f.startswith("kernelpagesize_kB="):

@@ -30,6 +30,7 @@ import sys
 from .derive import expected_access
 from .hostio import paths
 from .parse import format_nodelist, format_size
+from .term import markup_escape as _e  # kernel values inside this module's markup templates
 
 # typing costs ~5 ms of start-up (it imports re): only mypy needs it here
 TYPE_CHECKING = False
@@ -47,17 +48,6 @@ if TYPE_CHECKING:
     _Out = Union["_RichOut", "_PlainOut"]
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _e(value: object) -> str:
-    """A kernel-provided value, safe inside rich markup (``[/]`` stays text): what
-    :func:`rich.markup.escape` returns, without importing rich when there is nothing to escape."""
-    text = str(value)
-    if "[" not in text and not text.endswith("\\"):
-        return text
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def _m(template: str) -> Text:

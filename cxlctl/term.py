@@ -12,6 +12,10 @@ mid-word, some trusted ``COLUMNS=0`` (rich then prints nothing at all).  Here:
   string cxlctl hands it (a kernel value, a profile's reason, an error message holding
   ``[damon]``) is printed as it is.  Style goes through :func:`styled` (a
   :class:`rich.text.Text`), never through ``[bold]`` inside a string.
+* :func:`clean` -- text from the host (a kernel value, a process' name, a trace field) made
+  safe to show: what is not printable shown as its escape, so it cannot drive the terminal;
+  :func:`markup_escape` -- a value safe inside one of cxlctl's own markup templates.
+  Every view, the JSON's messages included, shows host text through these two.
 * :func:`grid` -- the ``lsblk``-style table of short values with one long note per row
   (a reason, an error): values whole in their columns; the note in a last column when
   the screen is wide enough, else folded under its row.
@@ -44,6 +48,28 @@ if TYPE_CHECKING:
     Cell = Union[str, "Text"]
 else:  # only annotations name it (strings at run time): no typing needed to define it
     Cell = object
+
+
+def clean(text: str) -> str:
+    """``text`` with every character that is not printable (ESC, a newline or a tab inside a
+    name, U+2028) shown as its Python escape (``\\x1b``, ``\\n``, ``\\u2028``): a crafted
+    sysfs value, cgroup or trace field cannot move the cursor or change the colours of the
+    terminal reading it, and what it held stays readable.  Markup is not touched: the
+    console reads none (:func:`console`)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def markup_escape(value: object) -> str:
+    """A value made safe inside one of cxlctl's markup templates (``[/]`` stays text): what
+    :func:`rich.markup.escape` returns, without importing rich when there is nothing to escape."""
+    text = str(value)
+    if "[" not in text and not text.endswith("\\"):
+        return text
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def isatty(stream: TextIO) -> bool:

@@ -28,13 +28,21 @@ if [ "$SKIP_VM" != 1 ]; then
   bash scripts/install-promtool.sh
 fi
 # the real inference engines for the engines tier (pytest -m engines), each in a venv of its own under
-# /var/cache/cxlctl-engines.  Opt-in for now (CXLCTL_ENGINES=1): a cold install takes ~35 min here and the
-# tier still has failing cases (docs/testing.md)
-SKIP_ENGINES=1; [ "${CXLCTL_ENGINES:-0}" = 1 ] && SKIP_ENGINES=0
-if [ "$SKIP_ENGINES" != 1 ]; then
-  t0=$(date +%s)
-  bash scripts/install-engines.sh || echo "== engines: install failed; the engines tier will skip what is missing"
-  echo "== engines: install took $(($(date +%s) - t0)) s"
+# /var/cache/cxlctl-engines (scripts/install-engines.sh; idempotent, wheels cached).  On by default
+# for root (CXLCTL_ENGINES=0 leaves it out; without root it is off unless CXLCTL_ENGINES=1 and the cache
+# directory is writable).  The install runs in the background while the static checks and the
+# unit and VM tiers run (it is mostly download and unpacking; a cold install took 28 min here, a warm one
+# seconds), and the engines tier waits for it at the end.  docs/testing.md gives the figures.
+ENGINES_DEFAULT=0; [ "$(id -u)" = 0 ] && ENGINES_DEFAULT=1
+ENGINES=${CXLCTL_ENGINES:-$ENGINES_DEFAULT}
+ENGINES_LOG=${TMPDIR:-/tmp}/cxlctl-engines-install.$$.log
+ENGINES_PID=""
+if [ "$ENGINES" = 1 ]; then
+  engines_t0=$(date +%s)
+  setsid nice -n 5 bash scripts/install-engines.sh >"$ENGINES_LOG" 2>&1 &
+  ENGINES_PID=$!
+  # a failing tier must not leave the install running behind CI
+  trap '[ -n "$ENGINES_PID" ] && kill -- "-$ENGINES_PID" 2>/dev/null; true' EXIT
 fi
 echo "== ruff"; .venv/bin/ruff check cxlctl tests bench; .venv/bin/ruff format --check cxlctl tests bench
 echo "== mypy"; .venv/bin/mypy
@@ -45,9 +53,16 @@ else
   # --durations: the slowest tests in CI's log, to keep the run inside its time budget
   .venv/bin/python -m pytest -q --durations=20 -m 'not engines' "$@"
 fi
-if [ "$SKIP_ENGINES" != 1 ]; then
+if [ "$ENGINES" = 1 ]; then
+  rc=0; wait "$ENGINES_PID" || rc=$?
+  ENGINES_PID=""
+  echo "== engines: install took $(($(date +%s) - engines_t0)) s wall (beside the tiers above), exit $rc"
+  tail -n 8 "$ENGINES_LOG"
+  [ "$rc" = 0 ] || echo "== engines: install failed; the engines tier skips what is missing"
   echo "== pytest -m engines"
   t0=$(date +%s)
-  .venv/bin/python -m pytest -q -rs -m engines tests/test_engines_judge.py "$@"
+  # exit 5 is "no test selected", which extra pytest arguments (-k …) can make of this tier
+  rc=0; .venv/bin/python -m pytest -q -rs -m engines tests "$@" || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"
   echo "== engines tier took $(($(date +%s) - t0)) s"
 fi

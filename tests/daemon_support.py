@@ -218,6 +218,47 @@ def cxl_nodes(root: str) -> List[int]:
     return sorted(n.id for n in scan(Host(root)).nodes if n.kind == "cxl" and n.has_memory)
 
 
+#: the 6.12 kernel's ``events/cxl/*/format`` files and the event streams it wrote (RAS VM proof)
+RAS_EVENTS = os.path.join(FIXTURE_DIR, "linux-6.12", "events")
+
+
+def trace_pipe(root: str, instance: str) -> str:
+    """A tracefs in work tree ``root`` for the daemon's RAS watcher; returns its ``trace_pipe``.
+
+    The cxl events are the ones the 6.12 kernel has (``events/cxl/<name>/format``, copied from
+    the recording).  ``instance`` is made as the kernel makes an instance on ``mkdir``: its own
+    ``events/cxl/<name>/enable`` switches, and a ``trace_pipe`` that is a FIFO (consumed by one
+    reader, which blocks or returns EAGAIN when empty), written by the test."""
+    from cxlctl.hostio import paths
+
+    tf = os.path.join(root, paths.TRACEFS.lstrip("/"))
+    inst = os.path.join(tf, "instances", instance)
+    formats = os.path.join(RAS_EVENTS, "formats")
+    for f in sorted(os.listdir(formats)):
+        name = f[: -len(".format")]
+        os.makedirs(os.path.join(tf, "events", "cxl", name), exist_ok=True)
+        shutil.copyfile(os.path.join(formats, f), os.path.join(tf, "events", "cxl", name, "format"))
+        os.makedirs(os.path.join(inst, "events", "cxl", name), exist_ok=True)
+        with open(os.path.join(inst, "events", "cxl", name, "enable"), "w") as fh:
+            fh.write("0\n")
+    pipe = os.path.join(inst, "trace_pipe")
+    os.mkfifo(pipe)
+    return pipe
+
+
+def ras_streams() -> Dict[str, bytes]:
+    """The recorded event streams that hold events (step name → the kernel's text)."""
+    out: Dict[str, bytes] = {}
+    for f in sorted(glob.glob(os.path.join(RAS_EVENTS, "*.txt"))):
+        if os.path.basename(f) == "facts.txt":  # the guest's sysfs facts, not a stream
+            continue
+        with open(f, "rb") as fh:
+            data = fh.read()
+        if data.strip():
+            out[os.path.basename(f)[: -len(".txt")]] = data if data.endswith(b"\n") else data + b"\n"
+    return out
+
+
 # ------------------------------------------------------------------------ daemons
 
 

@@ -321,6 +321,19 @@ def make_devdax(tree: str, name: str = "dax0.0") -> None:
         f.truncate(size)
 
 
+def grow_node(tree: str, node: int, total_kb: int, free_kb: int) -> None:
+    """Give ``node`` of a copied tree more memory (its meminfo's MemTotal and MemFree): QEMU's recorded
+    nodes are a few GiB, less than the whole GiB sizes the engines take."""
+    mi = os.path.join(tree, f"sys/devices/system/node/node{node}/meminfo")
+    with open(mi) as f:
+        lines = f.read().splitlines()
+    size = {"MemTotal": total_kb, "MemFree": free_kb}
+    with open(mi, "w") as f:
+        for ln in lines:
+            key = ln.split(":")[0].split()[-1] if ":" in ln else ""
+            f.write(f"Node {node} {key}: {size[key]} kB\n" if key in size else ln + "\n")
+
+
 def write_status(tree: str, mems: str, cpus: str = "0-1", cgroup: Optional[str] = None) -> None:
     """``proc/self/status`` (and ``proc/self/cgroup``) of "this process" in a tree: the cpuset the launch inherits."""
     d = os.path.join(tree, "proc/self")

@@ -264,9 +264,13 @@ def test_a_misspelled_tag_is_a_type_error(tmp_path: Path) -> None:
         "from cxlctl.model import Decoder, Node, Port\n"
         "from cxlctl.telemetry.sample import NodeSample\n"
         "from cxlctl.tuning.knobs import Knob\n"
-        "def f(n: Node, p: Port, d: Decoder, s: NodeSample, k: Knob) -> list[bool]:\n"
+        "from cxlctl.doctor.model import Check\n"
+        "from cxlctl.launch.preflight import Check as Pre\n"
+        "from cxlctl.tuning.plan import Step\n"
+        "def f(n: Node, p: Port, d: Decoder, s: NodeSample, k: Knob, c: Check, q: Pre, t: Step) -> list[bool]:\n"
         '    return [n.kind == "cxl", n.kind == "cxll", p.kind == "switch", d.kind == "port",\n'
-        '            s.kind == "CXL", k.kind == "groups", k.kind == "group"]\n'
+        '            s.kind == "CXL", k.kind == "groups", k.kind == "group",\n'
+        '            c.result == "fail", c.result == "failed", q.status == "warning", t.action == "noop"]\n'
     )
     out, err, rc = api.run(
         ["--strict", "--follow-imports=silent", "--no-incremental", "--python-version=3.10", str(snippet)]
@@ -275,7 +279,75 @@ def test_a_misspelled_tag_is_a_type_error(tmp_path: Path) -> None:
     assert bad == [
         "\"Literal['CXL']\")  [comparison-overlap]",
         "\"Literal['cxll']\")  [comparison-overlap]",
+        "\"Literal['failed']\")  [comparison-overlap]",
         "\"Literal['groups']\")  [comparison-overlap]",
         "\"Literal['port']\")  [comparison-overlap]",
         "\"Literal['switch']\")  [comparison-overlap]",
+        "\"Literal['warning']\")  [comparison-overlap]",
     ], out + err
+
+
+#: record fields named like a tag that stay ``str``, and why: words cxlctl reads and reports
+#: as the kernel, a tool or a file it wrote before writes them (a new kernel may add one)
+STR_TAGS = {
+    "cxlctl/daemon/damon_metrics.py SchemeView.action",  # DAMON's action file
+    "cxlctl/daemon/damon_metrics.py KdamondView.state",  # a kdamond's state file
+    "cxlctl/daemon/reconcile.py Change.kind",  # a metric label made from the change
+    "cxlctl/daemon/reconcile.py Target.state",  # the journal's state, as read back
+    "cxlctl/damon/sysfs.py Scheme.action",
+    "cxlctl/damon/sysfs.py Kdamond.state",
+    "cxlctl/model.py MemoryBlock.state",  # the block's state file
+    "cxlctl/ras/events.py Event.kind",  # an unknown cxl_* event keeps its own suffix
+    "cxlctl/ras/events.py Event.severity",  # the event's own field
+    "cxlctl/telemetry/damon_stats.py Scheme.state",
+    "cxlctl/telemetry/damon_stats.py Scheme.action",
+    "cxlctl/tuning/journal.py Entry.status",  # the journal file's words, schema 1 and 2
+    "cxlctl/tuning/journal.py Journal.state",
+    "cxlctl/tuning/results.py FileResult.status",  # a journal entry's status
+    "cxlctl/tuning/results.py JournalSummary.state",
+    "cxlctl/tuning/results.py DamonSchemeRow.state",
+    "cxlctl/tuning/results.py DamonSchemeRow.action",
+}
+
+
+def test_tags_of_cxlctls_own_are_literal_types() -> None:
+    """A record field named like a tag (kind, result, status, severity, action, state) is a
+    ``Literal`` type unless it holds words read from outside (:data:`STR_TAGS`, each with
+    its reason): the checks' results, the plan's actions, the pre-flight and verify statuses,
+    the warnings' and verdicts' severities, the reconcile outcome..."""
+    tags = {"kind", "result", "status", "severity", "action", "state"}
+    found = set()
+    for f in sorted(Path(PKG_DIR).rglob("*.py")):
+        rel = "cxlctl/" + f.relative_to(PKG_DIR).as_posix()
+        for c in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if not isinstance(c, ast.ClassDef):
+                continue
+            for st in c.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id in tags:
+                    if ast.unparse(st.annotation) in ("str", "Optional[str]"):
+                        found.add(f"{rel} {c.name}.{st.target.id}")
+    assert found == STR_TAGS, (sorted(found - STR_TAGS), sorted(STR_TAGS - found))
+
+
+# ------------------------------------------------------------------ host text made safe in one place
+
+
+def test_host_text_is_made_safe_in_one_place() -> None:
+    """doctor, the telemetry reports and verdicts, and the RAS text each had a ``clean()`` of
+    their own (escapes, '?', a lossy ``\\xNN``) and render.py its markup escape: now
+    ``cxlctl.term.clean`` and ``cxlctl.term.markup_escape`` are the only ones."""
+    from cxlctl.term import clean, markup_escape
+
+    own = []
+    for f in sorted(Path(PKG_DIR).rglob("*.py")):
+        rel = f.relative_to(PKG_DIR).as_posix()
+        src = f.read_text(encoding="utf-8")
+        names = {n.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
+        if rel != "term.py" and (
+            names & {"clean", "_clean", "escape", "_e"} or "isprintable() else" in src or "markup import escape" in src
+        ):
+            own.append(rel)
+    assert own == []
+    # what each view shows for a crafted name: the escape, whole (U+2028 was \x28 in the RAS text)
+    assert clean("kv\x1b[2J\n\u2028") == "kv\\x1b[2J\\n\\u2028"
+    assert clean("mem0") == "mem0" and markup_escape("[damon]") == "\\[damon]"

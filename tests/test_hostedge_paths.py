@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any, Dict, List
 
 import pytest
@@ -85,3 +86,22 @@ def test_events_without_cxl_trace_events_names_the_tree_tracefs(tmp_path: Any) -
     p = cli("--root", root, "events")
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert f"({root}/sys/kernel/tracing/events/cxl is missing)" in " ".join(p.stderr.split()), p.stderr
+
+
+def test_doctor_messages_name_the_files_under_root(tmp_path: Any) -> None:
+    """Not only the evidence: a check's message about a file it could not read names the file of
+    the tree (it said "/proc/modules is unreadable", the running machine's file)."""
+    root = copy_fixture(DOCTOR, str(tmp_path / "rec"))
+    for gone in ("proc/modules", "proc/cmdline", "proc/iomem", "boot", "usr/lib/modules", "sys/firmware/acpi"):
+        where = os.path.join(root, gone)
+        if os.path.isdir(where):
+            shutil.rmtree(where)
+        elif os.path.exists(where):
+            os.unlink(where)
+    p = cli("--root", root, "doctor", "--json")
+    assert p.returncode in (0, 1), p.stderr
+    msgs = {c["id"]: c["message"] for c in json.loads(p.stdout)["checks"]}
+    assert msgs["kernel.modules"] == f"{root}/proc/modules is unreadable and no kernel config was found", msgs
+    assert msgs["kernel.cmdline"] == f"{root}/proc/cmdline is unreadable"
+    assert msgs["firmware.iomem"] == f"{root}/proc/iomem is unreadable"
+    assert msgs["firmware.acpi"].startswith(f"{root}/sys/firmware/acpi/tables does not exist")

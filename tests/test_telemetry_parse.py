@@ -18,7 +18,7 @@ from cxlctl.telemetry.counters import (
 )
 from cxlctl.telemetry.report import count, size
 from cxlctl.telemetry.sample import cgroup_name
-from cxlctl.telemetry.verdicts import clean
+from cxlctl.term import clean
 
 
 def test_keyvals_skip_odd_lines_and_non_ascii_numbers() -> None:
@@ -75,7 +75,7 @@ def test_cgroup_line_and_names() -> None:
 def test_short_numbers_and_clean_names() -> None:
     assert size(None) == "-" and size(512) == "512" and size(6 << 20) == "6.0M" and size(300 << 30) == "300G"
     assert count(None) == "n/a" and count(1957) == "1957" and count(0.25) == "0.2" and count(123456) == "123.5k"
-    assert clean("evil\x1b[2Jname") == "evil?[2Jname"
+    assert clean("evil\x1b[2Jname") == "evil\\x1b[2Jname"
 
 
 def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:

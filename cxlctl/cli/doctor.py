@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from cxlctl.errors import UsageError
 
 from .common import JSON_OPT, host
+from .params import argument
 
 ENGINES = ("vllm", "sglang")
 
 
 def doctor(
+    args: Optional[List[str]] = argument(
+        None, "[-- ENGINE ARGS...]", "With --for: the engine's arguments to plan with (its NUMA flags are weighed)."
+    ),
     json_out: bool = JSON_OPT,
     engine: Optional[str] = typer.Option(
         None, "--for", metavar="ENGINE", help="Also check inference readiness for ENGINE (vllm or sglang)."
@@ -25,6 +29,8 @@ def doctor(
     """
     if engine is not None and engine not in ENGINES:
         raise UsageError(f"--for {engine!r}: unknown engine", hint="use --for vllm or --for sglang")
+    if args and engine is None:
+        raise UsageError("engine arguments need --for", hint="cxlctl doctor --for sglang -- --model-path M ...")
     from cxlctl.commands import doctor as run
 
-    run(host(), json_out, engine)
+    run(host(), json_out, engine, tuple(args or ()))

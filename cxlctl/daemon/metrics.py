@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Tuple
 
 from cxlctl import __version__
 from cxlctl.hostio import paths
@@ -74,7 +74,7 @@ class DriftCheck(NamedTuple):
     setting: str
     expected: Optional[str]
     actual: Optional[str]
-    status: str  # pass | drift | unsupported
+    status: Literal["pass", "drift", "unsupported"]
 
 
 class View(NamedTuple):
@@ -664,7 +664,29 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
     for name, v in s.system.values.items():
         if v is not None:
             b.add(f"vmstat_{_prom_name(name)}_total", "counter", f"{paths.PROC_VMSTAT} {name}", v)
-    for n in s.nodes:
+    _telemetry_nodes(b, t)
+    missing = sorted(
+        {m for n in s.nodes if n.vmstat.readable for m in n.vmstat.missing}
+        | set(s.system.missing if s.system.readable else ())
+    )
+    b.add("telemetry_counter_missing", "gauge", "1 for a tiering counter this kernel does not have", None)
+    for name in missing:
+        b.add("telemetry_counter_missing", "gauge", "", 1, {"counter": name})
+    _telemetry_cgroups(b, t)
+    fired = {v.id: v for v in t.verdicts}
+    for vid in VERDICTS:
+        b.add(
+            "verdict",
+            "gauge",
+            "1 while the tiering verdict holds (docs/telemetry.md#verdicts)",
+            1 if vid in fired else 0,
+            {"verdict": vid},
+        )
+
+
+def _telemetry_nodes(b: Builder, t: Telemetry) -> None:
+    """Per node: its vmstat counters, memory failures and memory by type."""
+    for n in t.sample.nodes:
         lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
         for name, v in n.vmstat.values.items():
             if v is not None:
@@ -688,13 +710,11 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
                 n.memory.get(kind),
                 {**lab, "type": kind},
             )
-    missing = sorted(
-        {m for n in s.nodes if n.vmstat.readable for m in n.vmstat.missing}
-        | set(s.system.missing if s.system.readable else ())
-    )
-    b.add("telemetry_counter_missing", "gauge", "1 for a tiering counter this kernel does not have", None)
-    for name in missing:
-        b.add("telemetry_counter_missing", "gauge", "", 1, {"counter": name})
+
+
+def _telemetry_cgroups(b: Builder, t: Telemetry) -> None:
+    """Per cgroup asked for: its memory by node and its tiering counters."""
+    s = t.sample
     kinds = {n.id: n.kind for n in s.nodes}
     for c in s.cgroups:
         if not c.readable:
@@ -707,20 +727,15 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
                 v,
                 {"cgroup": c.name, "node": str(node), "kind": kinds.get(node, "other")},
             )
-        for name, v in c.stat.values.items():
-            if v is not None and name.startswith(("pgdemote_", "pgpromote_")):
+        for name, count in c.stat.values.items():
+            if count is not None and name.startswith(("pgdemote_", "pgpromote_")):
                 b.add(
-                    f"cgroup_{_prom_name(name)}_total", "counter", f"memory.stat {name} (pages)", v, {"cgroup": c.name}
+                    f"cgroup_{_prom_name(name)}_total",
+                    "counter",
+                    f"memory.stat {name} (pages)",
+                    count,
+                    {"cgroup": c.name},
                 )
-    fired = {v.id: v for v in t.verdicts}
-    for vid in VERDICTS:
-        b.add(
-            "verdict",
-            "gauge",
-            "1 while the tiering verdict holds (docs/telemetry.md#verdicts)",
-            1 if vid in fired else 0,
-            {"verdict": vid},
-        )
 
 
 def _ras(b: Builder, ras: Any) -> None:

@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, NamedTuple, Optional, Set, Tuple
 
 from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
@@ -55,6 +55,9 @@ from cxlctl.tuning.transaction import Transaction
 
 from .metrics import DriftCheck, Stats
 
+if TYPE_CHECKING:
+    from cxlctl.model import NodeKind
+
 ONLINE_MODES = ("online", "online_kernel", "online_movable")
 
 
@@ -62,7 +65,7 @@ ONLINE_MODES = ("online", "online_kernel", "online_movable")
 
 
 class NodeView(NamedTuple):
-    kind: str
+    kind: NodeKind
     has_memory: bool
     online_blocks: int
     total_blocks: int
@@ -282,8 +285,12 @@ def resolve_target(host: Host, cfg: Config) -> Target:
 # ------------------------------------------------------------------------ the reconciler
 
 
+#: what one reconcile did (a metric label and a log word; a tag, not free text)
+Outcome = Literal["ok", "noop", "failed", "locked", "skipped"]
+
+
 class Result(NamedTuple):
-    result: str  # ok | noop | failed | locked | skipped
+    result: Outcome
     changes: Tuple[Change, ...]
     written: int
     onlined: int
@@ -387,7 +394,7 @@ class Reconciler:
             for err in res.errors:
                 self.log.error("reverting the expired try: %s", err)
 
-    def _enforce(self, inv: Inventory, fresh: Set[str]) -> Tuple[str, int, int]:
+    def _enforce(self, inv: Inventory, fresh: Set[str]) -> Tuple[Outcome, int, int]:
         target = resolve_target(self.host, self.cfg)
         self.target = target
         if target.ref is None:
@@ -425,7 +432,7 @@ class Reconciler:
             self.snap, self.inventory = snapshot(inv), inv
         return result, written, onlined
 
-    def apply_if_needed(self, inv: Inventory, profile: Profile, target: Target) -> Tuple[str, int]:
+    def apply_if_needed(self, inv: Inventory, profile: Profile, target: Target) -> Tuple[Outcome, int]:
         """Plan against ``inv`` once; commit that transaction only when something must be written
         (or the profile is not yet recorded as applied this boot)."""
         try:
@@ -563,7 +570,7 @@ class Reconciler:
             self._drifted = set()
             return False
         try:
-            res = engine.verify(self.host)
+            res = engine.verify(self.host, wait=0)  # a CLI transaction in flight: check next time
         except CxlctlError as e:
             self.log.debug("drift check skipped: %s", e)
             return False

@@ -20,7 +20,7 @@ from cxlctl.model import DaxDevice
 from cxlctl.parse import format_nodelist, format_size
 from cxlctl.regions.planner import Request, plan_all, ram_region_support
 
-from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts
+from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 
 D = "Devices and regions"
 
@@ -122,7 +122,7 @@ def check_regions(f: Facts) -> List[Check]:
                 )
             )
         elif r.mode == "ram" and r.committed and not r.dax_region:
-            res = NOTE if r.driver else FAIL
+            res: Result = NOTE if r.driver else FAIL
             msg = (
                 f"{r.name} has no dax region: its range is System RAM onlined by firmware, or dax_cxl is not loaded"
                 if r.driver

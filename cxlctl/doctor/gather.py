@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
@@ -177,16 +177,32 @@ def _nfd_labels(host: Host, r: Reader) -> Optional[str]:
     return r.text(f"{cfg.nfd_dir.rstrip('/')}/{nfd.FILE_NAME}")
 
 
-def _launch(host: Host, inv: Inventory, engine: str) -> object:
-    """What ``cxlctl launch ENGINE --dry-run`` would plan (its pre-flight included), or why it cannot."""
+#: the variables of SGLang's own NUMA binding (srt/environ.py, 0.5.23) that doctor weighs against cxlctl's policy
+NUMA_ENV = ("SGLANG_AUTO_NUMA_BIND", "SGLANG_NUMA_BIND_V2", "SGLANG_CRASH_ON_NUMA_BIND_FAILURE")
+
+
+def _launch(host: Host, inv: Inventory, engine: str, args: Tuple[str, ...]) -> Tuple[object, Optional[str]]:
+    """What ``cxlctl launch ENGINE --dry-run -- ARGS`` would plan (its pre-flight included), or why it cannot;
+    with why ``--kv-size auto`` could not be planned when the plan without it is the one returned."""
     from cxlctl.launch.build import Request, build
 
-    has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
-    req = Request(engine=engine, args=ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True)
-    try:
-        return build(host, req)
-    except CxlctlError as e:
+    def said(e: CxlctlError) -> str:
         return str(e) + (f" ({e.hint})" if getattr(e, "hint", None) else "")
+
+    has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
+    req = Request(
+        engine=engine, args=args or ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True
+    )
+    try:
+        return build(host, req), None
+    except CxlctlError as e:
+        if req.kv_size is None:
+            return said(e), None
+        auto = said(e)  # the CXL tier too small for the engine's unit (SGLang: whole GB per rank), ...
+    try:
+        return build(host, req._replace(kv_size=None)), auto
+    except CxlctlError as e:
+        return said(e), None
 
 
 def _damon_modules(r: Reader) -> Tuple[object, ...]:
@@ -202,6 +218,7 @@ def gather(
     inv: Optional[Inventory] = None,
     runner: Optional[pr.Runner] = None,
     engine: Optional[str] = None,
+    engine_args: Sequence[str] = (),
 ) -> Facts:
     """Read the host (or a recorded tree) for doctor.  ``runner`` replaces the tool runs (tests);
     without it the tools are run on the live host and a record's saved answers are used for a tree.
@@ -227,6 +244,7 @@ def gather(
         if probes is None:
             probes_note = f"the tree {host.root} holds no {pr.PROBES_FILE} (tool answers are saved by `cxlctl record`)"
     r.text(paths.SELF_CGROUP)  # for a record: the launcher's cpuset hint reads it on replay
+    self_status = r.text(paths.SELF_STATUS)
     tuning, conflicts = _tuning(host)
     facts = Facts(
         host=host,
@@ -243,7 +261,7 @@ def gather(
         udev_rules=_udev(host, r),
         daxctl_conf=_daxctl_conf(r),
         thp=r.text(paths.THP_ENABLED),
-        mems_allowed=status_field(r.text(paths.SELF_STATUS), "Mems_allowed_list"),
+        mems_allowed=status_field(self_status, "Mems_allowed_list"),
         memlock=parse_memlock(r.text(paths.SELF_LIMITS)),
         probes=probes,
         probes_note=probes_note,
@@ -254,7 +272,16 @@ def gather(
         engine=engine,
         notes=tuple(r.notes),
         damon_modules=_damon_modules(r),
+        seccomp=status_field(self_status, "Seccomp"),
     )
     if engine is not None:
-        facts = facts._replace(launch=_launch(host, inv, engine))
+        args = tuple(engine_args)
+        plan, note = _launch(host, inv, engine, args)
+        facts = facts._replace(
+            launch=plan,
+            launch_note=note,
+            engine_args=args or ENGINE_ARGS[engine],
+            # the shell's environment, live or replayed: what a launch from here would inherit
+            numa_env=tuple((k, os.environ[k]) for k in NUMA_ENV if k in os.environ),
+        )
     return facts

@@ -18,7 +18,7 @@ from cxlctl.parse import format_size
 from cxlctl.regions.planner import NEWER_KERNEL, RAM_REGION_SINCE
 
 from .gather import MODULES
-from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts
+from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 
 K = "Kernel"
 F = "Firmware"
@@ -32,7 +32,7 @@ FEATURES: Tuple[Tuple[Tuple[int, int], str], ...] = (
 )
 
 #: config symbols: (symbol, needed for, severity when missing on a CXL host)
-CONFIG: Tuple[Tuple[str, str, str], ...] = (
+CONFIG: Tuple[Tuple[str, str, Result], ...] = (
     ("CONFIG_CXL_BUS", "the CXL bus itself", FAIL),
     ("CONFIG_CXL_PCI", "CXL memory devices (cxl_pci)", FAIL),
     ("CONFIG_CXL_ACPI", "CXL windows from the CEDT (cxl_acpi)", FAIL),
@@ -78,7 +78,7 @@ def check_version(f: Facts) -> List[Check]:
     out = [Check(K, "kernel.version", OK if not lacks else NOTE, msg, (_ev_kernel(f),))]
     if v < RAM_REGION_SINCE:
         ram = [m for m in f.inv.memdevs if (m.ram_size or 0) > m.dpa_allocated]
-        res = FAIL if ram else NOTE
+        res: Result = FAIL if ram else NOTE
         what = (
             f"{', '.join(m.name for m in ram)} cannot be used: " if ram else "no memdev waits for a region; "
         ) + "only regions the firmware committed are usable"
@@ -127,7 +127,7 @@ def check_config(f: Facts) -> List[Check]:
             continue
         if sym == "CONFIG_DEV_DAX_CXL" and v is not None and v < RAM_REGION_SINCE:
             continue  # the symbol appeared in 6.3; kernel.ram-regions says what that means
-        res = sev if cxl or sev != FAIL else NOTE
+        res: Result = sev if cxl or sev != FAIL else NOTE
         shown = "not set" if val in (None, "n") else val
         out.append(
             Check(
@@ -174,7 +174,12 @@ def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
 def check_modules(f: Facts) -> List[Check]:
     if f.modules is None and f.config is None and not f.sys_modules:
         return [
-            Check(K, "kernel.modules", CANNOT, f"{paths.PROC_MODULES} is unreadable and no kernel config was found")
+            Check(
+                K,
+                "kernel.modules",
+                CANNOT,
+                f"{f.host.path(paths.PROC_MODULES)} is unreadable and no kernel config was found",
+            )
         ]
     cxl = cxl_platform(f)
     ram_regions = any(r.mode == "ram" for r in f.inv.regions)
@@ -191,6 +196,7 @@ def check_modules(f: Facts) -> List[Check]:
         if name == "dax_cxl" and v is not None and v < RAM_REGION_SINCE:
             continue  # no such module before 6.3
         needed = cxl if name in CORE_MODULES else ram_regions
+        res: Result
         if state == "not-built":
             res, msg, fix = (
                 FAIL if needed else NOTE,
@@ -219,7 +225,7 @@ def check_modules(f: Facts) -> List[Check]:
 
 
 #: command-line options that change how CXL memory is handled: option -> (result, why, fix)
-CMDLINE: Dict[str, Tuple[str, str, str]] = {
+CMDLINE: Dict[str, Tuple[Result, str, str]] = {
     "efi=nosoftreserve": (
         WARN,
         "firmware's Soft Reserved (EFI_MEMORY_SP) ranges become ordinary System RAM at boot: no CXL region or "
@@ -236,8 +242,9 @@ CMDLINE: Dict[str, Tuple[str, str, str]] = {
 
 def check_cmdline(f: Facts) -> List[Check]:
     if f.cmdline is None:
-        return [Check(K, "kernel.cmdline", CANNOT, f"{paths.PROC_CMDLINE} is unreadable")]
+        return [Check(K, "kernel.cmdline", CANNOT, f"{f.host.path(paths.PROC_CMDLINE)} is unreadable")]
     out: List[Check] = []
+    res: Result
     for tok in f.cmdline.split():
         key, _, val = tok.partition("=")
         ev = (Evidence(paths.PROC_CMDLINE, tok),)
@@ -316,7 +323,7 @@ def check_acpi(f: Facts) -> List[Check]:
                 F,
                 "firmware.acpi",
                 CANNOT,
-                f"{paths.ACPI_TABLES} does not exist (not an ACPI platform, or not recorded)",
+                f"{f.host.path(paths.ACPI_TABLES)} does not exist (not an ACPI platform, or not recorded)",
             )
         ]
     have = set(t.rstrip("0123456789") for t in f.acpi_tables)
@@ -346,7 +353,7 @@ def check_acpi(f: Facts) -> List[Check]:
     else:
         # a warning only when it shows: a CXL node in DRAM's tier (devices.tiers says why)
         dram_tiers = {n.tier for n in f.inv.nodes if n.kind == "dram" and n.tier is not None}
-        res = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
+        res: Result = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
         out.append(
             Check(
                 F,
@@ -379,7 +386,7 @@ def parse_iomem(text: str) -> List[Tuple[int, int, int, str]]:
 
 def check_iomem(f: Facts) -> List[Check]:
     if f.iomem is None:
-        return [Check(F, "firmware.iomem", CANNOT, f"{paths.PROC_IOMEM} is unreadable")]
+        return [Check(F, "firmware.iomem", CANNOT, f"{f.host.path(paths.PROC_IOMEM)} is unreadable")]
     entries = parse_iomem(f.iomem)
     if entries and all(s == 0 and e == 0 for _, s, e, _ in entries):
         return [
@@ -387,7 +394,7 @@ def check_iomem(f: Facts) -> List[Check]:
                 F,
                 "firmware.iomem",
                 CANNOT,
-                f"cannot check: needs root ({paths.PROC_IOMEM} shows zero addresses to other users)",
+                f"cannot check: needs root ({f.host.path(paths.PROC_IOMEM)} shows zero addresses to other users)",
                 (Evidence(paths.PROC_IOMEM, "all ranges 00000000-00000000"),),
                 "sudo cxlctl doctor",
             )
@@ -413,7 +420,7 @@ def check_iomem(f: Facts) -> List[Check]:
                 F,
                 "firmware.cxl-windows",
                 WARN,
-                "no 'CXL Window' in /proc/iomem although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
+                f"no 'CXL Window' in {f.host.path(paths.PROC_IOMEM)} although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
                 (Evidence(paths.PROC_IOMEM, "no CXL Window"),),
                 "modprobe cxl_acpi",
             )

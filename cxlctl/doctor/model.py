@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Final, List, Literal, Optional, Tuple
 
 from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 
+#: a check's result; a tag, not free text: mypy rejects a compare with a word it never holds
+Result = Literal["ok", "note", "warn", "fail", "cannot-check"]
 #: results, mildest first; only ``fail`` makes ``doctor`` exit 1
-OK = "ok"
-NOTE = "note"
-WARN = "warn"
-FAIL = "fail"
-CANNOT = "cannot-check"
-RESULTS = (OK, NOTE, WARN, FAIL, CANNOT)
+OK: Final = "ok"
+NOTE: Final = "note"
+WARN: Final = "warn"
+FAIL: Final = "fail"
+CANNOT: Final = "cannot-check"
+RESULTS: Tuple[Result, ...] = (OK, NOTE, WARN, FAIL, CANNOT)
 
 #: layers in the order doctor walks them (firmware up to the engine)
 LAYERS = ("Kernel", "Firmware", "Devices and regions", "Tools", "Tuning and services", "Inference readiness")
@@ -30,7 +32,7 @@ class Evidence(NamedTuple):
 class Check(NamedTuple):
     layer: str
     id: str  # stable, for scripts: "kernel.modules.cxl_pci"
-    result: str  # ok | note | warn | fail | cannot-check
+    result: Result
     message: str  # what was found, and for cannot-check why it could not be
     evidence: Tuple[Evidence, ...] = ()
     fix: str = ""  # a command or a setting; empty when there is nothing to do
@@ -73,8 +75,16 @@ class Facts(NamedTuple):
     notes: Tuple[Tuple[str, str], ...] = ()
     #: cxlctl.damon.sysfs.DamonModule of each DAMON module present (DAMON_STAT, _RECLAIM, _LRU_SORT)
     damon_modules: Tuple[object, ...] = ()
+    #: ``Seccomp`` of /proc/self/status: 0 none, 1 strict, 2 a filter (what a launched engine inherits)
+    seccomp: Optional[str] = None
+    #: the engine's arguments doctor planned with (``doctor --for ENGINE -- ARGS``; a placeholder model without)
+    engine_args: Tuple[str, ...] = ()
+    #: the engines' NUMA variables of the environment a launch from this shell inherits (SGLANG_*NUMA*)
+    numa_env: Tuple[Tuple[str, str], ...] = ()
+    #: why the plan with --kv-size auto failed, when doctor then planned without --kv-size
+    launch_note: Optional[str] = None
 
 
-def worst(checks: List[Check]) -> str:
+def worst(checks: List[Check]) -> Result:
     order = {OK: 0, NOTE: 1, CANNOT: 1, WARN: 2, FAIL: 3}
     return max((c.result for c in checks), key=lambda r: order[r], default=OK)

@@ -24,6 +24,7 @@ UNIT = "cxlctl.service"
 SHOW_PROPS = "LoadState,ActiveState,SubState,MainPID,Result,UnitFileState"
 
 DMESG = ("dmesg",)
+LOCALALLOC = ("numactl", "--localalloc", "true")
 
 #: every command doctor runs, in the order it runs them
 COMMANDS: Tuple[Tuple[str, ...], ...] = (
@@ -31,6 +32,9 @@ COMMANDS: Tuple[Tuple[str, ...], ...] = (
     ("daxctl", "version"),
     ("numactl", "--version"),
     ("numactl", "--help"),
+    # set_mempolicy(MPOL_LOCAL) and exec: whether this process may set a memory policy at all (a
+    # container's seccomp profile answers EPERM without CAP_SYS_NICE; sglang issue 27368)
+    LOCALALLOC,
     ("systemctl", "--version"),
     ("systemctl", "show", UNIT, "-p", SHOW_PROPS),
     # the kernel log, for dax_hmem's Soft-Reserved hand-off lines (root where dmesg_restrict is 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List
 
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
+from cxlctl.term import clean
 
 from . import devices, inference, kernel, newer, services
 from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Evidence, Facts, worst
@@ -51,6 +52,7 @@ def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
         "root": f.host.root,
         "kernel": f.inv.kernel,
         "for": f.engine,
+        "engine_args": list(f.engine_args) if f.engine else None,
         "as_root": f.as_root,
         "result": worst(checks),
         "counts": counts,
@@ -66,13 +68,6 @@ def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
             for c in checks
         ],
     }
-
-
-def clean(text: str) -> str:
-    """Kernel- and file-provided text made printable: control characters shown as escapes
-    (a terminal must not act on an ESC read from sysfs).  Rich markup is never parsed:
-    the renderer builds :class:`rich.text.Text`, not markup strings."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 _STYLE = {"ok": "green", "note": "cyan", "warn": "yellow", "fail": "bold red", "cannot-check": "magenta"}

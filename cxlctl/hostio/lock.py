@@ -7,7 +7,11 @@ Protocol (shared with the daemon, which must use this module or follow it):
   it before unlocking, so a waiter can name who holds it;
 * the file is never deleted: deleting a lock file races with a process that
   opened it just before (certbot's lock.py works around exactly that), and in
-  ``/run`` it costs nothing to keep.
+  ``/run`` it costs nothing to keep;
+* a reader that must not see a transaction half done (``tune verify``, the
+  daemon's drift check) takes ``flock(LOCK_SH)`` on the same file, opened
+  read-only and never created: no lock file means no writer ever ran, so there
+  is nothing to wait for (and a refused or read-only command writes nothing).
 
 The kernel drops an flock when its holder dies, so a SIGKILLed apply never
 leaves a stale lock behind (unlike PID files).
@@ -98,38 +102,54 @@ def env_wait() -> float:
 
 
 class TuneLock:
-    """Context manager: ``with TuneLock(root, wait=5): ...`` or raise :class:`Locked` (exit 4)."""
+    """Context manager: ``with TuneLock(root, wait=5): ...`` or raise :class:`Locked` (exit 4).
+
+    ``shared=True`` is the readers' side (``LOCK_SH``): it waits only for a writer's
+    transaction to end, never for other readers, and creates nothing.
+    """
 
     LOCK = LOCK
 
-    def __init__(self, root: str, wait: Optional[float] = None) -> None:
+    def __init__(self, root: str, wait: Optional[float] = None, *, shared: bool = False) -> None:
         self.root = root
         if wait is None:
             wait = env_wait()
         self.wait = max(0.0, wait)
+        self.shared = shared
         self.path = under(root, self.LOCK)
         self.fd: Optional[int] = None
 
-    def acquire(self) -> None:
-        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    def _open(self) -> Optional[int]:
+        """The lock file's descriptor; None for a reader when no writer ever made it."""
         fence = fence_of(self.root)
         try:
+            if self.shared:
+                flags = os.O_RDONLY | os.O_CLOEXEC
+                return os.open(self.path, flags) if fence is None else open_fenced(fence, self.path, flags)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
             if fence is None:
                 os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-                fd = os.open(self.path, flags, 0o644)
-            else:
-                os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
-                fd = open_fenced(fence, self.path, flags, 0o644)
+                return os.open(self.path, flags, 0o644)
+            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
+            return open_fenced(fence, self.path, flags, 0o644)
         except OSError as e:
+            if self.shared and isinstance(e, FileNotFoundError):
+                return None
             from .atomic import StorageError
 
             raise StorageError(self.path, e) from None
+
+    def acquire(self) -> None:
+        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
+        fd = self._open()
+        if fd is None:
+            return
         deadline = time.monotonic() + self.wait
         delay = 0.02
+        op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -137,12 +157,14 @@ class TuneLock:
                     raise self.locked(holder(self.root, self.LOCK)) from None
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.25)
+        self.fd = fd
+        if self.shared:
+            return
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the pid only names the holder to waiters: a full /run must not stop the lock
-        self.fd = fd
 
     def locked(self, pid: Optional[int]) -> CxlctlError:
         return Locked(self.path, pid, self.wait)
@@ -150,10 +172,11 @@ class TuneLock:
     def release(self) -> None:
         if self.fd is None:
             return
-        try:
-            os.ftruncate(self.fd, 0)
-        except OSError:
-            pass
+        if not self.shared:
+            try:
+                os.ftruncate(self.fd, 0)
+            except OSError:
+                pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None

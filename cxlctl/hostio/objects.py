@@ -160,10 +160,12 @@ def dax_device(a: Attrs, name: str) -> DaxDevice:
     )
 
 
+_BLOCK_ATTRS = ("state", "valid_zones")
+
+
 def memory_block(r: Reader, path: str, bid: int, nid: int) -> MemoryBlock:
     """Memory block ``bid`` whose directory is ``path`` (under a node or the memory bus)."""
-    state = r.text(path + "/state")
-    zones = r.text(path + "/valid_zones")
+    state, zones = (text_of(b) for b in r.attrs(path, _BLOCK_ATTRS))
     zone = zones.split()[0] if zones else None
     return MemoryBlock(bid, nid, state, zone)
 

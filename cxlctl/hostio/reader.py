@@ -168,18 +168,26 @@ class Reader:
         self._keep(d, fd)
         return fd
 
-    def alias(self, d: str, parent: str, name: str) -> None:
+    def alias(self, d: str, parent: str, name: str, *, open_parent: bool = False) -> None:
         """Read directory ``d`` (a bus entry, say) as entry ``name`` of directory ``parent``.
 
         A scan that found ``name`` by listing ``parent`` (a port's decoders) and
         still holds ``parent``'s handle opens ``d``'s through it, without following
         a link: one ``openat`` instead of a walk through the bus link plus the
         fence check (a real directory inside a directory inside the root is
-        inside the root).  Nothing happens when ``parent``'s handle is not kept or
-        the entry is not a directory: ``d`` is then opened the general way.
+        inside the root).  Nothing happens when ``parent``'s handle is not kept (unless
+        ``open_parent``: then it is opened, and checked, first) or the entry is not a
+        directory: ``d`` is then opened the general way.
         """
+        if d in self._dirfds or name in _NOT_NAMES or "/" in name:
+            return
         pfd = self._dirfds.get(parent)
-        if pfd is None or d in self._dirfds or name in _NOT_NAMES or "/" in name:
+        if pfd is None and open_parent:
+            try:
+                pfd = self._dirfd(parent)
+            except (OSError, Refused):  # the general way says why
+                return
+        if pfd is None:
             return
         try:
             fd = os.open(name, _SUBDIR_FLAGS, dir_fd=pfd)
@@ -660,7 +668,7 @@ _SUBDIR_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
 #: last path components that are not a file's own name: left to the general path
 _NOT_NAMES = ("", ".", "..")
 #: directory handles a reader keeps open (a device's directory and its subdirectories)
-_DIRFDS_KEPT = 16
+_DIRFDS_KEPT = 64
 
 
 _SELF_FD = "/proc/self/fd"

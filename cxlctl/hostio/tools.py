@@ -196,7 +196,14 @@ def run(
         err.decode("utf-8", "replace"),
         cut,
     )
-    if check and res.returncode < 0:
+    if check:
+        _check(name, cmd, res)
+    return res
+
+
+def _check(name: str, cmd: str, res: Completed) -> None:
+    """:func:`run`'s ``check``: a signal or a non-zero exit as a :class:`ToolError`."""
+    if res.returncode < 0:
         raise ToolError(
             "signal",
             name,
@@ -204,7 +211,7 @@ def run(
             hint="see the kernel log (dmesg) or the journal for who sent it",
             result=res,
         )
-    if check and res.returncode != 0:
+    if res.returncode != 0:
         g = gist(res.stderr)
         raise ToolError(
             "exit",
@@ -214,7 +221,6 @@ def run(
             detail=g,
             result=res,
         )
-    return res
 
 
 def _collect(proc: subprocess.Popen[bytes], timeout: float, limit: int) -> Tuple[bytes, bytes, bool, bool]:

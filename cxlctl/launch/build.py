@@ -416,6 +416,50 @@ def _equivalent(
     return equivalent
 
 
+def _engine_args(
+    req: Request,
+    cmd: List[str],
+    feats: Optional[eng.Features],
+    kv: Optional[kvsize.KvRequest],
+    dd: Optional[devdax_mod.Devdax],
+    environ: Dict[str, str],
+    notes: List[str],
+    warnings: List[str],
+) -> Tuple[eng.EngineArgs, Optional[str]]:
+    """The engine's command line and environment, with Mooncake's devdax variables when asked;
+    and Mooncake's version."""
+    ea = eng.build_args(
+        req.engine,
+        cmd,
+        req.args,
+        feats,
+        kv=kv.bytes if kv else None,
+        lmcache=req.lmcache,
+        keep_numa_bind=req.keep_numa_bind,
+        kv_tmpfs=req.kv_tmpfs,
+        devdax=dd,
+        environ=environ,
+    )
+    if dd is None or not req.mooncake:
+        return ea, None
+    mc_env, mc_version = _mooncake(req, cmd, environ, dd, notes, warnings)
+    ea = ea._replace(
+        env={**ea.env, **mc_env},
+        kv_bytes=dd.size,
+        placement=("cxlctl", f"Mooncake maps the devdax device cxlctl picked ({dd.path}, MC_CXL_DEV_PATH)"),
+    )
+    return ea, mc_version
+
+
+def _cpu_worker_node(inv: Inventory, policy: Policy) -> str:
+    """vLLM's CPU backend: the node its (first) worker binds to, the node of the first CPU cxlctl binds."""
+    cpu = policy.cpus[0] if policy.cpus else None
+    node = next((n.id for n in inv.nodes if cpu in n.cpus), None)
+    if node is None:
+        return ""
+    return f"; here CPU {cpu} (the first cxlctl binds) is on node {node}: the worker's memory, KV cache included, goes there"
+
+
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
@@ -429,31 +473,14 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     kv = _kv_request(inv, req, ns, notes)
     dd = _devdax(inv, req)
     feats = _engine_features(req, cmd, environ)
-    ea = eng.build_args(
-        req.engine,
-        cmd,
-        req.args,
-        feats,
-        kv=kv.bytes if kv else None,
-        lmcache=req.lmcache,
-        keep_numa_bind=req.keep_numa_bind,
-        kv_tmpfs=req.kv_tmpfs,
-        devdax=dd,
-        environ=environ,
-    )
-    mc_version = None
-    if dd is not None and req.mooncake:
-        mc_env, mc_version = _mooncake(req, cmd, environ, dd, notes, warnings)
-        ea = ea._replace(
-            env={**ea.env, **mc_env},
-            kv_bytes=dd.size,
-            placement=("cxlctl", f"Mooncake maps the devdax device cxlctl picked ({dd.path}, MC_CXL_DEV_PATH)"),
-        )
+    ea, mc_version = _engine_args(req, cmd, feats, kv, dd, environ, notes, warnings)
     tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
     w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
+    if feats is not None and feats.backend == "cpu":
+        ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
     checks = preflight.run(
         host,
         inv,
@@ -464,6 +491,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         shm_bytes=ea.shm_bytes,
         kv_tmpfs=tmpfs,
         engine=req.engine,
+        cpu_kv=ea.kv_bytes // ea.ranks if feats is not None and feats.backend == "cpu" and ea.kv_bytes else None,
     )
     if dd is not None:
         status, message, fix = devdax_mod.node_check(host, dd)
@@ -548,7 +576,6 @@ def execute(host: Host, lp: LaunchPlan) -> None:
 
 def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
     ns = lp.nodesets
-    wp = lp.weights
     return {
         "schema_version": 1,
         "dry_run": dry_run,
@@ -577,45 +604,9 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
             "weights": {str(n): w for n, w in lp.policy.weights},
             "method": lp.method,
         },
-        "weights": None
-        if wp is None
-        else {
-            "source": wp.source,
-            "current": {str(n): w for n, w in sorted(wp.current.items())},
-            "launch": {str(n): w for n, w in sorted(wp.weights.items())},
-            "changes": [{"setting": s, "from": a, "to": b} for s, a, b in wp.changes],
-            "system_wide": True,
-            "journaled": wp.writes,
-            "undo": "cxlctl tune revert" if wp.writes else None,
-            "includes_profile": wp.base,
-            "weighted_interleave_users": [{"pid": p, "name": n} for p, n in lp.wi_users],
-        },
-        "kv": None
-        if lp.engine.kv_bytes is None
-        else {
-            "bytes": lp.engine.kv_bytes,
-            "auto": bool(lp.kv and lp.kv.auto),
-            "free_cxl": lp.kv.free_cxl if lp.kv else None,
-            "reserve": lp.kv.reserve if lp.kv else None,
-            "ranks": lp.engine.ranks,
-            "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
-            "tokens": lp.tokens,
-            "model_config": lp.model.source if lp.model else None,
-        },
-        "devdax": None
-        if lp.devdax is None
-        else {
-            "device": lp.devdax.name,
-            "path": lp.devdax.path,
-            "device_size": lp.devdax.device_size,
-            "size": lp.devdax.size,
-            "align": lp.devdax.align,
-            "offset": lp.devdax.offset,
-            "pool_id": lp.devdax.pool_id,
-            "region": lp.devdax.region,
-            "backend": "lmcache" if lp.request.engine == "lmcache" else "mooncake",
-            "mooncake_version": lp.mooncake_version,
-        },
+        "weights": _weights_json(lp),
+        "kv": _kv_json(lp),
+        "devdax": _devdax_json(lp),
         "tmpfs": None
         if lp.tmpfs is None
         else {"size": lp.tmpfs[0], "nodes": list(lp.tmpfs[1]), "options": tmpfs_options(*lp.tmpfs)},
@@ -627,4 +618,53 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
         "ok": not lp.failed,
         "notes": list(lp.notes),
         "warnings": list(lp.warnings),
+    }
+
+
+def _weights_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
+    wp = lp.weights
+    if wp is None:
+        return None
+    return {
+        "source": wp.source,
+        "current": {str(n): w for n, w in sorted(wp.current.items())},
+        "launch": {str(n): w for n, w in sorted(wp.weights.items())},
+        "changes": [{"setting": s, "from": a, "to": b} for s, a, b in wp.changes],
+        "system_wide": True,
+        "journaled": wp.writes,
+        "undo": "cxlctl tune revert" if wp.writes else None,
+        "includes_profile": wp.base,
+        "weighted_interleave_users": [{"pid": p, "name": n} for p, n in lp.wi_users],
+    }
+
+
+def _kv_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
+    if lp.engine.kv_bytes is None:
+        return None
+    return {
+        "bytes": lp.engine.kv_bytes,
+        "auto": bool(lp.kv and lp.kv.auto),
+        "free_cxl": lp.kv.free_cxl if lp.kv else None,
+        "reserve": lp.kv.reserve if lp.kv else None,
+        "ranks": lp.engine.ranks,
+        "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
+        "tokens": lp.tokens,
+        "model_config": lp.model.source if lp.model else None,
+    }
+
+
+def _devdax_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
+    if lp.devdax is None:
+        return None
+    return {
+        "device": lp.devdax.name,
+        "path": lp.devdax.path,
+        "device_size": lp.devdax.device_size,
+        "size": lp.devdax.size,
+        "align": lp.devdax.align,
+        "offset": lp.devdax.offset,
+        "pool_id": lp.devdax.pool_id,
+        "region": lp.devdax.region,
+        "backend": "lmcache" if lp.request.engine == "lmcache" else "mooncake",
+        "mooncake_version": lp.mooncake_version,
     }

@@ -48,5 +48,6 @@ def drift(rep: Dict[str, Any], pid: int) -> None:
         raise CxlctlError(
             f"process {pid} differs from what was asked ({bad})",
             code=EXIT_DRIFT,
-            hint="a child may have set its own policy (vLLM --numa-bind, SGLang NUMA binding), or the weights/cpuset changed",
+            hint="a child may have set its own policy (vLLM --numa-bind, vLLM's CPU worker binding to its CPU's node, "
+            "SGLang NUMA binding), or the weights/cpuset changed",
         )

@@ -26,13 +26,16 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.host import Host
 from cxlctl.model import DaxDevice, Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size, is_decimal
+
+if TYPE_CHECKING:
+    from .preflight import Status
 
 from .engine_args import has_opt, opt_value, version_tuple
 
@@ -148,7 +151,7 @@ def resolve(
     return Devdax(dev.name, "/dev/" + dev.name, dev.size, size, align, off, pool_id, dev.region, how)
 
 
-def node_check(host: Host, dd: Devdax) -> Tuple[str, str, str]:
+def node_check(host: Host, dd: Devdax) -> Tuple[Status, str, str]:
     """(status, message, fix) for the device node the backend opens (pre-flight).
 
     The messages name the node checked, under ``--root`` when one is given: that
@@ -201,6 +204,27 @@ def lmcache_args(
             f"this LMCache ({version or 'unknown version'}) has no --l1-devdax-path (devdax L1)",
             hint="upgrade LMCache (the devdax L1 arrived with PR #3584, June 2026), or use --kv-size without --devdax",
         )
+    for legacy_only in ("--l1-manager", "--gds-l1-path"):
+        if has_opt(args, [legacy_only]):
+            raise UsageError(
+                f"--devdax with LMCache's {legacy_only}: cxlctl gives the device through LMCache's legacy L1 flags "
+                "(--l1-devdax-path, --l1-size-gb), and LMCache "
+                + (version or "0.5.6")
+                + "'s server refuses the combination at start-up ("
+                + (
+                    "'Use either --l1-manager or legacy L1 flags'"
+                    if legacy_only == "--l1-manager"
+                    else "'gds-l1-path cannot be used with l1-devdax-path'"
+                )
+                + ", parse_args_to_config)",
+                hint=(
+                    "drop --l1-manager (cxlctl's --devdax makes the device the L1), or drop --devdax and name the "
+                    'device in your own --l1-manager \'{"type": "DEVDAX", "tag": "cxl", "path": "/dev/daxX.Y", '
+                    '"size_gb": N}\''
+                    if legacy_only == "--l1-manager"
+                    else "drop --gds-l1-path: the devdax device is the L1"
+                ),
+            )
     for own in ("--l1-devdax-path", "--shm-name", "--l1-use-lazy", "--cxl-pool-id", "--cxl-pool-offset"):
         if has_opt(args, [own]):
             raise UsageError(

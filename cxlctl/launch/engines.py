@@ -741,6 +741,34 @@ def _sglang_numa_bind(feats: Features, environ: Dict[str, str], notes: List[str]
         warnings.append(f"SGLANG_AUTO_NUMA_BIND={old} in the environment is replaced by 0 (cxlctl binds)")
 
 
+def _sglang_hicache(
+    args: List[str], added: List[str], notes: List[str], feats: Features, known: bool, kv: int, tp: int
+) -> int:
+    """Add SGLang's hierarchical cache of ``kv`` bytes over ``tp`` ranks to ``args`` (whole
+    decimal GB per rank, as --hicache-size takes it); returns the bytes it holds."""
+    if known and not feats.has("--hicache-size"):
+        raise UsageError(
+            f"this SGLang ({feats.version or 'unknown version'}) has no --hicache-size (hierarchical cache)",
+            hint="upgrade SGLang, or use --lmcache",
+        )
+    per_rank_gb = kv // tp // 10**9
+    if per_rank_gb < 1:
+        raise UsageError(
+            f"--kv-size {format_size(kv)} over TP {tp} is less than 1 GB per rank; SGLang's --hicache-size takes whole GB",
+            hint="give a larger --kv-size (or --kv-size auto with a smaller --reserve)",
+        )
+    if not has_opt(args, ["--enable-hierarchical-cache"]):
+        args.append("--enable-hierarchical-cache")
+        added.append("--enable-hierarchical-cache")
+    args += ["--hicache-size", str(per_rank_gb)]
+    added += ["--hicache-size", str(per_rank_gb)]
+    kv_bytes = per_rank_gb * 10**9 * tp
+    notes.append(
+        f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}"
+    )
+    return kv_bytes
+
+
 def _sglang(
     cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool, environ: Dict[str, str]
 ) -> EngineArgs:
@@ -782,26 +810,7 @@ def _sglang(
         env.update(_lmcache_env(kv, tp))
         notes.append(f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per TP rank x {tp}")
     elif kv is not None:
-        if known and not feats.has("--hicache-size"):
-            raise UsageError(
-                f"this SGLang ({feats.version or 'unknown version'}) has no --hicache-size (hierarchical cache)",
-                hint="upgrade SGLang, or use --lmcache",
-            )
-        per_rank_gb = kv // tp // 10**9
-        if per_rank_gb < 1:
-            raise UsageError(
-                f"--kv-size {format_size(kv)} over TP {tp} is less than 1 GB per rank; SGLang's --hicache-size takes whole GB",
-                hint="give a larger --kv-size (or --kv-size auto with a smaller --reserve)",
-            )
-        if not has_opt(args, ["--enable-hierarchical-cache"]):
-            args.append("--enable-hierarchical-cache")
-            added.append("--enable-hierarchical-cache")
-        args += ["--hicache-size", str(per_rank_gb)]
-        added += ["--hicache-size", str(per_rank_gb)]
-        kv_bytes = per_rank_gb * 10**9 * tp
-        notes.append(
-            f"--hicache-size {per_rank_gb} is decimal GB per TP rank: {per_rank_gb} GB x {tp} rank(s) = {format_size(kv_bytes)}"
-        )
+        kv_bytes = _sglang_hicache(args, added, notes, feats, known, kv, tp)
     ver = feats.version or "(version unknown)"
     if has_opt(args, ["--numa-node"]):
         placement = ("engine", f"SGLang {ver} --numa-node binds each scheduler to the given node")

@@ -16,14 +16,19 @@ Why each exists (kernel ``Documentation/admin-guide/mm/numa_memory_policy.rst``,
 * memlock: pinning more than ``ulimit -l`` fails without CAP_IPC_LOCK;
 * /dev/shm: vLLM's offload region is a /dev/shm file and must fit there whole;
 * ``kernel.numa_balancing`` tiering does not migrate pages of a process with
-  an explicit policy, so the engine's memory is not tiered (a note).
+  an explicit policy, so the engine's memory is not tiered (a note);
+* vLLM's CPU backend puts each worker's KV cache on the node of the worker's
+  first CPU and dies at start-up when that node's available memory (its
+  ``meminfo``: MemFree + Active(file) + Inactive(file) + SReclaimable, vLLM
+  0.32.0 ``get_memory_node_info``) is less than the KV size
+  (``CPUWorker.determine_available_memory``).
 """
 
 from __future__ import annotations
 
 import os
 import resource
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -39,9 +44,13 @@ CAP_SYS_ADMIN = 21
 CAP_IPC_LOCK = 14
 
 
+#: a pre-flight check's status (a tag: mypy rejects a compare with a word it never holds)
+Status = Literal["ok", "note", "warn", "fail"]
+
+
 class Check(NamedTuple):
     name: str
-    status: str  # ok | note | warn | fail
+    status: Status
     message: str
     fix: str = ""
 
@@ -282,6 +291,53 @@ def _kv_fits_cxl(
     return out
 
 
+#: the node meminfo fields vLLM's CPU worker counts as available (vllm/utils/cpu_resource_utils.py, 0.32.0)
+VLLM_AVAILABLE_FIELDS = ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+
+
+def node_available(host: Host, node: int) -> Optional[int]:
+    """Bytes vLLM's CPU worker counts as available on ``node`` (:data:`VLLM_AVAILABLE_FIELDS`), None unreadable."""
+    text = host.reader.body(paths.node_dir(node) + "/meminfo")
+    got: Dict[str, int] = {}
+    for line in (text or "").splitlines():
+        w = line.split()  # "Node 0 MemFree: 1234 kB"
+        if len(w) >= 4 and w[2].rstrip(":") in VLLM_AVAILABLE_FIELDS and is_decimal(w[3]):
+            got[w[2].rstrip(":")] = int(w[3]) * 1024
+    return sum(got.values()) if len(got) == len(VLLM_AVAILABLE_FIELDS) else None
+
+
+def _cpu_backend_kv(host: Host, inv: Inventory, policy: Policy, per_worker: Optional[int]) -> List[Check]:
+    """vLLM CPU backend: the first worker's KV cache must fit on the node of its first CPU."""
+    if not per_worker or not policy.cpus:
+        return []
+    cpu = policy.cpus[0]
+    node = next((n.id for n in inv.nodes if cpu in n.cpus), None)
+    if node is None:
+        return []
+    avail = node_available(host, node)
+    if avail is None:
+        return [Check("kv-node", "note", f"node {node}'s meminfo is unreadable: cannot tell whether the KV cache fits")]
+    if avail < per_worker:
+        return [
+            Check(
+                "kv-node",
+                "fail",
+                f"vLLM's CPU worker puts its {format_size(per_worker)} KV cache on node {node} (its first CPU, {cpu}), "
+                f'which has {format_size(avail)} available: vLLM dies at start-up ("Available memory on node {node} '
+                '... is less than requested memory for kv")',
+                "lower --kv-size, free memory on that node, or bind other CPUs (--cpu-nodes)",
+            )
+        ]
+    return [
+        Check(
+            "kv-node",
+            "ok",
+            f"the worker's {format_size(per_worker)} KV cache fits node {node} (its first CPU, {cpu}): "
+            f"{format_size(avail)} available",
+        )
+    ]
+
+
 def _numa_balancing(host: Host, policy: Policy) -> List[Check]:
     """NUMA-balancing tiering leaves processes with an explicit policy alone: say so."""
     out: List[Check] = []
@@ -309,8 +365,12 @@ def run(
     shm_bytes: Optional[int],
     kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
     engine: str,
+    cpu_kv: Optional[int] = None,
 ) -> List[Check]:
-    """Every pre-flight check of a launch, in the order they are shown; changes nothing."""
+    """Every pre-flight check of a launch, in the order they are shown; changes nothing.
+
+    ``cpu_kv``: the per-worker KV bytes of vLLM's CPU backend, whose KV cache is on the worker's
+    CPU node (checked there instead of against the CXL nodes)."""
     by_id = {n.id: n for n in inv.nodes}
     return (
         _node_memory(policy, by_id)
@@ -318,7 +378,11 @@ def run(
         + _kernel_policy(inv, policy)
         + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
         + _dev_shm(host, by_id, kv_bytes, shm_bytes, kv_tmpfs)
-        + _kv_fits_cxl(ns, by_id, kv_bytes, kv_tmpfs)
+        + (
+            _kv_fits_cxl(ns, by_id, kv_bytes, kv_tmpfs)
+            if cpu_kv is None
+            else _cpu_backend_kv(host, inv, policy, cpu_kv)
+        )
         + _numa_balancing(host, policy)
     )
 

@@ -7,7 +7,12 @@ Sources (all under ``--root``):
   it — the task policy unless the mapping has its own — and the pages on each
   node, ``N<node>=<pages>`` (``kernelpagesize_kB`` gives their size);
 * ``/proc/PID/environ``: ``CXLCTL_POLICY``, which ``cxlctl launch`` exports to
-  the engine, is what was asked.
+  the engine, is what was asked.  A process whose own ``environ`` has none is
+  judged by its nearest ancestor's (``PPid`` in ``/proc/PID/status``): a child
+  inherits the policy with the environment, and a process title written over
+  the environment block (``setproctitle``: vLLM's ``VLLM::EngineCore`` and
+  ``VLLM::Worker``) leaves ``/proc/PID/environ`` blank although the variables
+  are still in the process' environment.
 
 The process' policy is the one most of its mappings show.  The placement is
 judged on anonymous memory (heap, stack, anonymous mappings): file pages —
@@ -61,6 +66,32 @@ def _environ(r: Reader, pid: int) -> Optional[str]:
         if item.startswith("CXLCTL_POLICY="):
             return item[len("CXLCTL_POLICY=") :]
     return None
+
+
+#: ancestors looked at for an inherited CXLCTL_POLICY (an engine's process tree is a few levels deep)
+MAX_ANCESTORS = 32
+
+
+def _asked_env(r: Reader, pid: int, status: str) -> Tuple[Optional[str], Optional[Tuple[int, str]]]:
+    """(CXLCTL_POLICY, None) from the process' own environment, else (its nearest ancestor's, (PID, name))."""
+    env = _environ(r, pid)
+    if env is not None:
+        return env, None
+    seen = {pid}
+    ppid = status_field(status, "PPid") or ""
+    for _ in range(MAX_ANCESTORS):
+        if not is_decimal(ppid) or int(ppid) <= 1 or int(ppid) in seen:
+            break
+        anc = int(ppid)
+        seen.add(anc)
+        st = r.body(paths.proc_pid(anc, "status"))
+        if st is None:
+            break
+        env = _environ(r, anc)
+        if env is not None:
+            return env, (anc, status_field(st, "Name") or "?")
+        ppid = status_field(st, "PPid") or ""
+    return None, None
 
 
 def _node_cpus(r: Reader, nodes: Tuple[int, ...]) -> Optional[set[int]]:
@@ -199,6 +230,41 @@ def _placement_checks(r: Reader, asked: Asked, anon: Dict[int, int]) -> List[Dic
     return []
 
 
+def _asked_checks(
+    r: Reader,
+    asked: Optional[Asked],
+    origin: Optional[Tuple[int, str]],
+    mode: str,
+    nodes: Tuple[int, ...],
+    mems: Tuple[int, ...],
+    cpus: Tuple[int, ...],
+    anon: Dict[int, int],
+) -> List[Dict[str, Any]]:
+    """Every check against what was asked; with an inherited ``CXLCTL_POLICY``, a first row naming its origin."""
+    if asked is None:
+        return []
+    checks = _policy_checks(r, asked, mode, nodes, mems, cpus) + _placement_checks(r, asked, anon)
+    if origin is not None:
+        changed = mode != asked.mode or (asked.mode != "local" and nodes != asked.nodes)
+        checks.insert(
+            0,
+            _check(
+                "inherited",
+                None,
+                f"CXLCTL_POLICY read from ancestor {origin[0]} ({origin[1]}): this process' own environ has none "
+                "(a process title written over it, as vLLM's setproctitle does, or an environment it replaced)"
+                + (
+                    f"; it has set a policy of its own since ({mode}"
+                    + (f" over node(s) {format_nodelist(nodes)}" if nodes else "")
+                    + "), as vLLM's CPU worker does (it binds its memory to its first CPU's node)"
+                    if changed
+                    else ""
+                ),
+            ),
+        )
+    return checks
+
+
 def show(host: Host, pid: int) -> Dict[str, Any]:
     """The policy report of process ``pid`` (JSON-ready; ``match`` False means drift)."""
     if pid <= 0:
@@ -219,11 +285,9 @@ def show(host: Host, pid: int) -> Dict[str, Any]:
     anon = _sum(maps, ANON)
     total = _sum(maps, None)
     file = _sum(maps, ("file",))
-    env = _environ(r, pid)
+    env, origin = _asked_env(r, pid, status)
     asked = parse_env_value(env) if env else None
-    checks: List[Dict[str, Any]] = []
-    if asked is not None:
-        checks = _policy_checks(r, asked, mode, nodes, mems, cpus) + _placement_checks(r, asked, anon)
+    checks = _asked_checks(r, asked, origin, mode, nodes, mems, cpus, anon)
     fails = [c for c in checks if c["status"] == "fail"]
     return {
         "pid": pid,
@@ -253,6 +317,7 @@ def show(host: Host, pid: int) -> Dict[str, Any]:
         if asked is None
         else {
             "env": env,
+            "from_pid": origin[0] if origin else pid,
             "mode": asked.mode,
             "nodes": list(asked.nodes),
             "cpu_nodes": list(asked.cpu_nodes),

@@ -177,7 +177,8 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     if rep["asked"] is None:
         c.print(styled("not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with", "dim"))
         return
-    c.print(f"asked: {rep['asked']['env']}")
+    a = rep["asked"]
+    c.print(f"asked: {a['env']}" + (f" (inherited: from PID {a['from_pid']})" if a["from_pid"] != rep["pid"] else ""))
     style = {"pass": "green", "fail": "bold red", "info": "dim"}
     for ch in rep["checks"]:
         st = style[ch["status"]]

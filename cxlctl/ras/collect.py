@@ -19,7 +19,7 @@ or region the scan did not see, as after a hot-plug during ``--follow``).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio import paths, tracefs
 from cxlctl.hostio.host import Host
@@ -32,7 +32,7 @@ from .trace import Stream, split_lines
 class Source(NamedTuple):
     """What was read: the instance (or file), the events the kernel offers."""
 
-    kind: str  # "collect" | "follow" | "file"
+    kind: Literal["collect", "follow", "file"]
     where: str
     available: List[str]
 

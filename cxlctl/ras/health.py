@@ -304,8 +304,7 @@ def problems(memdevs: List[Dict[str, Any]]) -> List[str]:
 def render_health(doc: Dict[str, Any]) -> str:
     """Plain text, 80 columns: one block per memdev."""
     from cxlctl.parse import format_size
-
-    from .text import clean
+    from cxlctl.term import clean
 
     lines: List[str] = []
     if not doc["memdevs"]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Literal, NamedTuple, Optional, Tuple
 
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.tools import ToolError, cxl_list, memdev_objects
@@ -40,9 +40,13 @@ WARNING_FLAGS = (
 EXT_FIELDS = ("ext_life_used", "ext_temperature", "ext_corrected_volatile", "ext_corrected_persistent")
 
 
+#: a memdev's health in one word (a tag: mypy rejects a compare with a word it never holds)
+HealthStatus = Literal["ok", "warning", "critical", "no-data"]
+
+
 class MemdevHealth(NamedTuple):
     memdev: str
-    status: str  # ok | warning | critical | no-data
+    status: HealthStatus
     values: Dict[str, int]  # the NUMERIC fields present
     reasons: Tuple[str, ...]  # flags and ext_* states that set the status
 
@@ -70,7 +74,7 @@ def classify(memdev: str, h: Optional[Dict[str, Any]]) -> MemdevHealth:
         elif v == "warning":
             warn.append(f"{f}=warning")
     values = {k: int(h[k]) for k in NUMERIC if isinstance(h.get(k), int) and not isinstance(h.get(k), bool)}
-    status = "critical" if crit else "warning" if warn else "ok"
+    status: HealthStatus = "critical" if crit else "warning" if warn else "ok"
     return MemdevHealth(memdev, status, values, tuple(crit + warn))
 
 

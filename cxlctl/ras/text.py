@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from cxlctl.term import clean
+
 from .events import Event
-
-
-def clean(text: str) -> str:
-    """Printable text only: control characters become ``\\xNN``."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c) & 0xFF:02x}" for c in text)
 
 
 def _hex(v: Optional[int]) -> str:

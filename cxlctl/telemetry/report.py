@@ -15,10 +15,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from cxlctl.hostio import paths
 from cxlctl.model import Coordinates
 from cxlctl.parse import PAGE_SIZE
+from cxlctl.term import clean
 
 from .rates import Rates, damon_migrated, damon_migrates, demote_sum
 from .sample import Sample
-from .verdicts import Verdict, clean
+from .verdicts import Verdict
 
 
 def _per_node(d: Dict[int, int]) -> Dict[str, int]:
@@ -91,6 +92,49 @@ def damon_migrated_dict(s: Sample, r: Optional[Rates]) -> Optional[Dict[str, Any
 
 def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: int) -> Dict[str, Any]:
     """The JSON object of one report (without ``schema_version``: the emitter adds it)."""
+    st = s.settings
+    return {
+        "report": report,
+        "since_boot": r is None,
+        "interval": None if r is None else round(r.seconds, 6),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.wall)),
+        "kernel": s.kernel,
+        "settings": {
+            "demotion_enabled": st.demotion_enabled,
+            "numa_balancing": st.numa_balancing,
+            "numa_balancing_promote_rate_limit_MBps": st.promote_rate_limit_mbps,
+        },
+        "system": {
+            "readable": s.system.readable,
+            "counters": dict(s.system.values),
+            "missing": list(s.system.missing),
+            "rates": None if r is None else r.system,
+        },
+        "nodes": _node_dicts(s, r),
+        "cxl_traffic": cxl_traffic(s, r),
+        "damon_migrated": damon_migrated_dict(s, r),
+        "cgroups": _cgroup_dicts(s, r),
+        "cgroups_unavailable": s.cgroups_unavailable,
+        "processes": _process_dicts(s),
+        "damon": [
+            {
+                "kdamond": sc.kdamond,
+                "context": sc.context,
+                "scheme": sc.scheme,
+                "state": sc.state,
+                "action": sc.action,
+                "target_nid": sc.target_nid,
+                "stats": dict(sc.stats),
+                "rates": None if r is None else r.damon.get(sc.key),
+            }
+            for sc in s.damon
+        ],
+        "verdicts": [v._asdict() for v in verdicts],
+        "notes": list(s.notes),
+    }
+
+
+def _node_dicts(s: Sample, r: Optional[Rates]) -> List[Dict[str, Any]]:
     nodes = []
     for n in s.nodes:
         nodes.append(
@@ -113,6 +157,10 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 },
             }
         )
+    return nodes
+
+
+def _cgroup_dicts(s: Sample, r: Optional[Rates]) -> List[Dict[str, Any]]:
     cgroups = []
     for c in s.cgroups:
         cgroups.append(
@@ -127,6 +175,10 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 "rates": None if r is None else r.cgroups.get(c.name),
             }
         )
+    return cgroups
+
+
+def _process_dicts(s: Sample) -> List[Dict[str, Any]]:
     procs = []
     for p in s.processes:
         m = p.maps
@@ -144,46 +196,7 @@ def to_dict(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], report: 
                 "asked_policy": None if p.asked is None else {"mode": p.asked[0], "nodes": list(p.asked[1])},
             }
         )
-    st = s.settings
-    return {
-        "report": report,
-        "since_boot": r is None,
-        "interval": None if r is None else round(r.seconds, 6),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.wall)),
-        "kernel": s.kernel,
-        "settings": {
-            "demotion_enabled": st.demotion_enabled,
-            "numa_balancing": st.numa_balancing,
-            "numa_balancing_promote_rate_limit_MBps": st.promote_rate_limit_mbps,
-        },
-        "system": {
-            "readable": s.system.readable,
-            "counters": dict(s.system.values),
-            "missing": list(s.system.missing),
-            "rates": None if r is None else r.system,
-        },
-        "nodes": nodes,
-        "cxl_traffic": cxl_traffic(s, r),
-        "damon_migrated": damon_migrated_dict(s, r),
-        "cgroups": cgroups,
-        "cgroups_unavailable": s.cgroups_unavailable,
-        "processes": procs,
-        "damon": [
-            {
-                "kdamond": sc.kdamond,
-                "context": sc.context,
-                "scheme": sc.scheme,
-                "state": sc.state,
-                "action": sc.action,
-                "target_nid": sc.target_nid,
-                "stats": dict(sc.stats),
-                "rates": None if r is None else r.damon.get(sc.key),
-            }
-            for sc in s.damon
-        ],
-        "verdicts": [v._asdict() for v in verdicts],
-        "notes": list(s.notes),
-    }
+    return procs
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -247,7 +260,18 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
 
     Reads the sample, the rates and the verdicts themselves, not :func:`to_dict`'s JSON: the
     text and the JSON are two views of the same objects."""
-    first = r is None
+    lines = _node_lines(s, r, report)
+    lines += _system_lines(s, r, width)
+    lines += _notes_lines(s, width)
+    lines += _owner_lines(s, r, width)
+    for v in verdicts:
+        lines += _wrap(f"! {v.id}: {v.message}", width, "")
+        lines += _wrap(f"fix: {v.fix}", width, "  ")
+    return "\n".join(lines)
+
+
+def _node_lines(s: Sample, r: Optional[Rates], report: int) -> List[str]:
+    """The header (time, unit, settings) and one table row per node."""
     unit = "pages since boot" if r is None else f"pages/s over {round(r.seconds, 6):.1f} s"
     st = s.settings
     dem = {True: "on", False: "off", None: "n/a"}[st.demotion_enabled]
@@ -268,6 +292,13 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
             f"{count(vals.get('pgdemote_kswapd')):>8} {count(vals.get('pgdemote_direct')):>8} "
             f"{count(_other_demotions(vals)):>7}"
         )
+    return lines
+
+
+def _system_lines(s: Sample, r: Optional[Rates], width: int) -> List[str]:
+    """The expected bandwidths, the traffic to and from CXL, the system's counters, DAMON's
+    migrations and the nodes' memory failures."""
+    lines: List[str] = []
     described = [n for n in s.nodes if n.hmat is not None]
     if described:
         lines += _wrap(
@@ -306,7 +337,7 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         )
     if damon_migrates(s):
         moved = damon_migrated(s, r)
-        per = "" if first else "/s"
+        per = "" if r is None else "/s"
         lines += _wrap(
             f"DAMON migrated: hot {size(moved.get('migrate_hot'))}{per}, cold {size(moved.get('migrate_cold'))}{per} "
             "(counted in pgmigrate_*, not in promoted/demoted)",
@@ -323,6 +354,12 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
                 width,
                 "",
             )
+    return lines
+
+
+def _notes_lines(s: Sample, width: int) -> List[str]:
+    """What could not be read, what this kernel lacks, why there are no cgroup figures."""
+    lines: List[str] = []
     unread = [f"node{n.id}/vmstat" for n in s.nodes if not n.vmstat.readable]
     unread += [] if s.system.readable else [paths.PROC_VMSTAT]
     if unread:
@@ -333,6 +370,12 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
     if s.cgroups_unavailable:
         lines += _wrap(s.cgroups_unavailable, width, "")
+    return lines
+
+
+def _owner_lines(s: Sample, r: Optional[Rates], width: int) -> List[str]:
+    """One line per cgroup, process and DAMON scheme asked for."""
+    lines: List[str] = []
     for c in s.cgroups:
         vals = dict(c.stat.values) if r is None else (r.cgroups.get(c.name) or {})
         where = " ".join(f"N{k}={size(v)}" for k, v in _per_node(c.bytes_per_node).items()) or "no memory.numa_stat"
@@ -354,11 +397,8 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
         lines += _wrap(
             f"damon {d.kdamond}/{d.context}/{d.scheme} ({clean(d.state or '?')}) "
             f"{clean(d.action or '?')}{to}: applied {size(stats.get('sz_applied'))}"
-            f"{'' if first else '/s'} of {size(stats.get('sz_tried'))} tried, quota hit {count(stats.get('qt_exceeds'))}",
+            f"{'' if r is None else '/s'} of {size(stats.get('sz_tried'))} tried, quota hit {count(stats.get('qt_exceeds'))}",
             width,
             "",
         )
-    for v in verdicts:
-        lines += _wrap(f"! {v.id}: {v.message}", width, "")
-        lines += _wrap(f"fix: {v.fix}", width, "  ")
-    return "\n".join(lines)
+    return lines

@@ -423,6 +423,38 @@ def top_pids(r: Reader, n: int) -> List[int]:
     return [pid for _, pid in rss[:n]]
 
 
+def _largest(
+    r: Reader,
+    extra: List[int],
+    t0: float,
+    budget_s: Optional[float],
+    cache: Optional[Dict[int, Tuple[float, ProcessSample]]],
+    max_age: float,
+    notes: List[str],
+) -> List[ProcessSample]:
+    """The ``extra`` processes (the largest by RSS) read within ``budget_s``, from ``cache`` when
+    read less than ``max_age`` seconds before ``t0``; the cache then holds exactly them."""
+    procs: List[ProcessSample] = []
+    start = time.monotonic()
+    for i, pid in enumerate(extra):
+        if budget_s is not None and time.monotonic() - start > budget_s:
+            notes.append(f"read {i} of the {len(extra)} largest processes within {budget_s:g} s; the rest left out")
+            break
+        hit = cache.get(pid) if cache is not None else None
+        if hit is not None and t0 - hit[0] < max_age:
+            procs.append(hit[1])
+            continue
+        p = read_process(r, pid)
+        if p.maps is not None:  # a process that exited in between is left out
+            procs.append(p)
+            if cache is not None:
+                cache[pid] = (t0, p)
+    if cache is not None:
+        for gone in set(cache) - set(extra):
+            del cache[gone]
+    return procs
+
+
 def read_sample(
     r: Reader,
     kinds: Dict[int, NodeInfo],
@@ -473,28 +505,9 @@ def read_sample(
     for c in cg_samples:
         if not c.readable:
             notes.append(f"cgroup {c.name}: no memory.numa_stat (is the memory controller enabled for it?)")
-    procs: List[ProcessSample] = []
-    for pid in pids:
-        procs.append(read_process(r, pid, policy=True))
+    procs = [read_process(r, pid, policy=True) for pid in pids]
     listed = (list(ranked)[:top] if ranked is not None else top_pids(r, top)) if top else []
-    extra = [p for p in listed if p not in set(pids)]
-    start = time.monotonic()
-    for i, pid in enumerate(extra):
-        if budget_s is not None and time.monotonic() - start > budget_s:
-            notes.append(f"read {i} of the {len(extra)} largest processes within {budget_s:g} s; the rest left out")
-            break
-        hit = cache.get(pid) if cache is not None else None
-        if hit is not None and t0 - hit[0] < max_age:
-            procs.append(hit[1])
-            continue
-        p = read_process(r, pid)
-        if p.maps is not None:  # a process that exited in between is left out
-            procs.append(p)
-            if cache is not None:
-                cache[pid] = (t0, p)
-    if cache is not None:
-        for gone in set(cache) - set(extra):
-            del cache[gone]
+    procs += _largest(r, [p for p in listed if p not in set(pids)], t0, budget_s, cache, max_age, notes)
     bw = cxl_bandwidth(kinds)
     return Sample(
         time=t0,

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from cxlctl.term import clean
+
 from .rates import Rates, demote_sum
 from .report import MB, count, cxl_traffic, mbps, size
 from .sample import Sample
-from .verdicts import Verdict, clean
+from .verdicts import Verdict
 
 if TYPE_CHECKING:
     from cxlctl.model import NodeKind

@@ -33,10 +33,11 @@ The verdicts, by id:
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl.hostio import paths
 from cxlctl.parse import PAGE_SIZE, format_size
+from cxlctl.term import clean
 
 from .rates import Rates, damon_migrated, damon_migrates, demote_sum
 from .sample import NodeSample, Sample
@@ -60,7 +61,7 @@ KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
 
 class Verdict(NamedTuple):
     id: str
-    severity: str  # warning | info
+    severity: Literal["warning", "info"]
     message: str
     fix: str
 
@@ -237,13 +238,6 @@ def _is_kv_file(path: str) -> bool:
 
 #: policies that place every page on the named nodes (interleave modes share pages with DRAM by design)
 PLACING_MODES = ("bind", "preferred", "preferred-many")
-
-
-def clean(text: str) -> str:
-    """Text from the host (a process' comm, a cgroup name) with control characters shown as '?':
-    a name must not move the cursor or change colours of the terminal reading it.
-    Here, not in the report, because a verdict quotes host text too (a /dev/shm name)."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:

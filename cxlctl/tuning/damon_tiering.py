@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon import tree as t
 from cxlctl.damon.sysfs import TUNER_SINCE, DamonCaps, DamonState
@@ -280,7 +280,7 @@ def _dur(us: int) -> str:
 
 
 class SchemeLayout(NamedTuple):
-    action: str  # migrate_cold | migrate_hot
+    action: Literal["migrate_cold", "migrate_hot"]
     target_nid: int
     nr_accesses: Tuple[int, int]
     age: Tuple[int, int]
@@ -293,10 +293,14 @@ class SchemeLayout(NamedTuple):
     weighted_by: str = ""  # what the weights are: "write bandwidth (HMAT/CDAT access1)", "online capacity"
 
 
+#: the memory a kdamond watches: DRAM (cold pages leave) or CXL (hot pages come back)
+SourceKind = Literal["dram", "cxl"]
+
+
 class KdamondLayout(NamedTuple):
     id: int
     node: int
-    kind: str  # dram | cxl
+    kind: SourceKind
     regions: Tuple[Tuple[int, int], ...]
     scheme: SchemeLayout
 
@@ -405,7 +409,8 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
     max_acc = spec.aggr_us // spec.sample_us
     cold_age = max(1, spec.cold_age_us // spec.aggr_us)
     out: List[KdamondLayout] = []
-    for src, kind in [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]:
+    sources: List[Tuple[Node, SourceKind]] = [(n, "dram") for n in dram] + [(n, "cxl") for n in cxl]
+    for src, kind in sources:
         dest = nearest(src, cxl if kind == "dram" else dram, [n.id for n in inv.nodes])
         regions = node_ranges(inv, src)
         if dest is None:
@@ -469,7 +474,6 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
     """
     kd = t.kdamond(k.id)
     c = t.context(k.id, 0)
-    s = t.scheme(k.id, 0, 0)
     name = f"damon.kdamond{k.id}"
     out: List[Tuple[str, str, str]] = [
         (t.count(kd, t.LIST_CONTEXTS), "1", f"{name}.nr_contexts"),
@@ -489,9 +493,16 @@ def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
             (t.at(r, t.START), str(start), f"{name}.region{i}.start"),
             (t.at(r, t.END), str(end), f"{name}.region{i}.end"),
         ]
+    return out + _scheme_files(k, spec, c, f"{name}.scheme0")
+
+
+def _scheme_files(k: KdamondLayout, spec: DamonSpec, c: str, sn: str) -> List[Tuple[str, str, str]]:
+    """:func:`files` of the kdamond's one scheme (``sn`` its display name): its count, action and
+    destinations, access pattern and quota, then its goals, watermarks and filters."""
+    s = t.scheme(k.id, 0, 0)
     sc = k.scheme
-    sn = f"{name}.scheme0"
-    out += [
+    name = sn.rpartition(".")[0]
+    out: List[Tuple[str, str, str]] = [
         (t.count(c, t.LIST_SCHEMES), "1", f"{name}.nr_schemes"),
         (t.at(s, t.ACTION), sc.action, f"{sn}.action"),
         (t.at(s, t.TARGET_NID), str(sc.target_nid), f"{sn}.target_nid"),

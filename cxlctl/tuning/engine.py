@@ -94,8 +94,19 @@ def apply(
 # ---------------------------------------------------------------------------- verify
 
 
-def verify(host: Host, ref: Optional[str] = None) -> VerifyResult:
-    """Compare the host with the applied journal, or with profile ``ref`` when given."""
+def verify(host: Host, ref: Optional[str] = None, wait: Optional[float] = None) -> VerifyResult:
+    """Compare the host with the applied journal, or with profile ``ref`` when given.
+
+    Under the tuning lock's shared side: a revert or apply running beside it is
+    seen whole or not at all, never as "drift" of the knobs it has not reached
+    yet (the 1,000-round concurrency bench met exactly that).  ``wait``: how long
+    to wait for a writer (default ``CXLCTL_LOCK_WAIT``); then :class:`Locked`.
+    """
+    with TuneLock(host.root, wait, shared=True):
+        return _verify(host, ref)
+
+
+def _verify(host: Host, ref: Optional[str]) -> VerifyResult:
     if ref is not None:
         prep = prepare(host, ref, switching=False)
         checks = [_check_step(s) for s in prep.plan.steps]

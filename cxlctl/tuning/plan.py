@@ -11,8 +11,9 @@ it) or ``skip`` (cannot be computed here, e.g. weights without bandwidth data).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
+from cxlctl.damon.sysfs import DamonState
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
@@ -26,6 +27,10 @@ from .weights import cxl_write_bandwidth, divide_gcd, node_bandwidth, ratio_weig
 Restore = Mapping[str, Tuple[str, Optional[str]]]
 
 
+#: what applying a step does (a tag: mypy rejects a compare with a word it never holds)
+Action = Literal["set", "noop", "restore", "unsupported", "skip"]
+
+
 class Step(NamedTuple):
     knob: str
     setting: str  # display name (the knob, or weighted_interleave.nodeN / .auto)
@@ -33,7 +38,7 @@ class Step(NamedTuple):
     current: Optional[str]  # canonical current value (raw text if unparsable); None = absent
     desired: Optional[str]  # canonical value wanted; None for unsupported/skip
     write: Optional[str]  # exact text to write; None = nothing to write
-    action: str  # set | noop | restore | unsupported | skip
+    action: Action
     reason: str
     reversible: bool
     origin: str  # profile file that asked for it
@@ -103,7 +108,7 @@ def _scalar(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, rest
 def _profile_step(
     knob: Knob,
     s: Setting,
-    action: str,
+    action: Action,
     current: Optional[str],
     desired: Optional[str],
     write: Optional[str],
@@ -166,7 +171,13 @@ class _WIPlanner:
         self.kinds = {n.id: n.kind for n in inv.nodes}
 
     def step(
-        self, setting: str, path: str, desired: Optional[str], s: Setting, note: str = "", action: Optional[str] = None
+        self,
+        setting: str,
+        path: str,
+        desired: Optional[str],
+        s: Setting,
+        note: str = "",
+        action: Optional[Action] = None,
     ) -> Step:
         raw = self.cur.get(path)
         current = _canon(self.knob, raw)
@@ -233,7 +244,7 @@ class _WIPlanner:
     def skipped(self, s: Setting, why: str) -> List[Step]:
         return [self._whole(s, "skip", why)]
 
-    def _whole(self, s: Setting, action: str, why: str) -> Step:
+    def _whole(self, s: Setting, action: Action, why: str) -> Step:
         return _profile_step(self.knob, s, action, None, None, None, why)
 
     def by_ratio(self, spec: WISpec, chosen: List[int], cxl: List[int]) -> Tuple[Optional[Dict[int, int]], str]:
@@ -438,7 +449,7 @@ def _damon_step(
     current: Optional[str],
     desired: Optional[str],
     write: Optional[str],
-    action: str,
+    action: Action,
     s: Setting,
     note: str = "",
 ) -> Step:
@@ -458,7 +469,8 @@ def _damon_restore(cur: Current, restore: Restore) -> DamonPlan:
         saved.append(("damon", path))
         now, want = raw.strip(), original.strip()
         setting = "damon.nr_kdamonds" if path == damon.NR_KDAMONDS else "damon.kdamond" + path.split("/")[-2] + ".state"
-        action, write = ("noop", None) if now == want else ("restore", original)
+        action: Action = "noop" if now == want else "restore"
+        write = None if now == want else original
         # a state file goes away with nr_kdamonds: nothing to read back afterwards
         desired = None if path != damon.NR_KDAMONDS else want
         note = "stopped, then removed by nr_kdamonds" if desired is None else ""
@@ -494,37 +506,7 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         return skip("no CXL memory node is online: nothing to tier DRAM with")
     if not kds:
         return skip("no DRAM/CXL node pair with online memory blocks to monitor")
-    refusals = []
-    other = damon.others(state, mine)
-    if other:
-        refusals.append(
-            "DAMON is already in use through sysfs by another tool (damo, a script): "
-            + "; ".join(other)
-            + ". cxlctl never touches it: adding a kdamond means writing nr_kdamonds, which re-creates every "
-            "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
-            "out of the profile"
-        )
-    exclusive = damon.exclusive_kdamonds(state)
-    if exclusive:
-        # the kernel itself refuses: DAMON_STAT starts its kdamond exclusively, and while it runs
-        # every other kdamond's state=on fails with EBUSY (seen on Debian's 7.3.4, which starts it
-        # at boot); --beside-other-damon cannot change that
-        refusals.append(
-            f"DAMON module(s) run kdamonds of their own: {', '.join(exclusive)}. The kernel starts a module's "
-            "kdamond exclusively: while it runs, it starts no other kdamond (EBUSY), cxlctl's included. "
-            "Stop it first: "
-            + "; ".join(f"echo N > /sys/module/{m}/parameters/enabled" for m in damon.exclusive_names(state))
-            + " (DAMON_STAT, which kernels built with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start at boot, stays off "
-            "with damon_stat.enabled=N on the kernel command line), or leave [damon] out of the profile"
-        )
-    mods = damon.module_kdamonds(state)
-    if mods and not spec.beside_other_damon:
-        refusals.append(
-            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
-            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
-        )
-    elif mods:
-        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    refusals = _damon_refusals(state, mine, spec, warnings)
     n = len(kds)
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
@@ -562,6 +544,55 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
             desc + ("; " + "; ".join(extra) if extra else ""),
         )
     )
+    more, saved, baseline = _damon_files(kds, spec, s, cur, recreate)
+    saved += _old_files(cur, restore, saved)
+    return DamonPlan(steps + more, saved, baseline, warnings, [])
+
+
+def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpec, warnings: List[str]) -> List[str]:
+    """Why cxlctl's kdamonds may not run beside the ones it finds (another tool's; DAMON_STAT's,
+    which the kernel itself refuses; another module's, unless asked); what it runs beside goes to
+    ``warnings``."""
+    refusals = []
+    other = damon.others(state, mine)
+    if other:
+        refusals.append(
+            "DAMON is already in use through sysfs by another tool (damo, a script): "
+            + "; ".join(other)
+            + ". cxlctl never touches it: adding a kdamond means writing nr_kdamonds, which re-creates every "
+            "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
+            "out of the profile"
+        )
+    exclusive = damon.exclusive_kdamonds(state)
+    if exclusive:
+        # the kernel itself refuses: DAMON_STAT starts its kdamond exclusively, and while it runs
+        # every other kdamond's state=on fails with EBUSY (seen on Debian's 7.3.4, which starts it
+        # at boot); --beside-other-damon cannot change that
+        refusals.append(
+            f"DAMON module(s) run kdamonds of their own: {', '.join(exclusive)}. The kernel starts a module's "
+            "kdamond exclusively: while it runs, it starts no other kdamond (EBUSY), cxlctl's included. "
+            "Stop it first: "
+            + "; ".join(f"echo N > /sys/module/{m}/parameters/enabled" for m in damon.exclusive_names(state))
+            + " (DAMON_STAT, which kernels built with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start at boot, stays off "
+            "with damon_stat.enabled=N on the kernel command line), or leave [damon] out of the profile"
+        )
+    mods = damon.module_kdamonds(state)
+    if mods and not spec.beside_other_damon:
+        refusals.append(
+            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
+            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
+        )
+    elif mods:
+        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
+    return refusals
+
+
+def _damon_files(
+    kds: List[damon.KdamondLayout], spec: damon.DamonSpec, s: Setting, cur: Current, recreate: bool
+) -> Tuple[List[Step], List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """(steps, saved, baseline) of every kdamond's member files, then of their states: a file
+    already holding its value is a noop, a running kdamond whose files change is committed."""
+    steps: List[Step] = []
     member_paths: List[str] = []
     changed = {k.id: recreate for k in kds}
     for k in kds:
@@ -588,9 +619,8 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         else:
             steps.append(_damon_step(f"damon.kdamond{k.id}.state", path, current, "on", "on\n", "set", s))
     saved = [("damon", p) for p in states + [damon.NR_KDAMONDS] + member_paths]
-    saved += _old_files(cur, restore, saved)
     baseline = [(p, "off\n") for p in states if recreate or cur.get(p) is None]
-    return DamonPlan(steps, saved, baseline, warnings, [])
+    return steps, saved, baseline
 
 
 def _old_files(cur: Current, restore: Restore, saved: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
