@@ -40,14 +40,21 @@ def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) 
 
     Not generated source as ``collections.namedtuple`` makes (one ``exec``, that is one
     compile, per class: half of the model's import time, bench/README.md): one generic
-    function, a little slower to call with keywords (~2 us against ~0.8 us) -- a scan
-    builds ~100 records, and a class is built at every start-up of every command.
+    function, a little slower to call with keywords (~2 us against ~0.8 us) -- a
+    ``status`` builds ~90 records, and a class is built at every start-up of every
+    command.  A class built more than :data:`COMPILE_AFTER` times in one process (a
+    1,000-memdev scan, the daemon's reconciles) then gets the generated one
+    (:func:`_compiled`), once.
     """
     n = len(fields)
     required = n - len(defaults)
     index = {f: i for i, f in enumerate(fields)}
+    calls = [0]
 
     def __new__(_cls: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == COMPILE_AFTER and vars(_cls).get("__new__") is not None:
+            _cls.__new__ = staticmethod(_compiled(name, fields, defaults))  # the calls after this one
         k = len(args)
         if not kwargs:
             if k == n:
@@ -75,6 +82,20 @@ def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) 
     return __new__
 
 
+def _compiled(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
+    """``__new__`` as ``collections.namedtuple`` generates it: construction at C-call speed."""
+    params = ", ".join(fields)
+    code = f"def __new__(_cls, {params}):\n    return _tuple_new(_cls, ({params}{',' if len(fields) == 1 else ''}))\n"
+    scope: Dict[str, Any] = {"_tuple_new": tuple.__new__}
+    exec(code, scope)
+    new = scope["__new__"]
+    new.__defaults__ = defaults or None
+    new.__qualname__ = f"{name}.__new__"
+    return new
+
+
+#: constructions of one record class after which it gets the generated ``__new__``
+COMPILE_AFTER = 64
 _MISSING = object()
 _tuple_new = tuple.__new__
 

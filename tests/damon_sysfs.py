@@ -35,6 +35,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 from typing import Any, Callable, Dict, Optional
 
 from cxlctl.hostio import write as hw
@@ -266,3 +267,24 @@ def main_with_model(root: str, argv: list) -> int:  # type: ignore[type-arg]
     from cxlctl.cli import run
 
     return run(argv)
+
+
+def kill_damon_apply_at(root: str, k: int, grow: str) -> None:
+    """``inference-damon`` committed in a process of its own (this stand-in installed there too) on
+    the inventory that ``grow`` (``module:function`` of a test module: a second CXL node, say) makes
+    of the tree's scan, SIGKILLed after ``k`` writes."""
+    from tests.tune_support import kill_at_pause
+
+    module, fn = grow.split(":")
+    code = (
+        "from tests.damon_sysfs import install\n"
+        "class _MP:\n"
+        "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
+        f"install(_MP(), {root!r})\n"
+        "from cxlctl.inventory import scan\n"
+        "from cxlctl.hostio.host import Host\n"
+        "from cxlctl.tuning.transaction import Transaction\n"
+        f"from {module} import {fn}\n"
+        f"Transaction(Host({root!r}), 'inference-damon', inventory={fn}(scan(Host({root!r})))).commit()\n"
+    )
+    kill_at_pause([sys.executable, "-c", code], k)

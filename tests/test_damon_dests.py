@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sys
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -31,7 +30,7 @@ from cxlctl.tuning import journal as jn
 from cxlctl.tuning.damon_tiering import validate
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
-from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
+from tests.tune_support import diff, journal, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
 TIERING = "linux-6.12/single-region-damon-tiering"
@@ -319,23 +318,6 @@ def test_stand_in_models_617_dests_as_the_kernel_does(tmp_path: Any, monkeypatch
     assert k0 is not None and [(x.node, x.weight) for x in k0.schemes[0].dests] == [(0, 0)]
 
 
-def _kill_apply_at(root: str, k: int) -> None:
-    """An apply with two CXL nodes in its own process (the 6.17 stand-in installed there too),
-    SIGKILLed after ``k`` writes."""
-    code = (
-        "from tests.damon_sysfs import install\n"
-        "class _MP:\n"
-        "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
-        f"install(_MP(), {root!r})\n"
-        "from cxlctl.inventory import scan\n"
-        "from cxlctl.hostio.host import Host\n"
-        "from cxlctl.tuning.transaction import Transaction\n"
-        "from tests.test_damon_dests import with_two_cxl\n"
-        f"Transaction(Host({root!r}), 'inference-damon', inventory=with_two_cxl(scan(Host({root!r})))).commit()\n"
-    )
-    kill_at_pause([sys.executable, "-c", code], k)
-
-
 def test_sigkill_amid_the_dests_writes_then_revert_restores(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
@@ -343,7 +325,7 @@ def test_sigkill_amid_the_dests_writes_then_revert_restores(tmp_path: Any, monke
     new = [i for i, s in enumerate(writes, 1) if ".nr_dests" in s.setting or ".dest" in s.setting]
     # after nr_dests (its children exist, still 0), mid-destinations, after the last weight
     for k in (new[0], new[2], new[-1]):
-        _kill_apply_at(root, k)
+        damon_sysfs.kill_damon_apply_at(root, k, "tests.test_damon_dests:with_two_cxl")
         assert journal(root).state == jn.APPLYING, k
         assert os.path.isdir(root + f"{ADMIN}/0/{S0}/dests/1"), k
         res = engine.revert(Host(root))

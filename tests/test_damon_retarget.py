@@ -14,7 +14,6 @@ the real kernel.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, List, Tuple
 
 import pytest
@@ -26,7 +25,7 @@ from cxlctl.tuning import engine
 from cxlctl.tuning import journal as jn
 from cxlctl.tuning.transaction import Transaction
 from tests import damon_sysfs
-from tests.tune_support import diff, journal, kill_at_pause, snapshot, work_copy
+from tests.tune_support import diff, journal, snapshot, work_copy
 
 IDLE = "linux-6.12/single-region-damon-idle"
 ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"
@@ -211,22 +210,6 @@ def test_distances_are_read_by_position_among_online_nodes(tmp_path: Any, monkey
     )
 
 
-def _kill_retarget_at(root: str, k: int) -> None:
-    """A re-target to two CXL nodes in its own process, SIGKILLed after ``k`` writes."""
-    code = (
-        "from tests.damon_sysfs import Model, install\n"
-        "class _MP:\n"
-        "    def setattr(self, obj, name, value): setattr(obj, name, value)\n"
-        f"install(_MP(), {root!r})\n"
-        "from cxlctl.inventory import scan\n"
-        "from cxlctl.hostio.host import Host\n"
-        "from cxlctl.tuning.transaction import Transaction\n"
-        "from tests.test_damon_retarget import with_second_cxl\n"
-        f"Transaction(Host({root!r}), 'inference-damon', inventory=with_second_cxl(scan(Host({root!r})))).commit()\n"
-    )
-    kill_at_pause([sys.executable, "-c", code], k)
-
-
 def test_sigkill_during_a_retarget_then_revert_restores_the_boot_state(tmp_path: Any, monkeypatch: Any) -> None:
     root = _tree(tmp_path, monkeypatch)
     before = snapshot(root)
@@ -235,7 +218,7 @@ def test_sigkill_during_a_retarget_then_revert_restores_the_boot_state(tmp_path:
     # after stopping one kdamond, after nr_kdamonds, mid-files, before the last start
     for k in (1, 3, 40, n - 1):
         assert engine.apply(Host(root), "inference-damon").ok
-        _kill_retarget_at(root, k)
+        damon_sysfs.kill_damon_apply_at(root, k, "tests.test_damon_retarget:with_second_cxl")
         assert journal(root).state == jn.APPLYING, k
         res = engine.revert(Host(root))
         assert res.ok, (k, res.errors)

@@ -61,3 +61,29 @@ def test_field_order_and_defaults_come_from_the_annotations() -> None:
         class Bad(Record):  # a default before a field without one
             a: Optional[int] = None
             b: int
+
+
+def test_a_class_built_often_gets_the_generated_constructor_and_builds_the_same() -> None:
+    """The generic ``__new__`` (no compile at import) hands over to namedtuple's generated one after
+    ``COMPILE_AFTER`` constructions of a class: the same records either way, the same refusals."""
+    from cxlctl import namedrecord
+    from cxlctl.namedrecord import NamedTuple
+
+    class Often(NamedTuple):
+        a: int
+        b: str = "x"
+
+    def some() -> Any:
+        return [Often(1), Often(1, "y"), Often(a=2), Often(b="z", a=3)]
+
+    first = some()
+    generic = Often.__new__
+    for _ in range(namedrecord.COMPILE_AFTER):
+        Often(0)
+    assert Often.__new__ is not generic
+    assert some() == first == [(1, "x"), (1, "y"), (2, "x"), (3, "z")]
+    bad: Any = Often
+    with pytest.raises(TypeError):
+        bad()
+    with pytest.raises(TypeError):
+        bad(1, c=2)
