@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -96,7 +97,11 @@ class Scraper:
 
     def close(self) -> None:
         self.stdin.close()
-        self.p.wait(timeout=30)
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
         self.stdout.close()
 
 
@@ -178,8 +183,11 @@ def soak(
         )
         assert sum(per_stream[name].values()) == len(lines), name  # one event per recorded line
     mp = _Patch()
-    with tempfile.TemporaryDirectory(prefix="cxlctl-soak-") as d:
+    # undone in reverse order, also when a check fails (the CI slice runs in pytest's process)
+    with contextlib.ExitStack() as undo:
+        d = undo.enter_context(tempfile.TemporaryDirectory(prefix="cxlctl-soak-"))
         root = work_tree(nor, os.path.join(d, "t"))
+        undo.callback(mp.undo)
         damon_sysfs.install(mp, root)
         from cxlctl.daemon.ras import INSTANCE
 
@@ -193,10 +201,13 @@ def soak(
             nfd={"enabled": False},
         )
         daemon, fac, _cap = make_daemon(root, cfg)
+        undo.callback(daemon.close)
         daemon.startup()
         assert daemon.server is not None and daemon.ras is not None and daemon.ras.stats.up, _cap.lines
         ras_w = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        undo.callback(os.close, ras_w)
         scraper = Scraper(daemon.server.address)
+        undo.callback(scraper.close)
 
         def done() -> int:
             return sum(daemon.stats.reconciles.values())
@@ -290,10 +301,6 @@ def soak(
         jsize = os.path.getsize(root + jn.JOURNAL)
         state1 = _state_bytes(root)
         j = jn.load(Host(root))
-        scraper.close()
-        os.close(ras_w)
-        daemon.close()
-        mp.undo()
     counted = sent - warm * per_round
     return {
         "events_sent": sent,

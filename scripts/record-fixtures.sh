@@ -28,7 +28,7 @@ command_of() {  # $1 = set: the command line it runs (OPTIONS appended by the ca
     telemetry) echo "$PY -m tests.vm.record_telemetry_fixtures" ;;
     ras) echo "$PY -m tests.vm.record_ras_events" ;;
     fleet) echo "$PY -m tests.vm.record_fleet" ;;
-    damon) echo "env CXLCTL_RECORD_DAMON_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_damon.py" ;;
+    damon) echo "env CXLCTL_RECORD_DAMON_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_damon.py tests/vm/test_vm_linux7.py::test_7x_single_damon_tiering" ;;
     doctor) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_doctor.py" ;;
     hmat) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_hmat.py" ;;
     *) return 1 ;;

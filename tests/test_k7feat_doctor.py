@@ -61,19 +61,28 @@ def test_damon_stat_is_explained_not_failed(tmp_path: Any) -> None:
     _damon_stat(root)
     c = _one(_checks(root), "kernel.damon.damon_stat")
     assert c.result == "note" and "pid 412" in c.message and "migrates nothing" in c.message
+    # what a 7.3.4 guest showed: the kernel starts no other kdamond beside it (EBUSY)
+    assert "no other kdamond starts (EBUSY)" in c.message
+    assert "echo N > " in c.fix and "damon_stat.enabled=N" in c.fix
     assert c.evidence[1].value == "412"
 
 
-def test_damon_tiering_runs_beside_damon_stat_and_says_so(tmp_path: Any, monkeypatch: Any) -> None:
+def test_damon_tiering_is_refused_beside_damon_stat_with_the_fix(tmp_path: Any, monkeypatch: Any) -> None:
+    """The kernel starts a DAMON module's kdamond exclusively (state=on of a sysfs kdamond got EBUSY
+    in the 7.3.4 guest while DAMON_STAT ran): the plan refuses up front, naming the file that stops it."""
     from tests.test_tune_damon import _tree
 
     root = _tree("linux-6.12/single-region-damon-idle", tmp_path, monkeypatch)
     _damon_stat(root)
     p = engine.prepare(Host(root), "inference-damon").plan
-    assert not p.refusals, p.refusals
-    assert any("damon_stat (kdamond pid 412) runs a monitoring-only kdamond" in w for w in p.warnings), p.warnings
-    r = cli("--root", root, "tune", "plan", "inference-damon", env={"COLUMNS": "200"})
-    assert r.returncode == 0 and "monitoring-only kdamond" in r.stdout
+    (why,) = p.refusals
+    assert "damon_stat (kdamond pid 412)" in why and "(EBUSY)" in why
+    assert "echo N > /sys/module/damon_stat/parameters/enabled" in why
+    r = cli("--root", root, "tune", "apply", "inference-damon", env={"COLUMNS": "200"})
+    assert r.returncode == 2 and "refused; nothing was changed" in r.stderr and "Traceback" not in r.stderr
+    _write(root, "sys/module/damon_stat/parameters/enabled", "N\n")
+    _write(root, "sys/module/damon_stat/parameters/kdamond_pid", "-1\n")
+    assert not engine.prepare(Host(root), "inference-damon").plan.refusals
 
 
 def test_ras_features_not_built_is_a_note_never_a_failure(tmp_path: Any) -> None:

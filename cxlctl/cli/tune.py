@@ -117,7 +117,7 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 BESIDE_OPT = typer.Option(
     False,
     "--beside-other-damon",
-    help="Run the profile's DAMON kdamonds beside DAMON modules' (DAMON_RECLAIM/LRU_SORT/STAT) instead of refusing.",
+    help="Run the profile's DAMON kdamonds beside DAMON_RECLAIM/LRU_SORT instead of refusing (never beside DAMON_STAT: the kernel refuses).",
 )
 
 

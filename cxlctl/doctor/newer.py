@@ -5,7 +5,8 @@ Pure functions of :class:`~.model.Facts`, like the other layers.  Why each:
 * DAMON_STAT (6.17+; Debian's 7.x starts it at boot with
   ``CONFIG_DAMON_STAT_ENABLED_DEFAULT=y``) runs a kdamond outside DAMON sysfs.  An
   operator who sees a kdamond thread should learn that it only monitors, and that
-  cxlctl's DAMON tiering runs beside it;
+  the kernel starts it exclusively: no other kdamond (cxlctl's included) starts while it
+  runs (EBUSY, seen in a 7.3.4 guest);
 * the EDAC RAS features (scrub, ECS, memory repair), CXL Features and fwctl are
   optional builds; Debian's 7.3 leaves them out.  Their absence is "not built into
   this kernel", never a failure;
@@ -73,9 +74,11 @@ def check_damon_modules(f: Facts) -> List[Check]:
                     NOTE,
                     f"DAMON_STAT runs {thread} of its own, outside /sys/kernel/mm/damon/admin (kernels built with "
                     "CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start it at boot): it only monitors, to estimate memory "
-                    "idleness, and migrates nothing; cxlctl's DAMON tiering runs beside it",
+                    "idleness, and migrates nothing, but the kernel starts it exclusively: while it runs, no other "
+                    "kdamond starts (EBUSY), so cxlctl's DAMON tiering cannot start",
                     ev,
-                    f"nothing needed; to stop it: echo N > {_module_params(name, 'enabled')}",
+                    f"before a [damon] profile: echo N > {_module_params(name, 'enabled')} "
+                    "(damon_stat.enabled=N on the kernel command line keeps it off at boot)",
                 )
             )
         else:

@@ -434,8 +434,13 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
             if kind == "cxl" and spec.dram_used_goal_bp is not None:
                 goals.append(("node_mem_used_bp", spec.dram_used_goal_bp, dram_node.id))
         if kind == "cxl" and spec.hot_on_dram_bp is not None and "node_eligible_mem_bp" in caps.goal_metrics:
-            # the hot scheme's quota grows until this share of what it finds hot sits on DRAM
+            # the hot scheme's quota grows until this share of what it finds hot sits on DRAM.  The
+            # kernel measures that share over the context's own regions, so this kdamond watches the
+            # DRAM node too: over the CXL node alone the share reads 0 for ever and the quota never
+            # stops growing (a 7.3.4 guest: current_value 0 with 511 of 512 hot pages on DRAM).
+            # Hot pages already on DRAM are not moved (paddr skips folios on target_nid)
             goals.append(("node_eligible_mem_bp", spec.hot_on_dram_bp, dram_node.id))
+            regions = tuple(sorted(regions + node_ranges(inv, dram_node)))
         dests: Tuple[Tuple[int, int], ...] = ()
         by = ""
         if kind == "dram" and caps.dests and spec.multi_dest:
@@ -606,11 +611,6 @@ def others(state: DamonState, mine: Optional[int]) -> List[str]:
     return out
 
 
-#: DAMON modules whose kdamond only monitors (no scheme acts on memory): DAMON_STAT estimates idle
-#: memory for its parameters files, and Debian's 7.x starts it at boot (CONFIG_DAMON_STAT_ENABLED_DEFAULT)
-MONITOR_ONLY_MODULES = ("damon_stat",)
-
-
 def _module_name(m: Any) -> str:
     return f"{m.name} (kdamond pid {m.kdamond_pid})" if m.kdamond_pid else m.name
 
@@ -654,12 +654,24 @@ def goal_support(spec: DamonSpec, caps: DamonCaps) -> Tuple[List[str], List[str]
     return notes, list(dict.fromkeys(refusals))
 
 
+#: DAMON modules whose running kdamond the kernel lets no sysfs kdamond start beside: DAMON_STAT
+#: (Debian's 7.x starts it at boot) -- in a 7.3.4 guest, ``state=on`` of a sysfs kdamond failed with
+#: EBUSY while it ran (the module starts its kdamond exclusively).  DAMON_RECLAIM and DAMON_LRU_SORT
+#: are refused unless ``beside_other_damon`` says otherwise (their schemes act on memory)
+EXCLUSIVE_MODULES = ("damon_stat",)
+
+
+def exclusive_kdamonds(state: DamonState) -> List[str]:
+    """Running DAMON modules of :data:`EXCLUSIVE_MODULES`: no sysfs kdamond starts beside them."""
+    return [_module_name(m) for m in state.modules if m.running and m.name in EXCLUSIVE_MODULES]
+
+
+def exclusive_names(state: DamonState) -> List[str]:
+    """The module names of :func:`exclusive_kdamonds` (``damon_stat``), for the files that stop them."""
+    return [m.name for m in state.modules if m.running and m.name in EXCLUSIVE_MODULES]
+
+
 def module_kdamonds(state: DamonState) -> List[str]:
     """Running DAMON modules whose schemes act on memory (DAMON_RECLAIM pages out, DAMON_LRU_SORT
     reorders the LRU): they can work against cxlctl's migrations."""
-    return [_module_name(m) for m in state.modules if m.running and m.name not in MONITOR_ONLY_MODULES]
-
-
-def monitor_kdamonds(state: DamonState) -> List[str]:
-    """Running DAMON modules that only monitor (DAMON_STAT): nothing to refuse, but worth saying."""
-    return [_module_name(m) for m in state.modules if m.running and m.name in MONITOR_ONLY_MODULES]
+    return [_module_name(m) for m in state.modules if m.running and m.name not in EXCLUSIVE_MODULES]

@@ -186,7 +186,7 @@ def revert(host: Host, *, wait: Optional[float] = None) -> RevertResult:
             progress.status[e.path] = "unchanged"
             if e.knob not in knobs:
                 knobs.append(e.knob)
-        failures = restore_files(host, entries, knobs, "original", progress)
+        failures = restore_files(host, entries, knobs, "original", progress, messages)
         removed, perr = restore_persist(host, j.persist)
         failures += perr
         final = progress.entries(entries)

@@ -550,8 +550,9 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
 
 
 def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpec, warnings: List[str]) -> List[str]:
-    """Why cxlctl's kdamonds may not run beside the ones it finds (another tool's; a module's,
-    unless asked); what it runs beside goes to ``warnings``."""
+    """Why cxlctl's kdamonds may not run beside the ones it finds (another tool's; DAMON_STAT's,
+    which the kernel itself refuses; another module's, unless asked); what it runs beside goes to
+    ``warnings``."""
     refusals = []
     other = damon.others(state, mine)
     if other:
@@ -562,6 +563,19 @@ def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpe
             "kdamond directory (and fails while one runs). Stop it first (e.g. `damo stop`), or leave [damon] "
             "out of the profile"
         )
+    exclusive = damon.exclusive_kdamonds(state)
+    if exclusive:
+        # the kernel itself refuses: DAMON_STAT starts its kdamond exclusively, and while it runs
+        # every other kdamond's state=on fails with EBUSY (seen on Debian's 7.3.4, which starts it
+        # at boot); --beside-other-damon cannot change that
+        refusals.append(
+            f"DAMON module(s) run kdamonds of their own: {', '.join(exclusive)}. The kernel starts a module's "
+            "kdamond exclusively: while it runs, it starts no other kdamond (EBUSY), cxlctl's included. "
+            "Stop it first: "
+            + "; ".join(f"echo N > /sys/module/{m}/parameters/enabled" for m in damon.exclusive_names(state))
+            + " (DAMON_STAT, which kernels built with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start at boot, stays off "
+            "with damon_stat.enabled=N on the kernel command line), or leave [damon] out of the profile"
+        )
     mods = damon.module_kdamonds(state)
     if mods and not spec.beside_other_damon:
         refusals.append(
@@ -570,11 +584,6 @@ def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpe
         )
     elif mods:
         warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
-    for mon in damon.monitor_kdamonds(state):
-        warnings.append(
-            f"damon: {mon} runs a monitoring-only kdamond (DAMON_STAT, started at boot on kernels built with "
-            "CONFIG_DAMON_STAT_ENABLED_DEFAULT); it migrates nothing, so cxlctl's kdamonds run beside it"
-        )
     return refusals
 
 

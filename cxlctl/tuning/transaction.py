@@ -28,6 +28,7 @@ alone, for a try whose waiting process was killed.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from typing import Dict, List, Optional, Set, Tuple, Union
@@ -48,7 +49,7 @@ from cxlctl.progress import ProgressFn, tick
 from . import journal as jn
 from .conflicts import find, our_keys
 from .journal import Entry, Journal, Trial
-from .knobs import BY_NAME, Current, read_current
+from .knobs import BY_NAME, WI_AUTO_NAMES, Current, read_current
 from .plan import Plan, Restore, Step
 from .plan import plan as make_plan
 from .profile import Profile, beside_other_damon, load, with_beside_other_damon
@@ -175,11 +176,39 @@ class Progress:
         return tuple(e._replace(status=self.status.get(e.path, e.status)) for e in entries)
 
 
-def restore_files(host: Host, entries: List[Entry], knobs: List[str], target: str, progress: Progress) -> List[str]:
+#: what the kernel says when weighted interleave's ``auto`` is switched on without bandwidth figures
+AUTO_WITHOUT_FIGURES = (
+    "the kernel refuses to switch weighted_interleave.auto back on (ENODEV: it has no bandwidth figures, "
+    "no HMAT/CDAT, for its nodes; Linux 6.16+ reads auto as true at boot all the same), so auto stays false; "
+    "the weights are back at their saved values, which are what auto mode gave"
+)
+
+
+def _auto_without_figures(e: Entry, want: str, err: KnobError) -> bool:
+    """Restoring ``auto = true`` refused with ENODEV: the kernel cannot re-enter auto mode (no figures)."""
+    name = e.path.rsplit("/", 1)[-1]
+    return (
+        e.knob == "weighted_interleave"
+        and name in WI_AUTO_NAMES
+        and canon(e.knob, want) in ("true", "1")
+        and err.errno == errno.ENODEV
+    )
+
+
+def restore_files(
+    host: Host,
+    entries: List[Entry],
+    knobs: List[str],
+    target: str,
+    progress: Progress,
+    notes: Optional[List[str]] = None,
+) -> List[str]:
     """Put every file of ``knobs`` (in reverse knob order) back to ``target`` (prior|original).
 
     Within a knob, files go in the registry's file order (weights before ``auto``).
-    Only files whose text differs are written; each write is read back.
+    Only files whose text differs are written; each write is read back.  One refusal is
+    not a failure: ``auto = true`` on a kernel without bandwidth figures (ENODEV), where auto
+    mode cannot be entered again once a weight was written; ``notes`` gets why.
     """
     failures: List[str] = []
     r = host.reread()  # after this command's writes (DAMON's re-create directories): no handle kept from before
@@ -203,6 +232,11 @@ def restore_files(host: Host, entries: List[Entry], knobs: List[str], target: st
             try:
                 write_with_retry(host.root, e.path, want)
             except KnobError as err:
+                if _auto_without_figures(e, want, err):
+                    progress.status[e.path] = "unchanged"
+                    if notes is not None:
+                        notes.append(AUTO_WITHOUT_FIGURES)
+                    continue
                 progress.fail(e.path, "restore-failed", f"{err.kind}: {err.reason}")
                 failures.append(f"{e.setting}: {err.kind}: {err.reason}")
                 continue

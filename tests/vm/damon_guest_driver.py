@@ -1,7 +1,9 @@
 """Guest side of tests/vm/test_vm_damon.py: ``$PY damon_guest_driver.py MODE TOOLS`` inside the VM.
 
-MODE ``full`` (6.12, a CXL node online):
+MODE ``full`` (6.12 and 7.x, a CXL node online):
 
+0. (7.x) DAMON_STAT runs from boot: ``tune plan inference-damon`` refuses beside it, naming the
+   fix; the driver stops it that way and starts it again at the end;
 1. record DAMON's sysfs with no kdamond (``single-region-damon-idle``);
 2. start a kdamond by hand the way damo or a script would (paddr, one ``stat``
    scheme), record it (``single-region-damon-running``), and check that cxlctl
@@ -12,7 +14,11 @@ MODE ``full`` (6.12, a CXL node online):
    to anonymous pages), verify, poll the helpers' ``numa_maps`` until the pages
    moved (or a deadline), ``tune status``; record ``single-region-damon-tiering``;
 5. stop cxlctl's kdamond 0 by hand → ``tune verify`` reports drift; ``tune revert``
-   → no kdamond left, the sysctls back at their boot values.
+   → no kdamond left, the sysctls back at their boot values;
+6. plan and apply ``vm-damon-goals`` (``hot_on_dram``, 7.2+): refused on a kernel without the
+   metric (exit 2, nothing written), reverted where it applied.
+
+MODE ``goals`` (7.x): see :func:`goals`.
 
 MODE ``old`` (6.1): record ``single-noregion-damon``; plan/apply inference-damon
 (DAMON reported unavailable, the rest applies); revert.
@@ -81,7 +87,12 @@ def get(path: str) -> str:
 
 
 def snap(name: str) -> None:
-    """``cxlctl record`` onto the guest's tmpfs, then one copy to $OUT (9p is slow under TCG)."""
+    """``cxlctl record`` onto the guest's tmpfs, then one copy to $OUT (9p is slow under TCG).
+
+    Only when recording (``CXLCTL_RECORD_DAMON_FIXTURES=1``, passed in by the test's script): a
+    record costs about a minute under TCG, three per boot."""
+    if os.environ.get("CXLCTL_RECORD_DAMON_FIXTURES") != "1":
+        return
     tmp = f"/tmp/damon-record/{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.dirname(tmp), exist_ok=True)
@@ -119,6 +130,21 @@ def numa_maps(pid: int) -> str:
             return f.read()
     except OSError as e:
         return f"ERR {e.strerror}"
+
+
+DAMON_STAT = "/sys/module/damon_stat/parameters/enabled"
+
+
+def stop_damon_stat() -> bool:
+    """Debian's 7.x starts DAMON_STAT at boot, and the kernel starts no other kdamond beside it
+    (EBUSY): record what cxlctl's plan says about it, then stop it as the plan says to.  True if
+    it ran (the caller starts it again at the end)."""
+    if get(DAMON_STAT) != "Y":
+        return False
+    cx("damon-stat-plan", "tune", "plan", "inference-damon", "--json")
+    put(DAMON_STAT, "N")
+    log(f"DAMON_STAT stopped: enabled={get(DAMON_STAT)}")
+    return True
 
 
 def foreign_kdamond() -> None:
@@ -172,6 +198,7 @@ def full() -> None:
     readback("boot")
     snap("single-region-damon-idle")
     cx("recommend", "tune", "recommend", "--json")
+    had_stat = stop_damon_stat()
     # -- someone else's kdamond
     foreign_kdamond()
     snap("single-region-damon-running")
@@ -198,7 +225,10 @@ def full() -> None:
     cx("verify", "tune", "verify", "--json")
     trace: List[Dict[str, object]] = []
     cold_done = hot_done = False
-    while time.time() - t0 < 180 and not (cold_done and hot_done):
+    # 6.16+: a node_mem_free_bp goal on the cold scheme that this guest's mostly free DRAM meets keeps
+    # its quota at zero; then only the hot set is waited for (and 45 s at least, to see nothing move)
+    free_goal = get(f"{D}/0/contexts/0/schemes/0/quotas/goals/0/target_metric") == "node_mem_free_bp"
+    while time.time() - t0 < 180 and not ((cold_done or (free_goal and time.time() - t0 >= 45)) and hot_done):
         time.sleep(3)
         c, h = pages(cold.pid), pages(hot.pid)
         trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h})
@@ -222,6 +252,81 @@ def full() -> None:
     cx("after-revert-status", "tune", "status", "--json")
     for p in (cold, hot):
         p.kill()
+    # -- a goal statement this kernel may lack (hot_on_dram: 7.2+): a kernel without it refuses
+    if os.path.exists("/etc/cxlctl/profiles/vm-damon-goals.toml"):
+        cx("goals-plan", "tune", "plan", "vm-damon-goals", "--json")
+        if cx("goals-apply", "tune", "apply", "vm-damon-goals", "--json") == 0:
+            cx("goals-revert", "tune", "revert", "--json")
+        readback("goals")
+    if had_stat:
+        put(DAMON_STAT, "Y")
+
+
+def goal_state(k: int) -> Dict[str, str]:
+    """What the kernel says about kdamond ``k``'s scheme 0: its goals' current values and the quota it tuned."""
+    for cmd in ("update_schemes_stats", "update_schemes_effective_quotas"):
+        try:
+            put(f"{D}/{k}/state", cmd)
+        except OSError as e:
+            log(f"{cmd} > kdamond {k}: {e.strerror}")
+    s = f"{D}/{k}/contexts/0/schemes/0"
+    got = {"effective_bytes": get(f"{s}/quotas/effective_bytes"), "sz_applied": get(f"{s}/stats/sz_applied")}
+    for g in sorted(os.listdir(f"{s}/quotas/goals")) if os.path.isdir(f"{s}/quotas/goals") else []:
+        if g.isdigit():
+            got[f"goal{g}"] = (
+                f"{get(f'{s}/quotas/goals/{g}/target_metric')}={get(f'{s}/quotas/goals/{g}/current_value')}"
+            )
+    return got
+
+
+def goals() -> None:
+    """MODE ``goals`` (6.16+/7.x, a CXL node online): the ``hot_on_dram`` statement converging.
+
+    ``cold`` touches 4 MiB on DRAM once, ``hot`` keeps touching 2 MiB placed on the CXL node; with
+    ``vm-damon-goals`` (vm-damon's ages and scope, no fixed-goal defaults, ``hot_on_dram`` 70 %) the
+    hot set's share on DRAM is traced from ``numa_maps`` every 3 s for up to 240 s (ending once it
+    has stayed at 65 % or more for 45 s), with the kernel's own goal ``current_value`` and tuned
+    quota beside it; then revert.
+    """
+    cx("status-inventory", "status", "--json")
+    with open(f"{OUT}/status-inventory.json") as f:
+        status = json.load(f)
+    cxl = [n["id"] for n in status.get("nodes", []) if n.get("kind") == "cxl" and n.get("has_memory")]
+    node = cxl[0]
+    put(f"{OUT}/cxl-node", str(node))
+    readback("boot")
+    had_stat = stop_damon_stat()
+    sh("grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup")
+    sh("echo +memory > /sys/fs/cgroup/cgroup.subtree_control")
+    os.makedirs(CG, exist_ok=True)
+    cold_mib, hot_mib = 4, 2
+    cold = helper("cold", cold_mib, 0)
+    hot = helper("hot", hot_mib, node)
+    with open(f"{OUT}/pages-start.json", "w") as f:
+        json.dump({"cold": pages(cold.pid), "hot": pages(hot.pid)}, f)
+    cx("plan", "tune", "plan", "vm-damon-goals", "--json")
+    t0 = time.time()
+    cx("apply", "tune", "apply", "vm-damon-goals", "--json")
+    sh(f"cd {D} && grep -r . . > {OUT}/applied-tree.txt 2>&1")
+    trace: List[Dict[str, object]] = []
+    settled = 0  # samples in a row with the hot set at its goal (stop after 45 s of it)
+    while time.time() - t0 < 240 and settled < 15:
+        time.sleep(3)
+        c, h = pages(cold.pid), pages(hot.pid)
+        kernel = {str(k): goal_state(k) for k in (0, 1)}
+        trace.append({"t": round(time.time() - t0, 1), "cold": c, "hot": h, "kernel": kernel})
+        with open(f"{OUT}/pages-trace.json", "w") as f:
+            json.dump(trace, f)
+        settled = settled + 1 if sum(h.values()) and h.get(0, 0) >= 0.65 * sum(h.values()) else 0
+    with open(f"{OUT}/numa_maps-hot.txt", "w") as f:
+        f.write(numa_maps(hot.pid))
+    cx("status", "tune", "status", "--json")
+    cx("revert", "tune", "revert", "--json")
+    readback("reverted")
+    for p in (cold, hot):
+        p.kill()
+    if had_stat:
+        put(DAMON_STAT, "Y")
 
 
 def old() -> None:
@@ -236,7 +341,7 @@ def old() -> None:
 
 if __name__ == "__main__":
     try:
-        full() if MODE == "full" else old()
+        {"full": full, "old": old, "goals": goals}[MODE]()
     except Exception as e:  # the host reads driver.log; the exit status fails the test
         log(f"driver failed: {e!r}")
         raise

@@ -281,3 +281,74 @@ destroy_region() {
     _cxl_write "$r" "$CXL_DEV/$rd/delete_region" || rc=1
     return $rc
 }
+
+# --- one boot, several checks (harness.run_checks) ---------------------------
+# cxlvm_share_regions: from now on create_ram_region hands back the region it
+# made before for the same arguments (a region whose memory is online as
+# System RAM cannot be taken down reliably once pages were used, and every
+# check on one topology asks for the same one), so each check still says
+# "R=$(create_ram_region ...)" exactly as in its own boot.
+cxlvm_share_regions() {
+    eval "$(declare -f create_ram_region | sed '1s/^create_ram_region/_cxlvm_create_ram_region_fresh/')"
+    create_ram_region() {
+        local key r
+        key="/run/cxlvm-region.$(printf '%s_' "$@" | tr -c 'A-Za-z0-9._\n' '_')"
+        if [ -s "$key" ] && [ -e "$CXL_DEV/$(cat "$key")" ]; then
+            cat "$key"
+            return 0
+        fi
+        r=$(_cxlvm_create_ram_region_fresh "$@") || return 1
+        echo "$r" > "$key"
+        echo "$r"
+    }
+}
+
+# cxlvm_check NAME SCRIPT META: run one check's script as its own boot would
+# ($OUT is $OUT/NAME; stdout, stderr, exit status and uptimes go to META), then
+# put the guest back for the next check: every process the check left behind
+# is killed, the cgroups it made are removed, cxlctl's state and config folders
+# are cleared (what was left is logged in META/between.log).
+cxlvm_check() {
+    local name=$1 script=$2 meta=$3 before cg p
+    mkdir -p "$OUT/$name" "$meta"
+    before=" $(ps -eo pid= | tr '\n' ' ') "
+    ls -d /sys/fs/cgroup/*/ 2>/dev/null | sort > "$meta/cgroups-before"
+    ls -A /dev/shm | sort > "$meta/shm-before"
+    cat /proc/uptime > "$meta/uptime-start"
+    (
+        export OUT="$OUT/$name"
+        cd "$REPO" && . "$script"
+    ) > "$meta/stdout.txt" 2> "$meta/stderr.txt" < /dev/null
+    echo $? > "$meta/rc"
+    cat /proc/uptime > "$meta/uptime-end"
+    {
+        echo "== after $name"
+        for p in $(ps -eo pid=,ppid= | awk '$2 != 2 && $1 != 2 {print $1}'); do
+            case "$before" in *" $p "*) continue ;; esac
+            [ "$p" = "$$" ] || [ "$p" = "$BASHPID" ] && continue
+            [ -e "/proc/$p" ] || continue
+            echo "kill leftover $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+            kill -9 "$p" 2>/dev/null
+        done
+        sleep 0.5
+        ls -d /sys/fs/cgroup/*/ 2>/dev/null | sort | comm -13 "$meta/cgroups-before" - | while read -r cg; do
+            echo "remove cgroup $cg"
+            rmdir "$cg" 2>/dev/null || echo "  (busy: $(cat "$cg/cgroup.procs" 2>/dev/null | tr '\n' ' '))"
+        done
+        for p in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+            [ -e "$p/state" ] || continue
+            echo "kdamond left: $p $(cat "$p/state")"
+            echo off > "$p/state" 2>/dev/null
+        done
+        [ -e /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds ] && echo 0 > /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds
+        for p in /var/lib/cxlctl /run/cxlctl /etc/cxlctl; do
+            [ -e "$p" ] && { echo "clear $p: $(find "$p" -type f | head -20 | tr '\n' ' ')"; rm -rf "$p"; }
+        done
+        ls -A /dev/shm | sort | comm -13 "$meta/shm-before" - | while read -r p; do
+            echo "remove /dev/shm/$p"
+            rm -rf "/dev/shm/$p"
+        done
+        grep -E "^(MemFree|Shmem):" /proc/meminfo
+        for p in /sys/devices/system/node/node*/meminfo; do grep MemUsed "$p"; done
+    } > "$meta/between.log" 2>&1
+}

@@ -686,6 +686,99 @@ def run_guest(
         vm_lock.close()
 
 
+#: a check of a shared boot: its name (its ``$OUT`` subfolder) and its guest script
+SharedCheck = Tuple[str, str]
+
+
+def run_checks(
+    topology: Union[str, Topology],
+    checks: Sequence[SharedCheck],
+    kernel: Union[str, Kernel] = "6.12",
+    timeout: float = 1800,
+    workdir: Optional[Path] = None,
+    memory: str = "2G",
+    qmp: Optional[Tuple[str, Callable[[QmpSession], None]]] = None,
+) -> Dict[str, GuestResult]:
+    """One boot, several checks: run each check's script in turn, as its own boot would.
+
+    Each script sees ``$OUT`` as ``$OUT/NAME`` and runs from ``$REPO`` with the
+    guest library's functions; ``create_ram_region`` hands back the region an
+    earlier check made with the same arguments (``cxlvm_share_regions``).
+    Between checks ``cxlvm_check`` kills what the check left running, removes
+    its cgroups and clears cxlctl's state folders (``between.log`` says what was
+    left).  Returns one :class:`GuestResult` per check, in order: its own exit
+    status, streams, ``$OUT`` and ``wall_seconds`` (the check's own time in the
+    guest); ``boot_seconds`` is the shared boot's, and ``extra["boot_wall"]``
+    the whole boot's wall time.  A failing check does not stop the next.
+
+    ``qmp``: (check name, driver) -- the host-side driver of one check (as for
+    :func:`run_guest`), started when that check's ``$OUT`` appears and given a
+    session whose ``out`` is that folder.
+    """
+    names = [n for n, _ in checks]
+    if len(set(names)) != len(names) or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in names):
+        raise HarnessError(f"check names must be unique words: {names}")
+    topo = _lookup_topology(topology)
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"cxlvm-{topo.name}-shared-"))
+    base = base.resolve()
+    meta = base / "checks"
+    meta.mkdir(parents=True, exist_ok=True)
+    lines = ["cxlvm_share_regions"]
+    for name, script in checks:
+        (meta / f"{name}.sh").write_text(script if script.endswith("\n") else script + "\n")
+        q = shlex.quote
+        lines.append(f"cxlvm_check {q(name)} {q(str(meta / (name + '.sh')))} {q(str(meta / name))}")
+    driver: Optional[Callable[[QmpSession], None]] = None
+    qmp_errors: Dict[str, str] = {}
+    if qmp is not None:
+        qname, qfn = qmp
+        if qname not in names:
+            raise HarnessError(f"qmp driver for {qname!r}, which is not a check here: {names}")
+
+        def driver(session: QmpSession) -> None:
+            # a failure is the check's (its result carries it), not the boot's: the next check still runs
+            try:
+                session.wait_until((session.out / qname).is_dir, timeout, f"$OUT/{qname} (check {qname} starting)")
+                session.out = session.out / qname
+                qfn(session)
+            except Exception:  # noqa: BLE001 - handed to the check's result
+                import traceback
+
+                qmp_errors[qname] = traceback.format_exc()
+
+    whole = run_guest(
+        topo, "\n".join(lines) + "\nexit 0\n", kernel=kernel, timeout=timeout, workdir=base, memory=memory, qmp=driver
+    )
+    results: Dict[str, GuestResult] = {}
+    for name in names:
+        m = meta / name
+        if not (m / "rc").exists():
+            raise HarnessError(
+                f"shared boot ({topo.name}, {whole.kernel.release}): check {name} never finished\n"
+                f"--- stdout ---\n{_tail(whole.stdout)}\n--- stderr ---\n{_tail(whole.stderr)}"
+            )
+        try:
+            own = float(_read(m / "uptime-end").split()[0]) - float(_read(m / "uptime-start").split()[0])
+        except (ValueError, IndexError):
+            own = 0.0
+        results[name] = GuestResult(
+            returncode=int(_read(m / "rc").strip()),
+            stdout=_read(m / "stdout.txt"),
+            stderr=_read(m / "stderr.txt"),
+            outdir=whole.outdir / name,
+            console=whole.console,
+            boot_seconds=whole.boot_seconds,
+            wall_seconds=round(own, 1),
+            kernel=whole.kernel,
+            topology=topo,
+            prelude_log=whole.prelude_log,
+            extra={"boot_wall": str(whole.wall_seconds), "between": _read(m / "between.log")}
+            | ({"qmp_error": qmp_errors[name]} if name in qmp_errors else {}),
+            attempts=whole.attempts,
+        )
+    return results
+
+
 class _QmpDriver:
     """Runs a test's QMP driver in a thread for one boot attempt: it starts
     once the runner's first file exists (QEMU is up, its socket is there) and

@@ -156,6 +156,10 @@ class QmpSession:
         tmp.write_text(text)
         tmp.rename(self.out / name)
 
+    def wait_until(self, cond: Any, timeout: float, what: str) -> None:
+        """Wait (bounded, ending early once the guest has gone) until ``cond()`` is true."""
+        self._wait(cond, timeout, what)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

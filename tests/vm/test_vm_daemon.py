@@ -30,7 +30,7 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.prom import parse_exposition
-from tests.vm.harness import TOPOLOGIES, run_guest
+from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -235,17 +235,25 @@ def _procstat(text: str) -> Dict[str, Dict[str, float]]:
     return out
 
 
-def test_daemon_on_a_real_kernel(capsys: Any) -> None:
-    t = TOPOLOGIES["hb2x2"]
+def guest_script(t: Topology) -> str:
+    """The guest side of this check on ``hb2x2`` (regions on windows 2 and 1)."""
     a = next(r for r in t.regions if r.window == 2)  # 1-way, its own NUMA node
     b = next(r for r in t.regions if r.window == 1)  # 2-way inside one bridge, another node
-    script = (
+    return (
         GUEST.replace("CREATE_A", a.create_command(t))
         .replace("CREATE_B", b.create_command(t))
         .replace("PROFILE_TEXT", PROFILE.strip())
         .replace("CONFIG_TEXT", CONFIG.strip())
     )
-    res = run_guest(t, script, kernel="6.12", timeout=1500)
+
+
+def test_daemon_on_a_real_kernel(capsys: Any) -> None:
+    t = TOPOLOGIES["hb2x2"]
+    check(run_guest(t, guest_script(t), kernel="6.12", timeout=1500), capsys)
+
+
+def check(res: GuestResult, capsys: Any) -> None:
+    """The host's assertions on the guest's files (prints the measurements)."""
     out = str(res.outdir)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     log = _read(out, "daemon.log")

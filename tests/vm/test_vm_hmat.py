@@ -15,13 +15,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
 
+from cxlctl.numa_maps import parse_mappings
+from cxlctl.parse import PAGE_SIZE
+from cxlctl.telemetry.report import MB
 from tests.fixture_status import install
-from tests.vm.harness import REPO, TOPOLOGIES, run_guest
+from tests.vm.harness import REPO, TOPOLOGIES, build_c, run_guest
+from tests.vm.test_vm_launch import TOUCH_C
 
 pytestmark = pytest.mark.vm
 
@@ -46,6 +51,15 @@ for w in /sys/kernel/mm/mempolicy/weighted_interleave/*; do echo "$(basename $w)
 "$PY" "$REPO/tests/vm/status_guest_driver.py" hmat "$OUT" || exit 4
 "$PY" -m cxlctl tune plan inference-bandwidth --json > "$OUT/plan.json" 2> "$OUT/plan.err" || exit 5
 [ -z "{record}" ] || "$PY" -m cxlctl record "$OUT/hmat2-region" > "$OUT/record-region.log" 2>&1 || exit 6
+{extra}
+"""
+
+#: 7.x: weights (auto on, cxlctl's own with auto off, revert), launched pages, stat/top traffic
+#: (tests/vm/hmat_guest_driver.py); its failure is the wi tests', not the status tests'
+EXTRA_7X = r"""
+mkdir -p "$OUT/p3"
+OUT="$OUT/p3" "$PY" "$REPO/tests/vm/hmat_guest_driver.py" {touch} > "$OUT/p3/driver.out" 2>&1
+echo $? > "$OUT/p3/driver.rc"
 """
 
 
@@ -60,7 +74,11 @@ def _kv(path: Path) -> Dict[str, str]:
 def boot(series: str) -> Dict[str, Any]:
     create = "\n".join(f"{r.create_command(T)} || exit 2" for r in T.regions)
     record = "1" if os.environ.get("CXLCTL_RECORD_FIXTURES") else ""
-    res = run_guest(T, SCRIPT.format(create=create, record=record), kernel=series, timeout=1500)
+    extra = ""
+    if series == "7.x":
+        tools = Path(tempfile.mkdtemp(prefix="cxlctl-hmat-tools-"))
+        extra = EXTRA_7X.format(touch=build_c(tools, "touch", TOUCH_C))
+    res = run_guest(T, SCRIPT.format(create=create, record=record, extra=extra), kernel=series, timeout=1800)
     sys.stderr.write(f"[hmat2/{series}] boot {res.boot_seconds:.0f} s, wall {res.wall_seconds:.0f} s\n")
     res.check()
     out = res.outdir
@@ -75,6 +93,7 @@ def boot(series: str) -> Dict[str, Any]:
         "status": json.loads((out / "hmat-status.json").read_text()),
         "human": (out / "hmat-status.txt").read_text(),
         "plan": json.loads((out / "plan.json").read_text()),
+        "p3": out / "p3",
     }
 
 
@@ -151,3 +170,120 @@ def test_plan_uses_the_figures_and_compares_with_auto(guest: Dict[str, Any]) -> 
         for k, v in guest["wi"].items():
             if k.startswith("node") and int(v) > 1:
                 assert f"{k}={v} " in auto["note"], (k, v, auto["note"])
+
+
+# ---------------------------------------------------------------- 7.x: weights, pages, traffic
+
+
+def _p3(guest: Dict[str, Any]) -> Path:
+    if guest["series"] != "7.x":
+        pytest.skip("the weights/traffic session runs on 7.x only (docs/testing.md, the matrix)")
+    p3: Path = guest["p3"]
+    rc = (p3 / "driver.rc").read_text().strip()
+    assert rc == "0", (p3 / "driver.log").read_text() + (p3 / "driver.out").read_text()[-3000:]
+    return p3
+
+
+def _j(p3: Path, name: str) -> Any:
+    return json.loads((p3 / name).read_text())
+
+
+def _node_weights(wi: Dict[str, str]) -> Dict[int, int]:
+    return {int(k[4:]): int(v) for k, v in wi.items() if k.startswith("node") and k[4:].isdigit()}
+
+
+def test_7x_auto_off_is_a_knob_that_revert_restores(guest: Dict[str, Any]) -> None:
+    p3 = _p3(guest)
+    boot, auto, own, back = (_j(p3, f"{x}-wi.json") for x in ("boot", "auto", "own", "reverted"))
+    print(f"\n7.x weights: boot {boot}; inference-bandwidth {auto}; vm-bw-own {own}; reverted {back}")
+    assert boot["auto"] in ("true", "1", "Y"), boot
+    assert (p3 / "apply-auto.rc").read_text().strip() == "0", (p3 / "apply-auto.err").read_text()
+    assert auto == boot, "inference-bandwidth on a kernel with auto keeps the kernel's weights"
+    assert (p3 / "apply-own.rc").read_text().strip() == "0", (p3 / "apply-own.err").read_text()
+    assert own["auto"] in ("false", "0", "N"), own
+    steps = {s["setting"]: s for s in _j(p3, "plan-own.json")["plan"]["steps"]}
+    for n, w in _node_weights(own).items():
+        step = steps.get(f"weighted_interleave.node{n}")
+        if step is not None and step["action"] in ("set", "noop"):
+            assert step["desired"] == str(w), (n, step, own)
+    journal = _j(p3, "status-own.json")["journal"]
+    assert journal["state"] == "applied"
+    assert (p3 / "revert.rc").read_text().strip() == "0", (p3 / "revert.err").read_text()
+    assert back == boot, (back, boot)
+
+
+@pytest.mark.parametrize("label", ["launch-auto", "launch-own"])
+def test_7x_launched_pages_land_in_the_weights_ratio(guest: Dict[str, Any], label: str) -> None:
+    p3 = _p3(guest)
+    assert (p3 / f"{label}.numa_maps").exists(), (p3 / f"{label}.err").read_text()
+    weights = _node_weights(_j(p3, f"{label}-running-wi.json"))
+    anon = [m for m in parse_mappings((p3 / f"{label}.numa_maps").read_text()) if m.kind == "anon"]
+    pages = max(anon, key=lambda m: sum(m.pages.values())).pages
+    total, wsum = sum(pages.values()), sum(weights[n] for n in pages)
+    assert total == 16 * 256, pages
+    lines = []
+    for n in sorted(set(pages) | {n for n in weights if n in pages}):
+        got, want = pages.get(n, 0) / total, weights[n] / wsum
+        lines.append(f"node{n}: {pages.get(n, 0)} pages = {got:.1%} (weight {weights[n]}: {want:.1%})")
+        assert abs(got - want) <= 0.05, lines
+    print(f"\n{label}: " + "; ".join(lines))
+
+
+def _kv_text(path: Path) -> Dict[str, int]:
+    out = {}
+    for line in path.read_text().splitlines():
+        k, _, v = line.partition(" ")
+        if v.strip().lstrip("-").isdigit():
+            out[k] = int(v)
+    return out
+
+
+def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]) -> None:
+    p3 = _p3(guest)
+    perf, st = guest["perf"], guest["status"]
+    assert (p3 / "stat.rc").read_text().strip() == "0", (p3 / "stat.err").read_text()
+    r0, r1 = [json.loads(x) for x in (p3 / "stat.jsonl").read_text().splitlines() if x.strip()]
+    tr = r1["cxl_traffic"]
+    assert tr is not None and r0["cxl_traffic"] is None
+
+    # the CXL nodes' bandwidth: each node's own access0 where the kernel has it, else its region's
+    def node_bw(n: Dict[str, Any], f: str) -> int:
+        own = perf.get(f"/sys/devices/system/node/node{n['id']}/access0/initiators/{f}")
+        if own is not None:
+            return int(own)
+        (reg,) = n["regions"]
+        return int(perf[f"{reg}/access0/{f}"])
+
+    cxl = [n for n in st["nodes"] if n["kind"] == "cxl" and n["has_memory"]]
+    assert tr["cxl_read_bandwidth_mbps"] == sum(node_bw(n, "read_bandwidth") for n in cxl), tr
+    assert tr["cxl_write_bandwidth_mbps"] == sum(node_bw(n, "write_bandwidth") for n in cxl), tr
+    # demotion MB/s: the growth of the pgdemote_* counters over the interval, as pages
+    c0, c1 = r0["system"]["counters"], r1["system"]["counters"]
+    grew = sum((c1[k] or 0) - (c0[k] or 0) for k in c1 if k.startswith("pgdemote_") and c1[k] is not None)
+    want = grew * PAGE_SIZE / MB / r1["interval"]
+    assert grew > 0, "tune reclaim demoted nothing"
+    assert abs(tr["demote_mbps"] - round(want, 3)) <= 0.0015, (tr, want)
+    assert tr["demote_share_of_write_bandwidth"] == round(tr["demote_mbps"] / tr["cxl_write_bandwidth_mbps"], 6)
+    # the kernel's counters after the run have only grown past what stat read
+    kernel = _kv_text(p3 / "stat-after.vmstat")
+    assert all(kernel.get(k, 0) >= (v or 0) for k, v in c1.items() if k.startswith("pgdemote_")), (c1, kernel)
+    rec = _j(p3, "reclaim.json")["reclaim"]
+    if (p3 / "reclaim-node.json").exists():
+        node = _j(p3, "reclaim-node.json")["reclaim"]
+        b, a = _kv_text(p3 / "node-before.node0.vmstat"), _kv_text(p3 / "node-after.node0.vmstat")
+        scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
+        print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
+    print(
+        f"\n7.x hmat2: tune reclaim 4M --cgroup /p3hold: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
+        f"{tr['demote_mbps']} MB/s = {tr['demote_share_of_write_bandwidth']:.6f} of {tr['cxl_write_bandwidth_mbps']} MB/s"
+    )
+    # top: every node's bandwidth context and the traffic line
+    assert (p3 / "top.rc").read_text().strip() == "0", (p3 / "top.err").read_text()
+    text = " ".join((p3 / "top.txt").read_text().split())  # folded lines joined
+    assert "to/from CXL: promoted" in text and "of CXL bw)" in text, text[-2000:]
+    from cxlctl.telemetry.top import bw
+
+    for n in st["nodes"]:
+        if n["has_memory"]:
+            figure = node_bw(n, "read_bandwidth") if n["kind"] == "cxl" else n["access0"]["read_bandwidth"]
+            assert bw(figure) in text, (n["id"], bw(figure), text[-2000:])

@@ -31,7 +31,7 @@ import pytest
 
 from cxlctl.numa_maps import parse_mappings
 from tests.launch_support import HELP_VLLM
-from tests.vm.harness import TOPOLOGIES, build_c, run_guest
+from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, build_c, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -178,19 +178,28 @@ def _ratio(pages: Dict[int, int], dram: int, cxl: int) -> Tuple[float, str]:
 
 def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
     t = TOPOLOGIES["single"]
+    work = tmp_path / "vm"
+    check(run_guest(t, guest_script(work, t), kernel="6.12", workdir=work, timeout=900), tmp_path)
+
+
+def guest_script(work: Path, t: Topology) -> str:
+    """The guest side of this check on ``t`` (its widest region), tools built under ``work``."""
     region = t.widest
     assert region is not None
-    work = tmp_path / "vm"
     tools = work / "tools"
     build_c(tools, "touch", TOUCH_C)
     (tools / "help.txt").write_text(HELP_VLLM["0.32.0"])
     fake = tools / "vllm"
     fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))
     fake.chmod(0o755)
-    script = f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n" + GUEST.replace(
+    return f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n" + GUEST.replace(
         "CREATE", region.create_command(t)
     )
-    res = run_guest(t, script, kernel="6.12", workdir=work, timeout=900).check()
+
+
+def check(res: GuestResult, tmp_path: Path) -> None:
+    """The host's assertions on the guest's files; the measured lines go to ``tmp_path/measured.txt``."""
+    res.check()
     out = res.outdir
     cxl = int(_f(out, "cxl-node"))
     report: List[str] = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]

@@ -194,6 +194,11 @@ def _jsonl(text: str, stamped: bool = False) -> List[Dict[str, Any]]:
     return out
 
 
+def guest_script(prelude: str = "") -> str:
+    """The guest side of the RAS session (its QMP driver: ``ras_steps.host_driver()``)."""
+    return _script(_touch_binary(), prelude)
+
+
 def boot(prelude: str = "") -> GuestResult:
     """One guest run of the whole RAS session (also what the fixture recorder boots)."""
     r = run_guest(TOPOLOGY, _script(_touch_binary(), prelude), kernel="6.12", timeout=1500, qmp=host_driver())

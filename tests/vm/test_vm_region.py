@@ -41,7 +41,12 @@ MiB = 1 << 20
 
 
 def boot(topology: str, scenario: str, kernel: str = "6.12") -> List[Dict[str, Any]]:
-    res: GuestResult = run_guest(topology, SCRIPT.format(scenario=scenario), kernel=kernel, timeout=1800)
+    return steps_of(run_guest(topology, SCRIPT.format(scenario=scenario), kernel=kernel, timeout=1800))
+
+
+def steps_of(res: GuestResult) -> List[Dict[str, Any]]:
+    """The driver's steps from a guest run (the scenario's script: ``SCRIPT.format(scenario=...)``)."""
+    topology, kernel = res.topology.name, res.kernel.release
     path = res.outdir / "steps.json"
     assert path.exists(), res.stderr[-3000:] + res.stdout[-2000:]
     steps = json.loads(path.read_text())
@@ -56,25 +61,25 @@ def boot(topology: str, scenario: str, kernel: str = "6.12") -> List[Dict[str, A
 
 @pytest.fixture(scope="module")
 def hb2x2() -> Dict[str, Dict[str, Any]]:
-    return _index(boot("hb2x2", "hb2x2"))
+    return index(boot("hb2x2", "hb2x2"))
 
 
 @pytest.fixture(scope="module")
 def switch2() -> Dict[str, Dict[str, Any]]:
-    return _index(boot("switch2", "switch2"))
+    return index(boot("switch2", "switch2"))
 
 
 @pytest.fixture(scope="module")
 def hb2() -> Dict[str, Dict[str, Any]]:
-    return _index(boot("hb2", "hb2"))
+    return index(boot("hb2", "hb2"))
 
 
 @pytest.fixture(scope="module")
 def linux61() -> Dict[str, Dict[str, Any]]:
-    return _index(boot("hb2x2", "old-kernel", kernel="6.1"))
+    return index(boot("hb2x2", "old-kernel", kernel="6.1"))
 
 
-def _index(steps: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def index(steps: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
     for s in steps:
         assert s["label"] not in out, s["label"]

@@ -1,0 +1,99 @@
+"""The 6.12 VM checks on Linux 7.x, sharing boots (issue 20).
+
+Each 6.12 VM test keeps its guest script and its host-side assertions in two
+functions (``guest_script`` and ``check``); here one 7.x boot per topology runs
+several of those scripts in turn (``harness.run_checks``: each sees its own
+``$OUT``, the region is made once and handed to every check that asks for it,
+and what a check left running is cleared before the next), and each check's
+assertions are applied to its own results as a separate pytest test.  Why the
+sharing: a 7.x boot per check would add ~4 min apiece to CI (docs/testing.md,
+"The kernel matrix").
+
+``single`` (one boot): tune (apply/try/drift/revert), DAMON tiering, the DAMON goal
+statement converging, then (``CXLCTL_VM_7X=all``) telemetry (``stat``/``top`` against the
+counters) and launch placement.  Launch comes last: it enables the cpuset controller at the root.
+The measured times (boot, each check) are printed (pytest -s) and written to
+``measured.txt`` in the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from tests.vm import (
+    test_vm_damon,
+    test_vm_launch,
+    test_vm_telemetry,
+    test_vm_tune,
+)
+from tests.vm.harness import TOPOLOGIES, GuestResult, SharedCheck, run_checks
+
+pytestmark = pytest.mark.vm
+
+SERIES = "7.x"
+
+#: CI runs the checks that found 7.x differences or that only 7.x can run, within the 7.x share of
+#: CI's hour (docs/testing.md, "The kernel matrix"); ``CXLCTL_VM_7X=all`` runs every shared check
+#: (telemetry and launch in the ``single`` boot)
+ALL = os.environ.get("CXLCTL_VM_7X") == "all"
+NOT_IN_CI = "runs with CXLCTL_VM_7X=all (the 7.x share of CI's hour: docs/testing.md, the matrix)"
+
+
+def _shared(topo: str, work: Path, res: Dict[str, GuestResult]) -> Dict[str, GuestResult]:
+    """Print and keep the boot's times (the boot, then each check's own time in the guest)."""
+    first = next(iter(res.values()))
+    lines = [
+        f"7.x {topo} shared boot: {first.kernel.release}, boot {first.boot_seconds} s, "
+        f"wall {first.extra['boot_wall']} s"
+    ]
+    lines += [f"  {name}: rc {r.returncode}, {r.wall_seconds} s in the guest" for name, r in res.items()]
+    print("\n".join(lines))
+    (work / "measured.txt").write_text("\n".join(lines) + "\n")
+    for name, r in res.items():
+        (work / f"between-{name}.log").write_text(r.extra["between"])
+    return res
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
+    t = TOPOLOGIES["single"]
+    work = tmp_path_factory.mktemp("linux7-single")
+    checks: List[SharedCheck] = [
+        ("tune", test_vm_tune.guest_script(t)),
+        ("damon", test_vm_damon.guest_script(work / "damon-tools", t)),
+        ("damon_goals", test_vm_damon.guest_script(work / "goals-tools", t, mode="goals")),
+    ]
+    if ALL:
+        checks += [
+            ("telemetry", test_vm_telemetry.guest_script(work / "telemetry-tools", t)),
+            ("launch", test_vm_launch.guest_script(work / "launch-tools", t)),
+        ]
+    return _shared(t.name, work, run_checks(t, checks, kernel=SERIES, timeout=2400, workdir=work / "vm"))
+
+
+def test_7x_single_telemetry(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    if "telemetry" not in single:
+        pytest.skip(NOT_IN_CI)
+    test_vm_telemetry.check(single["telemetry"], tmp_path)
+
+
+def test_7x_single_tune(single: Dict[str, GuestResult]) -> None:
+    test_vm_tune.check(single["tune"])
+
+
+def test_7x_single_damon_tiering(single: Dict[str, GuestResult]) -> None:
+    test_vm_damon.check(single["damon"], SERIES)
+
+
+def test_7x_single_launch(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    if "launch" not in single:
+        pytest.skip(NOT_IN_CI)
+    test_vm_launch.check(single["launch"], tmp_path)
+
+
+def test_7x_single_damon_goal_converges(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    (tmp_path / "measured.txt").write_text("\n".join(test_vm_damon.check_goals(single["damon_goals"])) + "\n")
