@@ -168,8 +168,8 @@ def test_health_takes_the_v2_cgroup_on_a_hybrid_host(tmp_path: Any) -> None:
     )
     (proc / "numa_maps").write_text("7f0000000000 default anon=10 dirty=10 N1=10 kernelpagesize_kB=4\n")
     procs, unreadable = processes_on(Host(str(tmp_path)), {1})
-    assert unreadable == 0 and [p["cgroup"] for p in procs] == ["/system.slice/vllm.service"]
-    assert cgroups_on(procs) == [{"cgroup": "/system.slice/vllm.service", "bytes": 10 * 4096}]
+    assert unreadable == 0 and [p.cgroup for p in procs] == ["/system.slice/vllm.service"]
+    assert [tuple(c) for c in cgroups_on(procs)] == [("/system.slice/vllm.service", 10 * 4096)]
 
 
 # -- one place for sysfs integers, numa_maps, sizes and the page size -------------------------

@@ -10,10 +10,9 @@ event header, then the sparing record) -- no 7.x guest has produced events here 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
 
 from cxlctl.ras.events import to_event
-from cxlctl.ras.health import render_health
+from cxlctl.ras.health import HealthReport, render_health
 from cxlctl.ras.trace import parse_line
 from tests.kit import FIXTURES
 
@@ -77,6 +76,6 @@ def test_memory_sparing_event() -> None:
 
 
 def test_health_lists_port_events_apart() -> None:
-    doc: Dict[str, Any] = {"memdevs": [], "ports": {"0000:0c:00.0": {"port_correctable/correctable": 2}}, "notes": []}
-    out = render_health(doc)
+    report = HealthReport((), {"0000:0c:00.0": {"port_correctable/correctable": 2}}, (), ())
+    out = render_health(report)
     assert "port 0000:0c:00.0: events port_correctable/correctable 2" in out

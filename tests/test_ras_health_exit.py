@@ -55,8 +55,10 @@ def test_a_warning_is_shown_but_is_not_a_failure(monkeypatch: Any, capsys: Any) 
 
 
 def test_poison_on_a_list_is_a_problem() -> None:
-    md: List[Dict[str, Any]] = [
-        {"memdev": "mem2", "health_status": None, "poison": [{"dpa": 0x4000}]},
-        {"memdev": "mem3", "poison": []},
+    none = hmod.Impact((), (), (), ())
+    one = hmod.Poison(0x4000, 0x40, None, None, None, None, None)
+    md = [
+        hmod.MemdevReport("mem2", None, None, None, None, None, None, None, None, (one,), None, none),
+        hmod.MemdevReport("mem3", None, None, None, None, None, None, None, None, (), None, none),
     ]
     assert hmod.problems(md) == ["mem2: 1 poisoned range(s)"]

@@ -59,12 +59,12 @@ def health(
     ),
 ) -> None:
     """Per-memdev health, poison list, event counts and fault domain (regions, nodes, blocks, processes)."""
-    from cxlctl.ras.health import collect_health, render_health
+    from cxlctl.ras.health import collect_health, render_health, to_json
 
-    doc = collect_health(host(), poison=poison)
+    report = collect_health(host(), poison=poison)
     if json_out:
-        emit_json(doc)
+        emit_json(to_json(report))
     else:
-        sys.stdout.write(render_health(doc))
-    if doc.get("errors"):  # a critical device or poison: exit 1, for scripts and checks
+        sys.stdout.write(render_health(report))
+    if report.errors:  # a critical device or poison: exit 1, for scripts and checks
         raise typer.Exit(EXIT_FAILURE)

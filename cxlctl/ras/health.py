@@ -22,13 +22,88 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
+from cxlctl.namedrecord import NamedTuple
 
 from .events import Event
+
+if TYPE_CHECKING:
+    from .health_probe import HealthStatus
+
+
+class Poison(NamedTuple):
+    """One range of a memdev's poison list, where it lands in the host."""
+
+    dpa: Optional[int]
+    length: Optional[int]
+    hpa: Optional[int]
+    region: Optional[str]
+    node: Optional[int]
+    memory_block: Optional[int]
+    source: Optional[str]
+
+
+class Proc(NamedTuple):
+    """A process with memory on a memdev's nodes (from its numa_maps)."""
+
+    pid: int
+    comm: str
+    cgroup: Optional[str]
+    bytes_by_node: Dict[int, int]
+    bytes: int
+
+
+class CgroupUse(NamedTuple):
+    cgroup: str
+    bytes: int
+
+
+class Impact(NamedTuple):
+    """What fails with a memdev: its regions (and their other devices), nodes, blocks; then the
+    processes and cgroups holding memory on those nodes (the first 50, and how many)."""
+
+    regions: Tuple[str, ...]
+    shared_with: Tuple[str, ...]
+    nodes: Tuple[int, ...]
+    memory_blocks: Tuple[int, ...]
+    processes: Tuple[Proc, ...] = ()
+    process_count: int = 0
+    cgroups: Tuple[CgroupUse, ...] = ()
+
+
+class Status(NamedTuple):
+    """ok/warning/critical and why, by the daemon's rules (:mod:`cxlctl.ras.health_probe`)."""
+
+    status: HealthStatus
+    reasons: Tuple[str, ...]
+
+
+class MemdevReport(NamedTuple):
+    memdev: str
+    serial: Optional[int]
+    host: Optional[str]
+    firmware_version: Optional[str]
+    ram_size: Optional[int]
+    driver: Optional[str]
+    health: Optional[Dict[str, Any]]  # ndctl's health object, as it printed it
+    health_status: Optional[Status]
+    media_errors: Any  # ndctl's --media-errors answer, as it printed it
+    poison: Optional[Tuple[Poison, ...]]  # None: not read
+    event_counts: Optional[Dict[str, int]]  # None: no collection runs
+    impact: Impact
+
+
+class HealthReport(NamedTuple):
+    """``cxlctl health``: every memdev, the ports' events, notes, and the problems (exit 1)."""
+
+    memdevs: Tuple[MemdevReport, ...]
+    ports: Dict[str, Dict[str, int]]
+    notes: Tuple[str, ...]
+    errors: Tuple[str, ...]
 
 
 def _ndctl_health(host: Host, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
@@ -130,20 +205,20 @@ def _event_counts(host: Host, inv: Inventory) -> Tuple[Optional[Dict[str, Dict[s
     return counts, None
 
 
-def _status(name: str, health: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _status(name: str, health: Dict[str, Any]) -> Optional[Status]:
     """ok/warning/critical and why, by the daemon's rules (cxlctl.ras.health_probe)."""
     if name not in health:
         return None
     from .health_probe import classify
 
     c = classify(name, health[name])
-    return {"status": c.status, "reasons": list(c.reasons)}
+    return Status(c.status, tuple(c.reasons))
 
 
 # ----------------------------------------------------------------------- impact
 
 
-def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
+def fault_domain(inv: Inventory, memdev: str) -> Impact:
     """What fails with ``memdev``: its regions (and their other devices), nodes, blocks."""
     m = inv.memdev(memdev)
     regions = list(m.regions) if m else []
@@ -164,22 +239,17 @@ def fault_domain(inv: Inventory, memdev: str) -> Dict[str, Any]:
             for n in inv.nodes:
                 blocks.extend(b.id for b in n.memory_blocks if lo <= b.id <= hi)
     # nodes that hold *only* this memdev's regions are lost whole; others partly
-    return {
-        "regions": regions,
-        "shared_with": sorted(peers),
-        "nodes": sorted(nodes),
-        "memory_blocks": sorted(set(blocks)),
-    }
+    return Impact(tuple(regions), tuple(sorted(peers)), tuple(sorted(nodes)), tuple(sorted(set(blocks))))
 
 
-def processes_on(host: Host, nodes: Set[int], limit: int = 4000) -> Tuple[List[Dict[str, Any]], int]:
+def processes_on(host: Host, nodes: Set[int], limit: int = 4000) -> Tuple[List[Proc], int]:
     """Processes with pages on ``nodes`` (from numa_maps), largest first; and how
     many processes could not be read (not root, exited)."""
     from cxlctl.hostio.proc import cgroup_of, pids
     from cxlctl.hostio.reader import Unreadable
     from cxlctl.numa_maps import parse_mappings
 
-    out: List[Dict[str, Any]] = []
+    out: List[Proc] = []
     unreadable = 0
     if not nodes:
         return out, 0
@@ -201,30 +271,29 @@ def processes_on(host: Host, nodes: Set[int], limit: int = 4000) -> Tuple[List[D
             continue
         comm = (r.body(paths.proc_pid(pid, "comm")) or "").strip()
         cgroup = cgroup_of(r.body(paths.proc_pid(pid, "cgroup")))
-        out.append({"pid": pid, "comm": comm, "cgroup": cgroup, "bytes_by_node": pages, "bytes": sum(pages.values())})
-    out.sort(key=lambda p: -int(p["bytes"]))
+        out.append(Proc(pid, comm, cgroup, pages, sum(pages.values())))
+    out.sort(key=lambda p: -p.bytes)
     return out, unreadable
 
 
-def cgroups_on(procs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def cgroups_on(procs: List[Proc]) -> List[CgroupUse]:
     """Cgroups of the affected processes, with the bytes their processes hold there."""
     agg: Dict[str, int] = {}
     for p in procs:
-        if p.get("cgroup"):
-            agg[p["cgroup"]] = agg.get(p["cgroup"], 0) + int(p["bytes"])
-    return [{"cgroup": k, "bytes": v} for k, v in sorted(agg.items(), key=lambda kv: -kv[1])]
+        if p.cgroup:
+            agg[p.cgroup] = agg.get(p.cgroup, 0) + p.bytes
+    return [CgroupUse(k, v) for k, v in sorted(agg.items(), key=lambda kv: -kv[1])]
 
 
 # ----------------------------------------------------------------------- report
 
 
-def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = None) -> Dict[str, Any]:
+def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = None) -> HealthReport:
     from cxlctl.inventory import scan
 
     inv = inv or scan(host)
     names = [m.name for m in inv.memdevs]
     notes: List[str] = []
-    errors: List[str] = []
     health, media, nd_notes = _ndctl_health(host, names)
     notes += nd_notes
     poison_by: Dict[str, List[Event]] = {}
@@ -237,143 +306,168 @@ def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = N
     counts, why = _event_counts(host, inv)
     if why:
         notes.append(f"event counts: {why}")
-    all_nodes: Set[int] = set()
-    memdevs: List[Dict[str, Any]] = []
-    for m in inv.memdevs:
-        fd = fault_domain(inv, m.name)
-        all_nodes.update(fd["nodes"])
-        memdevs.append(
-            {
-                "memdev": m.name,
-                "serial": m.serial,
-                "host": m.host,
-                "firmware_version": m.firmware_version,
-                "ram_size": m.ram_size,
-                "driver": m.driver,
-                "health": health.get(m.name),
-                "health_status": _status(m.name, health),
-                "media_errors": media.get(m.name),
-                "poison": None
-                if m.name not in poison_by
-                else [
-                    {
-                        "dpa": e.dpa,
-                        "length": e.length,
-                        "hpa": e.mapping.hpa,
-                        "region": e.mapping.region,
-                        "node": e.mapping.node,
-                        "memory_block": e.mapping.memory_block,
-                        "source": e.fields.get("source"),
-                    }
-                    for e in poison_by.get(m.name, [])
-                ],
-                "event_counts": None if counts is None else counts.get(m.name, {}),
-                "impact": fd,
-            }
-        )
-    procs, unreadable = processes_on(host, all_nodes)
+    domains = {m.name: fault_domain(inv, m.name) for m in inv.memdevs}
+    procs, unreadable = processes_on(host, {n for fd in domains.values() for n in fd.nodes})
     if unreadable and os.geteuid() != 0:
         notes.append(f"{unreadable} processes' numa_maps unreadable (not root): the process list is partial")
-    errors.extend(problems(memdevs))
-    for md in memdevs:
-        nodes = set(md["impact"]["nodes"])
-        mine = [p for p in procs if nodes & set(p["bytes_by_node"])]
-        md["impact"]["processes"] = [
-            {**p, "bytes_by_node": {str(k): v for k, v in p["bytes_by_node"].items()}} for p in mine[:50]
-        ]
-        md["impact"]["process_count"] = len(mine)
-        md["impact"]["cgroups"] = cgroups_on(mine)
+    memdevs = []
+    for m in inv.memdevs:
+        fd = domains[m.name]
+        mine = [p for p in procs if set(fd.nodes) & set(p.bytes_by_node)]
+        memdevs.append(
+            MemdevReport(
+                memdev=m.name,
+                serial=m.serial,
+                host=m.host,
+                firmware_version=m.firmware_version,
+                ram_size=m.ram_size,
+                driver=m.driver,
+                health=health.get(m.name),
+                health_status=_status(m.name, health),
+                media_errors=media.get(m.name),
+                poison=None if m.name not in poison_by else tuple(_poison(e) for e in poison_by[m.name]),
+                event_counts=None if counts is None else counts.get(m.name, {}),
+                impact=fd._replace(
+                    processes=tuple(mine[:50]), process_count=len(mine), cgroups=tuple(cgroups_on(mine))
+                ),
+            )
+        )
     ports = {k[len("port:") :]: v for k, v in (counts or {}).items() if k.startswith("port:")}
-    return {"memdevs": memdevs, "ports": ports, "notes": notes, "errors": errors}
+    return HealthReport(tuple(memdevs), ports, tuple(notes), tuple(problems(memdevs)))
 
 
-def problems(memdevs: List[Dict[str, Any]]) -> List[str]:
+def _poison(e: Event) -> Poison:
+    return Poison(
+        e.dpa, e.length, e.mapping.hpa, e.mapping.region, e.mapping.node, e.mapping.memory_block, e.fields.get("source")
+    )
+
+
+def problems(memdevs: Sequence[MemdevReport]) -> List[str]:
     """What makes ``cxlctl health`` exit 1: a device whose health log says critical, or poison
     on its list.  A warning (life used past the threshold, a temperature alarm) is shown but is
     not a failure: it asks for a plan, not for action now."""
     out: List[str] = []
     for md in memdevs:
-        st = md.get("health_status")
-        if isinstance(st, dict) and st.get("status") == "critical":
-            out.append(f"{md['memdev']}: health critical ({', '.join(str(x) for x in st.get('reasons') or [])})")
-        if md.get("poison"):
-            out.append(f"{md['memdev']}: {len(md['poison'])} poisoned range(s)")
+        st = md.health_status
+        if st is not None and st.status == "critical":
+            out.append(f"{md.memdev}: health critical ({', '.join(st.reasons)})")
+        if md.poison:
+            out.append(f"{md.memdev}: {len(md.poison)} poisoned range(s)")
     return out
 
 
-def render_health(doc: Dict[str, Any]) -> str:
-    """Plain text, 80 columns: one block per memdev."""
-    from cxlctl.parse import format_size
+def to_json(report: HealthReport) -> Dict[str, Any]:
+    """The ``cxlctl health --json`` document (docs/ras.md)."""
+    return {
+        "memdevs": [_memdev_json(md) for md in report.memdevs],
+        "ports": report.ports,
+        "notes": list(report.notes),
+        "errors": list(report.errors),
+    }
+
+
+def _memdev_json(md: MemdevReport) -> Dict[str, Any]:
+    imp = md.impact
+    return {
+        "memdev": md.memdev,
+        "serial": md.serial,
+        "host": md.host,
+        "firmware_version": md.firmware_version,
+        "ram_size": md.ram_size,
+        "driver": md.driver,
+        "health": md.health,
+        "health_status": None
+        if md.health_status is None
+        else {"status": md.health_status.status, "reasons": list(md.health_status.reasons)},
+        "media_errors": md.media_errors,
+        "poison": None if md.poison is None else [p._asdict() for p in md.poison],
+        "event_counts": md.event_counts,
+        "impact": {
+            "regions": list(imp.regions),
+            "shared_with": list(imp.shared_with),
+            "nodes": list(imp.nodes),
+            "memory_blocks": list(imp.memory_blocks),
+            "processes": [
+                {**p._asdict(), "bytes_by_node": {str(k): v for k, v in p.bytes_by_node.items()}} for p in imp.processes
+            ],
+            "process_count": imp.process_count,
+            "cgroups": [c._asdict() for c in imp.cgroups],
+        },
+    }
+
+
+def render_health(report: HealthReport) -> str:
+    """Plain text, 80 columns: one block per memdev (the report's objects, not its JSON)."""
     from cxlctl.term import clean
 
     lines: List[str] = []
-    if not doc["memdevs"]:
+    if not report.memdevs:
         lines.append("no CXL memory devices")
-    for md in doc["memdevs"]:
-        serial = f"{md['serial']:#x}" if isinstance(md["serial"], int) else "?"
-        lines.append(
-            f"{clean(md['memdev'])}  serial {serial}  {clean(md['host'] or '?')}  {format_size(md['ram_size'])}"
-        )
-        h = md["health"]
-        st = md["health_status"]
-        if isinstance(h, dict) and st:
-            life = h.get("life_used_percent")
-            temp = h.get("temperature")
-            lines.append(
-                f"  health: {st['status']}"
-                + (f" ({', '.join(clean(str(x)) for x in st['reasons'])})" if st["reasons"] else "")
-                + (f"; life used {life}%" if life is not None else "")
-                + (f"; {temp} C" if temp is not None else "")
-            )
-        else:
-            lines.append("  health: not available (ndctl)")
-        if md["poison"] is not None:
-            if md["poison"]:
-                for p in md["poison"][:10]:
-                    where = ", ".join(
-                        x
-                        for x in (
-                            f"HPA {p['hpa']:#x}" if p["hpa"] is not None else "",
-                            clean(p["region"] or ""),
-                            f"node {p['node']}" if p["node"] is not None else "",
-                            f"block {p['memory_block']}" if p["memory_block"] is not None else "",
-                        )
-                        if x
-                    )
-                    dpa = f"{p['dpa']:#x}" if p["dpa"] is not None else "?"
-                    lines.append(f"  poison: DPA {dpa} +{p['length'] or 0:#x}" + (f" -> {where}" if where else ""))
-                if len(md["poison"]) > 10:
-                    lines.append(f"  poison: {len(md['poison']) - 10} more (see --json)")
-            else:
-                lines.append("  poison: none")
-        if md["event_counts"]:
-            lines.append("  events: " + ", ".join(f"{k} {v}" for k, v in sorted(md["event_counts"].items())))
-        imp = md["impact"]
-        if imp["regions"]:
-            lines.append(
-                "  impact: "
-                + ", ".join(clean(r) for r in imp["regions"])
-                + (f" (with {', '.join(clean(x) for x in imp['shared_with'])})" if imp["shared_with"] else "")
-                + (f"; node {', '.join(str(n) for n in imp['nodes'])}" if imp["nodes"] else "")
-                + (f"; {len(imp['memory_blocks'])} memory blocks" if imp["memory_blocks"] else "")
-            )
-            lines.append(
-                f"  processes with memory there: {imp['process_count']}"
-                + (
-                    " (" + ", ".join(f"{clean(p['comm'])}[{p['pid']}]" for p in imp["processes"][:4]) + ")"
-                    if imp["processes"]
-                    else ""
-                )
-            )
-        else:
-            lines.append("  impact: in no region (no memory in use)")
-    for port, c in sorted((doc.get("ports") or {}).items()):
+    for md in report.memdevs:
+        lines += _memdev_lines(md)
+    for port, c in sorted(report.ports.items()):
         lines.append(f"port {clean(port)}: events " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-    for n in doc["notes"]:
+    for n in report.notes:
         lines.append(f"note: {clean(n)}")
-    for e in doc.get("errors") or []:
+    for e in report.errors:
         lines.append(f"PROBLEM: {clean(e)}")
     return "\n".join(_wrap(line) for line in lines) + "\n"
+
+
+def _memdev_lines(md: MemdevReport) -> List[str]:
+    from cxlctl.parse import format_size
+    from cxlctl.term import clean
+
+    serial = f"{md.serial:#x}" if isinstance(md.serial, int) else "?"
+    lines = [f"{clean(md.memdev)}  serial {serial}  {clean(md.host or '?')}  {format_size(md.ram_size)}"]
+    h, st = md.health, md.health_status
+    if isinstance(h, dict) and st:
+        life = h.get("life_used_percent")
+        temp = h.get("temperature")
+        lines.append(
+            f"  health: {st.status}"
+            + (f" ({', '.join(clean(str(x)) for x in st.reasons)})" if st.reasons else "")
+            + (f"; life used {life}%" if life is not None else "")
+            + (f"; {temp} C" if temp is not None else "")
+        )
+    else:
+        lines.append("  health: not available (ndctl)")
+    if md.poison is not None:
+        for p in md.poison[:10]:
+            where = ", ".join(
+                x
+                for x in (
+                    f"HPA {p.hpa:#x}" if p.hpa is not None else "",
+                    clean(p.region or ""),
+                    f"node {p.node}" if p.node is not None else "",
+                    f"block {p.memory_block}" if p.memory_block is not None else "",
+                )
+                if x
+            )
+            dpa = f"{p.dpa:#x}" if p.dpa is not None else "?"
+            lines.append(f"  poison: DPA {dpa} +{p.length or 0:#x}" + (f" -> {where}" if where else ""))
+        if len(md.poison) > 10:
+            lines.append(f"  poison: {len(md.poison) - 10} more (see --json)")
+        if not md.poison:
+            lines.append("  poison: none")
+    if md.event_counts:
+        lines.append("  events: " + ", ".join(f"{k} {v}" for k, v in sorted(md.event_counts.items())))
+    imp = md.impact
+    if imp.regions:
+        lines.append(
+            "  impact: "
+            + ", ".join(clean(r) for r in imp.regions)
+            + (f" (with {', '.join(clean(x) for x in imp.shared_with)})" if imp.shared_with else "")
+            + (f"; node {', '.join(str(n) for n in imp.nodes)}" if imp.nodes else "")
+            + (f"; {len(imp.memory_blocks)} memory blocks" if imp.memory_blocks else "")
+        )
+        lines.append(
+            f"  processes with memory there: {imp.process_count}"
+            + (" (" + ", ".join(f"{clean(p.comm)}[{p.pid}]" for p in imp.processes[:4]) + ")" if imp.processes else "")
+        )
+    else:
+        lines.append("  impact: in no region (no memory in use)")
+    return lines
 
 
 def _wrap(line: str, width: int = 80) -> str:
