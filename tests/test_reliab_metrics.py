@@ -42,8 +42,19 @@ def _scrape(addr: Any, timeout: float = 5.0) -> bytes:
     return scrape(addr, timeout)
 
 
-def _metrics_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "cxlctl-metrics")
+def _metrics_threads(bound: int = 0, settle: float = 2.0) -> int:
+    """Live handler threads; with ``bound``, wait up to ``settle`` s for it to be met.
+
+    A handler leaves ``server.clients`` (the enforced cap) in its ``finally`` and is still listed
+    by ``threading.enumerate`` for the moment it takes to return: under load that moment showed
+    as one thread over the bound (11 for a bound of 10) although ``clients`` was 7.
+    """
+    end = time.monotonic() + settle
+    while True:
+        n = sum(1 for t in threading.enumerate() if t.name == "cxlctl-metrics")
+        if not bound or n <= bound or time.monotonic() >= end:
+            return n
+        time.sleep(0.02)
 
 
 def test_many_silent_and_dripping_clients_cannot_starve_a_scrape() -> None:
@@ -57,7 +68,7 @@ def test_many_silent_and_dripping_clients_cannot_starve_a_scrape() -> None:
         drip = [socket.create_connection(server.address, timeout=5) for _ in range(50)]
         held += drip
         time.sleep(0.3)
-        assert _metrics_threads() <= cap + 2, _metrics_threads()
+        assert _metrics_threads(cap + 2) <= cap + 2, _metrics_threads()
         for _ in range(5):
             for d in drip:
                 try:
@@ -69,7 +80,7 @@ def test_many_silent_and_dripping_clients_cannot_starve_a_scrape() -> None:
             took = time.monotonic() - t0
             assert reply.startswith(b"HTTP/1.0 200 OK") and reply.endswith(b"cxlctl_up 1\n"), reply[:80]
             assert took < 1.0, f"a scrape waited {took:.2f} s behind hostile connections"
-            assert server.clients <= cap and _metrics_threads() <= cap + 2
+            assert server.clients <= cap and _metrics_threads(cap + 2) <= cap + 2
         assert server.served == 5 and server.dropped >= 300
     finally:
         for c in held:
