@@ -78,11 +78,11 @@ else
   # The VM tier runs beside the host tiers: a TCG guest keeps about one of the two cores busy (the
   # harness runs one guest at a time), the unit and engines tiers the other, so side by side they take
   # the VM tier's time instead of the sum (docs/testing.md).  Every line of the VM tier is prefixed
-  # "[vm] "; both exit statuses count.
+  # "[vm] " (-v: a line per test as it ends, so a long run shows where it is); both exit statuses count.
   vm_t0=$(date +%s)
   (
     rc=0
-    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 -m vm "$@" 2>&1 | sed -u 's/^/[vm] /' || rc=$?
+    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=20 -m vm "$@" 2>&1 | sed -u 's/^/[vm] /' || rc=$?
     echo "[vm] == VM tier took $(($(date +%s) - vm_t0)) s, exit $rc"
     ok "$rc"
   ) &
