@@ -166,27 +166,16 @@ def test_vllm_cpu_backend_engine_config_takes_the_kv_size(tree: str, cache: str,
     assert v["config.device"] == "cpu"
 
 
-#: a 2-layer Llama small enough for the CPU backend (its attention kernels refuse head_dim 16)
-TINY_LLAMA = dict(
-    hidden_size=256,
-    intermediate_size=512,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    head_dim=64,
-    num_hidden_layers=2,
-    vocab_size=1024,
-    max_position_embeddings=512,
-    torch_dtype="bfloat16",
-    architectures=["LlamaForCausalLM"],
-)
+#: the one tiny-Llama writer (the serve test's too): run by the engine venv's own Python
+TINY_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines", "tiny_model.py")
 
 
 def tiny_llama(name: str, path: str) -> None:
     """The model directory's config.json, written by the transformers of the engine's venv
-    (``LlamaConfig.save_pretrained``): the config that release of transformers reads back."""
-    code = f"from transformers import LlamaConfig; LlamaConfig(**{TINY_LLAMA!r}).save_pretrained({path!r})"
+    (``tests/engines/tiny_model.py --config-only``: the config that release of transformers reads back)."""
     env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE}
-    subprocess.run([f"{venv(name)}/bin/python3", "-c", code], env=env, check=True, timeout=600)
+    cmd = [f"{venv(name)}/bin/python3", TINY_MODEL, path, "--config-only"]
+    subprocess.run(cmd, env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
 
 
 def _gpu_argv(name: str, kv: int, lmcache: bool, user: List[str]) -> eng.EngineArgs:
