@@ -31,3 +31,19 @@ def usage(pid: Union[int, str] = "self") -> Dict[str, int]:
             elif k == "VmRSS":
                 out["rss_kib"] = int(v.split()[0])
     return out
+
+
+def procstat(text: str) -> Dict[str, Dict[str, float]]:
+    """A guest's ``procstat.txt``: ``label NAME`` lines, each followed by ``key: value`` lines
+    (the daemon's RSS, fds and threads at one moment), as {NAME: {key: value}}."""
+    out: Dict[str, Dict[str, float]] = {}
+    cur: Dict[str, float] = {}
+    for ln in text.splitlines():
+        parts = ln.replace(":", " ").split()
+        if not parts:
+            continue
+        if parts[0] == "label":
+            cur = out.setdefault(parts[1], {})
+        else:
+            cur[parts[0]] = float(parts[1])
+    return out

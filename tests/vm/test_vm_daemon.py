@@ -29,6 +29,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from tests.daemon_probe import procstat
 from tests.prom import parse_exposition
 from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, run_guest
 
@@ -221,20 +222,6 @@ def _weights(text: str) -> Dict[int, int]:
     return {int(a[4:]): int(b) for a, b in (ln.split() for ln in text.splitlines() if ln.strip())}
 
 
-def _procstat(text: str) -> Dict[str, Dict[str, float]]:
-    out: Dict[str, Dict[str, float]] = {}
-    cur: Dict[str, float] = {}
-    for ln in text.splitlines():
-        parts = ln.replace(":", " ").split()
-        if not parts:
-            continue
-        if parts[0] == "label":
-            cur = out.setdefault(parts[1], {})
-        else:
-            cur[parts[0]] = float(parts[1])
-    return out
-
-
 def guest_script(t: Topology) -> str:
     """The guest side of this check on ``hb2x2`` (regions on windows 2 and 1)."""
     a = next(r for r in t.regions if r.window == 2)  # 1-way, its own NUMA node
@@ -331,7 +318,7 @@ def check(res: GuestResult, capsys: Any) -> None:
     assert len(dogs) >= 5 and max(gaps) < 10.0, gaps  # every 5 s, never near WATCHDOG_USEC
 
     # measurements (reported by the test run)
-    ps = _procstat(_read(out, "procstat.txt"))
+    ps = procstat(_read(out, "procstat.txt"))
     idle = ps["idle-end"]["voluntary_ctxt_switches"] - ps["idle-start"]["voluntary_ctxt_switches"]
     idle_s = ps["idle-end"]["uptime"] - ps["idle-start"]["uptime"]
     cpu_ticks = (

@@ -31,6 +31,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from tests.daemon_probe import procstat
 from tests.prom import parse_exposition
 from tests.vm.harness import TOPOLOGIES, run_guest
 
@@ -157,20 +158,6 @@ def _read(out: str, name: str) -> str:
         return f.read()
 
 
-def _procstat(text: str) -> Dict[str, Dict[str, float]]:
-    out: Dict[str, Dict[str, float]] = {}
-    cur: Dict[str, float] = {}
-    for ln in text.splitlines():
-        parts = ln.replace(":", " ").split()
-        if not parts:
-            continue
-        if parts[0] == "label":
-            cur = out.setdefault(parts[1], {})
-        else:
-            cur[parts[0]] = float(parts[1])
-    return out
-
-
 def _udev_counts(text: str) -> Dict[str, int]:
     """uevents per subsystem in ``udevadm monitor --udev`` output (``UDEV [t] action path (sub)``)."""
     out: Dict[str, int] = {}
@@ -231,7 +218,7 @@ def test_a_short_soak_on_a_real_kernel(capsys: Any) -> None:
     assert sets and all(b != c for _, b, c in sets), sets  # nothing written that already held its value
 
     # fds and threads flat, RSS from the end of the first (warm) cycle to the end under 2 MiB
-    ps = _procstat(_read(out, "procstat.txt"))
+    ps = procstat(_read(out, "procstat.txt"))
     warm, last = ps["cycle-1"], ps["end"]
     assert warm["fds"] == last["fds"] and warm["Threads"] == last["Threads"], ps
     growth = last["VmRSS"] - warm["VmRSS"]
