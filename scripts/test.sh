@@ -72,23 +72,57 @@ host_tiers() {
   ok "$rc" || return "$rc"
   if [ "$ENGINES" = 1 ]; then engines_tier "$@"; fi
 }
+# The VM tier: one pytest per test file, taken from a queue by two workers, heaviest files first
+# (VM_ORDER; files not named there follow in collection order).  Worker a starts at once, beside the
+# host tiers; worker b starts when the host tiers are done, so two guests (one vCPU each, the
+# harness's CXLCTL_VM_SLOTS=2) share the two cores only then: a TCG guest keeps about one core
+# busy, and two 1-vCPU guests side by side each take what one takes alone (docs/testing.md).
+# Every line of a worker is prefixed "[vm-a] " or "[vm-b] " (-v: a line per test as it ends).
+VM_ORDER="test_vm_hmat test_vm_linux7 test_vm_region test_vm_status test_vm_doctor test_vm_daemon
+  test_vm_launch test_vm_soak test_vm_telemetry test_vm_ras test_vm_tune test_vm_damon_retarget
+  test_vm_damon test_vm_telemetry_damon test_vm_fleet test_vm_systemd"
+vm_queue() {
+  # the files holding VM tests that the arguments select, heaviest first
+  rc=0; listing=$(.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider -m vm "$@" 2>&1) || rc=$?
+  # a collection error must fail the tier, not empty its queue
+  if ! ok "$rc"; then echo "$listing" >&2; return "$rc"; fi
+  collected=$(echo "$listing" | sed -n 's/::.*//p' | sort -u)
+  for name in $VM_ORDER; do echo "$collected" | grep -x "tests/vm/$name.py" || true; done
+  for f in $collected; do
+    case " $(echo $VM_ORDER) " in *" $(basename "$f" .py) "*) ;; *) echo "$f" ;; esac
+  done
+}
+vm_worker() {
+  # take files from the queue until it is empty; fail if any file failed
+  name=$1; shift
+  failed=0
+  while :; do
+    f=$(flock "$VM_QUEUE.lock" sh -c 'head -n 1 "$0"; sed -i 1d "$0"' "$VM_QUEUE")
+    [ -n "$f" ] || break
+    t0=$(date +%s); rc=0
+    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=5 -m vm "$f" "$@" 2>&1 |
+      sed -u "s/^/[$name] /" || rc=$?
+    echo "[$name] == $f took $(($(date +%s) - t0)) s, exit $rc"
+    ok "$rc" || failed=1
+  done
+  return "$failed"
+}
 if [ "$SKIP_VM" = 1 ]; then
   host_tiers "$@"
 else
-  # The VM tier runs beside the host tiers: a TCG guest keeps about one of the two cores busy (the
-  # harness runs one guest at a time), the unit and engines tiers the other, so side by side they take
-  # the VM tier's time instead of the sum (docs/testing.md).  Every line of the VM tier is prefixed
-  # "[vm] " (-v: a line per test as it ends, so a long run shows where it is); both exit statuses count.
   vm_t0=$(date +%s)
-  (
-    rc=0
-    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=20 -m vm "$@" 2>&1 | sed -u 's/^/[vm] /' || rc=$?
-    echo "[vm] == VM tier took $(($(date +%s) - vm_t0)) s, exit $rc"
-    ok "$rc"
-  ) &
-  VM_PID=$!
+  export CXLCTL_VM_SLOTS=2
+  VM_QUEUE=$(mktemp "${TMPDIR:-/tmp}/cxlctl-vm-queue.XXXXXX")
+  vm_queue "$@" >"$VM_QUEUE" || { echo "== VM tier: collection failed"; exit 1; }
+  echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
+  ( rc=0; vm_worker vm-a "$@" || rc=$?; echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"; exit $rc ) &
+  VM_A=$!
   host_rc=0; host_tiers "$@" || host_rc=$?
-  vm_rc=0; wait "$VM_PID" || vm_rc=$?
-  echo "== pytest: host tiers exit $host_rc, VM tier exit $vm_rc, $(($(date +%s) - vm_t0)) s for both"
-  [ "$host_rc" = 0 ] && [ "$vm_rc" = 0 ]
+  echo "== host tiers done after $(($(date +%s) - vm_t0)) s, exit $host_rc; VM worker b starts"
+  vm_b=0; vm_worker vm-b "$@" || vm_b=1
+  echo "[vm-b] == worker b done after $(($(date +%s) - vm_t0)) s"
+  vm_a=0; wait "$VM_A" || vm_a=1
+  rm -f "$VM_QUEUE" "$VM_QUEUE.lock"
+  echo "== pytest: host tiers exit $host_rc, VM workers a $vm_a b $vm_b, $(($(date +%s) - vm_t0)) s for all"
+  [ "$host_rc" = 0 ] && [ "$vm_a" = 0 ] && [ "$vm_b" = 0 ]
 fi

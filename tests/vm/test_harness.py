@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Tuple
+from typing import List, Tuple
 
 import pytest
 
-from tests.vm.harness import TOPOLOGIES, GuestBootError, Kernel, KernelNotFound, kernel, run_guest
+from tests.vm.harness import (
+    TOPOLOGIES,
+    GuestBootError,
+    HarnessError,
+    Kernel,
+    KernelNotFound,
+    guest_slots,
+    kernel,
+    run_guest,
+)
 
 
 def test_topologies_are_well_formed() -> None:
@@ -191,3 +200,35 @@ def test_real_qemu_is_wrapped_and_version_passes_through(tmp_path: Path, monkeyp
     out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("QEMU emulator version")
     assert not (work / "harness" / "qemu-status").exists()
+
+
+def test_guest_slots_let_a_second_guest_in_and_queue_a_third(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CXLCTL_VM_SLOTS=2: with slot 0 held elsewhere a guest takes slot 1; with both held it waits."""
+    import fcntl
+    import threading
+
+    from tests.vm import harness
+
+    base = tmp_path / "lock"
+    monkeypatch.setenv("CXLCTL_VM_LOCK", str(base))
+    monkeypatch.setenv("CXLCTL_VM_SLOTS", "2")
+    other = open(base, "a")
+    fcntl.flock(other, fcntl.LOCK_EX)
+    mine = harness._take_guest_slot()
+    assert mine.name == f"{base}.1"
+    got: List[str] = []
+    waiter = threading.Thread(target=lambda: got.append(harness._take_guest_slot().name), daemon=True)
+    waiter.start()
+    waiter.join(1.5)
+    assert got == [], "a third guest got in while both slots were held"
+    other.close()  # slot 0 is free again: the waiter takes it
+    waiter.join(5)
+    assert got == [str(base)]
+    mine.close()
+
+
+@pytest.mark.parametrize("value", ["0", "two", "\u00b2", "-1"])
+def test_guest_slots_refuses_what_is_not_a_count(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXLCTL_VM_SLOTS", value)
+    with pytest.raises(HarnessError, match="CXLCTL_VM_SLOTS"):
+        guest_slots()
