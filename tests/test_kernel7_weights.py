@@ -87,3 +87,42 @@ def test_recorded_7x_hmat_guest_plan_compares_the_kernels_auto_weights() -> None
     assert "the kernel's auto weights now: node0=20 (65 %) node2=8 (26 %) node3=3 (10 %)" in note, note
     assert "cxlctl's from the same figures: node0=19 (63 %) node2=8 (27 %) node3=3 (10 %)" in note, note
     assert "bandwidth shares: node0 64 % node2 26 % node3 10 %" in note, note
+
+
+def _launch_on_7x_hmat(tmp_path: Any, manual: bool) -> Dict[str, Any]:
+    """``launch exec --dry-run --json`` weighted over nodes 0, 2, 3 of a copy of the recorded 7.3 HMAT
+    guest; ``manual``: the weight files as a ``prefer_auto = false`` profile leaves them (19:8:3,
+    ``auto`` false), which the guest run of ``test_vm_hmat.py`` went through."""
+    import os
+
+    from tests.kit import FIXTURES, copy_fixture
+    from tests.launch_support import dry, write_status
+
+    root = str(tmp_path / "root")
+    copy_fixture(os.path.join(FIXTURES, "linux-7.x", "hmat2-region"), root)
+    write_status(root, "0,2-3")
+    wi = os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave")
+    if manual:
+        for name, value in (("node0", "19"), ("node2", "8"), ("node3", "3"), ("auto", "false")):
+            with open(os.path.join(wi, name), "w") as f:
+                f.write(value + "\n")
+    return dry(root, "exec", ["--policy", "weighted-interleave", "--mem-nodes", "0,2,3"], ["true"])
+
+
+def test_launch_switching_auto_back_on_does_not_name_the_files_old_weights(tmp_path: Any) -> None:
+    """Issue 20: after a manual profile left 19:8:3, the launch plans auto mode; the kernel then
+    writes 20:8:3, so the plan must not give 19:8:3 (the files now) as the launch's weights."""
+    doc = _launch_on_7x_hmat(tmp_path, manual=True)
+    w = doc["weights"]
+    assert w["source"] == "kernel-auto", w
+    assert w["launch"] is None, w
+    assert {"setting": "weighted_interleave.auto", "from": "false", "to": "true"} in w["changes"], w
+    assert doc["policy"]["weights"] == {}, doc["policy"]
+    assert any("computes them when auto is switched on" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_launch_with_auto_already_on_names_the_kernels_weights(tmp_path: Any) -> None:
+    doc = _launch_on_7x_hmat(tmp_path, manual=False)
+    assert doc["weights"]["source"] == "kernel-auto"
+    assert doc["weights"]["launch"] == {"0": 20, "2": 8, "3": 3}
+    assert doc["policy"]["weights"] == {"0": 20, "2": 8, "3": 3}

@@ -628,7 +628,8 @@ def _weights_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
     return {
         "source": wp.source,
         "current": {str(n): w for n, w in sorted(wp.current.items())},
-        "launch": {str(n): w for n, w in sorted(wp.weights.items())},
+        # null: the kernel's auto mode computes them when the apply switches auto on
+        "launch": {str(n): w for n, w in sorted(wp.weights.items())} if wp.weights else None,
         "changes": [{"setting": s, "from": a, "to": b} for s, a, b in wp.changes],
         "system_wide": True,
         "journaled": wp.writes,

@@ -48,7 +48,8 @@ KNOB = "weighted_interleave"
 class WeightPlan(NamedTuple):
     source: str  # ratio | bandwidth | kernel-auto | current
     nodes: Tuple[int, ...]
-    weights: Dict[int, int]  # node → weight in effect for the launch (after the change)
+    weights: Dict[int, int]  # node → weight in effect for the launch (after the change); {}: the kernel's
+    # auto mode computes them when the apply switches auto on (read back then)
     current: Dict[int, int]  # node → weight now
     changes: Tuple[Tuple[str, Optional[str], Optional[str]], ...]  # (setting, now, wanted) the apply writes
     transaction: Optional[Transaction]  # the planned launch profile; None: nothing to apply
@@ -156,20 +157,29 @@ def plan(
         return WeightPlan("current", nodes, cur, current, (), None, base, tuple(notes), tuple(warnings))
     changes = tuple((s.setting, s.current, s.desired) for s in steps + others if s.action in ("set", "restore"))
     wanted = dict(current)
-    auto = False
+    auto = switching_auto_on = False
     for s in steps:
         name = s.setting.rsplit(".", 1)[-1]
         if name.startswith("node") and is_decimal(name[4:]) and s.desired is not None and is_decimal(s.desired):
             wanted[int(name[4:])] = int(s.desired)
         if name == "auto" and s.desired == "true":
             auto = True
+            switching_auto_on = (s.current or "").strip() != "true"
     source = "ratio" if ratio else ("kernel-auto" if auto else "bandwidth")
+    if switching_auto_on:
+        # the weight files hold the manual weights until the kernel recomputes them as auto goes
+        # on: naming those (or cxlctl's own figures) as the launch's weights would be wrong (the
+        # HMAT guest: files 19:8:3, the kernel's auto 20:8:3).  The launch reads them back.
+        notes.append(
+            "weights from bandwidth by the kernel's auto mode (weighted_interleave/auto): the kernel "
+            "computes them when auto is switched on, and the launch reads them back before it starts "
+            "the engine"
+        )
+        return WeightPlan(
+            source, nodes, {}, current, changes, txn, base, tuple(notes), tuple(_drift(others, warnings))
+        )
     if auto:
         notes.append("weights from bandwidth by the kernel's auto mode (weighted_interleave/auto)")
-    for s in others:
-        warnings.append(
-            f"the profile in effect has drifted: applying the launch weights also resets {s.setting} to {s.desired}"
-        )
     return WeightPlan(
         source,
         nodes,
@@ -179,8 +189,16 @@ def plan(
         txn if changes else None,
         base,
         tuple(notes),
-        tuple(warnings),
+        tuple(_drift(others, warnings)),
     )
+
+
+def _drift(others: Sequence[Any], warnings: List[str]) -> List[str]:
+    """``warnings`` plus one for each setting of the profile in effect that the apply resets."""
+    return warnings + [
+        f"the profile in effect has drifted: applying the launch weights also resets {s.setting} to {s.desired}"
+        for s in others
+    ]
 
 
 def wi_users(host: Host, exclude: Sequence[int] = ()) -> List[Tuple[int, str]]:
