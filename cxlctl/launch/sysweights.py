@@ -175,9 +175,7 @@ def plan(
             "computes them when auto is switched on, and the launch reads them back before it starts "
             "the engine"
         )
-        return WeightPlan(
-            source, nodes, {}, current, changes, txn, base, tuple(notes), tuple(_drift(others, warnings))
-        )
+        return WeightPlan(source, nodes, {}, current, changes, txn, base, tuple(notes), tuple(_drift(others, warnings)))
     if auto:
         notes.append("weights from bandwidth by the kernel's auto mode (weighted_interleave/auto)")
     return WeightPlan(
