@@ -106,6 +106,20 @@ def _current(host: Host) -> Dict[int, int]:
     return out
 
 
+def _check_ratio_nodes(ns: NodeSets, nodes: Sequence[int]) -> None:
+    """``--ratio D:C`` weights DRAM and CXL nodes: the memory set must hold both, and nothing else."""
+    if ns.other and any(n in ns.other for n in nodes):
+        raise UsageError(
+            f"--ratio: node(s) {format_nodelist([n for n in nodes if n in ns.other])} are neither DRAM nor CXL",
+            hint="a DRAM:CXL ratio weights DRAM and CXL nodes only; pick --mem-nodes accordingly",
+        )
+    if not any(n in ns.cxl for n in nodes) or not any(n in ns.dram for n in nodes):
+        raise UsageError(
+            f"--ratio needs DRAM and CXL nodes in the memory set (have {format_nodelist(nodes)})",
+            hint="add a CXL node to --mem-nodes (cxlctl status lists them), or leave out --ratio",
+        )
+
+
 def plan(
     host: Host, inv: Inventory, ns: NodeSets, nodes: Sequence[int], ratio: Optional[Tuple[int, int]]
 ) -> WeightPlan:
@@ -117,16 +131,7 @@ def plan(
     notes: List[str] = []
     warnings: List[str] = []
     if ratio is not None:
-        if ns.other and any(n in ns.other for n in nodes):
-            raise UsageError(
-                f"--ratio: node(s) {format_nodelist([n for n in nodes if n in ns.other])} are neither DRAM nor CXL",
-                hint="a DRAM:CXL ratio weights DRAM and CXL nodes only; pick --mem-nodes accordingly",
-            )
-        if not any(n in ns.cxl for n in nodes) or not any(n in ns.dram for n in nodes):
-            raise UsageError(
-                f"--ratio needs DRAM and CXL nodes in the memory set (have {format_nodelist(nodes)})",
-                hint="add a CXL node to --mem-nodes (cxlctl status lists them), or leave out --ratio",
-            )
+        _check_ratio_nodes(ns, nodes)
     current = _current(host)
     missing = [n for n in nodes if n not in current]
     if missing:

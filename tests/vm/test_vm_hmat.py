@@ -40,6 +40,11 @@ cd /tmp
 {create}
 udevadm settle --timeout=30 || true
 sleep 2
+# a region's access0/access1 groups appear once the kernel has its coordinates: a CI run on 7.x read
+# the files while region1's were not there yet, so wait for them (60 s at most; the check says if not)
+for r in /sys/bus/cxl/devices/region*; do
+  for i in $(seq 600); do [ -e "$r/access0/read_bandwidth" ] && [ -e "$r/access1/read_bandwidth" ] && break; sleep 0.1; done
+done
 # the kernel's own files, as name=value lines
 for f in /sys/devices/system/node/node*/access*/initiators/*_bandwidth /sys/devices/system/node/node*/access*/initiators/*_latency \
          /sys/bus/cxl/devices/region*/access*/*; do
