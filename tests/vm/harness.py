@@ -607,6 +607,7 @@ def run_guest(
     settle_timeout: int = 60,
     extra_qemu_args: Sequence[str] = (),
     qmp: Optional[Callable[[QmpSession], None]] = None,
+    cpus: Optional[int] = None,
 ) -> GuestResult:
     """Boot ``topology`` on ``kernel`` and run ``script`` (bash) as root in it.
 
@@ -632,6 +633,9 @@ def run_guest(
     started, with a :class:`tests.vm.qmp.QmpSession` (a client on QEMU's QMP
     socket, ``-qmp unix:<workdir>/harness/qmp.sock``, plus file handshakes
     through ``$OUT``).  If it raises, ``run_guest`` raises after the guest ends.
+
+    ``cpus``: the guest's vCPUs, when a check needs more than the topology's
+    (:func:`guest_cpus`); a guest takes one guest slot per vCPU.
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -643,7 +647,8 @@ def run_guest(
     out.mkdir(parents=True, exist_ok=True)
     vng = _find_vng()
     env = tool_env(vng)
-    vm_lock = _take_guest_slot()
+    ncpu = guest_cpus(topo, cpus)
+    vm_locks = _take_guest_slots(ncpu)
     try:
         tries = boot_tries()
         before = set(os.listdir(base))
@@ -651,7 +656,7 @@ def run_guest(
             qemu_args = list(extra_qemu_args)
             if qmp is not None:
                 qemu_args += ["-qmp", f"unix:{hdir / 'qmp.sock'},server=on,wait=off"]
-            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, qemu_args, env)
+            cmd = _prepare(vng, script, base, out, hdir, topo, kern, memory, settle_timeout, qemu_args, env, ncpu)
             driver = _QmpDriver(qmp, hdir, out) if qmp is not None else None
             t0 = time.monotonic()
             try:
@@ -685,7 +690,8 @@ def run_guest(
             return res
         raise AssertionError("unreachable")
     finally:
-        vm_lock.close()
+        for f in vm_locks:
+            f.close()
 
 
 def guest_slots() -> int:
@@ -696,22 +702,37 @@ def guest_slots() -> int:
     return int(raw)
 
 
-def _take_guest_slot() -> IO[str]:
-    """Wait for a free guest slot and hold it (the returned file; closing it frees the slot).
+def guest_cpus(topo: Topology, asked: Optional[int] = None) -> int:
+    """A guest's vCPUs: ``CXLCTL_VM_CPUS`` where set, else what the check asks, else the topology's."""
+    raw = os.environ.get("CXLCTL_VM_CPUS", "")
+    if raw:
+        if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+            raise HarnessError(f"CXLCTL_VM_CPUS={raw!r} is not a whole number of CPUs (1 or more)")
+        return int(raw)
+    return asked if asked is not None else topo.cpus
+
+
+def _take_guest_slots(cpus: int) -> List[IO[str]]:
+    """Wait for ``cpus`` guest slots (at most all of them) and hold them (closing the files frees them).
 
     Why a machine-wide lock: parallel test runs (several developers' sessions) queue
-    instead of thrash.  One slot by default, because a guest left to share the cores
-    with an unbounded number of others hits its timeouts; ``scripts/test.sh`` asks for
-    two once the host tiers have left the second core idle (docs/testing.md has the
-    measurement).  Slot 0 is ``CXLCTL_VM_LOCK`` (``/tmp/cxlctl-vm.lock``), slot N
-    that path with ``.N`` appended.
+    instead of thrash.  One slot by default; ``scripts/test.sh`` asks for two
+    (``CXLCTL_VM_SLOTS``) once the host tiers have left the second core idle.  A guest
+    takes a slot per vCPU, so a 2-vCPU guest runs alone: two TCG guests with more vCPUs
+    than the cores between them take 2.5 times as long (docs/testing.md has the
+    measurement).  Slot 0 is ``CXLCTL_VM_LOCK`` (``/tmp/cxlctl-vm.lock``), slot N that
+    path with ``.N`` appended.  All of them: taken in order, blocking (no deadlock); one
+    of several: whichever is free, polled.
     """
     base = os.environ.get("CXLCTL_VM_LOCK", "/tmp/cxlctl-vm.lock")
     paths = [base] + [f"{base}.{n}" for n in range(1, guest_slots())]
-    if len(paths) == 1:
-        one = open(base, "a")
-        fcntl.flock(one, fcntl.LOCK_EX)
-        return one
+    if cpus >= len(paths):
+        held: List[IO[str]] = []
+        for path in paths:
+            f = open(path, "a")
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held.append(f)
+        return held
     while True:
         for path in paths:
             f = open(path, "a")
@@ -720,7 +741,7 @@ def _take_guest_slot() -> IO[str]:
             except BlockingIOError:
                 f.close()
                 continue
-            return f
+            return [f]
         time.sleep(1)
 
 
@@ -736,6 +757,7 @@ def run_checks(
     workdir: Optional[Path] = None,
     memory: str = "2G",
     qmp: Optional[Tuple[str, Callable[[QmpSession], None]]] = None,
+    cpus: Optional[int] = None,
 ) -> Dict[str, GuestResult]:
     """One boot, several checks: run each check's script in turn, as its own boot would.
 
@@ -785,7 +807,14 @@ def run_checks(
                 qmp_errors[qname] = traceback.format_exc()
 
     whole = run_guest(
-        topo, "\n".join(lines) + "\nexit 0\n", kernel=kernel, timeout=timeout, workdir=base, memory=memory, qmp=driver
+        topo,
+        "\n".join(lines) + "\nexit 0\n",
+        kernel=kernel,
+        timeout=timeout,
+        workdir=base,
+        memory=memory,
+        qmp=driver,
+        cpus=cpus,
     )
     results: Dict[str, GuestResult] = {}
     for name in names:
@@ -881,6 +910,7 @@ def _prepare(
     settle_timeout: int,
     extra_qemu_args: Sequence[str],
     env: Optional[Dict[str, str]] = None,
+    cpus: int = 1,
 ) -> List[str]:
     """Lay out a fresh runner folder and return the vng command line."""
     if hdir.exists():
@@ -918,7 +948,8 @@ def _prepare(
         str(kern.vmlinuz),
         "--disable-kvm",
         "--disable-microvm",
-        *_cpus_args(topo),
+        "--cpus",
+        str(cpus),
         "-m",
         memory,
         "--rwdir",
@@ -927,15 +958,6 @@ def _prepare(
         "--exec",
         f"bash {q(str(hdir / 'runner.sh'))}",
     ]
-
-
-def _cpus_args(topo: Topology) -> List[str]:
-    """vng's ``--cpus``: the topology's count, or ``CXLCTL_VM_CPUS`` where set (a topology whose
-    args name CPUs per node, as hmat2 does, needs at least that many)."""
-    raw = os.environ.get("CXLCTL_VM_CPUS", "")
-    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
-        raise HarnessError(f"CXLCTL_VM_CPUS={raw!r} is not a whole number of CPUs (1 or more)")
-    return ["--cpus", raw or str(topo.cpus)]
 
 
 def _wait_for_runner(proc: subprocess.Popen[bytes], started: Path, deadline: float) -> Optional[str]:

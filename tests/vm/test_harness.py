@@ -214,10 +214,10 @@ def test_guest_slots_let_a_second_guest_in_and_queue_a_third(tmp_path: Path, mon
     monkeypatch.setenv("CXLCTL_VM_SLOTS", "2")
     other = open(base, "a")
     fcntl.flock(other, fcntl.LOCK_EX)
-    mine = harness._take_guest_slot()
+    (mine,) = harness._take_guest_slots(1)
     assert mine.name == f"{base}.1"
     got: List[str] = []
-    waiter = threading.Thread(target=lambda: got.append(harness._take_guest_slot().name), daemon=True)
+    waiter = threading.Thread(target=lambda: got.append(harness._take_guest_slots(1)[0].name), daemon=True)
     waiter.start()
     waiter.join(1.5)
     assert got == [], "a third guest got in while both slots were held"
@@ -232,3 +232,33 @@ def test_guest_slots_refuses_what_is_not_a_count(value: str, monkeypatch: pytest
     monkeypatch.setenv("CXLCTL_VM_SLOTS", value)
     with pytest.raises(HarnessError, match="CXLCTL_VM_SLOTS"):
         guest_slots()
+
+
+def test_a_two_cpu_guest_takes_both_slots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-vCPU guest waits until both slots are free and then holds both: it runs alone."""
+    import threading
+
+    from tests.vm import harness
+
+    base = tmp_path / "lock"
+    monkeypatch.setenv("CXLCTL_VM_LOCK", str(base))
+    monkeypatch.setenv("CXLCTL_VM_SLOTS", "2")
+    (one,) = harness._take_guest_slots(1)
+    got: List[List[str]] = []
+    waiter = threading.Thread(target=lambda: got.append([f.name for f in harness._take_guest_slots(2)]), daemon=True)
+    waiter.start()
+    waiter.join(1.5)
+    assert got == [], "a 2-vCPU guest started beside another guest"
+    one.close()
+    waiter.join(5)
+    assert got == [[str(base), f"{base}.1"]]
+
+
+def test_guest_cpus_env_beats_the_check_and_the_topology(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.vm.harness import guest_cpus
+
+    monkeypatch.delenv("CXLCTL_VM_CPUS", raising=False)
+    assert guest_cpus(TOPOLOGIES["single"]) == 1 and guest_cpus(TOPOLOGIES["hmat2"]) == 2
+    assert guest_cpus(TOPOLOGIES["single"], 2) == 2
+    monkeypatch.setenv("CXLCTL_VM_CPUS", "3")
+    assert guest_cpus(TOPOLOGIES["single"], 2) == 3

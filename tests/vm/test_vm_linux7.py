@@ -81,7 +81,9 @@ def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
             ("telemetry", test_vm_telemetry.guest_script(work / "telemetry-tools", t)),
             ("launch", test_vm_launch.guest_script(work / "launch-tools", t)),
         ]
-    return _shared(t.name, work, run_checks(t, checks, kernel=SERIES, timeout=2400, workdir=work / "vm"))
+    # two vCPUs for the DAMON checks (test_vm_damon.DAMON_CPUS says why)
+    res = run_checks(t, checks, kernel=SERIES, timeout=2400, workdir=work / "vm", cpus=test_vm_damon.DAMON_CPUS)
+    return _shared(t.name, work, res)
 
 
 @pytest.fixture(scope="module")
