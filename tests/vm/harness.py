@@ -635,7 +635,8 @@ def run_guest(
     through ``$OUT``).  If it raises, ``run_guest`` raises after the guest ends.
 
     ``cpus``: the guest's vCPUs, when a check needs more than the topology's
-    (:func:`guest_cpus`); a guest takes one guest slot per vCPU.
+    (:func:`guest_cpus`); a guest with as many vCPUs as there are guest slots
+    takes them all (:func:`_take_guest_slots`).
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -694,22 +695,24 @@ def run_guest(
             f.close()
 
 
+def _env_count(name: str, what: str) -> Optional[int]:
+    """``$name`` as a whole number of 1 or more, None where unset; anything else is an error naming it."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise HarnessError(f"{name}={raw!r} is not a whole number of {what} (1 or more)")
+    return int(raw)
+
+
 def guest_slots() -> int:
     """How many guests may run at once on this machine (``CXLCTL_VM_SLOTS``, default 1)."""
-    raw = os.environ.get("CXLCTL_VM_SLOTS", "1")
-    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise HarnessError(f"CXLCTL_VM_SLOTS={raw!r} is not a whole number of guests (1 or more)")
-    return int(raw)
+    return _env_count("CXLCTL_VM_SLOTS", "guests") or 1
 
 
 def guest_cpus(topo: Topology, asked: Optional[int] = None) -> int:
     """A guest's vCPUs: ``CXLCTL_VM_CPUS`` where set, else what the check asks, else the topology's."""
-    raw = os.environ.get("CXLCTL_VM_CPUS", "")
-    if raw:
-        if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-            raise HarnessError(f"CXLCTL_VM_CPUS={raw!r} is not a whole number of CPUs (1 or more)")
-        return int(raw)
-    return asked if asked is not None else topo.cpus
+    return _env_count("CXLCTL_VM_CPUS", "CPUs") or (asked if asked is not None else topo.cpus)
 
 
 def _take_guest_slots(cpus: int) -> List[IO[str]]:
@@ -718,11 +721,12 @@ def _take_guest_slots(cpus: int) -> List[IO[str]]:
     Why a machine-wide lock: parallel test runs (several developers' sessions) queue
     instead of thrash.  One slot by default; ``scripts/test.sh`` asks for two
     (``CXLCTL_VM_SLOTS``) once the host tiers have left the second core idle.  A guest
-    takes a slot per vCPU, so a 2-vCPU guest runs alone: two TCG guests with more vCPUs
-    than the cores between them take 2.5 times as long (docs/testing.md has the
-    measurement).  Slot 0 is ``CXLCTL_VM_LOCK`` (``/tmp/cxlctl-vm.lock``), slot N that
-    path with ``.N`` appended.  All of them: taken in order, blocking (no deadlock); one
-    of several: whichever is free, polled.
+    with as many vCPUs as there are slots (or more) takes them all, so with two slots a
+    2-vCPU guest runs alone: two TCG guests with more vCPUs than the cores between them
+    take 2.5 times as long (docs/testing.md has the measurement); any other guest takes
+    one.  Slot 0 is ``CXLCTL_VM_LOCK`` (``/tmp/cxlctl-vm.lock``), slot N that path with
+    ``.N`` appended.  All of them: taken in order, blocking (no deadlock); one of
+    several: whichever is free, polled.
     """
     base = os.environ.get("CXLCTL_VM_LOCK", "/tmp/cxlctl-vm.lock")
     paths = [base] + [f"{base}.{n}" for n in range(1, guest_slots())]
