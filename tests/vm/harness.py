@@ -29,6 +29,7 @@ and the CXL drivers are loaded with all memdevs enumerated.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -40,7 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tests.vm.cdat import Speed
 
@@ -374,6 +375,24 @@ def topology(name: Union[str, Topology]) -> Topology:
 # ---------------------------------------------------------------------------- guests
 
 
+def out_text(out: Union[Path, str], name: str, missing_ok: bool = False) -> str:
+    """Text of a file a guest script left in its ``$OUT`` directory (``out`` on the host).
+
+    A missing file raises, so an assertion on a value the guest never wrote cannot pass.  In an
+    assertion's *message*, pass ``missing_ok=True``: a failing check then says ``<NAME missing>``
+    instead of hiding its own reason behind a FileNotFoundError.
+    """
+    p = Path(out) / name
+    if missing_ok and not p.exists():
+        return f"<{name} missing>"
+    return p.read_text(errors="replace")
+
+
+def out_json(out: Union[Path, str], name: str) -> Any:
+    """The JSON document a guest script left in ``$OUT`` (see :func:`out_text`)."""
+    return json.loads(out_text(out, name))
+
+
 @dataclass
 class GuestResult:
     """What a guest run left behind.
@@ -401,7 +420,7 @@ class GuestResult:
 
     def file(self, name: str) -> str:
         """Text of a file the guest script left in ``$OUT``."""
-        return (self.outdir / name).read_text()
+        return out_text(self.outdir, name)
 
     def check(self) -> GuestResult:
         """Raise with the script's output if it exited non-zero; else return self."""

@@ -22,7 +22,6 @@ kdamond and the boot values.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -30,7 +29,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from tests.fixture_status import install
-from tests.vm.harness import REPO, TOPOLOGIES, GuestResult, Topology, build_c, run_guest
+from tests.vm.harness import REPO, TOPOLOGIES, GuestResult, Topology, build_c, out_json, out_text, run_guest
 from tests.vm.record_fixtures import package_of
 
 pytestmark = pytest.mark.vm
@@ -127,17 +126,8 @@ cd "$REPO" && "$PY" DRIVER old
 """
 
 
-def _f(out: Path, name: str) -> str:
-    p = out / name
-    return p.read_text() if p.exists() else f"<{name} missing>"
-
-
-def _json(out: Path, name: str) -> Any:
-    return json.loads((out / name).read_text())
-
-
 def _readback(out: Path, label: str) -> Dict[str, str]:
-    rows = [line.rsplit(" ", 1) for line in _f(out, f"{label}-readback.txt").splitlines() if " " in line]
+    rows = [line.rsplit(" ", 1) for line in out_text(out, f"{label}-readback.txt").splitlines() if " " in line]
     return {k: v for k, v in rows}
 
 
@@ -191,45 +181,45 @@ def check(res: GuestResult, series: str) -> None:
     """The host's assertions on the guest's files (``series`` names the fixture folder to record into)."""
     out = res.outdir
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
-    assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
+    assert res.returncode == 0, out_text(out, "driver.log", missing_ok=True) + res.stderr[-3000:]
     _keep(
         out,
         series,
         ["single-region-damon-idle", "single-region-damon-running", "single-region-damon-tiering"],
         res.kernel.release,
     )
-    cxl = int(_f(out, "cxl-node"))
+    cxl = int(out_text(out, "cxl-node"))
     assert cxl > 0
     boot = _readback(out, "boot")
     assert boot["nr_kdamonds"] == "0"
 
     # -- DAMON_STAT (7.x starts it at boot; the kernel starts no kdamond beside it): refused, the fix named
     if series == "7.x":
-        (stat_step,) = [s for s in _json(out, "damon-stat-plan.json")["plan"]["steps"] if s["knob"] == "damon"]
+        (stat_step,) = [s for s in out_json(out, "damon-stat-plan.json")["plan"]["steps"] if s["knob"] == "damon"]
         assert stat_step["action"] == "skip" and "damon_stat (kdamond pid" in stat_step["note"], stat_step
         assert "echo N > /sys/module/damon_stat/parameters/enabled" in stat_step["note"]
 
     # -- a kdamond someone else runs: refused, untouched
-    assert _f(out, "foreign-apply.rc").strip() == "2", _f(out, "foreign-apply.err")
-    assert "refused; nothing was changed" in _f(out, "foreign-apply.err")
-    plan = _json(out, "foreign-plan.json")["plan"]
+    assert out_text(out, "foreign-apply.rc").strip() == "2", out_text(out, "foreign-apply.err", missing_ok=True)
+    assert "refused; nothing was changed" in out_text(out, "foreign-apply.err")
+    plan = out_json(out, "foreign-plan.json")["plan"]
     (step,) = [s for s in plan["steps"] if s["knob"] == "damon"]
     assert step["action"] == "skip" and step["note"].startswith("refused: ") and "kdamond 0 (on" in step["note"]
     assert _readback(out, "foreign")["nr_kdamonds"] == "1"
 
     # -- tiering
-    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    assert out_text(out, "apply.rc").strip() == "0", out_text(out, "apply.err", missing_ok=True)
     applied = _readback(out, "applied")
     assert applied["sysctl kernel.numa_balancing"] == "0" and applied["demotion_enabled"] in ("1", "true")
     assert applied["nr_kdamonds"] == "2"
-    tree = _f(out, "applied-tree.txt")
+    tree = out_text(out, "applied-tree.txt")
     assert "./0/state:on" in tree and "./1/state:on" in tree
     assert "./0/contexts/0/schemes/0/action:migrate_cold" in tree
     assert f"./0/contexts/0/schemes/0/target_nid:{cxl}" in tree
     assert "./1/contexts/0/schemes/0/action:migrate_hot" in tree
-    assert _f(out, "verify.rc").strip() == "0", _f(out, "verify.json")
-    start = _json(out, "pages-start.json")
-    trace = _json(out, "pages-trace.json")
+    assert out_text(out, "verify.rc").strip() == "0", out_text(out, "verify.json", missing_ok=True)
+    start = out_json(out, "pages-start.json")
+    trace = out_json(out, "pages-trace.json")
     last = trace[-1]
     cold = {int(k): v for k, v in last["cold"].items()}
     hot = {int(k): v for k, v in last["hot"].items()}
@@ -240,7 +230,7 @@ def check(res: GuestResult, series: str) -> None:
         f"cold pages on the CXL node (>= 90 %) after {moved_at} s"
         + (" (the cold scheme's node_mem_free_bp goal is met in this guest)" if moved_at is None else "")
     )
-    st = _json(out, "status.json")
+    st = out_json(out, "status.json")
     rows = st["damon"]
     report.append(
         "DAMON stats: "
@@ -268,18 +258,18 @@ def check(res: GuestResult, series: str) -> None:
         assert cold_row["sz_applied"] >= 4 << 20 and cold_row["nr_applied"] > 0
 
     # -- drift, then revert
-    assert _f(out, "drift-verify.rc").strip() == "3"
-    drift = _json(out, "drift-verify.json")
+    assert out_text(out, "drift-verify.rc").strip() == "3"
+    drift = out_json(out, "drift-verify.json")
     assert [c["setting"] for c in drift["checks"] if c["status"] == "drift"] == ["damon.kdamond0.state"]
-    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
     back = _readback(out, "reverted")
     assert back == boot, (back, boot)
-    assert _json(out, "after-revert-status.json")["damon"] == []
+    assert out_json(out, "after-revert-status.json")["damon"] == []
 
     # -- the goal statement 6.12 lacks: refused with a clear message, nothing written
     if series == "6.12":
-        assert _f(out, "goals-apply.rc").strip() == "2", _f(out, "goals-apply.err")
-        err = _f(out, "goals-apply.err")
+        assert out_text(out, "goals-apply.rc").strip() == "2", out_text(out, "goals-apply.err", missing_ok=True)
+        err = out_text(out, "goals-apply.err")
         assert "hot_on_dram needs the DAMON quota goal metric node_eligible_mem_bp, which Linux 7.2 added" in err, err
         assert "refused; nothing was changed" in err, err
         assert _readback(out, "goals") == boot
@@ -291,13 +281,13 @@ def test_damon_unavailable_on_61(tmp_path: Path) -> None:
         TOPOLOGIES["single"], _record_env() + GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm"
     )
     out = res.outdir
-    assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
+    assert res.returncode == 0, out_text(out, "driver.log", missing_ok=True) + res.stderr[-3000:]
     _keep(out, "6.1", ["single-noregion-damon"], res.kernel.release)
-    plan = _json(out, "plan.json")["plan"]
+    plan = out_json(out, "plan.json")["plan"]
     (d,) = [s for s in plan["steps"] if s["knob"] == "damon"]
     print(f"guest {res.kernel.release}, boot {res.boot_seconds} s: damon {d['action']}: {d['note']}")
     assert d["action"] == "unsupported" and "needs 6.11+ with CONFIG_DAMON_PADDR" in d["note"]
-    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    assert out_text(out, "apply.rc").strip() == "0", out_text(out, "apply.err", missing_ok=True)
     assert _readback(out, "applied")["sysctl vm.swappiness"] == "10"
     assert _readback(out, "reverted") == _readback(out, "boot")
 
@@ -320,15 +310,15 @@ def check_goals(res: GuestResult, goal: float = 0.70, band: float = 0.05) -> Lis
     converged, the share never drops by more than ``band`` again, and the cold set never comes
     back to DRAM.  Returns the measured lines (printed with -s)."""
     out = res.outdir
-    assert res.returncode == 0, _f(out, "driver.log") + res.stderr[-3000:]
-    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
-    tree = _f(out, "applied-tree.txt")
+    assert res.returncode == 0, out_text(out, "driver.log", missing_ok=True) + res.stderr[-3000:]
+    assert out_text(out, "apply.rc").strip() == "0", out_text(out, "apply.err", missing_ok=True)
+    tree = out_text(out, "applied-tree.txt")
     assert "./1/contexts/0/schemes/0/quotas/goals/0/target_metric:node_eligible_mem_bp" in tree, tree[-2000:]
     assert "./1/contexts/0/schemes/0/quotas/goals/0/target_value:7000" in tree
-    trace = _json(out, "pages-trace.json")
-    cxl = int(_f(out, "cxl-node"))
+    trace = out_json(out, "pages-trace.json")
+    cxl = int(out_text(out, "cxl-node"))
     shares = hot_share_trace(trace)
-    start = _json(out, "pages-start.json")
+    start = out_json(out, "pages-start.json")
     report = [
         f"guest {res.kernel.release}: hot_on_dram 70 %, hot 2 MiB on node{cxl} / cold 4 MiB on node0; "
         f"before apply hot {start['hot']}, cold {start['cold']}",
@@ -361,6 +351,6 @@ def check_goals(res: GuestResult, goal: float = 0.70, band: float = 0.05) -> Lis
     cold = [int(p["cold"].get("0", 0)) for p in trace]
     lowest = min(cold)
     assert cold[-1] <= lowest + band * 1024, ("cold pages came back to DRAM", cold)
-    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
     assert _readback(out, "reverted") == _readback(out, "boot")
     return report

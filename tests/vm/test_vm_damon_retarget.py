@@ -16,7 +16,6 @@ reaction times are printed (pytest -s).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Dict
@@ -24,7 +23,7 @@ from typing import Any, Dict
 import pytest
 
 from tests.prom import parse_exposition
-from tests.vm.harness import TOPOLOGIES, run_guest
+from tests.vm.harness import TOPOLOGIES, out_json, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -86,23 +85,14 @@ STATS = {
 }
 
 
-def _f(out: Path, name: str) -> str:
-    p = out / name
-    return p.read_text() if p.exists() else f"<{name} missing>"
-
-
-def _json(out: Path, name: str) -> Any:
-    return json.loads((out / name).read_text())
-
-
 def _source(layout: Dict[str, Any], regions: Any) -> str:
     return ",".join(n for n, r in layout["nodes"].items() if r == regions)
 
 
 def _check_metrics(out: Path, label: str, layout: Dict[str, Any]) -> str:
     """The scrape's DAMON series against the stats files read around it; a summary line."""
-    ex = parse_exposition(_f(out, f"metrics-{label}.txt"))
-    kds = _json(out, f"stats-{label}.json")["kdamonds"]
+    ex = parse_exposition(out_text(out, f"metrics-{label}.txt"))
+    kds = out_json(out, f"stats-{label}.json")["kdamonds"]
     assert len(ex.series("cxlctl_damon_kdamond_state")) == 2 * len(kds)
     parts = []
     for k in kds:
@@ -132,10 +122,10 @@ def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes() -> None:
     )
     res = run_guest(t, script, kernel="6.12", timeout=1500)
     out = res.outdir
-    ctx = f"\n--- driver.log ---\n{_f(out, 'driver.log')}\n--- daemon.log ---\n{_f(out, 'daemon.log')[-6000:]}"
+    ctx = f"\n--- driver.log ---\n{out_text(out, 'driver.log', missing_ok=True)}\n--- daemon.log ---\n{out_text(out, 'daemon.log', missing_ok=True)[-6000:]}"
     assert res.returncode == 0, res.stderr[-3000:] + ctx
-    times = _json(out, "times.json")
-    nodes = _json(out, "nodes.json")
+    times = out_json(out, "times.json")
+    nodes = out_json(out, "nodes.json")
     (node_a,), (node_b,) = nodes["a"], nodes["b"]
     report = [
         f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s",
@@ -149,30 +139,30 @@ def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes() -> None:
     print("\n[vm damon-retarget] " + "\n[vm damon-retarget] ".join(report))
 
     # applied by hand: two kdamonds on DRAM and A
-    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
+    assert out_text(out, "apply.rc").strip() == "0", out_text(out, "apply.err", missing_ok=True)
     assert times["applied_layout"] == "ok", times["applied_layout"]
-    assert [k["state"] for k in _json(out, "layout-applied.json")["kdamonds"]] == ["on", "on"]
+    assert [k["state"] for k in out_json(out, "layout-applied.json")["kdamonds"]] == ["on", "on"]
     # B came: three kdamonds, B's monitoring exactly its memory, migrating hot pages to DRAM
     assert times["grow_from_node_online"] is not None, ctx
-    grown = _json(out, "layout-grown.json")
+    grown = out_json(out, "layout-grown.json")
     assert len(grown["kdamonds"]) == 3
     kb = [k for k in grown["kdamonds"] if _source(grown, k["regions"]) == str(node_b)]
     assert len(kb) == 1 and (kb[0]["action"], kb[0]["target_nid"], kb[0]["state"]) == ("migrate_hot", "0", "on")
-    assert _f(out, "verify-grown.rc").strip() == "0", _f(out, "verify-grown.json")
+    assert out_text(out, "verify-grown.rc").strip() == "0", out_text(out, "verify-grown.json", missing_ok=True)
     # B went: back to DRAM and A
     assert times["offline_failures"] == [], times
     assert times["shrink_from_offlined"] is not None, ctx
-    shrunk = _json(out, "layout-shrunk.json")
+    shrunk = out_json(out, "layout-shrunk.json")
     assert sorted(_source(shrunk, k["regions"]) for k in shrunk["kdamonds"]) == sorted(["0", str(node_a)])
-    assert _f(out, "verify-shrunk.rc").strip() == "0", _f(out, "verify-shrunk.json")
-    assert "damon.nr_kdamonds" in _f(out, "daemon.log"), ctx
+    assert out_text(out, "verify-shrunk.rc").strip() == "0", out_text(out, "verify-shrunk.json", missing_ok=True)
+    assert "damon.nr_kdamonds" in out_text(out, "daemon.log"), ctx
 
     # the metrics: exactly DAMON's stats, labelled with the nodes (and not all zero: after 10 s the
     # DRAM kdamond has tried cold regions)
-    one = _json(out, "stats-one.json")["kdamonds"]
+    one = out_json(out, "stats-one.json")["kdamonds"]
     assert sum(int(k["stats"]["nr_tried"]) for k in one if k["action"] == "migrate_cold") > 0, one
     lines = [
-        _check_metrics(out, "one", _json(out, "layout-applied.json")),
+        _check_metrics(out, "one", out_json(out, "layout-applied.json")),
         _check_metrics(out, "two", grown),
         _check_metrics(out, "three", shrunk),
     ]
@@ -180,7 +170,7 @@ def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes() -> None:
 
     # stopping the daemon leaves the kdamonds (it reverts nothing); revert removes them
     assert times["daemon_rc"] == 0, times
-    assert [k["state"] for k in _json(out, "layout-daemon-stopped.json")["kdamonds"]] == ["on", "on"]
-    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
-    assert _json(out, "layout-reverted.json")["kdamonds"] == []
-    assert _json(out, "status-after.json")["damon"] == []
+    assert [k["state"] for k in out_json(out, "layout-daemon-stopped.json")["kdamonds"]] == ["on", "on"]
+    assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
+    assert out_json(out, "layout-reverted.json")["kdamonds"] == []
+    assert out_json(out, "status-after.json")["damon"] == []

@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.fixture_status import install
-from tests.vm.harness import REPO, kernel, run_guest
+from tests.vm.harness import REPO, kernel, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -64,7 +64,7 @@ def boot(series: str) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
     for p in res.outdir.glob("*.json"):
         out[p.stem] = json.loads(p.read_text())
-        out[p.stem]["human"] = (res.outdir / f"{p.stem}.txt").read_text()
+        out[p.stem]["human"] = out_text(res.outdir, f"{p.stem}.txt")
     return out
 
 

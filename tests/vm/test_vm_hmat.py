@@ -25,7 +25,7 @@ from cxlctl.numa_maps import parse_mappings
 from cxlctl.parse import PAGE_SIZE
 from cxlctl.telemetry.report import MB
 from tests.fixture_status import install
-from tests.vm.harness import REPO, TOPOLOGIES, build_c, run_guest
+from tests.vm.harness import REPO, TOPOLOGIES, build_c, out_json, out_text, run_guest
 from tests.vm.test_vm_launch import TOUCH_C
 
 pytestmark = pytest.mark.vm
@@ -95,9 +95,9 @@ def boot(series: str) -> Dict[str, Any]:
         "region_node": _kv(out / "region-node.txt"),
         "tiers": _kv(out / "tiers.txt"),
         "wi": _kv(out / "wi.txt"),
-        "status": json.loads((out / "hmat-status.json").read_text()),
-        "human": (out / "hmat-status.txt").read_text(),
-        "plan": json.loads((out / "plan.json").read_text()),
+        "status": out_json(out, "hmat-status.json"),
+        "human": out_text(out, "hmat-status.txt"),
+        "plan": out_json(out, "plan.json"),
         "p3": out / "p3",
     }
 
@@ -184,8 +184,8 @@ def _p3(guest: Dict[str, Any]) -> Path:
     if guest["series"] != "7.x":
         pytest.skip("the weights/traffic session runs on 7.x only (docs/testing.md, the matrix)")
     p3: Path = guest["p3"]
-    rc = (p3 / "driver.rc").read_text().strip()
-    assert rc == "0", (p3 / "driver.log").read_text() + (p3 / "driver.out").read_text()[-3000:]
+    rc = out_text(p3, "driver.rc").strip()
+    assert rc == "0", out_text(p3, "driver.log", missing_ok=True) + out_text(p3, "driver.out", missing_ok=True)[-3000:]
     return p3
 
 
@@ -202,9 +202,9 @@ def test_7x_auto_off_is_a_knob_that_revert_restores(guest: Dict[str, Any]) -> No
     boot, auto, own, back = (_j(p3, f"{x}-wi.json") for x in ("boot", "auto", "own", "reverted"))
     print(f"\n7.x weights: boot {boot}; inference-bandwidth {auto}; vm-bw-own {own}; reverted {back}")
     assert boot["auto"] in ("true", "1", "Y"), boot
-    assert (p3 / "apply-auto.rc").read_text().strip() == "0", (p3 / "apply-auto.err").read_text()
+    assert out_text(p3, "apply-auto.rc").strip() == "0", out_text(p3, "apply-auto.err", missing_ok=True)
     assert auto == boot, "inference-bandwidth on a kernel with auto keeps the kernel's weights"
-    assert (p3 / "apply-own.rc").read_text().strip() == "0", (p3 / "apply-own.err").read_text()
+    assert out_text(p3, "apply-own.rc").strip() == "0", out_text(p3, "apply-own.err", missing_ok=True)
     assert own["auto"] in ("false", "0", "N"), own
     steps = {s["setting"]: s for s in _j(p3, "plan-own.json")["plan"]["steps"]}
     for n, w in _node_weights(own).items():
@@ -213,16 +213,16 @@ def test_7x_auto_off_is_a_knob_that_revert_restores(guest: Dict[str, Any]) -> No
             assert step["desired"] == str(w), (n, step, own)
     journal = _j(p3, "status-own.json")["journal"]
     assert journal["state"] == "applied"
-    assert (p3 / "revert.rc").read_text().strip() == "0", (p3 / "revert.err").read_text()
+    assert out_text(p3, "revert.rc").strip() == "0", out_text(p3, "revert.err", missing_ok=True)
     assert back == boot, (back, boot)
 
 
 @pytest.mark.parametrize("label", ["launch-auto", "launch-own"])
 def test_7x_launched_pages_land_in_the_weights_ratio(guest: Dict[str, Any], label: str) -> None:
     p3 = _p3(guest)
-    assert (p3 / f"{label}.numa_maps").exists(), (p3 / f"{label}.err").read_text()
+    assert (p3 / f"{label}.numa_maps").exists(), out_text(p3, f"{label}.err", missing_ok=True)
     weights = _node_weights(_j(p3, f"{label}-running-wi.json"))
-    anon = [m for m in parse_mappings((p3 / f"{label}.numa_maps").read_text()) if m.kind == "anon"]
+    anon = [m for m in parse_mappings(out_text(p3, f"{label}.numa_maps")) if m.kind == "anon"]
     pages = max(anon, key=lambda m: sum(m.pages.values())).pages
     total, wsum = sum(pages.values()), sum(weights[n] for n in pages)
     assert total == 16 * 256, pages
@@ -246,8 +246,8 @@ def _kv_text(path: Path) -> Dict[str, int]:
 def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]) -> None:
     p3 = _p3(guest)
     perf, st = guest["perf"], guest["status"]
-    assert (p3 / "stat.rc").read_text().strip() == "0", (p3 / "stat.err").read_text()
-    r0, r1 = [json.loads(x) for x in (p3 / "stat.jsonl").read_text().splitlines() if x.strip()]
+    assert out_text(p3, "stat.rc").strip() == "0", out_text(p3, "stat.err", missing_ok=True)
+    r0, r1 = [json.loads(x) for x in out_text(p3, "stat.jsonl").splitlines() if x.strip()]
     tr = r1["cxl_traffic"]
     assert tr is not None and r0["cxl_traffic"] is None
 
@@ -283,8 +283,8 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
         f"{tr['demote_mbps']} MB/s = {tr['demote_share_of_write_bandwidth']:.6f} of {tr['cxl_write_bandwidth_mbps']} MB/s"
     )
     # top: every node's bandwidth context and the traffic line
-    assert (p3 / "top.rc").read_text().strip() == "0", (p3 / "top.err").read_text()
-    text = " ".join((p3 / "top.txt").read_text().split())  # folded lines joined
+    assert out_text(p3, "top.rc").strip() == "0", out_text(p3, "top.err", missing_ok=True)
+    text = " ".join(out_text(p3, "top.txt").split())  # folded lines joined
     assert "to/from CXL: promoted" in text and "of CXL bw)" in text, text[-2000:]
     from cxlctl.telemetry.top import bw
 

@@ -23,7 +23,6 @@ policy and execs.  The measured ratios are printed (pytest -s shows them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -31,7 +30,7 @@ import pytest
 
 from cxlctl.numa_maps import parse_mappings
 from tests.launch_support import HELP_VLLM
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, build_c, run_guest
+from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, build_c, out_json, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -152,20 +151,12 @@ exit 0
 """
 
 
-def _f(out: Path, name: str) -> str:
-    return (out / name).read_text()
-
-
-def _json(out: Path, name: str) -> Any:
-    return json.loads(_f(out, name))
-
-
 def _weights(out: Path, name: str) -> Dict[int, int]:
-    return {int(a[4:]): int(b) for a, b in (line.split() for line in _f(out, name).splitlines())}
+    return {int(a[4:]): int(b) for a, b in (line.split() for line in out_text(out, name).splitlines())}
 
 
 def _big_mapping(out: Path, label: str, file: Any = None) -> Dict[int, int]:
-    maps = parse_mappings(_f(out, f"{label}.numa_maps"))
+    maps = parse_mappings(out_text(out, f"{label}.numa_maps"))
     cands = [m for m in maps if (m.file == file if file else m.kind == "anon")]
     big = max(cands, key=lambda m: sum(m.pages.values()))
     return big.pages
@@ -201,26 +192,28 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     """The host's assertions on the guest's files; the measured lines go to ``tmp_path/measured.txt``."""
     res.check()
     out = res.outdir
-    cxl = int(_f(out, "cxl-node"))
+    cxl = int(out_text(out, "cxl-node"))
     report: List[str] = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
 
     # -- 1. weighted interleave 3:1
-    assert (out / "wi.ready").exists(), _f(out, "wi.err")
-    dry = _json(out, "wi.dry.json")
+    assert (out / "wi.ready").exists(), out_text(out, "wi.err", missing_ok=True)
+    dry = out_json(out, "wi.dry.json")
     assert dry["policy"]["mode"] == "weighted-interleave" and dry["policy"]["method"] == "direct"
     assert dry["weights"]["changes"] == [{"setting": "weighted_interleave.node0", "from": "1", "to": "3"}]
-    assert int(_f(out, "wi.ready")) == int(_f(out, "wi.launch-pid")), "the program replaced cxlctl (exec), same PID"
-    assert _f(out, "wi.cmdline").split()[0].endswith("/touch")
+    assert int(out_text(out, "wi.ready")) == int(out_text(out, "wi.launch-pid")), (
+        "the program replaced cxlctl (exec), same PID"
+    )
+    assert out_text(out, "wi.cmdline").split()[0].endswith("/touch")
     assert _weights(out, "weights-launched.txt") == {0: 3, cxl: 1}
-    err = _f(out, "wi.err")
+    err = out_text(out, "wi.err")
     assert "system-wide" in err and "cxlctl tune revert" in err and "has no --weighted-interleave" in err
     pages = _big_mapping(out, "wi")
     assert sum(pages.values()) == 12 * 256
     r, text = _ratio(pages, 0, cxl)
     report.append(f"weighted interleave --ratio 3:1, 12 MiB: {text} (numa_maps)")
     assert abs(r / 3 - 1) <= 0.10, text
-    show = _json(out, "wi.show.json")
-    assert _f(out, "wi.show.rc").strip() == "0", _f(out, "wi.show.err")
+    show = out_json(out, "wi.show.json")
+    assert out_text(out, "wi.show.rc").strip() == "0", out_text(out, "wi.show.err", missing_ok=True)
     assert (
         show["policy"]["mode"] == "weighted-interleave"
         and show["policy"]["nodes"] == [0, cxl]
@@ -233,49 +226,49 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     report.append(
         f"  policy show, all anonymous pages: node0 {anon.get(0, 0)}, node{cxl} {anon.get(cxl, 0)} = {anon.get(0, 0) / anon[cxl]:.3f}:1"
     )
-    tune = _json(out, "tune-status.json")
+    tune = out_json(out, "tune-status.json")
     assert tune["active_profile"] == "launch-weights" and tune["journal"]["state"] == "applied"
-    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
+    assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
     assert _weights(out, "weights-reverted.txt") == _weights(out, "weights-boot.txt")
 
     # -- 2. bind to the CXL node
-    assert (out / "bind.ready").exists(), _f(out, "bind.err")
-    assert int(_f(out, "bind.ready")) == int(_f(out, "bind.launch-pid"))
-    assert "policy applied by" in _f(out, "bind.err") and "numactl" in _f(out, "bind.err")
+    assert (out / "bind.ready").exists(), out_text(out, "bind.err", missing_ok=True)
+    assert int(out_text(out, "bind.ready")) == int(out_text(out, "bind.launch-pid"))
+    assert "policy applied by" in out_text(out, "bind.err") and "numactl" in out_text(out, "bind.err")
     pages = _big_mapping(out, "bind")
     report.append(f"bind --mem-nodes {cxl}, 8 MiB: {pages} (numa_maps)")
     assert pages == {cxl: 8 * 256}
-    show = _json(out, "bind.show.json")
+    show = out_json(out, "bind.show.json")
     assert show["policy"] == {"mode": "bind", "nodes": [cxl], "flags": None, "numa_maps": f"bind:{cxl}"}
     assert show["match"] is True and list(show["pages"]["anon"]) == [str(cxl)]
 
     # -- 3. --kv-tmpfs: DRAM-bound process, offload file on CXL
-    dry = _json(out, "tmpfs.dry.json")
-    free = next(n["mem_free"] for n in _json(out, "status.json")["nodes"] if n["id"] == cxl)
+    dry = out_json(out, "tmpfs.dry.json")
+    free = next(n["mem_free"] for n in out_json(out, "status.json")["nodes"] if n["id"] == cxl)
     assert (
         dry["kv"]["auto"]
         and dry["kv"]["bytes"] == dry["kv"]["free_cxl"] - (384 << 20)
         and dry["tmpfs"]["nodes"] == [cxl]
     )
     assert abs(dry["kv"]["free_cxl"] - free) < (64 << 20)
-    assert (out / "tmpfs.ready").exists(), _f(out, "tmpfs.err")
-    assert int(_f(out, "tmpfs.ready")) == int(_f(out, "tmpfs.launch-pid"))
+    assert (out / "tmpfs.ready").exists(), out_text(out, "tmpfs.err", missing_ok=True)
+    assert int(out_text(out, "tmpfs.ready")) == int(out_text(out, "tmpfs.launch-pid"))
     shm = _big_mapping(out, "tmpfs", file="/dev/shm/vllm_offload_cxlctltest.mmap")
     report.append(f"--kv-tmpfs, process bound to node0, 4 MiB /dev/shm offload file: {shm} (numa_maps)")
     assert shm == {cxl: 4 * 256}
     anon = _big_mapping(out, "tmpfs")
     assert set(anon) == {0}, "the process itself stays on DRAM"
-    mine = [line for line in _f(out, "tmpfs.mountinfo").splitlines() if " /dev/shm " in line]
+    mine = [line for line in out_text(out, "tmpfs.mountinfo").splitlines() if " /dev/shm " in line]
     assert mine and f"mpol=bind:{cxl}" in mine[-1], mine
-    assert not any(f"mpol=bind:{cxl}" in line for line in _f(out, "global.mountinfo").splitlines()), (
+    assert not any(f"mpol=bind:{cxl}" in line for line in out_text(out, "global.mountinfo").splitlines()), (
         "private mount namespace"
     )
-    assert "vllm_offload_cxlctltest.mmap" not in _f(out, "global-shm.txt")
+    assert "vllm_offload_cxlctltest.mmap" not in out_text(out, "global-shm.txt")
 
     # -- 4. pre-flight refuses a node outside the cgroup's cpuset
-    assert _f(out, "cgroup-mems.txt").strip() == "0"
-    assert _f(out, "cpuset.rc").strip() == "1"
-    err = _f(out, "cpuset.err")
+    assert out_text(out, "cgroup-mems.txt").strip() == "0"
+    assert out_text(out, "cpuset.rc").strip() == "1"
+    err = out_text(out, "cpuset.err")
     assert f"node(s) {cxl} are outside this process' cpuset (Mems_allowed_list 0)" in err and "cgroup /cxltest" in err
     assert "nothing was launched" in err and not (out / "never.ready").exists()
     print("\n".join(report))

@@ -14,7 +14,7 @@ from typing import Any, Dict
 import pytest
 
 from tests.vm.compare import Comparison, compare_cxl_list, compare_daxctl, compare_numactl
-from tests.vm.harness import TOPOLOGIES, kernel, run_guest
+from tests.vm.harness import TOPOLOGIES, kernel, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -30,9 +30,9 @@ snap() {  # $1 = label: every view of the host at this moment, plus a record and
 VOLATILE = ("mem_free",)
 
 
-def _load_json(path: str) -> Any:
-    with open(path) as f:
-        text = f.read().strip()
+def _load_json(out: str, name: str) -> Any:
+    """A JSON file from $OUT; empty means [] (`cxl list` and `daxctl list` print nothing when there is nothing)."""
+    text = out_text(out, name).strip()
     return json.loads(text) if text else []
 
 
@@ -47,15 +47,14 @@ def _strip_volatile(doc: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _check_snapshot(out: str, label: str) -> Comparison:
-    status = _load_json(f"{out}/{label}-status.json")
-    c = compare_cxl_list(status, _load_json(f"{out}/{label}-cxl.json"))
-    compare_daxctl(status, _load_json(f"{out}/{label}-daxctl.json"), c)
-    with open(f"{out}/{label}-numactl.txt") as f:
-        compare_numactl(status, f.read(), c)
+    status = _load_json(out, f"{label}-status.json")
+    c = compare_cxl_list(status, _load_json(out, f"{label}-cxl.json"))
+    compare_daxctl(status, _load_json(out, f"{label}-daxctl.json"), c)
+    compare_numactl(status, out_text(out, f"{label}-numactl.txt"), c)
     assert not c.mismatches, f"{label}: cxlctl disagrees with the peers:\n" + "\n".join(c.mismatches)
     # a record replays exactly what was scanned, and matches a live scan but for free memory
-    replay = _load_json(f"{out}/{label}-replay.json")
-    assert replay == _load_json(f"{out}/{label}-rec/cxlctl-status.json")
+    replay = _load_json(out, f"{label}-replay.json")
+    assert replay == _load_json(out, f"{label}-rec/cxlctl-status.json")
     assert _strip_volatile(replay) == _strip_volatile(status)
     return c
 
@@ -87,7 +86,7 @@ snap after
     before = _check_snapshot(out, "before")
     for cat in ("memdev", "decoder", "port", "endpoint", "bus", "node"):
         assert before.facts.get(cat, 0) > 0, f"nothing compared for {cat}"
-    s0 = _load_json(f"{out}/before-status.json")
+    s0 = _load_json(out, "before-status.json")
     assert len(s0["memdevs"]) == t.devices
     assert sorted(m["serial"] for m in s0["memdevs"]) == sorted(t.serials.values())
     assert s0["regions"] == [] and s0["totals"]["cxl_unassigned"] == s0["totals"]["cxl_capacity"] > 0
@@ -99,7 +98,7 @@ snap after
         return
     after = _check_snapshot(out, "after")
     assert after.facts.get("region", 0) > 1 and after.facts.get("dax", 0) > 1
-    s1 = _load_json(f"{out}/after-status.json")
+    s1 = _load_json(out, "after-status.json")
     (reg,) = s1["regions"]
     assert reg["decode_state"] == "commit" and reg["interleave_ways"] == region.ways
     assert reg["interleave_granularity"] == region.granularity
@@ -113,6 +112,5 @@ snap after
     assert s1["totals"]["cxl_in_regions"] == reg["size"] > 0
     assert s1["totals"]["cxl_online"] == reg["size"]
     # the human view renders the same facts
-    with open(f"{out}/after-status.txt") as f:
-        text = f.read()
+    text = out_text(out, "after-status.txt")
     assert reg["region"] in text and "Traceback" not in text

@@ -29,14 +29,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, run_guest
+from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, out_text, run_guest
 from tests.vm.telemetry_guest import CGROUP, PROMOTE_SECONDS, build_helper, script
 
 pytestmark = pytest.mark.vm
-
-
-def _f(out: Path, name: str) -> str:
-    return (out / name).read_text()
 
 
 def _keyvals(text: str) -> Dict[str, int]:
@@ -70,7 +66,7 @@ def _numa_maps_pages(text: str) -> Dict[int, int]:
 
 
 def _reports(out: Path, name: str) -> List[Dict[str, Any]]:
-    return [json.loads(line) for line in _f(out, name).splitlines()]
+    return [json.loads(line) for line in out_text(out, name).splitlines()]
 
 
 def _tiering(d: Dict[str, Any]) -> Dict[str, Any]:
@@ -83,24 +79,24 @@ def _ids(rep: Dict[str, Any]) -> List[str]:
 
 def _check_against_kernel(out: Path, label: str, rep: Dict[str, Any], cxl: int, report: List[str]) -> None:
     node0 = next(n for n in rep["nodes"] if n["id"] == 0)
-    kernel0 = _keyvals(_f(out, f"{label}.node0.vmstat"))
+    kernel0 = _keyvals(out_text(out, f"{label}.node0.vmstat"))
     mine = {k: v for k, v in _tiering(node0["counters"]).items() if v is not None}
     assert mine == _tiering(kernel0), (label, mine, _tiering(kernel0))
     assert set(node0["missing"]) == {k for k in node0["counters"] if k not in kernel0}
-    system = _keyvals(_f(out, f"{label}.vmstat"))
+    system = _keyvals(out_text(out, f"{label}.vmstat"))
     mine = {k: v for k, v in _tiering(rep["system"]["counters"]).items() if v is not None}
     assert mine == _tiering(system), (label, mine, _tiering(system))
     cg = rep["cgroups"][0]
     assert cg["name"] == CGROUP
-    kernel_cg = _numa_stat(_f(out, f"{label}.numa_stat"))
+    kernel_cg = _numa_stat(out_text(out, f"{label}.numa_stat"))
     assert {int(k): v for k, v in cg["bytes_per_node"].items()} == kernel_cg, (label, cg["bytes_per_node"], kernel_cg)
-    mstat = _keyvals(_f(out, f"{label}.memory.stat"))
+    mstat = _keyvals(out_text(out, f"{label}.memory.stat"))
     assert {k: v for k, v in cg["counters"].items() if v is not None} == {
         k: mstat[k] for k in cg["counters"] if k in mstat
     }
     if rep["processes"]:
         p = rep["processes"][0]
-        pages = _numa_maps_pages(_f(out, f"{label}.numa_maps"))
+        pages = _numa_maps_pages(out_text(out, f"{label}.numa_maps"))
         assert {int(k): v for k, v in p["pages_per_node"].items()} == pages, (label, p["pages_per_node"], pages)
         report.append(
             f"{label}: node0 pgdemote_direct {node0['counters'].get('pgdemote_direct')}, cgroup N{cxl}="
@@ -129,10 +125,10 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     """The host's assertions on the guest's files; the measured lines go to ``tmp_path/measured.txt``."""
     res.check()
     out = res.outdir
-    cxl = int(_f(out, "cxl-node"))
+    cxl = int(out_text(out, "cxl-node"))
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s, CXL node {cxl}"]
     for label in ("A", "B", "D"):
-        assert _f(out, f"{label}.rc").strip() == "0", _f(out, f"{label}.err")
+        assert out_text(out, f"{label}.rc").strip() == "0", out_text(out, f"{label}.err", missing_ok=True)
 
     a = _reports(out, "A.json")[0]
     assert a["since_boot"] and a["settings"]["demotion_enabled"] is False and a["settings"]["numa_balancing"] == 0
@@ -140,24 +136,24 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     assert "tiering-off" in _ids(a) and "cxl-idle" in _ids(a)
     assert "dram-too-tight" not in _ids(a)
     _check_against_kernel(out, "A", a, cxl, report)
-    text = _f(out, "A.txt")
+    text = out_text(out, "A.txt")
     assert max(len(line) for line in text.splitlines()) <= 80 and "tiering-off" in text
 
     b = _reports(out, "B.json")[0]
     assert b["settings"]["demotion_enabled"] is True
     assert "tiering-off" not in _ids(b) and "kv-offload-not-on-cxl" in _ids(b)
     _check_against_kernel(out, "B", b, cxl, report)
-    helper_pid = int(_f(out, "helper.pid"))
+    helper_pid = int(out_text(out, "helper.pid"))
     assert b["processes"][0]["pid"] == helper_pid
     assert set(b["processes"][0]["shm"]) == {"/dev/shm/vllm_offload_cxltel.mmap"}
 
     # C: stat ran across the reclaim; its second report's rate is the counter's growth over the interval
-    assert _f(out, "C.rc").strip() == "0", _f(out, "C.err")
+    assert out_text(out, "C.rc").strip() == "0", out_text(out, "C.err", missing_ok=True)
     c0, c1 = _reports(out, "C.json")
     assert c0["since_boot"] and not c1["since_boot"] and c1["interval"] > 0
     before = next(n for n in c0["nodes"] if n["id"] == 0)["counters"]
     after_node = next(n for n in c1["nodes"] if n["id"] == 0)
-    kernel_c1 = _keyvals(_f(out, "C1.node0.vmstat"))
+    kernel_c1 = _keyvals(out_text(out, "C1.node0.vmstat"))
     # memory.reclaim's demotions: pgdemote_proactive where the kernel has it (7.x), else counted as
     # direct (6.12); only direct demotion is DRAM pressure, so only then does dram-too-tight fire
     demote = "pgdemote_proactive" if "pgdemote_proactive" in kernel_c1 else "pgdemote_direct"
@@ -169,7 +165,7 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     assert after_node["counters"][demote] <= kernel_c1[demote]
     assert ("dram-too-tight" in _ids(c1)) is tight, (demote, _ids(c1))
     report.append(
-        f"C: reclaim {_f(out, 'reclaim.rc').strip()}: node0 {demote} +{grew} pages over {c1['interval']:.2f} s "
+        f"C: reclaim {out_text(out, 'reclaim.rc').strip()}: node0 {demote} +{grew} pages over {c1['interval']:.2f} s "
         f"= {after_node['rates'][demote]:.1f}/s; verdicts {_ids(c1)}"
     )
 
@@ -178,18 +174,18 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     assert d["cgroups"][0]["bytes_per_node"].get(str(cxl), 0) > 0, "the cgroup has nothing on the CXL node"
     assert d["processes"][0]["pages_per_node"].get(str(cxl), 0) > 0, "the helper has no page on the CXL node"
     assert ("dram-too-tight" in _ids(d)) is tight, _ids(d)
-    text = _f(out, "D.txt")
+    text = out_text(out, "D.txt")
     assert max(len(line) for line in text.splitlines()) <= 80 and f"cgroup {CGROUP}" in text
 
     # top under a pseudo-terminal: the rich screen with the helper, its cgroup and the verdicts
-    assert _f(out, "top.rc").strip() == "0", _f(out, "top.err")
-    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _f(out, "top.pty"))
+    assert out_text(out, "top.rc").strip() == "0", out_text(out, "top.err", missing_ok=True)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out_text(out, "top.pty"))
     assert "cxlctl top" in screen and "tel_helper" in screen and CGROUP in screen, screen[-3000:]
     assert ("dram-too-tight" in screen) is tight and "q quit" in screen
     report.append(f"top on a pty: {screen.count('cxlctl top')} screens drawn")
 
     # E: the record replays
-    assert (out / "record" / "cxlctl-record.json").exists(), _f(out, "record.log")
+    assert (out / "record" / "cxlctl-record.json").exists(), out_text(out, "record.log", missing_ok=True)
 
     # F: promotion (reported; required to be consistent, not to happen: TCG may not promote)
     if (out / "F.json").exists():
@@ -199,14 +195,14 @@ def check(res: GuestResult, tmp_path: Path) -> None:
         p0 = f0["processes"][0]["pages_per_node"]
         p1 = f1["processes"][0]["pages_per_node"]
         report.append(
-            f"F: numa_balancing={_f(out, 'nb2').strip()}, helper touching its pages for {PROMOTE_SECONDS} s: "
+            f"F: numa_balancing={out_text(out, 'nb2').strip()}, helper touching its pages for {PROMOTE_SECONDS} s: "
             f"hint faults {sysr.get('numa_hint_faults'):.1f}/s, pgpromote_candidate {sysr.get('pgpromote_candidate'):.1f}/s, "
             f"pgpromote_success {sysr.get('pgpromote_success'):.1f}/s ({promoted} pages), numa_pages_migrated "
             f"{sysr.get('numa_pages_migrated'):.1f}/s; helper pages {p0} -> {p1}; verdicts {_ids(f0)} -> {_ids(f1)}"
         )
         node0 = next(n for n in f1["nodes"] if n["id"] == 0)
         # the helper keeps touching after the report: the kernel's count can only have grown since
-        assert node0["counters"]["pgpromote_success"] <= _keyvals(_f(out, "F1.node0.vmstat"))["pgpromote_success"]
+        assert node0["counters"]["pgpromote_success"] <= _keyvals(out_text(out, "F1.node0.vmstat"))["pgpromote_success"]
         if promoted > 0:  # the promoted pages came off the CXL node (other processes' pages may move too)
             assert p0.get(str(cxl), 0) - p1.get(str(cxl), 0) > 0
             assert "dram-too-tight" not in _ids(f1), "no direct demotion in the promotion interval"

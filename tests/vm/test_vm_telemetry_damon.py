@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tests.vm.harness import TOPOLOGIES, build_c, run_guest
+from tests.vm.harness import TOPOLOGIES, build_c, out_text, run_guest
 from tests.vm.test_vm_damon import TIER_C, VM_PROFILE
 
 pytestmark = pytest.mark.vm
@@ -171,11 +171,6 @@ exit 0
 """
 
 
-def _f(out: Path, name: str) -> str:
-    p = out / name
-    return p.read_text() if p.exists() else f"<{name} missing>"
-
-
 def _keyvals(text: str) -> Dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
 
@@ -202,7 +197,7 @@ def _coords(text: str, kind: str) -> Dict[str, Dict[str, int]]:
 
 
 def _json_lines(out: Path, name: str) -> List[Dict[str, Any]]:
-    return [json.loads(line) for line in _f(out, name).splitlines()]
+    return [json.loads(line) for line in out_text(out, name).splitlines()]
 
 
 def _rate(rep: Dict[str, Any], name: str) -> Optional[float]:
@@ -228,15 +223,15 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
     )
     res = run_guest(t, script, kernel="6.12", workdir=work, timeout=1200)
     out = res.outdir
-    assert res.returncode == 0, _f(out, "hmat-stat.err") + res.stderr[-3000:]
-    cxl = int(_f(out, "cxl-node"))
+    assert res.returncode == 0, out_text(out, "hmat-stat.err", missing_ok=True) + res.stderr[-3000:]
+    cxl = int(out_text(out, "cxl-node"))
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s, CXL node {cxl}"]
 
     # 1. HMAT/CDAT: stat's block per node is what the kernel's files say, null where there are none
-    assert _f(out, "hmat-stat.rc").strip() == "0", _f(out, "hmat-stat.err")
+    assert out_text(out, "hmat-stat.rc").strip() == "0", out_text(out, "hmat-stat.err", missing_ok=True)
     (doc,) = _json_lines(out, "hmat-stat.json")
-    nodes = _coords(_f(out, "hmat.txt"), "node")
-    regions = _coords(_f(out, "region-access.txt"), "region")
+    nodes = _coords(out_text(out, "hmat.txt"), "node")
+    regions = _coords(out_text(out, "region-access.txt"), "region")
     for n in doc["nodes"]:
         files = nodes.get(f"node{n['id']}")
         if files:
@@ -250,15 +245,15 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
         else:
             assert n["hmat"] is None, n
     report.append(
-        f"HMAT/CDAT: node access files {nodes or 'none'} ({_f(out, 'access-dirs.txt').strip()}); "
+        f"HMAT/CDAT: node access files {nodes or 'none'} ({out_text(out, 'access-dirs.txt', missing_ok=True).strip()}); "
         f"region access0 {regions or 'none'}; stat: "
         + ", ".join(f"node {n['id']} hmat {n['hmat']}" for n in doc["nodes"])
     )
 
     # 2. DAMON: stat's damon[] equals the schemes' stats files right after update_schemes_stats
-    assert _f(out, "apply.rc").strip() == "0", _f(out, "apply.err")
-    assert _f(out, "damon-stat.rc").strip() == "0", _f(out, "damon-stat.err")
-    before, after = _dump(_f(out, "damon-before.txt")), _dump(_f(out, "damon-after.txt"))
+    assert out_text(out, "apply.rc").strip() == "0", out_text(out, "apply.err", missing_ok=True)
+    assert out_text(out, "damon-stat.rc").strip() == "0", out_text(out, "damon-stat.err", missing_ok=True)
+    before, after = _dump(out_text(out, "damon-before.txt")), _dump(out_text(out, "damon-after.txt"))
     assert before == after, "the stats files changed while stat ran (refreshed by someone?)"
     (doc,) = _json_lines(out, "damon-stat.json")
     mine = {f"{d['kdamond']}/{d['context']}/{d['scheme']}": d for d in doc["damon"]}
@@ -269,26 +264,26 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
     assert {"migrate_cold", "migrate_hot"} <= set(actions)
     assert actions["migrate_cold"]["target_nid"] == cxl and actions["migrate_cold"]["state"] == "on"
     assert actions["migrate_cold"]["stats"]["sz_applied"] > 0, "DAMON moved nothing in 20 s"
-    text = _f(out, "damon-stat.txt")
+    text = out_text(out, "damon-stat.txt")
     assert max(len(line) for line in text.splitlines()) <= 80
     assert f"migrate_cold -> node {cxl}: applied" in text.replace("\n  ", " ") and "migrate_hot -> node 0" in text
     report.append(
-        f"DAMON ({_f(out, 'damon-tries').strip()} try): "
+        f"DAMON ({out_text(out, 'damon-tries', missing_ok=True).strip()} try): "
         + "; ".join(f"{k} {mine[k]['action']} {mine[k]['stats']}" for k in sorted(mine))
     )
 
     # 3. top on a pty shows the DAMON section
-    assert _f(out, "top.rc").strip() == "0", _f(out, "top.err")
-    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _f(out, "top.pty"))
+    assert out_text(out, "top.rc").strip() == "0", out_text(out, "top.err", missing_ok=True)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out_text(out, "top.pty"))
     assert "DAMON scheme" in screen and "migrate_cold" in screen and "migrate_hot" in screen, screen[-3000:]
     assert "read bw" in screen and "q quit" in screen
     report.append(f"top on a pty: {screen.count('cxlctl top')} screens, DAMON section shown")
 
     # 4. the promotion try: consistent counters, and what happened
-    assert _f(out, "revert.rc").strip() == "0", _f(out, "revert.err")
-    assert _f(out, "P.rc").strip() == "0", _f(out, "P.err")
+    assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
+    assert out_text(out, "P.rc").strip() == "0", out_text(out, "P.err", missing_ok=True)
     p0, p1 = _json_lines(out, "P.json")
-    k0, kc, ks = (_keyvals(_f(out, n)) for n in ("P.node0.vmstat", "P.cxl.vmstat", "P.vmstat"))
+    k0, kc, ks = (_keyvals(out_text(out, n)) for n in ("P.node0.vmstat", "P.cxl.vmstat", "P.vmstat"))
     n0 = next(n for n in p1["nodes"] if n["id"] == 0)
     nc = next(n for n in p1["nodes"] if n["id"] == cxl)
     for name in ("pgpromote_candidate", "pgpromote_success"):  # counters only grow after the report
@@ -304,11 +299,11 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
     ids = [v["id"] for v in p1["verdicts"]]
     pages0 = p0["processes"][0]["pages_per_node"]
     pages1 = p1["processes"][0]["pages_per_node"]
-    free_mb, fill = _f(out, "fill").split()
-    moved = _f(out, "cxlhot.ready").split()[-1]
+    free_mb, fill = out_text(out, "fill").split()
+    moved = out_text(out, "cxlhot.ready").split()[-1]
     report.append(
-        f"promotion try: nb {' / '.join(_f(out, 'nb').split())} (mode / limit MB/s), DRAM free {free_mb} MiB, "
-        f"filled {fill} MiB -> MemFree {_keyvals_meminfo(_f(out, 'fill.meminfo'))} kB; over {p1['interval']:.1f} s: "
+        f"promotion try: nb {' / '.join(out_text(out, 'nb').split())} (mode / limit MB/s), DRAM free {free_mb} MiB, "
+        f"filled {fill} MiB -> MemFree {_keyvals_meminfo(out_text(out, 'fill.meminfo'))} kB; over {p1['interval']:.1f} s: "
         f"hint faults {_rate(p1, 'numa_hint_faults')}/s, pgpromote_candidate {_rate(p1, 'pgpromote_candidate')}/s "
         f"(node 0 +{cand0}, node {cxl} +{cand_cxl}), pgpromote_success {_rate(p1, 'pgpromote_success')}/s; "
         f"helper ({moved} of 8192 pages moved to node {cxl}) pages {pages0} -> {pages1}; verdicts {ids}; "

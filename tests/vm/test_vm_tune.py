@@ -18,14 +18,13 @@ boot take half an hour.  The crash step does start a real process.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict
 
 import pytest
 
 from cxlctl.tuning.knobs import BY_NAME, REGISTRY
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, run_guest
+from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, out_json, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -61,23 +60,21 @@ cd "$REPO" && "$PY" DRIVER "SYSCTLS" "PROFILES"
 def _readback(out: str, label: str) -> Dict[str, str]:
     """path → value (sysctl keys turned into /proc/sys paths)."""
     got: Dict[str, str] = {}
-    with open(f"{out}/{label}-readback.txt") as f:
-        for line in f:
-            parts = line.rstrip("\n").split(" ", 2)
-            how, key, value = parts[0], parts[1], parts[2] if len(parts) > 2 else ""
-            path = "/proc/sys/" + key.replace(".", "/") if how == "sysctl" else key
-            got[path] = value
+    for line in out_text(out, f"{label}-readback.txt").splitlines(keepends=True):
+        parts = line.rstrip("\n").split(" ", 2)
+        how, key, value = parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+        path = "/proc/sys/" + key.replace(".", "/") if how == "sysctl" else key
+        got[path] = value
     return got
 
 
+# A step of the guest script leaves LABEL.json, LABEL.rc and LABEL.err in $OUT.
 def _json(out: str, label: str) -> Any:
-    with open(f"{out}/{label}.json") as f:
-        return json.load(f)
+    return out_json(out, f"{label}.json")
 
 
 def _rc(out: str, label: str) -> int:
-    with open(f"{out}/{label}.rc") as f:
-        return int(f.read().strip())
+    return int(out_text(out, f"{label}.rc").strip())
 
 
 def _canon(path: str, value: str) -> str:
@@ -124,7 +121,7 @@ def check(res: GuestResult) -> None:
 
     for p in PROFILES:
         plan = _json(out, f"{p}-plan")["plan"]
-        assert _rc(out, f"{p}-apply") == 0, open(f"{out}/{p}-apply.err").read()
+        assert _rc(out, f"{p}-apply") == 0, _err(out, f"{p}-apply")
         applied = _json(out, f"{p}-apply")
         assert applied["ok"] and applied["journal_state"] == "applied"
         after = _readback(out, p)
@@ -186,8 +183,7 @@ def after_revert(out: str, boot: Dict[str, str]) -> Dict[str, str]:
 
 
 def _err(out: str, label: str) -> str:
-    with open(f"{out}/{label}.err") as f:
-        return f.read()
+    return out_text(out, f"{label}.err", missing_ok=True)
 
 
 def _check_tries(out: str, boot: Dict[str, str], ratio: Dict[str, str]) -> None:
