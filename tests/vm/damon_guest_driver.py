@@ -29,8 +29,6 @@ Every cxlctl command runs in this one process (``cxlctl.cli.run``): a cold
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -39,51 +37,15 @@ import sys
 import time
 from typing import Dict, List
 
-from cxlctl.cli import run
 from cxlctl.hostio.host import Host
 from cxlctl.record import record
+from tests.vm.guest import OUT, cx, get, log, put, sh
 
-OUT = os.environ["OUT"]
 MODE = sys.argv[1]
 TOOLS = sys.argv[2] if len(sys.argv) > 2 else ""
 D = "/sys/kernel/mm/damon/admin/kdamonds"
 CG = "/sys/fs/cgroup/damon-test"
 SYSCTLS = ("kernel.numa_balancing", "vm.swappiness", "vm.zone_reclaim_mode")
-
-
-def log(msg: str) -> None:
-    with open(f"{OUT}/driver.log", "a") as f:
-        f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
-
-
-def cx(label: str, *args: str) -> int:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(list(args))
-    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
-        with open(f"{OUT}/{label}.{ext}", "w") as f:
-            f.write(text)
-    log(f"cxlctl {' '.join(args)} -> {rc}")
-    return rc
-
-
-def sh(cmd: str) -> str:
-    p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
-    log(f"$ {cmd} -> {p.returncode} {p.stderr.strip()[:200]}")
-    return p.stdout.strip()
-
-
-def put(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text + "\n")
-
-
-def get(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as e:
-        return f"ERR {e.strerror}"
 
 
 def snap(name: str) -> None:

@@ -20,9 +20,6 @@ this process (a cold ``python -m cxlctl`` costs 30-50 s under TCG).
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import signal
 import subprocess
@@ -31,48 +28,13 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from cxlctl.cli import run
+from tests.vm.guest import OUT, cx, elapsed, get, log, save
 
-OUT = os.environ["OUT"]
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-lib.sh")
 D = "/sys/kernel/mm/damon/admin/kdamonds"
 NODES = "/sys/devices/system/node"
 MEM = "/sys/devices/system/memory"
 METRICS = "http://127.0.0.1:9861/metrics"
-T0 = time.monotonic()
-
-
-def now() -> float:
-    return round(time.monotonic() - T0, 3)
-
-
-def log(msg: str) -> None:
-    with open(f"{OUT}/driver.log", "a") as f:
-        f.write(f"{now():9.3f} {msg}\n")
-
-
-def cx(label: str, *args: str) -> int:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(list(args))
-    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
-        with open(f"{OUT}/{label}.{ext}", "w") as f:
-            f.write(text)
-    log(f"cxlctl {' '.join(args)} -> {rc}")
-    return rc
-
-
-def get(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as e:
-        return f"ERR {e.strerror}"
-
-
-def save(name: str, doc: Any) -> None:
-    with open(f"{OUT}/{name}", "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
 
 
 # ---------------------------------------------------------------------------- what the kernel shows
@@ -156,7 +118,7 @@ def layout_ok(cxl: Set[int]) -> Tuple[bool, str]:
 
 
 def dump(label: str) -> None:
-    save(f"layout-{label}.json", {"t": now(), "nodes": node_ranges(), "kdamonds": kdamonds()})
+    save(f"layout-{label}.json", {"t": elapsed(), "nodes": node_ranges(), "kdamonds": kdamonds()})
 
 
 def wait_layout(label: str, cxl: Set[int], limit: float = 120.0) -> Optional[float]:

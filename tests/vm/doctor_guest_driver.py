@@ -17,8 +17,6 @@ auto_online_blocks=offline with memory offline, memory onlined movable, the fix.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -27,14 +25,12 @@ import sys
 import tempfile
 from typing import Any, Dict, List
 
+from tests.vm.guest import capture
+
 
 def cxlctl(argv: List[str]) -> Dict[str, Any]:
-    from cxlctl.__main__ import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    rc, out, err = capture(argv)
+    return {"rc": rc, "stdout": out, "stderr": err}
 
 
 def sh(cmd: str) -> Dict[str, Any]:

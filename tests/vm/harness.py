@@ -484,6 +484,8 @@ _RUNNER = r"""#!/bin/bash
 export OUT={out} REPO={repo} PY={py} PYTHONDONTWRITEBYTECODE=1
 export CXLVM_MEMDEVS={memdevs} CXLVM_SETTLE_TIMEOUT={settle}
 export PATH="$(dirname "$PY"):$PATH"
+# the guest drivers (tests/vm/*_driver.py, run as scripts) import their shared helpers as tests.vm.guest
+export PYTHONPATH="$REPO${{PYTHONPATH:+:$PYTHONPATH}}"
 # bind every symbol at exec: glibc's lazy-binding trampoline saves registers with XSAVEC on the
 # stack, and QEMU 10's TCG segfaults (access_stq) when that stack page is CXL memory -- which
 # it is for a program run under a policy over DRAM+CXL (docs/testing.md)

@@ -20,17 +20,14 @@ Every cxlctl command but the launches, ``stat`` and ``top`` runs in this process
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import sys
 import time
 
-from cxlctl.cli import run
+from tests.vm.guest import OUT, cx, get, log
 
-OUT = os.environ["OUT"]
 PY = sys.executable
 TOUCH = sys.argv[1]
 WI = "/sys/kernel/mm/mempolicy/weighted_interleave"
@@ -44,30 +41,6 @@ nodes = ["dram", "cxl"]
 prefer_auto = false
 reason = "VM test: cxlctl's weights from HMAT/CDAT, auto switched off"
 """
-
-
-def log(msg: str) -> None:
-    with open(f"{OUT}/driver.log", "a") as f:
-        f.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
-
-
-def cx(label: str, *args: str) -> int:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(list(args))
-    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
-        with open(f"{OUT}/{label}.{ext}", "w") as f:
-            f.write(text)
-    log(f"cxlctl {' '.join(args)} -> {rc}")
-    return rc
-
-
-def get(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as e:
-        return f"ERR {e.strerror}"
 
 
 def wi(label: str) -> None:

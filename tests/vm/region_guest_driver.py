@@ -13,8 +13,6 @@ Scenarios (one per boot): ``hb2x2``, ``switch2``, ``hb2``, ``old-kernel``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -23,9 +21,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from cxlctl.cli import run
+from tests.vm.guest import OUT, capture
 
-OUT = os.environ["OUT"]
 REPO = os.environ.get("REPO", os.getcwd())
 LIB = os.path.join(REPO, "tests", "vm", "guest-lib.sh")
 CXL = "/sys/bus/cxl/devices"
@@ -116,27 +113,16 @@ def save() -> None:
 
 
 def cx(label: str, *args: str, env: Optional[Dict[str, str]] = None, snap: bool = True) -> Dict[str, Any]:
-    """One cxlctl command in this process; then the state after it."""
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    out, err = io.StringIO(), io.StringIO()
+    """One cxlctl command in this process; then the state after it (a step of $OUT/steps.json)."""
     t0 = time.monotonic()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = run(list(args))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    rc, out, err = capture(list(args), env)
     step = {
         "label": label,
         "args": list(args),
         "env": env or {},
         "rc": rc,
-        "stdout": out.getvalue(),
-        "stderr": err.getvalue(),
+        "stdout": out,
+        "stderr": err,
         "seconds": round(time.monotonic() - t0, 1),
     }
     if snap:

@@ -8,22 +8,20 @@ Usage: python status_guest_driver.py LABEL OUTDIR
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 import sys
 import tempfile
+from typing import List
+
+from tests.vm.guest import capture
 
 
-def run(argv: list, path: str) -> int:  # type: ignore[type-arg]
-    from cxlctl.__main__ import main
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-        rc = main(argv)
+def run(argv: List[str], path: str) -> int:
+    """cxlctl ARGV in this process; its stdout then its stderr in PATH."""
+    rc, out, err = capture(argv)
     with open(path, "w") as f:
-        f.write(buf.getvalue())
+        f.write(out + err)
     return rc
 
 

@@ -190,7 +190,7 @@ def _p3(guest: Dict[str, Any]) -> Path:
 
 
 def _j(p3: Path, name: str) -> Any:
-    return json.loads((p3 / name).read_text())
+    return out_json(p3, name)
 
 
 def _node_weights(wi: Dict[str, str]) -> Dict[int, int]:

@@ -8,8 +8,6 @@ Every cxlctl command runs in this one process through ``cxlctl.cli.run`` (a cold
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -17,28 +15,13 @@ import subprocess
 import sys
 import time
 
-from cxlctl.cli import run
 from cxlctl.hostio.host import Host
 from cxlctl.tuning import journal as jn
+from tests.vm.guest import OUT, cx, sh
 
-OUT = os.environ["OUT"]
 SYSCTLS = sys.argv[1].split()
 PROFILES = sys.argv[2].split()
 WI = "/sys/kernel/mm/mempolicy/weighted_interleave"
-
-
-def cx(label: str, *args: str) -> int:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run(list(args))
-    for ext, text in (("json", out.getvalue()), ("err", err.getvalue()), ("rc", f"{rc}\n")):
-        with open(f"{OUT}/{label}.{ext}", "w") as f:
-            f.write(text)
-    return rc
-
-
-def sh(cmd: str) -> str:
-    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
 
 def readback(label: str) -> None:

@@ -1,0 +1,95 @@
+"""What every guest-side driver (tests/vm/*_driver.py) does the same way, in one place.
+
+The drivers run *inside* a VM, started by a test's guest script as ``"$PY" "$REPO/tests/vm/X.py"``;
+the harness's prelude puts ``$REPO`` on ``PYTHONPATH`` so they import this module as
+``tests.vm.guest``.  Their results go to ``$OUT`` (the host reads them with
+``harness.out_text``/``out_json``), in one convention: a cxlctl step called LABEL leaves
+``LABEL.json`` (its stdout), ``LABEL.err`` and ``LABEL.rc``, and the driver's own log is
+``driver.log``.
+
+cxlctl runs *in this process* (``capture``/``cx``, through ``cxlctl.__main__.main``, the console
+script's own entry point): a cold ``python -m cxlctl`` costs tens of
+seconds under TCG, a call of ``cxlctl.cli.run`` a fraction of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+#: the guest's results directory (the harness exports it to every guest script)
+OUT = os.environ.get("OUT", ".")
+_T0 = time.monotonic()
+
+
+def elapsed() -> float:
+    """Seconds since this driver started (3 decimals), for logs and measured timings."""
+    return round(time.monotonic() - _T0, 3)
+
+
+def log(msg: str) -> None:
+    """A line in ``$OUT/driver.log``, stamped with the seconds since the driver started."""
+    with open(os.path.join(OUT, "driver.log"), "a") as f:
+        f.write(f"{elapsed():9.3f} {msg}\n")
+
+
+def capture(args: List[str], env: Optional[Dict[str, str]] = None) -> Tuple[int, str, str]:
+    """``cxlctl ARGS`` in this process: (exit code, stdout, stderr); ``env`` is set around the call only."""
+    from cxlctl.__main__ import main  # the console script's entry point: its fast path and typer's
+
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(list(args))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return rc, out.getvalue(), err.getvalue()
+
+
+def cx(label: str, *args: str) -> int:
+    """``cxlctl ARGS`` in this process, its streams and exit code left as LABEL.json/.err/.rc in $OUT."""
+    rc, out, err = capture(list(args))
+    for ext, text in (("json", out), ("err", err), ("rc", f"{rc}\n")):
+        with open(os.path.join(OUT, f"{label}.{ext}"), "w") as f:
+            f.write(text)
+    log(f"cxlctl {' '.join(args)} -> {rc}")
+    return rc
+
+
+def sh(cmd: str) -> str:
+    """A bash command; its stdout, stripped (the exit code and stderr go to the log)."""
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
+    log(f"$ {cmd} -> {p.returncode} {p.stderr.strip()[:200]}")
+    return p.stdout.strip()
+
+
+def get(path: str) -> str:
+    """A (kernel) file's text, stripped; ``ERR <reason>`` when it cannot be read, so a record shows why."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return f"ERR {e.strerror}"
+
+
+def put(path: str, text: str) -> None:
+    """Write ``text`` and a newline to a (kernel) file."""
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
+def save(name: str, doc: Any) -> None:
+    """A JSON document in $OUT."""
+    with open(os.path.join(OUT, name), "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
