@@ -126,3 +126,20 @@ def test_launch_with_auto_already_on_names_the_kernels_weights(tmp_path: Any) ->
     assert doc["weights"]["source"] == "kernel-auto"
     assert doc["weights"]["launch"] == {"0": 20, "2": 8, "3": 3}
     assert doc["policy"]["weights"] == {"0": 20, "2": 8, "3": 3}
+
+
+def test_plan_with_a_non_ascii_digit_in_a_kernel_weight_file_does_not_crash(tmp_path: Any) -> None:
+    """Found by the full fuzz (CXLCTL_FUZZ_SEED=2026, linux-7.x/hmat2-region): ``weighted_interleave/node2``
+    holding "²" (``str.isdigit`` is true for it, ``int`` refuses it) made ``tune plan`` an internal
+    error.  A weight that is not ASCII digits is no kernel weight: the note leaves the kernel's out."""
+    import os
+
+    from tests.kit import FIXTURES, copy_fixture
+
+    root = str(tmp_path / "root")
+    copy_fixture(os.path.join(FIXTURES, "linux-7.x", "hmat2-region"), root)
+    with open(os.path.join(root, "sys/kernel/mm/mempolicy/weighted_interleave/node2"), "w") as f:
+        f.write("\u00b2\n")
+    note = _wi_steps(root)["weighted_interleave.auto"]["note"]
+    assert "the kernel computes its weights when auto is on" in note, note
+    assert "cxlctl's from the same figures: node0=19" in note, note

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
-from cxlctl.parse import format_nodelist, format_size, parse_nodelist
+from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
 
 from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 from .probes import LOCALALLOC, key
@@ -423,7 +423,7 @@ def _numa_nodes(args: Tuple[str, ...]) -> List[int]:
     out: List[int] = []
     if "--numa-node" in args:
         for a in args[list(args).index("--numa-node") + 1 :]:
-            if not a.isdigit():
+            if not is_decimal(a):
                 break
             out.append(int(a))
     return out

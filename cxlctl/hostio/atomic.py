@@ -23,6 +23,7 @@ import os
 from typing import Dict, Optional, Union
 
 from cxlctl.errors import CxlctlError
+from cxlctl.parse import is_decimal
 
 from .reader import fence_of
 from .root import under
@@ -83,7 +84,7 @@ def _test_fault(base: str) -> Optional[int]:
         return None
     name, _, rest = spec.partition(":")
     n, _, what = rest.partition(":")
-    if name != base or not n.isdigit():
+    if name != base or not is_decimal(n):
         return None
     _FAULT_COUNT[base] = _FAULT_COUNT.get(base, 0) + 1
     return getattr(errno, what, errno.EIO) if _FAULT_COUNT[base] == int(n) else None

@@ -288,7 +288,7 @@ class _WIPlanner:
             for n in bw:
                 raw = self.cur.get(self.nodes.get(n, ""))
                 v = _canon(self.knob, raw) if raw is not None else None
-                if v is None or not v.isdigit():
+                if v is None or not is_decimal(v):
                     kernel = {}
                     break
                 kernel[n] = int(v)
