@@ -1,6 +1,6 @@
 #!/bin/sh
 # The full mutation fuzz of issue 22: at least 10,000 mutated trees spread evenly over every recorded
-# tree (tests/test_fuzz_trees.py's fixture_roots(): 37 trees today, so 271 each = 10,027), every read
+# tree (tests/test_fuzz_trees.py's fixture_roots(): 40 trees today, so 250 each = 10,000), every read
 # command on each; CI runs 25 per tree. Seed: CXLCTL_FUZZ_SEED. One line per recorded tree (pytest -v),
 # so a run that is stopped still says how far it got.
 set -e
