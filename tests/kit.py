@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "fixtures")
@@ -58,7 +58,7 @@ def copy_fixture(src: str, dest: Any, *, hardlinks: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def _environ(env: Dict[str, Optional[str]]) -> Iterator[None]:
+def environ(env: Mapping[str, Optional[str]]) -> Iterator[None]:
     """``os.environ`` with ``env`` applied (None removes a name), put back afterwards."""
     saved = {k: os.environ.get(k) for k in env}
     try:
@@ -74,6 +74,18 @@ def _environ(env: Dict[str, Optional[str]]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def run_inprocess(
+    entry: Callable[[List[str]], int], args: List[str], env: Mapping[str, Optional[str]]
+) -> Tuple[int, str, str]:
+    """``entry(ARGS)`` (a cxlctl entry point) in this process with ``env`` applied around it:
+    (exit code, stdout, stderr).  The unit tier's ``cli(inprocess=True)`` and the VM guest
+    drivers (tests/vm/guest.py) both run cxlctl this way."""
+    out, err = io.StringIO(), io.StringIO()
+    with environ(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = entry(args)
+    return code, out.getvalue(), err.getvalue()
 
 
 def cli(
@@ -100,10 +112,7 @@ def cli(
             raise TypeError(f"cli(inprocess=True) takes no subprocess options: {sorted(kw)}")
         from cxlctl.cli import run
 
-        out, err = io.StringIO(), io.StringIO()
-        with _environ(full), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(list(args))
-        p = subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+        p = subprocess.CompletedProcess(list(args), *run_inprocess(run, list(args), full))
     else:
         e = dict(os.environ)
         for k, v in full.items():

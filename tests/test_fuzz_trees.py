@@ -18,16 +18,15 @@ Knobs (environment):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import shutil
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import pytest
 
-from tests.kit import cli, copy_fixture, fixture_id, fixture_roots
+from tests.kit import cli, copy_fixture, environ, fixture_id, fixture_roots
 
 TREES = int(os.environ.get("CXLCTL_FUZZ_TREES", "25"))
 SEED = int(os.environ.get("CXLCTL_FUZZ_SEED", "10"))
@@ -236,20 +235,6 @@ def _check(argv: List[str], rc: int, out: str, err: str, ok: Sequence[int] = (0,
     return None
 
 
-@contextlib.contextmanager
-def _env(**kv: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in kv}
-    os.environ.update(kv)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
     return [
         (["--root", root, "status", "--json"], (0, 1)),
@@ -297,7 +282,7 @@ def test_mutated_trees_never_crash(fixture: str, tmp_path: object) -> None:
     tree = Tree(fixture, root)
     base = SEED * 1000 + ROOTS.index(fixture) * 100
     failures: List[str] = []
-    with _env(COLUMNS="80", CXLCTL_ROOT=""):
+    with environ({"COLUMNS": "80", "CXLCTL_ROOT": ""}):
         for n in range(TREES):
             seed = base + n
             done = tree.mutate(random.Random(seed))

@@ -14,13 +14,13 @@ seconds under TCG, a call of ``cxlctl.cli.run`` a fraction of one.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
+
+from tests.kit import run_inprocess
 
 #: the guest's results directory (the harness exports it to every guest script)
 OUT = os.environ.get("OUT", ".")
@@ -42,19 +42,7 @@ def capture(args: List[str], env: Optional[Dict[str, str]] = None) -> Tuple[int,
     """``cxlctl ARGS`` in this process: (exit code, stdout, stderr); ``env`` is set around the call only."""
     from cxlctl.__main__ import main  # the console script's entry point: its fast path and typer's
 
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(list(args))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return rc, out.getvalue(), err.getvalue()
+    return run_inprocess(main, list(args), env or {})
 
 
 def cx(label: str, *args: str) -> int:

@@ -189,29 +189,25 @@ def _p3(guest: Dict[str, Any]) -> Path:
     return p3
 
 
-def _j(p3: Path, name: str) -> Any:
-    return out_json(p3, name)
-
-
 def _node_weights(wi: Dict[str, str]) -> Dict[int, int]:
     return {int(k[4:]): int(v) for k, v in wi.items() if k.startswith("node") and k[4:].isdigit()}
 
 
 def test_7x_auto_off_is_a_knob_that_revert_restores(guest: Dict[str, Any]) -> None:
     p3 = _p3(guest)
-    boot, auto, own, back = (_j(p3, f"{x}-wi.json") for x in ("boot", "auto", "own", "reverted"))
+    boot, auto, own, back = (out_json(p3, f"{x}-wi.json") for x in ("boot", "auto", "own", "reverted"))
     print(f"\n7.x weights: boot {boot}; inference-bandwidth {auto}; vm-bw-own {own}; reverted {back}")
     assert boot["auto"] in ("true", "1", "Y"), boot
     assert out_text(p3, "apply-auto.rc").strip() == "0", out_text(p3, "apply-auto.err", missing_ok=True)
     assert auto == boot, "inference-bandwidth on a kernel with auto keeps the kernel's weights"
     assert out_text(p3, "apply-own.rc").strip() == "0", out_text(p3, "apply-own.err", missing_ok=True)
     assert own["auto"] in ("false", "0", "N"), own
-    steps = {s["setting"]: s for s in _j(p3, "plan-own.json")["plan"]["steps"]}
+    steps = {s["setting"]: s for s in out_json(p3, "plan-own.json")["plan"]["steps"]}
     for n, w in _node_weights(own).items():
         step = steps.get(f"weighted_interleave.node{n}")
         if step is not None and step["action"] in ("set", "noop"):
             assert step["desired"] == str(w), (n, step, own)
-    journal = _j(p3, "status-own.json")["journal"]
+    journal = out_json(p3, "status-own.json")["journal"]
     assert journal["state"] == "applied"
     assert out_text(p3, "revert.rc").strip() == "0", out_text(p3, "revert.err", missing_ok=True)
     assert back == boot, (back, boot)
@@ -221,7 +217,7 @@ def test_7x_auto_off_is_a_knob_that_revert_restores(guest: Dict[str, Any]) -> No
 def test_7x_launched_pages_land_in_the_weights_ratio(guest: Dict[str, Any], label: str) -> None:
     p3 = _p3(guest)
     assert (p3 / f"{label}.numa_maps").exists(), out_text(p3, f"{label}.err", missing_ok=True)
-    weights = _node_weights(_j(p3, f"{label}-running-wi.json"))
+    weights = _node_weights(out_json(p3, f"{label}-running-wi.json"))
     anon = [m for m in parse_mappings(out_text(p3, f"{label}.numa_maps")) if m.kind == "anon"]
     pages = max(anon, key=lambda m: sum(m.pages.values())).pages
     total, wsum = sum(pages.values()), sum(weights[n] for n in pages)
@@ -272,9 +268,9 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
     # the kernel's counters after the run have only grown past what stat read
     kernel = _kv_text(p3 / "stat-after.vmstat")
     assert all(kernel.get(k, 0) >= (v or 0) for k, v in c1.items() if k.startswith("pgdemote_")), (c1, kernel)
-    rec = _j(p3, "reclaim.json")["reclaim"]
+    rec = out_json(p3, "reclaim.json")["reclaim"]
     if (p3 / "reclaim-node.json").exists():
-        node = _j(p3, "reclaim-node.json")["reclaim"]
+        node = out_json(p3, "reclaim-node.json")["reclaim"]
         b, a = _kv_text(p3 / "node-before.node0.vmstat"), _kv_text(p3 / "node-after.node0.vmstat")
         scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
         print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
