@@ -871,6 +871,22 @@ def run_checks(
     return results
 
 
+def report_shared(res: Dict[str, GuestResult], work: Path) -> Dict[str, GuestResult]:
+    """Print and keep a shared boot's times (the boot, then each check's own time in the guest):
+    ``work/measured.txt`` and each check's ``between-NAME.log`` (what it left running)."""
+    first = next(iter(res.values()))
+    lines = [
+        f"{first.kernel.series} {first.topology.name} shared boot: {first.kernel.release}, "
+        f"boot {first.boot_seconds} s, wall {first.extra['boot_wall']} s"
+    ]
+    lines += [f"  {name}: rc {r.returncode}, {r.wall_seconds} s in the guest" for name, r in res.items()]
+    print("\n".join(lines))
+    (work / "measured.txt").write_text("\n".join(lines) + "\n")
+    for name, r in res.items():
+        (work / f"between-{name}.log").write_text(r.extra["between"])
+    return res
+
+
 class _QmpDriver:
     """Runs a test's QMP driver in a thread for one boot attempt: it starts
     once the runner's first file exists (QEMU is up, its socket is there) and

@@ -31,7 +31,7 @@ import pytest
 
 from tests.daemon_probe import procstat
 from tests.prom import parse_exposition
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, run_guest
+from tests.vm.harness import GuestResult, Topology
 
 pytestmark = pytest.mark.vm
 
@@ -232,11 +232,6 @@ def guest_script(t: Topology) -> str:
         .replace("PROFILE_TEXT", PROFILE.strip())
         .replace("CONFIG_TEXT", CONFIG.strip())
     )
-
-
-def test_daemon_on_a_real_kernel(capsys: Any) -> None:
-    t = TOPOLOGIES["hb2x2"]
-    check(run_guest(t, guest_script(t), kernel="6.12", timeout=1500), capsys)
 
 
 def check(res: GuestResult, capsys: Any) -> None:

@@ -30,7 +30,7 @@ import pytest
 
 from cxlctl.numa_maps import parse_mappings
 from tests.launch_support import HELP_VLLM
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, build_c, out_json, out_text, run_guest
+from tests.vm.harness import GuestResult, Topology, build_c, out_json, out_text
 
 pytestmark = pytest.mark.vm
 
@@ -165,12 +165,6 @@ def _big_mapping(out: Path, label: str, file: Any = None) -> Dict[int, int]:
 def _ratio(pages: Dict[int, int], dram: int, cxl: int) -> Tuple[float, str]:
     d, c = pages.get(dram, 0), pages.get(cxl, 0)
     return d / c, f"DRAM node{dram} {d} pages, CXL node{cxl} {c} pages = {d / c:.3f}:1"
-
-
-def test_launch_on_a_real_cxl_node(tmp_path: Path) -> None:
-    t = TOPOLOGIES["single"]
-    work = tmp_path / "vm"
-    check(run_guest(t, guest_script(work, t), kernel="6.12", workdir=work, timeout=900), tmp_path)
 
 
 def guest_script(work: Path, t: Topology) -> str:

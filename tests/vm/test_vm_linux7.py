@@ -38,7 +38,7 @@ from tests.vm import (
     test_vm_telemetry,
     test_vm_tune,
 )
-from tests.vm.harness import TOPOLOGIES, GuestResult, SharedCheck, run_checks
+from tests.vm.harness import TOPOLOGIES, GuestResult, SharedCheck, report_shared, run_checks
 from tests.vm.ras_steps import host_driver
 
 pytestmark = pytest.mark.vm
@@ -50,21 +50,6 @@ SERIES = "7.x"
 #: (telemetry and launch in the ``single`` boot, and the ``hb2x2`` boot)
 ALL = os.environ.get("CXLCTL_VM_7X") == "all"
 NOT_IN_CI = "runs with CXLCTL_VM_7X=all (the 7.x share of CI's hour: docs/testing.md, the matrix)"
-
-
-def _shared(topo: str, work: Path, res: Dict[str, GuestResult]) -> Dict[str, GuestResult]:
-    """Print and keep the boot's times (the boot, then each check's own time in the guest)."""
-    first = next(iter(res.values()))
-    lines = [
-        f"7.x {topo} shared boot: {first.kernel.release}, boot {first.boot_seconds} s, "
-        f"wall {first.extra['boot_wall']} s"
-    ]
-    lines += [f"  {name}: rc {r.returncode}, {r.wall_seconds} s in the guest" for name, r in res.items()]
-    print("\n".join(lines))
-    (work / "measured.txt").write_text("\n".join(lines) + "\n")
-    for name, r in res.items():
-        (work / f"between-{name}.log").write_text(r.extra["between"])
-    return res
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +68,7 @@ def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
         ]
     # two vCPUs for the DAMON checks (test_vm_damon.DAMON_CPUS says why)
     res = run_checks(t, checks, kernel=SERIES, timeout=2400, workdir=work / "vm", cpus=test_vm_damon.DAMON_CPUS)
-    return _shared(t.name, work, res)
+    return report_shared(res, work)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +82,7 @@ def hb2x2(tmp_path_factory: Any) -> Dict[str, GuestResult]:
         ("ras", test_vm_ras.guest_script()),
     ]
     res = run_checks(t, checks, kernel=SERIES, timeout=3000, workdir=work / "vm", qmp=("ras", host_driver()))
-    return _shared(t.name, work, res)
+    return report_shared(res, work)
 
 
 def test_7x_single_telemetry(single: Dict[str, GuestResult], tmp_path: Path) -> None:

@@ -207,10 +207,6 @@ def boot(prelude: str = "") -> GuestResult:
     return r
 
 
-def test_ras_events_and_health_end_to_end() -> None:
-    check(boot())
-
-
 def check(r: GuestResult) -> None:
     """Every assertion of the RAS VM proof, on one guest run's results."""
     f = parse_facts(r.file("facts.txt"))

@@ -29,7 +29,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, out_text, run_guest
+from tests.vm.harness import GuestResult, Topology, out_text
 from tests.vm.telemetry_guest import CGROUP, PROMOTE_SECONDS, build_helper, script
 
 pytestmark = pytest.mark.vm
@@ -113,12 +113,6 @@ def guest_script(work: Path, t: Topology) -> str:
     region = t.widest
     assert region is not None
     return script(build_helper(work / "tools"), region.create_command(t), promote=True)
-
-
-def test_stat_equals_the_kernel_counters(tmp_path: Path) -> None:
-    t = TOPOLOGIES["single"]
-    work = tmp_path / "vm"
-    check(run_guest(t, guest_script(work, t), kernel="6.12", workdir=work, timeout=1200), tmp_path)
 
 
 def check(res: GuestResult, tmp_path: Path) -> None:

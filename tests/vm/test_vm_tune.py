@@ -21,12 +21,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
-import pytest
-
 from cxlctl.tuning.knobs import BY_NAME, REGISTRY
-from tests.vm.harness import TOPOLOGIES, GuestResult, Topology, out_json, out_text, run_guest
+from tests.vm.harness import GuestResult, Topology, out_json, out_text
 
-pytestmark = pytest.mark.vm
+# no VM test here any more: the guest side runs in the shared boots (test_vm_linux612/linux7)
 
 PROFILES = ("inference-bandwidth", "inference-capacity", "latency-strict", "vm-ratio")
 SYSCTLS = (
@@ -96,11 +94,6 @@ def guest_script(t: Topology) -> str:
         .replace("SYSCTLS", " ".join(SYSCTLS))
         .replace("PROFILES", " ".join(PROFILES))
     )
-
-
-def test_tune_on_real_kernel_with_cxl_region() -> None:
-    t = TOPOLOGIES["single"]
-    check(run_guest(t, guest_script(t), kernel="6.12", timeout=1200))
 
 
 def check(res: GuestResult) -> None:
