@@ -27,13 +27,11 @@ import os
 import re
 from typing import Any, Dict, List
 
-import pytest
-
 from tests.daemon_probe import procstat
 from tests.prom import parse_exposition
 from tests.vm.harness import GuestResult, Topology
 
-pytestmark = pytest.mark.vm
+# no VM test here: the guest side runs in the shared boots (test_vm_linux612.py, test_vm_linux7.py)
 
 PROFILE = """
 summary = "VM daemon test: tiering, DRAM:CXL weights 3:2, hot-added memory movable"

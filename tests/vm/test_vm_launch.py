@@ -26,13 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-import pytest
-
 from cxlctl.numa_maps import parse_mappings
 from tests.launch_support import HELP_VLLM
 from tests.vm.harness import GuestResult, Topology, build_c, out_json, out_text
 
-pytestmark = pytest.mark.vm
+# no VM test here: the guest side runs in the shared boots (test_vm_linux612.py, test_vm_linux7.py)
 
 TOUCH_C = r"""
 #define _GNU_SOURCE

@@ -40,12 +40,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import pytest
-
 from tests.vm.harness import GuestResult, run_guest
 from tests.vm.ras_steps import INSIDE, OUTSIDE, STEPS, TOPOLOGY, guest_session, host_driver, parse_facts
 
-pytestmark = pytest.mark.vm
+# no VM test here: the guest side runs in the shared boots (test_vm_linux612.py, test_vm_linux7.py)
 
 TOUCH_C = r"""
 #include <stdio.h>

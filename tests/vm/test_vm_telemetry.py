@@ -27,12 +27,10 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List
 
-import pytest
-
 from tests.vm.harness import GuestResult, Topology, out_text
 from tests.vm.telemetry_guest import CGROUP, PROMOTE_SECONDS, build_helper, script
 
-pytestmark = pytest.mark.vm
+# no VM test here: the guest side runs in the shared boots (test_vm_linux612.py, test_vm_linux7.py)
 
 
 def _keyvals(text: str) -> Dict[str, int]:
