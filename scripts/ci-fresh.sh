@@ -8,17 +8,25 @@
 #   scripts/ci-fresh.sh            # clone HEAD, run .ci/run, log to <dir>/ci.log
 #   scripts/ci-fresh.sh --cold     # also an empty VM cache: downloads QEMU's kernels again
 #   scripts/ci-fresh.sh -- -k vm   # extra arguments go to pytest (through .ci/run)
+#   scripts/ci-fresh.sh --path "$PATH" --env CXLCTL_PYTHON=python3
+#                                  # another PATH, and variables set in the empty environment: CI's own
+#                                  # log shows pyenv's python3 (3.11.7) where the minimal PATH finds
+#                                  # Debian's (3.11.2), so CI's PATH is not quite the minimal one
 #
 # Exit status is .ci/run's.  The clone is left in place for inspection and its
 # path printed; remove it with `rm -rf`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cold=0
+ci_path=/usr/sbin:/usr/bin:/sbin:/bin
+extra_env=()
 while [ $# -gt 0 ]; do
   case $1 in
     --cold) cold=1; shift ;;
+    --path) ci_path=$2; shift 2 ;;
+    --env) extra_env+=("$2"); shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "ci-fresh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -32,12 +40,11 @@ if [ -d "$shared" ]; then
   cp -r "$shared" "$work/shared"
   chmod -R a-w "$work/shared"
 fi
-extra_env=()
 if [ "$cold" = 1 ]; then extra_env+=("CXLCTL_VM_CACHE=$work/vm-cache"); fi
 echo "ci-fresh: $(git -C "$work/main" log --oneline -1) in $work/main; log: $work/ci.log" >&2
 start=$(date +%s)
 set +e
-(cd "$work/main" && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin CI=true "${extra_env[@]}" \
+(cd "$work/main" && env -i PATH="$ci_path" CI=true "${extra_env[@]}" \
    bash .ci/run "$@" </dev/null) >"$work/ci.log" 2>&1
 rc=$?
 set -e

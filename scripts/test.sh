@@ -15,10 +15,21 @@ export DEBIAN_FRONTEND=noninteractive
 # give pip and virtme-ng a HOME; everything else finds its tools by full path.
 export HOME="${HOME:-/root}"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+# The test venv's interpreter: the distribution's own /usr/bin/python3 where there is one, whatever
+# python3 PATH finds first (CXLCTL_PYTHON names another).  The VM tier runs this venv inside the guests,
+# over their 9p root, and there a pyenv-built Python (a 23 MB shared libpython) starts several times
+# more slowly: `python -c pass` 3-4 s against 0.5 s, `cxlctl status --json` 4.4 s against 1.3 s
+# (docs/testing.md).  An existing .venv is kept whatever it was made from: a running guest may be
+# executing from it.
+PYTHON=${CXLCTL_PYTHON:-}
+if [ -z "$PYTHON" ]; then
+  if [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
+fi
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-venv python3-pip >/dev/null
 fi
-[ -x .venv/bin/python ] || python3 -m venv .venv
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+echo "== test venv: $(.venv/bin/python -c 'import sys; print(sys.version.split()[0], sys._base_executable)')"
 .venv/bin/pip install -q -e '.[test]'
 if [ "$SKIP_VM" != 1 ]; then
   bash scripts/install-vm-deps.sh "$PWD/.venv"
@@ -94,19 +105,40 @@ vm_queue() {
   done
 }
 vm_worker() {
-  # take files from the queue until it is empty; fail if any file failed
+  # take files from the queue until it is empty; fail if any file failed.  Each file's output also
+  # goes to $VM_LOGS/<file>.log, and a line "<file> <seconds> <exit>" to $VM_LOGS/files, for the recap.
   name=$1; shift
   failed=0
   while :; do
     f=$(flock "$VM_QUEUE.lock" sh -c 'head -n 1 "$0"; sed -i 1d "$0"' "$VM_QUEUE")
     [ -n "$f" ] || break
     t0=$(date +%s); rc=0
-    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=5 -m vm "$f" "$@" 2>&1 |
-      sed -u "s/^/[$name] /" || rc=$?
+    log="$VM_LOGS/$(basename "$f" .py).log"
+    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=5 -rfE -m vm "$f" "$@" 2>&1 |
+      tee "$log" | sed -u "s/^/[$name] /" || rc=$?
     echo "[$name] == $f took $(($(date +%s) - t0)) s, exit $rc"
+    echo "$f $(($(date +%s) - t0)) $rc $name" >>"$VM_LOGS/files"
     ok "$rc" || failed=1
   done
   return "$failed"
+}
+vm_recap() {
+  # CI keeps only the end of a long log: repeat every VM file's time and exit, and for each file that
+  # failed its pytest summary and the end of its first failure, so the end of the log says what broke.
+  if [ "${host_rc:-0}" != 0 ]; then
+    echo "== the host tiers failed (exit $host_rc): their short test summaries"
+    sed -n '/short test summary info/,/^=\{5,\}.* in [0-9.]*s/p' "$VM_LOGS/host.log" | head -n 60
+  fi
+  echo "== VM tier recap (file, seconds, exit, worker)"
+  sed 's/^/   /' "$VM_LOGS/files" 2>/dev/null || true
+  while read -r f secs rc _; do
+    ok "$rc" && continue
+    log="$VM_LOGS/$(basename "$f" .py).log"
+    echo "== $f failed (exit $rc): its short test summary"
+    sed -n '/short test summary info/,$p' "$log" | head -n 40
+    echo "== $f: the end of its first failure (up to 60 lines)"
+    awk '/^___+ .* ___+$/ { n++ } n == 1' "$log" | tail -n 60
+  done <"$VM_LOGS/files"
 }
 if [ "$SKIP_VM" = 1 ]; then
   host_tiers "$@"
@@ -114,16 +146,20 @@ else
   vm_t0=$(date +%s)
   export CXLCTL_VM_SLOTS=2
   VM_QUEUE=$(mktemp "${TMPDIR:-/tmp}/cxlctl-vm-queue.XXXXXX")
+  VM_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cxlctl-vm-logs.XXXXXX")
   vm_queue "$@" >"$VM_QUEUE" || { echo "== VM tier: collection failed"; exit 1; }
   echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
   ( rc=0; vm_worker vm-a "$@" || rc=$?; echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"; exit $rc ) &
   VM_A=$!
-  host_rc=0; host_tiers "$@" || host_rc=$?
+  # (through tee in a process substitution: host_tiers must run in this shell, which owns ENGINES_PID)
+  host_rc=0; host_tiers "$@" > >(tee "$VM_LOGS/host.log") 2>&1 || host_rc=$?
   echo "== host tiers done after $(($(date +%s) - vm_t0)) s, exit $host_rc; VM worker b starts"
   vm_b=0; vm_worker vm-b "$@" || vm_b=1
   echo "[vm-b] == worker b done after $(($(date +%s) - vm_t0)) s"
   vm_a=0; wait "$VM_A" || vm_a=1
   rm -f "$VM_QUEUE" "$VM_QUEUE.lock"
+  vm_recap
+  rm -rf "$VM_LOGS"
   echo "== pytest: host tiers exit $host_rc, VM workers a $vm_a b $vm_b, $(($(date +%s) - vm_t0)) s for all"
   [ "$host_rc" = 0 ] && [ "$vm_a" = 0 ] && [ "$vm_b" = 0 ]
 fi
