@@ -17,9 +17,9 @@ export HOME="${HOME:-/root}"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 # The test venv's interpreter: the distribution's own /usr/bin/python3 where there is one, whatever
 # python3 PATH finds first (CXLCTL_PYTHON names another).  The VM tier runs this venv inside the guests,
-# over their 9p root, and there a pyenv-built Python (a 23 MB shared libpython) starts several times
-# more slowly: `python -c pass` 3-4 s against 0.5 s, `cxlctl status --json` 4.4 s against 1.3 s
-# (docs/testing.md).  An existing .venv is kept whatever it was made from: a running guest may be
+# over their 9p root, where a pyenv-built Python (a 23 MB shared libpython) was measured starting
+# several times more slowly in one guest: `python -c pass` 3-4 s against 0.5 s (docs/testing.md; whole
+# runs show it less clearly than that).  An existing .venv is kept whatever it was made from: a running guest may be
 # executing from it.
 PYTHON=${CXLCTL_PYTHON:-}
 if [ -z "$PYTHON" ]; then
@@ -106,7 +106,8 @@ vm_queue() {
 }
 vm_worker() {
   # take files from the queue until it is empty; fail if any file failed.  Each file's output also
-  # goes to $VM_LOGS/<file>.log, and a line "<file> <seconds> <exit>" to $VM_LOGS/files, for the recap.
+  # goes to $VM_LOGS/<file>.log, and a line "<file> <seconds> <exit> <worker>" to $VM_LOGS/files, for
+  # the recap.
   name=$1; shift
   failed=0
   while :; do
@@ -114,10 +115,11 @@ vm_worker() {
     [ -n "$f" ] || break
     t0=$(date +%s); rc=0
     log="$VM_LOGS/$(basename "$f" .py).log"
-    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=5 -rfE -m vm "$f" "$@" 2>&1 |
+    .venv/bin/python -m pytest -v -p no:cacheprovider --durations=5 -m vm "$f" "$@" 2>&1 |
       tee "$log" | sed -u "s/^/[$name] /" || rc=$?
-    echo "[$name] == $f took $(($(date +%s) - t0)) s, exit $rc"
-    echo "$f $(($(date +%s) - t0)) $rc $name" >>"$VM_LOGS/files"
+    secs=$(($(date +%s) - t0))
+    echo "[$name] == $f took $secs s, exit $rc"
+    echo "$f $secs $rc $name" >>"$VM_LOGS/files"
     ok "$rc" || failed=1
   done
   return "$failed"
