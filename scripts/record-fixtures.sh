@@ -9,7 +9,7 @@
 #        scripts/record-fixtures.sh --dry-run [SET] ... print the command instead of running it
 #   base (default)  <topology>-noregion/-region trees, every kernel and topology; OPTIONS: --kernel 6.12|6.1|7.x --topology hb2
 #   telemetry       single-*-telemetry (telemetry scenario); OPTIONS: --kernel 6.12|6.1|7.x
-#   ras             linux-6.12/hb2x2-region-ras and linux-6.12/events (RAS event injection over QMP)
+#   ras             linux-<series>/hb2x2-region-ras and .../events (RAS event injection over QMP); OPTIONS: --kernel 6.12|7.x
 #   fleet           linux-6.12/switch2-devdax (a devdax region beside a system-ram one)
 #   damon           single-*-damon* (the DAMON VM test, recording on)
 #   doctor          single-*-doctor (the doctor VM test, recording on)

@@ -1,15 +1,18 @@
 """RAS on 7.x (issue 20 section 3): the trace fields and events kernels after 6.12 add.
 
-Lines: the recorded 6.12 ones (fixtures/linux-6.12/events) with what the later ``TP_printk``
-formats add in the place they add it (``hpa_alias0=%llx`` after ``hpa=``; the PLDM and CME
-fields at the end), and the new events in their ``TP_printk`` shape
-(``cxl_port_aer_*``: ``device=%s host=%s status=...``; ``cxl_memory_sparing``: the common
-event header, then the sparing record) -- no 7.x guest has produced events here yet.
+Two sources.  The streams a real 7.3.4 guest wrote for QEMU-injected events
+(``fixtures/linux-7.x/events``, ``scripts/record-fixtures.sh ras --kernel 7.x``): its
+``hpa_alias0``, ``region_uuid``, ``sub_channel``, PLDM and CME fields, and its event
+formats (every ``cxl_*`` event that kernel defines has a kind here).  And, for what QEMU
+cannot inject (``cxl_port_aer_*``, ``cxl_memory_sparing``, a real alias), lines in their
+``TP_printk`` shape: the recorded 6.12 ones with the later fields added in the place the
+formats add them, and the new events' own layout.
 """
 
 from __future__ import annotations
 
 import os
+from typing import List
 
 from cxlctl.ras.events import to_event
 from cxlctl.ras.health import HealthReport, render_health
@@ -17,6 +20,7 @@ from cxlctl.ras.trace import parse_line
 from tests.kit import FIXTURES
 
 EVENTS = os.path.join(FIXTURES, "linux-6.12", "events")
+EVENTS_7X = os.path.join(FIXTURES, "linux-7.x", "events")
 
 
 def _recorded(name: str) -> str:
@@ -38,6 +42,37 @@ def test_general_media_hpa_alias0_and_new_fields() -> None:
     none = to_event(parse_line(line.replace(" hpa=59000a000 ", " hpa=59000a000 hpa_alias0=ffffffffffffffff ")), None)
     assert none.hpa_alias is None  # ULLONG_MAX: no alias
     assert to_event(parse_line(line), None).hpa_alias is None  # 6.12: no field
+
+
+def _recorded_7x(name: str) -> List[str]:
+    with open(os.path.join(EVENTS_7X, name)) as f:
+        return [x for x in f.read().splitlines() if x.strip()]
+
+
+def test_7x_recorded_media_and_dram_events_carry_the_new_fields() -> None:
+    """What 7.3.4 itself printed: no alias (``ULLONG_MAX``) is no alias, the region's
+    UUID and the DRAM record's sub-channel are kept, and nothing is left unparsed."""
+    (gm_line,) = [x for x in _recorded_7x("general-media-in-region.txt") if "cxl_general_media:" in x]
+    gm = to_event(parse_line(gm_line), None)
+    assert gm.kind == "general_media" and gm.severity == "informational" and gm.dpa == 0x4000
+    assert "hpa_alias0=ffffffffffffffff" in gm_line and gm.hpa_alias is None and gm.as_json()["hpa_alias0"] is None
+    assert gm.fields["region_uuid"] == "00000000-0000-0000-0000-000000000000"
+    assert gm.fields["cme_count"] == "0" and gm.fields["comp_id_pldm_valid_flags"] == ""
+    (dr_line,) = [x for x in _recorded_7x("dram-in-region.txt") if "cxl_dram:" in x]
+    dr = to_event(parse_line(dr_line), None)
+    assert dr.kind == "dram" and dr.severity == "failure" and dr.dpa == 0x2040
+    assert dr.fields["sub_channel"] == "0" and dr.fields["cvme_count"] == "0" and dr.fields["channel"] == "1"
+    poison = [to_event(parse_line(x), None) for x in _recorded_7x("poison-in-region.txt") if "cxl_poison:" in x]
+    assert poison and all(p.kind == "poison" and p.hpa_alias is None for p in poison)
+
+
+def test_7x_every_cxl_event_the_kernel_defines_has_a_kind() -> None:
+    """The recorded ``events/cxl/*/format`` files of 7.3.4: a new event there is a new row in KINDS."""
+    from cxlctl.ras.events import KINDS
+
+    names = sorted(f[: -len(".format")] for f in os.listdir(os.path.join(EVENTS_7X, "formats")))
+    assert "cxl_memory_sparing" in names and "cxl_port_aer_correctable_error" in names
+    assert [n for n in names if n not in KINDS] == []
 
 
 def test_port_aer_events_name_a_port_not_a_memdev() -> None:

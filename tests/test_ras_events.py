@@ -1,6 +1,7 @@
-"""``cxlctl events`` on event streams a real 6.12 kernel wrote in the VM
-(``fixtures/linux-6.12/events/``, recorded by ``tests/vm/record_ras_events.py``
-together with the sysfs tree ``hb2x2-region-ras`` of the same boot).
+"""``cxlctl events`` on event streams real 6.12 and 7.3 kernels wrote in the VM
+(``fixtures/linux-{6.12,7.x}/events/``, recorded by ``tests/vm/record_ras_events.py``
+together with the sysfs tree ``hb2x2-region-ras`` of the same boot; the same
+injections on both, and 7.x's lines carry the fields 6.13+ added).
 
 Each stream is parsed without an error and mapped onto that tree: memdev,
 severity, DPA, region, node and memory block as the guest's sysfs (``facts.txt``)
@@ -29,21 +30,30 @@ REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "fixtures" / "linux-6.12"
 EVENTS = FIX / "events"
 TREE = FIX / "hb2x2-region-ras"
+#: the kernels whose streams were recorded (same steps, same QEMU devices)
+SERIES = ("6.12", "7.x")
 
 
-def _facts() -> Dict[str, Any]:
-    return parse_facts((EVENTS / "facts.txt").read_text())
+@pytest.fixture(params=SERIES)
+def rec(request: Any) -> Path:
+    """One kernel's recording: ``events/`` and ``hb2x2-region-ras/`` under it."""
+    return REPO / "fixtures" / f"linux-{request.param}"
 
 
-def _events(name: str) -> Tuple[List[Event], Stream]:
-    inv = scan(Host(str(TREE)))
+def _facts(fix: Path) -> Dict[str, Any]:
+    return parse_facts((fix / "events" / "facts.txt").read_text())
+
+
+def _events(fix: Path, name: str) -> Tuple[List[Event], Stream]:
+    tree = str(fix / "hb2x2-region-ras")
+    inv = scan(Host(tree))
     s = Stream()
-    evs = list(Mapper(Host(str(TREE)), inv).map((EVENTS / f"{name}.txt").read_text().splitlines(), s))
+    evs = list(Mapper(Host(tree), inv).map((fix / "events" / f"{name}.txt").read_text().splitlines(), s))
     return evs, s
 
 
-def test_every_recorded_stream_parses_cleanly() -> None:
-    files = sorted(EVENTS.glob("*.txt"))
+def test_every_recorded_stream_parses_cleanly(rec: Path) -> None:
+    files = sorted((rec / "events").glob("*.txt"))
     files = [f for f in files if f.name != "facts.txt"]
     assert files, "no recorded streams"
     for f in files:
@@ -53,19 +63,19 @@ def test_every_recorded_stream_parses_cleanly() -> None:
         assert n == s.parsed
 
 
-def test_media_error_in_a_region_maps_through_the_decoders() -> None:
-    """6.12.117 prints the HPA of media, DRAM and poison events itself: cxlctl
-    takes it as given, and its own decoder translation of the DPA (used where a
+def test_media_error_in_a_region_maps_through_the_decoders(rec: Path) -> None:
+    """6.12.117 and 7.3.4 print the HPA of media, DRAM and poison events themselves:
+    cxlctl takes it as given, and its own decoder translation of the DPA (used where a
     kernel gives no HPA) must land on exactly that HPA, for each of them."""
-    f = _facts()
-    inv = scan(Host(str(TREE)))
+    f = _facts(rec)
+    inv = scan(Host(str(rec / "hb2x2-region-ras")))
     checked = 0
     for name, kind in (
         ("general-media-in-region", "general_media"),
         ("dram-in-region", "dram"),
         ("poison-in-region", "poison"),
     ):
-        evs, _ = _events(name)
+        evs, _ = _events(rec, name)
         for e in [x for x in evs if x.kind == kind]:
             m = e.mapping
             assert m.hpa_source == "kernel" and m.region == f["region"] and m.hpa is not None
@@ -79,30 +89,30 @@ def test_media_error_in_a_region_maps_through_the_decoders() -> None:
     assert checked == 4  # GM on vmem1, DRAM on vmem0, poison on both
 
 
-def test_severity_and_device_of_the_media_events() -> None:
-    f = _facts()
-    (gm,) = [x for x in _events("general-media-in-region")[0] if x.kind == "general_media"]
+def test_severity_and_device_of_the_media_events(rec: Path) -> None:
+    f = _facts(rec)
+    (gm,) = [x for x in _events(rec, "general-media-in-region")[0] if x.kind == "general_media"]
     assert gm.memdev == f["memdev"]["cxl-vmem1"] and gm.dpa == 0x4000 and gm.severity == "informational"
-    (dr,) = [x for x in _events("dram-in-region")[0] if x.kind == "dram"]
+    (dr,) = [x for x in _events(rec, "dram-in-region")[0] if x.kind == "dram"]
     assert dr.memdev == f["memdev"]["cxl-vmem0"] and dr.dpa == 0x2040 and dr.severity == "failure"
     assert dr.fields["channel"] == "1" and dr.fields["validity_flags"] == "CHANNEL|RANK"
 
 
-def test_events_outside_a_region_say_why_they_hit_nothing() -> None:
-    f = _facts()
-    evs, _ = _events("general-media-no-region")
+def test_events_outside_a_region_say_why_they_hit_nothing(rec: Path) -> None:
+    f = _facts(rec)
+    evs, _ = _events(rec, "general-media-no-region")
     (e,) = [x for x in evs if x.kind == "general_media"]
     assert e.memdev == f["memdev"]["cxl-vmem3"] and e.severity == "failure"
     assert e.mapping.region is None and e.mapping.hpa is None and e.mapping.node is None
     assert e.mapping.why and "no endpoint decoder" in e.mapping.why
-    evs, _ = _events("poison-no-region")
+    evs, _ = _events(rec, "poison-no-region")
     (p,) = [x for x in evs if x.kind == "poison"]
     assert p.dpa == 0x3000 and p.mapping.hpa is None and p.mapping.region is None
 
 
-def test_memory_module_event_names_the_device() -> None:
-    f = _facts()
-    evs, _ = _events("memory-module-in-region")
+def test_memory_module_event_names_the_device(rec: Path) -> None:
+    f = _facts(rec)
+    evs, _ = _events(rec, "memory-module-in-region")
     (e,) = [x for x in evs if x.kind == "memory_module"]
     assert e.memdev == f["memdev"]["cxl-vmem0"] and e.severity == "warning"
     assert e.mapping.hpa is None and e.mapping.why == "the event carries no address"
@@ -123,7 +133,7 @@ def test_cli_input_json_lines_and_parse_errors(tmp_path: Path) -> None:
     assert summary["events"] == len(good) and summary["parse_errors"] == 3
     assert [e["line_no"] for e in summary["errors"]] == [1, len(good) + 2, len(good) + 3]
     ev = lines[0]
-    assert ev["kind"] == "general_media" and ev["region"] == _facts()["region"]
+    assert ev["kind"] == "general_media" and ev["region"] == _facts(FIX)["region"]
     # text: the same, errors counted on stderr, lines within 80 columns, escapes shown
     p = cli("--root", str(TREE), "events", "--input", str(src), env={"COLUMNS": "80"})
     assert p.returncode == 0 and "Traceback" not in p.stderr

@@ -197,9 +197,9 @@ def guest_script(prelude: str = "") -> str:
     return _script(_touch_binary(), prelude)
 
 
-def boot(prelude: str = "") -> GuestResult:
-    """One guest run of the whole RAS session (also what the fixture recorder boots)."""
-    r = run_guest(TOPOLOGY, _script(_touch_binary(), prelude), kernel="6.12", timeout=1500, qmp=host_driver())
+def boot(prelude: str = "", kernel: str = "6.12") -> GuestResult:
+    """One guest run of the whole RAS session (what the fixture recorder boots, on 6.12 or 7.x)."""
+    r = run_guest(TOPOLOGY, _script(_touch_binary(), prelude), kernel=kernel, timeout=1500, qmp=host_driver())
     r.check()
     print(f"\nRAS VM: boot {r.boot_seconds} s, wall {r.wall_seconds} s, $OUT={r.outdir}")
     return r
