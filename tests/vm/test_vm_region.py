@@ -1,6 +1,6 @@
 """Regions end to end on real kernels: ``cxlctl region``/``dax`` against cxl, daxctl and numactl.
 
-Four boots (one per scenario of tests/vm/region_guest_driver.py, which runs
+Five boots (one per scenario of tests/vm/region_guest_driver.py, which runs
 every cxlctl command in one process and snapshots the kernel's sysfs and the
 peer tools after each):
 
@@ -11,6 +11,11 @@ peer tools after each):
   order; requests the kernel rejects half-way (targets in the wrong position,
   a size the window cannot hold) and every programming write failing in turn:
   nothing may remain.
+* ``hb2x2`` on 7.x — the same scenario with the regions that are destroyed again
+  onlined ZONE_MOVABLE: 7.3.4 puts unmovable pages (44 KiB) on a CXL node's
+  ZONE_NORMAL memory as soon as it is online, so such a region cannot be offlined
+  again.  Last, a ZONE_NORMAL region and ``destroy --force``: removed, or (what
+  7.3.4 does) refused with every block back online and the region intact.
 * ``switch2`` on 6.12 — 2-way below a switch, 1-way, ``--all``, oversize.
 * ``hb2`` on 6.12 — 2-way across bridges, wrong position, ``--all``.
 * ``hb2x2`` on 6.1 — the kernel cannot create RAM regions: cxlctl says so.
@@ -59,9 +64,21 @@ def steps_of(res: GuestResult) -> List[Dict[str, Any]]:
     return steps
 
 
-@pytest.fixture(scope="module")
-def hb2x2() -> Dict[str, Dict[str, Any]]:
-    return index(boot("hb2x2", "hb2x2"))
+#: the scenario of each kernel the hb2x2 checks run on, and where its destroyed regions are onlined
+HB2X2 = {"6.12": ("hb2x2", "normal"), "7.x": ("hb2x2-movable", "movable")}
+
+
+@pytest.fixture(scope="module", params=sorted(HB2X2))
+def hb2x2(request: Any) -> Dict[str, Dict[str, Any]]:
+    """The hb2x2 scenario's steps on one kernel, and ``"_zone"``: where its regions were onlined."""
+    scenario, zone = HB2X2[request.param]
+    out = index(boot("hb2x2", scenario, kernel=request.param))
+    out["_zone"] = {"zone": zone}
+    return out
+
+
+def _zone(s: Dict[str, Dict[str, Any]]) -> str:
+    return str(s["_zone"]["zone"])
 
 
 @pytest.fixture(scope="module")
@@ -194,8 +211,9 @@ def undone(step: Dict[str, Any], before: Dict[str, Any]) -> None:
 
 def test_hb2x2_regions_match_the_kernel(hb2x2: Dict[str, Dict[str, Any]]) -> None:
     s = hb2x2
+    zone = _zone(s)
     assert s["before"]["state"]["regions"] == {} and s["before"]["state"]["auto_online_blocks"] == "online"
-    r4 = check_region(s["create4"])
+    r4 = check_region(s["create4"], zone=zone)
     assert (r4["interleave_ways"], r4["interleave_granularity"], r4["size"]) == (4, 8192, 1 << 30)
     # the memdevs were given in reverse; cxlctl put them in the order the root's target list wants
     plan = json.loads(s["plan4"]["stdout"])["plans"][0]
@@ -205,12 +223,12 @@ def test_hb2x2_regions_match_the_kernel(hb2x2: Dict[str, Dict[str, Any]]) -> Non
     r2 = check_region(s["create2"], zone="movable")
     assert (r2["decoder"], r2["interleave_ways"]) == ("decoder0.0", 2)
     assert [m["route"][0]["index"] for m in r2["mappings"]] == [0, 1]
-    ra = check_region(s["create21"])
+    ra = check_region(s["create21"], zone=zone)
     assert (ra["decoder"], ra["interleave_ways"]) == ("decoder0.1", 2)
     rb = check_region(s["create1"], online="devdax")
     assert (rb["decoder"], rb["interleave_ways"]) == ("decoder0.2", 1)
     assert set(s["create1"]["state"]["regions"]) == {ra["region"], rb["region"]}  # both at once
-    al = check_region(s["all"])
+    al = check_region(s["all"], zone=zone)
     assert (al["decoder"], al["interleave_ways"], al["size"]) == ("decoder0.0", 4, 1 << 30)
     # cxlctl status agrees: one CXL node holding the region
     st = json.loads(s["status4"]["stdout"])
@@ -246,9 +264,35 @@ def test_hb2x2_dax_modes_and_zones(hb2x2: Dict[str, Dict[str, Any]]) -> None:
         and mov["online_memblocks"] == mov["total_memblocks"] == 8
     )
     assert "held auto_online_blocks at offline" in s["ram-movable"]["stdout"]
+    if _zone(s) == "movable":  # 7.x: ZONE_NORMAL is tried last (test_7x_hb2x2_normal_region_...)
+        assert "ram-normal" not in s
+        return
     nor = peer("ram-normal")
     assert nor["mode"] == "system-ram" and nor["movable"] is False and nor["online_memblocks"] == 8
     assert json.loads(s["ram-normal"]["stdout"])["device"]["zones"] == ["Normal"]
+
+
+def test_7x_hb2x2_normal_region_destroy_is_undone_when_the_kernel_keeps_it(
+    hb2x2: Dict[str, Dict[str, Any]],
+) -> None:
+    """7.x only: a ZONE_NORMAL region, then ``destroy --force``.  Either it went (the state
+    before it), or the kernel could not offline a block -- then cxlctl says so, names the
+    zone, and puts every block it had offlined back online: the region and its node intact."""
+    s = hb2x2
+    if _zone(s) != "movable":
+        pytest.skip("the 6.12 scenario destroys its ZONE_NORMAL regions in test_hb2x2_destroy_...")
+    r = check_region(s["normal-create"], zone="normal")
+    d = s["normal-destroy"]
+    if d["rc"] == 0:
+        assert comparable(d["state"]) == comparable(s["after"]["state"])
+        return
+    assert d["rc"] == 1 and "Traceback" not in d["stderr"], d["stderr"]
+    err = " ".join(d["stderr"].split())
+    assert "could not be offlined" in err and "zone Normal" in err and "back online" in err, err
+    assert comparable(d["state"]) == comparable(s["normal-create"]["state"])
+    (dev,) = [x for x in d["state"]["daxctl"] if x["chardev"] == r["dax"][0]["chardev"]]
+    assert dev["mode"] == "system-ram" and dev["online_memblocks"] == dev["total_memblocks"] > 0
+    print(f"\n7.x hb2x2: destroy --force of a ZONE_NORMAL region: {err[:300]}")
 
 
 def test_hb2x2_destroy_brings_back_the_previous_state(hb2x2: Dict[str, Dict[str, Any]]) -> None:
