@@ -78,8 +78,10 @@ RECORD_PROCESS_BUDGET_S = 2.0
 def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
     """Read what ``cxlctl stat`` reads, through the logging reader, so the record holds it too:
     node vmstat/meminfo/numastat, /proc/vmstat, the cgroups' memory.numa_stat and memory.stat,
-    and the largest processes' numa_maps, statm, comm and cgroup (no environ, no cmdline)."""
+    and the largest processes' numa_maps, statm, comm and cgroup (no environ, no cmdline); and
+    what ``tune reclaim --node`` reads of each DRAM node (the vm sysctls of the node-reclaim gate)."""
     from .telemetry.sample import kinds_of, list_cgroups, read_sample
+    from .tuning.reclaim import node_gate
 
     read_sample(
         reader,
@@ -88,6 +90,9 @@ def _telemetry(reader: Reader, nodes: Sequence[Node]) -> None:
         top=RECORD_TOP_PROCESSES,
         budget_s=RECORD_PROCESS_BUDGET_S,
     )
+    for n in nodes:
+        if n.kind != "cxl":
+            node_gate(reader, n.id)
 
 
 def _doctor_reads(host: Host, reader: Reader, inv: Any) -> Optional[Dict[str, Any]]:

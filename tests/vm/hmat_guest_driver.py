@@ -10,7 +10,9 @@
    switched off), the same launch;
 4. ``tune revert``: every weight file and ``auto`` as at boot;
 5. traffic: a program in cgroup ``/p3hold`` holds 48 MiB on DRAM; ``tune reclaim 16M --node 0``
-   (its figures kept); then ``stat --json --interval 20 --count 2`` runs while ``tune reclaim 4M
+   (the kernel's node-reclaim gate: with the node's page cache below ``vm.min_unmapped_ratio``
+   it scans nothing), the same with ``vm.min_unmapped_ratio=0`` (the gate open: it scans and
+   demotes), the ratio restored; then ``stat --json --interval 20 --count 2`` runs while ``tune reclaim 4M
    --cgroup /p3hold`` demotes part of it (the kernel's counters copied around it), and ``top
    --count 2`` (plain text: not a terminal) runs across a second cgroup reclaim.
 
@@ -123,6 +125,16 @@ def main() -> None:
     counters("node-before")
     cx("reclaim-node", "tune", "reclaim", "16M", "--node", "0", "--json")
     counters("node-after")
+    if os.path.exists("/sys/devices/system/node/node0/reclaim"):
+        ratio = get("/proc/sys/vm/min_unmapped_ratio")
+        with open("/proc/sys/vm/min_unmapped_ratio", "w") as f:
+            f.write("0\n")
+        try:
+            cx("reclaim-node-open", "tune", "reclaim", "16M", "--node", "0", "--json")
+        finally:
+            with open("/proc/sys/vm/min_unmapped_ratio", "w") as f:
+                f.write(ratio + "\n")
+        counters("node-open-after")
     counters("stat-before")
     stat = subprocess.Popen(
         # the interval covers the whole reclaim: demoting 16 MiB took 38 s here, and the counters

@@ -239,6 +239,30 @@ def _kv_text(path: Path) -> Dict[str, int]:
     return out
 
 
+def _node_reclaim_gate(p3: Path) -> None:
+    """``tune reclaim --node 0`` against the kernel's node-reclaim gate: the gate cxlctl read
+    before the write is the one the kernel's own counters then show.  Shut (anonymous memory
+    only, too little unmapped page cache): nothing scanned, and cxlctl says why and what to do.
+    With ``vm.min_unmapped_ratio=0``: open, pages scanned and demoted to CXL."""
+    node = out_json(p3, "reclaim-node.json")["reclaim"]
+    b, a = _kv_text(p3 / "node-before.node0.vmstat"), _kv_text(p3 / "node-after.node0.vmstat")
+    scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
+    gate = node["gate"]
+    print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
+    assert gate is not None and node["scanned_pages"] == scanned, (node, scanned)
+    want = max(0, b["nr_active_file"] + b["nr_inactive_file"] - b["nr_mapped"] - b["nr_dirty"])
+    assert abs(gate["reclaimable_page_cache"] - want) <= 64, (gate, want)  # read a moment apart
+    if not gate["open"]:
+        assert scanned == 0 and node["complete"] is False, node
+        assert "vm.min_unmapped_ratio" in node["why_short"] and "anonymous memory does not count" in node["why_short"]
+    opened = out_json(p3, "reclaim-node-open.json")["reclaim"]
+    o = _kv_text(p3 / "node-open-after.node0.vmstat")
+    print(f"7.x hmat2: the same with vm.min_unmapped_ratio=0: {opened}")
+    assert opened["gate"]["open"] is True and opened["gate"]["min_unmapped_pages"] == 0
+    assert opened["scanned_pages"] == o["pgscan_proactive"] - a["pgscan_proactive"] > 0, (opened, o, a)
+    assert opened["demoted_pages"] == o["pgdemote_proactive"] - a["pgdemote_proactive"] > 0, (opened, o, a)
+
+
 def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]) -> None:
     p3 = _p3(guest)
     perf, st = guest["perf"], guest["status"]
@@ -270,10 +294,7 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
     assert all(kernel.get(k, 0) >= (v or 0) for k, v in c1.items() if k.startswith("pgdemote_")), (c1, kernel)
     rec = out_json(p3, "reclaim.json")["reclaim"]
     if (p3 / "reclaim-node.json").exists():
-        node = out_json(p3, "reclaim-node.json")["reclaim"]
-        b, a = _kv_text(p3 / "node-before.node0.vmstat"), _kv_text(p3 / "node-after.node0.vmstat")
-        scanned = a.get("pgscan_proactive", 0) - b.get("pgscan_proactive", 0)
-        print(f"\n7.x hmat2: tune reclaim 16M --node 0: {node}; node0 pgscan_proactive +{scanned}")
+        _node_reclaim_gate(p3)
     print(
         f"\n7.x hmat2: tune reclaim 4M --cgroup /p3hold: {rec}; stat: demoted {grew} pages in {r1['interval']:.2f} s = "
         f"{tr['demote_mbps']} MB/s = {tr['demote_share_of_write_bandwidth']:.6f} of {tr['cxl_write_bandwidth_mbps']} MB/s"
