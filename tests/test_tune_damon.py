@@ -232,60 +232,51 @@ def test_someone_elses_kdamond_is_never_touched(tmp_path: Any, monkeypatch: Any)
     assert engine.apply(Host(root), "inference-capacity").ok
 
 
-def test_damon_module_kdamond_refuses_unless_beside(tmp_path: Any, monkeypatch: Any) -> None:
-    root = _tree(IDLE, tmp_path, monkeypatch)
-    d = os.path.join(root, "sys/module/damon_reclaim/parameters")
+def _module_running(root: str, name: str = "damon_reclaim") -> None:
+    d = os.path.join(root, f"sys/module/{name}/parameters")
     os.makedirs(d, exist_ok=True)  # the recorded module, switched on for this one case
-    for name, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
-        with open(os.path.join(d, name), "w") as f:
-            f.write(text)
-    p = engine.prepare(Host(root), "inference-damon").plan
-    assert p.refusals and "damon_reclaim (kdamond pid 321)" in p.refusals[0]
-    r = cli("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
-    assert r.returncode == 0 and "running beside damon_reclaim" in r.stdout.replace("\n", " ")
-
-
-def _module_running(root: str) -> None:
-    d = os.path.join(root, "sys/module/damon_reclaim/parameters")
-    os.makedirs(d, exist_ok=True)  # the recorded module, switched on for this one case
-    for name, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
-        with open(os.path.join(d, name), "w") as f:
+    for fname, text in (("enabled", "Y\n"), ("kdamond_pid", "321\n")):
+        with open(os.path.join(d, fname), "w") as f:
             f.write(text)
 
 
-def test_beside_other_damon_is_kept_in_the_journal(tmp_path: Any, monkeypatch: Any, capsys: Any) -> None:
-    """``apply --beside-other-damon`` is journaled: re-applying that profile (the CLI, ``verify`` of it,
-    the daemon's reconcile) keeps working beside the module instead of refusing; revert still works."""
-    from cxlctl.cli import run
-    from tests.daemon_support import config, make_daemon
-
+@pytest.mark.parametrize("module", ["damon_reclaim", "damon_lru_sort"])
+def test_damon_module_kdamond_is_refused_as_the_kernel_refuses(module: str, tmp_path: Any, monkeypatch: Any) -> None:
+    """DAMON_RECLAIM and DAMON_LRU_SORT start their kdamonds exclusively, as DAMON_STAT does: in 6.12
+    and 7.3.4 guests a sysfs kdamond's state=on failed with EBUSY while either ran.  The plan refuses,
+    names the file that stops it, and an apply writes nothing; the old flag is gone, the old profile
+    key is accepted (a bool) and changes nothing."""
     root = _tree(IDLE, tmp_path, monkeypatch)
-    _module_running(root)
-    _write_profile(root, "d3", 'summary = "x"\ninclude = "inference-damon"\n')
+    _module_running(root, module)
     before = snapshot(root)
-    assert run(["--root", root, "tune", "apply", "--beside-other-damon", "inference-damon"]) == 0
-    capsys.readouterr()
-    j = journal(root)
-    assert j.beside_other_damon and jn.from_json(jn.to_json(j)).beside_other_damon
-    # the same profile again, without the flag: kept (nothing to write, no refusal)
-    p = engine.prepare(Host(root), "inference-damon")
-    assert p.plan.refusals == () and p.plan.writes == ()
-    assert any("beside other DAMON users" in m for m in p.messages)
-    assert engine.verify(Host(root), "inference-damon").drift == 0
-    res = engine.apply(Host(root), "inference-damon")
-    assert res.ok and journal(root).beside_other_damon
-    # the daemon follows the journal: its reconcile neither refuses nor rewrites
-    d, _, cap = make_daemon(root, config(metrics={"listen": "", "telemetry_interval": 0}))
-    try:
-        d.startup()
-    finally:
-        d.close()
-    assert d.rec.state == "applied" and d.stats.reconciles.get("failed", 0) == 0, cap.lines[-20:]
-    # another profile does not inherit it
-    assert engine.prepare(Host(root), "d3").plan.refusals
-    # revert removes cxlctl's kdamonds as ever
-    assert engine.revert(Host(root)).ok
+    p = engine.prepare(Host(root), "inference-damon").plan
+    assert p.refusals and f"{module} (kdamond pid 321)" in p.refusals[0], p.refusals
+    assert f"echo N > /sys/module/{module}/parameters/enabled" in p.refusals[0] and "EBUSY" in p.refusals[0]
+    assert "damon_stat.enabled=N" not in p.refusals[0]  # that advice is DAMON_STAT's own
+    r = cli("--root", root, "tune", "apply", "inference-damon")
+    assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr, r.stderr
+    r = cli("--root", root, "tune", "plan", "--beside-other-damon", "inference-damon")
+    assert r.returncode == EXIT_USAGE and "No such option: --beside-other-damon" in r.stderr
     assert diff(before, snapshot(root)) == []
+    _write_profile(
+        root, "d4", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nbeside_other_damon = true\n'
+    )
+    assert engine.prepare(Host(root), "d4").plan.refusals
+    _write_profile(
+        root, "d5", 'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nbeside_other_damon = "yes"\n'
+    )
+    bad = cli("--root", root, "tune", "plan", "d5")
+    assert bad.returncode == EXIT_USAGE and "beside_other_damon" in bad.stderr
+
+
+def test_an_older_journal_asking_beside_other_damon_loads(tmp_path: Any, monkeypatch: Any) -> None:
+    """A journal written by an earlier cxlctl with ``"beside_other_damon": true`` still loads (the key is ignored)."""
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    assert engine.apply(Host(root), "inference-damon").ok
+    doc = jn.to_json(journal(root))
+    doc["beside_other_damon"] = True
+    assert jn.from_json(doc).profile == "inference-damon"
+    assert engine.revert(Host(root)).ok
 
 
 # ---------------------------------------------------------------------------- apply / verify / revert

@@ -114,17 +114,10 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
 # ---------------------------------------------------------------------------- plan
 
 
-BESIDE_OPT = typer.Option(
-    False,
-    "--beside-other-damon",
-    help="Run the profile's DAMON kdamonds beside DAMON_RECLAIM/LRU_SORT instead of refusing (never beside DAMON_STAT: the kernel refuses).",
-)
-
-
-def _profile(h: Host, ref: Optional[str], beside: bool) -> Union[str, Profile]:
+def _profile(h: Host, ref: Optional[str]) -> Union[str, Profile]:
     from cxlctl.tuning.profile import for_command
 
-    return for_command(h, ref, beside)
+    return for_command(h, ref)
 
 
 def _render_plan(prep: Prepared, c: Console, title: str) -> None:
@@ -139,7 +132,6 @@ def plan_cmd(
         None, "PROFILE", "Profile name or .toml path (default: the active one, else inference-bandwidth)."
     ),
     persist: bool = typer.Option(False, "--persist", help="Report conflicts as if applied with --persist."),
-    beside: bool = BESIDE_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Show what applying a profile would change: knob, current, desired, reason, reversible."""
@@ -147,7 +139,7 @@ def plan_cmd(
     from cxlctl.tuning.transaction import Transaction
 
     h = host()
-    prep = Transaction(h, _profile(h, profile or None, beside), persist=persist or None).prepared
+    prep = Transaction(h, _profile(h, profile or None), persist=persist or None).prepared
     if json_out:
         _emit({"plan": view.plan(prep)})
         return
@@ -173,7 +165,6 @@ def apply_cmd(
     persist: bool = typer.Option(
         False, "--persist", help="Also write /etc/sysctl.d/90-cxlctl.conf and /var/lib/cxlctl/active-profile."
     ),
-    beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -183,7 +174,7 @@ def apply_cmd(
     from cxlctl.tuning.transaction import Transaction
 
     h = host()
-    txn = Transaction(h, _profile(h, profile or None, beside), persist=persist or None)
+    txn = Transaction(h, _profile(h, profile or None), persist=persist or None)
     with progress_bar(json_out) as progress:
         res = txn.commit(dry_run=dry_run, persist=persist, wait=wait, on_progress=progress)
     if json_out:
@@ -272,7 +263,6 @@ def try_cmd(
         show_default=False,
         help="How long to wait for confirmation (default 120).",
     ),
-    beside: bool = BESIDE_OPT,
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -301,7 +291,7 @@ def try_cmd(
     h = host()
     t = trial.run(
         h,
-        _profile(h, profile, beside),
+        _profile(h, profile),
         timeout,
         wait_lock=wait,
         stdin_fd=stdin_fd(),

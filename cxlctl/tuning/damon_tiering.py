@@ -103,7 +103,6 @@ class DamonSpec(NamedTuple):
     young_filter: bool = True
     memcg: Optional[str] = None
     anon_only: bool = False
-    beside_other_damon: bool = False
     multi_dest: bool = True  # 6.17+: demote to every CXL node of the nearest one's tier, weighted
 
 
@@ -217,9 +216,11 @@ def validate(table: Mapping[str, Any]) -> DamonSpec:
         kw["goal_tuner"] = g
     if "watermarks" in table:
         kw["watermarks"] = _watermarks(table["watermarks"])
-    for key in ("young_filter", "anon_only", "beside_other_damon", "multi_dest"):
+    for key in ("young_filter", "anon_only", "multi_dest"):
         if key in table:
             kw[key] = _flag(table[key], key)
+    if "beside_other_damon" in table:  # earlier profiles: checked, and of no effect (EXCLUSIVE_MODULES)
+        _flag(table["beside_other_damon"], "beside_other_damon")
     if "memcg" in table:
         m = table["memcg"]
         if not isinstance(m, str) or not m.startswith("/") or "\n" in m or "\0" in m or ".." in m.split("/"):
@@ -654,11 +655,13 @@ def goal_support(spec: DamonSpec, caps: DamonCaps) -> Tuple[List[str], List[str]
     return notes, list(dict.fromkeys(refusals))
 
 
-#: DAMON modules whose running kdamond the kernel lets no sysfs kdamond start beside: DAMON_STAT
-#: (Debian's 7.x starts it at boot) -- in a 7.3.4 guest, ``state=on`` of a sysfs kdamond failed with
-#: EBUSY while it ran (the module starts its kdamond exclusively).  DAMON_RECLAIM and DAMON_LRU_SORT
-#: are refused unless ``beside_other_damon`` says otherwise (their schemes act on memory)
-EXCLUSIVE_MODULES = ("damon_stat",)
+#: DAMON modules whose running kdamond the kernel lets no sysfs kdamond start beside: each starts
+#: its kdamond exclusively (``damon_start(&ctx, 1, true)`` in mm/damon/{stat,reclaim,lru_sort}.c),
+#: and ``damon_start`` refuses a non-exclusive start while one runs, and an exclusive one while any
+#: runs (EBUSY).  Tried in 6.12 and 7.3.4 guests: with DAMON_RECLAIM or DAMON_LRU_SORT enabled a
+#: sysfs kdamond's ``state=on`` failed with EBUSY, and with a sysfs kdamond on, enabling either did;
+#: DAMON_STAT (Debian's 7.x starts it at boot) the same.
+EXCLUSIVE_MODULES = ("damon_stat", "damon_reclaim", "damon_lru_sort")
 
 
 def exclusive_kdamonds(state: DamonState) -> List[str]:
@@ -669,9 +672,3 @@ def exclusive_kdamonds(state: DamonState) -> List[str]:
 def exclusive_names(state: DamonState) -> List[str]:
     """The module names of :func:`exclusive_kdamonds` (``damon_stat``), for the files that stop them."""
     return [m.name for m in state.modules if m.running and m.name in EXCLUSIVE_MODULES]
-
-
-def module_kdamonds(state: DamonState) -> List[str]:
-    """Running DAMON modules whose schemes act on memory (DAMON_RECLAIM pages out, DAMON_LRU_SORT
-    reorders the LRU): they can work against cxlctl's migrations."""
-    return [_module_name(m) for m in state.modules if m.running and m.name not in EXCLUSIVE_MODULES]

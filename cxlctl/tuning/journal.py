@@ -101,10 +101,6 @@ class Journal(NamedTuple):
     #: weights), so the daemon can rebuild and keep enforcing it
     profile_data: Optional[Dict[str, Any]] = None
     trial: Optional[Trial] = None  # set by `tune try` until it is confirmed
-    #: the apply ran DAMON tiering beside DAMON modules' kdamonds (``--beside-other-damon`` or
-    #: the profile's ``beside_other_damon``): re-applying this profile (the daemon, ``tune
-    #: apply``/``verify`` of it) keeps that choice instead of refusing
-    beside_other_damon: bool = False
 
 
 class Trial(NamedTuple):
@@ -234,8 +230,7 @@ def from_json(d: Any) -> Journal:
         previous_profile=d.get("previous_profile"),
         profile_data=d["profile_data"] if isinstance(d.get("profile_data"), dict) else None,
         trial=_trial(d.get("trial")),
-        beside_other_damon=d.get("beside_other_damon") is True,
-    )
+    )  # an older journal's "beside_other_damon" is ignored: no kdamond runs beside a DAMON module
 
 
 def load(host: Host) -> Optional[Journal]:

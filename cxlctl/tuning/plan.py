@@ -506,7 +506,7 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
         return skip("no CXL memory node is online: nothing to tier DRAM with")
     if not kds:
         return skip("no DRAM/CXL node pair with online memory blocks to monitor")
-    refusals = _damon_refusals(state, mine, spec, warnings)
+    refusals = _damon_refusals(state, mine)
     n = len(kds)
     now_nr = cur.get(damon.NR_KDAMONDS)
     now_n = now_nr.strip() if now_nr is not None else None
@@ -549,10 +549,10 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     return DamonPlan(steps + more, saved, baseline, warnings, [])
 
 
-def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpec, warnings: List[str]) -> List[str]:
-    """Why cxlctl's kdamonds may not run beside the ones it finds (another tool's; DAMON_STAT's,
-    which the kernel itself refuses; another module's, unless asked); what it runs beside goes to
-    ``warnings``."""
+def _damon_refusals(state: DamonState, mine: Optional[int]) -> List[str]:
+    """Why cxlctl's kdamonds may not run beside the ones it finds: another tool's (adding one would
+    re-create theirs), or a DAMON module's (DAMON_STAT, DAMON_RECLAIM, DAMON_LRU_SORT: the kernel
+    itself refuses)."""
     refusals = []
     other = damon.others(state, mine)
     if other:
@@ -565,25 +565,23 @@ def _damon_refusals(state: DamonState, mine: Optional[int], spec: damon.DamonSpe
         )
     exclusive = damon.exclusive_kdamonds(state)
     if exclusive:
-        # the kernel itself refuses: DAMON_STAT starts its kdamond exclusively, and while it runs
-        # every other kdamond's state=on fails with EBUSY (seen on Debian's 7.3.4, which starts it
-        # at boot); --beside-other-damon cannot change that
+        # the kernel itself refuses: every DAMON module starts its kdamond exclusively, and while
+        # one runs every other kdamond's state=on fails with EBUSY (6.12 and 7.3.4 guests; Debian's
+        # 7.x starts DAMON_STAT at boot)
+        names = damon.exclusive_names(state)
         refusals.append(
             f"DAMON module(s) run kdamonds of their own: {', '.join(exclusive)}. The kernel starts a module's "
             "kdamond exclusively: while it runs, it starts no other kdamond (EBUSY), cxlctl's included. "
             "Stop it first: "
-            + "; ".join(f"echo N > /sys/module/{m}/parameters/enabled" for m in damon.exclusive_names(state))
-            + " (DAMON_STAT, which kernels built with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start at boot, stays off "
-            "with damon_stat.enabled=N on the kernel command line), or leave [damon] out of the profile"
+            + "; ".join(f"echo N > /sys/module/{m}/parameters/enabled" for m in names)
+            + (
+                " (DAMON_STAT, which kernels built with CONFIG_DAMON_STAT_ENABLED_DEFAULT=y start at boot, stays "
+                "off with damon_stat.enabled=N on the kernel command line)"
+                if "damon_stat" in names
+                else ""
+            )
+            + ", or leave [damon] out of the profile"
         )
-    mods = damon.module_kdamonds(state)
-    if mods and not spec.beside_other_damon:
-        refusals.append(
-            f"DAMON module(s) run kdamonds of their own: {', '.join(mods)}; cxlctl leaves them alone. Pass "
-            "--beside-other-damon (or beside_other_damon = true in [damon]) to run cxlctl's kdamonds beside them"
-        )
-    elif mods:
-        warnings.append(f"damon: running beside {', '.join(mods)} (asked for); their schemes may work against ours")
     return refusals
 
 

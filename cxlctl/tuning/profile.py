@@ -337,24 +337,6 @@ def list_names(host: Host) -> List[Tuple[str, str, bool]]:
     return sorted(seen.values())
 
 
-def beside_other_damon(p: Profile) -> bool:
-    """Whether the profile's DAMON tiering may run beside DAMON modules' kdamonds."""
-    s = p.setting("damon")
-    return s is not None and getattr(s.value, "beside_other_damon", False) is True
-
-
-def with_beside_other_damon(p: Profile) -> Profile:
-    """The profile with its ``[damon]`` asked to work beside other DAMON users (``--beside-other-damon``;
-    kept in the journal, so re-applying the profile keeps it)."""
-    settings = tuple(
-        s._replace(value=s.value._replace(beside_other_damon=True))
-        if s.knob == "damon" and hasattr(s.value, "beside_other_damon")
-        else s
-        for s in p.settings
-    )
-    return p._replace(settings=settings)
-
-
 #: what ``tune plan`` and ``tune apply`` work on when no profile is named and none is in effect
 DEFAULT_PROFILE = "inference-bandwidth"
 
@@ -378,11 +360,6 @@ def in_effect(host: Host) -> Union[str, Profile]:
     return j.profile_source or j.profile
 
 
-def for_command(host: Host, ref: Union[None, str, Profile], beside: bool = False) -> Union[str, Profile]:
-    """The profile a ``tune`` command works on: ``ref``, else (None) :func:`in_effect`; with its
-    ``[damon]`` asked to work beside other DAMON users when ``beside`` (``--beside-other-damon``)."""
-    if ref is None:
-        ref = in_effect(host)
-    if not beside:
-        return ref
-    return with_beside_other_damon(load(host, ref) if isinstance(ref, str) else ref)
+def for_command(host: Host, ref: Union[None, str, Profile]) -> Union[str, Profile]:
+    """The profile a ``tune`` command works on: ``ref``, else (None) :func:`in_effect`."""
+    return in_effect(host) if ref is None else ref

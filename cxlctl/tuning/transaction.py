@@ -52,7 +52,7 @@ from .journal import Entry, Journal, Trial
 from .knobs import BY_NAME, WI_AUTO_NAMES, Current, read_current
 from .plan import Plan, Restore, Step
 from .plan import plan as make_plan
-from .profile import Profile, beside_other_damon, load, with_beside_other_damon
+from .profile import Profile, load
 from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
 from .state import this_boot
 
@@ -460,16 +460,6 @@ class Transaction:
         messages: List[str] = []
         j = this_boot(self.host, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None
-        if (
-            j is not None
-            and j.state == jn.APPLIED
-            and j.beside_other_damon
-            and j.profile == self.profile.name
-            and not beside_other_damon(self.profile)
-        ):
-            # the apply in effect was asked to run beside DAMON modules: re-applying it keeps that
-            self.profile = with_beside_other_damon(self.profile)
-            messages.append(f"DAMON tiering runs beside other DAMON users, as the apply of {j.profile} asked")
         p = make_plan(inventory, self.profile, read_current(self.host), restore_map(active))
         persisting = persisted(self.host) if persist is None else persist
         conflicts = tuple(find(self.host, _desired_values(p), persisting))
@@ -544,7 +534,6 @@ class Transaction:
             persist=persist_saved,
             previous_profile=active.profile if active else None,
             profile_data=self.profile.data,
-            beside_other_damon=beside_other_damon(self.profile),
         )
         jn.save(self.host, j)
         pause_hook(0)

@@ -39,7 +39,7 @@ from typing import Dict, List
 
 from cxlctl.hostio.host import Host
 from cxlctl.record import record
-from tests.vm.guest import OUT, cx, get, log, put, sh
+from tests.vm.guest import OUT, cx, get, log, put, save, sh
 
 MODE = sys.argv[1]
 TOOLS = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -109,6 +109,33 @@ def stop_damon_stat() -> bool:
     return True
 
 
+DAMON_RECLAIM = "/sys/module/damon_reclaim/parameters/enabled"
+
+
+def beside_damon_reclaim() -> None:
+    """DAMON_RECLAIM on: what cxlctl's plan says, and what the kernel itself does with a sysfs
+    kdamond's ``state=on`` beside it (the module starts exclusively: EBUSY expected); then off."""
+    if not os.path.exists(DAMON_RECLAIM):
+        return
+    put(DAMON_RECLAIM, "Y")
+    cx("reclaim-module-plan", "tune", "plan", "inference-damon", "--json")
+    put(f"{D}/nr_kdamonds", "1")
+    put(f"{D}/0/contexts/nr_contexts", "1")
+    put(f"{D}/0/contexts/0/operations", "paddr")
+    put(f"{D}/0/contexts/0/targets/nr_targets", "1")
+    try:
+        put(f"{D}/0/state", "on")
+        kernel = "started"
+    except OSError as e:
+        kernel = f"errno {e.errno}"
+    save("reclaim-module-kernel.json", {"state_on": kernel, "state": get(f"{D}/0/state")})
+    if kernel == "started":
+        put(f"{D}/0/state", "off")
+    put(f"{D}/nr_kdamonds", "0")
+    put(DAMON_RECLAIM, "N")
+    log(f"DAMON_RECLAIM beside a sysfs kdamond: {kernel}")
+
+
 def foreign_kdamond() -> None:
     """A kdamond set up by hand, as damo or a script does: paddr, one ``stat`` scheme, on."""
     put(f"{D}/nr_kdamonds", "1")
@@ -161,6 +188,7 @@ def full() -> None:
     snap("single-region-damon-idle")
     cx("recommend", "tune", "recommend", "--json")
     had_stat = stop_damon_stat()
+    beside_damon_reclaim()
     # -- someone else's kdamond
     foreign_kdamond()
     snap("single-region-damon-running")

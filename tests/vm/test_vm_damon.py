@@ -199,6 +199,14 @@ def check(res: GuestResult, series: str) -> None:
         assert stat_step["action"] == "skip" and "damon_stat (kdamond pid" in stat_step["note"], stat_step
         assert "echo N > /sys/module/damon_stat/parameters/enabled" in stat_step["note"]
 
+    # -- DAMON_RECLAIM starts exclusively too: the kernel refuses a sysfs kdamond beside it, and so does the plan
+    kernel = out_json(out, "reclaim-module-kernel.json")
+    assert kernel["state_on"] == "errno 16" and kernel["state"] == "off", kernel  # EBUSY
+    (mod_step,) = [s for s in out_json(out, "reclaim-module-plan.json")["plan"]["steps"] if s["knob"] == "damon"]
+    assert mod_step["action"] == "skip" and "damon_reclaim (kdamond pid" in mod_step["note"], mod_step
+    assert "EBUSY" in mod_step["note"] and "echo N > /sys/module/damon_reclaim/parameters/enabled" in mod_step["note"]
+    report.append(f"DAMON_RECLAIM on: a sysfs kdamond's state=on gave {kernel['state_on']}; the plan refused")
+
     # -- a kdamond someone else runs: refused, untouched
     assert out_text(out, "foreign-apply.rc").strip() == "2", out_text(out, "foreign-apply.err", missing_ok=True)
     assert "refused; nothing was changed" in out_text(out, "foreign-apply.err")
