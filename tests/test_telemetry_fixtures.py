@@ -107,8 +107,8 @@ def test_6_12_process_pages_per_node_equal_numa_maps_and_verdicts() -> None:
 
 def test_7x_proactive_demotion_is_no_reclaim_stall() -> None:
     """On 7.x the same ``memory.reclaim`` counts as ``pgdemote_proactive`` (none of it direct):
-    no "dram-too-tight" -- an operator's own reclaim is not allocations stalling -- and the
-    offload file, demoted with the rest, sits on the CXL node, as numa_maps says."""
+    no "dram-too-tight" -- an operator's own reclaim is not allocations stalling -- and most of
+    the offload file, demoted with the rest, sits on the CXL node, as numa_maps says."""
     pid = int(_peer(T7X, "helper.pid"))
     rep = _stat(T7X, "--pid", str(pid))
     (p,) = rep["processes"]
@@ -116,7 +116,8 @@ def test_7x_proactive_demotion_is_no_reclaim_stall() -> None:
     assert p["pages_per_node"] == want and p["comm"] == "tel_helper"
     cxl = next(str(n["id"]) for n in rep["nodes"] if n["kind"] == "cxl")
     assert want[cxl] > want.get("0", 0)
-    assert set(p["shm"]["/dev/shm/vllm_offload_cxltel.mmap"]) == {cxl}
+    shm = p["shm"]["/dev/shm/vllm_offload_cxltel.mmap"]
+    assert shm.get(cxl, 0) > shm.get("0", 0), shm  # most of the offload file went with the demotion
     node0 = next(n for n in rep["nodes"] if n["id"] == 0)
     assert node0["counters"]["pgdemote_direct"] == 0 and node0["counters"]["pgdemote_proactive"] > 0
     assert "dram-too-tight" not in _ids(rep) and "kv-offload-not-on-cxl" not in _ids(rep)
