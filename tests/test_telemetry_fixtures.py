@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -93,13 +93,19 @@ def _pages_per_node(root: str) -> Dict[str, int]:
     return want
 
 
-def test_6_12_process_pages_per_node_equal_numa_maps_and_verdicts() -> None:
-    pid = int(_peer(T612, "helper.pid"))
-    rep = _stat(T612, "--pid", str(pid))
+def _helper(root: str) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, int], str]:
+    """``stat --pid`` of the recorded helper: (report, its process, numa_maps' pages per node, the CXL node),
+    its pages per node and name checked against the kernel's numa_maps."""
+    rep = _stat(root, "--pid", str(int(_peer(root, "helper.pid"))))
     (p,) = rep["processes"]
-    want = _pages_per_node(T612)
+    want = _pages_per_node(root)
     assert p["pages_per_node"] == want and p["comm"] == "tel_helper"
     cxl = next(str(n["id"]) for n in rep["nodes"] if n["kind"] == "cxl")
+    return rep, p, want, cxl
+
+
+def test_6_12_process_pages_per_node_equal_numa_maps_and_verdicts() -> None:
+    rep, _, want, cxl = _helper(T612)
     assert want[cxl] > 0
     assert "dram-too-tight" in _ids(rep) and "kv-offload-not-on-cxl" in _ids(rep)
     assert "tiering-off" not in _ids(rep) and "cxl-idle" not in _ids(rep)
@@ -109,12 +115,7 @@ def test_7x_proactive_demotion_is_no_reclaim_stall() -> None:
     """On 7.x the same ``memory.reclaim`` counts as ``pgdemote_proactive`` (none of it direct):
     no "dram-too-tight" -- an operator's own reclaim is not allocations stalling -- and most of
     the offload file, demoted with the rest, sits on the CXL node, as numa_maps says."""
-    pid = int(_peer(T7X, "helper.pid"))
-    rep = _stat(T7X, "--pid", str(pid))
-    (p,) = rep["processes"]
-    want = _pages_per_node(T7X)
-    assert p["pages_per_node"] == want and p["comm"] == "tel_helper"
-    cxl = next(str(n["id"]) for n in rep["nodes"] if n["kind"] == "cxl")
+    rep, p, want, cxl = _helper(T7X)
     assert want[cxl] > want.get("0", 0)
     shm = p["shm"]["/dev/shm/vllm_offload_cxltel.mmap"]
     assert shm.get(cxl, 0) > shm.get("0", 0), shm  # most of the offload file went with the demotion
