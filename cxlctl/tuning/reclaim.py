@@ -101,13 +101,16 @@ class ReclaimResult(NamedTuple):
         return d
 
 
+def _keyvals(r: Reader, path: str) -> Dict[str, int]:
+    """A ``name value`` file (vmstat, memory.stat), parsed as ``cxlctl stat`` parses it; {} when unreadable."""
+    from cxlctl.telemetry.counters import parse_keyvals
+
+    return parse_keyvals(r.text(path) or "")
+
+
 def _counters(r: Reader, path: str) -> Tuple[Optional[int], Optional[int]]:
     """(pgdemote_proactive, pgscan_proactive) of a vmstat or memory.stat; None where absent."""
-    got: Dict[str, Optional[int]] = {}
-    for line in (r.text(path) or "").splitlines():
-        f = line.split()
-        if len(f) == 2 and f[0] in ("pgdemote_proactive", "pgscan_proactive"):
-            got[f[0]] = sysfs_int(f[1])
+    got = _keyvals(r, path)
     return got.get("pgdemote_proactive"), got.get("pgscan_proactive")
 
 
@@ -115,12 +118,7 @@ def node_gate(r: Reader, nid: int) -> Optional[NodeGate]:
     """The kernel's node-reclaim condition for ``nid`` from its vmstat, meminfo and the vm sysctls,
     as ``node_pagecache_reclaimable`` and ``__node_reclaim`` compute it (the thresholds per zone
     there, of the node's total here: a few pages apart); None when a figure is unreadable."""
-    vm: Dict[str, int] = {}
-    for line in (r.text(paths.node_file(nid, "vmstat")) or "").splitlines():
-        f = line.split()
-        v = sysfs_int(f[1]) if len(f) == 2 else None
-        if v is not None:
-            vm[f[0]] = v
+    vm = _keyvals(r, paths.node_file(nid, "vmstat"))
     total = parse_meminfo(r.text(paths.node_file(nid, "meminfo")) or "").get("MemTotal")
     ratios = [sysfs_int(r.text(p)) for p in (paths.MIN_UNMAPPED_RATIO, paths.MIN_SLAB_RATIO, paths.ZONE_RECLAIM_MODE)]
     need = ("nr_active_file", "nr_inactive_file", "nr_mapped", "nr_file_pages", "nr_dirty", "nr_slab_reclaimable")
