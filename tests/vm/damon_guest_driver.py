@@ -119,10 +119,7 @@ def beside_damon_reclaim() -> None:
         return
     put(DAMON_RECLAIM, "Y")
     cx("reclaim-module-plan", "tune", "plan", "inference-damon", "--json")
-    put(f"{D}/nr_kdamonds", "1")
-    put(f"{D}/0/contexts/nr_contexts", "1")
-    put(f"{D}/0/contexts/0/operations", "paddr")
-    put(f"{D}/0/contexts/0/targets/nr_targets", "1")
+    bare_kdamond()
     try:
         put(f"{D}/0/state", "on")
         kernel = "started"
@@ -136,12 +133,17 @@ def beside_damon_reclaim() -> None:
     log(f"DAMON_RECLAIM beside a sysfs kdamond: {kernel}")
 
 
-def foreign_kdamond() -> None:
-    """A kdamond set up by hand, as damo or a script does: paddr, one ``stat`` scheme, on."""
+def bare_kdamond() -> None:
+    """One sysfs kdamond, off: one paddr context with one target, no scheme."""
     put(f"{D}/nr_kdamonds", "1")
     put(f"{D}/0/contexts/nr_contexts", "1")
     put(f"{D}/0/contexts/0/operations", "paddr")
     put(f"{D}/0/contexts/0/targets/nr_targets", "1")
+
+
+def foreign_kdamond() -> None:
+    """A kdamond set up by hand, as damo or a script does: paddr, one ``stat`` scheme, on."""
+    bare_kdamond()
     put(f"{D}/0/contexts/0/schemes/nr_schemes", "1")
     put(f"{D}/0/contexts/0/schemes/0/action", "stat")
     put(f"{D}/0/state", "on")
