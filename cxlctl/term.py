@@ -32,7 +32,7 @@ import sys
 # nothing else that needs typing, so only mypy imports it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional, Sequence, TextIO, Tuple, Union
+    from typing import List, Optional, Pattern, Sequence, TextIO, Tuple, Union
 
     from rich.console import Console
     from rich.text import Text
@@ -94,19 +94,37 @@ def width(stream: Optional[TextIO] = None, default: int = DEFAULT_WIDTH) -> int:
     return cols if cols > 0 else default
 
 
+#: a number and the unit after it ("95.04 MiB", "+0 B", "3 %"): one value, never folded apart
+_NUMBER_UNIT: Optional[Pattern[str]] = None
+
+
+def _number_unit() -> Pattern[str]:
+    """Compiled on first use (textwrap, which every fold imports, has already imported re)."""
+    global _NUMBER_UNIT
+    if _NUMBER_UNIT is None:
+        import re
+
+        _NUMBER_UNIT = re.compile(r"(?<=\d) (?=(?:B|KiB|MiB|GiB|TiB|PiB|%|ns|MB/s)(?![\w/]))")
+    return _NUMBER_UNIT
+
+
 def fold_lines(text: str, width: int, first: str = "", indent: str = "") -> List[str]:
     """``first + text`` folded at ``width`` on spaces, continuation lines starting with
-    ``indent``; paths and flags are never broken ([] for blank text)."""
+    ``indent``; paths and flags are never broken, nor a number from its unit ([] for blank text)."""
     import textwrap
 
-    return textwrap.wrap(
-        text,
-        width=width,
-        initial_indent=first,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
+    glued = _number_unit().sub("\0", text) if " " in text else text  # NUL: kept by textwrap, one cell wide
+    return [
+        line.replace("\0", " ")
+        for line in textwrap.wrap(
+            glued,
+            width=width,
+            initial_indent=first,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    ]
 
 
 def fold(line: str, width: int, indent: Optional[str] = None) -> str:

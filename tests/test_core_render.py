@@ -124,6 +124,21 @@ def test_fold_never_splits_a_path() -> None:
     assert lines[-1].plain == path and all(x.style == "red" for x in lines)
 
 
+def test_fold_keeps_a_number_with_its_unit() -> None:
+    """A size, a share or a rate is one value: ``+0 B``, ``95.04 MiB``, ``5 %``, ``16000 MB/s`` stay
+    on one line (tune reclaim's report split ``+0`` from ``B`` at 80 columns); a word that only
+    starts like a unit (``Bytes``) may still go to the next line."""
+    from cxlctl.term import fold_lines
+
+    text = "the node's free memory changed by +0 B; slab 5 % (95.04 MiB); CXL 16000 MB/s; 3 Bytes"
+    for width in range(12, len(text) + 1):
+        lines = fold_lines(text, width)
+        assert " ".join(lines) == text
+        for value in ("+0 B", "5 %", "95.04 MiB);", "16000 MB/s;"):
+            assert any(value in x for x in lines), (width, value, lines)
+    assert fold_lines("3 Bytes", 2) == ["3", "Bytes"]
+
+
 def _frame(root: str, width: int, height: int) -> List[str]:
     from rich.console import Console
 
