@@ -166,3 +166,20 @@ def test_goals_apply_journaled_and_revert(tmp_path: Any, monkeypatch: Any) -> No
     assert "node_eligible_mem_bp" in _metrics(root)
     assert engine.revert(Host(root)).ok
     assert [d for d in diff(before, snapshot(root)) if "/damon/" in d and "kdamonds/0" not in d] == []
+
+
+def test_hot_on_dram_with_a_scope_says_the_kernel_measures_all_hot_memory(tmp_path: Any, monkeypatch: Any) -> None:
+    """The kernel's node_eligible_mem_bp checks the regions' access pattern, not the scheme's
+    filters (mm/damon/core.c damos_calc_eligible_bytes; seen in a 7.3.4 guest, where the quota
+    fell to 1 B with 38 % of a 2 MiB scoped hot set on DRAM): the plan says so for a scoped profile."""
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    _as_release(root, "7.3.4+deb13-amd64")
+    _write_profile(root, "goals", PROFILE)
+    unscoped = " ".join(engine.prepare(Host(root), "goals").plan.warnings)
+    assert "measures the share over all memory" not in unscoped
+    _write_profile(root, "scoped", PROFILE + 'memcg = "/kv"\nanon_only = true\n')
+    w = " ".join(engine.prepare(Host(root), "scoped").plan.warnings)
+    assert (
+        "hot_on_dram: the kernel measures the share over all memory in the regions DAMON finds hot on both "
+        "nodes, not only the memcg /kv and anonymous pages the scope moves" in w
+    ), w

@@ -100,8 +100,9 @@ GOAL_NID = "nid"  # 6.16
 GOAL_PATH = "path"  # 6.19: the memory cgroup of node_memcg_* metrics
 
 #: quota goal metrics cxlctl can write: name -> (the release that added it, the files it needs
-#: beside target_metric/target_value).  ``node_eligible_mem_bp`` is the share of the scheme's
-#: eligible memory (its access pattern and filters: the hot set, for migrate_hot) that sits on ``nid``.
+#: beside target_metric/target_value).  ``node_eligible_mem_bp`` is the share of the memory in
+#: the regions that match the scheme's access pattern (not its filters: every LRU folio there counts)
+#: that sits on ``nid``.
 GOAL_METRICS = {
     "node_mem_used_bp": ((6, 16), (GOAL_NID,)),
     "node_mem_free_bp": ((6, 16), (GOAL_NID,)),

@@ -640,6 +640,22 @@ def goal_support(spec: DamonSpec, caps: DamonCaps) -> Tuple[List[str], List[str]
                 f"this kernel{f' ({caps.release})' if caps.release else ''} takes {offers}. Leave {key} out of "
                 "the profile, or boot a newer kernel"
             )
+    if (
+        spec.hot_on_dram_bp is not None
+        and "node_eligible_mem_bp" in caps.goal_metrics
+        and (spec.memcg or spec.anon_only)
+    ):
+        # the kernel's metric checks a region's access pattern only, then counts every LRU folio in
+        # it (damos_calc_eligible_bytes, mm/damon/core.c): the scheme's filters narrow what moves,
+        # not what the share is measured over
+        notes.append(
+            "hot_on_dram: the kernel measures the share over all memory in the regions DAMON finds hot on "
+            "both nodes, not only the "
+            + " and ".join(
+                x for x in (f"memcg {spec.memcg}" if spec.memcg else "", "anonymous" if spec.anon_only else "") if x
+            )
+            + " pages the scope moves: other hot memory on DRAM counts towards the goal"
+        )
     if asked:
         newer = [
             f"{m} ({since[0]}.{since[1]}+)" for m, (since, _) in t.GOAL_METRICS.items() if m not in caps.goal_metrics
