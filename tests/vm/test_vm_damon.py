@@ -327,8 +327,10 @@ def check_goals(res: GuestResult, goal: float = 0.70, band: float = 0.05) -> Lis
     cxl = int(out_text(out, "cxl-node"))
     shares = hot_share_trace(trace)
     start = out_json(out, "pages-start.json")
+    sizes = out_json(out, "sizes.json")
     report = [
-        f"guest {res.kernel.release}: hot_on_dram 70 %, hot 2 MiB on node{cxl} / cold 4 MiB on node0; "
+        f"guest {res.kernel.release}: hot_on_dram 70 %, hot {sizes['hot_mib']} MiB on node{cxl} / "
+        f"cold {sizes['cold_mib']} MiB on node0; "
         f"before apply hot {start['hot']}, cold {start['cold']}",
         "hot share on DRAM (numa_maps): " + ", ".join(f"{t:.0f}s {s:.0%}" for t, s in shares),
         "kernel (kdamond 1 scheme 0): "
