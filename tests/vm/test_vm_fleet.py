@@ -1,4 +1,4 @@
-"""Fleet pieces on a real 6.12 kernel (one boot, topology switch2): devdax KV backends and the DaemonSet's command.
+"""Fleet pieces on real 6.12 and 7.x kernels (one boot each, topology switch2): devdax KV backends and the DaemonSet's command.
 
 In the guest:
 
@@ -166,7 +166,8 @@ def _manifest(kind: str) -> Dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind)
 
 
-def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("series", ["6.12", "7.x"])
+def test_fleet_devdax_backends_and_daemonset_command(series: str, tmp_path: Path) -> None:
     work = tmp_path / "vm"
     tools = work / "tools"
     build_c(tools, "ddmap", DDMAP_C)
@@ -189,7 +190,7 @@ def test_fleet_devdax_backends_and_daemonset_command(tmp_path: Path) -> None:
         f"CXLCTL_CACHE_DIR={work / 'cache'}\n"
         f"DAEMON_ARGS=({' '.join(daemon_args)})\n" + GUEST
     )
-    res = run_guest("switch2", script, kernel="6.12", workdir=work, timeout=900).check()
+    res = run_guest("switch2", script, kernel=series, workdir=work, timeout=900).check()
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
     report += check(res.outdir)
     print("\n".join(report))

@@ -102,6 +102,8 @@ numactl -H > "$OUT/numactl.txt"
 CXL=$("$PY" -c 'import json,sys; print([n["id"] for n in json.load(open(sys.argv[1]))["nodes"] if n["kind"]=="cxl"][0])' "$OUT/status.json")
 echo $CXL > "$OUT/cxl-node"
 weights > "$OUT/weights-boot.txt"
+# 6.16+: auto mode (reads true at boot, with or without bandwidth figures)
+cat /sys/kernel/mm/mempolicy/weighted_interleave/auto > "$OUT/auto-boot.txt" 2>/dev/null || true
 
 # 1. weighted interleave 3:1 (weights through the tuning engine; cxlctl sets the policy itself)
 "$PY" -m cxlctl launch exec --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
@@ -191,7 +193,11 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     assert (out / "wi.ready").exists(), out_text(out, "wi.err", missing_ok=True)
     dry = out_json(out, "wi.dry.json")
     assert dry["policy"]["mode"] == "weighted-interleave" and dry["policy"]["method"] == "direct"
-    assert dry["weights"]["changes"] == [{"setting": "weighted_interleave.node0", "from": "1", "to": "3"}]
+    changes = [{"setting": "weighted_interleave.node0", "from": "1", "to": "3"}]
+    auto_at_boot = out_text(out, "auto-boot.txt").strip()  # empty before 6.16 (no such file)
+    if auto_at_boot == "true":  # a weight written switches auto mode off (7.x): the plan says so
+        changes.append({"setting": "weighted_interleave.auto", "from": "true", "to": "false"})
+    assert dry["weights"]["changes"] == changes
     assert int(out_text(out, "wi.ready")) == int(out_text(out, "wi.launch-pid")), (
         "the program replaced cxlctl (exec), same PID"
     )
@@ -222,6 +228,10 @@ def check(res: GuestResult, tmp_path: Path) -> None:
     assert tune["active_profile"] == "launch-weights" and tune["journal"]["state"] == "applied"
     assert out_text(out, "revert.rc").strip() == "0", out_text(out, "revert.err", missing_ok=True)
     assert _weights(out, "weights-reverted.txt") == _weights(out, "weights-boot.txt")
+    if auto_at_boot == "true":  # the kernel refuses auto = true without figures (ENODEV): said why
+        assert any("auto stays false" in m for m in out_json(out, "revert.json")["messages"]), out_json(
+            out, "revert.json"
+        )
 
     # -- 2. bind to the CXL node
     assert (out / "bind.ready").exists(), out_text(out, "bind.err", missing_ok=True)

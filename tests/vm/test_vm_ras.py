@@ -338,8 +338,9 @@ def _check_daemon(
 ) -> None:
     """The daemon saw the same events: one structured journal entry each (stable
     MESSAGE_ID, memdev/region/node/HPA fields) within seconds, counters per
-    memdev/kind/severity, and soft-offlined exactly the poisoned pages of the
-    online region (HWPOISON set on them, HardwareCorrupted up by as much)."""
+    memdev/kind/severity, and tried to soft-offline exactly the poisoned pages of the
+    online region, once each: those offlined have HWPOISON set and HardwareCorrupted rose by
+    as much, one the kernel refused is journaled as failed with its reason."""
     from cxlctl.daemon.ras import MESSAGE_ID_ACTION, MESSAGE_ID_EVENT
 
     log = r.file("daemon.log")
@@ -371,15 +372,27 @@ def _check_daemon(
     line = f'cxlctl_ras_events_total{{memdev="{memdev[OUTSIDE]}",kind="memory_module",severity="warning"}} 1'
     assert line in metrics
     assert "cxlctl_ras_watch_up 1" in metrics and "cxlctl_ras_parse_errors_total 0" in metrics
-    # soft-offline: exactly the poisoned pages in the online region
+    # soft-offline: exactly the poisoned pages in the online region, each tried once.  The kernel may
+    # refuse one (7.3.4 once answered ENOTRECOVERABLE for a page it could not migrate; fixtures/README.md):
+    # then the daemon journals it as failed with the kernel's reason, and the others are still offlined
     want = sorted({hpa - hpa % 4096 for hpa in poison_hpa.values()})
     acts = [e for e in j if e.get("MESSAGE_ID") == MESSAGE_ID_ACTION]
-    done = sorted(int(e["CXL_PAGE"], 16) for e in acts if e["CXL_ACTION_RESULT"] == "offlined")
-    assert done == want, (acts, want)
+    tried = [e for e in acts if e["CXL_ACTION_RESULT"] in ("offlined", "failed")]
+    assert sorted(int(e["CXL_PAGE"], 16) for e in tried) == want, (acts, want)
+    done = sorted(int(e["CXL_PAGE"], 16) for e in tried if e["CXL_ACTION_RESULT"] == "offlined")
+    failed = [e for e in tried if e["CXL_ACTION_RESULT"] == "failed"]
+    assert done, f"no poisoned page was soft-offlined: {acts}"
+    for e in failed:
+        assert re.search(r"soft-offline of page 0x[0-9a-f]+ \(mem\d+\) failed: \S", e["MESSAGE"]), e
     assert [e for e in acts if e["CXL_ACTION_RESULT"] == "skipped"], "poison outside a region must be skipped"
     flags = dict(line.split() for line in r.file("kpageflags.txt").splitlines())
-    assert flags == {f"{p:#x}": "1" for p in want}, r.file("kpageflags.txt")
+    assert flags == {f"{p:#x}": "1" for p in done}, r.file("kpageflags.txt")
     kb = [int(r.file(n).split()[1]) for n in ("hwcorrupt-before.txt", "hwcorrupt-after.txt")]
-    assert kb[1] - kb[0] == 4 * len(want), kb
-    assert f'cxlctl_ras_poison_actions_total{{result="offlined"}} {len(want)}' in metrics
-    print(f"  soft-offlined {[hex(p) for p in want]}; HardwareCorrupted {kb[0]} -> {kb[1]} kB")
+    assert kb[1] - kb[0] == 4 * len(done), kb
+    assert f'cxlctl_ras_poison_actions_total{{result="offlined"}} {len(done)}' in metrics
+    if failed:
+        assert f'cxlctl_ras_poison_actions_total{{result="failed"}} {len(failed)}' in metrics, metrics
+    print(
+        f"  soft-offlined {[hex(p) for p in done]}; HardwareCorrupted {kb[0]} -> {kb[1]} kB"
+        + "".join(f"; refused by the kernel: {e['MESSAGE']}" for e in failed)
+    )

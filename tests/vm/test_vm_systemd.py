@@ -2,7 +2,7 @@
 
 tests/vm/test_vm_daemon.py runs ``cxlctl daemon run`` by hand with a fake notify
 socket; this test runs the unit of ``systemd/`` the way an operator does, under
-the host's (Debian 12) systemd 252, in a 6.12 guest.
+the host's (Debian 12) systemd 252, in a 6.12 and a 7.x guest (one boot each).
 
 **How systemd runs.**  Not as the guest's init through virtme-ng ``--systemd``:
 that boots the host's root, and on a host that is itself a container the root
@@ -289,8 +289,9 @@ def _mono(p: Dict[str, str], key: str) -> float:
     return int(p[key]) / 1e6
 
 
-def test_service_under_systemd(capsys: Any) -> None:
-    """One boot; every check is in :func:`check`."""
+@pytest.mark.parametrize("series", ["6.12", "7.x"])
+def test_service_under_systemd(series: str, capsys: Any) -> None:
+    """One boot per kernel series; every check is in :func:`check`."""
     t = TOPOLOGIES["hb2"]
     region = t.regions[0]  # 2-way across both host bridges: one new NUMA node
     knob_files = " ".join(k.path for k in REGISTRY if k.name != "weighted_interleave")
@@ -302,9 +303,11 @@ def test_service_under_systemd(capsys: Any) -> None:
         .replace("WATCHDOG_S", str(WATCHDOG_S))
         .replace("SYSTEMD_MASKS", " ".join(f"systemd.mask={u}" for u in SYSTEMD_MASKS))
     )
-    res = run_guest(t, script, kernel="6.12", timeout=1500)
+    res = run_guest(t, script, kernel=series, timeout=1500)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
-    lines = [f"boot {res.boot_seconds} s (guest, to the test script), wall {res.wall_seconds} s"]
+    lines = [
+        f"guest {res.kernel.release}: boot {res.boot_seconds} s (guest, to the test script), wall {res.wall_seconds} s"
+    ]
     lines += check(str(res.outdir))
     with capsys.disabled():
         print("\n[vm systemd] " + "\n[vm systemd] ".join(lines))
