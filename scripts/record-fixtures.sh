@@ -10,7 +10,7 @@
 #   base (default)  <topology>-noregion/-region trees, every kernel and topology; OPTIONS: --kernel 6.12|6.1|7.x --topology hb2
 #   telemetry       single-*-telemetry (telemetry scenario); OPTIONS: --kernel 6.12|6.1|7.x
 #   ras             linux-<series>/hb2x2-region-ras and .../events (RAS event injection over QMP); OPTIONS: --kernel 6.12|7.x
-#   fleet           linux-6.12/switch2-devdax (a devdax region beside a system-ram one)
+#   fleet           linux-<series>/switch2-devdax (a devdax region beside a system-ram one); OPTIONS: --kernel 6.12|7.x
 #   damon           single-*-damon* (the DAMON VM test, recording on)
 #   doctor          single-*-doctor (the doctor VM test, recording on)
 #   hmat            linux-6.12/hmat2-* and linux-7.x/hmat2-* (HMAT + generic ports + CDAT; the HMAT VM test, recording on)
