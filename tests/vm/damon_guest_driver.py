@@ -39,7 +39,7 @@ from typing import Dict, List
 
 from cxlctl.hostio.host import Host
 from cxlctl.record import record
-from tests.vm.guest import OUT, cx, get, log, put, save, sh
+from tests.vm.guest import DAMON_STAT, OUT, cx, get, log, put, save, sh, stop_damon_stat
 
 MODE = sys.argv[1]
 TOOLS = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -94,21 +94,6 @@ def numa_maps(pid: int) -> str:
             return f.read()
     except OSError as e:
         return f"ERR {e.strerror}"
-
-
-DAMON_STAT = "/sys/module/damon_stat/parameters/enabled"
-
-
-def stop_damon_stat() -> bool:
-    """Debian's 7.x starts DAMON_STAT at boot, and the kernel starts no other kdamond beside it
-    (EBUSY): record what cxlctl's plan says about it, then stop it as the plan says to.  True if
-    it ran (the caller starts it again at the end)."""
-    if get(DAMON_STAT) != "Y":
-        return False
-    cx("damon-stat-plan", "tune", "plan", "inference-damon", "--json")
-    put(DAMON_STAT, "N")
-    log(f"DAMON_STAT stopped: enabled={get(DAMON_STAT)}")
-    return True
 
 
 DAMON_RECLAIM = "/sys/module/damon_reclaim/parameters/enabled"

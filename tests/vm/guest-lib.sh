@@ -11,6 +11,7 @@
 #   memdev_by_serial SERIAL          print the memN whose serial equals SERIAL
 #   create_ram_region ROOTDEC GRAN MEMDEV...   create+commit+bind; print regionN
 #   destroy_region REGION            offline, unbind, delete (best effort, loud)
+#   cxlvm_peers DIR                  the peer tools' output every recorded fixture carries
 
 CXL_DEV=/sys/bus/cxl/devices
 
@@ -301,6 +302,20 @@ cxlvm_share_regions() {
         echo "$r" > "$key"
         echo "$r"
     }
+}
+
+# cxlvm_peers DIR: what the real tools print at this moment, into DIR (a recorded tree's peers/):
+# cxl list -vvv, daxctl list -iDRM, numactl -H, uname -r; each tool's stderr kept only when
+# non-empty.  tests/test_inventory_fixtures.py compares every tree's scan with them, so every
+# recorder (record_fixtures.py, telemetry_guest.py, test_vm_hmat.py) calls this one function.
+cxlvm_peers() {
+    local d=$1
+    mkdir -p "$d" || return 1
+    cxl list -vvv > "$d/cxl-list.json" 2> "$d/cxl-list.err"
+    daxctl list -iDRM > "$d/daxctl-list.json" 2> "$d/daxctl-list.err"
+    numactl -H > "$d/numactl-H.txt" 2> "$d/numactl-H.err"
+    uname -r > "$d/uname-r.txt"
+    find "$d" -maxdepth 1 -name '*.err' -empty -delete
 }
 
 # cxlvm_check NAME SCRIPT META: run one check's script as its own boot would

@@ -81,3 +81,18 @@ def save(name: str, doc: Any) -> None:
     """A JSON document in $OUT."""
     with open(os.path.join(OUT, name), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
+
+
+DAMON_STAT = "/sys/module/damon_stat/parameters/enabled"
+
+
+def stop_damon_stat() -> bool:
+    """Debian's 7.x starts DAMON_STAT at boot, and the kernel starts no other kdamond beside it
+    (EBUSY): record what cxlctl's plan says about it (``$OUT/damon-stat-plan.json``), then stop it
+    as the plan says to.  True if it ran (the caller starts it again at the end)."""
+    if get(DAMON_STAT) != "Y":
+        return False
+    cx("damon-stat-plan", "tune", "plan", "inference-damon", "--json")
+    put(DAMON_STAT, "N")
+    log(f"DAMON_STAT stopped: enabled={get(DAMON_STAT)}")
+    return True

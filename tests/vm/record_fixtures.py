@@ -40,12 +40,7 @@ snap() {  # $1 = fixture name: cxlctl record + peer tools
     return 1
   fi
   cp -a "$tmp" "$d" || return 1
-  mkdir -p "$d/peers"
-  cxl list -vvv > "$d/peers/cxl-list.json" 2> "$d/peers/cxl-list.err"
-  daxctl list -iDRM > "$d/peers/daxctl-list.json" 2> "$d/peers/daxctl-list.err"
-  numactl -H > "$d/peers/numactl-H.txt" 2> "$d/peers/numactl-H.err"
-  uname -r > "$d/peers/uname-r.txt"
-  find "$d/peers" -name '*.err' -empty -delete
+  cxlvm_peers "$d/peers"
 }
 """
 

@@ -151,14 +151,9 @@ fi
 # E. record the end state (onto the guest's tmpfs, then one copy out)
 rm -rf /tmp/telrec
 "$PY" -m cxlctl record /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"
-mkdir -p "$OUT/record/peers"
 # the peers every recorded fixture carries (tests/test_inventory_fixtures.py compares with them)
-cxl list -vvv > "$OUT/record/peers/cxl-list.json" 2> "$OUT/record/peers/cxl-list.err"
-daxctl list -iDRM > "$OUT/record/peers/daxctl-list.json" 2> "$OUT/record/peers/daxctl-list.err"
-numactl -H > "$OUT/record/peers/numactl-H.txt" 2> "$OUT/record/peers/numactl-H.err"
+cxlvm_peers "$OUT/record/peers"
 numastat -m > "$OUT/record/peers/numastat-m.txt" 2>&1
-uname -r > "$OUT/record/peers/uname-r.txt"
-find "$OUT/record/peers" -name '*.err' -empty -delete
 
 # F. promotion: NUMA balancing in tiering mode, the helper keeps touching its (partly demoted) pages
 if [ -n "$CXL" ] && [ -n "$PROMOTE" ]; then
