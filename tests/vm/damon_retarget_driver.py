@@ -87,11 +87,20 @@ def kdamonds() -> List[Dict[str, Any]]:
                 "state": get(f"{D}/{k}/state"),
                 "action": get(f"{s}/action"),
                 "target_nid": get(f"{s}/target_nid"),
+                "dests": dests(s),
                 "regions": regions,
                 "stats": stats,
             }
         )
     return out
+
+
+def dests(scheme: str) -> Optional[List[List[Optional[int]]]]:
+    """The scheme's 6.17+ destinations as [[node, weight], ...]; None where the kernel has no dests/."""
+    if not os.path.isdir(f"{scheme}/dests"):
+        return None
+    n = _num(get(f"{scheme}/dests/nr_dests")) or 0
+    return [[_num(get(f"{scheme}/dests/{i}/id")), _num(get(f"{scheme}/dests/{i}/weight"))] for i in range(n)]
 
 
 def layout_ok(cxl: Set[int]) -> Tuple[bool, str]:
@@ -175,6 +184,61 @@ def wait_ready(limit: float = 300.0) -> Optional[float]:
     return None
 
 
+# ---------------------------------------------------------------------------- where cold pages go
+
+#: a program whose 48 MiB of anonymous memory is written once and then left cold; it prints the
+#: buffer's address (to find its line in numa_maps) and sleeps
+COLD_MIB = 48
+COLD_HELPER = f"""
+import ctypes, mmap, sys, time
+n = {COLD_MIB} << 20
+m = mmap.mmap(-1, n)
+for i in range(0, n, 4096):
+    m[i] = 1
+print(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))), flush=True)
+time.sleep(1800)
+"""
+
+
+def pages_by_node(pid: int, addr: str) -> Dict[int, int]:
+    """The pages of the mapping at ``addr`` per node, from the kernel's ``/proc/PID/numa_maps``."""
+    for line in get(f"/proc/{pid}/numa_maps").splitlines():
+        words = line.split()
+        if words and int(words[0], 16) == int(addr, 16):
+            return {int(w[1 : w.index("=")]): int(w[w.index("=") + 1 :]) for w in words if w[:1] == "N" and "=" in w}
+    return {}
+
+
+def cold_spread(label: str, limit: float = 150.0) -> None:
+    """Where the DRAM kdamond's ``migrate_cold`` puts cold pages now (issue 20: 6.17+ gives the
+    scheme weighted ``dests/``; what does the kernel's ``paddr`` do with them?).
+
+    A helper's 48 MiB go cold on DRAM; its pages per node are sampled from numa_maps every
+    second until at least three quarters have left DRAM and two samples agree, or ``limit``
+    seconds.  The DRAM scheme's ``target_nid`` and ``dests`` are saved beside the samples."""
+    helper = subprocess.Popen([sys.executable, "-c", COLD_HELPER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert helper.stdout is not None
+        addr = helper.stdout.readline().strip()
+        t = time.monotonic()
+        samples: List[Dict[str, Any]] = []
+        while time.monotonic() - t < limit:
+            by = pages_by_node(helper.pid, addr)
+            samples.append({"t": round(time.monotonic() - t, 1), "pages": by})
+            total = sum(by.values())
+            if total and by.get(0, 0) * 4 <= total and len(samples) > 1 and samples[-2]["pages"] == by:
+                break
+            time.sleep(1.0)
+        dram = [k for k in kdamonds() if k["action"] == "migrate_cold"]
+        save(f"cold-{label}.json", {"address": addr, "samples": samples, "dram_schemes": dram})
+        log(
+            f"cold pages {label}: {samples[-1] if samples else None}; DRAM scheme {[(k['target_nid'], k['dests']) for k in dram]}"
+        )
+    finally:
+        helper.kill()
+        helper.wait()
+
+
 # ---------------------------------------------------------------------------- the run
 
 
@@ -233,6 +297,7 @@ def main() -> None:
     cx("verify-grown", "tune", "verify", "--json")
     time.sleep(5)
     metrics_and_stats("two")
+    cold_spread("grown")
 
     # -- it goes: its memory blocks offline
     t = time.monotonic()

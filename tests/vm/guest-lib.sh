@@ -307,7 +307,8 @@ cxlvm_share_regions() {
 # cxlvm_peers DIR: what the real tools print at this moment, into DIR (a recorded tree's peers/):
 # cxl list -vvv, daxctl list -iDRM, numactl -H, uname -r; each tool's stderr kept only when
 # non-empty.  tests/test_inventory_fixtures.py compares every tree's scan with them, so every
-# recorder (record_fixtures.py, telemetry_guest.py, test_vm_hmat.py) calls this one function.
+# recorder calls this one function (record_fixtures.py's snap, which record_fleet.py and
+# record_ras_events.py use too; telemetry_guest.py; test_vm_hmat.py; tests/vm/guest.py's peers()).
 cxlvm_peers() {
     local d=$1
     mkdir -p "$d" || return 1

@@ -96,3 +96,16 @@ def stop_damon_stat() -> bool:
     put(DAMON_STAT, "N")
     log(f"DAMON_STAT stopped: enabled={get(DAMON_STAT)}")
     return True
+
+
+GUEST_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-lib.sh")
+
+
+def peers(dest: str) -> None:
+    """The peer tools' output into ``dest`` (a recorded tree's ``peers/``) through guest-lib.sh's
+    ``cxlvm_peers``, the one spelling of it every recorder uses."""
+    p = subprocess.run(
+        ["bash", "-c", f'. "{GUEST_LIB}"; cxlvm_peers "$1"', "peers", dest], capture_output=True, text=True
+    )
+    if p.returncode != 0:
+        raise SystemExit(f"cxlvm_peers {dest} failed ({p.returncode}): {p.stderr[-500:]}")
