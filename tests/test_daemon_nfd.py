@@ -134,8 +134,9 @@ def test_cli_labels_show_the_tiering(capsys: Any) -> None:
     assert f"{NS}cxl.tiering=none" in out and f"{NS}cxl.tier-22.free-mib=" in out
 
 
-def test_recorded_devdax_tree_labels_only_the_numa_tier() -> None:
+@pytest.mark.parametrize("series", ["linux-6.12", "linux-7.x"])
+def test_recorded_devdax_tree_labels_only_the_numa_tier(series: str) -> None:
     """A devdax region is no NUMA memory: only the system-ram region's 256 MiB count in the tier."""
-    lb = _labels(fixture_roots("linux-6.12/switch2-devdax")[0])
+    lb = _labels(fixture_roots(f"{series}/switch2-devdax")[0])
     assert lb[NS + "cxl.tier-22.online-mib"] == "256"
     assert lb[NS + "cxl.memdevs"] == "2" and lb[NS + "cxl.numa-nodes"] == "1"

@@ -194,9 +194,10 @@ def test_lmcache_not_installed_dry_run_assumes_real_launch_refuses(capsys: Any, 
     assert "lmcache engine not found" in capsys.readouterr().err
 
 
-def test_recorded_devdax_tree(capsys: Any, tmp_path: Any, fakes: Fakes) -> None:
-    """fixtures/linux-6.12/switch2-devdax (tests/vm/record_fleet.py): dax0.0 devdax beside dax1.0 system-ram."""
-    t = copy_fixture(fixture_roots("linux-6.12/switch2-devdax")[0], str(tmp_path / "rec"))
+@pytest.mark.parametrize("series", ["linux-6.12", "linux-7.x"])
+def test_recorded_devdax_tree(series: str, capsys: Any, tmp_path: Any, fakes: Fakes) -> None:
+    """fixtures/linux-*/switch2-devdax (tests/vm/record_fleet.py): dax0.0 devdax beside dax1.0 system-ram."""
+    t = copy_fixture(fixture_roots(f"{series}/switch2-devdax")[0], str(tmp_path / "rec"))
     write_status(t, "0-1")
     (tmp_path / "rec" / "dev").mkdir()
     with open(tmp_path / "rec" / "dev" / "dax0.0", "wb") as f:
