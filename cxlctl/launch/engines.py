@@ -17,7 +17,9 @@ Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md
   CPU affinity is already constrained, so CPUs are always bound and
   ``SGLANG_AUTO_NUMA_BIND=0`` is exported too.
 * **LMCache** (``--lmcache``): ``LMCACHE_LOCAL_CPU`` and
-  ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker).  Its
+  ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker), which
+  LMCache's vLLM connector reads (``from_env``); refused with SGLang, whose
+  LMCache connector keeps no CPU cache of its own (the server's L1 does).  Its
   multi-process server (``cxlctl launch lmcache -- server …``) takes a devdax
   device as its L1 arena (:mod:`cxlctl.launch.devdax`).
 """
@@ -777,6 +779,18 @@ def _sglang(
         raise UsageError(
             "no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ..."
         )
+    if lmcache:
+        # LMCache 0.5.6 never sizes SGLang's cache from LMCACHE_MAX_LOCAL_CPU_SIZE (judged in the engines
+        # tier): SGLang 0.5.23's --enable-lmcache dials LMCache's multi-process server
+        # (UnifiedLMCacheMPConnector, which dies without mp_host), whose L1 holds the cache; LMCache's
+        # in-process SGLang adapter builds its configuration from defaults (5 GiB), not the environment.
+        raise UsageError(
+            "--lmcache with SGLang: SGLang's LMCache connector keeps no CPU cache of its own, so LMCACHE_* "
+            "cannot size it; the cache is the LMCache server's L1",
+            hint="size SGLang's host KV cache with --kv-size alone (--hicache-size), or run the server "
+            "(cxlctl launch lmcache --devdax DEV -- server ...) and pass --enable-lmcache "
+            "--lmcache-config-file FILE (mp_host, mp_port) to SGLang after --",
+        )
     notes, warnings = _source_note(feats)
     added: List[str] = []
     known = feats.source != "unavailable"
@@ -803,13 +817,7 @@ def _sglang(
             raise UsageError(
                 f"--hicache-size {user_size!r} is not a number of GB", hint="e.g. --hicache-size 100"
             ) from None
-    if kv is not None and lmcache:
-        if known and feats.has("--enable-lmcache") and not has_opt(args, ["--enable-lmcache"]):
-            args.append("--enable-lmcache")
-            added.append("--enable-lmcache")
-        env.update(_lmcache_env(kv, tp))
-        notes.append(f"LMCache CPU cache: {env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GiB per TP rank x {tp}")
-    elif kv is not None:
+    if kv is not None:
         kv_bytes = _sglang_hicache(args, added, notes, feats, known, kv, tp)
     ver = feats.version or "(version unknown)"
     if has_opt(args, ["--numa-node"]):

@@ -4,7 +4,9 @@
 
 ``argv`` is what follows the engine's command (``serve MODEL ...`` for vLLM, SGLang's server
 arguments, ``server ...`` for LMCache); ``env`` is what cxlctl adds to the environment, applied
-to this process before the engine is imported.  Prints a JSON list, an object per request: ``ok`` and the values the
+to this process before the engine is imported.  An LMCache request with ``connector`` (a key of
+:data:`LMCACHE_LOADERS`) instead has ``env`` judged by the configuration loader that engine's LMCache
+connector calls (:func:`_lmcache_connector`); its ``argv`` is ignored.  Prints a JSON list, an object per request: ``ok`` and the values the
 engine ended up with, or ``ok: false`` and the engine's own error message (an unknown flag is
 argparse's ``unrecognized arguments`` exit, status 2).  Imports nothing of cxlctl: this runs on the
 engine's Python, with the engine's packages.  Each request runs in a fork of a process that
@@ -123,13 +125,76 @@ def _lmcache(argv: List[str]) -> Dict[str, Any]:
     return got
 
 
+#: LMCache 0.5.6's configuration loaders, by the engine connector that calls them when no
+#: LMCACHE_CONFIG_FILE is set (each one is LMCache's own function, called as the connector calls it)
+LMCACHE_LOADERS = {
+    # vLLM's LMCacheConnectorV1 (without "use_native") -> lmcache.integration.vllm.vllm_v1_adapter
+    # LMCacheConnectorV1Impl.__init__ -> lmcache_get_or_create_config(): from_env() + validate()
+    "vllm": ("lmcache.integration.vllm.utils", "lmcache_get_or_create_config", ()),
+    # SGLang 0.5.23's --enable-lmcache -> LMCacheUnifiedRadixCache -> UnifiedLMCacheMPConnector, which
+    # calls load_engine_config_with_overrides(config_file_path=<--lmcache-config-file, default None>)
+    "sglang-mp": ("lmcache.v1.config", "load_engine_config_with_overrides", (None,)),
+    # LMCache's in-process SGLang adapter (sglang_adapter.py, what SGLang's radix cache called before the
+    # MP connector): lmcache_get_config(config_file) with SGLang's empty config file
+    "sglang-inprocess": ("lmcache.integration.sglang.utils", "lmcache_get_config", ("",)),
+}
+
+
+def _lmcache_connector(loader: str) -> Dict[str, Any]:
+    """The configuration an engine's LMCache connector builds from the ``LMCACHE_*`` environment, and
+    the bytes LMCache's ``LocalCPUBackend.initialize_allocator`` would pin for it (per rank).
+
+    The connectors themselves need a GPU and a running engine; their configuration loaders and the
+    allocator's size computation do not.  Only the allocation is left out: ``MixedMemoryAllocator``
+    (pinned host memory) is replaced, in this forked child only, by a recorder of the size it is given.
+    ``_user_set_keys`` is LMCache's own record of which keys came from the environment: a variable
+    it does not read is absent from it."""
+    import importlib
+    import logging
+
+    module, func, args = LMCACHE_LOADERS[loader]
+    warnings: List[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warnings.append(record.getMessage())
+
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.startswith("lmcache"):
+            logging.getLogger(name).addHandler(Capture(logging.WARNING))
+    cfg = getattr(importlib.import_module(module), func)(*args)
+    got: Dict[str, Any] = {
+        "local_cpu": cfg.local_cpu,
+        "max_local_cpu_size": cfg.max_local_cpu_size,
+        "mp_host": cfg.mp_host,
+        "from_env": sorted(getattr(cfg, "_user_set_keys", ())),
+    }
+    import lmcache.v1.storage_backend.local_cpu_backend as lcb
+
+    sizes: List[int] = []
+
+    class Recorder:
+        def __init__(self, size: int, **_kw: Any) -> None:
+            sizes.append(size)
+
+    lcb.MixedMemoryAllocator = Recorder
+    backend = lcb.LocalCPUBackend.__new__(lcb.LocalCPUBackend)
+    lcb.LocalCPUBackend.initialize_allocator(backend, cfg, None)  # no metadata: no MLA first-rank special case
+    got["allocator_bytes"] = sizes[0] if sizes else None
+    got["warnings"] = warnings
+    return got
+
+
 def judge(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
     saved = dict(os.environ)
     os.environ.update(req.get("env", {}))
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            got = {"vllm": _vllm, "sglang": _sglang, "lmcache": _lmcache}[engine](list(req["argv"]))
+            if engine == "lmcache" and "connector" in req:
+                got = _lmcache_connector(req["connector"])
+            else:
+                got = {"vllm": _vllm, "sglang": _sglang, "lmcache": _lmcache}[engine](list(req["argv"]))
     except SystemExit as e:
         return {"ok": False, "status": e.code, "error": err.getvalue()[-4000:]}
     except Exception as e:
@@ -144,14 +209,20 @@ def judge(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
 PRELOAD = {
     "vllm": ["vllm.entrypoints.cli.main", "vllm.entrypoints.cli.serve", "vllm.engine.arg_utils"],
     "sglang": ["sglang.srt.server_args"],
-    "lmcache": ["lmcache.cli.commands", "lmcache.v1.distributed.config"],
+    "lmcache": [
+        "lmcache.cli.commands",
+        "lmcache.v1.distributed.config",
+        *(m for m, _, _ in LMCACHE_LOADERS.values()),
+        "lmcache.v1.storage_backend.local_cpu_backend",
+    ],
 }
 
 
 def forked(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
     """One request in a child of this process: vLLM's ``main()`` registers its subcommands into
     process-wide state (a second call dies on ``KeyError: 'serve'``) and ``vllm.envs`` may cache
-    what it read, so every request starts from the same freshly imported, untouched engine."""
+    what it read, so every request starts from the same freshly imported, untouched engine (LMCache's
+    vLLM loader keeps its first configuration in a process-wide singleton, ``_config_instance``)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: judge, write the answer, leave without running the parent's atexit
