@@ -81,6 +81,11 @@ KEEP_NB_OPT = typer.Option(
     False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
 )
 LMCACHE_OPT = typer.Option(False, "--lmcache", help="Size LMCache's CPU cache with --kv-size (LMCACHE_* environment).")
+#: SGLang's LMCache connector has no CPU cache of its own to size (docs/launch.md): the option is kept so
+#: that it is refused with the reason and the alternatives, not as an unknown option
+SGLANG_LMCACHE_OPT = typer.Option(
+    False, "--lmcache", help="Refused for SGLang: its LMCache connector has no CPU cache to size (docs/launch.md)."
+)
 DEVDAX_OPT = typer.Option(
     None,
     "--devdax",
@@ -173,7 +178,7 @@ def sglang_cmd(
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
     model_config: Optional[str] = MODELCFG_OPT,
-    lmcache: bool = LMCACHE_OPT,
+    lmcache: bool = SGLANG_LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,
     devdax: Optional[str] = DEVDAX_OPT,
     devdax_pool_id: Optional[str] = POOL_OPT,
