@@ -57,7 +57,9 @@ def test_recording_names_its_command_and_version(name: str) -> None:
     e = ENGINES[name]
     assert meta["distribution"] == e.distribution and meta["distribution_version"] == e.version
     assert meta["help_command"] == ["$VENV/" + e.help_cmd[0], *e.help_cmd[1:]]
-    assert meta["exit_status"] == {"help": 0, "version": 0}
+    extra = e.extra_cmds or {}
+    assert meta.get("extra_commands", {}) == {k: ["$VENV/" + c[0], *c[1:]] for k, c in extra.items()}
+    assert meta["exit_status"] == {"help": 0, "version": 0, **{k: 0 for k in extra}}
     assert e.version in recorded_version(name)
     assert meta["flags"] == len(flags_of(name)) > 50
     assert os.path.isfile(os.path.join(os.path.dirname(RECORDINGS), "..", meta["lock"]))
