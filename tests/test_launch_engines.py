@@ -121,12 +121,16 @@ def test_vllm_0_17_emits_offload_size_warns_pow2_never_swap_space(region: str, f
     assert doc["argv"][-2:] == ["--swap-space", "4"] and any("unused by vLLM's V1 engine" in w for w in doc["warnings"])
 
 
-def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any) -> None:
-    fakes.set_vllm("0.10.1")
-    os.environ["FAKE_VLLM_VERSION"] = "0.10.1"
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0"])
+def test_vllm_before_native_offload(version: str, region: str, fakes: Fakes, capsys: Any) -> None:
+    """The recorded releases before --kv-offloading-size (0.11.1): --kv-size alone is refused (their
+    --swap-space is no KV offload), --lmcache works, and the user's --swap-space passes with a warning."""
+    fakes.set_vllm(version)
+    os.environ["FAKE_VLLM_VERSION"] = version
     usage(
         ["--root", region, "launch", "vllm", "--kv-size", "2G", "--dry-run", "--", "serve", "m"],
         "has no --kv-offloading-size",
+        "0.11.1 or later",
         "--swap-space is not a KV offload",
     )
     # LMCache works on it: connector flag plus the per-worker size in GiB
@@ -136,8 +140,25 @@ def test_vllm_0_10_has_no_native_offload(region: str, fakes: Fakes, capsys: Any)
         ["--kv-size", "8G", "--lmcache", "--policy", "bind"],
         ["serve", "m", "--tensor-parallel-size", "4"],
     )
+    assert doc["engine"]["version"] == version and doc["engine"]["flags_source"] == "cache"  # read by the refusal
     assert doc["argv"][-2:] == ["--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}']
     assert doc["env"]["LMCACHE_LOCAL_CPU"] == "True" and doc["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "2"
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--swap-space", "4"])
+    assert doc["argv"][-2:] == ["--swap-space", "4"] and any("unused by vLLM's V1 engine" in w for w in doc["warnings"])
+
+
+def test_vllm_0_10_help_all_is_a_keyword_search(region: str, fakes: Fakes, capsys: Any) -> None:
+    """vLLM 0.10.2 answers ``serve --help=all`` (exit 0) with the 22 options whose names contain "all"
+    (recorded): taken as its flags, --swap-space and --kv-transfer-config would be missing and the
+    user's --swap-space refused as "removed in 0.18".  cxlctl asks plain ``--help`` instead."""
+    fakes.set_vllm("0.10.2")
+    os.environ["FAKE_VLLM_VERSION"] = "0.10.2"
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--swap-space", "4"])
+    assert doc["argv"][-2:] == ["--swap-space", "4"]
+    assert fakes.help_calls() == 2, "--help=all, then --help"
+    assert any("flags (from its help text)" in n and "0.10.2" in n for n in doc["notes"])
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["flags_source"] == "cache" and fakes.help_calls() == 2
 
 
 def test_vllm_swap_space_refused_on_new_vllm(region: str, fakes: Fakes, capsys: Any) -> None:

