@@ -141,7 +141,7 @@ class _Base(tuple):  # type: ignore[type-arg]
         return tuple.__new__(cls, values)
 
     def _replace(self, **kwargs: Any) -> Any:
-        values = [kwargs.pop(f, v) for f, v in zip(self._fields, self)]
+        values = tuple(map(kwargs.pop, self._fields, self))  # kwargs.pop(field, old value), in C
         if kwargs:
             raise TypeError(f"Got unexpected field names: {list(kwargs)!r}")
         return tuple.__new__(type(self), values)

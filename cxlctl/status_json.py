@@ -76,9 +76,10 @@ def decoder(d: Decoder, inv: Optional[Inventory] = None) -> J:
     if d.kind != "endpoint":
         dports: Dict[int, Optional[str]] = {}
         if inv is not None:
-            owner = next((p for p in inv.buses + inv.ports if p.name == d.port), None)
-            if owner is not None:
-                dports = {x.id: x.name for x in owner.dports}
+            for p in inv.buses + inv.ports:  # a loop, not next(generator): ~10 root and switch decoders
+                if p.name == d.port:
+                    dports = {x.id: x.name for x in p.dports}
+                    break
         out["nr_targets"] = len(d.target_list)
         out["targets"] = [{"position": i, "id": t, "target": dports.get(t)} for i, t in enumerate(d.target_list)]
     if d.kind == "root":
