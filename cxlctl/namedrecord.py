@@ -8,7 +8,7 @@ imports around it) costs 2-4 ms for the model's 17 classes.  This builds the
 same thing from the class body: a ``tuple`` subclass with ``__slots__ = ()``;
 fields in annotation order, defaults from the class attributes, one generic
 ``__new__`` taking positional or keyword arguments (no source compiled per class,
-see :func:`_constructor`), fields read through ``itemgetter`` as a namedtuple's;
+see :func:`_constructor`), fields read through ``_tuplegetter`` as a namedtuple's;
 ``_fields``, ``_field_defaults``, ``_make``, ``_replace``,
 ``_asdict``, a namedtuple-style ``repr``, pickling/copying, and the class's own
 methods, properties and docstring.  tests/test_model_records.py holds it to
@@ -20,21 +20,31 @@ from __future__ import annotations
 from _operator import itemgetter as _itemgetter  # the C module: operator.py imports more
 from _operator import methodcaller as _methodcaller
 
+try:  # what collections.namedtuple reads its fields with (the C module, builtin: nothing to load)
+    from _collections import _tuplegetter  # type: ignore[import-not-found]  # no typeshed stub
+except ImportError:  # pragma: no cover - an interpreter without it, as namedtuple falls back
+
+    def _tuplegetter(index: int, doc: str) -> Any:
+        return property(_itemgetter(index), doc=doc)
+
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Tuple
 
 
-def _accessors(n: int) -> List[property]:
-    """The accessors of fields 0 to ``n - 1`` (and maybe more): ``itemgetter`` (read in C, as
-    namedtuple's are), one per index shared by every record class (the model's ~170 fields need
-    ~25 of them)."""
+def _accessors(n: int) -> List[Any]:
+    """The accessors of fields 0 to ``n - 1`` (and maybe more), one per index shared by every
+    record class (the model's ~170 fields need ~25 of them): namedtuple's own, ``_tuplegetter``
+    (a C descriptor reading the tuple's item: a third cheaper than a ``property`` calling an
+    ``itemgetter``, and the scan and the JSON read a few thousand fields)."""
     while len(_FIELDS) < n:
-        _FIELDS.append(property(_itemgetter(len(_FIELDS))))
+        i = len(_FIELDS)
+        _FIELDS.append(_tuplegetter(i, f"Alias for field number {i}"))
     return _FIELDS
 
 
-_FIELDS: List[property] = []
+_FIELDS: List[Any] = []
 
 
 def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
