@@ -600,7 +600,7 @@ class Fence:
     def __init__(self, root: str) -> None:
         #: the root as given (absolute, no trailing slash): host paths start with it
         self.given = os.path.abspath(root).rstrip("/")
-        self.real = os.path.realpath(root)
+        self.real = _real_dir(root)
         self._prefix = self.real.rstrip("/") + "/"
         self._dirs: Dict[str, bool] = {}
 
@@ -681,6 +681,19 @@ def _real_of(fd: int, host_path: str) -> str:
         return os.readlink(f"{_SELF_FD}/{fd}")
     except OSError:
         return os.path.realpath(host_path)
+
+
+def _real_dir(path: str) -> str:
+    """``os.path.realpath(path)`` of a directory: one ``open`` and one ``readlink`` (:func:`_real_of`)
+    instead of an ``lstat`` and some Python per component; realpath itself for anything else."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        return _real_of(fd, path)
+    finally:
+        os.close(fd)
 
 
 def _check_type(mode: int, host_path: str) -> None:
