@@ -14,12 +14,15 @@
   machine of bench/README.md's figures, so 0.30 ms there).  ``--against DIR``
   measures another checkout (the "before") interleaved with this one, on the
   same trees, and prints the ratio.
+* ``--instructions``: the instructions ``python -c pass`` and ``status --json`` execute, counted
+  by valgrind's callgrind (user space only; deterministic with ``PYTHONHASHSEED=0``, so unmoved
+  by the machine's load, unlike the times).  Skipped with a note when valgrind is not installed.
 
 The venv is built with ``python3 -m venv`` in a temporary directory and
 ``pip install --no-deps REPO`` plus its dependencies (pip uses whatever indexes
 pip.conf names, so it works offline from local ones).  ``--repo`` measures
 another checkout (e.g. ``git archive`` of an older commit) with this script.
-Run: python bench/startup.py [--quick] [--repo DIR] [--venv DIR] [--no-scan] [--against DIR]
+Run: python bench/startup.py [--quick] [--repo DIR] [--venv DIR] [--no-scan] [--against DIR] [--instructions]
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -110,6 +113,41 @@ def startup(venv: str, fixture: str, runs: int) -> Dict[str, Tuple[float, float]
         for k, cmd in cmds.items():
             xs[k].append(_time_once(cmd, env))
     return {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in xs.items()}
+
+
+def instructions(venv: str, fixture: str) -> Optional[Dict[str, int]]:
+    """Instructions (callgrind's ``Ir``) of ``python -c pass`` and ``status --json`` (the installed
+    script, run by the venv's python as its shebang would); None without valgrind.
+
+    The same environment as :func:`startup` plus ``PYTHONHASHSEED=0``: with a random hash
+    seed, dict and set layouts, and so the counts, vary by ~0.2 % from run to run."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    py = os.path.join(venv, "bin", "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(COLUMNS="80", TERM="dumb", LC_ALL="C.UTF-8", PYTHONHASHSEED="0")
+    cmds = {
+        "python -c pass": [py, "-c", "pass"],
+        "status --json": [py, os.path.join(venv, "bin", "cxlctl"), "--root", fixture, "status", "--json"],
+    }
+    out: Dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, cmd in cmds.items():
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, env=env, cwd="/", check=True)  # .pyc files written
+            p = subprocess.run(
+                [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *cmd],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd="/",
+            )
+            counts = [line.split()[-1] for line in p.stderr.splitlines() if "Collected :" in line]
+            if p.returncode not in (0, 1) or not counts:
+                raise SystemExit(f"callgrind of {' '.join(cmd)} failed: exit {p.returncode}\n{p.stderr[-2000:]}")
+            out[k] = int(counts[-1])
+    return out
 
 
 _SCAN_CHILD = r"""
@@ -190,6 +228,7 @@ def main() -> None:
     ap.add_argument("--no-scan", action="store_true", help="start-up only")
     ap.add_argument("--no-startup", action="store_true", help="scan cost only")
     ap.add_argument("--against", help="another checkout whose scan cost is measured interleaved with --repo's")
+    ap.add_argument("--instructions", action="store_true", help="also count instructions with callgrind (valgrind)")
     a = ap.parse_args()
     repo = os.path.abspath(a.repo)
     lines: List[str] = []
@@ -201,12 +240,21 @@ def main() -> None:
             if not os.path.exists(os.path.join(venv, "bin", "cxlctl")):
                 build_venv(repo, venv)
             m = startup(venv, os.path.abspath(fx), runs)
+            ir = instructions(venv, os.path.abspath(fx)) if a.instructions else None
         bare, bare_cpu = m["python -c pass"]
         lines.append(f"start-up, non-editable install, {os.path.relpath(fx, repo)}, median of {runs} interleaved runs:")
         lines.append(f"  {'':26s} {'wall':>9s} {'':8s} {'CPU':>9s}  (ratios to python -c pass)")
         for k, (w, c) in m.items():
             lines.append(f"  {k:26s} {w:6.1f} ms ({w / bare:4.2f}x) {c:6.1f} ms ({c / bare_cpu:4.2f}x)")
         lines.append("  goals (issue 19): status --json <= 1.6x python -c pass (at most 2x); the others <= 6x")
+        if a.instructions:
+            if ir is None:
+                lines.append("instructions: skipped (valgrind is not installed)")
+            else:
+                base = ir["python -c pass"]
+                lines.append("instructions (callgrind Ir, user space, PYTHONHASHSEED=0; ratios to python -c pass):")
+                for k, n in ir.items():
+                    lines.append(f"  {k:26s} {n / 1e6:8.2f} M ({n / base:4.2f}x)")
     if not a.no_scan:
         lines.extend(scan_cost([repo] + ([os.path.abspath(a.against)] if a.against else []), a.quick))
     print("\n".join(lines))

@@ -105,6 +105,8 @@ _ENDPOINT_STATE = ("region", "dpa_size", "mode", "size", "interleave_ways", "loc
 #: reads (issue 10's scan cost); ``status --json`` reports them as null for idle
 #: endpoint decoders (docs/json-schema.md).
 _IN_USE_ATTRS = ("start", "interleave_granularity", "target_type", "dpa_resource")
+#: what the scan takes from a node's ``meminfo`` (40 lines)
+_MEMINFO_KEYS = ("MemTotal", "MemFree")
 _MEMDEV_ATTRS = ("numa_node", "serial", "firmware_version", "payload_max", "label_storage_size", "dev")
 _PARTITION_ATTRS = ("size", "qos_class")
 _PORT_ATTRS = ("decoders_committed",)
@@ -430,7 +432,7 @@ class _Scan(Attrs):
         dev = f"{paths.NODE_DIR}/node{nid}"
         cpus = self.nodelist(f"{dev}/cpulist") or ()
         mi_text = self.r.text(f"{dev}/meminfo")
-        mi = parse_meminfo(mi_text) if mi_text else {}
+        mi = parse_meminfo(mi_text, _MEMINFO_KEYS) if mi_text else {}
         if mi_text and "MemTotal" not in mi:
             self._bad(f"{dev}/meminfo", mi_text[:40], "node meminfo")
         dist_t = self.r.text(f"{dev}/distance")

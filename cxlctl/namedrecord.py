@@ -8,7 +8,7 @@ imports around it) costs 2-4 ms for the model's 17 classes.  This builds the
 same thing from the class body: a ``tuple`` subclass with ``__slots__ = ()``;
 fields in annotation order, defaults from the class attributes, one generic
 ``__new__`` taking positional or keyword arguments (no source compiled per class,
-see :func:`_constructor`), fields read through ``itemgetter`` as a namedtuple's;
+see :func:`_constructor`), fields read through ``_tuplegetter`` as a namedtuple's;
 ``_fields``, ``_field_defaults``, ``_make``, ``_replace``,
 ``_asdict``, a namedtuple-style ``repr``, pickling/copying, and the class's own
 methods, properties and docstring.  tests/test_model_records.py holds it to
@@ -19,20 +19,31 @@ from __future__ import annotations
 
 from _operator import itemgetter as _itemgetter  # the C module: operator.py imports more
 
+try:  # what collections.namedtuple reads its fields with (the C module, builtin: nothing to load)
+    from _collections import _tuplegetter  # type: ignore[import-not-found]  # no typeshed stub
+except ImportError:  # pragma: no cover - an interpreter without it, as namedtuple falls back
+
+    def _tuplegetter(index: int, doc: str) -> Any:
+        return property(_itemgetter(index), doc=doc)
+
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterable, List, Tuple
 
 
-def _field(i: int) -> property:
-    """The accessor of field ``i``: ``itemgetter`` (read in C, as namedtuple's are), one shared by
-    every record class (the model's ~170 fields need ~25 of them)."""
-    while len(_FIELDS) <= i:
-        _FIELDS.append(property(_itemgetter(len(_FIELDS))))
-    return _FIELDS[i]
+def _accessors(n: int) -> List[Any]:
+    """The accessors of fields 0 to ``n - 1`` (and maybe more), one per index shared by every
+    record class (the model's ~170 fields need ~25 of them): namedtuple's own, ``_tuplegetter``
+    (a C descriptor reading the tuple's item: a third cheaper than a ``property`` calling an
+    ``itemgetter``, and the scan and the JSON read a few thousand fields)."""
+    while len(_FIELDS) < n:
+        i = len(_FIELDS)
+        _FIELDS.append(_tuplegetter(i, f"Alias for field number {i}"))
+    return _FIELDS
 
 
-_FIELDS: List[property] = []
+_FIELDS: List[Any] = []
 
 
 def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
@@ -40,15 +51,19 @@ def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) 
 
     Not generated source as ``collections.namedtuple`` makes (one ``exec``, that is one
     compile, per class: half of the model's import time, bench/README.md): one generic
-    function, a little slower to call with keywords (~2 us against ~0.8 us) -- a
-    ``status`` builds ~90 records, and a class is built at every start-up of every
-    command.  A class built more than :data:`COMPILE_AFTER` times in one process (a
-    1,000-memdev scan, the daemon's reconciles) then gets the generated one
-    (:func:`_compiled`), once.
+    function -- a class is built at every start-up of every command.  Keyword arguments
+    (how the scan builds its records) are placed in C: the defaults and the arguments
+    merged into one dict, read back in field order by one ``itemgetter``.  Any call that
+    does not fit exactly (a missing or unknown field, a field given twice) takes
+    :func:`_placed`, which says what is wrong as namedtuple's ``__new__`` does.  A class
+    built more than :data:`COMPILE_AFTER` times in one process (a 1,000-memdev scan, the
+    daemon's reconciles) then gets the generated one (:func:`_compiled`), once: a little
+    faster still (~0.5 us against ~2 us with keywords).
     """
     n = len(fields)
     required = n - len(defaults)
-    index = {f: i for i, f in enumerate(fields)}
+    by_name = dict(zip(fields[required:], defaults))
+    pick = _itemgetter(*fields) if n > 1 else lambda d: tuple(d[f] for f in fields)
     calls = [0]
 
     def __new__(_cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,25 +76,46 @@ def _constructor(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) 
                 return _tuple_new(_cls, args)
             if required <= k < n:
                 return _tuple_new(_cls, args + defaults[k - required :])
-        if k > n:
-            raise TypeError(f"{name}.__new__() takes {n + 1} positional arguments but {k + 1} were given")
-        values = list(args) + [_MISSING] * (n - k)
-        for f, v in kwargs.items():
-            i = index.get(f)
-            if i is None:
-                raise TypeError(f"{name}.__new__() got an unexpected keyword argument {f!r}")
-            if i < k:
-                raise TypeError(f"{name}.__new__() got multiple values for argument {f!r}")
-            values[i] = v
-        for i in range(k, n):
-            if values[i] is _MISSING:
-                if i < required:
-                    raise TypeError(f"{name}.__new__() missing required argument: {fields[i]!r}")
-                values[i] = defaults[i - required]
-        return _tuple_new(_cls, values)
+        else:
+            values = {**by_name, **kwargs}
+            if k:
+                values.update(zip(fields, args))
+            # n keys, none given twice: the fields exactly, unless an unknown keyword took a
+            # missing field's place (itemgetter's KeyError)
+            if len(values) == n and (not k or kwargs.keys().isdisjoint(fields[:k])):
+                try:
+                    return _tuple_new(_cls, pick(values))
+                except KeyError:
+                    pass
+        return _tuple_new(_cls, _placed(name, fields, defaults, args, kwargs))
 
     __new__.__qualname__ = f"{name}.__new__"
     return __new__
+
+
+def _placed(
+    name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...], args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> List[Any]:
+    """The field values of a call :func:`_constructor`'s quick paths did not take: the arguments
+    one by one, raising ``TypeError`` as namedtuple's ``__new__`` would for a wrong call."""
+    n, k = len(fields), len(args)
+    required = n - len(defaults)
+    if k > n:
+        raise TypeError(f"{name}.__new__() takes {n + 1} positional arguments but {k + 1} were given")
+    values = list(args) + [_MISSING] * (n - k)
+    for f, v in kwargs.items():
+        if f not in fields:
+            raise TypeError(f"{name}.__new__() got an unexpected keyword argument {f!r}")
+        i = fields.index(f)
+        if i < k:
+            raise TypeError(f"{name}.__new__() got multiple values for argument {f!r}")
+        values[i] = v
+    for i in range(k, n):
+        if values[i] is _MISSING:
+            if i < required:
+                raise TypeError(f"{name}.__new__() missing required argument: {fields[i]!r}")
+            values[i] = defaults[i - required]
+    return values
 
 
 def _compiled(name: str, fields: Tuple[str, ...], defaults: Tuple[Any, ...]) -> Any:
@@ -113,7 +149,7 @@ class _Base(tuple):  # type: ignore[type-arg]
         return tuple.__new__(cls, values)
 
     def _replace(self, **kwargs: Any) -> Any:
-        values = [kwargs.pop(f, v) for f, v in zip(self._fields, self)]
+        values = tuple(map(kwargs.pop, self._fields, self))  # kwargs.pop(field, old value), in C
         if kwargs:
             raise TypeError(f"Got unexpected field names: {list(kwargs)!r}")
         return tuple.__new__(type(self), values)
@@ -135,26 +171,28 @@ class _RecordMeta(type):
     def __new__(mcls, name: str, bases: Tuple[type, ...], ns: Dict[str, Any]) -> Any:  # noqa: N804
         if not bases:  # Record itself
             return super().__new__(mcls, name, bases, ns)
-        annotations = ns.get("__annotations__", {})
-        fields = tuple(annotations)
-        defaults = tuple(ns[f] for f in fields if f in ns)
-        if any(f in ns for f in fields[: len(fields) - len(defaults)]):
+        fields = tuple(ns.get("__annotations__", ()))
+        defaulted = ns.keys() & fields
+        required = len(fields) - len(defaulted)
+        if not defaulted.isdisjoint(fields[:required]):
             raise TypeError(f"{name}: a field without a default follows one with a default")
-        for f in fields:
-            if not f.isidentifier() or f.startswith("_"):
-                raise ValueError(f"{name}: bad field name {f!r}")
-        params = ", ".join(fields)
-        new = _constructor(name, fields, defaults)
+        # An annotated name in a class body is an identifier (the parser's); namedtuple also refuses
+        # a leading underscore.  str.startswith through map(), in C: the model builds its classes
+        # at every start-up (a bound method per field, or str.isidentifier, was ~15 % of each).
+        if any(map(str.startswith, fields, ("_",) * len(fields))):
+            bad = next(f for f in fields if f.startswith("_"))
+            raise ValueError(f"{name}: bad field name {bad!r}")
+        defaults = tuple(map(ns.__getitem__, fields[required:]))
         body: Dict[str, Any] = {
             "__slots__": (),
-            "__new__": new,
-            "__doc__": f"{name}({params})",
+            "__new__": _constructor(name, fields, defaults),
+            "__doc__": f"{name}({', '.join(fields)})",
             "_fields": fields,
-            "_field_defaults": dict(zip(fields[len(fields) - len(defaults) :], defaults)),
+            "_field_defaults": dict(zip(fields[required:], defaults)),
             "__match_args__": fields,
         }
-        body.update({f: _field(i) for i, f in enumerate(fields)})
-        body.update((k, v) for k, v in ns.items() if k not in fields)
+        body.update(ns)  # the class's own docstring, methods, properties (its defaults: replaced next)
+        body.update(zip(fields, _accessors(len(fields))))
         return type(name, (_Base,), body)
 
 

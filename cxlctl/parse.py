@@ -213,25 +213,28 @@ def format_size(n: Optional[int], *, unknown: str = "-") -> str:
     return f"{n} B"
 
 
-def parse_meminfo(text: str) -> Dict[str, int]:
+def parse_meminfo(text: str, keys: Tuple[str, ...] = ()) -> Dict[str, int]:
     """``Node 0 MemTotal:  123 kB`` lines (or ``/proc/meminfo``'s) → {key: bytes}.
 
     Lines that do not parse are skipped; the caller decides whether a missing key
-    deserves a warning.
+    deserves a warning.  ``keys``: only lines whose key ends with one of these are
+    parsed (the scan reads two of a node's 40 lines); the result holds them, and
+    perhaps a longer key ending like one.
     """
     out: Dict[str, int] = {}
     for line in text.splitlines():
-        key, sep, rest = line.partition(":")
-        if not sep:
+        key, _, rest = line.partition(":")
+        if keys and not key.rstrip().endswith(keys):
             continue
-        key = key.split()[-1] if key.split() else key
-        fields = rest.split()
-        if not fields or not is_decimal(fields[0]):
+        fields = rest.split()  # none for a line without a ":"
+        num = fields[0] if fields else ""
+        if not (num.isascii() and num.isdigit()):  # is_decimal, inlined: a node's file has ~30 lines
             continue
-        val = int(fields[0])
+        val = int(num)
         if len(fields) > 1 and fields[1].lower() == "kb":
             val *= 1024
-        out[key] = val
+        words = key.split()
+        out[words[-1] if words else key] = val
     return out
 
 

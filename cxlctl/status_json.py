@@ -76,9 +76,10 @@ def decoder(d: Decoder, inv: Optional[Inventory] = None) -> J:
     if d.kind != "endpoint":
         dports: Dict[int, Optional[str]] = {}
         if inv is not None:
-            owner = next((p for p in inv.buses + inv.ports if p.name == d.port), None)
-            if owner is not None:
-                dports = {x.id: x.name for x in owner.dports}
+            for p in inv.buses + inv.ports:  # a loop, not next(generator): ~10 root and switch decoders
+                if p.name == d.port:
+                    dports = {x.id: x.name for x in p.dports}
+                    break
         out["nr_targets"] = len(d.target_list)
         out["targets"] = [{"position": i, "id": t, "target": dports.get(t)} for i, t in enumerate(d.target_list)]
     if d.kind == "root":
@@ -235,10 +236,7 @@ def dumps(inv: Inventory) -> str:
     types :func:`to_dict` produces and saves ``status --json`` a few
     milliseconds of start-up.  tests/test_status_json.py holds it to ``json.dumps``.
     """
-    out: List[str] = []
-    _emit(to_dict(inv), out, "\n")
-    out.append("\n")
-    return "".join(out)
+    return _text(to_dict(inv), "\n", {}) + "\n"
 
 
 def _quote(s: str) -> str:
@@ -290,27 +288,58 @@ def _key(k: object) -> str:
 
 def _emit(v: object, out: List[str], nl: str) -> None:
     """Append ``v`` indented by two spaces per level; ``nl`` is the newline plus the current indent."""
+    out.append(_value(v, nl, {}))
+
+
+def _value(v: object, nl: str, keys: Dict[object, str]) -> str:
+    """JSON text of ``v``: a ``str``, ``int``, ``bool`` or ``None`` (exactly those types) here, anything
+    else by :func:`_text`."""
+    t = type(v)
+    if t is str:
+        return _quote(v)  # type: ignore[arg-type]
+    if t is int:
+        return f"{v}"
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
+    return _text(v, nl, keys)
+
+
+def _text(v: object, nl: str, keys: Dict[object, str]) -> str:
+    """JSON text of a container (or of a value of another type: :func:`_scalar`), its items
+    indented by two spaces per level; ``nl`` is the newline plus the current indent.
+
+    The document holds about a thousand values and this walk was a fifth of ``status --json``'s
+    own work, so a dict's values of the usual kinds (a string of printable ASCII without a
+    quote or a backslash, an int, None) are written in the loop, without a call each, and
+    ``keys`` keeps the quoted form of each string key met (with its ``": "``): the document
+    repeats a few dozen keys hundreds of times.  Only str keys are kept, so ``True`` or ``1``
+    never finds ``"1"``'s."""
     if isinstance(v, dict):
         if not v:
-            out.append("{}")
-            return
+            return "{}"
         inner = nl + "  "
-        sep = "{" + inner
+        items: List[str] = []
         for k, x in v.items():
-            out.append(sep + _key(k) + ": ")
-            _emit(x, out, inner)
-            sep = "," + inner
-        out.append(nl + "}")
-    elif isinstance(v, (list, tuple)):
+            key = keys.get(k)
+            if key is None:
+                key = _key(k) + ": "
+                if type(k) is str:
+                    keys[k] = key
+            t = type(x)
+            if t is str and x.isascii() and x.isprintable() and '"' not in x and "\\" not in x:
+                items.append(f'{key}"{x}"')
+            elif t is int:
+                items.append(f"{key}{x}")
+            elif x is None:
+                items.append(key + "null")
+            else:
+                items.append(key + _value(x, inner, keys))
+        return f"{{{inner}{(',' + inner).join(items)}{nl}}}"
+    if isinstance(v, (list, tuple)):
         if not v:
-            out.append("[]")
-            return
+            return "[]"
         inner = nl + "  "
-        sep = "[" + inner
-        for x in v:
-            out.append(sep)
-            _emit(x, out, inner)
-            sep = "," + inner
-        out.append(nl + "]")
-    else:
-        out.append(_scalar(v))
+        return f"[{inner}{(',' + inner).join([_value(x, inner, keys) for x in v])}{nl}]"
+    return _scalar(v)

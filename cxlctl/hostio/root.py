@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-from cxlctl.errors import UsageError
-
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,12 +15,18 @@ def resolve_root(cli_value: Optional[str]) -> str:
 
     An empty value is an error, not ``/``: ``--root "$UNSET_VAR"`` must not
     silently act on the live host.  (An empty ``CXLCTL_ROOT`` is treated as
-    unset, as the shell convention for environment variables has it.)
+    unset, as the shell convention for environment variables has it.)  The error
+    module is imported when there is an error to raise: ``status --json`` needs it
+    no other time.
     """
     if cli_value is not None and cli_value == "":
+        from cxlctl.errors import UsageError
+
         raise UsageError("--root is empty", hint="point it at / or at a tree made by `cxlctl record`")
     root = cli_value if cli_value is not None else os.environ.get("CXLCTL_ROOT") or "/"
     if not os.path.isdir(root):
+        from cxlctl.errors import UsageError
+
         src = "--root" if cli_value is not None else "CXLCTL_ROOT"
         raise UsageError(
             f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`"
