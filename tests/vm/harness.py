@@ -491,6 +491,16 @@ export PYTHONPATH="$REPO${{PYTHONPATH:+:$PYTHONPATH}}"
 # it is for a program run under a policy over DRAM+CXL (docs/testing.md)
 export LD_BIND_NOW=1
 cat /proc/uptime > {hdir}/uptime-start
+# the heartbeat: the host's sign that the guest as a whole still runs (an emulator that stopped
+# executing the guest stops it; a script that hangs does not).  Builtins only, so it forks
+# nothing a check's leftover sweep could take for its own; `read -t` on a fifo nobody writes is
+# the sleep.
+mkfifo /run/cxlvm-heartbeat
+(
+  exec 9<>/run/cxlvm-heartbeat
+  while :; do echo "${{SECONDS}}" > {hdir}/heartbeat; read -r -t {beat} -u 9 _; done
+) &
+heartbeat=$!
 (
   . {lib}
   cxlvm_prelude
@@ -501,6 +511,7 @@ if [ "$(cat {hdir}/prelude-rc)" = 0 ]; then
   echo $? > {hdir}/rc
 fi
 cat /proc/uptime > {hdir}/uptime-end
+kill $heartbeat
 dmesg > {hdir}/dmesg.txt 2>&1
 sync
 """
@@ -557,6 +568,28 @@ def boot_deadline(timeout: float) -> float:
     return max(1.0, min(want, timeout / 2))
 
 
+#: how often the guest's runner touches ``harness/heartbeat`` (seconds of guest time)
+HEARTBEAT_SECONDS = 5
+
+
+def stall_after() -> float:
+    """Seconds without a heartbeat after which a running guest counts as stopped.
+
+    CI, stop 32: a 6.12 guest stopped dead while the launch check's program
+    touched its memory under a DRAM+CXL policy -- no console line, no script
+    output, its own 180 s waits never ended -- and the run waited out its
+    2,700 s timeout.  The runner's heartbeat (every 5 s, builtins only) goes
+    on while a script hangs, so a silent heartbeat is the emulator's stop, not
+    the check's.  Default 240 s (a loaded 2-core machine with two guests has
+    never delayed a 5 s beat by a minute); ``$CXLCTL_VM_STALL`` overrides.
+    """
+    try:
+        want = float(os.environ.get("CXLCTL_VM_STALL", "240"))
+    except ValueError:
+        want = 240.0
+    return max(1.0, want)
+
+
 #: every boot that was retried in this process: "topology kernel attempt N/M: why" lines,
 #: listed at the end of a pytest run (tests/vm/conftest.py) so a retry is never silent in CI's log
 RETRIES: List[str] = []
@@ -567,11 +600,12 @@ class _BootRetry(Exception):
     (a host signal, not the guest's doing): worth booting again.  ``ran`` says
     whether the guest's script had started, so its partial results are set aside."""
 
-    def __init__(self, why: str, console_tail: str, ran: bool = False) -> None:
+    def __init__(self, why: str, console_tail: str, ran: bool = False, detail: str = "") -> None:
         super().__init__(why)
         self.why = why
         self.console_tail = console_tail
         self.ran = ran
+        self.detail = detail
 
 
 # Signals that mean the emulator crashed (seen: QEMU 10's TCG segfaulting while a
@@ -647,7 +681,12 @@ def run_guest(
     the only retry is for QEMU itself crashing (SIGSEGV/SIGABRT/SIGBUS/SIGILL,
     recorded by a wrapper around the QEMU binary: QEMU 10's TCG segfaulted once
     in CI while a guest program touched CXL memory); what that attempt wrote is
-    moved to ``attemptN/`` first.  A failure inside the script, a guest kernel
+    moved to ``attemptN/`` first.  The same goes for a guest that stops as a
+    whole while its script runs: the runner's heartbeat (``harness/heartbeat``,
+    every 5 s) silent for :func:`stall_after` seconds (CI, stop 32: a guest
+    froze in the launch check and the run waited out its timeout); what QEMU's
+    threads were doing is kept in ``stall-attemptN.txt``.  A failure inside
+    the script, a script that hangs while the guest runs on, a guest kernel
     panic or a timeout is never retried: those are the test's.
 
     ``qmp``: a host-side driver, called in a thread once the guest's runner has
@@ -691,9 +730,13 @@ def run_guest(
                 # keep the dead boot's console for the post-mortem
                 kept = base / f"console-attempt{attempt}.log"
                 shutil.copyfile(hdir / "console.log", kept)
+                msg = f"guest ({topo.name}, {kern.release}) attempt {attempt}/{tries}: {r.why}; console: {kept}"
+                if r.detail:
+                    stall = base / f"stall-attempt{attempt}.txt"
+                    stall.write_text(r.detail)
+                    msg += f"; the emulator's threads: {stall}"
                 if r.ran:
                     _set_aside(base, before, attempt)
-                msg = f"guest ({topo.name}, {kern.release}) attempt {attempt}/{tries}: {r.why}; console: {kept}"
                 if attempt == tries:
                     raise GuestBootError(f"{msg}\n--- console tail ---\n{r.console_tail}") from None
                 RETRIES.append(msg)
@@ -931,7 +974,11 @@ def _set_aside(base: Path, before: set[str], attempt: int) -> None:
     keep = base / f"attempt{attempt}"
     keep.mkdir()
     for name in sorted(os.listdir(base)):
-        if name in before or name in ("harness", keep.name) or name.startswith(("attempt", "console-attempt")):
+        if (
+            name in before
+            or name in ("harness", keep.name)
+            or name.startswith(("attempt", "console-attempt", "stall-attempt"))
+        ):
             continue
         shutil.move(str(base / name), str(keep / name))
     if (base / "out").exists():
@@ -968,6 +1015,7 @@ def _prepare(
             settle=int(settle_timeout),
             hdir=q(str(hdir)),
             lib=q(str(GUEST_LIB)),
+            beat=HEARTBEAT_SECONDS,
         )
     )
     qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8"]
@@ -1015,6 +1063,114 @@ def _wait_for_runner(proc: subprocess.Popen[bytes], started: Path, deadline: flo
     return None
 
 
+def _wait_watching_heartbeat(proc: subprocess.Popen[bytes], hdir: Path, console: Path, end: float) -> None:
+    """Wait for the guest to end by ``end`` (monotonic; then TimeoutExpired, the
+    test's failure).  A guest whose heartbeat goes silent for :func:`stall_after`
+    seconds before its runner has finished has stopped as a whole: it is
+    reported (:func:`stall_report`), killed, and raised as a retry."""
+    limit = stall_after()
+    while True:
+        try:
+            proc.wait(timeout=max(0.1, min(5.0, end - time.monotonic())))
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                raise
+        age = _heartbeat_age(hdir)
+        if age is None or age < limit or (hdir / "uptime-end").exists():
+            continue
+        report = stall_report(proc.pid)
+        _kill_group(proc)
+        raise _BootRetry(
+            f"the guest stopped: no heartbeat for {age:.0f} s while its script ran "
+            "(the emulator stopped running it, not the script hanging)",
+            _tail(_read(console)),
+            ran=True,
+            detail=report,
+        )
+
+
+def _qemu_in_session(sid: int) -> List[int]:
+    """PIDs of the QEMU processes in the session vng was started in (``sid``)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if comm.startswith("qemu-system") and len(fields) > 3 and fields[3] == str(sid):
+            pids.append(int(d))
+    return pids
+
+
+def _thread_ticks(pid: int) -> Dict[str, int]:
+    """CPU ticks (user + system) of each of ``pid``'s threads, keyed "tid comm"."""
+    ticks: Dict[str, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return ticks
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2 :].split()
+        ticks[f"{tid} {comm}"] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def stall_report(sid: int, sample: float = 3.0) -> str:
+    """What QEMU was doing when the guest stopped: each thread's CPU use over
+    ``sample`` seconds (a vCPU thread at 100 % is spinning inside the
+    emulator; all idle is a wait), then gdb's backtraces where gdb exists.
+    Kept beside the attempt's console (``stall-attemptN.txt``)."""
+    pids = _qemu_in_session(sid)
+    if not pids:
+        return "no QEMU process found in the guest's session\n"
+    hz = os.sysconf("SC_CLK_TCK")
+    lines = []
+    for pid in pids:
+        t0 = _thread_ticks(pid)
+        time.sleep(sample)
+        t1 = _thread_ticks(pid)
+        lines.append(f"QEMU pid {pid}: CPU use of each thread over {sample:.0f} s")
+        for key in sorted(t1, key=lambda k: t0.get(k, 0) - t1[k]):
+            used = (t1[key] - t0.get(key, t1[key])) / hz / sample
+            lines.append(f"  {key}: {used:.0%}")
+        gdb = _gdb()
+        if gdb:
+            try:
+                bt = subprocess.run(
+                    [gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 20"],
+                    capture_output=True,
+                    text=True,
+                    timeout=90,
+                ).stdout
+            except (OSError, subprocess.TimeoutExpired) as e:
+                bt = f"(gdb failed: {e})"
+            lines.append(f"--- gdb: thread apply all bt 20 (pid {pid}) ---\n{bt}")
+    return "\n".join(lines) + "\n"
+
+
+def _gdb() -> Optional[str]:
+    """gdb, for the stall report's backtraces, where installed."""
+    return shutil.which("gdb")
+
+
+def _heartbeat_age(hdir: Path) -> Optional[float]:
+    """Seconds since the guest last wrote its heartbeat (9p: the host's clock), None before the first."""
+    try:
+        return time.time() - (hdir / "heartbeat").stat().st_mtime
+    except OSError:
+        return None
+
+
 def _boot_and_collect(
     cmd: List[str],
     env: Dict[str, str],
@@ -1044,7 +1200,7 @@ def _boot_and_collect(
             if retry is not None:
                 _kill_group(proc)
                 raise _BootRetry(retry, _tail(_read(console)))
-            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+            _wait_watching_heartbeat(proc, hdir, console, t0 + timeout)
             crash = qemu_crash(hdir)
             if crash and not (hdir / "rc").exists():
                 raise _BootRetry(

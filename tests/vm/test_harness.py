@@ -5,6 +5,7 @@ every other VM test's failure is about the harness, not cxlctl."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import List, Tuple
 
@@ -72,6 +73,23 @@ if what == "segv":
     import subprocess
     subprocess.call([qemu, "-M", "cxl=on"])
     sys.exit(255)
+if what == "stall":
+    # the runner starts and beats once, then the whole guest stops (QEMU alive, guest frozen)
+    (hdir / "uptime-start").write_text("1.0 1.0\n")
+    (hdir / "prelude-rc").write_text("0\n")
+    (hdir / "heartbeat").write_text("1\n")
+    (hdir.parent / "out" / "partial").write_text("from the stopped boot")
+    import subprocess
+    q = subprocess.Popen([str(Path(sys.argv[0]).parent / "qemu-system-x86_64"), "600"])
+    (state / "qemu-pid").write_text(str(q.pid))
+    time.sleep(600)
+if what == "slow":
+    # the guest runs on (its heartbeat stays fresh) but the script never ends
+    (hdir / "uptime-start").write_text("1.0 1.0\n")
+    (hdir / "prelude-rc").write_text("0\n")
+    while True:
+        (hdir / "heartbeat").write_text("1\n")
+        time.sleep(0.2)
 if what == "die":
     print("qemu: iotlb_to_section: Assertion failed")
     sys.exit(255)
@@ -104,6 +122,8 @@ def _fake_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str) -> T
     from tests.vm import harness
 
     monkeypatch.setattr(harness, "RETRIES", [])  # the fakes' retries are not the run's
+    # a stand-in QEMU process for the stall report to find in vng's session
+    (tmp_path / "bin" / "qemu-system-x86_64").symlink_to("/bin/sleep")
     monkeypatch.setenv("CXLCTL_VNG", str(vng))
     monkeypatch.setenv("CXLCTL_VM_LOCK", str(tmp_path / "lock"))
     monkeypatch.setenv("CXLCTL_VM_BOOT_DEADLINE", "3")
@@ -176,6 +196,47 @@ def test_qemu_crash_while_the_script_runs_is_booted_again(
     assert not (work / "out" / "partial").exists() and not (work / "cache").exists()
     assert (work / "attempt1" / "out" / "partial").read_text() == "from the crashed boot"
     assert (work / "attempt1" / "cache").is_dir()
+
+
+def test_a_guest_whose_heartbeat_stops_is_booted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI, stop 32: a 6.12 guest stopped dead in the launch check and the run
+    waited out the file's 2,700 s timeout.  A silent heartbeat is caught in
+    CXLCTL_VM_STALL seconds, what QEMU's threads were doing is kept, and the
+    boot is retried with the stopped attempt's results set aside."""
+    from tests.vm import harness
+
+    monkeypatch.setenv("CXLCTL_VM_STALL", "2")
+    monkeypatch.setattr(harness, "_gdb", lambda: None)  # no backtraces: the report stays quick
+    k, work = _fake_guest(tmp_path, monkeypatch, "stall,ok")
+    res = run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    assert res.returncode == 0 and res.attempts == 2 and res.stdout == "boot 2\n"
+    err = capsys.readouterr().err
+    assert "attempt 1/3: the guest stopped: no heartbeat for" in err
+    report = (work / "stall-attempt1.txt").read_text()
+    assert "QEMU pid" in report and "qemu-system-x8" in report and "%" in report, report
+    assert (work / "attempt1" / "out" / "partial").read_text() == "from the stopped boot"
+    assert not (work / "out" / "partial").exists()
+    stopped = int((tmp_path / "qemu-pid").read_text())
+    for _ in range(50):  # killed with its session (a zombie until its new parent reaps it)
+        stat = Path(f"/proc/{stopped}/stat")
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the stopped attempt's QEMU {stopped} still runs")
+
+
+def test_a_script_that_hangs_while_the_guest_runs_is_the_tests_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat goes on while a check hangs: that is a timeout, never retried."""
+    monkeypatch.setenv("CXLCTL_VM_STALL", "2")
+    k, work = _fake_guest(tmp_path, monkeypatch, "slow,ok")
+    with pytest.raises(GuestBootError, match=r"timed out after 6 s"):
+        run_guest("single", "true", kernel=k, workdir=work, timeout=6)
+    assert (tmp_path / "boots").read_text() == "1"
 
 
 def test_qemu_stopped_by_a_signal_that_is_no_crash_is_not_retried(tmp_path: Path) -> None:
