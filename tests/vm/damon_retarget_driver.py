@@ -28,9 +28,9 @@ import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from tests.vm.guest import DAMON_STAT, OUT, cx, elapsed, get, log, put, save, stop_damon_stat
+from cxlctl.numa_maps import parse_mappings
+from tests.vm.guest import DAMON_STAT, OUT, cx, elapsed, get, lib, log, put, save, stop_damon_stat
 
-LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-lib.sh")
 D = "/sys/kernel/mm/damon/admin/kdamonds"
 NODES = "/sys/devices/system/node"
 MEM = "/sys/devices/system/memory"
@@ -205,10 +205,9 @@ time.sleep(1800)
 
 def pages_by_node(pid: int, addr: str) -> Dict[int, int]:
     """The pages of the mapping at ``addr`` per node, from the kernel's ``/proc/PID/numa_maps``."""
-    for line in get(f"/proc/{pid}/numa_maps").splitlines():
-        words = line.split()
-        if words and int(words[0], 16) == int(addr, 16):
-            return {int(w[1 : w.index("=")]): int(w[w.index("=") + 1 :]) for w in words if w[:1] == "N" and "=" in w}
+    for m in parse_mappings(get(f"/proc/{pid}/numa_maps")):
+        if int(m.address, 16) == int(addr, 16):
+            return m.pages
     return {}
 
 
@@ -278,7 +277,7 @@ def main() -> None:
 
     # -- a second CXL node comes
     t = time.monotonic()
-    p = subprocess.run(["bash", "-c", f". {LIB}; {os.environ['CREATE_B']}"], capture_output=True, text=True)
+    p = lib(os.environ["CREATE_B"])
     times["create_b_seconds"] = round(time.monotonic() - t, 3)
     log(f"region B: rc {p.returncode} {p.stdout.strip()} {p.stderr.strip()[-300:]}")
     with open(f"{OUT}/region-b", "w") as f:

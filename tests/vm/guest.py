@@ -101,11 +101,15 @@ def stop_damon_stat() -> bool:
 GUEST_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest-lib.sh")
 
 
+def lib(cmd: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cmd`` run by bash with guest-lib.sh's functions (``create_ram_region``, ``cxlvm_peers``),
+    ``args`` as ``$1``...; output captured.  The drivers' one way into the guest library."""
+    return subprocess.run(["bash", "-c", f'. "{GUEST_LIB}"; {cmd}', "lib", *args], capture_output=True, text=True)
+
+
 def peers(dest: str) -> None:
     """The peer tools' output into ``dest`` (a recorded tree's ``peers/``) through guest-lib.sh's
     ``cxlvm_peers``, the one spelling of it every recorder uses."""
-    p = subprocess.run(
-        ["bash", "-c", f'. "{GUEST_LIB}"; cxlvm_peers "$1"', "peers", dest], capture_output=True, text=True
-    )
+    p = lib('cxlvm_peers "$1"', dest)
     if p.returncode != 0:
         raise SystemExit(f"cxlvm_peers {dest} failed ({p.returncode}): {p.stderr[-500:]}")

@@ -1237,6 +1237,8 @@ def _boot_and_collect(
         raise fail("the prelude failed (drivers did not load or memdevs did not enumerate)")
     if not (hdir / "rc").exists():
         raise fail("the guest script's exit status was not recorded")
+    if not (hdir / "heartbeat").exists():
+        raise fail("the runner's heartbeat never beat, so a stopped guest would go unseen (see runner.sh)")
     script_seconds = 0.0
     try:
         up0 = float(_read(hdir / "uptime-start").split()[0])

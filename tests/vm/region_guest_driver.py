@@ -21,10 +21,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from tests.vm.guest import OUT, capture
+from tests.vm.guest import OUT, capture, lib
 
-REPO = os.environ.get("REPO", os.getcwd())
-LIB = os.path.join(REPO, "tests", "vm", "guest-lib.sh")
 CXL = "/sys/bus/cxl/devices"
 STEPS: List[Dict[str, Any]] = []
 
@@ -35,7 +33,7 @@ def sh(cmd: str) -> str:
 
 
 def sh_rc(cmd: str) -> Dict[str, Any]:
-    p = subprocess.run(["bash", "-c", f". {LIB}; {cmd}"], capture_output=True, text=True)
+    p = lib(cmd)
     return {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
 
 

@@ -97,6 +97,8 @@ if what == "hang":
     time.sleep(600)
 (hdir / "uptime-start").write_text("1.0 1.0\n")
 (hdir / "prelude-rc").write_text("0\n")
+if what != "deaf":
+    (hdir / "heartbeat").write_text("1\n")
 (hdir / "stdout.txt").write_text(f"boot {n}\n")
 (hdir / "stderr.txt").write_text("")
 (hdir / "rc").write_text("0\n" if what == "ok" else "7\n")
@@ -237,6 +239,13 @@ def test_a_script_that_hangs_while_the_guest_runs_is_the_tests_failure(
     with pytest.raises(GuestBootError, match=r"timed out after 6 s"):
         run_guest("single", "true", kernel=k, workdir=work, timeout=6)
     assert (tmp_path / "boots").read_text() == "1"
+
+
+def test_a_runner_without_a_heartbeat_is_a_harness_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every real boot proves the stall watch can see: no heartbeat file, no pass."""
+    k, work = _fake_guest(tmp_path, monkeypatch, "deaf")
+    with pytest.raises(GuestBootError, match="heartbeat never beat"):
+        run_guest("single", "true", kernel=k, workdir=work, timeout=60)
 
 
 def test_qemu_stopped_by_a_signal_that_is_no_crash_is_not_retried(tmp_path: Path) -> None:
