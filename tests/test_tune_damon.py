@@ -438,3 +438,72 @@ def test_cli_plan_and_status_at_80_columns(tmp_path: Any, monkeypatch: Any) -> N
     doc = json.loads(cli("--root", os.path.join(FIXTURES, RUNNING), "tune", "status", "--json").stdout)
     (row,) = doc["damon"]
     assert row["owner"] == "other" and row["action"] == "stat" and "qt_exceeds" in row
+
+
+# ------------------------------------------------------------------- the memcg filter's cgroup
+# A memory cgroup's memory.stat, as the 7.x guest recorded it for the DAMON test's cgroup.
+MEMCG_STAT = os.path.join(FIXTURES, "linux-7.x/single-region-damon-tiering/sys/fs/cgroup/damon-test/memory.stat")
+
+
+def _cgroup(root: str, path: str, memory: bool, hands_on: bool = False) -> None:
+    d = os.path.join(root, "sys/fs/cgroup", path.strip("/"))
+    os.makedirs(d, exist_ok=True)
+    if memory:
+        with open(MEMCG_STAT) as src, open(os.path.join(d, "memory.stat"), "w") as dst:
+            dst.write(src.read())
+    with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+        f.write("cpu memory\n" if hands_on else "\n")
+
+
+@pytest.mark.parametrize(
+    "layout, words",
+    [
+        ("absent", "there is no cgroup /sys/fs/cgroup/kv"),
+        ("no-memory", "echo +memory > /sys/fs/cgroup/cgroup.subtree_control"),
+        ("nested-no-memory", "echo +memory > /sys/fs/cgroup/inference.slice/cgroup.subtree_control"),
+    ],
+)
+def test_a_memcg_the_kernel_cannot_find_is_refused_before_anything_is_written(
+    tmp_path: Any, monkeypatch: Any, layout: str, words: str
+) -> None:
+    """DAMON's memcg filter looks among memory cgroups; on 6.12 a path it did not find failed the
+    kdamond's state=on with ENOMEM mid-apply (the retarget VM test, before it enabled +memory).
+    The plan refuses first, naming the file that turns the controller on."""
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    memcg = "/inference.slice/kv.service" if layout.startswith("nested") else "/kv"
+    if layout.startswith("nested"):
+        _cgroup(root, "/inference.slice", memory=False)
+    if layout != "absent":
+        _cgroup(root, memcg, memory=False)
+    _write_profile(
+        root, "scoped", f'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nmemcg = "{memcg}"\n'
+    )
+    before = snapshot(root)
+    p = engine.prepare(Host(root), "scoped").plan
+    assert len(p.refusals) == 1 and words in p.refusals[0] and f'memcg "{memcg}"' in p.refusals[0], p.refusals
+    r = cli("--root", root, "tune", "apply", "scoped")
+    assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr and words in r.stderr, r.stderr
+    assert diff(before, snapshot(root)) == []
+    r = cli("--root", root, "tune", "plan", "scoped", "--json")
+    assert words in r.stdout, r.stdout
+
+
+def test_a_memory_cgroup_is_taken_and_a_parent_of_memory_cgroups_is_warned_about(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """The filter compares the page's memcg id with its own (mm/damon/paddr.c): a slice that hands
+    the controller on to its services matches none of their pages, so the plan says to name the
+    engine's own cgroup; a leaf memory cgroup plans cleanly."""
+    root = _tree(IDLE, tmp_path, monkeypatch)
+    _cgroup(root, "/inference.slice", memory=True, hands_on=True)
+    _cgroup(root, "/inference.slice/vllm.service", memory=True)
+    for name, memcg in (("slice", "/inference.slice"), ("leaf", "/inference.slice/vllm.service")):
+        _write_profile(
+            root, name, f'summary = "x"\ninclude = "inference-damon"\n[damon]\nenabled = true\nmemcg = "{memcg}"\n'
+        )
+    leaf = engine.prepare(Host(root), "leaf").plan
+    assert leaf.refusals == () and not [w for w in leaf.warnings if "memcg" in w], leaf.warnings
+    assert any(s.path.endswith("memcg_path") and s.desired == "/inference.slice/vllm.service" for s in leaf.steps)
+    sl = engine.prepare(Host(root), "slice").plan
+    assert sl.refusals == ()
+    assert [w for w in sl.warnings if "hands the memory controller on" in w and "/inference.slice/vllm.service" in w]

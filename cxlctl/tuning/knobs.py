@@ -15,7 +15,7 @@ balancing turns tiering on, and undone after it is turned off again.
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, Literal, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Literal, Mapping, Optional, Sequence, Tuple
 
 from cxlctl.damon.sysfs import DamonCaps, DamonState
 from cxlctl.hostio import paths
@@ -47,6 +47,8 @@ class Current(NamedTuple):
     damon_caps: Optional[DamonCaps] = None
     #: files that are there but cannot be read (path -> "cannot read ROOT/path: why"): not "absent"
     unreadable: Dict[str, str] = {}
+    #: the cgroups a profile's DAMON ``memcg`` names: path -> :data:`MemcgState`
+    memcgs: Dict[str, str] = {}
 
     def get(self, path: str) -> Optional[str]:
         return self.values.get(path)
@@ -425,12 +427,20 @@ BY_NAME: Dict[str, Knob] = {k.name: k for k in REGISTRY}
 ORDER: Dict[str, int] = {k.name: i for i, k in enumerate(REGISTRY)}
 
 
-def read_current(host: Host) -> Current:
+#: what a cgroup path is for DAMON's memcg filter: "memory" (a memory cgroup: the one kind the
+#: kernel's filter finds), "parent" (a memory cgroup whose children have the controller too: the
+#: filter matches pages charged to it alone, and its processes live in the children),
+#: "no-memory" (a cgroup without the memory controller), "absent", or "cannot read ...: why"
+MemcgState = str
+
+
+def read_current(host: Host, memcgs: Sequence[str] = ()) -> Current:
     """Read every registry file under ``root`` (a few small reads; no inventory needed).
 
     A file that is there but cannot be read (a FIFO, a link out of the root, permission)
     is kept apart from an absent one: a plan then says "cannot read", not "absent on this
-    kernel"."""
+    kernel".  ``memcgs``: the cgroups a profile's DAMON filter names, whose state the plan
+    checks (:data:`MemcgState`)."""
     values: Dict[str, Optional[str]] = {}
     unreadable: Dict[str, str] = {}
     r = host.reader
@@ -457,4 +467,21 @@ def read_current(host: Host) -> Current:
 
     damon, caps = probe_host(host)
     values.update(damon.files)
-    return Current(values, wi, damon, caps, unreadable)
+    groups: Dict[str, str] = {}
+    for m in memcgs:
+        # the kernel's memcg filter (damon_sysfs_memcg_path_to_id) walks the memory cgroups and
+        # compares their paths: a cgroup whose memory controller is off has no memory cgroup to
+        # find; its interface files (memory.stat; the root has it too) say which it is.  The filter
+        # then matches a page charged to that very cgroup, not to its children (the ids are
+        # compared, mm/damon/paddr.c): a cgroup that hands the controller on (subtree_control)
+        # holds no process of its own below the root (cgroup v2's no-internal-process rule)
+        c = m.rstrip("/") or "/"
+        if not r.isdir(paths.CGROUP_DIR + c.rstrip("/")):
+            groups[m] = "absent"
+        elif _read(paths.cgroup_file(c, "memory.stat")) is not None:
+            handed = _read(paths.cgroup_file(c, "cgroup.subtree_control")) or ""
+            groups[m] = "parent" if c != "/" and "memory" in handed.split() else "memory"
+        else:
+            why = unreadable.pop(paths.cgroup_file(c, "memory.stat"), "")
+            groups[m] = why or "no-memory"
+    return Current(values, wi, damon, caps, unreadable, groups)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonState
+from cxlctl.hostio import paths
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import is_decimal
@@ -517,6 +518,14 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     stop = [k for k in state.kdamonds if k.running] if recreate and mine is not None else []
     goal_notes, goal_refusals = damon.goal_support(spec, cur.damon_caps)
     refusals += goal_refusals
+    if spec.memcg:
+        refusals += _memcg_refusals(spec.memcg, cur.memcgs.get(spec.memcg))
+        if cur.memcgs.get(spec.memcg) == "parent":
+            warnings.append(
+                f"damon: memcg {spec.memcg} hands the memory controller on to its children, and DAMON's filter "
+                "matches pages charged to that cgroup itself, not to its children (the engine's own cgroup, "
+                f"such as {spec.memcg.rstrip('/')}/vllm.service, holds them): name the cgroup the engine runs in"
+            )
     warnings += [f"damon: {n}" for n in goal_notes]
     if refusals:
         step = _damon_step("damon", knob.path, None, None, None, "skip", s, "refused: " + refusals[0])
@@ -547,6 +556,37 @@ def _damon(knob: Knob, s: Optional[Setting], cur: Current, inv: Inventory, resto
     more, saved, baseline = _damon_files(kds, spec, s, cur, recreate)
     saved += _old_files(cur, restore, saved)
     return DamonPlan(steps + more, saved, baseline, warnings, [])
+
+
+def memcgs_of(profile: Profile) -> Tuple[str, ...]:
+    """The cgroups ``profile``'s DAMON filter names, for :func:`read_current` to look at."""
+    s = profile.setting("damon")
+    spec = s.value if s is not None else None
+    return (spec.memcg,) if isinstance(spec, damon.DamonSpec) and spec.enabled and spec.memcg else ()
+
+
+def _memcg_refusals(memcg: str, state: Optional[str]) -> List[str]:
+    """Why the kernel would not find ``memcg`` for DAMON's filter.  It looks among the memory
+    cgroups only (``damon_sysfs_memcg_path_to_id``), and a path it does not find fails the
+    kdamond's ``state=on`` with ENOMEM (6.12, seen; docs/tuning.md): refused here, with the fix,
+    before anything is written."""
+    where = paths.CGROUP_DIR + memcg.rstrip("/")
+    if state in (None, "memory", "parent"):
+        return []
+    tail = ", or leave memcg out of the [damon] table"
+    if state == "absent":
+        return [
+            f'memcg "{memcg}": there is no cgroup {where}, and the kernel would fail the kdamond\'s start '
+            f"(ENOMEM). Create it (or start the unit whose slice it is) with the memory controller on{tail}"
+        ]
+    if state == "no-memory":
+        parent = paths.CGROUP_DIR + (memcg.rstrip("/").rsplit("/", 1)[0] or "")
+        return [
+            f'memcg "{memcg}" is a cgroup without the memory controller ({where} has no memory.stat), so '
+            "DAMON's memcg filter cannot find it and the kernel would fail the kdamond's start (ENOMEM). "
+            f"Turn the controller on for it: echo +memory > {parent}/cgroup.subtree_control{tail}"
+        ]
+    return [f'memcg "{memcg}": {state}; the plan cannot tell whether it is a memory cgroup{tail}']
 
 
 def _damon_refusals(state: DamonState, mine: Optional[int]) -> List[str]:

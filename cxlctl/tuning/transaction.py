@@ -50,7 +50,7 @@ from . import journal as jn
 from .conflicts import find, our_keys
 from .journal import Entry, Journal, Trial
 from .knobs import BY_NAME, WI_AUTO_NAMES, Current, read_current
-from .plan import Plan, Restore, Step
+from .plan import Plan, Restore, Step, memcgs_of
 from .plan import plan as make_plan
 from .profile import Profile, load
 from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
@@ -460,7 +460,7 @@ class Transaction:
         messages: List[str] = []
         j = this_boot(self.host, messages)
         active = j if j is not None and j.state == jn.APPLIED and switching else None
-        p = make_plan(inventory, self.profile, read_current(self.host), restore_map(active))
+        p = make_plan(inventory, self.profile, read_current(self.host, memcgs_of(self.profile)), restore_map(active))
         persisting = persisted(self.host) if persist is None else persist
         conflicts = tuple(find(self.host, _desired_values(p), persisting))
         return Prepared(
@@ -498,7 +498,7 @@ class Transaction:
         """Plan again under the lock: knob values may have changed while we waited (the
         inventory — nodes, bandwidth — is reused: it does not change with knobs)."""
         self.host.reread()  # another writer may have re-created DAMON's directories meanwhile
-        cur = read_current(self.host)
+        cur = read_current(self.host, memcgs_of(self.profile))
         p = make_plan(self.prepared.inventory, self.profile, cur, restore_map(active))
         if p.writes != self.prepared.plan.writes:
             self._check(p, extra)
