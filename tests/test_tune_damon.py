@@ -485,7 +485,10 @@ def test_a_memcg_the_kernel_cannot_find_is_refused_before_anything_is_written(
     assert r.returncode == EXIT_USAGE and "refused; nothing was changed" in r.stderr and words in r.stderr, r.stderr
     assert diff(before, snapshot(root)) == []
     r = cli("--root", root, "tune", "plan", "scoped", "--json")
-    assert words in r.stdout, r.stdout
+    (why,) = json.loads(r.stdout)["plan"]["refusals"]
+    assert words in why, why
+    r = cli("--root", root, "tune", "plan", "scoped")
+    assert r.returncode == 0 and "refused: tune apply would change nothing: memcg" in r.stdout, r.stdout
 
 
 def test_a_memory_cgroup_is_taken_and_a_parent_of_memory_cgroups_is_warned_about(

@@ -115,6 +115,9 @@ def plan(prep: Prepared, c: Console, title: str) -> None:
     c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
     for w in p.warnings:
         c.print(join(("warning:", "yellow"), f" {w}"))
+    for r in p.refusals:
+        # every reason, not only the first the damon row names: an apply refuses and writes nothing
+        c.print(join(("refused:", "red"), f" tune apply would change nothing: {r}"))
     if prep.conflicts:
         c.print(styled("Other configuration setting the same keys", "bold"))
         grid(

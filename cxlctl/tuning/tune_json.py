@@ -91,6 +91,7 @@ def plan(prep: Prepared) -> Dict[str, Any]:
         "changes": len(p.writes),
         "warnings": list(p.warnings),
         "conflicts": [c._asdict() for c in prep.conflicts],
+        "refusals": list(p.refusals),
         "messages": list(prep.messages),
     }
 

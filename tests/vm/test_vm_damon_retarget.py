@@ -76,9 +76,7 @@ enabled = false
 
 GUEST = r"""
 echo online_movable > /sys/devices/system/memory/auto_online_blocks
-# the profile's memcg, where the cold helper runs: without the memory controller it is no memcg, and
-# the kernel refuses the kdamond's state=on with ENOMEM (seen on 6.12: its scheme builder returns NULL)
-echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+# the profile's memcg, where the cold helper runs, made before the memory controller is on for it
 mkdir -p /sys/fs/cgroup/retarget
 RA=$(CREATE_A) || { echo "region A failed" >&2; exit 10; }
 udevadm settle --timeout=30 || true
@@ -87,6 +85,15 @@ mkdir -p /etc/cxlctl/profiles
 cat > /etc/cxlctl/profiles/vm-damon2.toml <<'EOF'
 PROFILE_TEXT
 EOF
+# without the memory controller it is no memcg: the kernel would fail the kdamond's state=on with
+# ENOMEM (seen on 6.12: its scheme builder returns NULL), so the plan refuses and the apply writes nothing
+cat /sys/fs/cgroup/cgroup.subtree_control > "$OUT/subtree-before"
+ls /sys/fs/cgroup/retarget > "$OUT/retarget-files-before"
+"$PY" -m cxlctl tune plan vm-damon2 --json > "$OUT/plan-nomemory.json" 2> "$OUT/plan-nomemory.err"
+"$PY" -m cxlctl tune apply vm-damon2 > "$OUT/apply-nomemory.out" 2> "$OUT/apply-nomemory.err"
+echo $? > "$OUT/apply-nomemory.rc"
+cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds > "$OUT/nr-kdamonds-after-refusal"
+echo +memory > /sys/fs/cgroup/cgroup.subtree_control
 cat > /etc/cxlctl/cxlctl.toml <<'EOF'
 CONFIG_TEXT
 EOF
@@ -156,6 +163,16 @@ def test_daemon_retargets_damon_when_a_cxl_node_comes_and_goes(series: str) -> N
         f"{times['shrink_from_offlined']} s later",
     ]
     print("\n[vm damon-retarget] " + "\n[vm damon-retarget] ".join(report))
+
+    # the profile's memcg before the memory controller was on for it: a cgroup the kernel's filter
+    # cannot find; the plan refused it and the apply wrote nothing
+    assert "memory" not in out_text(out, "subtree-before").split()
+    assert "memory.stat" not in out_text(out, "retarget-files-before").split()
+    why = [r for r in out_json(out, "plan-nomemory.json")["plan"]["refusals"] if 'memcg "/retarget"' in r]
+    assert why and "echo +memory > /sys/fs/cgroup/cgroup.subtree_control" in why[0], out_text(out, "plan-nomemory.json")
+    assert out_text(out, "apply-nomemory.rc").strip() == "2", out_text(out, "apply-nomemory.err")
+    assert "refused; nothing was changed" in out_text(out, "apply-nomemory.err")
+    assert out_text(out, "nr-kdamonds-after-refusal").strip() == "0"
 
     # 7.x runs DAMON_STAT from boot: the plan refused beside it, naming the file that stops it
     if series == "7.x":
