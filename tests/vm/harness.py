@@ -1020,6 +1020,15 @@ def _prepare(
     )
     qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8"]
     qemu += topo.qemu_args_in(hdir) + list(extra_qemu_args)
+    hmp = hdir / "hmp.sock"
+    if len(str(hmp)) < 100:  # a unix socket's path has room for 107 bytes
+        # a human monitor for the stall report (stall_report: the vCPU's registers), beside vng's own
+        qemu += [
+            "-chardev",
+            f"socket,id=cxlvm-hmp,path={hmp},server=on,wait=off",
+            "-mon",
+            "chardev=cxlvm-hmp,mode=readline",
+        ]
     wrap: List[str] = []
     real = _find_qemu(env if env is not None else dict(os.environ))
     wrapper = hdir / "bin" / "qemu-system-x86_64"
@@ -1079,7 +1088,7 @@ def _wait_watching_heartbeat(proc: subprocess.Popen[bytes], hdir: Path, console:
         age = _heartbeat_age(hdir)
         if age is None or age < limit or (hdir / "uptime-end").exists():
             continue
-        report = stall_report(proc.pid)
+        report = stall_report(proc.pid, hmp=hdir / "hmp.sock")
         _kill_group(proc)
         raise _BootRetry(
             f"the guest stopped: no heartbeat for {age:.0f} s while its script ran "
@@ -1103,6 +1112,11 @@ def _qemu_in_session(sid: int) -> List[int]:
         comm = stat[stat.find("(") + 1 : stat.rfind(")")]
         fields = stat[stat.rfind(")") + 2 :].split()
         if comm.startswith("qemu-system") and len(fields) > 3 and fields[3] == str(sid):
+            try:  # not the wrapper script of the same name (harness/bin), whose exe is bash
+                if not os.path.basename(os.readlink(f"/proc/{d}/exe")).startswith("qemu-system"):
+                    continue
+            except OSError:
+                continue
             pids.append(int(d))
     return pids
 
@@ -1125,16 +1139,57 @@ def _thread_ticks(pid: int) -> Dict[str, int]:
     return ticks
 
 
-def stall_report(sid: int, sample: float = 3.0) -> str:
+def hmp_command(sock: Path, command: str, timeout: float = 10.0) -> str:
+    """``command``'s answer from QEMU's human monitor on ``sock``, or why there is none.
+
+    The monitor needs QEMU's big lock: no answer within ``timeout`` says a vCPU
+    thread holds it (stuck inside the emulator), itself a finding."""
+    import socket
+
+    def until_prompt(conn: socket.socket, end: float) -> str:
+        got = b""
+        while not got.endswith(b"(qemu) "):
+            conn.settimeout(max(0.1, end - time.monotonic()))
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return got.decode("utf-8", "replace")
+
+    end = time.monotonic() + timeout
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
+            conn.connect(str(sock))
+            until_prompt(conn, end)
+            conn.sendall(command.encode() + b"\n")
+            text = until_prompt(conn, end)
+    except socket.timeout:
+        return f"(no answer to {command!r} in {timeout:.0f} s: a vCPU thread holds QEMU's lock)"
+    except OSError as e:
+        return f"(the monitor at {sock}: {e})"
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text).replace("\r", "")
+    return text.removesuffix("(qemu) ").split("\n", 1)[-1].rstrip()  # the echoed command goes
+
+
+def stall_report(sid: int, sample: float = 3.0, hmp: Optional[Path] = None) -> str:
     """What QEMU was doing when the guest stopped: each thread's CPU use over
     ``sample`` seconds (a vCPU thread at 100 % is spinning inside the
-    emulator; all idle is a wait), then gdb's backtraces where gdb exists.
-    Kept beside the attempt's console (``stall-attemptN.txt``)."""
+    emulator; all idle is a wait), the vCPUs' registers from the human
+    monitor ``hmp`` (RIP and CPL: user program or kernel), then gdb's
+    backtraces where gdb exists.  Kept beside the attempt's console
+    (``stall-attemptN.txt``)."""
     pids = _qemu_in_session(sid)
     if not pids:
         return "no QEMU process found in the guest's session\n"
     hz = os.sysconf("SC_CLK_TCK")
     lines = []
+    vcpus: List[str] = []
+    if hmp is not None and hmp.exists():
+        for cmd in ("info cpus", "info registers -a"):
+            answer = hmp_command(hmp, cmd)
+            vcpus += re.findall(r"thread_id=(\d+)", answer)
+            lines.append(f"--- monitor: {cmd} ---\n{answer}")
     for pid in pids:
         t0 = _thread_ticks(pid)
         time.sleep(sample)
@@ -1142,7 +1197,7 @@ def stall_report(sid: int, sample: float = 3.0) -> str:
         lines.append(f"QEMU pid {pid}: CPU use of each thread over {sample:.0f} s")
         for key in sorted(t1, key=lambda k: t0.get(k, 0) - t1[k]):
             used = (t1[key] - t0.get(key, t1[key])) / hz / sample
-            lines.append(f"  {key}: {used:.0%}")
+            lines.append(f"  {key}: {used:.0%}" + (" (vCPU)" if key.split()[0] in vcpus else ""))
         gdb = _gdb()
         if gdb:
             try:

@@ -4,6 +4,7 @@ every other VM test's failure is about the harness, not cxlctl."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -125,7 +126,7 @@ def _fake_guest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str) -> T
 
     monkeypatch.setattr(harness, "RETRIES", [])  # the fakes' retries are not the run's
     # a stand-in QEMU process for the stall report to find in vng's session
-    (tmp_path / "bin" / "qemu-system-x86_64").symlink_to("/bin/sleep")
+    shutil.copy("/bin/sleep", tmp_path / "bin" / "qemu-system-x86_64")  # a copy: its exe is named like QEMU's
     monkeypatch.setenv("CXLCTL_VNG", str(vng))
     monkeypatch.setenv("CXLCTL_VM_LOCK", str(tmp_path / "lock"))
     monkeypatch.setenv("CXLCTL_VM_BOOT_DEADLINE", "3")
