@@ -1099,25 +1099,27 @@ def _wait_watching_heartbeat(proc: subprocess.Popen[bytes], hdir: Path, console:
         )
 
 
+def _stat(path: str) -> Optional[Tuple[str, List[str]]]:
+    """A ``/proc/.../stat`` line as (comm, the fields after it), None once the task has gone."""
+    try:
+        stat = Path(path).read_text()
+    except OSError:
+        return None
+    return stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
+
+
 def _qemu_in_session(sid: int) -> List[int]:
     """PIDs of the QEMU processes in the session vng was started in (``sid``)."""
     pids = []
     for d in os.listdir("/proc"):
-        if not d.isdigit():
+        st = _stat(f"/proc/{d}/stat") if d.isdigit() else None
+        if st is None or not st[0].startswith("qemu-system") or len(st[1]) < 4 or st[1][3] != str(sid):
             continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
+        try:  # not the wrapper script of the same name (harness/bin), whose exe is bash
+            if os.path.basename(os.readlink(f"/proc/{d}/exe")).startswith("qemu-system"):
+                pids.append(int(d))
         except OSError:
             continue
-        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if comm.startswith("qemu-system") and len(fields) > 3 and fields[3] == str(sid):
-            try:  # not the wrapper script of the same name (harness/bin), whose exe is bash
-                if not os.path.basename(os.readlink(f"/proc/{d}/exe")).startswith("qemu-system"):
-                    continue
-            except OSError:
-                continue
-            pids.append(int(d))
     return pids
 
 
@@ -1129,13 +1131,9 @@ def _thread_ticks(pid: int) -> Dict[str, int]:
     except OSError:
         return ticks
     for tid in tids:
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2 :].split()
-        ticks[f"{tid} {comm}"] = int(fields[11]) + int(fields[12])
+        st = _stat(f"/proc/{pid}/task/{tid}/stat")
+        if st is not None and len(st[1]) > 12:
+            ticks[f"{tid} {st[0]}"] = int(st[1][11]) + int(st[1][12])
     return ticks
 
 
