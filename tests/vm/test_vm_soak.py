@@ -1,4 +1,4 @@
-"""A short soak of the daemon on a real 6.12 kernel with real udevd (one boot of ``hb2x2``).
+"""A short soak of the daemon on real 6.12 and 7.x kernels with real udevd (one boot of ``hb2x2`` each).
 
 bench/soak.py compresses a month into an hour on a recorded tree; this is the same kind of run
 where the events are the kernel's own. The guest starts ``udevadm monitor`` (the independent
@@ -168,7 +168,8 @@ def _udev_counts(text: str) -> Dict[str, int]:
     return out
 
 
-def test_a_short_soak_on_a_real_kernel(capsys: Any) -> None:
+@pytest.mark.parametrize("series", ["6.12", "7.x"])
+def test_a_short_soak_on_a_real_kernel(series: str, capsys: Any) -> None:
     t = TOPOLOGIES["hb2x2"]
     a = next(r for r in t.regions if r.window == 2)  # 1-way on cxl-vmem2, its own NUMA node
     script = (
@@ -179,7 +180,7 @@ def test_a_short_soak_on_a_real_kernel(capsys: Any) -> None:
         .replace("CYCLES_N", str(CYCLES))
         .replace("SCRAPES_N", str(SCRAPES))
     )
-    res = run_guest(t, script, kernel="6.12", timeout=900)
+    res = run_guest(t, script, kernel=series, timeout=900)
     out = str(res.outdir)
     log = _read(out, "daemon.log") if os.path.exists(os.path.join(out, "daemon.log")) else ""
     ctx = f"\n--- daemon.log ---\n{log[-5000:]}\n--- steps ---\n{_read(out, 'steps.log') if os.path.exists(os.path.join(out, 'steps.log')) else ''}"
@@ -229,7 +230,8 @@ def test_a_short_soak_on_a_real_kernel(capsys: Any) -> None:
     reconciles = {dict(lab)["result"]: int(v) for (n, lab), v in end.samples.items() if n == "cxlctl_reconciles_total"}
     series = sum(1 for ln in _read(out, "metrics-end.txt").splitlines() if ln and not ln.startswith("#"))
     lines: List[str] = [
-        f"boot {res.boot_seconds} s, wall {res.wall_seconds} s, {CYCLES} cycles in {t1 - t0:.1f} s of guest time",
+        f"{res.kernel.release}: boot {res.boot_seconds} s, wall {res.wall_seconds} s, {CYCLES} cycles in "
+        f"{t1 - t0:.1f} s of guest time",
         f"uevents: {n_events} sent by udev, {sum(daemon.values())} counted by the daemon ({udev})",
         f"RAS: {len(kernel)} cxl trace events by the kernel ({kinds}), {ras:.0f} counted by the daemon",
         f"reconciles: {reconciles}; drift repaired {end.get('cxlctl_drift_corrections_total'):.0f}/{CYCLES}; "
