@@ -228,14 +228,14 @@ def test_a_short_soak_on_a_real_kernel(series: str, capsys: Any) -> None:
     ticks = last["utime"] + last["stime"] - ps["ready"]["utime"] - ps["ready"]["stime"]
     n_events = sum(udev.values())
     reconciles = {dict(lab)["result"]: int(v) for (n, lab), v in end.samples.items() if n == "cxlctl_reconciles_total"}
-    series = sum(1 for ln in _read(out, "metrics-end.txt").splitlines() if ln and not ln.startswith("#"))
+    n_series = sum(1 for ln in _read(out, "metrics-end.txt").splitlines() if ln and not ln.startswith("#"))
     lines: List[str] = [
         f"{res.kernel.release}: boot {res.boot_seconds} s, wall {res.wall_seconds} s, {CYCLES} cycles in "
         f"{t1 - t0:.1f} s of guest time",
         f"uevents: {n_events} sent by udev, {sum(daemon.values())} counted by the daemon ({udev})",
         f"RAS: {len(kernel)} cxl trace events by the kernel ({kinds}), {ras:.0f} counted by the daemon",
         f"reconciles: {reconciles}; drift repaired {end.get('cxlctl_drift_corrections_total'):.0f}/{CYCLES}; "
-        f"settings written {len(sets)}; scrapes {CYCLES * SCRAPES + 1}; series at the end {series}",
+        f"settings written {len(sets)}; scrapes {CYCLES * SCRAPES + 1}; series at the end {n_series}",
         f"RSS ready {ps['ready']['VmRSS']:.0f} kB, after cycle 1 {warm['VmRSS']:.0f} kB, end {last['VmRSS']:.0f} kB "
         f"(+{growth:.0f} kB), peak {last['VmHWM']:.0f} kB; fds {warm['fds']:.0f} -> {last['fds']:.0f}; "
         f"threads {warm['Threads']:.0f} -> {last['Threads']:.0f}",
