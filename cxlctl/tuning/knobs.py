@@ -476,12 +476,12 @@ def read_current(host: Host, memcgs: Sequence[str] = ()) -> Current:
         # compared, mm/damon/paddr.c): a cgroup that hands the controller on (subtree_control)
         # holds no process of its own below the root (cgroup v2's no-internal-process rule)
         c = m.rstrip("/") or "/"
+        stat = paths.cgroup_file(c, "memory.stat")
         if not r.isdir(paths.CGROUP_DIR + c.rstrip("/")):
             groups[m] = "absent"
-        elif _read(paths.cgroup_file(c, "memory.stat")) is not None:
+        elif _read(stat) is not None:
             handed = _read(paths.cgroup_file(c, "cgroup.subtree_control")) or ""
             groups[m] = "parent" if c != "/" and "memory" in handed.split() else "memory"
         else:
-            why = unreadable.pop(paths.cgroup_file(c, "memory.stat"), "")
-            groups[m] = why or "no-memory"
+            groups[m] = unreadable.pop(stat, "") or "no-memory"
     return Current(values, wi, damon, caps, unreadable, groups)

@@ -580,11 +580,11 @@ def _memcg_refusals(memcg: str, state: Optional[str]) -> List[str]:
             f"(ENOMEM). Create it (or start the unit whose slice it is) with the memory controller on{tail}"
         ]
     if state == "no-memory":
-        parent = paths.CGROUP_DIR + (memcg.rstrip("/").rsplit("/", 1)[0] or "")
+        control = paths.cgroup_file(memcg.rstrip("/").rsplit("/", 1)[0], "cgroup.subtree_control")
         return [
             f'memcg "{memcg}" is a cgroup without the memory controller ({where} has no memory.stat), so '
             "DAMON's memcg filter cannot find it and the kernel would fail the kdamond's start (ENOMEM). "
-            f"Turn the controller on for it: echo +memory > {parent}/cgroup.subtree_control{tail}"
+            f"Turn the controller on for it: echo +memory > {control}{tail}"
         ]
     return [f'memcg "{memcg}": {state}; the plan cannot tell whether it is a memory cgroup{tail}']
 

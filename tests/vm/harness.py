@@ -561,11 +561,15 @@ def boot_deadline(timeout: float) -> float:
     there.  ``$CXLCTL_VM_BOOT_DEADLINE`` overrides; never more than half the
     run's own timeout, so a retry still fits.
     """
+    return max(1.0, min(_env_seconds("CXLCTL_VM_BOOT_DEADLINE", 240.0), timeout / 2))
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """``$name`` as seconds, ``default`` where it is unset or not a number."""
     try:
-        want = float(os.environ.get("CXLCTL_VM_BOOT_DEADLINE", "240"))
+        return float(os.environ.get(name, default))
     except ValueError:
-        want = 240.0
-    return max(1.0, min(want, timeout / 2))
+        return default
 
 
 #: how often the guest's runner touches ``harness/heartbeat`` (seconds of guest time)
@@ -583,11 +587,7 @@ def stall_after() -> float:
     the check's.  Default 240 s (a loaded 2-core machine with two guests has
     never delayed a 5 s beat by a minute); ``$CXLCTL_VM_STALL`` overrides.
     """
-    try:
-        want = float(os.environ.get("CXLCTL_VM_STALL", "240"))
-    except ValueError:
-        want = 240.0
-    return max(1.0, want)
+    return max(1.0, _env_seconds("CXLCTL_VM_STALL", 240.0))
 
 
 #: every boot that was retried in this process: "topology kernel attempt N/M: why" lines,
