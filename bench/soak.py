@@ -229,7 +229,7 @@ def soak(
         ok0 = 0
         for i in range(reconciles):
             if i == warm:
-                start = usage()
+                start = usage(looks=10)
                 state0 = _state_bytes(root)
                 r = resource.getrusage(resource.RUSAGE_SELF)
                 cpu0, t0 = r.ru_utime + r.ru_stime, time.monotonic()
@@ -292,7 +292,7 @@ def soak(
         r = resource.getrusage(resource.RUSAGE_SELF)
         cpu = r.ru_utime + r.ru_stime - cpu0
         wall = time.monotonic() - t0
-        end = usage()
+        end = usage(looks=10)
         received = sum(daemon.stats.events.values())
         assert daemon.ras is not None
         ras = daemon.ras.stats

@@ -77,8 +77,18 @@ wait_for() {  # $1 = timeout s, rest = command; polls every 0.05 s; prints secon
   awk -v a="$(now)" -v b="$t0" 'BEGIN{printf "%.3f\n", a-b}'
 }
 procstat() {  # $1 = label: RSS, threads, open fds, CPU ticks of the daemon
-  { echo "label $1"; echo "uptime $(now)"; grep -E '^(VmRSS|VmHWM|Threads)' /proc/$DPID/status
-    echo "fds $(ls /proc/$DPID/fd | wc -l)"
+  # fds and threads are the least of 10 looks over a second: a scrape's thread closes its socket
+  # just after the client has read the answer, and the drift check reads a file every second,
+  # so one look can count what is gone a moment later; a leak stays in every look
+  local fds=999999 thr=999999 n t i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    n=$(ls /proc/$DPID/fd | wc -l); t=$(awk '/^Threads:/{print $2}' /proc/$DPID/status)
+    [ "$n" -lt "$fds" ] && fds=$n && ls -l /proc/$DPID/fd > "$OUT/fds-$1.txt" 2>&1
+    [ "$t" -lt "$thr" ] && thr=$t
+    sleep 0.1
+  done
+  { echo "label $1"; echo "uptime $(now)"; grep -E '^(VmRSS|VmHWM)' /proc/$DPID/status
+    echo "Threads $thr"; echo "fds $fds"
     awk '{print "utime", $14; print "stime", $15}' /proc/$DPID/stat; } >> "$OUT/procstat.txt"
 }
 scrape() {  # $1 = label, $2 = count: GETs in one client process, the last answer kept
@@ -221,7 +231,8 @@ def test_a_short_soak_on_a_real_kernel(series: str, capsys: Any) -> None:
     # fds and threads flat, RSS from the end of the first (warm) cycle to the end under 2 MiB
     ps = procstat(_read(out, "procstat.txt"))
     warm, last = ps["cycle-1"], ps["end"]
-    assert warm["fds"] == last["fds"] and warm["Threads"] == last["Threads"], ps
+    fd_lists = f"\n--- fds after cycle 1 ---\n{_read(out, 'fds-cycle-1.txt')}\n--- fds at the end ---\n{_read(out, 'fds-end.txt')}"
+    assert warm["fds"] == last["fds"] and warm["Threads"] == last["Threads"], f"{ps}{fd_lists}"
     growth = last["VmRSS"] - warm["VmRSS"]
     assert growth < 2048, ps
     t0, t1 = (float(x) for x in _read(out, "cycles-time").split())
