@@ -7,7 +7,9 @@ mid-word, some trusted ``COLUMNS=0`` (rich then prints nothing at all).  Here:
 * :func:`width` -- ``COLUMNS`` when it is a positive ASCII number, else the terminal's
   width, else 80.  Zero, negative or garbage ``COLUMNS`` means 80, never 0.
 * :func:`fold_lines` / :func:`fold` / :func:`fold_text` -- fold on spaces only: names,
-  paths and flags are never broken (a word longer than the line stays whole).
+  paths and flags are never broken (a word longer than the line stays whole);
+  :func:`fold_command` -- a shell command folded between its words with `` \\`` continuations,
+  so the folded lines still copy and paste as the one command.
 * :func:`console` -- a rich console at :func:`width` that reads **no markup**: every
   string cxlctl hands it (a kernel value, a profile's reason, an error message holding
   ``[damon]``) is printed as it is.  Style goes through :func:`styled` (a
@@ -134,6 +136,53 @@ def fold(line: str, width: int, indent: Optional[str] = None) -> str:
         return line
     lead = " " * (len(line) - len(line.lstrip(" ")) + 2) if indent is None else indent
     return "\n".join(fold_lines(line, width, indent=lead) or [line])
+
+
+def shell_words(line: str) -> List[str]:
+    """The words of a shell command line, each as written (its quotes kept): a split at every
+    blank outside quotes.  ``shlex.split`` would unquote them, and a quoted ``'K=v'`` is no
+    longer an assignment."""
+    words: List[str] = []
+    cur: List[str] = []
+    quote = ""
+    escaped = False
+    for ch in line:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in " \t":
+            if cur:
+                words.append("".join(cur))
+                cur = []
+            continue
+        cur.append(ch)
+    if cur:
+        words.append("".join(cur))
+    return words
+
+
+def fold_command(line: str, width: int, first: str = "", indent: str = "") -> List[str]:
+    """A shell command line folded at ``width`` between its words, each line but the last ending
+    in `` \\`` (a continuation: the lines copied together are the same command).  A word is
+    never broken: one longer than the line stays whole on a line of its own."""
+    if len(first) + len(line) <= width:
+        return [first + line]
+    lines: List[str] = []
+    cur = first
+    fresh = True  # nothing on cur yet but its lead
+    for word in shell_words(line):
+        if not fresh and len(cur) + 1 + len(word) + 2 > width:
+            lines.append(cur + " \\")
+            cur, fresh = indent + word, False
+        else:
+            cur, fresh = (cur + word if fresh else cur + " " + word), False
+    lines.append(cur)
+    return lines
 
 
 def fold_text(text: Cell, width: int) -> List[Text]:

@@ -124,6 +124,36 @@ def test_fold_never_splits_a_path() -> None:
     assert lines[-1].plain == path and all(x.style == "red" for x in lines)
 
 
+def test_a_command_folds_between_its_words_and_bash_reads_the_same_command() -> None:
+    """``fold_command``: a quoted word (an assignment, a ``sh -c`` script, an escaped quote) is one
+    word; the folded lines end in `` \\``, and bash reads them as the unfolded line at every width."""
+    import subprocess
+
+    from cxlctl.term import fold_command, shell_words
+
+    line = (
+        "CXLCTL_POLICY='mode=bind nodes=0 cpunodes=0' A=\"x y\" numactl --membind=0 -- "
+        "sh -c 'exec vllm serve m --name '\"'\"'it'\"'\"'s' b\\ c --tp 2"
+    )
+    words = shell_words(line)
+    assert words[:3] == ["CXLCTL_POLICY='mode=bind nodes=0 cpunodes=0'", 'A="x y"', "numactl"]
+    assert words[-6:] == ["sh", "-c", "'exec vllm serve m --name '\"'\"'it'\"'\"'s'", "b\\ c", "--tp", "2"]
+
+    def bash(text: str) -> List[str]:
+        p = subprocess.run(["bash", "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True)
+        return p.stdout.split("\0")[:-1]
+
+    want = bash(line)
+    assert fold_command(line, len(line) + 6, "cmd:  ") == ["cmd:  " + line]
+    for width in range(20, len(line) + 6):
+        lines = fold_command(line, width, "cmd:  ", " " * 8)
+        assert all(x.endswith(" \\") for x in lines[:-1]) and not lines[-1].endswith("\\"), lines
+        assert bash("\n".join(x[len("cmd:") :] for x in lines)) == want, (width, lines)
+        for x in lines:  # over the width only a word that is longer on its own
+            body = x[len("cmd:  ") :] if x.startswith("cmd:") else x.strip()
+            assert len(x) <= width or len(shell_words(body.rstrip(" \\"))) == 1, (width, lines)
+
+
 def test_fold_keeps_a_number_with_its_unit() -> None:
     """A size, a share or a rate is one value: ``+0 B``, ``95.04 MiB``, ``5 %``, ``16000 MB/s`` stay
     on one line (tune reclaim's report split ``+0`` from ``B`` at 80 columns); a word that only

@@ -18,6 +18,7 @@ from cxlctl.cli import run
 from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
+from cxlctl.term import shell_words
 from tests.kit import cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, dry, write_status
 
@@ -617,20 +618,59 @@ def test_parse_numa_maps_policies() -> None:
     assert parse_policy("what:0") is None
 
 
-def test_dry_run_prose_fits_80_columns_and_commands_stay_whole(region: str, capsys: Any, monkeypatch: Any) -> None:
-    """Notes, warnings and checks are folded at 80 columns (a pipe); argv/env/numactl lines are
-    never folded, so they can be copied; a wider COLUMNS is used."""
-    monkeypatch.setenv("COLUMNS", "80")
+def _commands(lines: List[str]) -> Dict[str, List[str]]:
+    """The dry run's argv/env/numactl commands as printed: each its lines, continuations included."""
+    out: Dict[str, List[str]] = {}
+    cur: List[str] = []
+    for x in lines:
+        if x.startswith(("argv:", "env:", "numactl:")):
+            cur = out.setdefault(x.split(":", 1)[0], [])
+            cur.append(x)
+        elif cur and cur[-1].endswith(" \\"):
+            cur.append(x)
+        else:
+            cur = []
+    return out
+
+
+def _bash_words(text: str) -> List[str]:
+    """The words bash reads in ``text`` (a command line, continuations included)."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash", path=os.defpath + ":/usr/bin:/bin") or "/bin/bash"  # the test empties PATH
+    p = subprocess.run([bash, "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True)
+    return p.stdout.split("\0")[:-1]
+
+
+def test_dry_run_prose_fits_80_columns_and_commands_fold_between_words(
+    region: str, capsys: Any, monkeypatch: Any
+) -> None:
+    """Notes, warnings and checks are folded at 80 columns (a pipe); the argv/env/numactl command
+    lines are folded between shell words with `` \\`` continuations, so copied together they are
+    the same command (bash reads the same words); a word is never split; a wider COLUMNS is used."""
+    monkeypatch.setenv("COLUMNS", "400")
     monkeypatch.setenv("PATH", "/nonexistent")  # vLLM not found: its long warning
+    args = ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "./Llama-3.1-8B-Instruct"]
+    args += ["--kv-offloading-size", "238", "--kv-offloading-backend", "native", "--served-model-name", "it's"]
     capsys.readouterr()
-    run(["--root", region, "launch", "vllm", "--dry-run", "--", "vllm", "serve", "m"])
+    run(args)
+    wide = capsys.readouterr().out.splitlines()
+    monkeypatch.setenv("COLUMNS", "80")
+    run(args)
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert any(x.startswith("warning: vLLM not found") for x in lines)
-    numactl = [x for x in lines if x.startswith("numactl:")]
-    assert numactl and len(numactl[0]) > 80 and numactl[0].endswith("-- vllm vllm serve m")
-    assert all(len(x) <= 80 for x in lines if not x.startswith(("numactl:", "env:", "argv:"))), out
-    monkeypatch.setenv("COLUMNS", "200")
-    run(["--root", region, "launch", "vllm", "--dry-run", "--", "vllm", "serve", "m"])
-    wide = capsys.readouterr().out.splitlines()
+    narrow, whole = _commands(lines), _commands(wide)
+    assert len(narrow["numactl"]) > 1 and len(whole["numactl"]) == 1, out
+    for label, folded in narrow.items():
+        (one,) = whole[label]
+        text = "\n".join(x[len(label) + 1 :] for x in folded)
+        assert _bash_words(text) == _bash_words(one[len(label) + 1 :]), (folded, one)
+        # each line fits, but for a word longer than the line on its own (the quoted CXLCTL_POLICY=)
+        for x in folded:
+            body = x.split(":", 1)[1] if x.startswith(label + ":") else x
+            assert len(x) <= 80 or len(shell_words(body.rstrip(" \\"))) == 1, folded
+    assert narrow["numactl"][-1].endswith("--served-model-name 'it'\"'\"'s'"), narrow
+    assert all(len(x) <= 80 for x in lines if not x.startswith(("numactl:", "env:", "argv:", " "))), out
     assert len(wide) < len(lines) and max(len(x) for x in wide) > 100

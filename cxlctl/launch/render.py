@@ -2,9 +2,10 @@
 real launch writes on stderr), and ``policy show``'s report.
 
 Moved out of the CLI so ``cxlctl.cli.launch`` only parses, calls and emits.  Prose is folded
-with :mod:`cxlctl.term` at the terminal's width (80 for a pipe); command lines stay whole so
-they can be copied.  ``policy show`` prints through a console that reads no markup: a
-process name holding ``[…]`` prints as it is.
+with :mod:`cxlctl.term` at the terminal's width (80 for a pipe); command lines are folded
+between their words with `` \\`` continuations, so they still copy and paste as one
+command.  ``policy show`` prints through a console that reads no markup: a process name
+holding ``[…]`` prints as it is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any, Dict, List, TextIO, Tuple
 
-from cxlctl.term import fold_lines, isatty, join, styled
+from cxlctl.term import fold_command, fold_lines, isatty, join, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,8 +79,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     return out
 
 
-# lines that are commands to copy and paste: never wrapped
-_VERBATIM = ("argv", "env", "numactl")
+# lines that are commands to copy and paste: folded between shell words, with `` \`` continuations
+_COMMANDS = ("argv", "env", "numactl")
 
 
 def _width(f: TextIO) -> int:
@@ -99,7 +100,8 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
     """Dry run: the whole plan and every check on stdout.  Real launch: a short account on stderr.
 
     Prose (notes, warnings, checks and their fixes) is folded at the terminal's width, 80 for a
-    pipe; the command lines (argv, env, numactl) stay whole so they can be copied.  The real
+    pipe; the command lines (argv, env, numactl) are folded between their words with `` \\``
+    continuations, so the lines copied together are still the one command.  The real
     launch's account on stderr is folded only on a terminal: under systemd it is journal records."""
     w = f.write
     width = _width(f)
@@ -110,7 +112,10 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         prev = ""
         for label, text in _lines(lp):
             head = f"{(label + ':') if label != prev else '':9} "
-            w(f"{head}{text}\n" if label in _VERBATIM else _wrapped(head, text, width, " " * 12))
+            if label in _COMMANDS:
+                w("\n".join(fold_command(text, width, head, " " * 12)) + "\n")
+            else:
+                w(_wrapped(head, text, width, " " * 12))
             prev = label
         if lp.checks:
             w("checks:\n")
