@@ -172,15 +172,17 @@ def fold_command(line: str, width: int, first: str = "", indent: str = "") -> Li
     never broken: one longer than the line stays whole on a line of its own."""
     if len(first) + len(line) <= width:
         return [first + line]
+    words = shell_words(line)
+    if not words:
+        return [first + line]
     lines: List[str] = []
-    cur = first
-    fresh = True  # nothing on cur yet but its lead
-    for word in shell_words(line):
-        if not fresh and len(cur) + 1 + len(word) + 2 > width:
+    cur = first + words[0]
+    for word in words[1:]:
+        if len(cur) + 1 + len(word) + 2 > width:  # the word, its space, and the " \\" it would need
             lines.append(cur + " \\")
-            cur, fresh = indent + word, False
+            cur = indent + word
         else:
-            cur, fresh = (cur + word if fresh else cur + " " + word), False
+            cur += " " + word
     lines.append(cur)
     return lines
 

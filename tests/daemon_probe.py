@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Union
 
 
 def scrape(addr: Any, timeout: float = 10.0) -> bytes:
@@ -21,25 +21,33 @@ def scrape(addr: Any, timeout: float = 10.0) -> bytes:
             data += chunk
 
 
+def _look(pid: Union[int, str]) -> Dict[str, int]:
+    """One look at ``pid``'s open fds, threads and RSS (KiB)."""
+    out = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k == "Threads":
+                out["threads"] = int(v)
+            elif k == "VmRSS":
+                out["rss_kib"] = int(v.split()[0])
+    return out
+
+
 def usage(pid: Union[int, str] = "self", looks: int = 1) -> Dict[str, int]:
     """Open fds, threads and RSS (KiB) of process ``pid`` (default: this one).
 
     With ``looks`` > 1, fds and threads are the least of that many looks 50 ms apart: a metrics
     thread closes its socket just after the client has read the answer, so one look can count a
     connection that is gone a moment later, while a leak stays in every look."""
-    out: Dict[str, int] = {}
+    seen: List[Dict[str, int]] = []
     for i in range(max(1, looks)):
         if i:
             time.sleep(0.05)
-        now = {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k == "Threads":
-                    now["threads"] = int(v)
-                elif k == "VmRSS":
-                    now["rss_kib"] = int(v.split()[0])
-        out = now if not out else {k: (min(out[k], v) if k in ("fds", "threads") else v) for k, v in now.items()}
+        seen.append(_look(pid))
+    out = dict(seen[-1])  # RSS as last seen
+    for k in ("fds", "threads"):
+        out[k] = min(x[k] for x in seen)
     return out
 
 

@@ -137,3 +137,12 @@ def status_json(root: str) -> Dict[str, Any]:
     data = json.loads(cli("--root", root, "status", "--json", check=True).stdout)
     assert isinstance(data, dict)
     return data
+
+
+def bash_words(text: str) -> List[str]:
+    """The words bash reads in the command line ``text`` (continuation lines included): how a test
+    proves that a line cxlctl printed, folded or not, is the command it means.  Bash is looked up
+    on the system's own path, as a test may have emptied ``PATH``."""
+    bash = shutil.which("bash", path=os.defpath + ":/usr/bin:/bin") or "/bin/bash"
+    p = subprocess.run([bash, "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True)
+    return p.stdout.split("\0")[:-1]

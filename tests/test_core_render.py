@@ -15,7 +15,7 @@ from typing import Any, List
 import pytest
 
 from cxlctl.hostio.host import Host
-from tests.kit import FIXTURES, cli
+from tests.kit import FIXTURES, bash_words, cli
 from tests.tune_support import work_copy
 
 REGION = "linux-6.12/single-region"
@@ -127,8 +127,6 @@ def test_fold_never_splits_a_path() -> None:
 def test_a_command_folds_between_its_words_and_bash_reads_the_same_command() -> None:
     """``fold_command``: a quoted word (an assignment, a ``sh -c`` script, an escaped quote) is one
     word; the folded lines end in `` \\``, and bash reads them as the unfolded line at every width."""
-    import subprocess
-
     from cxlctl.term import fold_command, shell_words
 
     line = (
@@ -139,16 +137,12 @@ def test_a_command_folds_between_its_words_and_bash_reads_the_same_command() -> 
     assert words[:3] == ["CXLCTL_POLICY='mode=bind nodes=0 cpunodes=0'", 'A="x y"', "numactl"]
     assert words[-6:] == ["sh", "-c", "'exec vllm serve m --name '\"'\"'it'\"'\"'s'", "b\\ c", "--tp", "2"]
 
-    def bash(text: str) -> List[str]:
-        p = subprocess.run(["bash", "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True)
-        return p.stdout.split("\0")[:-1]
-
-    want = bash(line)
+    want = bash_words(line)
     assert fold_command(line, len(line) + 6, "cmd:  ") == ["cmd:  " + line]
     for width in range(20, len(line) + 6):
         lines = fold_command(line, width, "cmd:  ", " " * 8)
         assert all(x.endswith(" \\") for x in lines[:-1]) and not lines[-1].endswith("\\"), lines
-        assert bash("\n".join(x[len("cmd:") :] for x in lines)) == want, (width, lines)
+        assert bash_words("\n".join(x[len("cmd:") :] for x in lines)) == want, (width, lines)
         for x in lines:  # over the width only a word that is longer on its own
             body = x[len("cmd:  ") :] if x.startswith("cmd:") else x.strip()
             assert len(x) <= width or len(shell_words(body.rstrip(" \\"))) == 1, (width, lines)

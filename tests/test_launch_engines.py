@@ -19,7 +19,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.launch.kvsize import gib, model_kv
 from cxlctl.numa_maps import parse_mappings, parse_policy
 from cxlctl.term import shell_words
-from tests.kit import cli, copy_fixture, fixture_roots
+from tests.kit import bash_words, cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, dry, write_status
 
 GIB = 1 << 30
@@ -633,16 +633,6 @@ def _commands(lines: List[str]) -> Dict[str, List[str]]:
     return out
 
 
-def _bash_words(text: str) -> List[str]:
-    """The words bash reads in ``text`` (a command line, continuations included)."""
-    import shutil
-    import subprocess
-
-    bash = shutil.which("bash", path=os.defpath + ":/usr/bin:/bin") or "/bin/bash"  # the test empties PATH
-    p = subprocess.run([bash, "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True)
-    return p.stdout.split("\0")[:-1]
-
-
 def test_dry_run_prose_fits_80_columns_and_commands_fold_between_words(
     region: str, capsys: Any, monkeypatch: Any
 ) -> None:
@@ -666,7 +656,7 @@ def test_dry_run_prose_fits_80_columns_and_commands_fold_between_words(
     for label, folded in narrow.items():
         (one,) = whole[label]
         text = "\n".join(x[len(label) + 1 :] for x in folded)
-        assert _bash_words(text) == _bash_words(one[len(label) + 1 :]), (folded, one)
+        assert bash_words(text) == bash_words(one[len(label) + 1 :]), (folded, one)
         # each line fits, but for a word longer than the line on its own (the quoted CXLCTL_POLICY=)
         for x in folded:
             body = x.split(":", 1)[1] if x.startswith(label + ":") else x
