@@ -72,6 +72,9 @@ MIN_SLAB_RATIO = "/proc/sys/vm/min_slab_ratio"
 SELF_STATUS = "/proc/self/status"
 SELF_CGROUP = "/proc/self/cgroup"
 PROC_VMSTAT = "/proc/vmstat"
+#: reading it (root only) folds every CPU's pending counter deltas into the totals that
+#: /proc/vmstat and nodeN/vmstat show (Documentation/admin-guide/sysctl/vm.rst, stat_refresh)
+VM_STAT_REFRESH = "/proc/sys/vm/stat_refresh"
 UPTIME = "/proc/uptime"
 
 #: The knob registry: every setting ``tune`` may change (name, path), in the tuning engine's

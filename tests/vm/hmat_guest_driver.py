@@ -78,6 +78,7 @@ def launched(label: str, nodes: str) -> None:
 
 
 def counters(label: str) -> None:
+    get("/proc/sys/vm/stat_refresh")  # the per-CPU deltas folded first, as tune reclaim does
     copy("/proc/vmstat", f"{label}.vmstat")
     copy("/sys/devices/system/node/node0/vmstat", f"{label}.node0.vmstat")
     copy("/sys/devices/system/node/node0/meminfo", f"{label}.node0.meminfo")
