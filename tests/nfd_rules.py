@@ -53,7 +53,21 @@ _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 CRD_GROUP = "nfd.k8s-sigs.io"
 CRD_VERSION = "v1alpha1"
-MATCH_OPS = ["In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Ge", "Lt", "Le", "GtLt", "GeLe", "IsTrue", "IsFalse"]
+MATCH_OPS = [
+    "In",
+    "NotIn",
+    "InRegexp",
+    "Exists",
+    "DoesNotExist",
+    "Gt",
+    "Ge",
+    "Lt",
+    "Le",
+    "GtLt",
+    "GeLe",
+    "IsTrue",
+    "IsFalse",
+]
 _STRINGS: Dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
 _EXPR: Dict[str, Any] = {
     "type": "object",

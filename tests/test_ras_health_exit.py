@@ -81,17 +81,3 @@ def test_no_device_data_says_what_was_looked_for_and_how_to_get_it(capsys: Any, 
         text = " ".join(out.split())
         assert text.count("health: no device data: looked for") == 4
     assert "`cxl list -M -H` (ndctl)" in text and "run `sudo cxlctl health` on the host" in text
-
-
-def test_no_ndctl_on_a_live_host_says_why(monkeypatch: Any) -> None:
-    """On the host, ndctl that cannot run: the reason and its fix, as the tool runner words them."""
-    from cxlctl.hostio import tools
-    from cxlctl.hostio.host import Host
-
-    def missing(*args: Any, **kw: Any) -> Any:
-        raise tools.ToolError("missing", "cxl", "cxl is not installed", hint="install ndctl")
-
-    monkeypatch.setattr(tools, "cxl_list", missing)
-    health, _, _, why = hmod._ndctl_health(Host("/"), ["mem0"])
-    assert health == {}
-    assert why.startswith("looked for the device's health log") and "cxl is not installed; fix: install ndctl" in why

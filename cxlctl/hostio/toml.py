@@ -126,7 +126,9 @@ def key_lines(text: str) -> Dict[str, int]:
     import re
 
     header = re.compile(r"^\s*\[\s*([^\[\]#]+?)\s*\]")
-    key = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=")
+    key = re.compile(
+        r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*="
+    )
     out: Dict[str, int] = {}
     table = ""
     open_ml = ""  # the delimiter of a multi-line string being skipped

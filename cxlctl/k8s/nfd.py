@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
@@ -57,7 +57,7 @@ def _mib(n: int) -> str:
     return str(n >> 20)
 
 
-def tier_ranks(tiers: "set[int]") -> Dict[int, int]:
+def tier_ranks(tiers: Set[int]) -> Dict[int, int]:
     """Kernel memory tier id → rank among ``tiers`` (1 = the fastest), for label keys a fleet shares.
 
     Why not the id itself: the kernel names a tier by its abstract distance,
