@@ -72,7 +72,7 @@ def _check(asked: FrozenSet[str], have: Sequence[str], what: str, option: str) -
     known = ", ".join(have) if have else "none"
     raise UsageError(
         f"{option}: no {what} {', '.join(missing)} on this host ({what}s: {known})",
-        hint="see them with `cxlctl status`",
+        hint=f"give one of the {what}s named above",
     )
 
 
