@@ -290,8 +290,8 @@ def test_cxl_in_dram_tier_says_why() -> None:
     nodes = tuple(n._replace(tier=tiers[0].id) for n in f.inv.nodes)
     g = f._replace(inv=f.inv._replace(tiers=tiers, nodes=nodes), acpi_tables=("CEDT", "SRAT"))
     c = one(devices.check_tiers(g), "devices.tiers")
-    assert c.result == "warn" and "share a memory tier with DRAM" in c.message
-    assert "no HMAT table" in c.message
+    assert c.result == "warn" and "shares memory_tier" in c.message and "with DRAM" in c.message
+    assert "kmem onlined it" in c.message  # dax0.0 is kmem's: the figures are the cause, not a missing HMAT
     assert c.evidence[0].source.endswith("/nodelist")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import List
 
+from cxlctl.derive import DEFAULT_DAX_TIER, cxl_in_dram_tier_why, default_tier_nodes
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.model import DaxDevice
@@ -325,6 +326,22 @@ def check_tiers(f: Facts) -> List[Check]:
                 (Evidence(paths.TIER_DIR, "absent"),),
             )
         ]
+    collapsed = default_tier_nodes(cxl)
+    out: List[Check] = []
+    if len(collapsed) > 1:
+        out.append(
+            Check(
+                D,
+                "devices.tiers.default",
+                WARN,
+                f"CXL nodes {', '.join(map(str, collapsed))} all sit in memory_tier{DEFAULT_DAX_TIER}, the tier kmem "
+                "gives memory without performance figures (MEMTIER_DEFAULT_DAX_ADISTANCE): the kernel cannot tell "
+                "them apart, so it never moves pages between a fast and a slow one",
+                ev,
+                "enable HMAT in the BIOS with generic port entries for the CXL host bridges (the devices' CDAT "
+                "then gives each node its own tier); until then place memory per node explicitly (cxlctl launch)",
+            )
+        )
     if not same:
         return [
             Check(
@@ -334,28 +351,20 @@ def check_tiers(f: Facts) -> List[Check]:
                 f"CXL node(s) {format_nodelist(n.id for n in cxl)} are in a lower tier than DRAM: demotion and promotion can move pages",
                 ev,
             )
-        ]
-    why = []
-    hmat = f.acpi_tables is not None and any(t.startswith("HMAT") for t in f.acpi_tables)
-    if not hmat:
-        why.append("no HMAT table (no firmware performance data for DRAM or CXL)")
-    for n in same:
-        regs = [inv.region(r) for r in n.regions]
-        if regs and all(r is not None and r.access0 is None and r.access1 is None for r in regs):
-            why.append(
-                f"node {n.id}'s region(s) {', '.join(n.regions)} have no access0/access1 coordinates (no CDAT from the device)"
-            )
+        ] + out
+    kmem = {d.target_node for d in inv.dax_devices if d.driver == "kmem"}
     return [
         Check(
             D,
             "devices.tiers",
             WARN,
-            f"CXL node(s) {format_nodelist(n.id for n in same)} share a memory tier with DRAM: demotion and NUMA-balancing promotion cannot move pages between them"
-            + ("; why: " + "; ".join(why) if why else ""),
+            "; ".join(cxl_in_dram_tier_why(n, n.id in kmem) for n in same),
             ev,
-            "place memory explicitly (weighted interleave or binding: cxlctl tune recommend, cxlctl launch); enable HMAT in the BIOS",
+            "place memory explicitly (weighted interleave or binding: cxlctl tune recommend, cxlctl launch); for "
+            "boot-time System RAM, have the firmware mark CXL memory Soft Reserved (EFI_MEMORY_SP, often a BIOS "
+            "option for CXL memory as special purpose) and drop efi=nosoftreserve, so kmem onlines it",
         )
-    ]
+    ] + out
 
 
 def checks(f: Facts) -> List[Check]:
