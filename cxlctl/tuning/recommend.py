@@ -107,7 +107,8 @@ def _tiering_engine(
     if profile == "inference-capacity":
         reasons.append(
             f"this kernel has DAMON's migrate_hot/migrate_cold ({how}): DAMON tiering (inference-damon) moves pages "
-            "without NUMA balancing's hint faults on every scanned page, and demotes before reclaim has to"
+            "without NUMA balancing's hint faults (in tiering mode those fall on the scanned pages that sit on CXL: "
+            "change_pte_range skips pages on top-tier nodes), and demotes before reclaim has to"
         )
         return "inference-damon", [("inference-capacity", "NUMA-balancing tiering instead of DAMON")] + alts
     when = (
@@ -119,6 +120,7 @@ def _tiering_engine(
     alts = [a for a in alts if a[0] != "inference-capacity"]
     reasons.append(
         "tiering engine, where tiering is wanted: DAMON (inference-damon) rather than NUMA balancing, since this "
-        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults, and cold pages leave DRAM before reclaim"
+        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults on the CXL pages it samples, and cold pages "
+        "leave DRAM before reclaim"
     )
     return profile, [("inference-damon", when)] + alts
