@@ -19,6 +19,7 @@ from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.model import DaxDevice
 from cxlctl.parse import format_nodelist, format_size
+from cxlctl.regions.dax import auto_online_zone
 from cxlctl.regions.planner import Request, plan_all, ram_region_support
 
 from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
@@ -250,13 +251,23 @@ def check_auto_online(f: Facts) -> List[Check]:
                 f"echo online > {paths.AUTO_ONLINE} if the engine pins host memory",
             )
         ]
+    zone = auto_online_zone(f.host)
+    where = {
+        "normal": "in ZONE_NORMAL",
+        "movable": "in ZONE_MOVABLE (movable_node)",
+        "either": "in ZONE_MOVABLE or ZONE_NORMAL, as memory_hotplug's auto-movable ratio allows at the time",
+    }.get(zone or "", "")
     return [
         Check(
             D,
             "devices.auto-online",
-            OK,
-            f"auto_online_blocks={v}: the kernel onlines new memory itself (daxctl --no-online refuses; cxlctl holds it back while it onlines)",
+            OK if zone != "movable" else NOTE,
+            f"auto_online_blocks={v}: the kernel onlines a new CXL node's memory itself"
+            + (f" {where} (zone_for_pfn_range)" if where else "")
+            + "; daxctl reconfigure-device refuses while it is set for a movable onlining (its default) or --no-online, "
+            "unless --force; cxlctl holds the policy back while it onlines in another zone",
             ev,
+            f"echo online_kernel > {paths.AUTO_ONLINE} if the engine pins host memory" if zone == "movable" else "",
         )
     ]
 

@@ -235,7 +235,8 @@ CMDLINE: Dict[str, Tuple[Result, str, str]] = {
     ),
     "movable_node": (
         NOTE,
-        "hot-pluggable memory named by SRAT is onlined ZONE_MOVABLE: pinned buffers cannot stay on it",
+        "memory hot-added later (a new CXL region) that the kernel onlines with auto_online_blocks=online goes to "
+        "ZONE_MOVABLE (default_zone_for_pfn), as does hot-pluggable memory named by SRAT: pinned buffers cannot stay on it",
         "drop movable_node unless hot-unplug is needed",
     ),
 }
