@@ -345,6 +345,10 @@ def test_tools_from_the_injected_runner() -> None:
     old = services.check_tools(gather(Host(R612), runner=runner({"cxl version": (0, "76.1\n")})))
     c = one(old, "tools.cxl")
     assert c.result == "note" and "cannot create RAM regions" in c.message and c.evidence[0].value == "76.1"
+    assert "ndctl 77+" in c.message
+    # v77 has them (the for-77/ram-regions merge is in ndctl's v77 tag)
+    v77 = services.check_tools(gather(Host(R612), runner=runner({"cxl version": (0, "77\n")})))
+    assert one(v77, "tools.cxl").result == "ok"
 
 
 @pytest.mark.parametrize(
