@@ -295,6 +295,21 @@ def test_cxl_in_dram_tier_says_why() -> None:
     assert c.evidence[0].source.endswith("/nodelist")
 
 
+def test_memmap_on_memory_is_assessed(tmp_path: object) -> None:
+    """dax0.0 has memmap_on_memory=1 (dax_cxl sets it); kmem then asks for MHP_MEMMAP_ON_MEMORY, which
+    add_memory_resource honours only with memory_hotplug.memmap_on_memory on: then the struct pages
+    of the CXL node live on CXL (issue 34 row 9)."""
+    assert read(R612, "/sys/bus/dax/devices/dax0.0/memmap_on_memory").strip() == "1"
+    assert not [c for c in doc(R612)[1] if c.id.endswith(".memmap")]  # parameter not recorded: not judged
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
+    edit(root, "/sys/module/memory_hotplug/parameters/memmap_on_memory", "N\n")
+    assert not [c for c in doc(root)[1] if c.id.endswith(".memmap")]
+    edit(root, "/sys/module/memory_hotplug/parameters/memmap_on_memory", "Y\n")
+    c = one(doc(root)[1], "devices.dax.dax0.0.memmap")
+    assert c.result == "note" and "struct pages" in c.message and "8 MiB of its 512 MiB" in c.message
+    assert "add_memory_resource" in c.message and "EBUSY" in c.fix
+
+
 def test_udev_rules_that_fight(tmp_path: object) -> None:
     root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
     edit(root, "/etc/daxctl.conf.d/cxl.conf", "[reconfigure-device cxl0]\nnvdimm.uuid=x\nmode = system-ram\n")

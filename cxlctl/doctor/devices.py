@@ -12,7 +12,7 @@ HMAT/CDAT).
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from cxlctl.derive import DEFAULT_DAX_TIER, cxl_in_dram_tier_why, default_tier_nodes
 from cxlctl.errors import CxlctlError
@@ -213,7 +213,39 @@ def check_dax(f: Facts) -> List[Check]:
                     (_blocks_ev(d),),
                 )
             )
+        memmap = _memmap_on_cxl(f, d)
+        if memmap is not None:
+            out.append(memmap)
     return out
+
+
+def _memmap_on_cxl(f: Facts, d: DaxDevice) -> Optional[Check]:
+    """A note when a kmem device's struct pages live on its own CXL memory.
+
+    kmem asks for MHP_MEMMAP_ON_MEMORY when the device's ``memmap_on_memory`` is set (dax_cxl sets it
+    for every CXL RAM region), and ``add_memory_resource`` then takes each memory block's memmap
+    from the block itself (an altmap) where ``mhp_supports_memmap_on_memory`` allows it, which needs
+    ``memory_hotplug.memmap_on_memory`` on (Y or force; off by default).  Judged only when that
+    parameter is readable."""
+    if d.mode != "system-ram" or not d.memmap_on_memory:
+        return None
+    param = f.host.reader.text(paths.MEMMAP_ON_MEMORY)
+    if param not in ("Y", "force"):
+        return None
+    per = f": {format_size(d.size // 64)} of its {format_size(d.size)}" if d.size else ""
+    return Check(
+        D,
+        f"devices.dax.{d.name}.memmap",
+        NOTE,
+        f"{d.name}'s struct pages (64 bytes per 4 KiB page{per}) live on the CXL memory itself "
+        "(memmap_on_memory: MHP_MEMMAP_ON_MEMORY, add_memory_resource): every page-metadata access for node "
+        f"{d.target_node} (LRU, refcounts, migration, DAMON's access checks) goes to CXL, and that part of it is "
+        "not usable memory",
+        (Evidence(_dax(d.name, "memmap_on_memory"), "1"), Evidence(paths.MEMMAP_ON_MEMORY, param)),
+        "keep it if DRAM is scarce; for the memmap in DRAM: boot without memory_hotplug.memmap_on_memory, or write 0 "
+        f"to {_dax(d.name, 'memmap_on_memory')} while kmem does not hold the device (the kernel refuses with EBUSY "
+        f"then: cxlctl dax reconfigure {d.name} --mode devdax first) and reconfigure it to system-ram again",
+    )
 
 
 def check_auto_online(f: Facts) -> List[Check]:
