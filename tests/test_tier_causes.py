@@ -16,6 +16,9 @@ import shutil
 from cxlctl.doctor import devices, kernel
 from cxlctl.doctor.gather import gather
 from cxlctl.hostio.host import Host
+from cxlctl.inventory import scan
+from cxlctl.tuning.knobs import read_current
+from cxlctl.tuning.recommend import recommend
 from tests.kit import FIXTURES, copy_fixture, status_json
 
 TIERS = "/sys/devices/virtual/memory_tiering"
@@ -63,6 +66,9 @@ def test_cxl_in_dram_tier_names_the_real_cause(tmp_path: object) -> None:
     assert c.result == "warn" and "kmem onlined it" in c.message and "efi=nosoftreserve" in c.fix
     hmat = [c for c in kernel.check_acpi(f) if c.id == "firmware.hmat"][0]
     assert hmat.result == "note" and "enable HMAT" not in hmat.fix
+    rec = recommend(scan(Host(root)), read_current(Host(root)))
+    text = " ".join(rec.reasons)
+    assert "share memory_tier4 with DRAM" in text and "no HMAT" not in text and "boot-time System RAM" in text
 
 
 def test_cxl_in_dram_tier_without_kmem_is_boot_time_ram(tmp_path: object) -> None:

@@ -50,9 +50,9 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     if shared:
         tiers = ", ".join(sorted({f"memory_tier{n.tier}" for n in shared}))
         reasons.append(
-            f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM: the kernel got no HMAT/CDAT "
-            "performance data to rank them, so demotion and NUMA-balancing promotion cannot move pages between DRAM "
-            "and CXL — tiering (inference-capacity) cannot work here"
+            f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM (boot-time System RAM, or "
+            "HMAT/CDAT figures as good as DRAM's: `cxlctl status` says which), so demotion and NUMA-balancing "
+            "promotion cannot move pages between DRAM and CXL — tiering (inference-capacity) cannot work here"
         )
         reasons.append("explicit placement still works: weighted interleave over DRAM and CXL")
         if not wi:
