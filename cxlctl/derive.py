@@ -210,7 +210,9 @@ def _cxl_warnings(inv: Inventory, cxl: Sequence[Node], dram: Sequence[Node]) -> 
     kmem_nodes = {d.target_node for d in inv.dax_devices if d.driver == "kmem"}
     for n in cxl:
         if n.tier is not None and n.tier in dram_tiers:
-            out.append(Warning_("cxl-in-dram-tier", "warning", cxl_in_dram_tier_why(n, n.id in kmem_nodes), f"node{n.id}"))
+            out.append(
+                Warning_("cxl-in-dram-tier", "warning", cxl_in_dram_tier_why(n, n.id in kmem_nodes), f"node{n.id}")
+            )
     collapsed = default_tier_nodes(cxl)
     if len(collapsed) > 1:
         out.append(

@@ -78,7 +78,9 @@ def test_auto_online_zone_on_edited_trees(tmp_path: Any) -> None:
     assert dax.auto_online_zone(Host(root)) == "normal" and not dax.needs_hold(Host(root), "system-ram", "normal")
     _edit(root, "/proc/cmdline", cmdline + " movable_node")
     assert dax.auto_online_zone(Host(root)) == "movable"
-    assert dax.needs_hold(Host(root), "system-ram", "normal") and not dax.needs_hold(Host(root), "system-ram", "movable")
+    assert dax.needs_hold(Host(root), "system-ram", "normal") and not dax.needs_hold(
+        Host(root), "system-ram", "movable"
+    )
     _edit(root, "/proc/cmdline", cmdline)
     _edit(root, "/sys/module/memory_hotplug/parameters/online_policy", "auto-movable")
     _edit(root, "/sys/module/memory_hotplug/parameters/auto_movable_numa_aware", "N")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Dict
 
 from cxlctl.doctor import devices, kernel
 from cxlctl.doctor.gather import gather
@@ -26,7 +27,7 @@ SINGLE = os.path.join(FIXTURES, "linux-6.12", "single-region-doctor")
 HMAT2 = os.path.join(FIXTURES, "linux-7.x", "hmat2-region")
 
 
-def _set_tiers(root: str, tiers: dict) -> None:
+def _set_tiers(root: str, tiers: Dict[int, str]) -> None:
     """Replace the recorded memory tiers with ``tiers`` ({id: nodelist})."""
     base = root + TIERS
     for d in os.listdir(base):
@@ -38,7 +39,7 @@ def _set_tiers(root: str, tiers: dict) -> None:
             f.write(nodes + "\n")
 
 
-def _codes(root: str) -> dict:
+def _codes(root: str) -> Dict[str, str]:
     return {w["code"]: w["message"] for w in status_json(root)["warnings"]}
 
 
