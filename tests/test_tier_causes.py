@@ -18,6 +18,7 @@ from cxlctl.doctor import devices, kernel
 from cxlctl.doctor.gather import gather
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
+from cxlctl.tuning import engine
 from cxlctl.tuning.knobs import read_current
 from cxlctl.tuning.recommend import recommend
 from tests.kit import FIXTURES, copy_fixture, status_json
@@ -67,6 +68,9 @@ def test_cxl_in_dram_tier_names_the_real_cause(tmp_path: object) -> None:
     assert c.result == "warn" and "kmem onlined it" in c.message and "efi=nosoftreserve" in c.fix
     hmat = [c for c in kernel.check_acpi(f) if c.id == "firmware.hmat"][0]
     assert hmat.result == "note" and "enable HMAT" not in hmat.fix
+    # tune plan of a tiering profile on it: the same cause
+    w = " ".join(engine.prepare(Host(root), "inference-capacity").plan.warnings)
+    assert "share DRAM's memory tier (boot-time System RAM" in w and "no HMAT" not in w
     rec = recommend(scan(Host(root)), read_current(Host(root)))
     text = " ".join(rec.reasons)
     assert "share memory_tier4 with DRAM" in text and "no HMAT" not in text and "boot-time System RAM" in text
