@@ -473,7 +473,8 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
     return out, notes
 
 
-#: the consist tuner's input starts at 10,000 bp, one byte (``max(quota->esz_bp, 10000UL)``)
+#: the first size the plan times the consist tuner to (its input starts at 10,000 bp, one byte:
+#: ``max(quota->esz_bp, 10000UL)``)
 _MIB = 1 << 20
 #: a goal the consist tuner would need longer than this to bring to 1 MiB per interval is "far"
 FAR_S = 60.0
@@ -542,7 +543,10 @@ def tune_goals(
             f"after ~{_ago(tq)}"
         )
     elif score is not None:
-        ramp = f"its goal is met now (score {score:,}): the kernel keeps the quota at its minimum until it is not"
+        ramp = (
+            f"its goal is met now (score {score:,}): the kernel shrinks the quota by the same rule, to its minimum at "
+            "twice the goal, until it is not"
+        )
     if spec.goal_tuner is not None:
         why = f"goal_tuner {spec.goal_tuner} as the profile says" + (
             f"; {ramp}" if ramp and spec.goal_tuner == "consist" else ""
