@@ -212,20 +212,64 @@ def _cxl_warnings(inv: Inventory, cxl: Sequence[Node], dram: Sequence[Node]) -> 
             )
         )
     dram_tiers = {n.tier for n in dram if n.tier is not None}
+    kmem_nodes = {d.target_node for d in inv.dax_devices if d.driver == "kmem"}
     for n in cxl:
         if n.tier is not None and n.tier in dram_tiers:
             out.append(
-                Warning_(
-                    "cxl-in-dram-tier",
-                    "warning",
-                    f"CXL node {n.id} shares memory_tier{n.tier} with DRAM: the kernel got no HMAT/CDAT "
-                    "performance data that sets it apart, so demotion and NUMA-balancing promotion "
-                    "cannot move pages between them; place memory explicitly (weighted interleave or "
-                    "binding, `cxlctl tune recommend`)",
-                    f"node{n.id}",
-                )
+                Warning_("cxl-in-dram-tier", "warning", cxl_in_dram_tier_why(n, n.id in kmem_nodes), f"node{n.id}")
             )
+    collapsed = default_tier_nodes(cxl)
+    if len(collapsed) > 1:
+        out.append(
+            Warning_(
+                "cxl-tiers-collapsed",
+                "warning",
+                f"CXL nodes {', '.join(map(str, collapsed))} all sit in memory_tier{DEFAULT_DAX_TIER}, the tier kmem "
+                "gives memory the kernel has no performance figures for (MEMTIER_DEFAULT_DAX_ADISTANCE, "
+                "dev_dax_kmem_probe): it cannot tell a fast CXL device from a slow one, so demotion spreads pages "
+                "over them by node distance alone and never moves pages between them; firmware HMAT (DRAM's figures, "
+                "the base mt_perf_to_adistance needs) with generic port entries for the CXL host bridges, and the "
+                "devices' CDAT, let the kernel place each in a tier of its own",
+                f"memory_tier{DEFAULT_DAX_TIER}",
+            )
+        )
     return out
+
+
+#: the memory tier kmem puts a node in when no abstract-distance algorithm gave it figures:
+#: MEMTIER_DEFAULT_DAX_ADISTANCE (drivers/dax/kmem.c) = MEMTIER_ADISTANCE_DRAM * 5 = 576 * 5 = 2880,
+#: and a tier's id is its adistance >> MEMTIER_CHUNK_BITS (7, find_create_memory_tier): 22
+DEFAULT_DAX_TIER = (576 * 5) >> 7
+
+
+def default_tier_nodes(cxl: Sequence[Node]) -> List[int]:
+    """CXL nodes with memory in :data:`DEFAULT_DAX_TIER` (several there: the kernel cannot tell them apart)."""
+    return sorted(n.id for n in cxl if n.has_memory and n.tier == DEFAULT_DAX_TIER)
+
+
+def cxl_in_dram_tier_why(n: Node, kmem: bool) -> str:
+    """Why the kernel put CXL node ``n`` in DRAM's tier, from how its memory came online.
+
+    kmem memory without figures goes to :data:`DEFAULT_DAX_TIER`, below DRAM, so a missing HMAT
+    is not the cause: either the memory was not onlined by kmem (boot-time System RAM, which
+    ``set_node_memory_tier`` gives the default DRAM type, MEMTIER_ADISTANCE_DRAM), or kmem's
+    ``mt_calc_adistance`` got figures (HMAT/CDAT) as good as DRAM's."""
+    head = (
+        f"CXL node {n.id} shares memory_tier{n.tier} with DRAM, so demotion and NUMA-balancing promotion "
+        "cannot move pages between them: "
+    )
+    if kmem:
+        cause = (
+            "kmem onlined it and the kernel's figures for it (HMAT/CDAT through mt_calc_adistance and "
+            "mt_perf_to_adistance) are as good as DRAM's, within DRAM's abstract-distance chunk"
+        )
+    else:
+        cause = (
+            "its memory was not onlined by kmem but as System RAM at boot (the firmware did not mark it "
+            "Soft Reserved, EFI_MEMORY_SP, or the kernel ran with efi=nosoftreserve), and such memory gets "
+            "DRAM's default memory type (set_node_memory_tier, MEMTIER_ADISTANCE_DRAM)"
+        )
+    return head + cause + "; place memory explicitly (weighted interleave or binding, `cxlctl tune recommend`)"
 
 
 def _dax_warnings(dax: Sequence[DaxDevice]) -> List[Warning_]:

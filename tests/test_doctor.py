@@ -290,9 +290,24 @@ def test_cxl_in_dram_tier_says_why() -> None:
     nodes = tuple(n._replace(tier=tiers[0].id) for n in f.inv.nodes)
     g = f._replace(inv=f.inv._replace(tiers=tiers, nodes=nodes), acpi_tables=("CEDT", "SRAT"))
     c = one(devices.check_tiers(g), "devices.tiers")
-    assert c.result == "warn" and "share a memory tier with DRAM" in c.message
-    assert "no HMAT table" in c.message
+    assert c.result == "warn" and "shares memory_tier" in c.message and "with DRAM" in c.message
+    assert "kmem onlined it" in c.message  # dax0.0 is kmem's: the figures are the cause, not a missing HMAT
     assert c.evidence[0].source.endswith("/nodelist")
+
+
+def test_memmap_on_memory_is_assessed(tmp_path: object) -> None:
+    """dax0.0 has memmap_on_memory=1 (dax_cxl sets it); kmem then asks for MHP_MEMMAP_ON_MEMORY, which
+    add_memory_resource honours only with memory_hotplug.memmap_on_memory on: then the struct pages
+    of the CXL node live on CXL (issue 34 row 9)."""
+    assert read(R612, "/sys/bus/dax/devices/dax0.0/memmap_on_memory").strip() == "1"
+    assert not [c for c in doc(R612)[1] if c.id.endswith(".memmap")]  # parameter not recorded: not judged
+    root = copy_fixture(R612, os.path.join(str(tmp_path), "tree"))
+    edit(root, "/sys/module/memory_hotplug/parameters/memmap_on_memory", "N\n")
+    assert not [c for c in doc(root)[1] if c.id.endswith(".memmap")]
+    edit(root, "/sys/module/memory_hotplug/parameters/memmap_on_memory", "Y\n")
+    c = one(doc(root)[1], "devices.dax.dax0.0.memmap")
+    assert c.result == "note" and "struct pages" in c.message and "8 MiB of its 512 MiB" in c.message
+    assert "add_memory_resource" in c.message and "EBUSY" in c.fix
 
 
 def test_udev_rules_that_fight(tmp_path: object) -> None:
@@ -345,6 +360,10 @@ def test_tools_from_the_injected_runner() -> None:
     old = services.check_tools(gather(Host(R612), runner=runner({"cxl version": (0, "76.1\n")})))
     c = one(old, "tools.cxl")
     assert c.result == "note" and "cannot create RAM regions" in c.message and c.evidence[0].value == "76.1"
+    assert "ndctl 77+" in c.message
+    # v77 has them (the for-77/ram-regions merge is in ndctl's v77 tag)
+    v77 = services.check_tools(gather(Host(R612), runner=runner({"cxl version": (0, "77\n")})))
+    assert one(v77, "tools.cxl").result == "ok"
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,42 @@ def test_policy_zone() -> None:
     assert dax.policy_zone("online_movable") == "movable"
     assert dax.policy_zone("online_kernel") == "normal"
     assert dax.policy_zone("online") == "normal"  # the kernel's default zone for a new CXL node
+    # zone_for_pfn_range: movable_node sends memory in no zone yet to Movable (default_zone_for_pfn)
+    assert dax.policy_zone("online", movable_node=True) == "movable"
+    # auto-movable: numa-aware (the default) finds no boot-time kernel memory on a CPU-less node -> Normal;
+    # without numa awareness the system-wide ratio decides at online time
+    assert dax.policy_zone("online", online_policy="auto-movable", numa_aware="Y") == "normal"
+    assert dax.policy_zone("online", online_policy="auto-movable", numa_aware="N") == "either"
+    assert dax.policy_zone("online", online_policy="auto-movable", numa_aware="N", ratio="0") == "normal"
+    assert dax.policy_zone("online_kernel", movable_node=True) == "normal"
+
+
+def _edit(root: str, path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(root + path), exist_ok=True)
+    with open(root + path, "w") as f:
+        f.write(text + "\n")
+
+
+def test_auto_online_zone_on_edited_trees(tmp_path: Any) -> None:
+    """The recorded 6.12 guest (auto_online_blocks=online, no movable_node, no memory_hotplug
+    parameters recorded) predicts Normal; movable_node on its command line, or auto-movable without
+    numa awareness, makes cxlctl hold the policy for a normal onlining instead of letting the kernel
+    online Movable and then moving every block (issue 34 row 8)."""
+    root = copy_fixture(os.path.join(FIXTURES, "linux-6.12", "single-region-doctor"), str(tmp_path / "t"))
+    with open(root + "/proc/cmdline") as f:
+        cmdline = f.read().strip()
+    assert "movable_node" not in cmdline.split()
+    assert dax.auto_online_zone(Host(root)) == "normal" and not dax.needs_hold(Host(root), "system-ram", "normal")
+    _edit(root, "/proc/cmdline", cmdline + " movable_node")
+    assert dax.auto_online_zone(Host(root)) == "movable"
+    assert dax.needs_hold(Host(root), "system-ram", "normal") and not dax.needs_hold(
+        Host(root), "system-ram", "movable"
+    )
+    _edit(root, "/proc/cmdline", cmdline)
+    _edit(root, "/sys/module/memory_hotplug/parameters/online_policy", "auto-movable")
+    _edit(root, "/sys/module/memory_hotplug/parameters/auto_movable_numa_aware", "N")
+    assert dax.auto_online_zone(Host(root)) == "either"
+    assert dax.needs_hold(Host(root), "system-ram", "normal") and dax.needs_hold(Host(root), "system-ram", "movable")
 
 
 @pytest.mark.parametrize(

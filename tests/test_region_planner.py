@@ -158,6 +158,17 @@ def test_root_interleave_needs_a_multiple_of_its_ways() -> None:
     assert "3-way region cannot use decoder0.0" in str(e)
 
 
+def test_three_ways_on_hb2x2_names_the_kernel_rule() -> None:
+    """--ways 3 on hb2x2 (a 2-way and two 1-way windows): 3 is a multiple of 1, so 'takes multiples of 1'
+    was no reason; interleave_ways_store refuses because 3 ÷ 1 = 3 is not a power of two."""
+    inv = inv_of("6.12", "hb2x2-noregion")
+    e = err(inv, Request(ways=3))
+    assert "multiples of 1" not in str(e)
+    assert "decoder0.1 interleaves 1-way, so it takes 1, 2, 4, 8 or 16 ways (3 ÷ 1 = 3, not a power of two)" in str(e)
+    assert "decoder0.0 interleaves 2-way, so it takes 2, 4, 8 or 16 ways (3 ÷ 2 leaves a remainder)" in str(e)
+    assert "interleave_ways_store" in e.hint and "3, 6 or 12 ways" in e.hint
+
+
 def test_memdev_behind_a_bridge_the_window_does_not_target() -> None:
     inv = inv_of("6.12", "hb2x2-noregion")
     e = err(inv, Request(memdevs=mems(inv, 0x4003), decoder="decoder0.1"))
@@ -327,7 +338,7 @@ def test_ways_picks_memdevs_spread_widest() -> None:
     e = err(inv, Request(ways=8))
     assert "no window can hold a 8-way region" in str(e)
     e = err(inv, Request(ways=3))
-    assert "decoder0.0 interleaves 2-way, so it takes multiples of 2" in str(e)
+    assert "decoder0.0 interleaves 2-way, so it takes 2, 4, 8 or 16 ways (3 ÷ 2 leaves a remainder)" in str(e)
 
 
 def test_plan_all_uses_everything_widest_first() -> None:

@@ -421,6 +421,9 @@ def test_recommend_names_damon_where_the_kernel_has_it() -> None:
     rec = recommend(scan(Host(new)), read_current(Host(new)))
     text = " ".join(rec.reasons) + " ".join(f"{p} {w}" for p, w in rec.alternatives)
     assert "inference-damon" in (rec.profile or "") + text and "migrate_hot/migrate_cold" in text
+    # the cost it argues from is the kernel's: in tiering mode prot-NUMA skips top-tier (DRAM) pages
+    # (change_pte_range), so hint faults fall on CXL pages only, not on every scanned page
+    assert "every scanned page" not in text and "CXL" in text.split("hint faults", 1)[1][:80]
     old = os.path.join(FIXTURES, OLD)
     rec = recommend(scan(Host(old)), read_current(Host(old)))
     assert rec.profile != "inference-damon" and "inference-damon" not in [p for p, _ in rec.alternatives]

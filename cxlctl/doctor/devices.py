@@ -12,12 +12,14 @@ HMAT/CDAT).
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
+from cxlctl.derive import DEFAULT_DAX_TIER, cxl_in_dram_tier_why, default_tier_nodes
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.model import DaxDevice
 from cxlctl.parse import format_nodelist, format_size
+from cxlctl.regions.dax import auto_online_zone
 from cxlctl.regions.planner import Request, plan_all, ram_region_support
 
 from .model import FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
@@ -211,7 +213,39 @@ def check_dax(f: Facts) -> List[Check]:
                     (_blocks_ev(d),),
                 )
             )
+        memmap = _memmap_on_cxl(f, d)
+        if memmap is not None:
+            out.append(memmap)
     return out
+
+
+def _memmap_on_cxl(f: Facts, d: DaxDevice) -> Optional[Check]:
+    """A note when a kmem device's struct pages live on its own CXL memory.
+
+    kmem asks for MHP_MEMMAP_ON_MEMORY when the device's ``memmap_on_memory`` is set (dax_cxl sets it
+    for every CXL RAM region), and ``add_memory_resource`` then takes each memory block's memmap
+    from the block itself (an altmap) where ``mhp_supports_memmap_on_memory`` allows it, which needs
+    ``memory_hotplug.memmap_on_memory`` on (Y or force; off by default).  Judged only when that
+    parameter is readable."""
+    if d.mode != "system-ram" or not d.memmap_on_memory:
+        return None
+    param = f.host.reader.text(paths.MEMMAP_ON_MEMORY)
+    if param not in ("Y", "force"):
+        return None
+    per = f": {format_size(d.size // 64)} of its {format_size(d.size)}" if d.size else ""
+    return Check(
+        D,
+        f"devices.dax.{d.name}.memmap",
+        NOTE,
+        f"{d.name}'s struct pages (64 bytes per 4 KiB page{per}) live on the CXL memory itself "
+        "(memmap_on_memory: MHP_MEMMAP_ON_MEMORY, add_memory_resource): every page-metadata access for node "
+        f"{d.target_node} (LRU, refcounts, migration, DAMON's access checks) goes to CXL, and that part of it is "
+        "not usable memory",
+        (Evidence(_dax(d.name, "memmap_on_memory"), "1"), Evidence(paths.MEMMAP_ON_MEMORY, param)),
+        "keep it if DRAM is scarce; for the memmap in DRAM: boot without memory_hotplug.memmap_on_memory, or write 0 "
+        f"to {_dax(d.name, 'memmap_on_memory')} while kmem does not hold the device (the kernel refuses with EBUSY "
+        f"then: cxlctl dax reconfigure {d.name} --mode devdax first) and reconfigure it to system-ram again",
+    )
 
 
 def check_auto_online(f: Facts) -> List[Check]:
@@ -249,13 +283,23 @@ def check_auto_online(f: Facts) -> List[Check]:
                 f"echo online > {paths.AUTO_ONLINE} if the engine pins host memory",
             )
         ]
+    zone = auto_online_zone(f.host)
+    where = {
+        "normal": "in ZONE_NORMAL",
+        "movable": "in ZONE_MOVABLE (movable_node)",
+        "either": "in ZONE_MOVABLE or ZONE_NORMAL, as memory_hotplug's auto-movable ratio allows at the time",
+    }.get(zone or "", "")
     return [
         Check(
             D,
             "devices.auto-online",
-            OK,
-            f"auto_online_blocks={v}: the kernel onlines new memory itself (daxctl --no-online refuses; cxlctl holds it back while it onlines)",
+            OK if zone != "movable" else NOTE,
+            f"auto_online_blocks={v}: the kernel onlines a new CXL node's memory itself"
+            + (f" {where} (zone_for_pfn_range)" if where else "")
+            + "; daxctl reconfigure-device refuses while it is set for a movable onlining (its default) or --no-online, "
+            "unless --force; cxlctl holds the policy back while it onlines in another zone",
             ev,
+            f"echo online_kernel > {paths.AUTO_ONLINE} if the engine pins host memory" if zone == "movable" else "",
         )
     ]
 
@@ -325,6 +369,22 @@ def check_tiers(f: Facts) -> List[Check]:
                 (Evidence(paths.TIER_DIR, "absent"),),
             )
         ]
+    collapsed = default_tier_nodes(cxl)
+    out: List[Check] = []
+    if len(collapsed) > 1:
+        out.append(
+            Check(
+                D,
+                "devices.tiers.default",
+                WARN,
+                f"CXL nodes {', '.join(map(str, collapsed))} all sit in memory_tier{DEFAULT_DAX_TIER}, the tier kmem "
+                "gives memory without performance figures (MEMTIER_DEFAULT_DAX_ADISTANCE): the kernel cannot tell "
+                "them apart, so it never moves pages between a fast and a slow one",
+                ev,
+                "enable HMAT in the BIOS with generic port entries for the CXL host bridges (the devices' CDAT "
+                "then gives each node its own tier); until then place memory per node explicitly (cxlctl launch)",
+            )
+        )
     if not same:
         return [
             Check(
@@ -334,28 +394,20 @@ def check_tiers(f: Facts) -> List[Check]:
                 f"CXL node(s) {format_nodelist(n.id for n in cxl)} are in a lower tier than DRAM: demotion and promotion can move pages",
                 ev,
             )
-        ]
-    why = []
-    hmat = f.acpi_tables is not None and any(t.startswith("HMAT") for t in f.acpi_tables)
-    if not hmat:
-        why.append("no HMAT table (no firmware performance data for DRAM or CXL)")
-    for n in same:
-        regs = [inv.region(r) for r in n.regions]
-        if regs and all(r is not None and r.access0 is None and r.access1 is None for r in regs):
-            why.append(
-                f"node {n.id}'s region(s) {', '.join(n.regions)} have no access0/access1 coordinates (no CDAT from the device)"
-            )
+        ] + out
+    kmem = {d.target_node for d in inv.dax_devices if d.driver == "kmem"}
     return [
         Check(
             D,
             "devices.tiers",
             WARN,
-            f"CXL node(s) {format_nodelist(n.id for n in same)} share a memory tier with DRAM: demotion and NUMA-balancing promotion cannot move pages between them"
-            + ("; why: " + "; ".join(why) if why else ""),
+            "; ".join(cxl_in_dram_tier_why(n, n.id in kmem) for n in same),
             ev,
-            "place memory explicitly (weighted interleave or binding: cxlctl tune recommend, cxlctl launch); enable HMAT in the BIOS",
+            "place memory explicitly (weighted interleave or binding: cxlctl tune recommend, cxlctl launch); for "
+            "boot-time System RAM, have the firmware mark CXL memory Soft Reserved (EFI_MEMORY_SP, often a BIOS "
+            "option for CXL memory as special purpose) and drop efi=nosoftreserve, so kmem onlines it",
         )
-    ]
+    ] + out
 
 
 def checks(f: Facts) -> List[Check]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from cxlctl.derive import DEFAULT_DAX_TIER, default_tier_nodes
 from cxlctl.hostio import paths
 from cxlctl.kconfig import kernel_version
 from cxlctl.parse import format_size
@@ -234,7 +235,8 @@ CMDLINE: Dict[str, Tuple[Result, str, str]] = {
     ),
     "movable_node": (
         NOTE,
-        "hot-pluggable memory named by SRAT is onlined ZONE_MOVABLE: pinned buffers cannot stay on it",
+        "memory hot-added later (a new CXL region) that the kernel onlines with auto_online_blocks=online goes to "
+        "ZONE_MOVABLE (default_zone_for_pfn), as does hot-pluggable memory named by SRAT: pinned buffers cannot stay on it",
         "drop movable_node unless hot-unplug is needed",
     ),
 }
@@ -351,17 +353,30 @@ def check_acpi(f: Facts) -> List[Check]:
     if "HMAT" in have:
         out.append(Check(F, "firmware.hmat", OK, "HMAT present: firmware performance data for memory tiers", ev))
     else:
-        # a warning only when it shows: a CXL node in DRAM's tier (devices.tiers says why)
-        dram_tiers = {n.tier for n in f.inv.nodes if n.kind == "dram" and n.tier is not None}
-        res: Result = WARN if any(n.kind == "cxl" and n.tier in dram_tiers for n in f.inv.nodes) else NOTE
+        # without HMAT the kernel has no DRAM figures (default_dram_perf, set only by
+        # hmat_set_default_dram_perf), so mt_perf_to_adistance gives no kmem node an abstract
+        # distance and each keeps MEMTIER_DEFAULT_DAX_ADISTANCE: a warning when that shows, i.e.
+        # several CXL nodes collapse into that one tier
+        collapsed = default_tier_nodes([n for n in f.inv.nodes if n.kind == "cxl"])
+        res: Result = WARN if len(collapsed) > 1 else NOTE
         out.append(
             Check(
                 F,
                 "firmware.hmat",
                 res,
-                "no HMAT: the kernel's memory tiers rest on CXL CDAT data alone (DRAM has none)",
+                "no HMAT: the kernel has no figures for DRAM to measure CXL against (default_dram_perf), so "
+                f"every kmem CXL node gets the default tier {DEFAULT_DAX_TIER} below DRAM "
+                "(MEMTIER_DEFAULT_DAX_ADISTANCE)"
+                + (
+                    f": CXL nodes {', '.join(map(str, collapsed))} share it and cannot be told apart"
+                    if res == WARN
+                    else ""
+                ),
                 ev,
-                "enable HMAT in the BIOS (often under NUMA / ACPI options)" if res == WARN else "",
+                "enable HMAT in the BIOS (often under NUMA / ACPI options), with generic port entries for the CXL "
+                "host bridges, so the devices' CDAT figures place each node in its own tier"
+                if res == WARN
+                else "",
             )
         )
     return out

@@ -25,7 +25,9 @@ from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Probe
 T = "Tools"
 S = "Tuning and services"
 
-CXL_RAM_REGIONS_SINCE = 78
+#: ndctl's RAM regions (cxl create-region -t ram) arrived in v77: the for-77/ram-regions merge (b830c4a,
+#: 'cxl: add core plumbing for creation of ram regions') is in tag v77 and not in v76.1
+CXL_RAM_REGIONS_SINCE = 77
 NUMACTL_WI = "--weighted-interleave"
 
 

@@ -28,6 +28,12 @@ MEMORY_DIR = "/sys/devices/system/memory"
 BLOCK_SIZE = MEMORY_DIR + "/block_size_bytes"
 AUTO_ONLINE = MEMORY_DIR + "/auto_online_blocks"
 TIER_DIR = "/sys/devices/virtual/memory_tiering"
+#: mm/memory_hotplug.c's module parameters: the zone ``online`` picks (``zone_for_pfn_range``)
+MHP_PARAMS = "/sys/module/memory_hotplug/parameters"
+ONLINE_POLICY = MHP_PARAMS + "/online_policy"  # contig-zones (default) | auto-movable
+AUTO_MOVABLE_RATIO = MHP_PARAMS + "/auto_movable_ratio"  # percent, default 301
+AUTO_MOVABLE_NUMA_AWARE = MHP_PARAMS + "/auto_movable_numa_aware"  # Y (default) | N
+MEMMAP_ON_MEMORY = MHP_PARAMS + "/memmap_on_memory"  # N (default) | Y | force: struct pages on hot-added memory
 WI_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
 DEMOTION_ENABLED = "/sys/kernel/mm/numa/demotion_enabled"
 CGROUP_DIR = "/sys/fs/cgroup"

@@ -40,7 +40,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.hostio.objects import Attrs, is_online, set_block_state
 from cxlctl.hostio.write import KnobError, write_knob
 from cxlctl.model import DaxDevice, MemoryBlock
-from cxlctl.parse import format_size, parse_meminfo
+from cxlctl.parse import format_size, is_decimal, parse_meminfo
 from cxlctl.progress import ProgressFn, tick
 
 DAX_DEVICES = paths.DAX_DEVICES
@@ -116,23 +116,60 @@ def node_in_use(host: Host, node: Optional[int]) -> Optional[int]:
     return max(0, mi["MemTotal"] - mi["MemFree"])
 
 
-def policy_zone(policy: Optional[str]) -> Optional[str]:
-    """Zone the kernel's auto-online policy picks for new memory (None: it leaves it offline).
+def policy_zone(
+    policy: Optional[str],
+    *,
+    online_policy: Optional[str] = None,
+    numa_aware: Optional[str] = None,
+    ratio: Optional[str] = None,
+    movable_node: bool = False,
+) -> Optional[str]:
+    """Zone the kernel's auto-online policy picks for a new CPU-less CXL node's memory: ``normal``,
+    ``movable``, ``either`` (decided at online time, so cxlctl cannot know it), None (left offline).
 
-    ``online`` means the kernel's default zone, which for a new CPU-less CXL
-    node is ZONE_NORMAL unless ``movable_node`` is set; the result is checked
-    after onlining either way.
+    As ``zone_for_pfn_range`` (mm/memory_hotplug.c) does for ``online`` (MMOP_ONLINE):
+
+    * ``online_policy=auto-movable``: ``auto_movable_zone_for_pfn`` onlines Movable only while
+      MOVABLE stays within ``auto_movable_ratio`` % of the boot-time kernel memory, checked
+      system-wide and, with ``auto_movable_numa_aware`` (the default), on the node itself, where a
+      CPU-less CXL node has no boot-time kernel memory, so it gets Normal; ratio 0: Normal;
+      numa-aware off: the system-wide ratio decides (``either``);
+    * else (``contig-zones``) ``default_zone_for_pfn``: memory in no zone yet goes to Movable with
+      ``movable_node`` on the command line, else to Normal.
+
+    The zone is checked after onlining either way.
     """
     if not policy or policy == "offline":
         return None
     if policy == "online_movable":
         return "movable"
-    return "normal"  # online, online_kernel
+    if policy == "online_kernel":
+        return "normal"
+    if online_policy == "auto-movable":
+        if ratio is not None and is_decimal(ratio) and int(ratio) == 0:
+            return "normal"
+        return "normal" if numa_aware in (None, "Y", "1") else "either"
+    return "movable" if movable_node else "normal"
+
+
+def auto_online_zone(host: Host) -> Optional[str]:
+    """:func:`policy_zone` for this host: auto_online_blocks, memory_hotplug's parameters, the command line."""
+    r = host.reader
+    return policy_zone(
+        r.text(AUTO_ONLINE),
+        online_policy=r.text(paths.ONLINE_POLICY),
+        numa_aware=r.text(paths.AUTO_MOVABLE_NUMA_AWARE),
+        ratio=r.text(paths.AUTO_MOVABLE_RATIO),
+        movable_node="movable_node" in (r.text(paths.PROC_CMDLINE) or "").split(),
+    )
 
 
 def needs_hold(host: Host, mode: str, zone: str) -> bool:
-    """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?"""
-    pz = policy_zone(host.reader.text(AUTO_ONLINE))
+    """Must ``auto_online_blocks`` be held at ``offline`` while kmem binds?
+
+    Yes when the kernel would online in another zone than ``zone``, or in a zone it decides only
+    at online time (``either``): cxlctl then onlines the blocks itself, with no offline/re-online."""
+    pz = auto_online_zone(host)
     if pz is None:
         return False
     return mode != "system-ram" or pz != zone

@@ -104,6 +104,12 @@ class Plan(NamedTuple):
 # --------------------------------------------------------------------------- helpers
 
 
+def _ways_on_root(rways: int) -> str:
+    """The region ways a root of ``rways`` takes: the VALID_WAYS that are ``rways`` times a power of two."""
+    ok = [str(w) for w in VALID_WAYS if w % rways == 0 and _pow2(w // rways)]
+    return (", ".join(ok[:-1]) + " or " + ok[-1] if len(ok) > 1 else "".join(ok)) + " ways"
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -763,7 +769,10 @@ def _plan(st: _State, req: Request) -> Plan:
         if picked is None:
             rways = rd.interleave_ways or 1
             if req.ways % rways or not _pow2(req.ways // rways):
-                reasons.append(f"{rd.name} interleaves {rways}-way, so it takes multiples of {rways}")
+                why = f"{req.ways} ÷ {rways} " + (
+                    "leaves a remainder" if req.ways % rways else f"= {req.ways // rways}, not a power of two"
+                )
+                reasons.append(f"{rd.name} interleaves {rways}-way, so it takes {_ways_on_root(rways)} ({why})")
             else:
                 reasons.append(f"{rd.name} cannot reach {req.ways} free memdevs evenly")
             continue
@@ -774,7 +783,17 @@ def _plan(st: _State, req: Request) -> Plan:
     usable = [m.name for m in inv.memdevs if st.usable(m.name)[0]]
     raise PlanError(
         f"no window can hold a {req.ways}-way region: " + "; ".join(reasons),
-        hint=f"free memdevs: {', '.join(usable) or 'none'}",
+        hint=f"free memdevs: {', '.join(usable) or 'none'}"
+        + (
+            "; the kernel takes a region's ways only as its window's ways times a power of two "
+            "(interleave_ways_store), so 3, 6 and 12 ways need a window that interleaves 3, 6 or 12 ways"
+            if req.ways % 3 == 0
+            and not any(
+                req.ways % (rd.interleave_ways or 1) == 0 and _pow2(req.ways // (rd.interleave_ways or 1))
+                for rd in cands
+            )
+            else ""
+        ),
     )
 
 

@@ -365,7 +365,14 @@ def _notes_lines(s: Sample, width: int) -> List[str]:
     if unread:
         lines += _wrap("could not read: " + ", ".join(unread), width, "")
     sources = [n.vmstat for n in s.nodes if n.vmstat.readable] + ([s.system] if s.system.readable else [])
-    missing = sorted({m for src in sources for m in src.missing})
+    lacking = {m for src in sources for m in src.missing}
+    # a counter /proc/vmstat has but the node files lack (6.1's pgdemote_*) is not missing from the kernel
+    system_only = sorted(m for m in lacking if s.system.readable and m not in s.system.missing)
+    missing = sorted(lacking.difference(system_only))
+    if system_only:
+        lines += _wrap(
+            f"per node not on this kernel, system-wide only ({paths.PROC_VMSTAT}): " + ", ".join(system_only), width, ""
+        )
     if missing:
         lines += _wrap("not available on this kernel: " + ", ".join(missing), width, "")
     if s.cgroups_unavailable:

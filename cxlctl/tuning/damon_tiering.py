@@ -42,7 +42,7 @@ from cxlctl.namedrecord import NamedTuple
 
 __all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
 from cxlctl.model import Inventory, Node
-from cxlctl.parse import parse_size
+from cxlctl.parse import format_size, parse_size
 
 #: what the kernel caps: sz max (ULONG_MAX on 64-bit) and age max (UINT_MAX) mean "no upper bound"
 SZ_MAX = 2**64 - 1
@@ -292,6 +292,10 @@ class SchemeLayout(NamedTuple):
     dests: Tuple[Tuple[int, int], ...] = ()
     dests_files: bool = False
     weighted_by: str = ""  # what the weights are: "write bandwidth (HMAT/CDAT access1)", "online capacity"
+    #: ``quotas/goal_tuner`` to write (None: leave the kernel's default, consist, or a kernel without it)
+    goal_tuner: Optional[str] = None
+    #: the goals were left off for a fixed quota (:func:`tune_goals`): ``nr_goals`` 0 is written
+    goals_off: bool = False
 
 
 #: the memory a kdamond watches: DRAM (cold pages leave) or CXL (hot pages come back)
@@ -462,8 +466,108 @@ def layout(inv: Inventory, spec: DamonSpec, caps: DamonCaps) -> Tuple[List[Kdamo
             dests_files=kind == "dram" and caps.dests,
             weighted_by=by,
         )
+        scheme, note = tune_goals(inv, spec, caps, scheme, f"kdamond {len(out)} ({scheme.action}, node {src.id})")
+        if note:
+            notes.append(note)
         out.append(KdamondLayout(len(out), src.id, kind, regions, scheme))
     return out, notes
+
+
+#: the first size the plan times the consist tuner to (its input starts at 10,000 bp, one byte:
+#: ``max(quota->esz_bp, 10000UL)``)
+_MIB = 1 << 20
+#: a goal the consist tuner would need longer than this to bring to 1 MiB per interval is "far"
+FAR_S = 60.0
+
+
+def goal_score(inv: Inventory, goals: Tuple[Tuple[str, int, int], ...]) -> Optional[int]:
+    """The score ``damos_quota_score`` (mm/damon/core.c) would compute now: the highest of the goals'
+    ``current * 10000 / target``, from the DRAM node's meminfo as ``damos_get_node_mem_bp`` reads it
+    (MemTotal - MemFree, or MemFree, per 10,000 of MemTotal).  None when a goal is not a node-memory
+    one (its current value is DAMON's own measurement) or the node's figures are unknown."""
+    best = 0
+    for metric, target, nid in goals:
+        node = next((n for n in inv.nodes if n.id == nid), None)
+        if metric not in ("node_mem_used_bp", "node_mem_free_bp") or node is None or target <= 0:
+            return None
+        if not node.mem_total or node.mem_free is None:
+            return None
+        free = node.mem_free * 10000 // node.mem_total
+        current = free if metric == "node_mem_free_bp" else 10000 - free
+        best = max(best, current * 10000 // target)
+    return best
+
+
+def consist_ramp_s(score: int, reset_ms: int, size: int) -> float:
+    """Seconds the consist tuner takes to grow the quota from 1 byte to ``size`` bytes per interval
+    while the score stays ``score`` (< 10,000): ``damon_feed_loop_next_input`` multiplies its input
+    by 1 + (10000 - score) / 10000 every ``reset_interval_ms``."""
+    growth = math.log1p((10000 - score) / 10000)
+    return math.log(max(size, 2)) / growth * reset_ms / 1000
+
+
+def _ago(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def tune_goals(
+    inv: Inventory, spec: DamonSpec, caps: DamonCaps, sc: SchemeLayout, what: str
+) -> Tuple[SchemeLayout, str]:
+    """The goal tuner a scheme gets, and what the kernel will do with its goals (a plan note).
+
+    The kernel's default tuner (``consist``: ``damos_goal_tune_esz_bp_consist`` feeding
+    ``damon_feed_loop_next_input``) starts the goal-tuned quota at one byte and grows it by the
+    relative error each reset interval: at a score of 9,728 (DRAM 10.5 % used against an 8 % goal)
+    that is 2.7 % a second, about 9 minutes to the first MiB, while the scheme moves nothing.  So,
+    unless the profile names a tuner: on 7.1+ ``temporal`` (``damos_goal_tune_esz_bp_temporal``: the
+    full quota while the goal is unmet, none once it is met); before 7.1, a scheme far from its goal
+    (the first MiB more than :data:`FAR_S` away) runs on the fixed quota without goals."""
+    if not sc.goals:
+        return sc, ""
+    score = goal_score(inv, sc.goals)
+    fixed = f"{format_size(spec.quota_bytes)} per {_dur(spec.quota_reset_ms * 1000)}"
+    ramp = ""
+    far = False
+    if score is not None and score < 10000:
+        t1 = consist_ramp_s(score, spec.quota_reset_ms, _MIB)
+        tq = consist_ramp_s(score, spec.quota_reset_ms, spec.quota_bytes)
+        far = t1 > FAR_S
+        ramp = (
+            f"at today's score {score:,} (damos_quota_score) the kernel's consist tuner (damon_feed_loop_next_input) "
+            f"starts the quota at 1 byte and grows it {(10000 - score) / 100:.1f} % per "
+            f"{_dur(spec.quota_reset_ms * 1000)}: 1 MiB after ~{_ago(t1)}, the {format_size(spec.quota_bytes)} quota "
+            f"after ~{_ago(tq)}"
+        )
+    elif score is not None:
+        ramp = (
+            f"its goal is met now (score {score:,}): the kernel shrinks the quota by the same rule, to its minimum at "
+            "twice the goal, until it is not"
+        )
+    if spec.goal_tuner is not None:
+        why = f"goal_tuner {spec.goal_tuner} as the profile says" + (
+            f"; {ramp}" if ramp and spec.goal_tuner == "consist" else ""
+        )
+        return sc._replace(goal_tuner=spec.goal_tuner), f"{what}: {why}"
+    if caps.goal_tuner:
+        note = (
+            f"{what}: goal_tuner temporal (7.1+, damos_goal_tune_esz_bp_temporal): the full {fixed} quota while "
+            "the goal is unmet, none once it is met"
+        )
+        if score is not None and score >= 10000:
+            note += f"; met now (score {score:,}), so it moves nothing until it is not"
+        return sc._replace(goal_tuner="temporal"), note + (
+            f"; the default (consist) would crawl: {ramp}" if far else ""
+        )
+    if far:
+        return sc._replace(goals=(), goals_off=True), (
+            f"{what}: far from its goal, so the fixed {fixed} quota without goals: {ramp}, and this kernel has no "
+            f"goal_tuner (7.1+); run cxlctl tune apply again near the goal to hand the scheme to the kernel's tuner"
+        )
+    return sc, (f"{what}: {ramp}" if ramp else "")
 
 
 def files(k: KdamondLayout, spec: DamonSpec) -> List[Tuple[str, str, str]]:
@@ -528,9 +632,11 @@ def _scheme_files(k: KdamondLayout, spec: DamonSpec, c: str, sn: str) -> List[Tu
         (t.at(s, t.QUOTA_BYTES), str(spec.quota_bytes), f"{sn}.quota.bytes"),
         (t.at(s, t.QUOTA_RESET_INTERVAL_MS), str(spec.quota_reset_ms), f"{sn}.quota.reset_interval_ms"),
     ]
+    if sc.goals_off:  # a running kdamond may hold goals from an earlier commit
+        out.append((t.count(s, t.LIST_GOALS), "0", f"{sn}.quota.nr_goals"))
     if sc.goals:
-        if spec.goal_tuner is not None:
-            out.append((t.at(s, t.QUOTA_GOAL_TUNER), spec.goal_tuner, f"{sn}.quota.goal_tuner"))
+        if sc.goal_tuner is not None:
+            out.append((t.at(s, t.QUOTA_GOAL_TUNER), sc.goal_tuner, f"{sn}.quota.goal_tuner"))
         out.append((t.count(s, t.LIST_GOALS), str(len(sc.goals)), f"{sn}.quota.nr_goals"))
         for i, (metric, value, nid) in enumerate(sc.goals):
             g = t.entry(s, t.LIST_GOALS, i)

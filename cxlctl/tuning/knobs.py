@@ -398,7 +398,7 @@ REGISTRY: Tuple[Knob, ...] = (
         0,
         2**31 - 1,
         coupled=("kernel.numa_balancing",),
-        since="Linux 6.1 with CONFIG_NUMA_BALANCING",
+        since="Linux 6.0 with CONFIG_NUMA_BALANCING",  # numa_promotion_rate_limit (kernel/sched/fair.c)
     ),
     IntKnob(
         "kernel.numa_balancing",

@@ -416,8 +416,9 @@ def _advice(inv: Inventory, steps: List[Step]) -> List[str]:
     shared = [n.id for n in cxl if n.tier is not None and n.tier in dram_tiers]
     if shared and (tiering or dem == "true"):
         out.append(
-            f"CXL node(s) {', '.join(map(str, shared))} share DRAM's memory tier (no HMAT/CDAT performance data): "
-            "demotion and promotion cannot move pages between them; prefer inference-bandwidth"
+            f"CXL node(s) {', '.join(map(str, shared))} share DRAM's memory tier (boot-time System RAM, or figures "
+            "as good as DRAM's: `cxlctl status` says which): demotion and promotion cannot move pages between them; "
+            "prefer inference-bandwidth"
         )
     if tiering and dem == "false":
         out.append("kernel.numa_balancing tiering is on but demotion is off: pages are promoted but never demoted")

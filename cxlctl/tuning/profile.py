@@ -234,7 +234,7 @@ def _refuse_conflicts(path: str, settings: Dict[str, Setting]) -> None:
             "damon",
             f"DAMON tiering and kernel.numa_balancing = {nb.value} (memory tiering) are both asked for "
             f"(numa_balancing from {os.path.basename(nb.origin)}): two promoters move the same pages against each "
-            "other, and NUMA balancing's hint faults cost what DAMON avoids",
+            "other, and NUMA balancing's hint faults on CXL pages cost what DAMON avoids",
             hint="set kernel.numa_balancing = 0 in this profile (as inference-damon does), or drop [damon]",
         )
 

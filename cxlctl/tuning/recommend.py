@@ -50,9 +50,9 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     if shared:
         tiers = ", ".join(sorted({f"memory_tier{n.tier}" for n in shared}))
         reasons.append(
-            f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM: the kernel got no HMAT/CDAT "
-            "performance data to rank them, so demotion and NUMA-balancing promotion cannot move pages between DRAM "
-            "and CXL — tiering (inference-capacity) cannot work here"
+            f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM (boot-time System RAM, or "
+            "HMAT/CDAT figures as good as DRAM's: `cxlctl status` says which), so demotion and NUMA-balancing "
+            "promotion cannot move pages between DRAM and CXL — tiering (inference-capacity) cannot work here"
         )
         reasons.append("explicit placement still works: weighted interleave over DRAM and CXL")
         if not wi:
@@ -107,7 +107,8 @@ def _tiering_engine(
     if profile == "inference-capacity":
         reasons.append(
             f"this kernel has DAMON's migrate_hot/migrate_cold ({how}): DAMON tiering (inference-damon) moves pages "
-            "without NUMA balancing's hint faults on every scanned page, and demotes before reclaim has to"
+            "without NUMA balancing's hint faults (in tiering mode those fall on the scanned pages that sit on CXL: "
+            "change_pte_range skips pages on top-tier nodes), and demotes before reclaim has to"
         )
         return "inference-damon", [("inference-capacity", "NUMA-balancing tiering instead of DAMON")] + alts
     when = (
@@ -119,6 +120,7 @@ def _tiering_engine(
     alts = [a for a in alts if a[0] != "inference-capacity"]
     reasons.append(
         "tiering engine, where tiering is wanted: DAMON (inference-damon) rather than NUMA balancing, since this "
-        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults, and cold pages leave DRAM before reclaim"
+        f"kernel has migrate_hot/migrate_cold ({how}): no hint faults on the CXL pages it samples, and cold pages "
+        "leave DRAM before reclaim"
     )
     return profile, [("inference-damon", when)] + alts
