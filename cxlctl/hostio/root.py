@@ -31,7 +31,18 @@ def resolve_root(cli_value: Optional[str]) -> str:
         raise UsageError(
             f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`"
         )
-    return os.path.abspath(root)
+    root = os.path.abspath(root)
+    if root != "/" and not any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
+        # a folder of trees (fixtures/linux-7.x) or a typo: read as a host it would be one
+        # without CXL, kernel or knobs, every answer a wrong one
+        from cxlctl.errors import UsageError
+
+        src = "--root" if cli_value is not None else "CXLCTL_ROOT"
+        raise UsageError(
+            f"{src} {root!r} holds neither sys/ nor proc/: it is not a host's tree",
+            hint="point it at / or at one tree made by `cxlctl record` (the directory holding sys/ and proc/)",
+        )
+    return root
 
 
 def under(root: str, path: str) -> str:
