@@ -17,7 +17,7 @@ import os
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import resolve_root, under
+from cxlctl.hostio.root import cxlctl_command, resolve_root, under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
@@ -73,6 +73,10 @@ class Host:
     def fresh(self) -> Host:
         """A new context for the same root (the daemon: one per reconcile)."""
         return Host(self.root)
+
+    def command(self, args: str) -> str:
+        """``cxlctl ARGS`` runnable as printed against this host (``--root`` in it unless live)."""
+        return cxlctl_command(self.root, args)
 
     def path(self, host_path: str) -> str:
         """``host_path`` (as the host sees it, ``/sys/...``) as a path on this machine."""

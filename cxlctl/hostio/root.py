@@ -52,3 +52,21 @@ def under(root: str, path: str) -> str:
     absolute path (what :func:`resolve_root` returns).
     """
     return path if root == "/" else root.rstrip("/") + path
+
+
+#: characters a shell takes literally in a word
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./+:@%,=")
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word (``shlex.quote``'s rule, without importing ``re`` on ``status``'s path)."""
+    if text and all(c in _SHELL_SAFE for c in text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def cxlctl_command(root: str, args: str) -> str:
+    """``cxlctl ARGS`` as a hint prints it for the host at ``root``: ``--root ROOT`` in it unless
+    that is the live host, so the hint runs as printed against the host the output described
+    (``cxlctl tune revert`` under ``--root`` would revert the live machine)."""
+    return f"cxlctl {args}" if root == "/" else f"cxlctl --root {shell_word(root)} {args}"
