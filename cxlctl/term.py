@@ -286,9 +286,15 @@ def grid(
         return out
 
     def emit(values: List[Text], last: Optional[Text] = None) -> None:
-        if values[0].cell_len > widths[0] and line(values, last).cell_len > c.width:
+        """One row; a value wider than its column ends its line (a first one takes a line of its
+        own), the values after it continue under their own headers: every column stays aligned."""
+        if values[0].cell_len > widths[0]:
             c.print(values[0], soft_wrap=True)
             values = [Text()] + values[1:]
+        for i in range(1, len(values) - 1):
+            if values[i].cell_len > widths[i]:
+                c.print(line(values[: i + 1]), soft_wrap=True)
+                values = [Text()] * (i + 1) + values[i + 1 :]
         c.print(line(values, last), soft_wrap=True)
 
     head = [Text(h, style="bold") for h, _ in columns]
@@ -306,3 +312,16 @@ def grid(
         emit(values, folded[0] if folded else None)
         for x in folded[1:]:
             c.print(Text(" " * (fixed + 2)).append_text(x), soft_wrap=True)
+
+
+def hang(c: Console, lead: Cell, body: Cell, indent: int) -> None:
+    """``lead`` (``indent`` cells), then ``body`` folded on spaces (:func:`fold_text`: a path or
+    a flag is never split) to the rest of the width, continuation lines indented ``indent``.
+    Printed line by line, not as a table cell: a table pads every line to the full width with
+    trailing spaces."""
+    from rich.text import Text
+
+    lines = fold_text(body, max(c.width - indent, 20)) or [Text()]
+    for i, line in enumerate(lines):
+        line.rstrip()
+        c.print(Text.assemble(lead if i == 0 else " " * indent, line), soft_wrap=True)

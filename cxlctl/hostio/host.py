@@ -17,7 +17,7 @@ import os
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import cxlctl_command, resolve_root, under
+from cxlctl.hostio.root import cxlctl_command, resolve_root, rooted, under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
@@ -77,6 +77,10 @@ class Host:
     def command(self, args: str) -> str:
         """``cxlctl ARGS`` runnable as printed against this host (``--root`` in it unless live)."""
         return cxlctl_command(self.root, args)
+
+    def hint(self, text: str) -> str:
+        """``text`` (a fix, a hint) with ``--root`` in each ``cxlctl COMMAND`` it names, unless live."""
+        return rooted(self.root, text)
 
     def path(self, host_path: str) -> str:
         """``host_path`` (as the host sees it, ``/sys/...``) as a path on this machine."""

@@ -70,3 +70,19 @@ def cxlctl_command(root: str, args: str) -> str:
     that is the live host, so the hint runs as printed against the host the output described
     (``cxlctl tune revert`` under ``--root`` would revert the live machine)."""
     return f"cxlctl {args}" if root == "/" else f"cxlctl --root {shell_word(root)} {args}"
+
+
+#: commands whose hints act on the host cxlctl read (``launch``, ``policy``, ``record`` and ``daemon``
+#: act on the live machine's processes and services: their hints stay as written)
+_HOST_COMMANDS = ("status", "doctor", "stat", "top", "tune", "region", "dax", "health", "events", "k8s")
+
+
+def rooted(root: str, text: str) -> str:
+    """``text`` (a fix, a hint) with ``--root ROOT`` in every ``cxlctl COMMAND`` it names, so the
+    hint runs as printed against the tree the output described; unchanged on the live host."""
+    if root == "/" or "cxlctl " not in text:
+        return text
+    import re
+
+    words = "|".join(_HOST_COMMANDS)
+    return re.sub(rf"\bcxlctl (?=(?:{words})\b)", lambda _: f"cxlctl --root {shell_word(root)} ", text)

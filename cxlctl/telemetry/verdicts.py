@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl import tiering
-from cxlctl.hostio.root import cxlctl_command
+from cxlctl.hostio.root import cxlctl_command, rooted
 from cxlctl.parse import PAGE_SIZE, format_size
 from cxlctl.term import clean
 
@@ -315,10 +315,10 @@ VERDICTS: Dict[str, Callable[[Sample, Optional[Rates]], Optional[Verdict]]] = {
 
 
 def judge(s: Sample, r: Optional[Rates]) -> List[Verdict]:
-    """All verdicts that hold for this sample (and interval)."""
+    """All verdicts that hold for this sample (and interval), each fix runnable as printed."""
     out = []
     for fn in VERDICTS.values():
         v = fn(s, r)
-        if v is not None:
-            out.append(v)
+        if v is not None:  # a fix naming a cxlctl command names the tree read (``--root``) too
+            out.append(v._replace(fix=rooted(s.root, v.fix)))
     return out

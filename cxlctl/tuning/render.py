@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.hostio.host import Host
-from cxlctl.term import Cell, grid, join, styled
+from cxlctl.term import Cell, grid, hang, join, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,14 +68,16 @@ def profile(p: Profile, doc: Dict[str, Any], c: Console) -> None:
     grid(c, [("KNOB", "left"), ("VALUE", "left")], rows, note="REASON")
 
 
-def recommendation(rec: Recommendation, c: Console) -> None:
+def recommendation(rec: Recommendation, c: Console, host: Host) -> None:
+    """The profile, each reason and alternative folded under its own start (a hanging indent),
+    and the next command as it runs against ``host``."""
     c.print(join("recommended: ", (rec.profile or "none", "bold")))
     for r in rec.reasons:
-        c.print(f"  • {r}")
+        hang(c, "  • ", host.hint(r), 4)
     for p, w in rec.alternatives:
-        c.print(join("  alternative: ", (p, "bold"), f" — {w}"))
+        hang(c, "  ", join("alternative: ", (p, "bold"), f" — {host.hint(w)}"), 4)
     if rec.profile:
-        c.print(f"next: cxlctl tune plan {rec.profile}")
+        hang(c, "next: ", host.command(f"tune plan {rec.profile}"), 6)
 
 
 def plan(prep: Prepared, c: Console, title: str) -> None:
@@ -153,7 +155,7 @@ def apply(res: ApplyResult, c: Console, *, host: Optional[Host] = None) -> None:
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
             c.print(f"persisted: {host.path(path) if host else path}")
-        c.print("undo with: cxlctl tune revert")
+        c.print(f"undo with: {host.command('tune revert') if host else 'cxlctl tune revert'}")
 
 
 def verify(res: VerifyResult, c: Console) -> None:
@@ -178,7 +180,8 @@ def revert(res: RevertResult, c: Console, *, host: Optional[Host] = None) -> Non
         c.print(join((f"reverted {res.profile}", "green"), f": {n} file(s) restored"))
 
 
-def status(st: StatusResult, c: Console) -> None:
+def status(st: StatusResult, c: Console, host: Host) -> None:
+    """``tune status``: files named where they are (under ``host``'s root), commands as they run against it."""
     from . import tune_json as view
 
     c.print(join("active profile: ", (st.active_profile or "none", "bold")))
@@ -198,14 +201,14 @@ def status(st: StatusResult, c: Console) -> None:
         if j.error:
             c.print(join("  ", ("error:", "red"), f" {j.error}"))
         if j.state == "applying":
-            c.print(styled("  an apply was interrupted: run `cxlctl tune revert`", "yellow"))
+            c.print(styled(f"  an apply was interrupted: run `{host.command('tune revert')}`", "yellow"))
     t = st.trial
     if t is not None:
         c.print(
             join(
                 ("try pending:", "yellow"),
                 f" {t.profile} is reverted at {view.when(t.deadline)} "
-                f"({t.seconds_left:g} s left) unless confirmed (`cxlctl tune confirm`); waiting pid {t.pid}"
+                f"({t.seconds_left:g} s left) unless confirmed (`{host.command('tune confirm')}`); waiting pid {t.pid}"
                 + ("" if t.waiting else " is gone: the next `cxlctl tune` command after the deadline reverts it"),
             )
         )
@@ -222,7 +225,8 @@ def status(st: StatusResult, c: Console) -> None:
             )
         )
     pers = st.persisted
-    c.print("persisted: " + (f"{pers.profile or '?'} ({pers.sysctl_file or 'no sysctl file'})" if pers else "no"))
+    where = host.path(pers.sysctl_file) if pers and pers.sysctl_file else "no sysctl file"
+    c.print("persisted: " + (f"{pers.profile or '?'} ({where})" if pers else "no"))
     if st.lock_held:
         c.print(f"lock: held by pid {st.lock_holder or '?'}")
     if st.damon:
@@ -261,5 +265,6 @@ def damon(st: StatusResult, c: Console) -> None:
     grid(c, cols, rows)
 
 
-def confirmed(profile_name: str, c: Console) -> None:
-    c.print(join((f"confirmed {profile_name}", "green"), ": it stays applied (undo with: cxlctl tune revert)"))
+def confirmed(profile_name: str, c: Console, host: Host) -> None:
+    undo = host.command("tune revert")
+    c.print(join((f"confirmed {profile_name}", "green"), f": it stays applied (undo with: {undo})"))
