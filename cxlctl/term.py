@@ -321,7 +321,8 @@ def hang(c: Console, lead: Cell, body: Cell, indent: int) -> None:
     trailing spaces."""
     from rich.text import Text
 
-    lines = fold_text(body, max(c.width - indent, 20)) or [Text()]
+    lead_len = lead.cell_len if isinstance(lead, Text) else len(str(lead))
+    lines = fold_text(body, max(c.width - max(indent, lead_len), 20)) or [Text()]
     for i, line in enumerate(lines):
         line.rstrip()
         c.print(Text.assemble(lead if i == 0 else " " * indent, line), soft_wrap=True)

@@ -814,7 +814,7 @@ MAX_REGIONS = 64
 
 
 #: what ``region plan/create --all`` say (exit 0) when every memdev's RAM is already in a region
-NOTHING_TO_DO = "nothing to do: no unused CXL RAM capacity (every memdev's RAM is already in a region)"
+NOTHING_TO_DO = "nothing to do: every memdev's RAM is already in a region"
 
 
 def plan_all(inv: Inventory, req: Request) -> List[Plan]:

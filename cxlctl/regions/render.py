@@ -28,7 +28,7 @@ def plan(p: Plan, c: Console, title: str = "plan") -> None:
     at = f" at {p.resource:#x}" if p.resource is not None else ""
     head = join(
         (title, "bold"),
-        f": {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, granularity {p.granularity}"
+        f": {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, granularity {format_size(p.granularity)}"
         + (
             f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})"
             if p.window_size

@@ -116,10 +116,10 @@ def plan(prep: Prepared, c: Console, title: str) -> None:
     n = len(p.writes)
     c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
     for w in p.warnings:
-        c.print(join(("warning:", "yellow"), f" {w}"))
+        hang(c, styled("warning: ", "yellow"), w, 2)
     for r in p.refusals:
         # every reason, not only the first the damon row names: an apply refuses and writes nothing
-        c.print(join(("refused:", "red"), f" tune apply would change nothing: {r}"))
+        hang(c, styled("refused: ", "red"), f"tune apply would change nothing: {r}", 2)
     if prep.conflicts:
         c.print(styled("Other configuration setting the same keys", "bold"))
         grid(
@@ -189,12 +189,14 @@ def status(st: StatusResult, c: Console, host: Host) -> None:
     if j is None:
         c.print("journal: none (nothing applied on this boot)")
     else:
-        c.print(
+        hang(
+            c,
+            "journal: ",
             join(
-                f"journal: {j.state} — {j.profile}, started {j.started}"
-                + (f", finished {j.finished}" if j.finished else ""),
+                f"{j.state} — {j.profile}, started {j.started}" + (f", finished {j.finished}" if j.finished else ""),
                 ("" if j.this_boot else " (earlier boot)", "yellow"),
-            )
+            ),
+            2,
         )
         if j.previous_profile:
             c.print(f"  switched from: {j.previous_profile}")
@@ -246,9 +248,8 @@ def damon(st: StatusResult, c: Console) -> None:
             (
                 [
                     str(r.kdamond),
-                    str(r.pid) if r.pid and r.state == "on" else "-",
+                    str(r.pid) if r.pid and r.state == "on" else _v(r.state),  # a running kdamond has a pid
                     r.owner,
-                    _v(r.state),
                     _v(r.action),
                     n(r.target_nid)
                     if not r.dests
@@ -260,7 +261,9 @@ def damon(st: StatusResult, c: Console) -> None:
                 None,
             )
         )
-    cols = [("KDAMOND", "right"), ("PID", "right"), ("OWNER", "left"), ("STATE", "left"), ("ACTION", "left")]
+    # PID: the kdamond's while it runs, else its state (off); with a STATE column of its own the
+    # table took 81 columns of an 80-column screen
+    cols = [("KDAMOND", "right"), ("PID", "right"), ("OWNER", "left"), ("ACTION", "left")]
     cols += [("TO NODE", "left"), ("TRIED", "right"), ("APPLIED", "right"), ("QUOTA", "right")]
     grid(c, cols, rows)
 
