@@ -80,7 +80,7 @@ def render(f: Facts, checks: List[Check], console: Console) -> None:
     from rich.text import Text
 
     if not f.host.live:  # once, not on every evidence line: the evidence names files as the host sees them
-        hang(console, Text("root: ", style="bold"), Text(f"{clean(f.host.root)} (the files below are under it)"), 6)
+        hang(console, Text("root: ", style="bold"), Text(clean(f.host.root)), 6)
         console.print()
     for layer in LAYERS:
         group = [c for c in checks if c.layer == layer]

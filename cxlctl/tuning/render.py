@@ -154,8 +154,8 @@ def apply(res: ApplyResult, c: Console, *, host: Optional[Host] = None) -> None:
         passed = sum(1 for ch in res.checks if ch.status == "pass")
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
-            c.print(f"persisted: {host.path(path) if host else path}")
-        c.print(f"undo with: {host.command('tune revert') if host else 'cxlctl tune revert'}")
+            hang(c, "persisted: ", host.path(path) if host else path, 2)
+        hang(c, "undo with: ", host.command("tune revert") if host else "cxlctl tune revert", 2)
 
 
 def verify(res: VerifyResult, c: Console) -> None:
@@ -174,7 +174,7 @@ def revert(res: RevertResult, c: Console, *, host: Optional[Host] = None) -> Non
     if res.results:
         results(f"revert {res.profile}", list(res.results), c)
     for path in res.removed:
-        c.print(f"removed: {host.path(path) if host else path}")
+        hang(c, "removed: ", host.path(path) if host else path, 2)
     if res.ok and res.results:
         n = sum(1 for r in res.results if r.status == "reverted")
         c.print(join((f"reverted {res.profile}", "green"), f": {n} file(s) restored"))
@@ -228,7 +228,7 @@ def status(st: StatusResult, c: Console, host: Host) -> None:
         )
     pers = st.persisted
     where = host.path(pers.sysctl_file) if pers and pers.sysctl_file else "no sysctl file"
-    c.print("persisted: " + (f"{pers.profile or '?'} ({where})" if pers else "no"))
+    hang(c, "persisted: ", f"{pers.profile or '?'} ({where})" if pers else "no", 2)
     if st.lock_held:
         c.print(f"lock: held by pid {st.lock_holder or '?'}")
     if st.damon:
