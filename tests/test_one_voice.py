@@ -38,7 +38,11 @@ def test_a_folder_of_trees_is_refused_not_read_as_a_host_without_cxl() -> None:
 
 
 def test_region_all_with_no_unused_capacity_is_nothing_to_do() -> None:
-    for argv in (["region", "plan", "--all"], ["region", "create", "--all"], ["region", "create", "--all", "--dry-run"]):
+    for argv in (
+        ["region", "plan", "--all"],
+        ["region", "create", "--all"],
+        ["region", "create", "--all", "--dry-run"],
+    ):
         p = cli("--root", HB2X2, *argv, rc=0)
         assert p.stdout == "nothing to do: every memdev's RAM is already in a region\n", argv
     assert json.loads(cli("--root", HB2X2, "region", "plan", "--all", "--json", check=True).stdout)["plans"] == []
@@ -68,7 +72,7 @@ def _verdicts(root: str) -> Dict[str, Optional[Tuple[str, str]]]:
     warn = next((w["message"] for w in st["warnings"] if w["code"] == "tiering-off"), None)
     status = None if warn is None else tuple(warn.split("; fix: ", 1))
     check = next(((c["message"], c["fix"]) for c in doc["checks"] if c["id"] == "tuning.tiering-off"), None)
-    return {"stat": stat, "status": status, "doctor": check}  # type: ignore[dict-item]
+    return {"stat": stat, "status": status, "doctor": check}
 
 
 def _damon_state(root: str, state: str) -> None:
@@ -177,7 +181,9 @@ def test_doctor_names_the_root_once_and_evidence_as_the_host_sees_it() -> None:
 
 def test_tune_apply_result_table_is_aligned_at_80_columns(tmp_path: Any) -> None:
     t = copy_fixture(HMAT2, tmp_path / "t")
-    out = cli("--root", t, "tune", "apply", "inference-capacity", env={"COLUMNS": "80"}, check=True, inprocess=True).stdout
+    out = cli(
+        "--root", t, "tune", "apply", "inference-capacity", env={"COLUMNS": "80"}, check=True, inprocess=True
+    ).stdout
     assert not misaligned(out) and max(map(len, out.splitlines())) <= 80
     result = out[out.index("Result\n") :].splitlines()
     assert result[5:7] == [

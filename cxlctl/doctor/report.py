@@ -12,7 +12,6 @@ from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Evidence, Facts, worst
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.text import Text
 
 
 def run(f: Facts) -> List[Check]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, List, NamedTuple, Optional, 
 from cxlctl.term import clean
 
 from .rates import Rates, demote_sum
-from .report import MB, count, cxl_traffic, mbps, size
+from .report import count, cxl_traffic, mbps, size
 from .sample import Sample
 from .verdicts import Verdict
 

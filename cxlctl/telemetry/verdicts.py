@@ -211,7 +211,9 @@ def _idle_fix(s: Sample) -> str:
         why = (
             f"its migrate_cold quota goal holds demotion back until {' and '.join(held)}"
             if held
-            else ("it demotes cold pages only as its quotas allow" if cold else "no scheme of it demotes (migrate_cold)")
+            else (
+                "it demotes cold pages only as its quotas allow" if cold else "no scheme of it demotes (migrate_cold)"
+            )
         )
         return f"DAMON already tiers this host, so add no second mover; {why}. To use CXL now, {place}"
     st = s.settings
