@@ -138,7 +138,9 @@ def test_bandwidths_in_mb_s_and_sizes_in_iec_units_across_commands() -> None:
     doc = cli("--root", HMAT2, "doctor", "--for", "vllm", inprocess=True).stdout
     assert re.search(r"memlock limit: soft (\d+(\.\d+)? (B|KiB|MiB|GiB)|unlimited), hard", doc), doc
     plan = cli("--root", os.path.join(K7, "hb2x2-noregion"), "region", "plan", "--all", check=True).stdout
-    assert "granularity 8 KiB" in plan
+    # granularity in bytes with its unit, as status prints it ("4-way × 8192 B")
+    assert "granularity 8192 B" in plan and "at 16384 B across dports" in plan
+    assert "4-way × 8192 B" in cli("--root", os.path.join(K7, "hb2x2-region"), "status", check=True).stdout
 
 
 # -- row 5: every hint runnable as printed, against the host shown ------------------------------
@@ -160,6 +162,11 @@ def test_tune_hints_under_root_run_as_printed_against_the_tree(tmp_path: Any) ->
     (nxt,) = [line[len("next: ") :] for line in rec.splitlines() if line.startswith("next: ")]
     assert nxt == f"cxlctl --root {t} tune plan inference-bandwidth"
     cli(*shlex.split(nxt)[1:], check=True)
+    # an error's hint too (one place: the app's group), and events' way to read a tree
+    p = cli("--root", HMAT2, "tune", "verify", rc=2, inprocess=True)
+    assert f"hint: name a profile to compare with: cxlctl --root {HMAT2} tune verify " in p.stderr
+    p = cli("--root", HMAT2, "events", rc=1, inprocess=True)
+    assert f"hint: read saved trace lines with cxlctl --root {HMAT2} events --input FILE" in p.stderr
     fixes = [c["fix"] for c in json.loads(cli("--root", t, "doctor", "--json").stdout)["checks"] if c["fix"]]
     assert any("tune recommend" in f for f in fixes)
     assert all(f"cxlctl --root {t} " in f for f in fixes if re.search(r"\bcxlctl (tune|region|dax|status)\b", f))
