@@ -335,6 +335,15 @@ def test_what_tune_writes_reports_fit_80_and_160_columns(tree: str, tmp_path: An
     assert not faults, "\n".join(faults[:20])
 
 
+def test_events_from_saved_trace_lines_fit_80_and_160_columns() -> None:
+    """``events`` on a tree reads saved trace lines (the recorded events of each kind)."""
+    ras = os.path.join(K7, "hb2x2-region-ras")
+    saved = sorted(glob.glob(os.path.join(K7, "events", "*-*.txt")))
+    assert len(saved) >= 8
+    faults = _check_views(ras, [("events", "--input", f) for f in saved])
+    assert not faults, "\n".join(faults[:20])
+
+
 def test_the_layout_check_finds_what_it_is_for() -> None:
     """The checker itself, on what ``tune apply`` and ``doctor`` printed before issue 35: a row
     shifted by one column, a path folded inside a word, prose past the width."""

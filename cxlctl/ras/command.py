@@ -157,7 +157,9 @@ def finish(stream: Stream, printed: int, json_out: bool, where: str) -> None:
         return
     s: Dict[str, Any] = stream.summary()
     if not printed:
-        _say(f"no CXL events (source: {where})")
+        from cxlctl.term import fold, width
+
+        _say(fold(f"no CXL events (source: {where})", width()))  # a long --input path: folded at a space
     if s["parse_errors"]:
         first = s["errors"][0]
         sys.stderr.write(
