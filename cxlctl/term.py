@@ -229,6 +229,20 @@ def join(*parts: Union[Cell, Tuple[str, str]]) -> Text:
     return Text.assemble(*parts)
 
 
+def _row_lines(values: List[Text], widths: Sequence[int]) -> List[List[Text]]:
+    """A table row as its lines: a value wider than its column ends its line (a first one takes a
+    line of its own), the values after it continue on the next line under their own headers
+    (blank cells before them), so every column stays aligned."""
+    from rich.text import Text
+
+    out: List[List[Text]] = []
+    for i in range(len(values) - 1):
+        if values[i].cell_len > widths[i]:
+            out.append(values[: i + 1])
+            values = [Text()] * (i + 1) + values[i + 1 :]
+    return out + [values]
+
+
 def grid(
     c: Console,
     columns: Sequence[Tuple[str, str]],
@@ -286,16 +300,10 @@ def grid(
         return out
 
     def emit(values: List[Text], last: Optional[Text] = None) -> None:
-        """One row; a value wider than its column ends its line (a first one takes a line of its
-        own), the values after it continue under their own headers: every column stays aligned."""
-        if values[0].cell_len > widths[0]:
-            c.print(values[0], soft_wrap=True)
-            values = [Text()] + values[1:]
-        for i in range(1, len(values) - 1):
-            if values[i].cell_len > widths[i]:
-                c.print(line(values[: i + 1]), soft_wrap=True)
-                values = [Text()] * (i + 1) + values[i + 1 :]
-        c.print(line(values, last), soft_wrap=True)
+        parts = _row_lines(values, widths)
+        for part in parts[:-1]:
+            c.print(line(part), soft_wrap=True)
+        c.print(line(parts[-1], last), soft_wrap=True)
 
     head = [Text(h, style="bold") for h, _ in columns]
     c.print(line(head, Text(note, style="bold") if beside else None), soft_wrap=True)

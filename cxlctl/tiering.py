@@ -23,7 +23,6 @@ With none of the three, nothing moves pages between DRAM and CXL.  This module i
 from __future__ import annotations
 
 from cxlctl.hostio import paths
-from cxlctl.hostio.root import cxlctl_command
 from cxlctl.parse import is_decimal
 
 TYPE_CHECKING = False
@@ -46,11 +45,11 @@ def tiering_off(
     demotion_enabled: Optional[bool],
     numa_balancing: Optional[int],
     damon_migrates: bool,
-    root: str = "/",
 ) -> Optional[Tuple[str, str]]:
     """(message, fix) when CXL nodes with memory are online and nothing moves pages to or from
     them; None when something does, or when demotion's state is unknown (no verdict on a guess).
-    The fix names ``--root ROOT`` when the host is a recorded tree."""
+    The words name no ``--root``: ``status --json`` of a recorded tree must not depend on where the
+    tree lies; ``stat`` and ``doctor`` add it to the fix they print (:func:`cxlctl.hostio.root.rooted`)."""
     cxl = sorted(cxl_nodes)
     if not cxl or demotion_enabled is not False or damon_migrates:
         return None
@@ -61,22 +60,22 @@ def tiering_off(
         f"CXL node(s) {', '.join(map(str, cxl))} are online but demotion is disabled, kernel.numa_balancing is "
         f"{nb} (no tiering mode) and no DAMON scheme migrates pages, so no page will ever move between DRAM "
         "and CXL",
-        f"apply a tiering profile ({cxlctl_command(root, 'tune recommend')} names the one for this host), or set "
+        "apply a tiering profile (cxlctl tune recommend names the one for this host), or set "
         f"{paths.DEMOTION_ENABLED} to true and kernel.numa_balancing to 2",
     )
 
 
 def damon_migrates(r: Reader) -> bool:
     """A running kdamond (``state`` on) has a ``migrate_hot``/``migrate_cold`` scheme."""
-    digits = is_decimal
-    for k in r.listdir(paths.DAMON_KDAMONDS, digits)[:_MAX]:
-        kd = f"{paths.DAMON_KDAMONDS}/{k}"
-        if (r.text(f"{kd}/state") or "").strip() != "on":
+    from cxlctl.damon import tree as t
+
+    for k in r.listdir(t.listing(t.ADMIN, t.LIST_KDAMONDS), is_decimal)[:_MAX]:
+        if (r.text(t.state(int(k))) or "").strip() != "on":
             continue
-        for c in r.listdir(f"{kd}/contexts", digits)[:_MAX]:
-            schemes = f"{kd}/contexts/{c}/schemes"
-            for s in r.listdir(schemes, digits)[:_MAX]:
-                if (r.text(f"{schemes}/{s}/action") or "").strip() in DAMON_MIGRATE_ACTIONS:
+        for c in r.listdir(t.listing(t.kdamond(int(k)), t.LIST_CONTEXTS), is_decimal)[:_MAX]:
+            for s in r.listdir(t.listing(t.context(int(k), int(c)), t.LIST_SCHEMES), is_decimal)[:_MAX]:
+                action = r.text(t.at(t.scheme(int(k), int(c), int(s)), t.ACTION))
+                if (action or "").strip() in DAMON_MIGRATE_ACTIONS:
                     return True
     return False
 
@@ -93,4 +92,4 @@ def of_inventory(inv: Inventory, r: Reader) -> Optional[Tuple[str, str]]:
     mode = int(nb) if nb is not None and is_decimal(nb.strip()) else None
     if enabled is not False or (mode is not None and mode & 2):
         return None  # settled without reading DAMON
-    return tiering_off(cxl, enabled, mode, damon_migrates(r), r.root)
+    return tiering_off(cxl, enabled, mode, damon_migrates(r))

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl import tiering
-from cxlctl.hostio.root import cxlctl_command, rooted
+from cxlctl.hostio.root import rooted
 from cxlctl.parse import PAGE_SIZE, format_size
 from cxlctl.term import clean
 
@@ -84,7 +84,7 @@ def tiering_off(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
     """:func:`cxlctl.tiering.tiering_off` on this sample: the words ``status`` and ``doctor`` use too."""
     st = s.settings
     cxl = (n.id for n in _cxl_nodes(s))
-    found = tiering.tiering_off(cxl, st.demotion_enabled, st.numa_balancing, damon_migrates(s), s.root)
+    found = tiering.tiering_off(cxl, st.demotion_enabled, st.numa_balancing, damon_migrates(s))
     return None if found is None else Verdict(tiering.ID, "warning", found[0] + ".", found[1])
 
 
@@ -220,8 +220,7 @@ def _idle_fix(s: Sample) -> str:
     if st.demotion_enabled or (st.numa_balancing is not None and st.numa_balancing & 2):
         return f"tiering is on: cold pages demote there once DRAM comes under reclaim. To use CXL now, {place}"
     return (
-        f"enable tiering ({cxlctl_command(s.root, 'tune recommend')} names the profile for this host) so cold "
-        f"pages demote there, or {place}"
+        f"enable tiering (cxlctl tune recommend names the profile for this host) so cold pages demote there, or {place}"
     )
 
 

@@ -39,6 +39,15 @@ def _v(x: Optional[str]) -> str:
     return "-" if x is None else x
 
 
+def _command(c: Console, label: str, command: str) -> None:
+    """``label`` and a command to run, folded between its words with `` \\`` continuations
+    (:func:`cxlctl.term.fold_command`): the lines copied together still run as the one command."""
+    from cxlctl.term import fold_command
+
+    for line in fold_command(command, c.width, first=label, indent="  "):
+        c.print(line, soft_wrap=True, highlight=False)
+
+
 def _title(title: str, rest: str = "") -> Any:
     return join((title, "bold"), rest)
 
@@ -77,7 +86,7 @@ def recommendation(rec: Recommendation, c: Console, host: Host) -> None:
     for p, w in rec.alternatives:
         hang(c, "  ", join("alternative: ", (p, "bold"), f" — {host.hint(w)}"), 4)
     if rec.profile:
-        hang(c, "next: ", host.command(f"tune plan {rec.profile}"), 6)
+        _command(c, "next: ", host.command(f"tune plan {rec.profile}"))
 
 
 def plan(prep: Prepared, c: Console, title: str) -> None:
@@ -155,7 +164,7 @@ def apply(res: ApplyResult, c: Console, *, host: Optional[Host] = None) -> None:
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
             hang(c, "persisted: ", host.path(path) if host else path, 2)
-        hang(c, "undo with: ", host.command("tune revert") if host else "cxlctl tune revert", 2)
+        _command(c, "undo with: ", host.command("tune revert") if host else "cxlctl tune revert")
 
 
 def verify(res: VerifyResult, c: Console) -> None:
