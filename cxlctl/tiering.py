@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 #: the verdict's id: stat's verdict id, status's warning code, doctor's check id suffix
 ID = "tiering-off"
-#: DAMON actions that move pages between nodes (mm/damon/sysfs-schemes.c ``damon_sysfs_damos_action_names``)
+#: DAMON actions that move pages between nodes (the action names of mm/damon/sysfs-schemes.c,
+#: ``damon_sysfs_damos_action_strs`` where 6.11 added them)
 DAMON_MIGRATE_ACTIONS = ("migrate_hot", "migrate_cold")
 #: at most this many kdamonds, contexts and schemes are looked at (real hosts run a few)
 _MAX = 64

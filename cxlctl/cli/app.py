@@ -40,8 +40,8 @@ class _RootedHints(TyperGroup):
         try:
             return super().invoke(ctx)
         except CxlctlError as e:
-            if e.hint and isinstance(ctx.obj, CliState):
-                e.hint = ctx.obj.host.hint(e.hint)
+            if isinstance(ctx.obj, CliState):
+                raise e.for_host(ctx.obj.host) from e.__cause__
             raise
 
 
