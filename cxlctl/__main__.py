@@ -80,7 +80,7 @@ def _fast(argv: List[str]) -> Optional[int]:
                 return commands.doctor(host, json_out)
             return commands.stat(host, json_out)
         except CxlctlError as e:  # its hint as the typer path gives it (cli/app.py)
-            raise e.for_host(host) from e.__cause__
+            raise host.hinted(e) from e.__cause__
 
     return guarded(body, json_out)
 

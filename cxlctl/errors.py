@@ -7,10 +7,6 @@ Every command maps failures to these codes (docs/cli.md lists them):
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from cxlctl.hostio.host import Host
-
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -28,13 +24,6 @@ class CxlctlError(Exception):
 
     def render(self) -> str:
         return f"cxlctl: error: {self}" + (f"\n  hint: {self.hint}" if self.hint else "")
-
-    def for_host(self, host: Host) -> CxlctlError:
-        """This error with its hint runnable against ``host``: a cxlctl command in it names
-        ``--root TREE`` under one (:meth:`Host.hint`).  Both entry paths (typer's group and the
-        fast path) raise their errors through it."""
-        self.hint = host.hint(self.hint) if self.hint else ""
-        return self
 
 
 class UsageError(CxlctlError):

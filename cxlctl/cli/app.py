@@ -41,7 +41,7 @@ class _RootedHints(TyperGroup):
             return super().invoke(ctx)
         except CxlctlError as e:
             if isinstance(ctx.obj, CliState):
-                raise e.for_host(ctx.obj.host) from e.__cause__
+                raise ctx.obj.host.hinted(e) from e.__cause__
             raise
 
 

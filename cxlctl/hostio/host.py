@@ -24,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
+    from cxlctl.errors import CxlctlError
+
 
 class Host:
     """One target host (``/`` or a ``--root`` tree) for the life of one command.
@@ -81,6 +83,12 @@ class Host:
     def hint(self, text: str) -> str:
         """``text`` (a fix, a hint) with ``--root`` in each ``cxlctl COMMAND`` it names, unless live."""
         return rooted(self.root, text)
+
+    def hinted(self, error: CxlctlError) -> CxlctlError:
+        """``error`` with its hint runnable against this host (:meth:`hint`).  Both entry paths
+        (typer's group, the fast path) raise their errors through it."""
+        error.hint = self.hint(error.hint) if error.hint else ""
+        return error
 
     def path(self, host_path: str) -> str:
         """``host_path`` (as the host sees it, ``/sys/...``) as a path on this machine."""
