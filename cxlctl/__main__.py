@@ -66,17 +66,21 @@ def _fast(argv: List[str]) -> Optional[int]:
     gc.disable()
     from . import commands
     from .emit import guarded
+    from .errors import CxlctlError
     from .hostio.host import Host
 
     json_out = cmd[-1] == "--json"
 
     def body() -> int:
         host = Host.resolve(roots[-1] if roots else None)  # click: the last --root wins
-        if cmd[0] == "status":
-            return commands.status(host, json_out)
-        if cmd[0] == "doctor":
-            return commands.doctor(host, json_out)
-        return commands.stat(host, json_out)
+        try:
+            if cmd[0] == "status":
+                return commands.status(host, json_out)
+            if cmd[0] == "doctor":
+                return commands.doctor(host, json_out)
+            return commands.stat(host, json_out)
+        except CxlctlError as e:  # its hint as the typer path gives it (cli/app.py)
+            raise host.hinted(e) from e.__cause__
 
     return guarded(body, json_out)
 

@@ -617,4 +617,15 @@ def _scan_twice(r: Reader) -> Inventory:
                 + "); the result may be incomplete — run again once hot-plug activity settles",
             )
             inv = inv._replace(warnings=inv.warnings + (extra,))
-    return inv
+    return _tiering(inv, r)
+
+
+def _tiering(inv: Inventory, r: Reader) -> Inventory:
+    """The ``tiering-off`` warning, in the words ``stat`` and ``doctor`` use (:mod:`cxlctl.tiering`)."""
+    from .tiering import ID, of_inventory
+
+    found = of_inventory(inv, r)
+    if found is None:
+        return inv
+    warn = Warning_(ID, "warning", f"{found[0]}; fix: {found[1]}", "demotion_enabled")
+    return inv._replace(warnings=inv.warnings + (warn,))

@@ -229,6 +229,20 @@ def join(*parts: Union[Cell, Tuple[str, str]]) -> Text:
     return Text.assemble(*parts)
 
 
+def _row_lines(values: List[Text], widths: Sequence[int]) -> List[List[Text]]:
+    """A table row as its lines: a value wider than its column ends its line (a first one takes a
+    line of its own), the values after it continue on the next line under their own headers
+    (blank cells before them), so every column stays aligned."""
+    from rich.text import Text
+
+    out: List[List[Text]] = []
+    for i in range(len(values) - 1):
+        if values[i].cell_len > widths[i]:
+            out.append(values[: i + 1])
+            values = [Text()] * (i + 1) + values[i + 1 :]
+    return out + [values]
+
+
 def grid(
     c: Console,
     columns: Sequence[Tuple[str, str]],
@@ -286,10 +300,10 @@ def grid(
         return out
 
     def emit(values: List[Text], last: Optional[Text] = None) -> None:
-        if values[0].cell_len > widths[0] and line(values, last).cell_len > c.width:
-            c.print(values[0], soft_wrap=True)
-            values = [Text()] + values[1:]
-        c.print(line(values, last), soft_wrap=True)
+        parts = _row_lines(values, widths)
+        for part in parts[:-1]:
+            c.print(line(part), soft_wrap=True)
+        c.print(line(parts[-1], last), soft_wrap=True)
 
     head = [Text(h, style="bold") for h, _ in columns]
     c.print(line(head, Text(note, style="bold") if beside else None), soft_wrap=True)
@@ -306,3 +320,17 @@ def grid(
         emit(values, folded[0] if folded else None)
         for x in folded[1:]:
             c.print(Text(" " * (fixed + 2)).append_text(x), soft_wrap=True)
+
+
+def hang(c: Console, lead: Cell, body: Cell, indent: int) -> None:
+    """``lead`` (``indent`` cells), then ``body`` folded on spaces (:func:`fold_text`: a path or
+    a flag is never split) to the rest of the width, continuation lines indented ``indent``.
+    Printed line by line, not as a table cell: a table pads every line to the full width with
+    trailing spaces."""
+    from rich.text import Text
+
+    lead_len = lead.cell_len if isinstance(lead, Text) else len(str(lead))
+    lines = fold_text(body, max(c.width - max(indent, lead_len), 20)) or [Text()]
+    for i, line in enumerate(lines):
+        line.rstrip()
+        c.print(Text.assemble(lead if i == 0 else " " * indent, line), soft_wrap=True)

@@ -17,6 +17,9 @@ def test_resolve_rejects_empty_and_missing_roots(tmp_path: Path) -> None:
         Host.resolve("")
     with pytest.raises(UsageError):
         Host.resolve(str(tmp_path / "nope"))
+    with pytest.raises(UsageError, match="holds neither sys/ nor proc/"):
+        Host.resolve(str(tmp_path))  # a directory, but no host's tree (a folder of trees, a typo)
+    (tmp_path / "proc").mkdir()
     assert Host.resolve(str(tmp_path)).root == str(tmp_path)
 
 

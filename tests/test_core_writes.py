@@ -182,7 +182,9 @@ def test_tracefs_message_names_the_directories_under_the_root(tmp_path: Any) -> 
     root = _tree(tmp_path)
     with pytest.raises(TracefsError) as e:
         find_tracefs(root)
-    assert f"looked at {root}/sys/kernel/tracing and {root}/sys/kernel/debug/tracing" in str(e.value)
+    # a tree has no live trace buffer: the message names the tree's directory, the hint --input (issue 35)
+    assert f"{root}/sys/kernel/tracing holds no tracefs" in str(e.value)
+    assert f"cxlctl --root {root} events --input FILE" in e.value.hint
 
 
 # ---------------------------------------------------------------------------- refusals write nothing (#9)

@@ -46,6 +46,7 @@ level = "debug"
 def _root(tmp_path: Any, text: str = "") -> str:
     root = str(tmp_path / "root")
     os.makedirs(root + "/etc/cxlctl", exist_ok=True)
+    os.makedirs(root + "/proc", exist_ok=True)  # a host's tree: --root refuses one without sys/ and proc/
     if text:
         with open(root + "/etc/cxlctl/cxlctl.toml", "w") as f:
             f.write(text)

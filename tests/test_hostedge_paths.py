@@ -76,8 +76,15 @@ def test_doctor_evidence_names_files_under_root(tmp_path: Any) -> None:
     assert files and all(s.startswith(root + "/") for s in files), files
     assert f"{root}/proc/sys/kernel/osrelease" in files
     assert "cxl version" in sources  # a command stays a command
+    # the human view names the tree once and each file as the host sees it (issue 35: the root
+    # repeated on every evidence line took 110 lines at 80 columns)
     human = cli("--root", root, "doctor", env={"COLUMNS": "400"}).stdout
-    assert f"{root}/sys/bus/cxl/devices: " in human, human
+    assert human.startswith(f"root: {root}\n") and "\n         /sys/bus/cxl/devices: " in human, human
+    assert human.count(root) == 1 + sum(
+        1
+        for c in json.loads(cli("--root", root, "doctor", "--json").stdout)["checks"]
+        if root in (c["fix"] or "") + c["message"]
+    )
 
 
 def test_events_without_cxl_trace_events_names_the_tree_tracefs(tmp_path: Any) -> None:

@@ -167,7 +167,12 @@ def test_permission_denied_attributes(tree: str) -> None:
 
 
 def test_unreadable_root_tree_no_cxl(tmp_path: Any) -> None:
-    """An empty root (no sys/, no proc/) is a host without anything: no crash, clear picture."""
+    """An empty root (no sys/, no proc/) is no host's tree: refused (issue 35). One with empty
+    sys/ and proc/ is a host without anything: no crash, clear picture."""
+    p = cli("--root", str(tmp_path), "status", rc=2)
+    assert "holds neither sys/ nor proc/" in p.stderr and not p.stdout
+    os.makedirs(tmp_path / "sys")
+    os.makedirs(tmp_path / "proc")
     p = cli("--root", str(tmp_path), "status")
     assert p.returncode == 0 and "No CXL devices" in p.stdout
     st = status_json(str(tmp_path))

@@ -74,7 +74,7 @@ def test_plan_json_and_text() -> None:
     assert {x["interleave_ways"] for x in p["port_decoders"]} == {2}
     t = cli("--root", HB2X2, "region", "plan", "-m", ",".join(reversed(p["targets"])))
     assert t.returncode == 0, t.stderr
-    assert "4-way RAM region of 1 GiB on decoder0.0" in t.stdout and "granularity 8192" in t.stdout
+    assert "4-way RAM region of 1 GiB on decoder0.0" in t.stdout and "granularity 8192 B" in t.stdout
 
 
 def test_plan_all_json() -> None:

@@ -109,14 +109,14 @@ def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(
     json.dumps(doc)
     text = render_text(b, r, judge(b, r), 1, 80)
     assert max(len(line) for line in text.splitlines()) <= 80
-    assert "expected (HMAT/CDAT): node 0 read 40.0 GB/s write 30.0 GB/s latency 90 ns" in text
+    assert "expected (HMAT/CDAT): node 0 read 40960 MB/s write 30720 MB/s latency 90 ns" in text
     assert f"demoted {demote:.1f} MB/s ({demote / 10240 * 100:.1f}% of CXL write" in text.replace("\n  ", " ")
 
     v = view(b, r, judge(b, r), History())
     assert [(nid, bw) for nid, _, _, _, bw in v.nodes] == [(0, 40960), (1, 20480)]
     assert v.traffic is not None and f"demoted {demote:.1f} MB/s" in v.traffic and "% of CXL bw" in v.traffic
     p = plain(v, 80)
-    assert "bw 20.0G/s" in p and max(len(line) for line in p.splitlines()) <= 80
+    assert "bw 20480 MB/s" in p and max(len(line) for line in p.splitlines()) <= 80
     from rich.console import Console
 
     for width in (80, 120, 50):
@@ -124,7 +124,7 @@ def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(
         c.print(rich_view(v, width))
         screen = c.export_text()
         assert max(len(line) for line in screen.splitlines()) <= width
-        assert ("20.0G/s" in screen) == (width >= 60) and "to/from CXL" in screen
+        assert ("20480 MB/s" in screen) == (width >= 60) and "to/from CXL" in screen
 
 
 def test_one_undescribed_cxl_node_leaves_the_share_unknown(tmp_path: Any) -> None:

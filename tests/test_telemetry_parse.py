@@ -73,7 +73,9 @@ def test_cgroup_line_and_names() -> None:
 
 
 def test_short_numbers_and_clean_names() -> None:
-    assert size(None) == "-" and size(512) == "512" and size(6 << 20) == "6.0M" and size(300 << 30) == "300G"
+    assert size(None) == "-" and size(512) == "512 B" and size(6 << 20) == "6.0 MiB" and size(300 << 30) == "300 GiB"
+    # IEC units as status prints them, three digits at most: 1000 MiB is 1.0 GiB (7 columns)
+    assert size(1000 << 20) == "1.0 GiB" and size(999 << 20) == "999 MiB" and size(44 << 10) == "44 KiB"
     assert count(None) == "n/a" and count(1957) == "1957" and count(0.25) == "0.2" and count(123456) == "123.5k"
     assert clean("evil\x1b[2Jname") == "evil\\x1b[2Jname"
 
@@ -111,7 +113,7 @@ def test_damon_scheme_stats_are_read_and_rated(tmp_path: Any) -> None:
     assert r.damon["0/0/0"]["sz_applied"] == 4 << 20
     doc = to_dict(b, r, [], 1)
     assert doc["damon"][0]["stats"]["sz_applied"] == 12 << 20 and doc["damon"][0]["rates"]["sz_applied"] == 4 << 20
-    assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0M/s" in render_text(b, r, [], 1)
+    assert "damon 0/0/0 (on) migrate_cold -> node 1: applied 4.0 MiB/s" in render_text(b, r, [], 1)
     assert read_schemes(Reader(str(tmp_path / "nothing"))) == []
 
 

@@ -84,7 +84,7 @@ def ids(s: Sample, r: Optional[Rates] = None) -> list[str]:
 
 def test_tiering_off_fires_when_demotion_is_off_and_no_promotion_mode() -> None:
     v = V.tiering_off(sample(demotion=False, nb=1), None)
-    assert v is not None and "demotion is disabled" in v.message and "cxlctl tune apply" in v.fix
+    assert v is not None and "demotion is disabled" in v.message and "cxlctl tune recommend" in v.fix
     assert V.tiering_off(sample(demotion=False, nb=0), None) is not None
 
 

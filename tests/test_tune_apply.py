@@ -407,7 +407,7 @@ def test_human_output_of_every_command(tmp_path: Any, capsys: Any) -> None:
         (("tune", "show", "inference-capacity"), "includes: cxl-common"),
         (("tune", "recommend"), "recommended:"),
         (("tune", "plan", "t-everything"), "change"),
-        (("tune", "apply", "t-everything"), "undo with: cxlctl tune revert"),
+        (("tune", "apply", "t-everything"), "undo with: cxlctl --root"),  # the tree's revert (issue 35)
         (("tune", "status"), "active profile: t-everything"),
         (("tune", "verify"), "pass"),
         (("tune", "revert"), "reverted t-everything"),

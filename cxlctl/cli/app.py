@@ -8,9 +8,12 @@ command through the click context (``ctx.obj``).
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
+from typer.core import TyperGroup
+
+from cxlctl.errors import CxlctlError
 
 from .common import CliState, enter, run_app
 from .daemon import daemon_app
@@ -26,6 +29,20 @@ from .stat import stat
 from .status import status
 from .top import top
 from .tune import tune_app
+
+
+class _RootedHints(TyperGroup):
+    """The application's group: an error's hint naming a cxlctl command names ``--root TREE`` too
+    when the command ran under one (``see `cxlctl --root TREE tune status```), so it runs as
+    printed against the tree the command acted on."""
+
+    def invoke(self, ctx: Any) -> Any:  # click's Context, which typer vendors and asks not to import
+        try:
+            return super().invoke(ctx)
+        except CxlctlError as e:
+            if isinstance(ctx.obj, CliState):
+                raise ctx.obj.host.hinted(e) from e.__cause__
+            raise
 
 
 def _version(value: bool) -> None:
@@ -56,6 +73,7 @@ def make_app() -> typer.Typer:
     """The ``cxlctl`` application: global options, top-level commands, the groups."""
     a = typer.Typer(
         name="cxlctl",
+        cls=_RootedHints,
         help="Inventory, tune and use CXL memory on Linux hosts.",
         no_args_is_help=True,
         add_completion=False,

@@ -99,6 +99,7 @@ def plan_cmd(
     """Show how a region would be built (positions, decoders, size), or exactly why it cannot be. No root needed."""
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
+    from cxlctl.regions.planner import NOTHING_TO_DO
     from cxlctl.regions.request import plans as plans_for
     from cxlctl.regions.request import request
 
@@ -106,6 +107,8 @@ def plan_cmd(
     if json_out:
         emit_json(region_json.plans(plans))
         return
+    if not plans:
+        typer.echo(NOTHING_TO_DO)
     for i, p in enumerate(plans):
         _render_plan(p, f"plan {i + 1}/{len(plans)}" if len(plans) > 1 else "plan")
 
@@ -133,6 +136,7 @@ def create_cmd(
     from cxlctl.inventory import scan
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
+    from cxlctl.regions.planner import NOTHING_TO_DO
     from cxlctl.regions.request import MODES, choice, request
     from cxlctl.regions.request import plans as plans_for
     from cxlctl.regions.request import zone as zone_for
@@ -142,6 +146,12 @@ def create_cmd(
     req = request(memdevs, ways, size, granularity, decoder, rtype)
     root = host()
     plans = plans_for(scan(host()), req, use_all)
+    if not plans:  # --all with no unused capacity: idempotent, needs no root
+        if json_out:
+            emit_json(region_json.dry_run(plans, online, zone) if dry_run else region_json.created_all([], None, True))
+        else:
+            typer.echo(NOTHING_TO_DO)
+        return
     if dry_run:
         if json_out:
             emit_json(region_json.dry_run(plans, online, zone))

@@ -108,7 +108,7 @@ def recommend_cmd(json_out: bool = JSON_OPT) -> None:
         return
     from cxlctl.tuning import render
 
-    render.recommendation(rec, _console())
+    render.recommendation(rec, _console(), h)
 
 
 # ---------------------------------------------------------------------------- plan
@@ -240,14 +240,15 @@ def status_cmd(json_out: bool = JSON_OPT) -> None:
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.engine import status
 
-    st = status(host())
+    h = host()
+    st = status(h)
     if json_out:
         _emit(view.status(st))
         return
     from cxlctl.tuning import render
 
     _note(st.messages)
-    render.status(st, _console())
+    render.status(st, _console(), h)
 
 
 # ---------------------------------------------------------------------------- try / confirm
@@ -330,13 +331,14 @@ def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> 
     from cxlctl.tuning import tune_json as view
     from cxlctl.tuning.trial import confirm
 
-    c = confirm(host(), wait)
+    h = host()
+    c = confirm(h, wait)
     if json_out:
         _emit(view.confirmed(c))
         return
     from cxlctl.tuning import render
 
-    render.confirmed(c.profile, _console())
+    render.confirmed(c.profile, _console(), h)
 
 
 @tune_app.command("reclaim", cls=Command)

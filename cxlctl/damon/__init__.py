@@ -12,16 +12,20 @@ telemetry commands may show the scheme statistics it returns.
 
 from __future__ import annotations
 
-from .sysfs import (
-    DamonCaps,
-    DamonModule,
-    DamonState,
-    Kdamond,
-    Scheme,
-    SchemeStats,
-    probe,
-    read_damon,
-)
+# The reader is imported on first use of one of its names (PEP 562), not with the package:
+# ``status`` (its fast path, which loads no ``typing``) reads kdamond states through :mod:`.tree`.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .sysfs import (
+        DamonCaps,
+        DamonModule,
+        DamonState,
+        Kdamond,
+        Scheme,
+        SchemeStats,
+        probe,
+        read_damon,
+    )
 
 __all__ = [
     "DamonCaps",
@@ -33,3 +37,11 @@ __all__ = [
     "probe",
     "read_damon",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        from . import sysfs
+
+        return getattr(sysfs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

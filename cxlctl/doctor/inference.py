@@ -160,9 +160,14 @@ def _preflight(f: Facts, lp: LaunchPlan) -> List[Check]:
     return out
 
 
+def _limit(value: str) -> str:
+    """A limit of /proc/self/limits (bytes, or ``unlimited``) in the IEC units sizes are shown in."""
+    return format_size(int(value)) if is_decimal(value) else value
+
+
 def _memlock(f: Facts, lp: LaunchPlan) -> Check:
     ml = f.memlock
-    shown = f"soft {ml[0]}, hard {ml[1]}" if ml else "unreadable"
+    shown = f"soft {_limit(ml[0])}, hard {_limit(ml[1])}" if ml else "unreadable"
     ea = lp.engine
     return Check(
         LAYER,

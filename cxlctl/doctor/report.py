@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List
 
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
-from cxlctl.term import clean
+from cxlctl.term import clean, hang
 
 from . import devices, inference, kernel, newer, services
 from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Evidence, Facts, worst
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.text import Text
 
 
 def run(f: Facts) -> List[Check]:
@@ -61,9 +60,9 @@ def to_json(f: Facts, checks: List[Check]) -> Dict[str, Any]:
                 "layer": c.layer,
                 "id": c.id,
                 "result": c.result,
-                "message": c.message,
+                "message": f.host.hint(c.message),
                 "evidence": [{"source": where(f, e), "value": e.value} for e in c.evidence],
-                "fix": c.fix or None,
+                "fix": f.host.hint(c.fix) or None,
             }
             for c in checks
         ],
@@ -74,40 +73,31 @@ _STYLE = {"ok": "green", "note": "cyan", "warn": "yellow", "fail": "bold red", "
 _LABEL = {"ok": "ok", "note": "note", "warn": "warn", "fail": "FAIL", "cannot-check": "n/a"}
 
 
-def _hang(console: Console, lead: Text, body: Text, indent: int) -> None:
-    """``lead`` (``indent`` cells), then ``body`` wrapped to the rest of the width with a
-    hanging indent, words longer than a line folded.  Printed line by line, not as a table
-    cell: a table pads every line to the full width with trailing spaces."""
-    from rich.text import Text
-
-    lines = body.wrap(console, max(console.width - indent, 20), overflow="fold") or [Text()]
-    for i, line in enumerate(lines):
-        line.rstrip()
-        console.print(Text.assemble(lead if i == 0 else " " * indent, line), soft_wrap=True)
-
-
 def render(f: Facts, checks: List[Check], console: Console) -> None:
     """Grouped by layer: the result, then the message with its evidence and fix under it;
     wrapped lines keep a hanging indent at 80 columns."""
     from rich.text import Text
 
+    if not f.host.live:  # once, not on every evidence line: the evidence names files as the host sees them
+        hang(console, Text("root: ", style="bold"), Text(clean(f.host.root)), 6)
+        console.print()
     for layer in LAYERS:
         group = [c for c in checks if c.layer == layer]
         if not group:
             continue
         console.print(Text(layer, style="bold underline"))
         for c in group:
-            msg = clean(c.message)
+            msg = clean(f.host.hint(c.message))
             if c.result == CANNOT and not msg.startswith("cannot check"):
                 msg = "cannot check: " + msg
             label = Text.assemble("  ", (f"{_LABEL[c.result]:<4}", _STYLE[c.result]), " ")
-            _hang(console, label, Text(msg), 7)
+            hang(console, label, Text(msg), 7)
             for e in c.evidence:
-                _hang(console, Text(" " * 9), Text(f"{clean(where(f, e))}: {clean(e.value)}", style="dim"), 9)
+                hang(console, Text(" " * 9), Text(f"{clean(e.source)}: {clean(e.value)}", style="dim"), 9)
             if c.fix:
                 fix = Text("fix: ", style="bold")
-                fix.append(clean(c.fix))
-                _hang(console, Text(" " * 9), fix, 9)
+                fix.append(clean(f.host.hint(c.fix)))
+                hang(console, Text(" " * 9), fix, 9)
         console.print()
     counts = {r: sum(1 for c in checks if c.result == r) for r in RESULTS}
     summary = ", ".join(f"{n} {r}" for r, n in counts.items() if n)

@@ -408,6 +408,26 @@ def _daemon_labels(f: Facts, now: Optional[datetime.datetime]) -> Optional[Check
     return Check(S, "services.daemon-labels", OK, "the daemon's node labels are current", ev2)
 
 
+def check_tiering(f: Facts) -> List[Check]:
+    """Whether anything moves pages between DRAM and CXL: the verdict ``status`` and ``stat``
+    give too, in the same words (:mod:`cxlctl.tiering`); a warning, as theirs."""
+    from cxlctl import tiering
+
+    found = tiering.of_inventory(f.inv, f.host.reader)
+    if found is None:
+        return []
+    ev = tuple(
+        Evidence(p, v)
+        for p, v in (
+            (paths.DEMOTION_ENABLED, f.inv.knob_value("demotion_enabled")),
+            (paths.NUMA_BALANCING, f.inv.knob_value("kernel.numa_balancing")),
+            (paths.DAMON_KDAMONDS, "no running migrate_hot/migrate_cold scheme"),
+        )
+        if v is not None
+    )
+    return [Check(S, f"tuning.{tiering.ID}", WARN, found[0], ev, found[1])]
+
+
 def checks(f: Facts) -> List[Check]:
     """(Tools checks are separate: :func:`check_tools`.)"""
-    return check_profile(f) + check_conflicts(f) + check_daemon(f)
+    return check_profile(f) + check_tiering(f) + check_conflicts(f) + check_daemon(f)

@@ -17,12 +17,14 @@ import os
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.reader import Reader
-from cxlctl.hostio.root import resolve_root, under
+from cxlctl.hostio.root import cxlctl_command, resolve_root, rooted, under
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
+
+    from cxlctl.errors import CxlctlError
 
 
 class Host:
@@ -73,6 +75,20 @@ class Host:
     def fresh(self) -> Host:
         """A new context for the same root (the daemon: one per reconcile)."""
         return Host(self.root)
+
+    def command(self, args: str) -> str:
+        """``cxlctl ARGS`` runnable as printed against this host (``--root`` in it unless live)."""
+        return cxlctl_command(self.root, args)
+
+    def hint(self, text: str) -> str:
+        """``text`` (a fix, a hint) with ``--root`` in each ``cxlctl COMMAND`` it names, unless live."""
+        return rooted(self.root, text)
+
+    def hinted(self, error: CxlctlError) -> CxlctlError:
+        """``error`` with its hint runnable against this host (:meth:`hint`).  Both entry paths
+        (typer's group, the fast path) raise their errors through it."""
+        error.hint = self.hint(error.hint) if error.hint else ""
+        return error
 
     def path(self, host_path: str) -> str:
         """``host_path`` (as the host sees it, ``/sys/...``) as a path on this machine."""

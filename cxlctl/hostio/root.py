@@ -31,7 +31,18 @@ def resolve_root(cli_value: Optional[str]) -> str:
         raise UsageError(
             f"{src} {root!r} is not a directory", hint="point it at / or at a tree made by `cxlctl record`"
         )
-    return os.path.abspath(root)
+    root = os.path.abspath(root)
+    if root != "/" and not any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
+        # a folder of trees (fixtures/linux-7.x) or a typo: read as a host it would be one
+        # without CXL, kernel or knobs, every answer a wrong one
+        from cxlctl.errors import UsageError
+
+        src = "--root" if cli_value is not None else "CXLCTL_ROOT"
+        raise UsageError(
+            f"{src} {root!r} holds neither sys/ nor proc/: it is not a host's tree",
+            hint="point it at / or at one tree made by `cxlctl record` (the directory holding sys/ and proc/)",
+        )
+    return root
 
 
 def under(root: str, path: str) -> str:
@@ -41,3 +52,37 @@ def under(root: str, path: str) -> str:
     absolute path (what :func:`resolve_root` returns).
     """
     return path if root == "/" else root.rstrip("/") + path
+
+
+#: characters a shell takes literally in a word
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./+:@%,=")
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word (``shlex.quote``'s rule, without importing ``re`` on ``status``'s path)."""
+    if text and all(c in _SHELL_SAFE for c in text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def cxlctl_command(root: str, args: str) -> str:
+    """``cxlctl ARGS`` as a hint prints it for the host at ``root``: ``--root ROOT`` in it unless
+    that is the live host, so the hint runs as printed against the host the output described
+    (``cxlctl tune revert`` under ``--root`` would revert the live machine)."""
+    return f"cxlctl {args}" if root == "/" else f"cxlctl --root {shell_word(root)} {args}"
+
+
+#: commands whose hints act on the host cxlctl read (``launch``, ``policy``, ``record`` and ``daemon``
+#: act on the live machine's processes and services: their hints stay as written)
+_HOST_COMMANDS = ("status", "doctor", "stat", "top", "tune", "region", "dax", "health", "events", "k8s")
+
+
+def rooted(root: str, text: str) -> str:
+    """``text`` (a fix, a hint) with ``--root ROOT`` in every ``cxlctl COMMAND`` it names, so the
+    hint runs as printed against the tree the output described; unchanged on the live host."""
+    if root == "/" or "cxlctl " not in text:
+        return text
+    import re
+
+    words = "|".join(_HOST_COMMANDS)
+    return re.sub(rf"\bcxlctl (?=(?:{words})\b)", lambda _: f"cxlctl --root {shell_word(root)} ", text)

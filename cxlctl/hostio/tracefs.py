@@ -23,7 +23,7 @@ from typing import Iterator, List, Optional
 
 from . import paths
 from .reader import Reader, Unreadable
-from .root import under
+from .root import cxlctl_command, under
 from .write import KnobError, OutsideRoot, check_inside, write_knob
 
 #: the most of one ``trace`` snapshot read (the buffer is 1.4 MiB per CPU by default)
@@ -56,8 +56,15 @@ def find_tracefs(root: str) -> str:
             continue
         if os.path.isdir(os.path.join(host, "instances")) or os.path.exists(os.path.join(host, "trace")):
             return cand
+    if root != "/":  # a recorded tree: no kernel to mount tracefs for; saved trace lines are the way
+        raise TracefsError(
+            f"{under(root, paths.TRACEFS)} holds no tracefs: a recorded tree has no live trace buffer",
+            hint=f"read saved trace lines with {cxlctl_command(root, 'events --input FILE')} "
+            f"(FILE: a copy of {paths.TRACEFS}/trace from the host, or - for stdin)",
+            code="no_tracefs",
+        )
     raise TracefsError(
-        f"tracefs is not mounted (looked at {under(root, paths.TRACEFS)} and {under(root, paths.TRACEFS_DEBUGFS)})",
+        f"tracefs is not mounted (looked at {paths.TRACEFS} and {paths.TRACEFS_DEBUGFS})",
         hint=f"mount it: mount -t tracefs nodev {paths.TRACEFS}",
         code="no_tracefs",
     )

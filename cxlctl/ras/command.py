@@ -174,7 +174,10 @@ def finish(
         return
     s: Dict[str, Any] = stream.summary()
     if not printed:
-        _say(nothing_printed(s, where, followed=followed, since=since))
+        from cxlctl.term import fold, width
+
+        # a long --input path: folded at a space
+        _say(fold(nothing_printed(s, where, followed=followed, since=since), width()))
     if s["parse_errors"]:
         first = s["errors"][0]
         sys.stderr.write(

@@ -832,8 +832,15 @@ def _check_size_fits(st: _State, cands: Sequence[Decoder], size: int, ways: int)
 MAX_REGIONS = 64
 
 
+#: what ``region plan/create --all`` say (exit 0) when every memdev's RAM is already in a region
+NOTHING_TO_DO = "nothing to do: every memdev's RAM is already in a region"
+
+
 def plan_all(inv: Inventory, req: Request) -> List[Plan]:
     """Use all unused CXL RAM capacity: repeatedly the widest valid region any window allows.
+
+    No unused capacity is no plan (``[]``), not an error: ``region create --all`` is idempotent,
+    so a boot script can run it on every boot.
 
     Ties go to the larger region, then the lower decoder.  Each step's plan
     sees the capacity, decoders and window space of the ones before it.
@@ -870,10 +877,9 @@ def plan_all(inv: Inventory, req: Request) -> List[Plan]:
             break
     if not plans:
         usable = [m.name for m in inv.memdevs if st.usable(m.name)[0]]
-        raise PlanError(
-            "no unused CXL RAM capacity can form a region"
-            + (f" (free memdevs: {', '.join(usable)})" if usable else ": every memdev's RAM is already in a region"),
-        )
+        if usable:  # capacity is there but cannot be placed: that is a problem to report
+            raise PlanError(f"no unused CXL RAM capacity can form a region (free memdevs: {', '.join(usable)})")
+        # nothing unused: a boot script running ``region create --all`` on every boot has no work
     return plans
 
 

@@ -28,7 +28,7 @@ def plan(p: Plan, c: Console, title: str = "plan") -> None:
     at = f" at {p.resource:#x}" if p.resource is not None else ""
     head = join(
         (title, "bold"),
-        f": {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, granularity {p.granularity}"
+        f": {p.ways}-way RAM region of {format_size(p.size)} on {p.root_decoder}{at}, granularity {p.granularity} B"
         + (
             f"  (window {format_size(p.window_size)}, largest free extent {format_size(p.window_free)})"
             if p.window_size
@@ -47,7 +47,7 @@ def plan(p: Plan, c: Console, title: str = "plan") -> None:
     grid(c, cols, rows, note="ROUTE (port: dport → target index)", note_min=30)
     for lv in p.levels[1:]:
         c.print(
-            f"  {lv.port}: {lv.decoder} will interleave {lv.ways}-way at {lv.granularity} across dports "
+            f"  {lv.port}: {lv.decoder} will interleave {lv.ways}-way at {lv.granularity} B across dports "
             + ",".join(map(str, lv.targets))
         )
     for n in p.notes:
@@ -76,7 +76,7 @@ def created(batch: Batch) -> List[str]:
         )
         out.append(
             f"created {d['region']}: {d['interleave_ways']}-way, {format_size(d['size'])}, granularity "
-            f"{d['interleave_granularity']}, on {d['decoder']}, targets {' '.join(d['targets'])}"
+            f"{d['interleave_granularity']} B, on {d['decoder']}, targets {' '.join(d['targets'])}"
             + (f"; {daxs}" if daxs else "")
             + (f"; NUMA node {', '.join(map(str, nodes))}" if nodes else "")
         )

@@ -12,7 +12,7 @@ to the kdamond's ``state`` (damo does) or on its own where the kernel has
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.damon.sysfs import read_damon
 from cxlctl.hostio.reader import Reader
@@ -26,6 +26,8 @@ class Scheme(NamedTuple):
     action: Optional[str]
     target_nid: Optional[int]  # migrate_hot/migrate_cold destination (6.11+)
     stats: Dict[str, Optional[int]]
+    #: quota goals: (target_metric, target_value, nid) -- what holds the scheme back (6.8+; nid 6.16+)
+    goals: Tuple[Tuple[Optional[str], Optional[int], Optional[int]], ...] = ()
 
     @property
     def key(self) -> str:
@@ -35,7 +37,16 @@ class Scheme(NamedTuple):
 def read_schemes(r: Reader, limit: int = 64) -> List[Scheme]:
     """Every scheme of every kdamond (at most ``limit``), as :func:`cxlctl.damon.read_damon` reads them; [] without DAMON sysfs."""
     out = [
-        Scheme(k.id, c.id, s.id, k.state, s.action, s.target_nid, s.stats._asdict())
+        Scheme(
+            k.id,
+            c.id,
+            s.id,
+            k.state,
+            s.action,
+            s.target_nid,
+            s.stats._asdict(),
+            tuple((g.target_metric, g.target_value, g.nid) for g in s.quota.goals),
+        )
         for k in read_damon(reader=r).kdamonds
         for c in k.contexts
         for s in c.schemes

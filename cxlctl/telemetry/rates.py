@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional
 
+# DAMON actions that migrate pages between nodes; the kernel counts their pages in
+# ``pgmigrate_success``/``pgmigrate_fail`` (reason MR_DAMON), never in ``pgpromote_*``/``pgdemote_*``
+from cxlctl.tiering import DAMON_MIGRATE_ACTIONS
+
 from .counters import Counters
 from .sample import Sample
 
@@ -62,11 +66,6 @@ def rates(before: Sample, now: Sample) -> Rates:
             and (mf_before := b_nodes[n.id].memory_failure) is not None
         },
     )
-
-
-#: DAMON actions that migrate pages between nodes; the kernel counts their pages in
-#: ``pgmigrate_success``/``pgmigrate_fail`` (reason MR_DAMON), never in ``pgpromote_*``/``pgdemote_*``
-DAMON_MIGRATE_ACTIONS = ("migrate_hot", "migrate_cold")
 
 
 def damon_migrated(s: Sample, r: Optional[Rates]) -> Dict[str, float]:

@@ -203,14 +203,15 @@ def _process_dicts(s: Sample) -> List[Dict[str, Any]]:
 
 
 def size(b: Optional[float]) -> str:
-    """Bytes, short: 512K, 12.0M, 1.5G ('-' for unknown)."""
+    """Bytes, short, in the IEC units ``status`` uses: 512 B, 6.0 MiB, 300 GiB ('-' for unknown).
+    Three digits at most (1000 MiB is 1.0 GiB), so a size takes 7 columns."""
     if b is None:
         return "-"
-    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
-        if b >= 1 << shift:
-            v = b / (1 << shift)
-            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    return f"{b:.0f}"
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        v = b / (1 << shift)
+        if v >= 1000 / 1024:  # 1000 of the unit below or more: this unit
+            return f"{v:.1f} {unit}" if v < 9.95 else f"{v:.0f} {unit}"
+    return f"{b:.0f} B"
 
 
 def count(v: Optional[float]) -> str:
@@ -225,11 +226,10 @@ def count(v: Optional[float]) -> str:
 
 
 def mbps(v: Optional[float]) -> str:
-    """MB/s, short: 850 MB/s, 25.6 GB/s ('n/a' unknown)."""
+    """MB/s, the unit of the kernel's files (HMAT's ``read_bandwidth``, the promotion rate limit):
+    850 MB/s, 38912 MB/s ('n/a' unknown); never converted, so ``stat`` and ``status`` print one figure."""
     if v is None:
         return "n/a"
-    if v >= 1024:
-        return f"{v / 1024:.1f} GB/s"
     return f"{v:.1f} MB/s" if v < 10 else f"{v:.0f} MB/s"
 
 
@@ -280,14 +280,14 @@ def _node_lines(s: Sample, r: Optional[Rates], report: int) -> List[str]:
     lines = [
         f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(s.wall))}  report {report}  ({unit})",
         f"demotion {dem}  numa_balancing {nb}  promote limit {'n/a' if limit is None else str(limit) + ' MB/s'}",
-        f"{'node':>4} {'kind':<5} {'used':>6} {'free':>6} {'shmem':>6} {'promoted':>8} {'candid.':>8} "
+        f"{'node':>4} {'kind':<5} {'used':>7} {'free':>7} {'shmem':>7} {'promoted':>8} {'candid.':>8} "
         f"{'dem-ksw':>8} {'dem-dir':>8} {'dem-oth':>7}",
     ]
     for n in s.nodes:
         vals: Dict[str, Any] = dict(n.vmstat.values) if r is None else (r.nodes.get(n.id) or {})
         mem = n.memory
         lines.append(
-            f"{n.id:>4} {n.kind:<5} {size(mem['used']):>6} {size(mem['free']):>6} {size(mem['shmem']):>6} "
+            f"{n.id:>4} {n.kind:<5} {size(mem['used']):>7} {size(mem['free']):>7} {size(mem['shmem']):>7} "
             f"{count(vals.get('pgpromote_success')):>8} {count(vals.get('pgpromote_candidate')):>8} "
             f"{count(vals.get('pgdemote_kswapd')):>8} {count(vals.get('pgdemote_direct')):>8} "
             f"{count(_other_demotions(vals)):>7}"

@@ -142,6 +142,8 @@ class Sample(NamedTuple):
     cxl_write_mbps: Optional[int] = None
     #: why no cgroup is reported (:data:`CGROUP_V1`), None when cgroups are read
     cgroups_unavailable: Optional[str] = None
+    #: the root the sample was read under (``/``: the live host); hints name it (``cxlctl --root ROOT …``)
+    root: str = "/"
 
 
 #: what ``top`` and ``stat`` say on a host whose memory controller is on cgroup v1: its
@@ -522,5 +524,6 @@ def read_sample(
         cxl_read_mbps=bw[0],
         cxl_write_mbps=bw[1],
         cgroups_unavailable=CGROUP_V1 if v1 else None,
+        root=r.root,
         notes=tuple(notes) + tuple(f"{p}: {why}" for p, why in r.notes[first_note:]),
     )

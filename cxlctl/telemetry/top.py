@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Deque, Dict, List, NamedTuple, Optional, 
 from cxlctl.term import clean
 
 from .rates import Rates, demote_sum
-from .report import MB, count, cxl_traffic, mbps, size
+from .report import count, cxl_traffic, mbps, size
 from .sample import Sample
 from .verdicts import Verdict
 
@@ -152,8 +152,9 @@ def _share(v: Optional[float]) -> str:
 
 
 def bw(mbps_: Optional[int]) -> str:
-    """A node's read bandwidth, short: 25.0G/s ('-' when HMAT/CDAT does not describe it)."""
-    return "-" if mbps_ is None else size(mbps_ * MB) + "/s"
+    """A node's read bandwidth in MB/s as HMAT/CDAT give it, as ``status`` and ``stat`` print it:
+    38912 MB/s ('-' when HMAT/CDAT does not describe it)."""
+    return "-" if mbps_ is None else mbps(mbps_)
 
 
 def bar(used: Optional[int], total: Optional[int], width: int) -> str:
@@ -221,9 +222,9 @@ def rich_view(v: View, width: int = 80, height: Optional[int] = None) -> Any:
     from cxlctl.term import fold_lines
 
     w = max(40, width)
-    num = 7  # a size() or count(): "1023.5M" at most
+    num = 7  # a size() or count(): "999 MiB", "1234.5M" at most
     top: List[Any] = [Text(_header(v.header, w), style="bold")]
-    bw_w = 10 if w >= 60 else 0  # " 1023.5G/s": the read bandwidth HMAT/CDAT describe
+    bw_w = 12 if w >= 60 else 0  # " 409600 MB/s": the read bandwidth HMAT/CDAT describe
     bar_w = max(8, min(40, w - 32 - bw_w))
     bw_head = f" {'read bw':>{bw_w - 1}}" if bw_w else ""
     top.append(

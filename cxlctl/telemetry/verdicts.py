@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
-from cxlctl.hostio import paths
+from cxlctl import tiering
+from cxlctl.hostio.root import rooted
 from cxlctl.parse import PAGE_SIZE, format_size
 from cxlctl.term import clean
 
@@ -80,23 +81,11 @@ def _dram_nodes(s: Sample) -> List[NodeSample]:
 
 
 def tiering_off(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
-    cxl = _cxl_nodes(s)
+    """:func:`cxlctl.tiering.tiering_off` on this sample: the words ``status`` and ``doctor`` use too."""
     st = s.settings
-    if not cxl or st.demotion_enabled is not False:
-        return None
-    if st.numa_balancing is not None and st.numa_balancing & 2:
-        return None
-    if damon_migrates(s):
-        return None  # DAMON tiers: its migrations are pgmigrate_*, see the report's DAMON line
-    nb = "unknown" if st.numa_balancing is None else str(st.numa_balancing)
-    return Verdict(
-        "tiering-off",
-        "warning",
-        f"CXL node(s) {', '.join(str(n.id) for n in cxl)} are online but demotion is disabled and "
-        f"kernel.numa_balancing is {nb} (no tiering mode), so no page will ever move between DRAM and CXL.",
-        "apply a tiering profile (cxlctl tune apply inference-capacity), or set "
-        f"{paths.DEMOTION_ENABLED} to true and kernel.numa_balancing to 2",
-    )
+    cxl = (n.id for n in _cxl_nodes(s))
+    found = tiering.tiering_off(cxl, st.demotion_enabled, st.numa_balancing, damon_migrates(s))
+    return None if found is None else Verdict(tiering.ID, "warning", found[0] + ".", found[1])
 
 
 def dram_too_tight(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
@@ -197,8 +186,41 @@ def cxl_idle(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         "cxl-idle",
         "info",
         f"CXL capacity is online but nearly unused: {', '.join(idle)}.",
-        "enable tiering (cxlctl tune apply inference-capacity) so cold pages demote there, "
-        "or place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)",
+        _idle_fix(s),
+    )
+
+
+def _goal(metric: Optional[str], value: Optional[int], nid: Optional[int]) -> str:
+    """A node-memory quota goal in words (basis points: 1/10,000 of the node); "" for other goals."""
+    if value is None or metric not in ("node_mem_free_bp", "node_mem_used_bp"):
+        return ""
+    node = "DRAM" if nid is None else f"node {nid}"
+    pct = f"{value / 100:g} %"
+    return f"{node} is under {pct} free" if metric == "node_mem_free_bp" else f"{node} is over {pct} used"
+
+
+def _idle_fix(s: Sample) -> str:
+    """What fills idle CXL on this host: tiering where nothing tiers yet (never a second mover
+    beside a running one: ``tune apply`` refuses NUMA-balancing tiering beside DAMON's
+    migrations), else why the running one has not, and direct placement either way."""
+    place = "place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)"
+    cold = [sc for sc in s.damon if sc.state == "on" and sc.action == "migrate_cold"]
+    if damon_migrates(s):
+        held = [_goal(metric, value, nid) for sc in cold for metric, value, nid in sc.goals]
+        held = [h for h in held if h]
+        why = (
+            f"its migrate_cold quota goal holds demotion back until {' and '.join(held)}"
+            if held
+            else (
+                "it demotes cold pages only as its quotas allow" if cold else "no scheme of it demotes (migrate_cold)"
+            )
+        )
+        return f"DAMON already tiers this host, so add no second mover; {why}. To use CXL now, {place}"
+    st = s.settings
+    if st.demotion_enabled or (st.numa_balancing is not None and st.numa_balancing & 2):
+        return f"tiering is on: cold pages demote there once DRAM comes under reclaim. To use CXL now, {place}"
+    return (
+        f"enable tiering (cxlctl tune recommend names the profile for this host) so cold pages demote there, or {place}"
     )
 
 
@@ -294,10 +316,10 @@ VERDICTS: Dict[str, Callable[[Sample, Optional[Rates]], Optional[Verdict]]] = {
 
 
 def judge(s: Sample, r: Optional[Rates]) -> List[Verdict]:
-    """All verdicts that hold for this sample (and interval)."""
+    """All verdicts that hold for this sample (and interval), each fix runnable as printed."""
     out = []
     for fn in VERDICTS.values():
         v = fn(s, r)
-        if v is not None:
-            out.append(v)
+        if v is not None:  # a fix naming a cxlctl command names the tree read (``--root``) too
+            out.append(v._replace(fix=rooted(s.root, v.fix)))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Tuple
 
-from cxlctl.model import Inventory
+from cxlctl.model import Inventory, Node
 
 from .knobs import Current
 from .weights import node_bandwidth
@@ -19,6 +19,12 @@ class Recommendation(NamedTuple):
     profile: Optional[str]
     reasons: Tuple[str, ...]
     alternatives: Tuple[Tuple[str, str], ...]  # (profile, when to prefer it)
+
+
+def _tier_names(nodes: List[Node]) -> str:
+    """``memory_tier33, memory_tier146``: each tier once, in the kernel's numeric order (abstract
+    distance), not as text (``memory_tier146`` before ``memory_tier33``)."""
+    return ", ".join(f"memory_tier{t}" for t in sorted({n.tier for n in nodes if n.tier is not None}))
 
 
 def recommend(inv: Inventory, cur: Current) -> Recommendation:
@@ -48,7 +54,7 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     wi = cur.wi_files is not None
     missing_bw = [n.id for n in dram + cxl if node_bandwidth(inv, n) is None]
     if shared:
-        tiers = ", ".join(sorted({f"memory_tier{n.tier}" for n in shared}))
+        tiers = _tier_names(shared)
         reasons.append(
             f"CXL node(s) {', '.join(str(n.id) for n in shared)} share {tiers} with DRAM (boot-time System RAM, or "
             "HMAT/CDAT figures as good as DRAM's: `cxlctl status` says which), so demotion and NUMA-balancing "
@@ -68,7 +74,7 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
         profile = "inference-capacity"
         alts = [("latency-strict", "if the workload must stay in DRAM")]
     else:
-        tier_txt = ", ".join(sorted({f"memory_tier{n.tier}" for n in separate})) or "a lower tier"
+        tier_txt = _tier_names(separate) or "a lower tier"
         reasons.append(
             f"CXL node(s) {ids} are in {tier_txt}, below DRAM: both weighted interleave and tiering are possible"
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.hostio.host import Host
-from cxlctl.term import Cell, grid, join, styled
+from cxlctl.term import Cell, grid, hang, join, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,6 +37,15 @@ _CHECK_STYLE = {"pass": "green", "drift": "bold red", "unsupported": "yellow"}
 
 def _v(x: Optional[str]) -> str:
     return "-" if x is None else x
+
+
+def _command(c: Console, label: str, command: str) -> None:
+    """``label`` and a command to run, folded between its words with `` \\`` continuations
+    (:func:`cxlctl.term.fold_command`): the lines copied together still run as the one command."""
+    from cxlctl.term import fold_command
+
+    for line in fold_command(command, c.width, first=label, indent="  "):
+        c.print(line, soft_wrap=True, highlight=False)
 
 
 def _title(title: str, rest: str = "") -> Any:
@@ -68,14 +77,16 @@ def profile(p: Profile, doc: Dict[str, Any], c: Console) -> None:
     grid(c, [("KNOB", "left"), ("VALUE", "left")], rows, note="REASON")
 
 
-def recommendation(rec: Recommendation, c: Console) -> None:
+def recommendation(rec: Recommendation, c: Console, host: Host) -> None:
+    """The profile, each reason and alternative folded under its own start (a hanging indent),
+    and the next command as it runs against ``host``."""
     c.print(join("recommended: ", (rec.profile or "none", "bold")))
     for r in rec.reasons:
-        c.print(f"  • {r}")
+        hang(c, "  • ", host.hint(r), 4)
     for p, w in rec.alternatives:
-        c.print(join("  alternative: ", (p, "bold"), f" — {w}"))
+        hang(c, "  ", join("alternative: ", (p, "bold"), f" — {host.hint(w)}"), 4)
     if rec.profile:
-        c.print(f"next: cxlctl tune plan {rec.profile}")
+        _command(c, "next: ", host.command(f"tune plan {rec.profile}"))
 
 
 def plan(prep: Prepared, c: Console, title: str) -> None:
@@ -114,10 +125,10 @@ def plan(prep: Prepared, c: Console, title: str) -> None:
     n = len(p.writes)
     c.print(f"{n} change(s)" + ("" if n else " — the host already matches this profile"))
     for w in p.warnings:
-        c.print(join(("warning:", "yellow"), f" {w}"))
+        hang(c, styled("warning: ", "yellow"), w, 2)
     for r in p.refusals:
         # every reason, not only the first the damon row names: an apply refuses and writes nothing
-        c.print(join(("refused:", "red"), f" tune apply would change nothing: {r}"))
+        hang(c, styled("refused: ", "red"), f"tune apply would change nothing: {r}", 2)
     if prep.conflicts:
         c.print(styled("Other configuration setting the same keys", "bold"))
         grid(
@@ -152,8 +163,8 @@ def apply(res: ApplyResult, c: Console, *, host: Optional[Host] = None) -> None:
         passed = sum(1 for ch in res.checks if ch.status == "pass")
         c.print(join((f"applied {res.prepared.plan.profile}", "green"), f": verify {passed} pass, 0 drift"))
         for path in res.persisted:
-            c.print(f"persisted: {host.path(path) if host else path}")
-        c.print("undo with: cxlctl tune revert")
+            hang(c, "persisted: ", host.path(path) if host else path, 2)
+        _command(c, "undo with: ", host.command("tune revert") if host else "cxlctl tune revert")
 
 
 def verify(res: VerifyResult, c: Console) -> None:
@@ -172,13 +183,14 @@ def revert(res: RevertResult, c: Console, *, host: Optional[Host] = None) -> Non
     if res.results:
         results(f"revert {res.profile}", list(res.results), c)
     for path in res.removed:
-        c.print(f"removed: {host.path(path) if host else path}")
+        hang(c, "removed: ", host.path(path) if host else path, 2)
     if res.ok and res.results:
         n = sum(1 for r in res.results if r.status == "reverted")
         c.print(join((f"reverted {res.profile}", "green"), f": {n} file(s) restored"))
 
 
-def status(st: StatusResult, c: Console) -> None:
+def status(st: StatusResult, c: Console, host: Host) -> None:
+    """``tune status``: files named where they are (under ``host``'s root), commands as they run against it."""
     from . import tune_json as view
 
     c.print(join("active profile: ", (st.active_profile or "none", "bold")))
@@ -186,26 +198,28 @@ def status(st: StatusResult, c: Console) -> None:
     if j is None:
         c.print("journal: none (nothing applied on this boot)")
     else:
-        c.print(
+        hang(
+            c,
+            "journal: ",
             join(
-                f"journal: {j.state} — {j.profile}, started {j.started}"
-                + (f", finished {j.finished}" if j.finished else ""),
+                f"{j.state} — {j.profile}, started {j.started}" + (f", finished {j.finished}" if j.finished else ""),
                 ("" if j.this_boot else " (earlier boot)", "yellow"),
-            )
+            ),
+            2,
         )
         if j.previous_profile:
             c.print(f"  switched from: {j.previous_profile}")
         if j.error:
             c.print(join("  ", ("error:", "red"), f" {j.error}"))
         if j.state == "applying":
-            c.print(styled("  an apply was interrupted: run `cxlctl tune revert`", "yellow"))
+            c.print(styled(f"  an apply was interrupted: run `{host.command('tune revert')}`", "yellow"))
     t = st.trial
     if t is not None:
         c.print(
             join(
                 ("try pending:", "yellow"),
                 f" {t.profile} is reverted at {view.when(t.deadline)} "
-                f"({t.seconds_left:g} s left) unless confirmed (`cxlctl tune confirm`); waiting pid {t.pid}"
+                f"({t.seconds_left:g} s left) unless confirmed (`{host.command('tune confirm')}`); waiting pid {t.pid}"
                 + ("" if t.waiting else " is gone: the next `cxlctl tune` command after the deadline reverts it"),
             )
         )
@@ -222,8 +236,8 @@ def status(st: StatusResult, c: Console) -> None:
             )
         )
     pers = st.persisted
-    files = ", ".join(f for f in (pers.sysctl_file, pers.tmpfiles_file) if f) if pers else ""
-    c.print("persisted: " + (f"{pers.profile or '?'} ({files or 'no boot file'})" if pers else "no"))
+    files = ", ".join(host.path(f) for f in (pers.sysctl_file, pers.tmpfiles_file) if f) if pers else ""
+    hang(c, "persisted: ", f"{pers.profile or '?'} ({files or 'no boot file'})" if pers else "no", 2)
     if st.lock_held:
         c.print(f"lock: held by pid {st.lock_holder or '?'}")
     if st.damon:
@@ -243,9 +257,8 @@ def damon(st: StatusResult, c: Console) -> None:
             (
                 [
                     str(r.kdamond),
-                    str(r.pid) if r.pid and r.state == "on" else "-",
+                    str(r.pid) if r.pid and r.state == "on" else _v(r.state),  # a running kdamond has a pid
                     r.owner,
-                    _v(r.state),
                     _v(r.action),
                     n(r.target_nid)
                     if not r.dests
@@ -257,10 +270,13 @@ def damon(st: StatusResult, c: Console) -> None:
                 None,
             )
         )
-    cols = [("KDAMOND", "right"), ("PID", "right"), ("OWNER", "left"), ("STATE", "left"), ("ACTION", "left")]
+    # PID: the kdamond's while it runs, else its state (off); with a STATE column of its own the
+    # table took 81 columns of an 80-column screen
+    cols = [("KDAMOND", "right"), ("PID", "right"), ("OWNER", "left"), ("ACTION", "left")]
     cols += [("TO NODE", "left"), ("TRIED", "right"), ("APPLIED", "right"), ("QUOTA", "right")]
     grid(c, cols, rows)
 
 
-def confirmed(profile_name: str, c: Console) -> None:
-    c.print(join((f"confirmed {profile_name}", "green"), ": it stays applied (undo with: cxlctl tune revert)"))
+def confirmed(profile_name: str, c: Console, host: Host) -> None:
+    undo = host.command("tune revert")
+    c.print(join((f"confirmed {profile_name}", "green"), f": it stays applied (undo with: {undo})"))
