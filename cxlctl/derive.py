@@ -7,7 +7,7 @@ rules that decide what a node *is* live in one place.
 from __future__ import annotations
 
 from .hostio.objects import block_range, blocks_of, with_blocks
-from .model import Coordinates, DaxDevice, Inventory, Memdev, Node, Totals, Warning_
+from .model import DaxDevice, Figures, Inventory, Memdev, Node, Totals, Warning_
 from .parse import format_size, is_decimal
 
 # typing costs ~5 ms of start-up: only mypy needs it here
@@ -349,34 +349,49 @@ def _region_warnings(inv: Inventory) -> List[Warning_]:
     return out
 
 
-def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
-    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
+def node_figures(node: Node, regions: Sequence[Region] = ()) -> Figures:
+    """The figures the kernel holds for ``node``: what it weights, tiers and rate-limits by.
 
-    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
-    initiators) when the firmware describes it; else, for a CXL node, the sum of
-    its regions' ``access0`` bandwidths (the kernel computes those from the
-    devices' CDAT and the path to them) and the largest latency, when every region
-    of the node is described; else (None, None).  A node read only through
-    ``kinds_of(nodes)`` without regions gets the first source only.
+    The kernel ranks and weights memory by the CPU access class only (``access1``):
+    ``node_set_perf_attrs`` and ``node_update_perf_attrs`` (drivers/base/node.c) hand
+    ``ACCESS_COORDINATE_CPU`` to ``mempolicy_set_node_perf``, and ``hmat_calculate_adistance``
+    and ``cxl_region_calculate_adistance`` read ``coord[ACCESS_COORDINATE_CPU]``.  ``access0``
+    (nearest initiator, possibly a GPU) is carried only to be shown where it differs.
+
+    Where they come from:
+
+    * the node's own ``accessN/initiators`` when it has them: HMAT's figures, or on 6.12 the
+      ones ``cxl_region_perf_attrs_callback`` wrote with ``node_set_perf_attrs`` (the last
+      region's, each time the node gets its first memory);
+    * else its CXL regions' ``accessN``: on 7.x ``node_update_perf_attrs`` updates only files
+      that exist, so a CXL node has none, and the callback takes *one* region's figures — the
+      first region probed whose window maps to the node, when the node gets its first memory
+      (``NODE_ADDED_FIRST_MEMORY``; ``nodemask_region_seen`` then keeps any later region out).
+      A second region changes nothing, so the figures are never a sum.  One region, or several
+      that agree, give the figures; several that differ leave them undetermined, since sysfs
+      does not show the order the regions were probed in.
     """
-    if node.access0 is not None:
-        return node.access0, "node"
+    if node.access1 is not None or node.access0 is not None:
+        return Figures(node.access1, node.access0, "node")
     by_name = {r.name: r for r in regions}
-    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
-    if not coords or any(c is None for c in coords):
-        return None, None
+    regs = [by_name[n] for n in node.regions if n in by_name]
+    if not regs:
+        return Figures()
+    kinds = {(r.access1, r.access0) for r in regs}
+    if len(kinds) == 1:
+        cpu, nearest = kinds.pop()
+        if cpu is None and nearest is None:
+            return Figures()
+        return Figures(cpu, nearest, "region", tuple(r.name for r in regs))
 
-    def total(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+    def said(r: Region) -> str:
+        c = r.access1
+        if c is None:
+            return f"{r.name} none"
+        return f"{r.name} {c.read_bandwidth or '?'}/{c.write_bandwidth or '?'} MB/s"
 
-    def worst(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
-
-    cs = [c for c in coords if c is not None]
-    c = Coordinates(
-        read_bandwidth=total([x.read_bandwidth for x in cs]),
-        write_bandwidth=total([x.write_bandwidth for x in cs]),
-        read_latency=worst([x.read_latency for x in cs]),
-        write_latency=worst([x.write_latency for x in cs]),
+    why = (
+        f"node {node.id}'s regions differ ({', '.join(said(r) for r in regs)}): the kernel took the figures "
+        "of the first one probed (cxl_region_perf_attrs_callback), and sysfs does not show which that was"
     )
-    return c, "regions"
+    return Figures(source="region", regions=tuple(r.name for r in regs), undetermined=why)
