@@ -137,6 +137,8 @@ class Figures(_Record):
     regions: Tuple[str, ...] = ()
     #: set when the node's regions differ and sysfs does not show which one the kernel took
     undetermined: Optional[str] = None
+    #: set when the node's regions differ and its memory tier shows which one the kernel took
+    chosen_by: Optional[str] = None
 
 
 class RegionTarget(_Record):

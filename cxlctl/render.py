@@ -383,10 +383,10 @@ def _basic_cells(inv: Inventory, n: Node) -> List[str]:
 def _perf_cells(inv: Inventory, n: Node) -> List[str]:
     """Distances and the CPU-class (``access1``) figures the kernel holds for the node
     (:func:`node_figures`).  A CXL node the kernel gave no files of its own (Linux 7.x) shows
-    its region's figures, marked ``*``; a node whose regions differ shows ``?``, since sysfs
-    does not show which region's figures the kernel took."""
+    its region's figures, marked ``*``; a node whose regions differ shows the region its memory
+    tier points to, or ``?`` when the tier does not tell (sysfs does not show the probe order)."""
     dist = " ".join(map(str, n.distance)) or "-"
-    f = node_figures(n, inv.regions)
+    f = node_figures(n, inv.regions, inv.nodes)
     if f.undetermined:
         return [dist, "?", "?"]
     c = f.cpu
@@ -407,7 +407,7 @@ def _nodes(inv: Inventory, out: _Out) -> None:
     out.line(
         "[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access1 (CPU initiators: what the kernel weights and tiers by)[/dim]"
     )
-    figures = [(n, node_figures(n, inv.regions)) for n in inv.nodes]
+    figures = [(n, node_figures(n, inv.regions, inv.nodes)) for n in inv.nodes]
     if any(f.source == "region" and f.cpu is not None for _, f in figures):
         out.line(
             "[dim]*: the node's CXL region's figures (the kernel gave the node none of its own and "
@@ -416,7 +416,10 @@ def _nodes(inv: Inventory, out: _Out) -> None:
     for n, f in figures:
         if f.undetermined:
             out.line(f"[dim]?: {_e(f.undetermined)}[/dim]")
-        elif f.nearest is not None and f.nearest != f.cpu:
+            continue
+        if f.chosen_by:
+            out.line(f"[dim]{_e(f.chosen_by)}[/dim]")
+        if f.nearest is not None and f.nearest != f.cpu:
             out.line(
                 f"[dim]node {n.id}'s nearest initiator (access0): BW {_bw(f.nearest)} MB/s, "
                 f"LAT {_lat(f.nearest)} ns[/dim]"

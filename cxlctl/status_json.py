@@ -180,6 +180,7 @@ def figures(f: Figures) -> J:
         "from": f.source,
         "regions": list(f.regions),
         "undetermined": f.undetermined,
+        "chosen_by": f.chosen_by,
     }
 
 
@@ -202,7 +203,7 @@ def node(n: Node, inv: Inventory) -> J:
         "distance": list(n.distance),
         "access0": _coords(n.access0),
         "access1": _coords(n.access1),
-        "figures": figures(node_figures(n, inv.regions)),
+        "figures": figures(node_figures(n, inv.regions, inv.nodes)),
         "memory_blocks": {"total": len(n.memory_blocks), "online": online, "zones": zones},
         "weight": inv.weighted_interleave.weights.get(n.id),
         "regions": list(n.regions),

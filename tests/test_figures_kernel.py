@@ -175,14 +175,52 @@ def test_two_equal_regions_in_one_node_give_one_regions_figures_not_their_sum(tm
     assert "node0 38912 MB/s, node2 16000 MB/s" in wi["note"], wi
 
 
-def test_two_differing_regions_in_one_node_are_undetermined_not_summed(tmp_path: Any) -> None:
+def _move_tier(root: str, nid: int, to: str) -> None:
+    """Node ``nid`` in ``memory_tier<to>`` (made if missing) and in no other tier."""
+    tiers = os.path.join(root, "sys/devices/virtual/memory_tiering")
+    for t in os.listdir(tiers):
+        nl = os.path.join(tiers, t, "nodelist")
+        if os.path.isfile(nl) and open(nl).read().strip() == str(nid):
+            shutil.rmtree(os.path.join(tiers, t))
+    os.makedirs(os.path.join(tiers, f"memory_tier{to}"), exist_ok=True)
+    _write(root, f"sys/devices/virtual/memory_tiering/memory_tier{to}/nodelist", f"{nid}\n")
+
+
+def test_two_differing_regions_in_one_node_the_tier_tells_which_the_kernel_took(tmp_path: Any) -> None:
+    """region0 (16000 MB/s) and region1 (6144 MB/s) in node 2: its recorded memory_tier33 is the one
+    region0's figures give (576 x 484 // 160 x 77824 // 32000 = 4236, >> 7 = 33), region1's give 146.
+    The kernel's tier and weights come from the same region (the first probed), so node 2's figures
+    are region0's, never 22144 (the sum).  Moved to memory_tier146, they are region1's."""
     root = copy_fixture(HMAT7, tmp_path / "t")
     _one_node(root)
     text, nodes = _status(root)
+    flat = " ".join(text.split())
+    assert "16000/16000*" in _row(text, 2) and "192/292*" in _row(text, 2), text
+    assert "22144" not in flat
+    assert "its memory_tier33 is the one region0's figures give (mt_perf_to_adistance)" in flat, text
+    f2 = nodes[2]["figures"]
+    assert f2["access1"]["read_bandwidth"] == 16000 and f2["regions"] == ["region0"] and f2["undetermined"] is None
+    wi = _plan(root, "inference-bandwidth")["weighted_interleave.auto"]
+    assert "node0 38912 MB/s, node2 16000 MB/s" in wi["note"], wi
+
+    _move_tier(root, 2, "146")
+    text, nodes = _status(root)
+    assert "6144/6144*" in _row(text, 2) and "362/462*" in _row(text, 2), text
+    assert nodes[2]["figures"]["regions"] == ["region1"]
+
+
+def test_two_differing_regions_in_one_tier_are_undetermined_not_summed(tmp_path: Any) -> None:
+    """region1 a little slower than region0 (15000 MB/s, 180/280 ns): both give memory_tier33
+    (4236 and 4295 >> 7), so neither the files nor the tier show which one the kernel took."""
+    root = copy_fixture(HMAT7, tmp_path / "t")
+    _one_node(root)
+    for cls in ("access0", "access1"):
+        _write_coords(os.path.join(root, REGION1, cls), (15000, 15000, 180, 280))
+    text, nodes = _status(root)
     assert _row(text, 2)[-2:] == ["?", "?"], text
     flat = " ".join(text.split())
-    assert "22144" not in flat
-    assert "?: node 2's regions differ (region0 16000/16000 MB/s, region1 6144/6144 MB/s)" in flat, text
+    assert "31000" not in flat
+    assert "?: node 2's regions differ (region0 16000/16000 MB/s, region1 15000/15000 MB/s)" in flat, text
     assert "cxl_region_perf_attrs_callback" in flat
     f2 = nodes[2]["figures"]
     assert f2["access1"] is None and f2["from"] == "region" and "differ" in f2["undetermined"]
@@ -195,6 +233,27 @@ def test_two_differing_regions_in_one_node_are_undetermined_not_summed(tmp_path:
     d = json.loads(cli("--root", root, "stat", "--json", check=True).stdout)
     hm = {n["id"]: n["hmat"] for n in d["nodes"]}
     assert hm[2] is None and hm[0]["read_bandwidth_mbps"] == 38912
+
+
+def test_recorded_tiers_are_what_the_figures_give() -> None:
+    """On both recorded HMAT guests each CXL node's memory tier is what ``mt_perf_to_adistance``
+    makes of the figures cxlctl reports for it (6.12: the node's files; 7.3: its region's): the
+    figures are the ones the kernel used."""
+    from cxlctl.derive import dram_reference, memory_tier, node_figures
+    from cxlctl.hostio.host import Host
+    from cxlctl.inventory import scan
+
+    for tree, want in ((HMAT612, "node"), (HMAT7, "region")):
+        inv = scan(Host(tree))
+        ref = dram_reference(inv.nodes)
+        assert ref is not None and ref.read_bandwidth == 38912
+        got = {}
+        for n in inv.nodes:
+            if n.kind == "cxl":
+                f = node_figures(n, inv.regions, inv.nodes)
+                assert f.source == want and f.cpu is not None
+                got[n.id] = (memory_tier(f.cpu, ref), n.tier)
+        assert got == {2: (33, 33), 3: (146, 146)}, (tree, got)
 
 
 def test_612_two_regions_keep_the_nodes_own_files(tmp_path: Any) -> None:

@@ -164,3 +164,14 @@ def test_a_cxl_node_without_hmat_takes_its_regions_cdat_coordinates() -> None:
     # one of them undescribed: the kernel took the figures of whichever was probed first, or none
     bare = described._replace(name="region9", access1=None, access0=None)
     assert node_figures(two, [described, bare]).undetermined is not None
+
+
+def test_stat_cli_reports_hmat_and_fits_80_columns(tmp_path: Any) -> None:
+    root = _with_hmat(tmp_path)
+    p = cli("--root", root, "stat", "--json", "--count", "2", "--interval", "0.1", check=True)
+    first, second = (json.loads(line) for line in p.stdout.splitlines())
+    assert first["nodes"][1]["hmat"]["read_bandwidth_mbps"] == 20480 and first["cxl_traffic"] is None
+    assert second["cxl_traffic"]["cxl_write_bandwidth_mbps"] == 10240
+    p = cli("--root", root, "stat", "--count", "2", "--interval", "0.1", env={"COLUMNS": "80"}, check=True)
+    assert "expected (HMAT/CDAT)" in p.stdout and "of CXL read bandwidth" in p.stdout
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80

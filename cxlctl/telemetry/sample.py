@@ -162,7 +162,7 @@ def kinds_of(inv_nodes: Sequence[Node], regions: Sequence[Region] = ()) -> Dict[
     """:func:`node_kinds` from an inventory already scanned (``cxlctl record``, the daemon)."""
     out: Dict[int, NodeInfo] = {}
     for n in inv_nodes:
-        f = node_figures(n, regions)
+        f = node_figures(n, regions, inv_nodes)
         out[n.id] = NodeInfo(n.kind, n.tier, f.cpu, f.source if f.cpu is not None else None)
     return out
 

@@ -343,7 +343,7 @@ class _WIPlanner:
         bw, missing = self.bandwidths(chosen)
         lacking = [node for node in map(self.inv.node, missing) if node is not None]
         gaps = bandwidth_gaps(self.inv, lacking)
-        undetermined = all(node_figures(node, self.inv.regions).undetermined for node in lacking)
+        undetermined = all(node_figures(node, self.inv.regions, self.inv.nodes).undetermined for node in lacking)
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
         if missing and undetermined and spec.prefer_auto and self.auto:
             # the kernel has one figure for each such node (the region it took): its auto mode works

@@ -85,7 +85,7 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     if missing_bw and profile == "inference-bandwidth":
         # a node whose regions differ has a figure in the kernel (the region it took): its auto mode weights it
         kernel_knows = cur.wi_auto_path is not None and all(
-            node_figures(n, inv.regions).undetermined for n in missing_bw
+            node_figures(n, inv.regions, inv.nodes).undetermined for n in missing_bw
         )
         then = (
             "the profile turns the kernel's auto mode on, which weights by the figures the kernel took"

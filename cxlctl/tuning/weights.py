@@ -41,7 +41,7 @@ def _bw(c: Optional[Coordinates], which: str = "min") -> Optional[int]:
 def node_bandwidth(inv: Inventory, node: Node, which: str = "min") -> Optional[int]:
     """MB/s of ``node`` (``which``: "min" of read/write, or "write") in the CPU access class,
     as the kernel took it; None when unknown or undetermined (:func:`bandwidth_gaps` says why)."""
-    return _bw(node_figures(node, inv.regions).cpu, which)
+    return _bw(node_figures(node, inv.regions, inv.nodes).cpu, which)
 
 
 def bandwidth_gaps(inv: Inventory, nodes: Sequence[Node]) -> str:
@@ -51,7 +51,7 @@ def bandwidth_gaps(inv: Inventory, nodes: Sequence[Node]) -> str:
     nearest: List[int] = []
     said: List[str] = []
     for node in nodes:
-        f = node_figures(node, inv.regions)
+        f = node_figures(node, inv.regions, inv.nodes)
         if f.undetermined:
             said.append(f.undetermined)
         elif f.nearest is not None and f.cpu is None:
