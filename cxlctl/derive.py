@@ -419,7 +419,7 @@ def node_figures(node: Node, regions: Sequence[Region] = (), nodes: Sequence[Nod
         cpu, nearest = kinds.pop()
         if cpu is None and nearest is None:
             return Figures()
-        return Figures(cpu, nearest, "region", tuple(r.name for r in regs))
+        return Figures(cpu, nearest, "regions", tuple(r.name for r in regs))
 
     def said(r: Region) -> str:
         c = r.access1
@@ -444,7 +444,7 @@ def node_figures(node: Node, regions: Sequence[Region] = (), nodes: Sequence[Nod
             return Figures(
                 hit[0].access1,
                 near.pop() if len(near) == 1 else None,
-                "region",
+                "regions",
                 tuple(r.name for r in hit),
                 chosen_by=how,
             )
@@ -452,4 +452,4 @@ def node_figures(node: Node, regions: Sequence[Region] = (), nodes: Sequence[Nod
         f"{differ}: the kernel took the figures of the first one probed (cxl_region_perf_attrs_callback), "
         "and sysfs does not show which that was"
     )
-    return Figures(source="region", regions=tuple(r.name for r in regs), undetermined=why)
+    return Figures(source="regions", regions=tuple(r.name for r in regs), undetermined=why)

@@ -130,7 +130,7 @@ class Figures(_Record):
 
     cpu: Optional[Coordinates] = None
     nearest: Optional[Coordinates] = None
-    #: "node": the node's own ``accessN/initiators``; "region": its CXL region's (Linux 7.x gives
+    #: "node": the node's own ``accessN/initiators``; "regions": its CXL region's (Linux 7.x gives
     #: a CXL node no files of its own); None: no figures
     source: Optional[str] = None
     #: the region(s) the figures are from (several only when they all agree)

@@ -390,7 +390,7 @@ def _perf_cells(inv: Inventory, n: Node) -> List[str]:
     if f.undetermined:
         return [dist, "?", "?"]
     c = f.cpu
-    mark = "*" if f.source == "region" and c is not None else ""
+    mark = "*" if f.source == "regions" and c is not None else ""
     return [dist, _bw(c) + mark, _lat(c) + mark]
 
 
@@ -408,7 +408,7 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         "[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access1 (CPU initiators: what the kernel weights and tiers by)[/dim]"
     )
     figures = [(n, node_figures(n, inv.regions, inv.nodes)) for n in inv.nodes]
-    if any(f.source == "region" and f.cpu is not None for _, f in figures):
+    if any(f.source == "regions" and f.cpu is not None for _, f in figures):
         out.line(
             "[dim]*: the node's CXL region's figures (the kernel gave the node none of its own and "
             "took one region's: cxl_region_perf_attrs_callback)[/dim]"

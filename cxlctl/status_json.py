@@ -173,7 +173,7 @@ def dax(d: DaxDevice) -> J:
 
 def figures(f: Figures) -> J:
     """The figures the kernel holds for a node (:func:`node_figures`): ``access1`` is what it
-    weights and tiers by, ``access0`` its nearest initiator's, ``from`` "node" or "region"."""
+    weights and tiers by, ``access0`` its nearest initiator's, ``from`` "node" or "regions"."""
     return {
         "access1": _coords(f.cpu),
         "access0": _coords(f.nearest),

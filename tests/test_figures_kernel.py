@@ -103,7 +103,7 @@ def test_status_columns_are_access1_and_access0_is_named_where_it_differs(tmp_pa
     assert all(len(ln) <= 80 for ln in text.splitlines())
     f2 = nodes[2]["figures"]
     assert f2["access1"]["read_bandwidth"] == 16000 and f2["access0"]["read_bandwidth"] == 32000
-    assert f2["from"] == "region" and f2["regions"] == ["region0"] and f2["undetermined"] is None
+    assert f2["from"] == "regions" and f2["regions"] == ["region0"] and f2["undetermined"] is None
     assert nodes[2]["access1"] is None  # the raw node files stay as sysfs has them: none on 7.x
 
 
@@ -223,7 +223,7 @@ def test_two_differing_regions_in_one_tier_are_undetermined_not_summed(tmp_path:
     assert "?: node 2's regions differ (region0 16000/16000 MB/s, region1 15000/15000 MB/s)" in flat, text
     assert "cxl_region_perf_attrs_callback" in flat
     f2 = nodes[2]["figures"]
-    assert f2["access1"] is None and f2["from"] == "region" and "differ" in f2["undetermined"]
+    assert f2["access1"] is None and f2["from"] == "regions" and "differ" in f2["undetermined"]
     # the kernel has one figure for the node (the region it took): its auto mode still weights it
     wi = _plan(root, "inference-bandwidth")["weighted_interleave.auto"]
     assert wi["desired"] == "true" and "node 2's regions differ" in wi["note"], wi
@@ -243,7 +243,7 @@ def test_recorded_tiers_are_what_the_figures_give() -> None:
     from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
-    for tree, want in ((HMAT612, "node"), (HMAT7, "region")):
+    for tree, want in ((HMAT612, "node"), (HMAT7, "regions")):
         inv = scan(Host(tree))
         ref = dram_reference(inv.nodes)
         assert ref is not None and ref.read_bandwidth == 38912

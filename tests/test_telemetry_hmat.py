@@ -149,17 +149,17 @@ def test_a_cxl_node_without_hmat_takes_its_regions_cdat_coordinates() -> None:
     assert node_figures(cxl, inv.regions) == Figures()  # as recorded: the kernel computed none
     fast, near = Coordinates(8192, 4096, 400, 500), Coordinates(9000, 5000, 300, 400)
     described = region._replace(access1=fast, access0=near)
-    assert node_figures(cxl, [described]) == Figures(fast, near, "region", ("region0",))
+    assert node_figures(cxl, [described]) == Figures(fast, near, "regions", ("region0",))
     # the node's own files win over its regions'
     own = cxl._replace(access1=Coordinates(1, 2, 3, 4))
     assert node_figures(own, [described]) == Figures(Coordinates(1, 2, 3, 4), None, "node")
     # two regions on one node: the kernel took one region's figures, never their sum
     two = cxl._replace(regions=("region0", "region9"))
     same = described._replace(name="region9")
-    assert node_figures(two, [described, same]) == Figures(fast, near, "region", ("region0", "region9"))
+    assert node_figures(two, [described, same]) == Figures(fast, near, "regions", ("region0", "region9"))
     other = described._replace(name="region9", access1=Coordinates(2048, 1024, 600, 700))
     f = node_figures(two, [described, other])
-    assert f.cpu is None and f.source == "region" and f.undetermined is not None
+    assert f.cpu is None and f.source == "regions" and f.undetermined is not None
     assert "region0 8192/4096 MB/s, region9 2048/1024 MB/s" in f.undetermined
     # one of them undescribed: the kernel took the figures of whichever was probed first, or none
     bare = described._replace(name="region9", access1=None, access0=None)

@@ -75,7 +75,7 @@ class NodeInfo(NamedTuple):
     tier: Optional[int]
     #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
     hmat: Optional[Coordinates] = None
-    #: where ``hmat`` comes from: "node" (its own nodeN/access1) or "region" (its CXL region's access1)
+    #: where ``hmat`` comes from: "node" (its own nodeN/access1) or "regions" (its CXL region's access1)
     hmat_from: Optional[str] = None
 
 

@@ -242,7 +242,7 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
             ]
         elif n["kind"] == "cxl" and regions and len(regions) == 1:
             (rc,) = regions.values()
-            assert n["hmat"]["from"] == "region" and n["hmat"]["read_bandwidth_mbps"] == rc.get("read_bandwidth")
+            assert n["hmat"]["from"] == "regions" and n["hmat"]["read_bandwidth_mbps"] == rc.get("read_bandwidth")
         else:
             assert n["hmat"] is None, n
     report.append(
