@@ -119,7 +119,7 @@ class Coordinates(_Record):
 
 
 class Figures(_Record):
-    """The performance figures the kernel holds for a node (:func:`cxlctl.derive.node_figures`).
+    """The performance figures the kernel holds for a node (:func:`cxlctl.figures.node_figures`).
 
     ``cpu`` is the CPU access class (``access1``), the one the kernel weights and tiers by:
     ``node_set_perf_attrs``/``node_update_perf_attrs`` pass ``ACCESS_COORDINATE_CPU`` to

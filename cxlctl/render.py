@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .derive import node_figures
+from .figures import node_figures
 from .hostio import paths
 from .parse import format_nodelist, format_size
 from .term import markup_escape as _e  # kernel values inside this module's markup templates

@@ -8,7 +8,7 @@ consumer can tell "unknown" from "this cxlctl does not know the key".
 
 from __future__ import annotations
 
-from .derive import node_figures
+from .figures import node_figures
 from .model import Coordinates, DaxDevice, Decoder, Figures, Inventory, Memdev, Node, Port, Region
 
 # typing costs ~5 ms of start-up: only mypy needs it here

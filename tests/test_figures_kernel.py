@@ -239,7 +239,7 @@ def test_recorded_tiers_are_what_the_figures_give() -> None:
     """On both recorded HMAT guests each CXL node's memory tier is what ``mt_perf_to_adistance``
     makes of the figures cxlctl reports for it (6.12: the node's files; 7.3: its region's): the
     figures are the ones the kernel used."""
-    from cxlctl.derive import dram_reference, memory_tier, node_figures
+    from cxlctl.figures import dram_reference, memory_tier, node_figures
     from cxlctl.hostio.host import Host
     from cxlctl.inventory import scan
 
@@ -264,3 +264,23 @@ def test_612_two_regions_keep_the_nodes_own_files(tmp_path: Any) -> None:
     text, nodes = _status(root)
     assert "16000/16000" in _row(text, 2) and "*" not in "".join(_row(text, 2)), text
     assert nodes[2]["figures"]["from"] == "node" and nodes[2]["figures"]["undetermined"] is None
+
+
+def test_dram_reference_is_the_kernels_and_refuses_a_mismatch() -> None:
+    """``mt_set_default_dram_perf``: the lowest CPU node is the reference; another DRAM node more than 10 %
+    off makes the kernel rank nothing by figures, so the tier tells cxlctl nothing either."""
+    from cxlctl.figures import dram_reference, memory_tier
+    from cxlctl.hostio.host import Host
+    from cxlctl.inventory import scan
+    from cxlctl.model import Coordinates
+
+    inv = scan(Host(HMAT7))
+    (n0,) = [n for n in inv.nodes if n.id == 0]
+    ref = Coordinates(38912, 38912, 80, 80)
+    near = n0._replace(id=1, access1=Coordinates(38000, 38912, 84, 80))  # within 10 %
+    far = n0._replace(id=1, access1=Coordinates(30000, 38912, 80, 80))  # 23 % less read bandwidth
+    assert dram_reference([n0]) == ref and dram_reference([near, n0]) == ref
+    assert dram_reference([n0, far]) is None
+    assert dram_reference([n0._replace(access1=None)]) is None
+    assert memory_tier(Coordinates(16000, 16000, 192, 292), ref) == 33
+    assert memory_tier(Coordinates(16000, 16000, None, None), ref) is None  # mt_perf_to_adistance: -EINVAL

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
-from cxlctl.derive import node_figures
+from cxlctl.figures import node_figures
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
 from cxlctl.model import Coordinates, Figures

@@ -28,8 +28,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-from cxlctl.derive import node_figures
 from cxlctl.errors import UsageError
+from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, cgroup_v1

@@ -41,10 +41,9 @@ from cxlctl.damon.tree import KDAMONDS, NR_KDAMONDS
 from cxlctl.namedrecord import NamedTuple
 
 __all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
+from cxlctl.figures import node_figures
 from cxlctl.model import Inventory, Node
 from cxlctl.parse import parse_size
-
-from .weights import node_bandwidth
 
 #: what the kernel caps: sz max (ULONG_MAX on 64-bit) and age max (UINT_MAX) mean "no upper bound"
 SZ_MAX = 2**64 - 1
@@ -373,7 +372,7 @@ def dest_weights(inv: Inventory, nodes: List[Node]) -> Tuple[Tuple[int, ...], st
     """Weights for ``nodes`` and what they are.
 
     Write bandwidth from the CPU-class figures the kernel holds for each node
-    (:func:`cxlctl.derive.node_figures`: ``nodeN/access1``, or on 7.x the one CXL region's
+    (:func:`cxlctl.figures.node_figures`: ``nodeN/access1``, or on 7.x the one CXL region's
     ``access1`` the kernel took; never ``access0``, whose nearest initiator may be a GPU) when
     *every* node has it, because demotion writes the pages to the destination and a node that
     takes them faster should take more; otherwise the online capacity (memory blocks online),
@@ -381,7 +380,8 @@ def dest_weights(inv: Inventory, nodes: List[Node]) -> Tuple[Tuple[int, ...], st
     sizes, and a node whose regions differ has no bandwidth here."""
     raw: List[int] = []
     by = ""
-    bws = [node_bandwidth(inv, n, "write") for n in nodes]
+    cpu = [node_figures(n, inv.regions, inv.nodes).cpu for n in nodes]
+    bws = [c.write_bandwidth if c is not None and c.write_bandwidth else None for c in cpu]
     if all(b is not None for b in bws):
         raw, by = [b for b in bws if b is not None], "write bandwidth (access1, HMAT/CDAT)"
     if not raw:

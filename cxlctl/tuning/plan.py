@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonState
-from cxlctl.derive import node_figures
+from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple

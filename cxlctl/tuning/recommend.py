@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Tuple
 
-from cxlctl.derive import node_figures
+from cxlctl.figures import node_figures
 from cxlctl.model import Inventory
 
 from .knobs import Current

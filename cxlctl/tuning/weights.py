@@ -1,7 +1,7 @@
 """Weighted-interleave weights: from firmware bandwidth, or from a ``DRAM:CXL`` ratio.
 
 A node's bandwidth is the one the kernel itself weights by: the CPU access class
-(``access1``) of :func:`cxlctl.derive.node_figures` — HMAT's ``nodeN/access1/initiators``,
+(``access1``) of :func:`cxlctl.figures.node_figures` — HMAT's ``nodeN/access1/initiators``,
 or for a CXL node without them the one region's figures the kernel took (never a sum of
 its regions), computed from CDAT along the whole path (v6.9+).  ``access0`` (the nearest
 initiator, which may be a GPU) is not used: ``node_set_perf_attrs`` passes only
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from cxlctl.derive import node_figures
+from cxlctl.figures import node_figures
 from cxlctl.model import Coordinates, Inventory, Node
 
 from .knobs import DEFAULT_MAX_WEIGHT, WEIGHT_MAX, WEIGHT_MIN
