@@ -7,7 +7,7 @@ rules that decide what a node *is* live in one place.
 from __future__ import annotations
 
 from .hostio.objects import block_range, blocks_of, with_blocks
-from .model import Coordinates, DaxDevice, Inventory, Memdev, Node, Totals, Warning_
+from .model import DaxDevice, Inventory, Memdev, Node, Totals, Warning_
 from .parse import format_size, is_decimal
 
 # typing costs ~5 ms of start-up: only mypy needs it here
@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-    from .model import NodeKind, Region
+    from .model import NodeKind
 
 
 def _blocks_in(node: Node, start: int, size: int, bs: int) -> List[int]:
@@ -396,36 +396,3 @@ def _region_warnings(inv: Inventory) -> List[Warning_]:
                 )
             )
     return out
-
-
-def expected_access(node: Node, regions: Sequence[Region] = ()) -> Tuple[Optional[Coordinates], Optional[str]]:
-    """What a node is expected to deliver, as the inventory read it: (coordinates, source).
-
-    The node's own ``access0`` (HMAT: bandwidth and latency from its nearest
-    initiators) when the firmware describes it; else, for a CXL node, the sum of
-    its regions' ``access0`` bandwidths (the kernel computes those from the
-    devices' CDAT and the path to them) and the largest latency, when every region
-    of the node is described; else (None, None).  A node read only through
-    ``kinds_of(nodes)`` without regions gets the first source only.
-    """
-    if node.access0 is not None:
-        return node.access0, "node"
-    by_name = {r.name: r for r in regions}
-    coords = [by_name[n].access0 if n in by_name else None for n in node.regions]
-    if not coords or any(c is None for c in coords):
-        return None, None
-
-    def total(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
-
-    def worst(vals: List[Optional[int]]) -> Optional[int]:
-        return None if any(v is None for v in vals) else max(v for v in vals if v is not None)
-
-    cs = [c for c in coords if c is not None]
-    c = Coordinates(
-        read_bandwidth=total([x.read_bandwidth for x in cs]),
-        write_bandwidth=total([x.write_bandwidth for x in cs]),
-        read_latency=worst([x.read_latency for x in cs]),
-        write_latency=worst([x.write_latency for x in cs]),
-    )
-    return c, "regions"

@@ -118,6 +118,29 @@ class Coordinates(_Record):
     write_latency: Optional[int] = None
 
 
+class Figures(_Record):
+    """The performance figures the kernel holds for a node (:func:`cxlctl.figures.node_figures`).
+
+    ``cpu`` is the CPU access class (``access1``), the one the kernel weights and tiers by:
+    ``node_set_perf_attrs``/``node_update_perf_attrs`` pass ``ACCESS_COORDINATE_CPU`` to
+    ``mempolicy_set_node_perf``, and ``hmat_calculate_adistance``/``cxl_region_calculate_adistance``
+    read ``coord[ACCESS_COORDINATE_CPU]``.  ``nearest`` is ``access0`` (the nearest initiator, which
+    may be a GPU or accelerator in SRAT), kept only to show where it differs.
+    """
+
+    cpu: Optional[Coordinates] = None
+    nearest: Optional[Coordinates] = None
+    #: "node": the node's own ``accessN/initiators``; "regions": its CXL region's (Linux 7.x gives
+    #: a CXL node no files of its own); None: no figures
+    source: Optional[str] = None
+    #: the region(s) the figures are from (several only when they all agree)
+    regions: Tuple[str, ...] = ()
+    #: set when the node's regions differ and sysfs does not show which one the kernel took
+    undetermined: Optional[str] = None
+    #: set when the node's regions differ and its memory tier shows which one the kernel took
+    chosen_by: Optional[str] = None
+
+
 class RegionTarget(_Record):
     position: int
     decoder: str

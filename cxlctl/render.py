@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .derive import expected_access
+from .figures import node_figures
 from .hostio import paths
 from .parse import format_nodelist, format_size
 from .term import markup_escape as _e  # kernel values inside this module's markup templates
@@ -380,13 +380,17 @@ def _basic_cells(inv: Inventory, n: Node) -> List[str]:
 
 
 def _perf_cells(inv: Inventory, n: Node) -> List[str]:
-    """Distances and access0 figures.  A CXL node the kernel gave no ``access0`` of its own
-    (Linux 7.x computes the figures for the region only) shows its regions' figures, marked
-    ``*``: printing "-" there hid the bandwidth every other view (weights, stat) used."""
-    c, source = expected_access(n, inv.regions)
-    mark = "*" if source == "regions" else ""
-    bw, lat = _bw(c), _lat(c)
-    return [" ".join(map(str, n.distance)) or "-", bw + mark if c else bw, lat + mark if c else lat]
+    """Distances and the CPU-class (``access1``) figures the kernel holds for the node
+    (:func:`node_figures`).  A CXL node the kernel gave no files of its own (Linux 7.x) shows
+    its region's figures, marked ``*``; a node whose regions differ shows the region its memory
+    tier points to, or ``?`` when the tier does not tell (sysfs does not show the probe order)."""
+    dist = " ".join(map(str, n.distance)) or "-"
+    f = node_figures(n, inv.regions, inv.nodes)
+    if f.undetermined:
+        return [dist, "?", "?"]
+    c = f.cpu
+    mark = "*" if f.source == "regions" and c is not None else ""
+    return [dist, _bw(c) + mark, _lat(c) + mark]
 
 
 def _nodes(inv: Inventory, out: _Out) -> None:
@@ -399,9 +403,26 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         out.table(_BASIC, [_basic_cells(inv, n) for n in inv.nodes])
         out.blank()
         out.table([("NODE", "right")] + _PERF, [[str(n.id), *_perf_cells(inv, n)] for n in inv.nodes])
-    out.line("[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access0 (nearest initiator)[/dim]")
-    if any(expected_access(n, inv.regions)[1] == "regions" for n in inv.nodes):
-        out.line("[dim]*: the node's regions' access0 (bandwidths summed, slowest latency)[/dim]")
+    out.line(
+        "[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access1 (CPU initiators: what the kernel weights and tiers by)[/dim]"
+    )
+    figures = [(n, node_figures(n, inv.regions, inv.nodes)) for n in inv.nodes]
+    if any(f.source == "regions" and f.cpu is not None for _, f in figures):
+        out.line(
+            "[dim]*: the node's CXL region's figures (the kernel gave the node none of its own and "
+            "took one region's: cxl_region_perf_attrs_callback)[/dim]"
+        )
+    for n, f in figures:
+        if f.undetermined:
+            out.line(f"[dim]?: {_e(f.undetermined)}[/dim]")
+            continue
+        if f.chosen_by:
+            out.line(f"[dim]{_e(f.chosen_by)}[/dim]")
+        if f.nearest is not None and f.nearest != f.cpu:
+            out.line(
+                f"[dim]node {n.id}'s nearest initiator (access0): BW {_bw(f.nearest)} MB/s, "
+                f"LAT {_lat(f.nearest)} ns[/dim]"
+            )
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")

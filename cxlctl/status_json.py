@@ -8,7 +8,8 @@ consumer can tell "unknown" from "this cxlctl does not know the key".
 
 from __future__ import annotations
 
-from .model import Coordinates, DaxDevice, Decoder, Inventory, Memdev, Node, Port, Region
+from .figures import node_figures
+from .model import Coordinates, DaxDevice, Decoder, Figures, Inventory, Memdev, Node, Port, Region
 
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
@@ -170,6 +171,19 @@ def dax(d: DaxDevice) -> J:
     }
 
 
+def figures(f: Figures) -> J:
+    """The figures the kernel holds for a node (:func:`node_figures`): ``access1`` is what it
+    weights and tiers by, ``access0`` its nearest initiator's, ``from`` "node" or "regions"."""
+    return {
+        "access1": _coords(f.cpu),
+        "access0": _coords(f.nearest),
+        "from": f.source,
+        "regions": list(f.regions),
+        "undetermined": f.undetermined,
+        "chosen_by": f.chosen_by,
+    }
+
+
 def node(n: Node, inv: Inventory) -> J:
     zones: Dict[str, int] = {}
     online = 0
@@ -189,6 +203,7 @@ def node(n: Node, inv: Inventory) -> J:
         "distance": list(n.distance),
         "access0": _coords(n.access0),
         "access1": _coords(n.access1),
+        "figures": figures(node_figures(n, inv.regions, inv.nodes)),
         "memory_blocks": {"total": len(n.memory_blocks), "online": online, "zones": zones},
         "weight": inv.weighted_interleave.weights.get(n.id),
         "regions": list(n.regions),

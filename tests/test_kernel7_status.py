@@ -3,7 +3,7 @@ Linux 7.3 computes ``regionN/access0`` (16000 MB/s, 192/292 ns for QEMU's defaul
 gives the CXL node no ``access0`` of its own, and ``status`` printed "-" for that node while
 ``tune plan`` quoted its 16000 MB/s.  A node whose regions have figures never shows "-".
 
-The tree is the recorded 6.12 single-region tree with the region's ``access0`` files the
+The tree is the recorded 6.12 single-region tree with the region's ``access0``/``access1`` files the
 7.3 guest showed added (a tiny edit for one case: the recorded HMAT trees cover the rest).
 """
 
@@ -21,16 +21,17 @@ REGION = "sys/devices/platform/ACPI0017:00/root0/decoder0.0/region0"
 
 def _with_region_figures(tmp_path: Any) -> str:
     root = copy_fixture(SINGLE, tmp_path / "tree")
-    acc = os.path.join(root, REGION, "access0")
-    os.makedirs(acc)
-    for name, value in (
-        ("read_bandwidth", 16000),
-        ("write_bandwidth", 16000),
-        ("read_latency", 192),
-        ("write_latency", 292),
-    ):
-        with open(os.path.join(acc, name), "w") as f:
-            f.write(f"{value}\n")
+    for cls in ("access0", "access1"):  # the 7.3 guest shows both classes, equal
+        acc = os.path.join(root, REGION, cls)
+        os.makedirs(acc)
+        for name, value in (
+            ("read_bandwidth", 16000),
+            ("write_bandwidth", 16000),
+            ("read_latency", 192),
+            ("write_latency", 292),
+        ):
+            with open(os.path.join(acc, name), "w") as f:
+                f.write(f"{value}\n")
     return root
 
 
@@ -45,7 +46,7 @@ def test_cxl_node_shows_its_regions_figures_not_a_dash(tmp_path: Any) -> None:
     p = cli("--root", root, "status", env={"COLUMNS": "80"}, check=True)
     row = _node_row(p.stdout, 1)
     assert "16000/16000*" in row and "192/292*" in row, p.stdout
-    assert "*: the node's regions' access0" in p.stdout
+    assert "*: the node's CXL region's figures" in p.stdout
     assert all(len(ln) <= 80 for ln in p.stdout.splitlines())
     # --json keeps sysfs as it is: the node has no access0 file, the region has
     d = json.loads(cli("--root", root, "status", "--json", check=True).stdout)

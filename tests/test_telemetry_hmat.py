@@ -4,8 +4,8 @@ No recorded tree has access coordinates (QEMU's emulated firmware has no HMAT fo
 the nodes and the kernel computes no ``access0`` for the CXL regions: every
 ``cxlctl-status.json`` says null), so the trees with them are the recorded
 ``single-region-telemetry`` tree copied into ``tmp_path`` with the four
-``nodeN/access0/initiators`` attributes written in, and region coordinates are
-set on a scanned inventory's records.
+``nodeN/access{0,1}/initiators`` attributes written in (equal: the nearest initiator is a
+CPU), and region coordinates are set on a scanned inventory's records.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import json
 import os
 from typing import Any, Dict, Tuple
 
-from cxlctl.derive import expected_access
+from cxlctl.figures import node_figures
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.reader import Reader
-from cxlctl.model import Coordinates
+from cxlctl.model import Coordinates, Figures
 from cxlctl.parse import PAGE_SIZE
 from cxlctl.telemetry.rates import rates
 from cxlctl.telemetry.report import MB, render_text, to_dict
@@ -40,11 +40,12 @@ HMAT: Dict[int, Tuple[int, int, int, int]] = {0: (40960, 30720, 90, 100), 1: (20
 def _with_hmat(tmp_path: Any, nodes: Tuple[int, ...] = (0, 1)) -> str:
     root = copy_fixture(TREE, tmp_path / "tree")
     for nid in nodes:
-        d = os.path.join(root, NODE, f"node{nid}", "access0", "initiators")
-        os.makedirs(d)
-        for name, v in zip(("read_bandwidth", "write_bandwidth", "read_latency", "write_latency"), HMAT[nid]):
-            with open(os.path.join(d, name), "w") as f:
-                f.write(f"{v}\n")
+        for cls in ("access0", "access1"):
+            d = os.path.join(root, NODE, f"node{nid}", cls, "initiators")
+            os.makedirs(d)
+            for name, v in zip(("read_bandwidth", "write_bandwidth", "read_latency", "write_latency"), HMAT[nid]):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(f"{v}\n")
     return root
 
 
@@ -78,7 +79,7 @@ def test_recorded_tree_without_hmat_says_null_never_zero() -> None:
     assert "expected (HMAT/CDAT)" not in text and "to/from CXL: promoted 0.0 MB/s, demoted 0.0 MB/s" in text
 
 
-def test_node_access0_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(tmp_path: Any) -> None:
+def test_node_access1_is_shown_per_node_and_migration_as_share_of_cxl_bandwidth(tmp_path: Any) -> None:
     root = _with_hmat(tmp_path)
     kinds = node_kinds(Host(root))
     assert kinds[0].hmat_from == "node" and kinds[1].hmat == Coordinates(*HMAT[1])
@@ -145,17 +146,24 @@ def test_a_cxl_node_without_hmat_takes_its_regions_cdat_coordinates() -> None:
     (cxl,) = [n for n in inv.nodes if n.kind == "cxl"]
     assert cxl.access0 is None and cxl.regions == ("region0",)
     region = inv.regions[0]
-    assert expected_access(cxl, inv.regions) == (None, None)  # as recorded: the kernel computed none
-    described = region._replace(access0=Coordinates(8192, 4096, 400, 500))
-    assert expected_access(cxl, [described]) == (Coordinates(8192, 4096, 400, 500), "regions")
-    # the node's own HMAT entry wins over its regions'
-    own = cxl._replace(access0=Coordinates(1, 2, 3, 4))
-    assert expected_access(own, [described]) == (Coordinates(1, 2, 3, 4), "node")
-    # two regions on one node: bandwidths add up, the slower latency counts; one undescribed: unknown
+    assert node_figures(cxl, inv.regions) == Figures()  # as recorded: the kernel computed none
+    fast, near = Coordinates(8192, 4096, 400, 500), Coordinates(9000, 5000, 300, 400)
+    described = region._replace(access1=fast, access0=near)
+    assert node_figures(cxl, [described]) == Figures(fast, near, "regions", ("region0",))
+    # the node's own files win over its regions'
+    own = cxl._replace(access1=Coordinates(1, 2, 3, 4))
+    assert node_figures(own, [described]) == Figures(Coordinates(1, 2, 3, 4), None, "node")
+    # two regions on one node: the kernel took one region's figures, never their sum
     two = cxl._replace(regions=("region0", "region9"))
-    other = described._replace(name="region9", access0=Coordinates(2048, 1024, 600, 700))
-    assert expected_access(two, [described, other]) == (Coordinates(10240, 5120, 600, 700), "regions")
-    assert expected_access(two, [described]) == (None, None)
+    same = described._replace(name="region9")
+    assert node_figures(two, [described, same]) == Figures(fast, near, "regions", ("region0", "region9"))
+    other = described._replace(name="region9", access1=Coordinates(2048, 1024, 600, 700))
+    f = node_figures(two, [described, other])
+    assert f.cpu is None and f.source == "regions" and f.undetermined is not None
+    assert "region0 8192/4096 MB/s, region9 2048/1024 MB/s" in f.undetermined
+    # one of them undescribed: the kernel took the figures of whichever was probed first, or none
+    bare = described._replace(name="region9", access1=None, access0=None)
+    assert node_figures(two, [described, bare]).undetermined is not None
 
 
 def test_stat_cli_reports_hmat_and_fits_80_columns(tmp_path: Any) -> None:

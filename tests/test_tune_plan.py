@@ -114,7 +114,8 @@ def _with_cxl(
 ) -> Inventory:
     """The recorded inventory plus one CXL node (id 9) backed by one region."""
     dram = [n for n in inv.nodes if n.kind == "dram"][0]
-    dram = dram._replace(access0=Coordinates(*dram_bw) if dram_bw else None, tier=4)
+    dc = Coordinates(*dram_bw) if dram_bw else None
+    dram = dram._replace(access0=dc, access1=dc, tier=4)  # both classes: the nearest initiator is a CPU
     cxl = Node(
         id=9,
         cpus=(),
@@ -143,6 +144,7 @@ def _with_cxl(
         driver="cxl_region",
         targets=(),
         access0=Coordinates(*cxl_bw) if cxl_bw else None,
+        access1=Coordinates(*cxl_bw) if cxl_bw else None,
     )
     return inv._replace(nodes=(dram, cxl), regions=(region,))
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-from cxlctl.derive import expected_access
 from cxlctl.errors import UsageError
+from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, cgroup_v1
@@ -69,13 +69,13 @@ PROCESS_BUDGET_S = 0.5
 
 class NodeInfo(NamedTuple):
     """What the inventory says about a node: its kind (dram | cxl | other), memory tier and
-    expected access characteristics (:func:`expected_access`)."""
+    expected access characteristics: the CPU-class figures the kernel took (:func:`node_figures`)."""
 
     kind: NodeKind
     tier: Optional[int]
     #: bandwidth (MB/s) and latency (ns) the firmware or the devices describe; None: not described
     hmat: Optional[Coordinates] = None
-    #: where ``hmat`` comes from: "node" (HMAT, nodeN/access0) or "regions" (its CXL regions' access0)
+    #: where ``hmat`` comes from: "node" (its own nodeN/access1) or "regions" (its CXL region's access1)
     hmat_from: Optional[str] = None
 
 
@@ -136,7 +136,7 @@ class Sample(NamedTuple):
     notes: Tuple[str, ...]
     #: DAMON schemes where kdamonds exist (read-only; see :mod:`.damon`)
     damon: Tuple[Scheme, ...] = ()
-    #: bandwidth (MB/s) of all CXL nodes together, from :func:`expected_access`; None when there is
+    #: bandwidth (MB/s) of all CXL nodes together, from :func:`node_figures`; None when there is
     #: no CXL node or one of them is not described (a partial sum would overstate the share used)
     cxl_read_mbps: Optional[int] = None
     cxl_write_mbps: Optional[int] = None
@@ -162,7 +162,11 @@ def node_kinds(host: Host) -> Dict[int, NodeInfo]:
 
 def kinds_of(inv_nodes: Sequence[Node], regions: Sequence[Region] = ()) -> Dict[int, NodeInfo]:
     """:func:`node_kinds` from an inventory already scanned (``cxlctl record``, the daemon)."""
-    return {n.id: NodeInfo(n.kind, n.tier, *expected_access(n, regions)) for n in inv_nodes}
+    out: Dict[int, NodeInfo] = {}
+    for n in inv_nodes:
+        f = node_figures(n, regions, inv_nodes)
+        out[n.id] = NodeInfo(n.kind, n.tier, f.cpu, f.source if f.cpu is not None else None)
+    return out
 
 
 def cxl_bandwidth(kinds: Dict[int, NodeInfo]) -> Tuple[Optional[int], Optional[int]]:

@@ -41,6 +41,7 @@ from cxlctl.damon.tree import KDAMONDS, NR_KDAMONDS
 from cxlctl.namedrecord import NamedTuple
 
 __all__ = ["KDAMONDS", "NR_KDAMONDS", "DamonSpec", "validate", "layout", "files", "owned", "others"]
+from cxlctl.figures import node_figures
 from cxlctl.model import Inventory, Node
 from cxlctl.parse import format_size, parse_size
 
@@ -374,18 +375,19 @@ def demotion_nodes(inv: Inventory, src: Node, nearest_cxl: Node, cxl: List[Node]
 def dest_weights(inv: Inventory, nodes: List[Node]) -> Tuple[Tuple[int, ...], str]:
     """Weights for ``nodes`` and what they are.
 
-    Write bandwidth from the firmware's performance data (HMAT for the platform, CDAT for a
-    CXL device: ``nodeN/access1`` — CPU initiators — else ``access0``) when *every* node has it,
-    because demotion writes the pages to the destination and a node that takes them faster
-    should take more; otherwise the online capacity (memory blocks online), so that nodes
-    fill in proportion to their size.  A partial bandwidth set is not mixed with sizes."""
+    Write bandwidth from the CPU-class figures the kernel holds for each node
+    (:func:`cxlctl.figures.node_figures`: ``nodeN/access1``, or on 7.x the one CXL region's
+    ``access1`` the kernel took; never ``access0``, whose nearest initiator may be a GPU) when
+    *every* node has it, because demotion writes the pages to the destination and a node that
+    takes them faster should take more; otherwise the online capacity (memory blocks online),
+    so that nodes fill in proportion to their size.  A partial bandwidth set is not mixed with
+    sizes, and a node whose regions differ has no bandwidth here."""
     raw: List[int] = []
     by = ""
-    for cls in ("access1", "access0"):
-        bws = [getattr(n, cls).write_bandwidth if getattr(n, cls) is not None else None for n in nodes]
-        if all(isinstance(b, int) and b > 0 for b in bws):
-            raw, by = [int(b) for b in bws if b is not None], f"write bandwidth ({cls}, HMAT/CDAT)"
-            break
+    cpu = [node_figures(n, inv.regions, inv.nodes).cpu for n in nodes]
+    bws = [c.write_bandwidth if c is not None and c.write_bandwidth else None for c in cpu]
+    if all(b is not None for b in bws):
+        raw, by = [b for b in bws if b is not None], "write bandwidth (access1, HMAT/CDAT)"
     if not raw:
         raw = [sum(e - s for s, e in node_ranges(inv, n)) for n in nodes]
         by = "online capacity"

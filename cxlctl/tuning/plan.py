@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 from cxlctl.damon.sysfs import DamonState
+from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
@@ -22,7 +23,15 @@ from cxlctl.parse import is_decimal
 from . import damon_tiering as damon
 from .knobs import REGISTRY, BandwidthRule, Current, Knob, WISpec
 from .profile import Profile, Setting
-from .weights import cxl_write_bandwidth, divide_gcd, node_bandwidth, ratio_weights, reduce_weights
+from .weights import (
+    bandwidth_gaps,
+    cxl_bandwidth_gap,
+    cxl_write_bandwidth,
+    divide_gcd,
+    node_bandwidth,
+    ratio_weights,
+    reduce_weights,
+)
 
 #: path → (knob, original raw text) of the profile applied before this one
 Restore = Mapping[str, Tuple[str, Optional[str]]]
@@ -77,8 +86,8 @@ def _scalar_desired(knob: Knob, value: object, inv: Inventory) -> Tuple[str, str
         bw = cxl_write_bandwidth(inv)
         if bw:
             v = max(1, int(bw * value.fraction))
-            return str(v), f"{value.fraction:g} x {bw} MB/s (CXL write bandwidth)"
-        return str(value.fallback), "CXL write bandwidth unknown (no HMAT/CDAT): conservative fallback"
+            return str(v), f"{value.fraction:g} x {bw} MB/s (CXL write bandwidth, CPU access class)"
+        return str(value.fallback), f"CXL write bandwidth unknown: {cxl_bandwidth_gap(inv)}; conservative fallback"
     if isinstance(value, bool):
         return ("true" if value else "false"), ""
     return str(value), ""
@@ -332,13 +341,17 @@ class _WIPlanner:
                 return self.skipped(s, note), warnings
             return self.manual(s, weights, note), warnings
         bw, missing = self.bandwidths(chosen)
-        if missing:
-            why = (
-                f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing))}; "
-                'give a ratio instead, e.g. weights = "3:1"'
-            )
-            return self.skipped(s, why), warnings
+        lacking = [node for node in map(self.inv.node, missing) if node is not None]
+        gaps = bandwidth_gaps(self.inv, lacking)
+        undetermined = all(node_figures(node, self.inv.regions, self.inv.nodes).undetermined for node in lacking)
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
+        if missing and undetermined and spec.prefer_auto and self.auto:
+            # the kernel has one figure for each such node (the region it took): its auto mode works
+            note = f"kernel auto mode (weights from the figures the kernel took; cxlctl knows {shown}; {gaps})"
+            return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
+        if missing:
+            why = gaps + '; give a ratio instead, e.g. weights = "3:1"'
+            return self.skipped(s, why), warnings
         if spec.prefer_auto and self.auto:
             note = f"kernel auto mode (weights from {shown}); {self.auto_comparison(bw, spec.max_weight)}"
             return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings

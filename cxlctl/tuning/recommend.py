@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Tuple
 
+from cxlctl.figures import node_figures
 from cxlctl.model import Inventory, Node
 
 from .knobs import Current
-from .weights import node_bandwidth
+from .weights import bandwidth_gaps, node_bandwidth
 
 
 class Recommendation(NamedTuple):
@@ -52,7 +53,7 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
     shared = [n for n in cxl if n.tier is not None and n.tier in dram_tiers]
     separate = [n for n in cxl if n.tier is not None and n.tier not in dram_tiers]
     wi = cur.wi_files is not None
-    missing_bw = [n.id for n in dram + cxl if node_bandwidth(inv, n) is None]
+    missing_bw = [n for n in dram + cxl if node_bandwidth(inv, n) is None]
     if shared:
         tiers = _tier_names(shared)
         reasons.append(
@@ -88,9 +89,18 @@ def recommend(inv: Inventory, cur: Current) -> Recommendation:
         ]
     profile, alts = _tiering_engine(cur, profile, alts, reasons, bool(shared))
     if missing_bw and profile == "inference-bandwidth":
+        # a node whose regions differ has a figure in the kernel (the region it took): its auto mode weights it
+        kernel_knows = cur.wi_auto_path is not None and all(
+            node_figures(n, inv.regions, inv.nodes).undetermined for n in missing_bw
+        )
+        then = (
+            "the profile turns the kernel's auto mode on, which weights by the figures the kernel took"
+            if kernel_knows
+            else "the profile will leave the weights alone"
+        )
         reasons.append(
-            f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, missing_bw))}: the profile will leave the "
-            'weights alone; a user profile with weights = "3:1" (DRAM:CXL) sets them by ratio'
+            f"{bandwidth_gaps(inv, missing_bw)}: {then}; "
+            'a user profile with weights = "3:1" (DRAM:CXL) sets them by ratio'
         )
     return Recommendation(profile=profile, reasons=tuple(reasons), alternatives=tuple(alts))
 

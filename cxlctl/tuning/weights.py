@@ -1,10 +1,13 @@
 """Weighted-interleave weights: from firmware bandwidth, or from a ``DRAM:CXL`` ratio.
 
-Bandwidth per node comes from HMAT (``nodeN/access0/initiators``: the
-bandwidth seen by the nearest CPU), else — for a CXL node HMAT does not
-describe — from its CXL regions' ``access0`` coordinates, which the kernel
-computes from CDAT along the whole path (v6.9+).  A node's bandwidth is
-min(read, write) where both are known, as the kernel's own auto mode does.
+A node's bandwidth is the one the kernel itself weights by: the CPU access class
+(``access1``) of :func:`cxlctl.figures.node_figures` — HMAT's ``nodeN/access1/initiators``,
+or for a CXL node without them the one region's figures the kernel took (never a sum of
+its regions), computed from CDAT along the whole path (v6.9+).  ``access0`` (the nearest
+initiator, which may be a GPU) is not used: ``node_set_perf_attrs`` passes only
+``ACCESS_COORDINATE_CPU`` to ``mempolicy_set_node_perf``, which takes min(read, write)
+bandwidth; a node missing either has no usable figure (the kernel's ``auto`` weight for it
+is then 1).
 
 The reduction to integers follows HMSDK (``tools/iw_ratio.py``): the largest
 weight at most a cap (32 by default, the scale of the kernel's own ``auto``
@@ -17,8 +20,9 @@ allocation still sees the ratio.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
+from cxlctl.figures import node_figures
 from cxlctl.model import Coordinates, Inventory, Node
 
 from .knobs import DEFAULT_MAX_WEIGHT, WEIGHT_MAX, WEIGHT_MIN
@@ -27,25 +31,42 @@ from .knobs import DEFAULT_MAX_WEIGHT, WEIGHT_MAX, WEIGHT_MIN
 def _bw(c: Optional[Coordinates], which: str = "min") -> Optional[int]:
     if c is None:
         return None
-    vals = [v for v in (c.read_bandwidth, c.write_bandwidth) if v]
     if which == "write":
         return c.write_bandwidth or None
-    return min(vals) if vals else None
+    if not c.read_bandwidth or not c.write_bandwidth:
+        return None  # mempolicy_set_node_perf's min(read, write) is 0: no figure to weight by
+    return min(c.read_bandwidth, c.write_bandwidth)
 
 
 def node_bandwidth(inv: Inventory, node: Node, which: str = "min") -> Optional[int]:
-    """MB/s of ``node`` (``which``: "min" of read/write, or "write"); None when unknown."""
-    bw = _bw(node.access0, which)
-    if bw:
-        return bw
-    total = 0
-    for rn in node.regions:
-        r = inv.region(rn)
-        rb = _bw(r.access0 if r else None, which)
-        if not rb:
-            return None  # one region of the node undescribed: the node's total is unknown
-        total += rb
-    return total or None
+    """MB/s of ``node`` (``which``: "min" of read/write, or "write") in the CPU access class,
+    as the kernel took it; None when unknown or undetermined (:func:`bandwidth_gaps` says why)."""
+    return _bw(node_figures(node, inv.regions, inv.nodes).cpu, which)
+
+
+def bandwidth_gaps(inv: Inventory, nodes: Sequence[Node]) -> str:
+    """Why ``nodes`` have no bandwidth for cxlctl, grouped: nothing describes them, only their
+    nearest initiator is described, or their regions differ (:func:`node_figures`)."""
+    bare: List[int] = []
+    nearest: List[int] = []
+    said: List[str] = []
+    for node in nodes:
+        f = node_figures(node, inv.regions, inv.nodes)
+        if f.undetermined:
+            said.append(f.undetermined)
+        elif f.nearest is not None and f.cpu is None:
+            nearest.append(node.id)
+        else:
+            bare.append(node.id)
+    if nearest:
+        said.insert(
+            0,
+            f"node(s) {', '.join(map(str, nearest))} have figures for their nearest initiator only (access0), "
+            "none for CPUs (access1), the class the kernel weights by",
+        )
+    if bare:
+        said.insert(0, f"no bandwidth data (HMAT/CDAT) for node(s) {', '.join(map(str, bare))}")
+    return "; ".join(said)
 
 
 def _worst_error(cand: Dict[int, int], m: int, share: Dict[int, float]) -> float:
@@ -100,8 +121,15 @@ def ratio_weights(dram: Iterable[int], cxl: Iterable[int], ratio: Sequence[int])
     return out
 
 
+def cxl_bandwidth_gap(inv: Inventory) -> str:
+    """Why :func:`cxl_write_bandwidth` is None: the CXL nodes without a write bandwidth."""
+    lacking = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory and node_bandwidth(inv, n, "write") is None]
+    return bandwidth_gaps(inv, lacking) if lacking else "no CXL memory node"
+
+
 def cxl_write_bandwidth(inv: Inventory) -> Optional[int]:
-    """Smallest write bandwidth among CXL nodes (MB/s): the conservative base for a rate limit."""
+    """Smallest write bandwidth among CXL nodes (MB/s, CPU access class as the kernel took it):
+    the conservative base for a rate limit."""
     bws = []
     for n in inv.nodes:
         if n.kind == "cxl" and n.has_memory:

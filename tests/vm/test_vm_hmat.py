@@ -160,8 +160,11 @@ def test_human_view_never_dashes_a_node_with_figures(guest: Dict[str, Any]) -> N
         if n["kind"] != "cxl" or not n["regions"]:
             continue
         (r,) = [x for x in st["regions"] if x["region"] in n["regions"]]
-        bw = f"{r['access0']['read_bandwidth']}/{r['access0']['write_bandwidth']}"
+        bw = f"{r['access1']['read_bandwidth']}/{r['access1']['write_bandwidth']}"  # the CPU class
         assert any(c.startswith(bw) for c in rows[n["id"]]), (n["id"], rows[n["id"]], text)
+        # the figures the kernel took: the node's own access1 where it has one (6.12), else its one region's
+        want = n["access1"] if n["access1"] is not None else r["access1"]
+        assert n["figures"]["access1"] == want and n["figures"]["undetermined"] is None, (n, r)
 
 
 def test_plan_uses_the_figures_and_compares_with_auto(guest: Dict[str, Any]) -> None:
@@ -274,13 +277,13 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
     tr = r1["cxl_traffic"]
     assert tr is not None and r0["cxl_traffic"] is None
 
-    # the CXL nodes' bandwidth: each node's own access0 where the kernel has it, else its region's
+    # the CXL nodes' bandwidth: each node's own access1 (CPU class) where the kernel has it, else its region's
     def node_bw(n: Dict[str, Any], f: str) -> int:
-        own = perf.get(f"/sys/devices/system/node/node{n['id']}/access0/initiators/{f}")
+        own = perf.get(f"/sys/devices/system/node/node{n['id']}/access1/initiators/{f}")
         if own is not None:
             return int(own)
         (reg,) = n["regions"]
-        return int(perf[f"{reg}/access0/{f}"])
+        return int(perf[f"{reg}/access1/{f}"])
 
     cxl = [n for n in st["nodes"] if n["kind"] == "cxl" and n["has_memory"]]
     assert tr["cxl_read_bandwidth_mbps"] == sum(node_bw(n, "read_bandwidth") for n in cxl), tr
@@ -310,5 +313,5 @@ def test_7x_stat_traffic_and_top_bandwidth_are_the_kernels(guest: Dict[str, Any]
 
     for n in st["nodes"]:
         if n["has_memory"]:
-            figure = node_bw(n, "read_bandwidth") if n["kind"] == "cxl" else n["access0"]["read_bandwidth"]
+            figure = node_bw(n, "read_bandwidth") if n["kind"] == "cxl" else n["access1"]["read_bandwidth"]
             assert bw(figure) in text, (n["id"], bw(figure), text[-2000:])

@@ -187,11 +187,12 @@ def _dump(text: str) -> Dict[str, Dict[str, int]]:
 
 
 def _coords(text: str, kind: str) -> Dict[str, Dict[str, int]]:
-    """``node1 access0 read_bandwidth 1234`` lines → {"node1": {"read_bandwidth": 1234}} (access0 only)."""
+    """``node1 access1 read_bandwidth 1234`` lines → {"node1": {"read_bandwidth": 1234}} (access1 only: the
+    CPU class, the one the kernel weights and tiers by)."""
     out: Dict[str, Dict[str, int]] = {}
     for line in text.splitlines():
         name, access, field, value = line.split()
-        if access == "access0" and name.startswith(kind):
+        if access == "access1" and name.startswith(kind):
             out.setdefault(name, {})[field] = int(value)
     return out
 
@@ -246,7 +247,7 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
             assert n["hmat"] is None, n
     report.append(
         f"HMAT/CDAT: node access files {nodes or 'none'} ({out_text(out, 'access-dirs.txt', missing_ok=True).strip()}); "
-        f"region access0 {regions or 'none'}; stat: "
+        f"region access1 {regions or 'none'}; stat: "
         + ", ".join(f"node {n['id']} hmat {n['hmat']}" for n in doc["nodes"])
     )
 
