@@ -56,6 +56,16 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(("kv", line))
     who_decides, how = lp.engine.placement
     out.append(("placement", f"decided by {who_decides}: {how}"))
+    kp = lp.placement
+    if kp is not None:
+        per = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.expected.items())) or "no NUMA node"
+        spill = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.spill.items()))
+        out.append(
+            (
+                "kv offload",
+                f"expected {per}" + (f" (spill: {spill})" if spill else "") + f"; decided by {kp.decided_by}",
+            )
+        )
     dd = lp.devdax
     if dd is not None:
         who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
@@ -70,11 +80,18 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(
             (
                 "tmpfs",
-                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)",
+                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol={lp.tmpfs[2]}:{format_nodelist(lp.tmpfs[1])} "
+                "(private mount namespace)",
             )
         )
     out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
-    out.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))))
+    out.append(
+        (
+            "env",
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))
+            + "".join(f" (removed: {k})" for k in lp.engine.env_unset),
+        )
+    )
     out.append(("numactl", lp.equivalent))
     return out
 
@@ -128,7 +145,7 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(_wrapped("warning: ", x, width, "         "))
         return
-    keep = ("policy", "weights", "kv", "placement", "devdax", "tmpfs")
+    keep = ("policy", "weights", "kv", "placement", "kv offload", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(_wrapped(f"cxlctl: {label} ", text, width, "  "))
