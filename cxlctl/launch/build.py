@@ -571,6 +571,13 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     if kp is not None and kp.mechanism == "tmpfs":
         assert kp.tmpfs_mpol is not None
         tmpfs = (eng.tmpfs_size(_offload_bytes(ea) or 0), kp.nodes, kp.tmpfs_mpol)
+    if kp is not None and (kp.spill or kp.unplaced):
+        warnings.append(
+            "--force: the KV offload does not fit its node(s) "
+            + format_nodelist(kp.nodes)
+            + (f"; {_per_node(kp.spill)} spills there" if kp.spill else "")
+            + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
+        )
     if kp is not None and kp.why_not:
         warnings.append(
             f"the KV offload is not on CXL: {kp.why_not}"
@@ -773,6 +780,7 @@ def _kv_offload_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "nodes": list(kp.nodes),
         "expected_bytes_per_node": {str(n): b for n, b in sorted(kp.expected.items())},
         "spill_bytes_per_node": {str(n): b for n, b in sorted(kp.spill.items())},
+        "unplaced_bytes": kp.unplaced,
         "on_cxl": kp.on_cxl,
         "why_not_on_cxl": kp.why_not,
         "fix": kp.fix,

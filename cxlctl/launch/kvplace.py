@@ -50,8 +50,10 @@ class KvPlacement(NamedTuple):
     #: where no mechanism places it on CXL: why, and the fix
     why_not: Optional[str] = None
     fix: Optional[str] = None
-    #: the tmpfs mount's memory policy (tmpfs only): bind, or interleave with --force
+    #: the tmpfs mount's memory policy (tmpfs only): bind, or prefer/interleave with --force
     tmpfs_mpol: Optional[str] = None
+    #: bytes no node has free memory for (--force only): the kernel reclaims, swaps or fails the engine
+    unplaced: int = 0
 
 
 def _order(inv: Inventory, nodes: Sequence[int], near: Sequence[int]) -> List[int]:
@@ -171,16 +173,19 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
         on_cxl,
         None if on_cxl else why,
         None if on_cxl else fix,
+        unplaced=unplaced,
     )
 
 
 def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force: bool) -> KvPlacement:
     """The CXL-bound /dev/shm: bind (nearest CXL node first), or interleave with --force (may spill)."""
-    mode = "interleave" if force and len(cxl) > 1 else "bind"
-    if force and len(cxl) == 1:
-        mode = "prefer"  # one node: preferred, falls back when it is full
-    pol = Policy("bind" if mode == "bind" else "interleave", cxl, ns.cpu_nodes, (), ())
+    mode = "bind"
+    pol = Policy("bind", cxl, ns.cpu_nodes, (), ())
     got, spill, unplaced = expected(inv, pol, size, cxl)
+    if unplaced and force:  # let it spill: prefer (one node) or interleave, which fall back when full
+        mode = "prefer" if len(cxl) == 1 else "interleave"
+        pol = Policy("interleave", cxl, ns.cpu_nodes, (), ())
+        got, spill, unplaced = expected(inv, pol, size, cxl)
     _refuse(size, got, spill, unplaced, cxl, force, "the CXL-bound /dev/shm (mpol=bind)", spillable=True)
     return KvPlacement(
         "tmpfs",
@@ -189,8 +194,9 @@ def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force:
         cxl,
         got,
         spill,
-        not spill,
+        not spill and not unplaced,
         tmpfs_mpol=mode,
+        unplaced=unplaced,
     )
 
 
@@ -204,10 +210,13 @@ def _refuse(
     what: str,
     spillable: bool = False,
 ) -> None:
-    """A KV size the chosen nodes cannot hold: exit 2 naming their free memory, unless --force lets it spill."""
+    """A KV size the chosen nodes cannot hold: exit 2 naming their free memory, unless --force (the
+    plan then shows the spill per node, and what fits on no node)."""
+    if force:
+        return
     if unplaced:
         raise UsageError(
-            f"--kv-size {format_size(size)}: {what} keeps it on node(s) {format_nodelist(nodes)}, which have "
+            f"a {format_size(size)} KV offload (--kv-size): {what} keeps it on node(s) {format_nodelist(nodes)}, which have "
             f"{format_size(size - unplaced)} free; {format_size(unplaced)} would not fit",
             hint="lower --kv-size (or --kv-size auto), or free memory on those nodes"
             + (", or add --force to let the rest spill to other nodes (the dry run shows where)" if spillable else ""),
@@ -215,7 +224,7 @@ def _refuse(
     if spill and not force:
         held = size - sum(spill.values())
         raise UsageError(
-            f"--kv-size {format_size(size)}: node(s) {format_nodelist(nodes)} hold {format_size(held)} of it "
+            f"a {format_size(size)} KV offload (--kv-size): node(s) {format_nodelist(nodes)} hold {format_size(held)} of it "
             f"(their free memory); {format_size(sum(spill.values()))} would spill to node(s) "
             f"{format_nodelist(sorted(spill))}",
             hint="lower --kv-size (or --kv-size auto), or add --force to let it spill (the dry run shows where)",

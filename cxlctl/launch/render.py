@@ -62,8 +62,11 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         spill = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.spill.items()))
         out.append(
             (
-                "kv offload",
-                f"expected {per}" + (f" (spill: {spill})" if spill else "") + f"; decided by {kp.decided_by}",
+                "offload",
+                f"expected {per}"
+                + (f" (spill: {spill})" if spill else "")
+                + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
+                + f"; decided by {kp.decided_by}",
             )
         )
     dd = lp.devdax
@@ -145,7 +148,7 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(_wrapped("warning: ", x, width, "         "))
         return
-    keep = ("policy", "weights", "kv", "placement", "kv offload", "devdax", "tmpfs")
+    keep = ("policy", "weights", "kv", "placement", "offload", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(_wrapped(f"cxlctl: {label} ", text, width, "  "))
