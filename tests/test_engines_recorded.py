@@ -312,7 +312,6 @@ def test_cpu_backend_kv_size_auto_is_the_workers_node_not_cxl(
     avail = _vllm_available(cpu_region, 0)
     doc = dry(cpu_region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m", "-tp", "2"])
     want = avail - avail // 10
-    per_worker = want // 2 // GIB
     assert doc["kv"]["auto"] is True and doc["kv"]["worker_node"] == 0 and doc["kv"]["available"] == avail
     assert doc["kv"]["free_cxl"] is None and doc["kv"]["reserve"] == avail // 10
     assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(want // 2)] and doc["kv"]["bytes"] == want // 2 * 2
