@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl.hostio import paths
+from cxlctl.numa_maps import is_kv_file
 from cxlctl.parse import PAGE_SIZE, format_size
 from cxlctl.term import clean
 
@@ -55,8 +56,6 @@ IDLE_SHARE = 0.01
 #: KV offload: at least this many pages mapped, and more than this share of them off CXL
 KV_MIN_PAGES = 256
 KV_DRAM_SHARE = 0.5
-#: /dev/shm names of engine KV offload files (vLLM, SGLang HiCache, LMCache, ...)
-KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
 
 
 class Verdict(NamedTuple):
@@ -198,7 +197,7 @@ def cxl_idle(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         "info",
         f"CXL capacity is online but nearly unused: {', '.join(idle)}.",
         "enable tiering (cxlctl tune apply inference-capacity) so cold pages demote there, "
-        "or place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)",
+        "or place memory on it directly (cxlctl launch --ratio, or --kv-size as root: a CXL-bound /dev/shm)",
     )
 
 
@@ -231,11 +230,6 @@ def memory_failure(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
     )
 
 
-def _is_kv_file(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1].lower()
-    return any(h in name for h in KV_NAME_HINTS)
-
-
 #: policies that place every page on the named nodes (interleave modes share pages with DRAM by design)
 PLACING_MODES = ("bind", "preferred", "preferred-many")
 
@@ -262,7 +256,7 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         for f, per in sorted(p.maps.shm.items()):
             total = sum(per.values())
             off = sum(v for node, v in per.items() if node not in cxl)
-            if f in seen or not _is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
+            if f in seen or not is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
                 continue
             seen.add(f)
             hits.append(f"{clean(f)} (PID {p.pid}: {100 * off // total}% of {_mib(total)} off CXL)")
@@ -275,7 +269,7 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         + "; ".join(hits[:3])
         + (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
         + ".",
-        "start the engine with cxlctl launch ... --kv-tmpfs (its /dev/shm then binds to CXL), "
+        "start the engine with cxlctl launch ... --kv-size as root (its /dev/shm then binds to CXL), "
         "or mount the offload tmpfs with mpol=bind:<cxl node>"
         + ("; for a launched process, check its cpuset (cpuset.mems) and cxlctl policy show PID" if launched else ""),
     )
