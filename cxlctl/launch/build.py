@@ -575,7 +575,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         warnings.append(
             "--force: the KV offload does not fit its node(s) "
             + format_nodelist(kp.nodes)
-            + (f"; {_per_node(kp.spill)} spills there" if kp.spill else "")
+            + (f"; the rest spills: {_per_node(kp.spill)}" if kp.spill else "")
             + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
         )
     if kp is not None and kp.why_not:
