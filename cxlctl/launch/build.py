@@ -546,6 +546,40 @@ def _cpu_worker_node(inv: Inventory, policy: Policy) -> str:
     return f"; here CPU {cpu} (the first cxlctl binds) is on node {node}: the worker's memory, KV cache included, goes there"
 
 
+def _offload(
+    host: Host,
+    inv: Inventory,
+    req: Request,
+    ns: NodeSets,
+    policy: Policy,
+    feats: Optional[eng.Features],
+    ea: eng.EngineArgs,
+    dd: Optional[devdax_mod.Devdax],
+    warnings: List[str],
+) -> Tuple[Optional[kvplace.KvPlacement], Optional[Tuple[int, Tuple[int, ...], str]]]:
+    """(where the KV offload lands, the private /dev/shm's (size, nodes, mpol) when it is the mechanism);
+    the plan warns where the offload is not on CXL, or spills (--force)."""
+    kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
+    tmpfs = None
+    if kp is not None and kp.mechanism == "tmpfs":
+        assert kp.tmpfs_mpol is not None
+        tmpfs = (eng.tmpfs_size(_offload_bytes(ea) or 0), kp.nodes, kp.tmpfs_mpol)
+    if kp is not None and (kp.spill or kp.unplaced):
+        warnings.append(
+            "--force: the KV offload does not fit its node(s) "
+            + format_nodelist(kp.nodes)
+            + (f"; the rest spills: {_per_node(kp.spill)}" if kp.spill else "")
+            + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
+        )
+    if kp is not None and kp.why_not:
+        warnings.append(
+            f"the KV offload is not on CXL: {kp.why_not}"
+            + (f" (expected: {_per_node(kp.expected)})" if kp.expected else "")
+            + (f"; fix: {kp.fix}" if kp.fix else "")
+        )
+    return kp, tmpfs
+
+
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
@@ -566,24 +600,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     if feats is not None and feats.backend == "cpu":
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
-    kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
-    tmpfs = None
-    if kp is not None and kp.mechanism == "tmpfs":
-        assert kp.tmpfs_mpol is not None
-        tmpfs = (eng.tmpfs_size(_offload_bytes(ea) or 0), kp.nodes, kp.tmpfs_mpol)
-    if kp is not None and (kp.spill or kp.unplaced):
-        warnings.append(
-            "--force: the KV offload does not fit its node(s) "
-            + format_nodelist(kp.nodes)
-            + (f"; the rest spills: {_per_node(kp.spill)}" if kp.spill else "")
-            + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
-        )
-    if kp is not None and kp.why_not:
-        warnings.append(
-            f"the KV offload is not on CXL: {kp.why_not}"
-            + (f" (expected: {_per_node(kp.expected)})" if kp.expected else "")
-            + (f"; fix: {kp.fix}" if kp.fix else "")
-        )
+    kp, tmpfs = _offload(host, inv, req, ns, policy, feats, ea, dd, warnings)
     checks = preflight.run(
         host,
         inv,
