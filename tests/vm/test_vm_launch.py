@@ -19,7 +19,8 @@ In the guest: create a RAM region (a CPU-less CXL node appears), then
    the CXL node (cxlctl mounted a CXL-bound private /dev/shm for it, as root), the process'
    anonymous memory stays DRAM-first (DRAM pages ≥ CXL pages × the weights' ratio, -10 %), the
    dry run's ``kv_offload.expected_bytes_per_node`` is within 5 % of numa_maps, and
-   ``policy show``'s ``kv_offload`` pages agree;
+   ``policy show``'s ``kv_offload`` pages and ``stat --pid``'s ``shm`` pages agree (no
+   ``kv-offload-not-on-cxl`` verdict);
 4. pre-flight in a cgroup v2 cpuset without the CXL node: refused, exit 1, the
    message names the cgroup.
 
@@ -217,6 +218,7 @@ kill $pid; wait $pid 2>/dev/null
 pid=$!
 echo $pid > "$OUT/kvdef.launch-pid"
 waitfor "$OUT/kvdef.ready" $pid && snap kvdef $pid
+"$PY" -m cxlctl stat --json --pid $pid > "$OUT/kvdef.stat.json" 2> "$OUT/kvdef.stat.err"
 kill $pid; wait $pid 2>/dev/null
 
 # 4. pre-flight: a cgroup v2 cpuset without the CXL node
@@ -283,6 +285,12 @@ def check_kv_default(out: Path, cxl: int) -> List[str]:
     assert out_text(out, "kvdef.show.rc").strip() == "0", out_text(out, "kvdef.show.err", missing_ok=True)
     assert show["kv_offload"]["pages"] == {str(n): p for n, p in sorted(pages.items())}
     assert any(f.startswith("/dev/shm/vllm_offload_cxlctltest.mmap") for f in show["kv_offload"]["files"])
+    # stat reads the same mappings: the file's pages per node, and no kv-offload-not-on-cxl verdict
+    stat = out_json(out, "kvdef.stat.json")
+    (proc,) = [p for p in stat["processes"] if p["pid"] == pid]
+    shm_files = {f: v for f, v in proc["shm"].items() if f.startswith("/dev/shm/vllm_offload_cxlctltest.mmap")}
+    assert list(shm_files.values()) == [{str(n): p for n, p in sorted(pages.items())}], proc["shm"]
+    assert not any(v["id"] == "kv-offload-not-on-cxl" for v in stat["verdicts"]), stat["verdicts"]
     return lines
 
 
