@@ -377,7 +377,8 @@ def _kv_placement(
         why = "SGLang's hierarchical cache (--hicache-size) is pinned anonymous memory of its schedulers: it follows their policy"
         fix = (
             "--policy preferred (the nearest CXL node first, the engine's own memory too), or a Mooncake store "
-            "on a devdax device (--devdax DEV --mooncake)"
+            "on a devdax device as SGLang's L3 (--devdax DEV --mooncake, and --hicache-storage-backend mooncake "
+            "to SGLang)"
         )
     else:
         ver = feats.version if feats is not None else None
