@@ -486,11 +486,6 @@ def _env_added(
     return added
 
 
-def _per_node(b: Dict[int, int]) -> str:
-    """``node 0 1.5 GiB, node 2 64 GiB``: bytes per node for the plan's words."""
-    return ", ".join(f"node {n} {format_size(v)}" for n, v in sorted(b.items()))
-
-
 def _equivalent(
     policy: Policy, ea: eng.EngineArgs, added: Dict[str, str], tmpfs: Optional[Tuple[int, Tuple[int, ...], str]]
 ) -> str:
@@ -547,20 +542,11 @@ def _cpu_worker_node(inv: Inventory, policy: Policy) -> str:
     return f"; here CPU {cpu} (the first cxlctl binds) is on node {node}: the worker's memory, KV cache included, goes there"
 
 
-def _offload(
-    host: Host,
-    inv: Inventory,
-    req: Request,
-    ns: NodeSets,
-    policy: Policy,
-    feats: Optional[eng.Features],
-    ea: eng.EngineArgs,
-    dd: Optional[devdax_mod.Devdax],
-    warnings: List[str],
-) -> Tuple[Optional[kvplace.KvPlacement], Optional[Tuple[int, Tuple[int, ...], str]]]:
-    """(where the KV offload lands, the private /dev/shm's (size, nodes, mpol) when it is the mechanism);
-    the plan warns where the offload is not on CXL, or spills (--force)."""
-    kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
+def _offload_mount(
+    kp: Optional[kvplace.KvPlacement], ea: eng.EngineArgs, warnings: List[str]
+) -> Optional[Tuple[int, Tuple[int, ...], str]]:
+    """The private /dev/shm's (size, nodes, mpol) when it is what places the offload (``kp``); the
+    plan warns where the offload is not on CXL, or spills (--force)."""
     tmpfs = None
     if kp is not None and kp.mechanism == "tmpfs":
         assert kp.tmpfs_mpol is not None
@@ -569,16 +555,16 @@ def _offload(
         warnings.append(
             "--force: the KV offload does not fit its node(s) "
             + format_nodelist(kp.nodes)
-            + (f"; the rest spills: {_per_node(kp.spill)}" if kp.spill else "")
+            + (f"; the rest spills: {kvplace.per_node(kp.spill)}" if kp.spill else "")
             + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
         )
     if kp is not None and kp.why_not:
         warnings.append(
             f"the KV offload is not on CXL: {kp.why_not}"
-            + (f" (expected: {_per_node(kp.expected)})" if kp.expected else "")
+            + (f" (expected: {kvplace.per_node(kp.expected)})" if kp.expected else "")
             + (f"; fix: {kp.fix}" if kp.fix else "")
         )
-    return kp, tmpfs
+    return tmpfs
 
 
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
@@ -601,7 +587,8 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     if feats is not None and feats.backend == "cpu":
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
-    kp, tmpfs = _offload(host, inv, req, ns, policy, feats, ea, dd, warnings)
+    kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
+    tmpfs = _offload_mount(kp, ea, warnings)
     checks = preflight.run(
         host,
         inv,

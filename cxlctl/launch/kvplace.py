@@ -231,6 +231,11 @@ def _refuse(
         )
 
 
+def per_node(b: Dict[int, int]) -> str:
+    """``node 0 1.50 GiB, node 2 64 GiB``: bytes per node in the plan's words."""
+    return ", ".join(f"node {n} {format_size(v)}" for n, v in sorted(b.items()))
+
+
 def fixed(kind: str, decided_by: str, expected_: Dict[int, int], cxl: Sequence[int], why: Optional[str]) -> KvPlacement:
     """A placement cxlctl does not choose (devdax, the engine's own binding)."""
     on_cxl = bool(expected_) and all(n in cxl for n in expected_)

@@ -25,6 +25,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     """(label, text) lines describing a plan, shared by the dry run and the real launch."""
     from cxlctl.parse import format_nodelist, format_size
 
+    from .kvplace import per_node
+
     out: List[Tuple[str, str]] = []
     for line in lp.nodesets.how:
         out.append(("nodes", line))
@@ -58,8 +60,7 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     out.append(("placement", f"decided by {who_decides}: {how}"))
     kp = lp.placement
     if kp is not None:
-        per = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.expected.items())) or "no NUMA node"
-        spill = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.spill.items()))
+        per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
         out.append(
             (
                 "offload",
