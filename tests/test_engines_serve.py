@@ -3,14 +3,18 @@
 ``pytest -m engines tests/test_engines_serve.py`` (opt-in like the rest of the tier: scripts/install-engines.sh
 puts the venv in place).  The test writes a tiny random-weight Llama with the engine venv's own transformers
 (tests/engines/tiny_model.py: 2 layers, hidden 256, head_dim 64, a byte-level BPE tokenizer trained
-locally; no model hub), then runs the operator's command line — ``cxlctl launch vllm --kv-size 1G --policy
-preferred -- serve DIR ...`` with the venv's ``vllm`` found on ``PATH`` — under ``nice``, a per-process
-address-space limit and a start-up timeout, and checks, on the live processes:
+locally; no model hub), then runs the operator's command line — ``cxlctl launch vllm --kv-size 768M --policy
+preferred -- serve DIR ...`` with the venv's ``vllm`` found on ``PATH`` and an inherited
+``VLLM_CPU_KVCACHE_SPACE=1`` in the shell — under ``nice``, a per-process address-space limit and a start-up
+timeout, and checks, on the live processes:
 
 * one OpenAI ``/v1/completions`` request is answered;
-* the dry run says ``VLLM_CPU_KVCACHE_SPACE=1`` (whole GiB per worker, what vLLM's CPU platform reads) and
-  ``--kv-cache-memory-bytes 1073741824``, and the engine got exactly that (its environment, and the
-  worker's own "Explicitly set ... GiB for KV cache" line);
+* a size that is not a whole GiB reaches the worker to the byte (issue 34 row 2b): the dry run adds
+  ``--kv-cache-memory-bytes 805306368`` (bytes per worker, what vLLM 0.32.0's CPU worker reads) and removes
+  the inherited ``VLLM_CPU_KVCACHE_SPACE`` (a legacy whole-GiB override of the flag,
+  vllm/platforms/cpu.py), and the engine got exactly that (its command line, no such variable in its
+  environment, and the worker's own "Explicitly set (0.75/…) GiB for KV cache" line: with the variable
+  left in place it would have said 1.0);
 * ``cxlctl policy show PID --json`` for the API server and the EngineCore: cxlctl's policy (preferred),
   asked and had; for the CPU worker: a bind to the node of its first CPU — vLLM 0.32.0's
   ``init_cpu_memory_env`` (csrc/cpu/utils.cpp: ``numa_migrate_pages`` then ``numa_set_membind``) replaces
@@ -182,19 +186,21 @@ def test_vllm_cpu_serves_through_cxlctl_launch(tmp_path: Any) -> None:
         "HOME": home,
         "CXLCTL_CACHE_DIR": str(tmp_path / "cxlctl-cache"),
         **OFFLINE,
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # an operator's leftover: cxlctl removes it (it would override the flag)
     }
     subprocess.run([f"{v}/bin/python3", TINY_MODEL, model], env=env, check=True, timeout=600, capture_output=True)
     port = _free_port()
-    opts = ["--kv-size", "1G", "--policy", "preferred"]
+    kv_bytes = 768 << 20  # not a whole GiB: the CPU backend takes bytes since 0.32.0
+    opts = ["--kv-size", "768M", "--policy", "preferred"]
     args = ["serve", model, "--port", str(port), "--max-model-len", "256", "--enforce-eager"]
 
     # the dry run says what the engine gets
     dry = json.loads(cli("launch", "vllm", "--dry-run", "--json", *opts, "--", *args, env=env, check=True).stdout)
     assert dry["engine"]["backend"] == "cpu" and dry["engine"]["version"] == "0.32.0+cpu"
-    assert dry["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert dry["engine"]["added"] == ["--kv-cache-memory-bytes", str(GIB)]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in dry["env"] and dry["env_unset"] == ["VLLM_CPU_KVCACHE_SPACE"]
+    assert dry["engine"]["added"] == ["--kv-cache-memory-bytes", str(kv_bytes)]
     assert dry["engine"]["placement"]["decided_by"] == "both"
-    assert any("VLLM_CPU_KVCACHE_SPACE=1" in n for n in dry["notes"])
+    assert any("legacy override" in n for n in dry["notes"])
     cpus = dry["policy"]["cpus"]
     assert dry["policy"]["mode"] == "preferred"
 
@@ -246,10 +252,10 @@ def test_vllm_cpu_serves_through_cxlctl_launch(tmp_path: Any) -> None:
             _record(os.environ["CXLCTL_RECORD_SERVE"], [api, core, worker])
 
         # what the engine got: the variable in its environment, and the worker's own account of its KV cache
-        assert _environ(api)["VLLM_CPU_KVCACHE_SPACE"] == "1"
-        assert f"--kv-cache-memory-bytes {GIB}" in " ".join(open(f"/proc/{api}/cmdline").read().split("\0"))
+        assert "VLLM_CPU_KVCACHE_SPACE" not in _environ(api)
+        assert f"--kv-cache-memory-bytes {kv_bytes}" in " ".join(open(f"/proc/{api}/cmdline").read().split("\0"))
         kv = WORKER_KV.search(log_path.read_text())
-        assert kv and float(kv.group(1)) == 1.0, "the worker sized its KV cache from VLLM_CPU_KVCACHE_SPACE"
+        assert kv and float(kv.group(1)) == 0.75, "the worker sized its KV cache from --kv-cache-memory-bytes"
 
         # the API server and the EngineCore keep cxlctl's policy
         for pid in (api, core):
@@ -274,7 +280,7 @@ def test_vllm_cpu_serves_through_cxlctl_launch(tmp_path: Any) -> None:
         assert "mode" in fails and set(fails) <= {"mode", "nodes"}, rep["checks"]
         main, anon = _numa_maps(worker)
         assert main == f"bind:{node}" and set(anon) == {node}, (main, anon)
-        assert sum(anon.values()) * 4096 > GIB, "the 1 GiB KV cache is among the worker's anonymous pages"
+        assert sum(anon.values()) * 4096 > kv_bytes, "the 768 MiB KV cache is among the worker's anonymous pages"
         hwm = {p: int(_status(p)["VmHWM"].split()[0]) for p in (api, core, worker)}
 
         # SIGTERM to the engine's PID: everything exits

@@ -89,8 +89,8 @@ def test_vllm_new_kv_offloading_size_total_gib(region: str, fakes: Fakes, capsys
     assert doc["kv"]["bytes_per_token"] == 131072 and doc["kv"]["tokens"] == 32768
     assert any("total over TP 2 x PP 1 = 2 worker(s)" in n for n in doc["notes"])
     assert doc["env"]["CXLCTL_POLICY"] == "mode=bind nodes=0-1 cpunodes=0"
-    # the offload is a /dev/shm file on this vLLM: checked
-    assert any(c["name"] == "dev-shm" for c in doc["checks"])
+    # the offload is a /dev/shm file on this vLLM: by default (root) in a CXL-bound private /dev/shm
+    assert any(c["name"] == "kv-tmpfs" for c in doc["checks"]) and doc["kv_offload"]["mechanism"] == "tmpfs"
 
 
 def test_vllm_fractional_gib_rounds_down() -> None:
@@ -209,8 +209,9 @@ def test_vllm_conflicting_sizes_and_bad_engine_args(region: str, fakes: Fakes, c
     usage(base + ["--kv-size", "1G", "--", "bench", "m"], "--kv-size needs `serve`")
     usage(base, "no vLLM arguments")
     # the user's own --kv-offloading-size still sizes the pre-flight checks
-    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--kv-offloading-size", "1.5"])
-    assert doc["kv"]["bytes"] == int(1.5 * GIB) and doc["engine"]["added"] == []
+    doc = dry(region, "vllm", ["--policy", "bind"], ["serve", "m", "--kv-offloading-size", "0.25"])
+    assert doc["kv"]["bytes"] == GIB // 4 and doc["engine"]["added"] == []
+    assert doc["kv_offload"]["expected_bytes_per_node"] == {"1": GIB // 4}
 
 
 def test_missing_engine_exit_2(region: str, fakes: Fakes, capsys: Any, tmp_path: Any) -> None:
@@ -552,6 +553,8 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
                 str(too_big),
                 "--policy",
                 "bind",
+                "--no-kv-tmpfs",
+                "--force",
                 "--dry-run",
                 "--",
                 "serve",
@@ -562,8 +565,8 @@ def test_preflight_dev_shm_too_small(region: str, fakes: Fakes, capsys: Any, tmp
     )
     out = capsys.readouterr().out
     flat = " ".join(out.split())
-    assert f"FAIL dev-shm: {root}/dev/shm has" in flat and "fix: use --kv-tmpfs" in flat  # the one under --root
-    assert "WARN  kv-size" in out  # and it is larger than the CXL tier
+    assert f"FAIL dev-shm: {root}/dev/shm has" in flat and "fix: run the launch as root" in flat  # under --root
+    assert "fits on no node" in flat  # and --force let a size larger than every node's free memory through
 
 
 def test_preflight_weighted_interleave_on_an_old_kernel(region: str, capsys: Any, tmp_path: Any) -> None:
@@ -642,6 +645,7 @@ def test_dry_run_prose_fits_80_columns_and_commands_fold_between_words(
     monkeypatch.setenv("COLUMNS", "400")
     monkeypatch.setenv("PATH", "/nonexistent")  # vLLM not found: its long warning
     args = ["--root", region, "launch", "vllm", "--dry-run", "--", "serve", "./Llama-3.1-8B-Instruct"]
+    args[5:5] = ["--force", "--no-kv-tmpfs"]
     args += ["--kv-offloading-size", "238", "--kv-offloading-backend", "native", "--served-model-name", "it's"]
     capsys.readouterr()
     run(args)

@@ -199,7 +199,7 @@ def proc(shm: Dict[str, Dict[int, int]], pid: int = 42) -> ProcessSample:
 def test_kv_offload_fires_when_the_offload_file_sits_on_dram() -> None:
     f = "/dev/shm/vllm_offload_abc.mmap"
     v = V.kv_offload_not_on_cxl(sample(procs=[proc({f: {0: 900, 1: 100}})]), None)
-    assert v is not None and f in v.message and "90% of" in v.message and "--kv-tmpfs" in v.fix
+    assert v is not None and f in v.message and "90% of" in v.message and "--kv-size as root" in v.fix
 
 
 def test_kv_offload_message_cleans_the_file_name() -> None:

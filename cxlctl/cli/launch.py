@@ -75,7 +75,13 @@ ENGINE_CMD_OPT = typer.Option(
     None, "--engine-cmd", metavar="CMD", help="The engine command (default: `vllm`, `python3 -m sglang.launch_server`)."
 )
 TMPFS_OPT = typer.Option(
-    False, "--kv-tmpfs", help="vLLM: private /dev/shm tmpfs bound to the CXL nodes, sized for the offload (root)."
+    None,
+    "--kv-tmpfs/--no-kv-tmpfs",
+    help="The engine's private /dev/shm bound to the CXL nodes, holding vLLM's offload file (root). "
+    "Default: on with --kv-size where it applies and cxlctl runs as root.",
+)
+FORCE_OPT = typer.Option(
+    False, "--force", help="Launch even when the chosen nodes cannot hold --kv-size: the rest spills (shown per node)."
 )
 KEEP_NB_OPT = typer.Option(
     False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
@@ -126,9 +132,8 @@ def exec_cmd(
     gpus: Optional[str] = GPUS_OPT,
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
-    kv_tmpfs: bool = typer.Option(
-        False, "--kv-tmpfs", help="Private /dev/shm tmpfs bound to the CXL nodes, sized --kv-size (root)."
-    ),
+    kv_tmpfs: Optional[bool] = TMPFS_OPT,
+    force: bool = FORCE_OPT,
     lmcache: bool = LMCACHE_OPT,
     devdax: Optional[str] = DEVDAX_OPT,
     devdax_pool_id: Optional[str] = POOL_OPT,
@@ -152,7 +157,8 @@ def vllm_cmd(
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
     model_config: Optional[str] = MODELCFG_OPT,
-    kv_tmpfs: bool = TMPFS_OPT,
+    kv_tmpfs: Optional[bool] = TMPFS_OPT,
+    force: bool = FORCE_OPT,
     keep_numa_bind: bool = KEEP_NB_OPT,
     lmcache: bool = LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,
@@ -178,6 +184,7 @@ def sglang_cmd(
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
     model_config: Optional[str] = MODELCFG_OPT,
+    force: bool = FORCE_OPT,
     lmcache: bool = SGLANG_LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,
     devdax: Optional[str] = DEVDAX_OPT,

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio.host import Host
+from cxlctl.hostio.proc import has_cap
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
@@ -28,7 +29,7 @@ from cxlctl.parse import format_nodelist, format_size
 
 from . import devdax as devdax_mod
 from . import engines as eng
-from . import kvsize, preflight, sysweights
+from . import kvplace, kvsize, preflight, sysweights
 from .nodesets import NodeSets, cpus_of, nearest_cxl, resolve
 from .policy import POLICIES, Numactl, Policy, detect_numactl, numactl_argv, shell_line, tmpfs_options
 
@@ -45,7 +46,7 @@ class Request(NamedTuple):
     kv_size: Optional[str] = None
     reserve: Optional[str] = None
     model_config: Optional[str] = None
-    kv_tmpfs: bool = False
+    kv_tmpfs: Optional[bool] = None  # --kv-tmpfs / --no-kv-tmpfs; None: cxlctl picks (kvplace)
     keep_numa_bind: bool = False
     lmcache: bool = False
     dry_run: bool = False  # plan even without the engine installed (its flags are then assumed)
@@ -53,6 +54,7 @@ class Request(NamedTuple):
     devdax_pool_id: Optional[str] = None
     devdax_offset: Optional[str] = None
     mooncake: bool = False  # --devdax goes to Mooncake's CXL transport (MC_CXL_*)
+    force: bool = False  # a --kv-size the chosen nodes cannot hold may spill to others
 
 
 class LaunchPlan(NamedTuple):
@@ -71,7 +73,7 @@ class LaunchPlan(NamedTuple):
     argv: Tuple[str, ...]  # what is exec'd
     env_added: Dict[str, str]  # on top of the caller's environment
     env: Dict[str, str]  # the whole environment of the engine
-    tmpfs: Optional[Tuple[int, Tuple[int, ...]]]  # (size, nodes) of the private /dev/shm
+    tmpfs: Optional[Tuple[int, Tuple[int, ...], str]]  # (size, nodes, mpol) of the private /dev/shm
     equivalent: str  # the same launch as a shell command line with numactl
     checks: Tuple[preflight.Check, ...]
     notes: Tuple[str, ...]
@@ -79,6 +81,8 @@ class LaunchPlan(NamedTuple):
     wi_users: Tuple[Tuple[int, str], ...]
     devdax: Optional[devdax_mod.Devdax] = None
     mooncake_version: Optional[str] = None
+    #: where the KV offload lands and what decides it (None without a KV size)
+    placement: Optional[kvplace.KvPlacement] = None
 
     @property
     def failed(self) -> List[preflight.Check]:
@@ -196,7 +200,7 @@ def _check_devdax_request(req: Request) -> None:
                 "--lmcache (LMCache's CPU cache in the engine) and --devdax are two different KV caches",
                 hint="give one of them",
             )
-        if req.kv_tmpfs:
+        if req.kv_tmpfs is True:
             raise UsageError("--kv-tmpfs and --devdax are two different KV placements", hint="give one of them")
         if req.reserve is not None:
             raise UsageError("--reserve does not apply to --devdax", hint="--kv-size SIZE maps part of the device")
@@ -281,8 +285,8 @@ def _kv_request(
             f"{format_size(ckv.bytes)}, shared by its workers; not CXL memory"
         )
         return ckv
-    # --kv-tmpfs puts the KV on the nearest CXL nodes even when the process' memory set has none
-    kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs else ())
+    # the CXL-bound /dev/shm puts the KV on the nearest CXL nodes even when the process' memory set has none
+    kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs is not False else ())
     kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
     if kv is not None and kv.auto:
         notes.append(
@@ -314,26 +318,88 @@ def _engine_features(req: Request, cmd: List[str], environ: Dict[str, str]) -> O
                 )
     elif shutil.which(req.args[0], path=environ.get("PATH")) is None:
         raise UsageError(f"program not found: {req.args[0]!r}", hint="give a path or a program on PATH after --")
-    if req.kv_tmpfs and req.engine == "sglang":
+    if req.kv_tmpfs is True and req.engine == "sglang":
         raise UsageError(
             "--kv-tmpfs is for vLLM's /dev/shm offload (and exec)", hint="SGLang's host cache is not a /dev/shm file"
         )
     return feats
 
 
-def _private_shm(
-    req: Request, inv: Inventory, ns: NodeSets, ea: eng.EngineArgs
-) -> Optional[Tuple[int, Tuple[int, ...]]]:
-    """(size, nodes) of the private /dev/shm of --kv-tmpfs, None without it."""
-    if not req.kv_tmpfs:
+def _offload_bytes(ea: eng.EngineArgs) -> Optional[int]:
+    """The bytes the engine reads for its KV offload: vLLM's --kv-offloading-size as vLLM turns it into
+    bytes (``kv_offloading_size * (1 << 30)``, vllm/config/vllm.py), else the plan's KV bytes."""
+    if "--kv-offloading-size" in ea.added:
+        i = ea.added.index("--kv-offloading-size")
+        return int(float(ea.added[i + 1]) * (1 << 30))
+    return ea.kv_bytes
+
+
+def _kv_placement(
+    host: Host,
+    inv: Inventory,
+    req: Request,
+    ns: NodeSets,
+    policy: Policy,
+    feats: Optional[eng.Features],
+    ea: eng.EngineArgs,
+    dd: Optional[devdax_mod.Devdax],
+) -> Optional[kvplace.KvPlacement]:
+    """Where the KV offload lands (cxlctl.launch.kvplace); None without a KV size."""
+    size = _offload_bytes(ea)
+    if not size:
+        if req.kv_tmpfs is True:
+            raise UsageError(
+                "--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto"
+            )
         return None
-    if ea.kv_bytes is None:
-        raise UsageError("--kv-tmpfs needs the KV size to size the tmpfs", hint="add --kv-size SIZE or --kv-size auto")
-    # the memory set's CXL nodes, else those nearest to the CPUs (the engine itself may be bound to DRAM)
-    tnodes = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
-    if not tnodes:
-        raise UsageError("--kv-tmpfs needs a CXL memory node", hint="online CXL memory first (cxlctl status)")
-    return (eng.tmpfs_size(ea.kv_bytes), tnodes)
+    cxl = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    if dd is not None:
+        return kvplace.fixed("devdax", f"the devdax device {dd.path} (device memory, on no NUMA node)", {}, cxl, None)
+    if feats is not None and feats.backend == "cpu":
+        cpu = policy.cpus[0] if policy.cpus else None
+        node = next((n.id for n in inv.nodes if cpu in n.cpus), None)
+        return kvplace.fixed(
+            "engine",
+            f"vLLM's CPU worker binds its memory, KV cache included, to node {node} (its first CPU's)",
+            {node: size} if node is not None else {},
+            cxl,
+            "vLLM's CPU backend keeps the KV cache in its workers' own memory, bound to their CPUs' node: "
+            "a CPU-less CXL node never gets it (no mechanism in cxlctl moves it)",
+        )
+    name = {"vllm": "vLLM", "sglang": "SGLang", "exec": "the program"}[req.engine]
+    lm = (
+        "LMCache's CPU cache is anonymous memory of the engine: it follows the process policy",
+        "run LMCache's server with its L1 on a devdax device (cxlctl launch lmcache --devdax auto -- server ...)",
+    )
+    if req.lmcache:
+        why, fix = lm
+    elif req.engine == "sglang":
+        why = "SGLang's hierarchical cache (--hicache-size) is pinned anonymous memory of its schedulers: it follows their policy"
+        fix = (
+            "--policy preferred (the nearest CXL node first, the engine's own memory too), or a Mooncake store "
+            "on a devdax device as SGLang's L3 (--devdax DEV --mooncake, and --hicache-storage-backend mooncake "
+            "to SGLang)"
+        )
+    else:
+        ver = feats.version if feats is not None else None
+        why = f"vLLM {ver or ''} pins its offload as anonymous memory (a /dev/shm file only since 0.28)".replace(
+            "vLLM  ", "vLLM "
+        )
+        fix = "upgrade vLLM to 0.28 or later (its offload is then a /dev/shm file cxlctl binds to CXL)"
+    shm = not req.lmcache and (req.engine == "exec" or (req.engine == "vllm" and ea.shm_bytes is not None))
+    # mounting needs CAP_SYS_ADMIN on the machine cxlctl runs on; a recorded tree's dry run assumes root
+    can_mount = has_cap(preflight.CAP_SYS_ADMIN) if host.live else True
+    choice = kvplace.Choice(shm, req.kv_tmpfs, can_mount, req.force, why, fix)
+    kp = kvplace.decide(inv, ns, policy, size, choice)
+    if kp.mechanism == "policy" and ea.placement[0] == "engine":
+        return kvplace.fixed(
+            "engine",
+            f"{name}'s own NUMA binding ({ea.placement[1]})",
+            {},
+            cxl,
+            f"{name} binds its memory itself; the offload follows that binding",
+        )
+    return kp
 
 
 def _kv_tokens(model: Optional[kvsize.ModelKv], ea: eng.EngineArgs, notes: List[str]) -> Optional[int]:
@@ -421,10 +487,11 @@ def _env_added(
 
 
 def _equivalent(
-    policy: Policy, ea: eng.EngineArgs, added: Dict[str, str], tmpfs: Optional[Tuple[int, Tuple[int, ...]]]
+    policy: Policy, ea: eng.EngineArgs, added: Dict[str, str], tmpfs: Optional[Tuple[int, Tuple[int, ...], str]]
 ) -> str:
-    """The same launch as a shell command line with numactl (and unshare for --kv-tmpfs)."""
-    equivalent = shell_line(numactl_argv(policy) + list(ea.argv), added)
+    """The same launch as a shell command line with numactl (and unshare for the CXL-bound tmpfs)."""
+    unset = [w for k in ea.env_unset for w in ("env", "-u", k)]
+    equivalent = shell_line(unset + numactl_argv(policy) + list(ea.argv), added)
     if tmpfs is not None:
         inner = "mount -t tmpfs -o " + shlex.quote(tmpfs_options(*tmpfs)) + " tmpfs /dev/shm && exec " + equivalent
         equivalent = "unshare -m --propagation private sh -c " + shlex.quote(inner)
@@ -451,7 +518,7 @@ def _engine_args(
         kv=kv.bytes if kv else None,
         lmcache=req.lmcache,
         keep_numa_bind=req.keep_numa_bind,
-        kv_tmpfs=req.kv_tmpfs,
+        kv_tmpfs=req.kv_tmpfs is True,
         devdax=dd,
         environ=environ,
     )
@@ -475,6 +542,31 @@ def _cpu_worker_node(inv: Inventory, policy: Policy) -> str:
     return f"; here CPU {cpu} (the first cxlctl binds) is on node {node}: the worker's memory, KV cache included, goes there"
 
 
+def _offload_mount(
+    kp: Optional[kvplace.KvPlacement], ea: eng.EngineArgs, warnings: List[str]
+) -> Optional[Tuple[int, Tuple[int, ...], str]]:
+    """The private /dev/shm's (size, nodes, mpol) when it is what places the offload (``kp``); the
+    plan warns where the offload is not on CXL, or spills (--force)."""
+    tmpfs = None
+    if kp is not None and kp.mechanism == "tmpfs":
+        assert kp.tmpfs_mpol is not None
+        tmpfs = (eng.tmpfs_size(_offload_bytes(ea) or 0), kp.nodes, kp.tmpfs_mpol)
+    if kp is not None and (kp.spill or kp.unplaced):
+        warnings.append(
+            "--force: the KV offload does not fit its node(s) "
+            + format_nodelist(kp.nodes)
+            + (f"; the rest spills: {kvplace.per_node(kp.spill)}" if kp.spill else "")
+            + (f"; {format_size(kp.unplaced)} fits on no node (the kernel reclaims or swaps)" if kp.unplaced else "")
+        )
+    if kp is not None and kp.why_not:
+        warnings.append(
+            f"the KV offload is not on CXL: {kp.why_not}"
+            + (f" (expected: {kvplace.per_node(kp.expected)})" if kp.expected else "")
+            + (f"; fix: {kp.fix}" if kp.fix else "")
+        )
+    return tmpfs
+
+
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
@@ -489,13 +581,14 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     kv = _kv_request(host, inv, req, ns, feats, notes)
     dd = _devdax(inv, req)
     ea, mc_version = _engine_args(req, cmd, feats, kv, dd, environ, notes, warnings)
-    tmpfs = _private_shm(req, inv, ns, ea)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
     w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     if feats is not None and feats.backend == "cpu":
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
+    kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
+    tmpfs = _offload_mount(kp, ea, warnings)
     checks = preflight.run(
         host,
         inv,
@@ -513,7 +606,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         checks.append(preflight.Check("devdax", status, message, fix))
     numactl, method, argv = _exec_argv(policy, ea, environ, notes)
     added = _env_added(req, ns, ea, policy, environ, warnings)
-    env = dict(environ)
+    env = {k: v for k, v in environ.items() if k not in ea.env_unset}
     env.update(added)
     if not host.live:
         notes.append(f"node sets come from the tree {host.root}; the policy applies to the running kernel")
@@ -541,6 +634,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         wi_users=w.users,
         devdax=dd,
         mooncake_version=mc_version,
+        placement=kp,
     )
 
 
@@ -562,7 +656,7 @@ def execute(host: Host, lp: LaunchPlan) -> None:
         lp.env["CXLCTL_POLICY"] = policy.env_value()
     try:
         if lp.tmpfs is not None:
-            unshare_shm(lp.tmpfs[0], lp.tmpfs[1])
+            unshare_shm(*lp.tmpfs)
         if lp.method == "direct":
             apply_in_process(policy)
             mode, nodes = get_mempolicy()
@@ -621,12 +715,19 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
         },
         "weights": _weights_json(lp),
         "kv": _kv_json(lp),
+        "kv_offload": _kv_offload_json(lp),
         "devdax": _devdax_json(lp),
         "tmpfs": None
         if lp.tmpfs is None
-        else {"size": lp.tmpfs[0], "nodes": list(lp.tmpfs[1]), "options": tmpfs_options(*lp.tmpfs)},
+        else {
+            "size": lp.tmpfs[0],
+            "nodes": list(lp.tmpfs[1]),
+            "mpol": lp.tmpfs[2],
+            "options": tmpfs_options(*lp.tmpfs),
+        },
         "argv": list(lp.argv),
         "env": dict(sorted(lp.env_added.items())),
+        "env_unset": list(lp.engine.env_unset),
         "numactl_command": lp.equivalent,
         "numactl": {"path": lp.numactl.path, "supports_policy": lp.numactl.supports(lp.policy.mode)},
         "checks": [c._asdict() for c in lp.checks],
@@ -669,6 +770,25 @@ def _kv_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "bytes_per_token": lp.model.bytes_per_token if lp.model else None,
         "tokens": lp.tokens,
         "model_config": lp.model.source if lp.model else None,
+    }
+
+
+def _kv_offload_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
+    """Where the KV offload lands: ``expected_bytes_per_node`` and what decides it (kvplace)."""
+    kp = lp.placement
+    if kp is None:
+        return None
+    return {
+        "bytes": _offload_bytes(lp.engine),
+        "mechanism": kp.mechanism,
+        "decided_by": kp.decided_by,
+        "nodes": list(kp.nodes),
+        "expected_bytes_per_node": {str(n): b for n, b in sorted(kp.expected.items())},
+        "spill_bytes_per_node": {str(n): b for n, b in sorted(kp.spill.items())},
+        "unplaced_bytes": kp.unplaced,
+        "on_cxl": kp.on_cxl,
+        "why_not_on_cxl": kp.why_not,
+        "fix": kp.fix,
     }
 
 

@@ -140,6 +140,8 @@ class EngineArgs(NamedTuple):
     kv_cache_dtype: Optional[str]
     #: who decides where the engine's KV memory lands (cxlctl | engine | both) and how, for the plan
     placement: Tuple[str, str] = ("cxlctl", "the program inherits cxlctl's memory policy and CPU binding")
+    #: variables removed from the engine's environment (an inherited one that would override a flag cxlctl sets)
+    env_unset: Tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- feature detection
@@ -389,10 +391,10 @@ def build_args(
     if engine == "sglang":
         assert feats is not None
         return _sglang(cmd, user, feats, kv, lmcache, environ or {})
-    return _exec(cmd, user, kv, lmcache, kv_tmpfs)
+    return _exec(user, kv, lmcache)
 
 
-def _exec(cmd: Sequence[str], user: Sequence[str], kv: Optional[int], lmcache: bool, kv_tmpfs: bool) -> EngineArgs:
+def _exec(user: Sequence[str], kv: Optional[int], lmcache: bool) -> EngineArgs:
     argv = tuple(user)
     if not argv:
         raise UsageError(
@@ -407,8 +409,11 @@ def _exec(cmd: Sequence[str], user: Sequence[str], kv: Optional[int], lmcache: b
             )
         env.update(_lmcache_env(kv, 1))
         notes.append(f"LMCache CPU cache: {format_size(kv)} (LMCACHE_MAX_LOCAL_CPU_SIZE is per rank: one rank assumed)")
-    elif kv is not None and not kv_tmpfs:
-        notes.append("exec: --kv-size only sizes --kv-tmpfs and --lmcache; the program gets no flag for it")
+    elif kv is not None:
+        notes.append(
+            "exec: the program gets no flag for --kv-size; it sizes the CXL-bound /dev/shm (a KV offload kept in "
+            "/dev/shm files lands on CXL) and --lmcache"
+        )
     return EngineArgs(argv, env, (), (), tuple(notes), (), lmcache, None, kv, 1, None, None)
 
 
@@ -444,7 +449,7 @@ def _vllm_numa_bind(
         warnings.append(
             why
             + "; kept because of --keep-numa-bind"
-            + ("" if kv_tmpfs else " (--kv-tmpfs would still put a shm offload on CXL)")
+            + ("" if kv_tmpfs else " (a CXL-bound /dev/shm would still put a shm offload on CXL)")
         )
         return args, []
     args, dropped = drop_numa_bind(args)
@@ -495,7 +500,7 @@ def _vllm_native_offload(args: List[str], feats: Features, kv: int, tp: int, pp:
     return added
 
 
-def _vllm_shm(feats: Features, kv_bytes: int, kv_tmpfs: bool, warnings: List[str]) -> Optional[int]:
+def _vllm_shm(feats: Features, kv_bytes: int, warnings: List[str]) -> Optional[int]:
     """What /dev/shm must hold: newer vLLMs offload to a shm file, older ones pin anonymous memory."""
     ver = version_tuple(feats.version)
     if ver is None or ver >= VLLM_SHM_OFFLOAD_SINCE:
@@ -504,11 +509,6 @@ def _vllm_shm(feats: Features, kv_bytes: int, kv_tmpfs: bool, warnings: List[str
         f"vLLM {feats.version} pins the offload per tensor, rounded up to a power of two: it can take up to "
         "about 2x the size in host memory (vllm#53042); leave headroom"
     )
-    if kv_tmpfs:
-        warnings.append(
-            f"--kv-tmpfs: vLLM {feats.version} allocates the offload as pinned anonymous memory, not in /dev/shm, "
-            "so the CXL-bound tmpfs does not hold it; the process policy decides its placement"
-        )
     return None
 
 
@@ -551,21 +551,16 @@ def _vllm(
         )
     elif kv is not None:
         added += _vllm_native_offload(args, feats, kv, tp, pp, notes)
-    shm = _vllm_shm(feats, kv_bytes, kv_tmpfs, warnings) if kv_bytes is not None and not lmcache else None
+    shm = _vllm_shm(feats, kv_bytes, warnings) if kv_bytes is not None and not lmcache else None
     ver = feats.version or "(version unknown)"
     if dropped or not has_opt(args, NUMA_BIND_FLAGS):
         placement = (
             "cxlctl",
             f"vLLM {ver} workers inherit cxlctl's memory policy and CPU binding"
-            + (" (its --numa-bind was dropped)" if dropped else " (no --numa-bind)")
-            + ("; the /dev/shm offload file is in the CXL-bound tmpfs" if kv_tmpfs else ""),
+            + (" (its --numa-bind was dropped)" if dropped else " (no --numa-bind)"),
         )
     else:
-        placement = (
-            "engine",
-            f"vLLM {ver} --numa-bind re-execs each worker under numactl --membind=<its GPU's node>"
-            + ("; the /dev/shm offload file stays in the CXL-bound tmpfs" if kv_tmpfs else ""),
-        )
+        placement = ("engine", f"vLLM {ver} --numa-bind re-execs each worker under numactl --membind=<its GPU's node>")
     return EngineArgs(
         argv=tuple(cmd) + tuple(args),
         env=env,
@@ -587,57 +582,82 @@ def _vllm(
 VLLM_CPU_NO_OFFLOAD = "CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
 
 
+#: first vLLM whose CPU backend sizes its KV cache from ``--kv-cache-memory-bytes`` (bytes per worker):
+#: 0.32.0 (judged and served); 0.17.1 reads only ``VLLM_CPU_KVCACHE_SPACE`` (``get_device_total_memory``)
+VLLM_CPU_KV_BYTES_SINCE = (0, 32)
+#: vLLM's legacy override of the CPU KV size, whole GiB (vllm/platforms/cpu.py ``check_and_update_config``)
+VLLM_CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
 def _vllm_cpu_kv(
     args: List[str], feats: Features, kv: Optional[int], ranks: int, environ: Dict[str, str], notes: List[str]
-) -> Tuple[Optional[int], Dict[str, str], List[str]]:
-    """(KV bytes, env, added flags) for vLLM's CPU backend, whose KV cache itself lives in host memory.
+) -> Tuple[Optional[int], Dict[str, str], List[str], Tuple[str, ...]]:
+    """(KV bytes, env, added flags, env names removed) for vLLM's CPU backend, whose KV cache itself
+    lives in host memory.
 
-    The CPU worker sizes its cache from ``--kv-cache-memory-bytes`` (bytes, per worker), which
-    ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, per worker) overrides when set (vllm/platforms/cpu.py,
-    "legacy setting"): cxlctl sets both to the same per-worker size, so neither an inherited
-    variable nor the flag can win over the other."""
+    vLLM 0.32.0's CPU worker sizes its cache from ``--kv-cache-memory-bytes`` (bytes, per worker);
+    ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, per worker) is a "Legacy setting" that overrides the flag
+    when set and not empty (vllm/platforms/cpu.py ``check_and_update_config``).  So where the flag
+    is read, cxlctl passes the size to the byte and removes an inherited variable from the engine's
+    environment (it would win over the flag); an older CPU backend (0.17.1) reads the variable
+    alone, so there the size goes in whole GiB per worker."""
     user_bytes = opt_value(args, ["--kv-cache-memory-bytes"])
-    user_env = environ.get("VLLM_CPU_KVCACHE_SPACE")
+    user_env = environ.get(VLLM_CPU_KV_ENV)
     if kv is None:
         if user_env not in (None, ""):
             try:
-                return int(user_env) * GIB * ranks, {}, []
+                return int(user_env) * GIB * ranks, {}, [], ()
             except ValueError:
                 raise UsageError(
-                    f"VLLM_CPU_KVCACHE_SPACE={user_env!r} is not a whole number of GiB (vLLM reads it with int())",
+                    f"{VLLM_CPU_KV_ENV}={user_env!r} is not a whole number of GiB (vLLM reads it with int())",
                     hint="e.g. VLLM_CPU_KVCACHE_SPACE=4, or use --kv-size",
                 ) from None
-        return None, {}, []
+        return None, {}, [], ()
     if user_bytes is not None:
         raise UsageError(
             "both --kv-size and vLLM's --kv-cache-memory-bytes are given",
-            hint="give one: --kv-size (cxlctl sets VLLM_CPU_KVCACHE_SPACE and --kv-cache-memory-bytes) or the flag alone",
+            hint="give one: --kv-size (cxlctl sets --kv-cache-memory-bytes) or the flag alone",
         )
+    ver = version_tuple(feats.version)
+    if feats.has("--kv-cache-memory-bytes") and (ver is None or ver >= VLLM_CPU_KV_BYTES_SINCE):
+        per_worker = kv // ranks
+        added = ["--kv-cache-memory-bytes", str(per_worker)]
+        args += added
+        unset: Tuple[str, ...] = ()
+        if user_env is not None:
+            unset = (VLLM_CPU_KV_ENV,)
+            notes.append(
+                f"{VLLM_CPU_KV_ENV}={user_env} in the environment is removed from the engine's: vLLM "
+                f"{feats.version or ''} reads it as a legacy override of --kv-cache-memory-bytes (whole GiB)".replace(
+                    "vLLM  ", "vLLM "
+                )
+            )
+        notes.append(
+            f"vLLM CPU backend: the KV cache is in host memory, --kv-cache-memory-bytes {per_worker} per worker x "
+            f"{ranks} worker(s) (bytes, as the CPU worker reads it); vLLM's --kv-offloading-size is not used: "
+            f"the CPU backend refuses it ({VLLM_CPU_NO_OFFLOAD})"
+        )
+        return per_worker * ranks, {}, added, unset
     per_worker = kv // ranks // GIB
     if per_worker < 1:
         raise UsageError(
-            f"--kv-size {format_size(kv)} over {ranks} worker(s) is less than 1 GiB per worker; vLLM's CPU backend "
-            "takes VLLM_CPU_KVCACHE_SPACE in whole GiB",
-            hint="give a larger --kv-size",
+            f"--kv-size {format_size(kv)} over {ranks} worker(s) is less than 1 GiB per worker; vLLM "
+            f"{feats.version or '(version unknown)'}'s CPU backend reads {VLLM_CPU_KV_ENV} alone, in whole GiB",
+            hint="give a larger --kv-size, or use vLLM 0.32.0 or later (it takes --kv-cache-memory-bytes in bytes)",
         )
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(per_worker)}
-    added: List[str] = []
-    if feats.has("--kv-cache-memory-bytes"):
-        added = ["--kv-cache-memory-bytes", str(per_worker * GIB)]
-        args += added
+    env = {VLLM_CPU_KV_ENV: str(per_worker)}
     total = per_worker * GIB * ranks
     notes.append(
         f"vLLM CPU backend: the KV cache is in host memory, {per_worker} GiB per worker x {ranks} worker(s) "
-        f"(VLLM_CPU_KVCACHE_SPACE={per_worker}"
-        + (f", --kv-cache-memory-bytes {per_worker * GIB}" if added else "")
-        + "); vLLM's --kv-offloading-size is not used: the CPU backend refuses it ("
+        f"({VLLM_CPU_KV_ENV}={per_worker}: vLLM {feats.version or ''} reads no --kv-cache-memory-bytes there); "
+        "vLLM's --kv-offloading-size is not used: the CPU backend refuses it ("
         + VLLM_CPU_NO_OFFLOAD
         + ")"
         + ("" if total == kv else f"; --kv-size {format_size(kv)} rounded down to whole GiB per worker")
     )
     if user_env not in (None, "", str(per_worker)):
-        notes.append(f"VLLM_CPU_KVCACHE_SPACE={user_env} in the environment is replaced by {per_worker} (--kv-size)")
-    return total, env, added
+        notes.append(f"{VLLM_CPU_KV_ENV}={user_env} in the environment is replaced by {per_worker} (--kv-size)")
+    return total, env, [], ()
 
 
 def _vllm_cpu(
@@ -655,7 +675,7 @@ def _vllm_cpu(
     if has_opt(args, ["--kv-offloading-size"]):
         raise UsageError(
             f"vLLM {ver} runs on its CPU backend, which has no CPU KV offload: it dies with {VLLM_CPU_NO_OFFLOAD!r}",
-            hint="drop --kv-offloading-size; --kv-size sizes the CPU backend's KV cache (VLLM_CPU_KVCACHE_SPACE)",
+            hint="drop --kv-offloading-size; --kv-size sizes the CPU backend's KV cache (--kv-cache-memory-bytes)",
         )
     if lmcache:
         raise UsageError(
@@ -675,7 +695,7 @@ def _vllm_cpu(
         model = args[1]
     if kv is not None and args[0] != "serve":
         raise UsageError("--kv-size needs `serve`", hint="cxlctl launch vllm --kv-size ... -- serve MODEL ...")
-    kv_bytes, env, added = _vllm_cpu_kv(args, feats, kv, tp * pp, environ, notes)
+    kv_bytes, env, added, unset = _vllm_cpu_kv(args, feats, kv, tp * pp, environ, notes)
     placement = (
         "both",
         f"vLLM {ver} CPU backend: each worker binds its memory to the NUMA node of its first CPU "
@@ -700,6 +720,7 @@ def _vllm_cpu(
         model=model,
         kv_cache_dtype=opt_value(args, ["--kv-cache-dtype"]),
         placement=placement,
+        env_unset=unset,
     )
 
 

@@ -226,8 +226,9 @@ def apply_in_process(policy: Policy) -> None:
         ) from None
 
 
-def unshare_shm(size: int, nodes: Sequence[int], target: str = paths.DEV_SHM) -> None:
-    """Private mount namespace whose ``target`` is a tmpfs with ``mpol=bind:NODES``.
+def unshare_shm(size: int, nodes: Sequence[int], mpol: str = "bind", target: str = paths.DEV_SHM) -> None:
+    """Private mount namespace whose ``target`` is a tmpfs with ``mpol=MPOL:NODES`` (bind; prefer or
+    interleave when ``--force`` lets the offload spill).
 
     tmpfs places each page by the mount's mpol, whoever faults it (kernel
     Documentation/filesystems/tmpfs.rst), so a shared-memory file there lands
@@ -243,7 +244,7 @@ def unshare_shm(size: int, nodes: Sequence[int], target: str = paths.DEV_SHM) ->
     if libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
         err = ctypes.get_errno()
         raise CxlctlError(f"making mounts private failed: {os.strerror(err)}", hint="--kv-tmpfs needs CAP_SYS_ADMIN")
-    opts = tmpfs_options(size, nodes).encode()
+    opts = tmpfs_options(size, nodes, mpol).encode()
     if libc.mount(b"tmpfs", target.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), opts) != 0:
         err = ctypes.get_errno()
         raise CxlctlError(
@@ -252,8 +253,9 @@ def unshare_shm(size: int, nodes: Sequence[int], target: str = paths.DEV_SHM) ->
         )
 
 
-def tmpfs_options(size: int, nodes: Sequence[int]) -> str:
-    return f"size={size},mode=1777,mpol=bind:{format_nodelist(nodes)}"
+def tmpfs_options(size: int, nodes: Sequence[int], mpol: str = "bind") -> str:
+    """The mount options (``mpol=`` as ``shmem_parse_one``/``mpol_parse_str`` take it: bind, prefer, interleave)."""
+    return f"size={size},mode=1777,mpol={mpol}:{format_nodelist(nodes)}"
 
 
 # --------------------------------------------------------------------------- numactl

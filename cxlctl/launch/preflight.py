@@ -14,9 +14,13 @@ Why each exists (kernel ``Documentation/admin-guide/mm/numa_memory_policy.rst``,
   long-term pins) and the kernel migrates long-term-pinned pages out of
   ZONE_MOVABLE — back to DRAM — so a movable-only CXL node silently loses the KV;
 * memlock: pinning more than ``ulimit -l`` fails without CAP_IPC_LOCK;
-* /dev/shm: vLLM's offload region is a /dev/shm file and must fit there whole;
-* ``kernel.numa_balancing`` tiering does not migrate pages of a process with
-  an explicit policy, so the engine's memory is not tiered (a note);
+* /dev/shm: vLLM's offload region is a /dev/shm file and must fit there whole
+  (a KV size the chosen nodes cannot hold is refused earlier, :mod:`.kvplace`);
+* ``kernel.numa_balancing`` tiering does not promote pages of a process with
+  an explicit policy (no ``MPOL_F_MOF``: ``vma_policy_mof`` in mm/mempolicy.c, checked by
+  ``task_numa_work``), while reclaim demotes them whatever the policy
+  (``demote_folio_list`` in mm/vmscan.c: "Demotion ignores all cpuset and mempolicy settings");
+  a note;
 * vLLM's CPU backend puts each worker's KV cache on the node of the worker's
   first CPU and dies at start-up when that node's available memory (its
   ``meminfo``: MemFree + Active(file) + Inactive(file) + SReclaimable, vLLM
@@ -213,12 +217,12 @@ def _dev_shm(
     by_id: Dict[int, Node],
     kv_bytes: Optional[int],
     shm_bytes: Optional[int],
-    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
+    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...], str]],
 ) -> List[Check]:
     """The engine's /dev/shm (private tmpfs of --kv-tmpfs, or the host's) holds the KV offload."""
     out: List[Check] = []
     if kv_tmpfs is not None:
-        size, tnodes = kv_tmpfs
+        size, tnodes, mpol = kv_tmpfs
         if host.live and not has_cap(CAP_SYS_ADMIN):
             out.append(
                 Check(
@@ -228,22 +232,12 @@ def _dev_shm(
                     "run as root, or leave out --kv-tmpfs",
                 )
             )
-        free = sum(by_id[n].mem_free or 0 for n in tnodes if n in by_id)
-        if kv_bytes and free < kv_bytes:
-            out.append(
-                Check(
-                    "kv-tmpfs",
-                    "warn",
-                    f"the KV cache ({format_size(kv_bytes)}) is larger than the free memory of CXL node(s) {format_nodelist(tnodes)} "
-                    f"({format_size(free)}): the tmpfs (mpol=bind) cannot hold it all",
-                    "lower --kv-size, or use --kv-size auto",
-                )
-            )
         out.append(
             Check(
                 "kv-tmpfs",
                 "note",
-                f"/dev/shm of the engine: tmpfs of {format_size(size)} bound to node(s) {format_nodelist(tnodes)}; other /dev/shm IPC of the engine moves there too",
+                f"/dev/shm of the engine: tmpfs of {format_size(size)}, mpol={mpol}:{format_nodelist(tnodes)}; other "
+                "/dev/shm IPC of the engine moves there too",
             )
         )
     elif shm_bytes:
@@ -261,32 +255,14 @@ def _dev_shm(
                     "dev-shm",
                     "fail",
                     f"{shm} has {format_size(avail)} free, less than the {format_size(shm_bytes)} KV offload vLLM allocates there",
-                    "use --kv-tmpfs (a private /dev/shm on CXL), or grow it: mount -o remount,size=<N>G /dev/shm "
+                    "run the launch as root (cxlctl then mounts a private /dev/shm on CXL), or grow it: "
+                    "mount -o remount,size=<N>G /dev/shm "
                     "(docker: --shm-size or --ipc=host)",
                 )
             )
         else:
             out.append(
                 Check("dev-shm", "ok", f"{shm} has {format_size(avail)} free for the {format_size(shm_bytes)} offload")
-            )
-    return out
-
-
-def _kv_fits_cxl(
-    ns: NodeSets, by_id: Dict[int, Node], kv_bytes: Optional[int], kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]]
-) -> List[Check]:
-    """The KV cache is not larger than the CXL tier it is meant for."""
-    out: List[Check] = []
-    if kv_bytes and ns.cxl and kv_tmpfs is None:
-        free = sum(by_id[n].mem_free or 0 for n in ns.cxl if n in by_id)
-        if free < kv_bytes:
-            out.append(
-                Check(
-                    "kv-size",
-                    "warn",
-                    f"the KV cache ({format_size(kv_bytes)}) is larger than the free memory of the CXL node(s) {format_nodelist(ns.cxl)} ({format_size(free)})",
-                    "lower --kv-size, or use --kv-size auto",
-                )
             )
     return out
 
@@ -347,8 +323,9 @@ def _numa_balancing(host: Host, policy: Policy) -> List[Check]:
             Check(
                 "numa-balancing",
                 "note",
-                f"kernel.numa_balancing={nb} (tiering): the kernel does not promote or demote pages of a process with an explicit "
-                f"{policy.mode} policy; this engine's placement stays as set",
+                f"kernel.numa_balancing={nb} (tiering): the kernel does not promote this engine's pages (its {policy.mode} "
+                "policy has no MPOL_F_MOF: vma_policy_mof, task_numa_work), but reclaim still demotes its DRAM pages to "
+                "the next tier under memory pressure whatever the policy (demote_folio_list, next_demotion_node)",
             )
         )
     return out
@@ -363,7 +340,7 @@ def run(
     pins: bool,
     kv_bytes: Optional[int],
     shm_bytes: Optional[int],
-    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...]]],
+    kv_tmpfs: Optional[Tuple[int, Tuple[int, ...], str]],
     engine: str,
     cpu_kv: Optional[int] = None,
 ) -> List[Check]:
@@ -378,11 +355,7 @@ def run(
         + _kernel_policy(inv, policy)
         + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
         + _dev_shm(host, by_id, kv_bytes, shm_bytes, kv_tmpfs)
-        + (
-            _kv_fits_cxl(ns, by_id, kv_bytes, kv_tmpfs)
-            if cpu_kv is None
-            else _cpu_backend_kv(host, inv, policy, cpu_kv)
-        )
+        + _cpu_backend_kv(host, inv, policy, cpu_kv)
         + _numa_balancing(host, policy)
     )
 

@@ -19,7 +19,9 @@ judged on anonymous memory (heap, stack, anonymous mappings): file pages —
 shared libraries, model weights in the page cache — were placed by whoever
 read them first, not by this process' policy.  Rules: ``bind``: no page
 outside the nodes; ``interleave``/``weighted-interleave``: each node's share
-within ±10 % of its weight's share (judged from 256 pages on).
+within ±10 % of its weight's share (judged from 256 pages on).  ``kv_offload`` sums the pages of
+the engine's KV offload files in ``/dev/shm`` (placed by their tmpfs' ``mpol=``, not by this
+process' policy): what ``cxlctl launch``'s ``kv_offload.expected_bytes_per_node`` predicted.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import status_field
 from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.root import under
-from cxlctl.numa_maps import Mapping, parse_mappings, parse_policy
+from cxlctl.numa_maps import SHM_PREFIX, Mapping, is_kv_file, parse_mappings, parse_policy
 from cxlctl.parse import format_nodelist, is_decimal, parse_nodelist
 
 from .policy import Asked, parse_env_value
@@ -285,6 +287,11 @@ def show(host: Host, pid: int) -> Dict[str, Any]:
     anon = _sum(maps, ANON)
     total = _sum(maps, None)
     file = _sum(maps, ("file",))
+    kv = [m for m in maps if m.file and m.file.startswith(SHM_PREFIX) and is_kv_file(m.file)]
+    kv_pages: Dict[int, int] = {}
+    for m in kv:
+        for n, p in m.pages.items():
+            kv_pages[n] = kv_pages.get(n, 0) + p
     env, origin = _asked_env(r, pid, status)
     asked = parse_env_value(env) if env else None
     checks = _asked_checks(r, asked, origin, mode, nodes, mems, cpus, anon)
@@ -300,6 +307,11 @@ def show(host: Host, pid: int) -> Dict[str, Any]:
             "anon": {str(n): p for n, p in anon.items()},
             "file": {str(n): p for n, p in file.items()},
             "total": {str(n): p for n, p in total.items()},
+        },
+        # the engine's KV offload files in /dev/shm (what cxlctl launch's kv_offload expects per node)
+        "kv_offload": {
+            "files": sorted({m.file for m in kv if m.file}),
+            "pages": {str(n): p for n, p in sorted(kv_pages.items())},
         },
         "page_size": 4096,
         "mappings": [

@@ -25,6 +25,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     """(label, text) lines describing a plan, shared by the dry run and the real launch."""
     from cxlctl.parse import format_nodelist, format_size
 
+    from .kvplace import per_node
+
     out: List[Tuple[str, str]] = []
     for line in lp.nodesets.how:
         out.append(("nodes", line))
@@ -56,6 +58,18 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(("kv", line))
     who_decides, how = lp.engine.placement
     out.append(("placement", f"decided by {who_decides}: {how}"))
+    kp = lp.placement
+    if kp is not None:
+        per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
+        out.append(
+            (
+                "offload",
+                f"expected {per}"
+                + (f" (spill: {spill})" if spill else "")
+                + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
+                + f"; decided by {kp.decided_by}",
+            )
+        )
     dd = lp.devdax
     if dd is not None:
         who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
@@ -70,11 +84,18 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(
             (
                 "tmpfs",
-                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol=bind:{format_nodelist(lp.tmpfs[1])} (private mount namespace)",
+                f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol={lp.tmpfs[2]}:{format_nodelist(lp.tmpfs[1])} "
+                "(private mount namespace)",
             )
         )
     out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
-    out.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))))
+    out.append(
+        (
+            "env",
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(lp.env_added.items()))
+            + "".join(f" (removed: {k})" for k in lp.engine.env_unset),
+        )
+    )
     out.append(("numactl", lp.equivalent))
     return out
 
@@ -128,7 +149,7 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(_wrapped("warning: ", x, width, "         "))
         return
-    keep = ("policy", "weights", "kv", "placement", "devdax", "tmpfs")
+    keep = ("policy", "weights", "kv", "placement", "offload", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(_wrapped(f"cxlctl: {label} ", text, width, "  "))

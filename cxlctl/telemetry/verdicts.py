@@ -37,6 +37,7 @@ from typing import Callable, Dict, List, Literal, NamedTuple, Optional
 
 from cxlctl import tiering
 from cxlctl.hostio.root import rooted
+from cxlctl.numa_maps import is_kv_file
 from cxlctl.parse import PAGE_SIZE, format_size
 from cxlctl.term import clean
 
@@ -56,8 +57,6 @@ IDLE_SHARE = 0.01
 #: KV offload: at least this many pages mapped, and more than this share of them off CXL
 KV_MIN_PAGES = 256
 KV_DRAM_SHARE = 0.5
-#: /dev/shm names of engine KV offload files (vLLM, SGLang HiCache, LMCache, ...)
-KV_NAME_HINTS = ("offload", "kv", "hicache", "lmcache", "mooncake")
 
 
 class Verdict(NamedTuple):
@@ -203,7 +202,7 @@ def _idle_fix(s: Sample) -> str:
     """What fills idle CXL on this host: tiering where nothing tiers yet (never a second mover
     beside a running one: ``tune apply`` refuses NUMA-balancing tiering beside DAMON's
     migrations), else why the running one has not, and direct placement either way."""
-    place = "place memory on it directly (cxlctl launch --ratio / --kv-tmpfs)"
+    place = "place memory on it directly (cxlctl launch --ratio, or --kv-size as root: a CXL-bound /dev/shm)"
     cold = [sc for sc in s.damon if sc.state == "on" and sc.action == "migrate_cold"]
     if damon_migrates(s):
         held = [_goal(metric, value, nid) for sc in cold for metric, value, nid in sc.goals]
@@ -253,11 +252,6 @@ def memory_failure(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
     )
 
 
-def _is_kv_file(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1].lower()
-    return any(h in name for h in KV_NAME_HINTS)
-
-
 #: policies that place every page on the named nodes (interleave modes share pages with DRAM by design)
 PLACING_MODES = ("bind", "preferred", "preferred-many")
 
@@ -284,7 +278,7 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         for f, per in sorted(p.maps.shm.items()):
             total = sum(per.values())
             off = sum(v for node, v in per.items() if node not in cxl)
-            if f in seen or not _is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
+            if f in seen or not is_kv_file(f) or total < KV_MIN_PAGES or off <= KV_DRAM_SHARE * total:
                 continue
             seen.add(f)
             hits.append(f"{clean(f)} (PID {p.pid}: {100 * off // total}% of {_mib(total)} off CXL)")
@@ -297,7 +291,7 @@ def kv_offload_not_on_cxl(s: Sample, r: Optional[Rates]) -> Optional[Verdict]:
         + "; ".join(hits[:3])
         + (f" and {len(hits) - 3} more" if len(hits) > 3 else "")
         + ".",
-        "start the engine with cxlctl launch ... --kv-tmpfs (its /dev/shm then binds to CXL), "
+        "start the engine with cxlctl launch ... --kv-size as root (its /dev/shm then binds to CXL), "
         "or mount the offload tmpfs with mpol=bind:<cxl node>"
         + ("; for a launched process, check its cpuset (cpuset.mems) and cxlctl policy show PID" if launched else ""),
     )

@@ -13,6 +13,15 @@ In the guest: create a RAM region (a CPU-less CXL node appears), then
    ``/dev/shm/vllm_offload_*.mmap`` file like vLLM does: the process is bound
    to DRAM, yet the file's pages land on CXL (tmpfs ``mpol=bind``), in a
    mount namespace of its own;
+3b. ``launch vllm --kv-size 16M`` with no placement option (issue 34): a stand-in for vLLM
+   0.34.0 that allocates its offload as vLLM's own code does (``OFFLOAD_C`` below) runs under
+   the default weighted interleave over DRAM+CXL, yet ≥ 95 % of the offload file's pages are on
+   the CXL node (cxlctl mounted a CXL-bound private /dev/shm for it, as root), the process'
+   anonymous memory stays DRAM-first (the host's weights set to 3:1 first, as bandwidth figures
+   would: DRAM pages ≥ CXL pages × 3, -10 %; the boot weights restored after), the
+   dry run's ``kv_offload.expected_bytes_per_node`` is within 5 % of numa_maps, and
+   ``policy show``'s ``kv_offload`` pages and ``stat --pid``'s ``shm`` pages agree (no
+   ``kv-offload-not-on-cxl`` verdict);
 4. pre-flight in a cgroup v2 cpuset without the CXL node: refused, exit 1, the
    message names the cgroup.
 
@@ -65,6 +74,72 @@ int main(int argc, char **argv) {
     rename(tmp, argv[2]);
     for (;;) pause();
 }
+"""
+
+OFFLOAD_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+/* offload READY OWN_MIB ARGS...: a stand-in for vLLM 0.34.0's CPU KV offload, one worker (TP 1).
+   Sizing, as vLLM computes it: cpu_bytes_to_use = --kv-offloading-size x (1 << 30)
+   (vllm/config/vllm.py VllmConfig, kv_offloading_backend "native"); num_chunks = cpu_bytes_to_use
+   // the page-aligned chunk (vllm/v1/kv_offload/cpu/spec.py CPUOffloadingSpec.__init__; CHUNK
+   stands for kv_bytes_per_block x blocks_per_chunk of a small model).  Allocation, as
+   vllm/v1/kv_offload/cpu/shared_offload_region.py SharedOffloadRegion.__init__ does for the
+   creating worker: open /dev/shm/vllm_offload_<engine_id>.mmap O_CREAT|O_EXCL|O_RDWR 0600,
+   ftruncate to num_chunks x chunk (one segment: less than 1 GiB), mmap MAP_SHARED, unlink once
+   the workers mapped it (the barrier; one worker here), then MADV_POPULATE_WRITE over this
+   worker's slots (rank 0 of 1: every chunk).  Then OWN_MIB MiB of anonymous memory touched: the
+   engine's own memory.  Writes its PID to READY and sleeps. */
+#define CHUNK (64 << 10)
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    double gib = -1;
+    for (int i = 3; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--kv-offloading-size")) gib = atof(argv[i + 1]);
+    if (gib <= 0) { fprintf(stderr, "no --kv-offloading-size\n"); return 2; }
+    size_t cpu_bytes = (size_t)(gib * (double)(1 << 30));
+    size_t total = cpu_bytes / CHUNK * CHUNK;
+    const char *path = "/dev/shm/vllm_offload_cxlctltest.mmap";
+    int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)total) != 0) { perror(path); return 1; }
+    char *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 1; }
+    unlink(path);
+    if (madvise(p, total, MADV_POPULATE_WRITE) != 0) {
+        if (errno != EINVAL) { perror("madvise"); return 1; }
+        for (size_t i = 0; i < total; i += 4096) p[i] |= 0;  /* vLLM's fallback: one byte per page */
+    }
+    size_t own = (size_t)atoi(argv[2]) << 20;
+    char *q = mmap(NULL, own, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) { perror("mmap"); return 1; }
+    madvise(q, own, MADV_NOHUGEPAGE);
+    for (size_t i = 0; i < own; i += 4096) q[i] = 1;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[1]);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { perror(tmp); return 1; }
+    fprintf(f, "%d %zu\n", (int)getpid(), total);
+    fclose(f);
+    rename(tmp, argv[1]);
+    for (;;) pause();
+}
+"""
+
+FAKE_VLLM34_SH = r"""#!/bin/bash
+# stand-in vLLM 0.34.0: answers the launcher's probes (help: the recorded 0.32.0, whose offload flags 0.34.0 keeps),
+# then allocates its offload as 0.34.0 does (OFFLOAD_C)
+case "$1" in --version) echo 0.34.0; exit 0 ;; esac
+if [ "$1" = serve ] && [[ "$*" == *--help* ]]; then cat "@HELP@"; exit 0; fi
+exec "@OFFLOAD@" "$OUT/kvdef.ready" 4 "$@"
 """
 
 FAKE_VLLM_SH = r"""#!/bin/bash
@@ -137,6 +212,23 @@ cat /proc/self/mountinfo > "$OUT/global.mountinfo"
 ls /dev/shm > "$OUT/global-shm.txt"
 kill $pid; wait $pid 2>/dev/null
 
+# 3b. --kv-size with no placement option: the offload on CXL, the engine's own memory DRAM-first.
+# The host's weights 3:1 first (what bandwidth figures give a DRAM+CXL host; this guest has none, so
+# its weights are 1:1): the launch keeps the weights in effect, and the engine's memory follows them
+WI=/sys/kernel/mm/mempolicy/weighted_interleave
+echo 3 > $WI/node0 && echo 1 > $WI/node$CXL
+weights > "$OUT/kvdef.weights.txt"
+"$PY" -m cxlctl launch vllm --kv-size 16M --dry-run --json --engine-cmd "$FAKEVLLM34" -- serve m \
+  > "$OUT/kvdef.dry.json" 2> "$OUT/kvdef.dry.err"
+"$PY" -m cxlctl launch vllm --kv-size 16M --engine-cmd "$FAKEVLLM34" -- serve m > "$OUT/kvdef.out" 2> "$OUT/kvdef.err" &
+pid=$!
+echo $pid > "$OUT/kvdef.launch-pid"
+waitfor "$OUT/kvdef.ready" $pid && snap kvdef $pid
+"$PY" -m cxlctl stat --json --pid $pid > "$OUT/kvdef.stat.json" 2> "$OUT/kvdef.stat.err"
+kill $pid; wait $pid 2>/dev/null
+while read -r n w; do echo "$w" > $WI/$n; done < "$OUT/weights-boot.txt"
+[ "$(cat "$OUT/auto-boot.txt")" = true ] && echo true > $WI/auto
+
 # 4. pre-flight: a cgroup v2 cpuset without the CXL node
 grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 echo +cpuset > /sys/fs/cgroup/cgroup.subtree_control
@@ -167,6 +259,50 @@ def _ratio(pages: Dict[int, int], dram: int, cxl: int) -> Tuple[float, str]:
     return d / c, f"DRAM node{dram} {d} pages, CXL node{cxl} {c} pages = {d / c:.3f}:1"
 
 
+def check_kv_default(out: Path, cxl: int) -> List[str]:
+    """Step 3b's assertions (issue 34 row 1); returns the measured lines."""
+    dry = out_json(out, "kvdef.dry.json")
+    ko = dry["kv_offload"]
+    assert ko["mechanism"] == "tmpfs" and ko["on_cxl"] and dry["tmpfs"]["nodes"] == [cxl], ko
+    assert dry["policy"]["mode"] == "weighted-interleave" and cxl in dry["policy"]["nodes"]
+    assert (out / "kvdef.ready").exists(), out_text(out, "kvdef.err", missing_ok=True)
+    pid, total = (int(x) for x in out_text(out, "kvdef.ready").split())
+    assert pid == int(out_text(out, "kvdef.launch-pid"))
+    maps = parse_mappings(out_text(out, "kvdef.numa_maps"))
+    shm = [m for m in maps if m.file and m.file.startswith("/dev/shm/vllm_offload_cxlctltest.mmap")]
+    assert len(shm) == 1, [m.file for m in maps]
+    pages = shm[0].pages
+    on_cxl = pages.get(cxl, 0) / sum(pages.values())
+    expected = {int(n): b for n, b in ko["expected_bytes_per_node"].items()}
+    got = {n: p * 4096 for n, p in pages.items()}
+    lines = [
+        f"--kv-size 16M, no placement option: vLLM 0.34.0 stand-in's offload ({total} B, {shm[0].file}): "
+        f"{pages} pages (numa_maps), {on_cxl:.1%} on CXL node{cxl}; dry run expected {expected}"
+    ]
+    assert sum(pages.values()) * 4096 == total and on_cxl >= 0.95
+    for n in set(expected) | set(got):
+        assert abs(got.get(n, 0) - expected.get(n, 0)) <= 0.05 * expected[cxl], (got, expected)
+    # the engine's own anonymous memory: the default weighted interleave by the host's 3:1, DRAM-first
+    assert _weights(out, "kvdef.weights.txt")[0] == 3
+    weights = {int(n): w for n, w in dry["policy"]["weights"].items()}
+    assert weights == {0: 3, cxl: 1} and dry["weights"]["changes"] == [], dry["weights"]
+    anon = _big_mapping(out, "kvdef")
+    d, c = anon.get(0, 0), anon.get(cxl, 0)
+    lines.append(f"  its own 4 MiB anonymous: node0 {d}, node{cxl} {c} pages (weights {weights})")
+    assert d + c == 1024 and d >= 0.9 * c * weights[0] / weights[cxl] and d > c
+    show = out_json(out, "kvdef.show.json")
+    assert out_text(out, "kvdef.show.rc").strip() == "0", out_text(out, "kvdef.show.err", missing_ok=True)
+    assert show["kv_offload"]["pages"] == {str(n): p for n, p in sorted(pages.items())}
+    assert any(f.startswith("/dev/shm/vllm_offload_cxlctltest.mmap") for f in show["kv_offload"]["files"])
+    # stat reads the same mappings: the file's pages per node, and no kv-offload-not-on-cxl verdict
+    stat = out_json(out, "kvdef.stat.json")
+    (proc,) = [p for p in stat["processes"] if p["pid"] == pid]
+    shm_files = {f: v for f, v in proc["shm"].items() if f.startswith("/dev/shm/vllm_offload_cxlctltest.mmap")}
+    assert list(shm_files.values()) == [{str(n): p for n, p in sorted(pages.items())}], proc["shm"]
+    assert not any(v["id"] == "kv-offload-not-on-cxl" for v in stat["verdicts"]), stat["verdicts"]
+    return lines
+
+
 def guest_script(work: Path, t: Topology) -> str:
     """The guest side of this check on ``t`` (its widest region), tools built under ``work``."""
     region = t.widest
@@ -177,8 +313,15 @@ def guest_script(work: Path, t: Topology) -> str:
     fake = tools / "vllm"
     fake.write_text(FAKE_VLLM_SH.replace("@HELP@", str(tools / "help.txt")).replace("@TOUCH@", str(tools / "touch")))
     fake.chmod(0o755)
-    return f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} CXLCTL_CACHE_DIR={work / 'cache'}\n" + GUEST.replace(
-        "CREATE", region.create_command(t)
+    build_c(tools, "offload", OFFLOAD_C)
+    fake34 = tools / "vllm34"
+    fake34.write_text(
+        FAKE_VLLM34_SH.replace("@HELP@", str(tools / "help.txt")).replace("@OFFLOAD@", str(tools / "offload"))
+    )
+    fake34.chmod(0o755)
+    return (
+        f"export TOUCH={tools / 'touch'} FAKEVLLM={fake} FAKEVLLM34={fake34} CXLCTL_CACHE_DIR={work / 'cache'}\n"
+        + GUEST.replace("CREATE", region.create_command(t))
     )
 
 
@@ -266,6 +409,9 @@ def check(res: GuestResult, tmp_path: Path) -> None:
         "private mount namespace"
     )
     assert "vllm_offload_cxlctltest.mmap" not in out_text(out, "global-shm.txt")
+
+    # -- 3b. --kv-size alone: the offload on CXL, the engine's own memory DRAM-first
+    report.extend(check_kv_default(out, cxl))
 
     # -- 4. pre-flight refuses a node outside the cgroup's cpuset
     assert out_text(out, "cgroup-mems.txt").strip() == "0"
