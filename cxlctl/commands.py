@@ -32,14 +32,26 @@ def status(host: Host, json_out: bool) -> int:
     from cxlctl.inventory import scan
 
     inv = scan(host)
+    measured = None
+    from cxlctl.hostio.paths import PROBE_RESULTS
+
+    if host.reader.exists(PROBE_RESULTS):  # the probe's modules (and json) only when it ran here
+        from cxlctl.probe.store import load
+
+        measured = load(host, inv)
     if json_out:
         from cxlctl.status_json import dumps
 
-        sys.stdout.write(dumps(inv))
+        extra = None
+        if measured is not None:
+            from cxlctl.probe.view import measured_json
+
+            extra = {"measured": measured_json(measured)}
+        sys.stdout.write(dumps(inv, extra))
     else:
         from cxlctl.render import print_status
 
-        print_status(inv)
+        print_status(inv, measured)
     return EXIT_INCOMPLETE if inv.unknown else 0
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from rich.tree import Tree
 
     from .model import Coordinates, Inventory, Node, Port
+    from .probe.store import Stored
 
     Columns = Sequence[Tuple[str, str]]
     _Out = Union["_RichOut", "_PlainOut"]
@@ -408,6 +409,43 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
 
 
+_MEASURED = [("NODE", "right"), ("FROM", "right"), ("READ MB/s", "right"), ("MIX MB/s", "right")]
+_MEASURED += [("LAT ns", "right"), ("FW BW MB/s R/W", "right"), ("FW LAT ns R/W", "right")]
+
+
+def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
+    """``cxlctl probe``'s stored figures beside the firmware's (access0, as the NUMA table shows them),
+    one row per measured (CPU node, memory node) pair; marked stale, with why, when the host changed."""
+    doc = stored.record
+    when = doc.get("measured_at")
+    head = f"\n[bold]Measured[/bold] (cxlctl probe, {_e(str(when))})" if when else "\n[bold]Measured[/bold]"
+    out.line(head, highlight=False)
+    if stored.stale:
+        why = "; ".join(stored.stale)
+        out.line(f"[yellow]stale, not used: {_e(why)}; run cxlctl probe again[/yellow]", highlight=False, soft_wrap=True)
+    rows = []
+    for p in doc.get("pairs") or []:
+        if not isinstance(p, dict):
+            continue
+        m = p.get("mem_node")
+        node = inv.node(m) if isinstance(m, int) else None
+        c = expected_access(node, inv.regions)[0] if node else None
+        vals = [p.get(k) for k in ("mem_node", "cpu_node", "read_mbps", "mix_mbps", "latency_ns")]
+        rows.append([_e("-" if v is None else str(v)) for v in vals] + [_bw(c), _lat(c)])
+    if rows:
+        out.table(_MEASURED, rows)
+        out.line("[dim]FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: HMAT/CDAT access0[/dim]")
+    for sk in doc.get("skipped") or []:
+        if isinstance(sk, dict):
+            what = f"node {sk.get('mem_node')} from node {sk.get('cpu_node')}: {sk.get('reason')}"
+            out.line(f"  skipped {_e(what)}", highlight=False, soft_wrap=True)
+
+
+def render_measured(inv: Inventory, stored: Stored, console: Console) -> None:
+    """The measured table alone (``cxlctl probe``'s report)."""
+    _measured(inv, stored, _RichOut(console))
+
+
 # -- knobs ------------------------------------------------------------------------------
 
 
@@ -471,7 +509,7 @@ def _warnings(inv: Inventory, out: _Out) -> None:
         out.line(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
 
 
-def _status(inv: Inventory, out: _Out) -> None:
+def _status(inv: Inventory, out: _Out, measured: Optional[Stored] = None) -> None:
     out.line(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}", highlight=False)
     if inv.has_cxl:
         out.tree(_topology(inv))
@@ -483,6 +521,8 @@ def _status(inv: Inventory, out: _Out) -> None:
         _regions(inv, out)
     _other_dax(inv, out)
     _nodes(inv, out)
+    if measured is not None:
+        _measured(inv, measured, out)
     if inv.has_cxl:
         tot = inv.totals
         out.text(
@@ -494,17 +534,17 @@ def _status(inv: Inventory, out: _Out) -> None:
     _warnings(inv, out)
 
 
-def render_status(inv: Inventory, console: Console) -> None:
+def render_status(inv: Inventory, console: Console, measured: Optional[Stored] = None) -> None:
     """``cxlctl status``'s view on ``console`` (rich: colours when it is a terminal)."""
-    _status(inv, _RichOut(console))
+    _status(inv, _RichOut(console), measured)
 
 
-def plain_status(inv: Inventory, width: int) -> Optional[str]:
+def plain_status(inv: Inventory, width: int, measured: Optional[Stored] = None) -> Optional[str]:
     """The view as rich would print it uncoloured at ``width`` columns, laid out without rich;
     None where that layout cannot promise rich's output (then rich must print it)."""
     out = _PlainOut(width)
     try:
-        _status(inv, out)
+        _status(inv, out, measured)
     except _NotPlain:
         return None
     return "".join(out.parts)
@@ -521,14 +561,14 @@ def _uncoloured(stream: object) -> bool:
     return not any(v in os.environ for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "JUPYTER_COLUMNS", "JPY_PARENT_PID"))
 
 
-def print_status(inv: Inventory) -> None:
+def print_status(inv: Inventory, measured: Optional[Stored] = None) -> None:
     """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
     from .term import width
 
-    text = plain_status(inv, width()) if _uncoloured(sys.stdout) else None
+    text = plain_status(inv, width(), measured) if _uncoloured(sys.stdout) else None
     if text is not None:
         sys.stdout.write(text)
         return
     from .term import console
 
-    render_status(inv, console(highlight=True))
+    render_status(inv, console(highlight=True), measured)

@@ -1,0 +1,71 @@
+"""``cxlctl probe``: measure every (CPU node, memory node) pair, store the figures, report them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from cxlctl.errors import UsageError
+from cxlctl.hostio.host import Host
+from cxlctl.progress import ProgressFn
+
+
+def probe(
+    host: Host,
+    json_out: bool,
+    *,
+    quick: bool = False,
+    nodes: Optional[Sequence[int]] = None,
+    buffer_mib: Optional[int] = None,
+    progress: Optional[ProgressFn] = None,
+) -> int:
+    """Measure, store (``/var/lib/cxlctl/probe.json``) and print; the exit code."""
+    if not host.live:
+        raise UsageError(
+            "probe measures the running machine; --root names a recorded tree, which has no memory to measure",
+            hint="run cxlctl probe without --root (status, doctor and tune plan --root read a stored result)",
+        )
+    from cxlctl.inventory import scan
+
+    from . import measure, native, store
+
+    inv = scan(host)
+    known = {n.id for n in inv.nodes if n.has_memory}
+    if nodes is not None:
+        unknown = sorted(set(nodes) - known)
+        if unknown:
+            raise UsageError(
+                f"--nodes: no memory node {', '.join(map(str, unknown))} on this host",
+                hint=f"memory nodes here: {', '.join(map(str, sorted(known))) or 'none'} (see cxlctl status)",
+            )
+    first_cpu = next((c for n in inv.nodes for c in n.cpus), 0)
+    sz = measure.sizes(measure.llc_bytes(host, first_cpu), quick=quick, buffer_mib=buffer_mib)
+    mems, cpus = measure.allowed(host)
+    planned = measure.plan(inv, sz, mem_nodes=nodes, mems_allowed=mems, cpus_allowed=cpus)
+    pairs = [p for p in planned if isinstance(p, measure.Pair)]
+    exe = native.helper_path() if pairs else ""
+    total = 3 * len(pairs)
+    outcomes: list[measure.Outcome] = []
+    done = 0
+    for p in planned:
+        if isinstance(p, measure.Pair):
+            outcomes.append(measure.measure(exe, p, sz, progress, done, total))
+            done += 3
+        else:
+            outcomes.append(p)
+    doc = store.record(host, inv, outcomes, sz, f"cxlctl probe.c ({'quick' if quick else 'full'})")
+    path = store.save(host, doc)
+    stored = store.Stored(doc, ())
+    if json_out:
+        from cxlctl.emit import emit_json
+
+        from .view import measured_json
+
+        emit_json({"stored": path, **measured_json(stored), "settings": doc["settings"]})
+    else:
+        from cxlctl.render import render_measured
+        from cxlctl.term import console
+
+        render_measured(inv, stored, console())
+        sys.stderr.write(f"cxlctl: stored {path} (remove it to forget the figures)\n")
+    return 0
