@@ -7,7 +7,7 @@ any of them differs from the host now: another boot (memory may be placed or
 interleaved differently), another kernel (7.4 changed how the firmware figures
 are computed, and the whole stack may differ), or another memdev set behind a
 node (a device was replaced or a region rebuilt).  Stale figures are shown as
-stale and never used: :func:`fresh_figures` returns none from them.
+stale and never used: :attr:`Stored.usable` holds none of them.
 """
 
 from __future__ import annotations
@@ -47,10 +47,20 @@ class Stored(NamedTuple):
 
     @property
     def figures(self) -> Dict[int, Figures]:
+        """Per memory node, stale or not (for showing)."""
         return node_figures(self.record)
 
+    @property
+    def usable(self) -> Dict[int, Figures]:
+        """The figures cxlctl may act on: none when the record is stale."""
+        return {} if self.stale else self.figures
 
-def identity(host: Host, inv: Inventory) -> Dict[str, Any]:
+    def why_not(self) -> str:
+        """Why :attr:`usable` is empty (for messages)."""
+        return "stored probe results are stale (" + "; ".join(self.stale) + "): run cxlctl probe again"
+
+
+def identity(boot_id: Optional[str], inv: Inventory) -> Dict[str, Any]:
     """What the record is checked against: boot id, kernel, memdevs (name, serial) per memory node."""
     devs = {d.name: d.serial for d in inv.memdevs}
     nodes = {
@@ -58,14 +68,14 @@ def identity(host: Host, inv: Inventory) -> Dict[str, Any]:
         for n in inv.nodes
         if n.has_memory
     }
-    return {"boot_id": host.boot_id, "kernel": inv.kernel, "nodes": nodes}
+    return {"boot_id": boot_id, "kernel": inv.kernel, "nodes": nodes}
 
 
 def record(host: Host, inv: Inventory, outcomes: Sequence[Outcome], sz: Sizes, tool: str) -> Dict[str, Any]:
     """The document ``probe`` stores and prints (``--json``)."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     doc: Dict[str, Any] = {"schema_version": SCHEMA, "measured_at": now.isoformat()}
-    doc.update(identity(host, inv))
+    doc.update(identity(host.boot_id, inv))
     doc["settings"] = {
         "bandwidth_buffer_bytes": sz.bandwidth,
         "latency_buffer_bytes": sz.latency,
@@ -132,13 +142,16 @@ def node_figures(doc: Dict[str, Any]) -> Dict[int, Figures]:
 def stale_reasons(doc: Dict[str, Any], now: Dict[str, Any]) -> Tuple[str, ...]:
     """Why ``doc`` (a stored record) does not describe the host whose :func:`identity` is ``now``."""
     out: List[str] = []
+    if "error" in doc and "pairs" not in doc:
+        return (str(doc["error"]),)
     if doc.get("schema_version") != SCHEMA:
         out.append(f"written by another cxlctl (schema {doc.get('schema_version')!r})")
     if doc.get("boot_id") != now["boot_id"]:
         out.append("measured in another boot")
     if doc.get("kernel") != now["kernel"]:
         out.append(f"measured on kernel {doc.get('kernel')}, running {now['kernel']}")
-    then = doc.get("nodes") if isinstance(doc.get("nodes"), dict) else {}
+    got = doc.get("nodes")
+    then: Dict[str, Any] = got if isinstance(got, dict) else {}
     for nid, cur in sorted(now["nodes"].items(), key=lambda kv: int(kv[0])):
         old = then.get(nid)
         if old is None:
@@ -151,8 +164,8 @@ def stale_reasons(doc: Dict[str, Any], now: Dict[str, Any]) -> Tuple[str, ...]:
     return tuple(out)
 
 
-def load(host: Host, inv: Inventory) -> Optional[Stored]:
-    """The stored record and its staleness; None when there is none (or it is not a JSON object)."""
+def read(host: Host) -> Optional[Dict[str, Any]]:
+    """The stored record as read (``{"error": why}`` when it is not a JSON object); None when absent."""
     raw = host.reader.read(paths.PROBE_RESULTS)
     if raw is None:
         return None
@@ -161,15 +174,18 @@ def load(host: Host, inv: Inventory) -> Optional[Stored]:
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        return Stored({}, (f"{host.path(paths.PROBE_RESULTS)} is not valid JSON",))
+        return {"error": f"{host.path(paths.PROBE_RESULTS)} is not valid JSON"}
     if not isinstance(doc, dict):
-        return Stored({}, (f"{host.path(paths.PROBE_RESULTS)} is not a JSON object",))
-    return Stored(doc, stale_reasons(doc, identity(host, inv)))
+        return {"error": f"{host.path(paths.PROBE_RESULTS)} is not a JSON object"}
+    return doc
 
 
-def fresh_figures(host: Host, inv: Inventory) -> Tuple[Dict[int, Figures], Optional[Stored]]:
-    """The figures per memory node when the record is current (else none), and the record."""
-    st = load(host, inv)
-    if st is None or st.stale:
-        return {}, st
-    return st.figures, st
+def judge(doc: Dict[str, Any], boot_id: Optional[str], inv: Inventory) -> Stored:
+    """``doc`` with why it no longer describes the host (boot id ``boot_id``, inventory ``inv``)."""
+    return Stored(doc, stale_reasons(doc, identity(boot_id, inv)))
+
+
+def load(host: Host, inv: Inventory) -> Optional[Stored]:
+    """The stored record and its staleness; None when there is none."""
+    doc = read(host)
+    return None if doc is None else judge(doc, host.boot_id, inv)
