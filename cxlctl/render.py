@@ -422,7 +422,9 @@ def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
     out.line(head, highlight=False)
     if stored.stale:
         why = "; ".join(stored.stale)
-        out.line(f"[yellow]stale, not used: {_e(why)}; run cxlctl probe again[/yellow]", highlight=False, soft_wrap=True)
+        out.line(
+            f"[yellow]stale, not used: {_e(why)}; run cxlctl probe again[/yellow]", highlight=False, soft_wrap=True
+        )
     rows = []
     for p in doc.get("pairs") or []:
         if not isinstance(p, dict):

@@ -33,7 +33,6 @@ from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
     from cxlctl.hostio.host import Host
-
     from cxlctl.probe.store import Stored
 
     from .damon_metrics import DamonView
@@ -234,7 +233,12 @@ def measured_of(host: Host, inv: Optional[Inventory]) -> Optional[Stored]:
 
 def _measured(b: Builder, st: Stored) -> None:
     """``cxlctl probe``'s figures per (CPU node, memory node), and whether they are stale (then not used)."""
-    b.add("measured_stale", "gauge", "1 when the stored probe results describe another boot, kernel or memdevs", 1 if st.stale else 0)
+    b.add(
+        "measured_stale",
+        "gauge",
+        "1 when the stored probe results describe another boot, kernel or memdevs",
+        1 if st.stale else 0,
+    )
     for p in st.record.get("pairs") or []:
         if not isinstance(p, dict):
             continue
@@ -245,7 +249,9 @@ def _measured(b: Builder, st: Stored) -> None:
             ("latency_ns", "measured_latency_ns", "Idle load-to-use latency measured by cxlctl probe (ns)"),
         ):
             v = p.get(key)
-            b.add(name, "gauge", help_, float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None, lab)
+            b.add(
+                name, "gauge", help_, float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None, lab
+            )
 
 
 def _daemon_state(b: Builder, view: View) -> None:

@@ -166,4 +166,3 @@ def measure(exe: str, pair: Pair, sz: Sizes, progress: Optional[ProgressFn], don
         round(float(got["latency"]["median"]), 1),
         {m: _floats(g.get("samples", "")) for m, g in got.items()},
     )
-

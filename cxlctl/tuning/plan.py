@@ -355,7 +355,7 @@ class _WIPlanner:
                 return self.skipped(s, note), warnings
             return self.manual(s, weights, note), warnings
         if spec.weights == "measured":
-            return self.by_measurement(s, chosen, "weights = \"measured\""), warnings
+            return self.by_measurement(s, chosen, 'weights = "measured"'), warnings
         bw, missing = self.bandwidths(chosen)
         if missing:
             # the kernel has no figures for some node: cxlctl probe's, when they describe this host
