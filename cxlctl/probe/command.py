@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.host import Host
@@ -15,11 +15,12 @@ def probe(
     json_out: bool,
     *,
     quick: bool = False,
-    nodes: Optional[Sequence[int]] = None,
+    nodes: Optional[str] = None,
     buffer_mib: Optional[int] = None,
     progress: Optional[ProgressFn] = None,
 ) -> int:
-    """Measure, store (``/var/lib/cxlctl/probe.json``) and print; the exit code."""
+    """Measure, store (``/var/lib/cxlctl/probe.json``) and print; the exit code.  ``nodes``: ``--nodes``."""
+    wanted = _nodes(nodes)
     if not host.live:
         raise UsageError(
             "probe measures the running machine; --root names a recorded tree, which has no memory to measure",
@@ -31,8 +32,8 @@ def probe(
 
     inv = scan(host)
     known = {n.id for n in inv.nodes if n.has_memory}
-    if nodes is not None:
-        unknown = sorted(set(nodes) - known)
+    if wanted is not None:
+        unknown = sorted(set(wanted) - known)
         if unknown:
             raise UsageError(
                 f"--nodes: no memory node {', '.join(map(str, unknown))} on this host",
@@ -41,11 +42,11 @@ def probe(
     first_cpu = next((c for n in inv.nodes for c in n.cpus), 0)
     sz = measure.sizes(measure.llc_bytes(host, first_cpu), quick=quick, buffer_mib=buffer_mib)
     mems, cpus = measure.allowed(host)
-    planned = measure.plan(inv, sz, mem_nodes=nodes, mems_allowed=mems, cpus_allowed=cpus)
+    planned = measure.plan(inv, sz, mem_nodes=wanted, mems_allowed=mems, cpus_allowed=cpus)
     pairs = [p for p in planned if isinstance(p, measure.Pair)]
     exe = native.helper_path() if pairs else ""
     total = 3 * len(pairs)
-    outcomes: list[measure.Outcome] = []
+    outcomes: List[measure.Outcome] = []
     done = 0
     for p in planned:
         if isinstance(p, measure.Pair):
@@ -69,3 +70,18 @@ def probe(
         render_measured(inv, stored, console())
         sys.stderr.write(f"cxlctl: stored {path} (remove it to forget the figures)\n")
     return 0
+
+
+def _nodes(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+    """``--nodes 0,2`` / ``1-3``: ASCII node ids, no empty element (exit 2 otherwise)."""
+    if text is None:
+        return None
+    from cxlctl.parse import parse_nodelist
+
+    try:
+        got = parse_nodelist(text)
+    except ValueError as e:
+        raise UsageError(f"--nodes {text!r}: {e}", hint="give memory node ids such as 0,1 or 1-3") from None
+    if not got:
+        raise UsageError("--nodes is empty", hint="give memory node ids such as 0,1 or 1-3")
+    return got
