@@ -78,6 +78,7 @@ PROC_VMSTAT = "/proc/vmstat"
 #: /proc/vmstat and nodeN/vmstat show (Documentation/admin-guide/sysctl/vm.rst, stat_refresh)
 VM_STAT_REFRESH = "/proc/sys/vm/stat_refresh"
 UPTIME = "/proc/uptime"
+CPUINFO = "/proc/cpuinfo"
 
 #: The knob registry: every setting ``tune`` may change (name, path), in the tuning engine's
 #: apply order (revert goes in reverse).  ``status`` shows the single-file ones (STATUS_KNOBS);

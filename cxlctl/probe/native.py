@@ -13,8 +13,8 @@ Why a helper of our own, compiled on first use with the host's ``cc``:
   a shared object needs the same compiler and adds the GIL to the timed loop.
 
 The binary is cached in ``$XDG_CACHE_HOME/cxlctl`` (root: ``/root/.cache/cxlctl``),
-named by a hash of the source and the compiler's version, so an upgrade of
-either rebuilds it.  Without ``cc`` the probe refuses with the package to
+named by a hash of the source, the compiler's version and the CPU's feature
+flags, so an upgrade of either, or another CPU, rebuilds it.  Without ``cc`` the probe refuses with the package to
 install.  Every run goes through :func:`cxlctl.hostio.tools.run`.
 """
 
@@ -54,13 +54,25 @@ def _compiler() -> str:
     return cc
 
 
+def _cpu_flags() -> str:
+    """The CPU's feature line (x86 ``flags``, arm64 ``Features``) of ``/proc/cpuinfo``."""
+    from cxlctl.hostio.paths import CPUINFO
+    from cxlctl.hostio.reader import Reader
+
+    for line in (Reader().body(CPUINFO, limit=1 << 16, head=True) or "").splitlines():
+        if line.startswith(("flags", "Features")):
+            return line
+    return ""
+
+
 def helper_path() -> str:
     """The compiled helper, building it when the cached one is missing or out of date."""
     cc = _compiler()
     with open(SOURCE, "rb") as fh:
         src = fh.read()
     version = tools.run([cc, "--version"], check=False, timeout=10.0).output
-    key = hashlib.sha256(src + b"\0" + version.encode()).hexdigest()[:16]
+    # -march=native: a binary built for this CPU may not run on another sharing the cache (a VM guest)
+    key = hashlib.sha256(src + b"\0" + version.encode() + b"\0" + _cpu_flags().encode()).hexdigest()[:16]
     d = _cache_dir()
     exe = os.path.join(d, f"probe-{key}")
     if os.access(exe, os.X_OK):
