@@ -1,8 +1,11 @@
 """Firmware figures against ``cxlctl probe``'s measurement (docs/probe.md).
 
 The firmware's figures (HMAT, CDAT: ``nodeN/access0``, or a CXL node's regions')
-decide the memory tiers (the kernel's ``mt_calc_adistance`` turns them into an
-abstract distance) and the kernel's auto weights.  When they are wrong, both
+decide the memory tiers (mm/memory-tiers.c ``mt_perf_to_adistance``: an abstract
+distance in proportion to read+write latency and in inverse proportion to read+write
+bandwidth, both against the DRAM nodes'; the tier is the distance's chunk, a lower
+``memory_tierN`` being faster) and the kernel's auto weights (mm/mempolicy.c
+``reduce_interleave_weights``).  When they are wrong, both
 are.  These checks compare them with what the probe measured from each memory
 node's nearest CPU node, and only while the measurement still describes the
 host (same boot, kernel and memdevs); a stale one is named, not used.
