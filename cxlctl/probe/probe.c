@@ -65,7 +65,7 @@ static double now(void)
 
 static void fail(const char *why)
 {
-	printf("error=%s\n", why);
+	printf("\nerror=%s\n", why); /* on a line of its own, after a partial one */
 	fflush(stdout);
 	exit(1);
 }
@@ -211,8 +211,13 @@ static void bandwidth(int mode, char *buf, size_t len, double seconds, const int
 	double samples[WINDOWS];
 	size_t share = len / (size_t)ncpu / CHUNK * CHUNK;
 	int i, round;
-	if (!w || share < 3 * CHUNK)
-		fail("buffer too small for this many CPUs");
+	if (!w)
+		fail("out of memory");
+	if (share < 3 * CHUNK) {
+		char why[160];
+		snprintf(why, sizeof(why), "buffer too small for %d CPUs: each needs 768 KiB (raise --buffer-mib)", ncpu);
+		fail(why);
+	}
 	pthread_barrier_init(&start_barrier, NULL, (unsigned)ncpu + 1);
 	pthread_barrier_init(&end_barrier, NULL, (unsigned)ncpu + 1);
 	for (i = 0; i < ncpu; i++) {
