@@ -8,7 +8,7 @@ each running, interleaved so the machine's noise hits all alike:
   ``--seconds`` per measurement;
 * ``likwid-bench -t load_avx -w M0:SIZE:THREADS`` (Debian's ``likwid``): streaming loads with the
   same threads and buffer size, its memory on the domain of node 0 — the read-bandwidth reference;
-* ``multichase -s 64 -m SIZE -T SIZE -a`` (github.com/google/multichase, built from source: not
+* ``multichase -s 64 -m SIZE -T SIZE -a -n 3`` (github.com/google/multichase, built from source: not
   packaged by Debian) under ``numactl --membind --physcpubind``: a dependent chase over a random
   permutation of every cache line of the buffer, the average — the latency reference.  Give its
   path with ``--multichase`` (skipped without it);
@@ -53,7 +53,8 @@ def _run(argv: List[str], timeout: float = 600) -> str:
 
 def likwid(cpus: List[int], size: int) -> float:
     """MB/s of likwid-bench's load_avx with ``len(cpus)`` threads over ``size`` bytes on domain M0."""
-    out = _run(["likwid-bench", "-t", "load_avx", "-w", f"M0:{size // MiB}MB:{len(cpus)}"])
+    # likwid's kB are 1000 bytes: the same buffer as the probe's to within a kB
+    out = _run(["likwid-bench", "-t", "load_avx", "-w", f"M0:{size // 1000}kB:{len(cpus)}"])
     m = re.search(r"MByte/s:\s+([0-9.]+)", out)
     if not m:
         raise RuntimeError(f"likwid-bench printed no MByte/s: {out[-300:]}")
@@ -104,7 +105,7 @@ def others(node: int, cpus: List[int]) -> Dict[str, Optional[float]]:
 def stats(xs: List[float]) -> Dict[str, Any]:
     mean = statistics.mean(xs)
     cv = statistics.stdev(xs) / mean if len(xs) > 1 and mean else 0.0
-    return {"samples": [round(x, 1) for x in xs], "median": round(statistics.median(xs), 1), "cv": round(cv, 3)}
+    return {"samples": [round(x, 3) for x in xs], "median": round(statistics.median(xs), 3), "cv": round(cv, 3)}
 
 
 def cost(exe: str, pair: measure.Pair, sz: measure.Sizes) -> Dict[str, float]:
@@ -156,9 +157,14 @@ def main() -> int:
         "figures": {k: stats(v) for k, v in series.items() if v},
     }
     f = doc["figures"]
-    doc["read_vs_likwid"] = round(f["read"]["median"] / f["likwid_load"]["median"], 3)
+    # each run's probe and reference ran back to back: the median of the per-run ratios is the
+    # comparison least moved by the machine's load drifting between runs
+    per_run = [a / b for a, b in zip(series["read"], series["likwid_load"])]
+    doc["read_vs_likwid"] = {"of_medians": round(f["read"]["median"] / f["likwid_load"]["median"], 3), **stats(per_run)}
     if "multichase" in f:
-        doc["latency_vs_multichase"] = round(f["latency"]["median"] / f["multichase"]["median"], 3)
+        per_run = [a / b for a, b in zip(series["latency"], series["multichase"])]
+        lat = {"of_medians": round(f["latency"]["median"] / f["multichase"]["median"], 3), **stats(per_run)}
+        doc["latency_vs_multichase"] = lat
     pair = measure.Pair(0, args.node, tuple(cpus))
     llc = measure.llc_bytes(host, cpus[0])
     doc["cost"] = {
