@@ -62,7 +62,8 @@ def probe(
 
         from .view import measured_json
 
-        emit_json({"stored": path, **measured_json(stored), "settings": doc["settings"]})
+        # the record as stored, where it is, and per memory node the figures cxlctl uses
+        emit_json({"stored": path, **doc, "figures": measured_json(stored)["nodes"]})
     else:
         from cxlctl.render import render_measured
         from cxlctl.term import console

@@ -66,6 +66,8 @@ def test_every_cxl_node_ranks_below_dram(guest: Dict[str, Any]) -> None:
     kinds = {n["id"]: n["kind"] for n in guest["status"]["nodes"] if n["has_memory"]}
     figs = _figures(guest)
     assert guest["status"]["measured"]["stale"] == []
+    assert guest["probe"]["figures"] == guest["status"]["measured"]["nodes"]
+    assert guest["probe"]["stored"] == "/var/lib/cxlctl/probe.json"
     assert set(figs) == set(kinds), (figs, kinds, guest["probe"].get("skipped"))
     (dram,) = [figs[n] for n, k in kinds.items() if k == "dram"]
     cxl = [figs[n] for n, k in kinds.items() if k == "cxl"]
