@@ -77,7 +77,7 @@ def multichase(exe: str, node: int, cpu: int, size: int) -> float:
         mib,
         "-a",
         "-n",
-        "6",
+        "3",
     ]
     return float(_run(argv).split()[-1])
 
