@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, Sequence
 
 import pytest
 
@@ -34,7 +34,7 @@ def helper(tmp_path_factory: Any) -> str:
         del os.environ["CXLCTL_CACHE_DIR"]
 
 
-def _tree(tmp_path: Any, name: str, pairs: List[Result], skipped: List[Skipped] = ()) -> str:  # type: ignore[assignment]
+def _tree(tmp_path: Any, name: str, pairs: Sequence[Result], skipped: Sequence[Skipped] = ()) -> str:
     root = copy_fixture(os.path.join(FIXTURES, name), tmp_path / "root")
     host = Host(root)
     store.save(host, store.record(host, scan(host), [*pairs, *skipped], SIZES, "test"))
@@ -178,12 +178,10 @@ def test_status_shows_measured_beside_firmware(tmp_path: Any) -> None:
 
 
 def _doctor(root: str) -> Dict[str, Any]:
+    """doctor's checks of the measurement, by id."""
     doc = json.loads(cli("--root", root, "doctor", "--json").stdout)
-    return {
-        c["id"]: c
-        for c in doc["checks"]
-        if c["id"].startswith("firmware.") and "tier" in c["id"] or c["id"] == "firmware.measured"
-    }
+    ids = ("firmware.measured", "firmware.tier-order", "firmware.tier-collapsed")
+    return {c["id"]: c for c in doc["checks"] if c["id"] in ids}
 
 
 def test_doctor_flags_firmware_figures_that_disagree_with_the_measurement(tmp_path: Any) -> None:
