@@ -88,8 +88,8 @@ def others(node: int, cpus: List[int]) -> Dict[str, Optional[float]]:
     out: Dict[str, Optional[float]] = {}
     if shutil.which("stress-ng"):
         t = _run(bind + ["stress-ng", "--stream", str(len(cpus)), "-t", "10", "--metrics-brief"])
-        m = re.search(r"memory rate: ([0-9.]+) MB read per sec", t)
-        out["stress-ng --stream (MB read/s)"] = float(m.group(1)) if m else None
+        m = re.search(r"stream\s+([0-9.]+) memory read rate", t)
+        out["stress-ng --stream triad (MB read/s, geometric mean per instance)"] = float(m.group(1)) if m else None
     if shutil.which("mbw"):
         t = _run(bind + ["mbw", "-q", "-n", "3", "-t0", "256"])
         m = re.search(r"AVG\s+Method: MEMCPY.*Copy: ([0-9.]+) MiB/s", t)
