@@ -22,23 +22,31 @@ if TYPE_CHECKING:
     from typing import List, Optional, Sequence
 
     from cxlctl.hostio.host import Host
+    from cxlctl.status_filter import Filters
 
 #: exit code of ``status`` when a directory it listed was unreadable (the inventory is incomplete)
 EXIT_INCOMPLETE = 1
 
 
-def status(host: Host, json_out: bool) -> int:
-    """``cxlctl status [--json]``: the inventory as a table or one JSON document."""
+def status(host: Host, json_out: bool, filters: Optional[Filters] = None) -> int:
+    """``cxlctl status [--json] [-m/-r/-d/--node NAME]``: the inventory (or the part ``filters`` keep,
+    :mod:`cxlctl.status_filter`) as a table or one JSON document."""
     from cxlctl.inventory import scan
 
     inv = scan(host)
     measured = None
     from cxlctl.hostio.paths import PROBE_RESULTS
 
-    if host.reader.exists(PROBE_RESULTS):  # the probe's modules (and json) only when it ran here
+    # the probe's modules (and json) only when it ran here; a filtered view is about its objects only
+    if filters is None and host.reader.exists(PROBE_RESULTS):
         from cxlctl.probe.store import load
 
         measured = load(host, inv)
+    only = None
+    if filters is not None:
+        from cxlctl.status_filter import apply, describe
+
+        inv, only = apply(inv, filters), describe(filters)
     if json_out:
         from cxlctl.status_json import dumps
 
@@ -51,7 +59,7 @@ def status(host: Host, json_out: bool) -> int:
     else:
         from cxlctl.render import print_status
 
-        print_status(inv, measured)
+        print_status(inv, only, measured)
     return EXIT_INCOMPLETE if inv.unknown else 0
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio import paths, toml
@@ -32,14 +32,34 @@ _LABEL_NS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 
 class ConfigError(UsageError):
-    """A configuration that cannot be used: names the file, the key and the reason (exit 2)."""
+    """A configuration that cannot be used: names the file and, for each problem, its line, key and reason (exit 2).
 
-    def __init__(self, where: str, key: Optional[str], reason: str) -> None:
-        loc = f"{where}: {key}: " if key else f"{where}: "
-        super().__init__(f"bad configuration {loc}{reason}", hint="see docs/daemon.md for every key and its default")
+    Every problem of the file is in the one message (``line 3: drift.acton: …; line 9: …``), so an
+    operator fixes the file in one pass instead of one daemon restart per typo.  ``key`` and
+    ``reason`` are the first problem's; ``problems`` holds them all as (line, key, reason).
+    """
+
+    def __init__(
+        self,
+        where: str,
+        key: Optional[str],
+        reason: str,
+        *,
+        line: Optional[int] = None,
+        more: Sequence[Tuple[Optional[int], Optional[str], str]] = (),
+    ) -> None:
+        self.problems: List[Tuple[Optional[int], Optional[str], str]] = [(line, key, reason), *more]
+        parts = []
+        for ln, k, r in self.problems:
+            at = f"line {ln}: " if ln is not None else ""
+            parts.append(f"{at}{k}: {r}" if k else f"{at}{r}")
+        super().__init__(
+            f"bad configuration {where}: " + "; ".join(parts), hint="see docs/daemon.md for every key and its default"
+        )
         self.where = where
         self.key = key
         self.reason = reason
+        self.line = line
 
 
 class Config(NamedTuple):
@@ -217,42 +237,83 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
 }
 
 
-def validate(where: str, data: Dict[str, Any]) -> Config:
-    """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming the first problem."""
+Problem = Tuple[Optional[str], str]  # (key, reason)
+
+
+def _check(data: Dict[str, Any]) -> Tuple[Dict[str, Dict[str, Any]], List[Problem]]:
+    """Every key checked: the values (defaults where a key is absent or bad) and every problem, in file order."""
     values: Dict[str, Dict[str, Any]] = {s: {k: d for k, (_, d) in keys.items()} for s, keys in SCHEMA.items()}
+    bad: List[Problem] = []
     sections = [s for s in SCHEMA if s]
     for key, val in data.items():
         if key in SCHEMA[""]:
             table, sect = {key: val}, ""
         elif key in SCHEMA:
             if not isinstance(val, dict):
-                raise ConfigError(where, key, "must be a table ([" + key + "])")
+                bad.append((key, "must be a table ([" + key + "])"))
+                continue
             table, sect = val, key
         else:
-            raise ConfigError(where, key, f"unknown key (allowed: profile and the tables {', '.join(sections)})")
+            bad.append((key, f"unknown key (allowed: profile and the tables {', '.join(sections)})"))
+            continue
         for k, v in table.items():
             full = f"{sect}.{k}" if sect else k
             if k not in SCHEMA[sect]:
-                raise ConfigError(where, full, f"unknown key (allowed: {', '.join(SCHEMA[sect])})")
-            check = SCHEMA[sect][k][0]
+                bad.append((full, f"unknown key (allowed: {', '.join(SCHEMA[sect])})"))
+                continue
             try:
-                values[sect][k] = check(v)
+                values[sect][k] = SCHEMA[sect][k][0](v)
             except ValueError as e:
-                raise ConfigError(where, full, str(e)) from None
+                bad.append((full, str(e)))
+    keys = {k for k, _ in bad}
+    r, m = values["reconcile"], values["metrics"]
+    if not keys & {"reconcile.debounce_ms", "reconcile.max_delay_ms"} and r["max_delay_ms"] < r["debounce_ms"]:
+        bad.append(("reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})"))
+    if not keys & {"metrics.listen", "metrics.allow_remote"}:
+        listen = parse_listen(m["listen"])
+        if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
+            bad.append(
+                (
+                    "metrics.listen",
+                    f"{listen[0]} is not a loopback address; the endpoint has no authentication "
+                    "(set metrics.allow_remote = true to expose it anyway)",
+                )
+            )
+    n = values["nfd"]
+    if "nfd.dir" not in keys and n["enabled"] and not n["dir"]:
+        bad.append(("nfd.dir", "must be set when nfd.enabled is true"))
+    return values, bad
+
+
+def _raise(where: str, bad: List[Problem], text: Optional[str]) -> None:
+    """:class:`ConfigError` with every problem, each with the line its key is on in ``text``."""
+    lines = toml.key_lines(text) if text is not None else {}
+
+    def line(key: Optional[str]) -> Optional[int]:
+        while key:
+            if key in lines:
+                return lines[key]
+            key = key.rpartition(".")[0]  # a key given as an inline table: the table's line
+        return None
+
+    located = sorted(((line(k), k, r) for k, r in bad), key=lambda p: (p[0] is None, p[0] or 0))
+    (ln, k, r), *more = located
+    raise ConfigError(where, k, r, line=ln, more=more)
+
+
+def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, host: Optional[Host] = None) -> Config:
+    """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming every problem (with its line when
+    ``text``, the file's text, is given).  With ``host``, ``profile =`` must name a profile that loads."""
+    values, bad = _check(data)
+    if host is not None and values[""]["profile"] and not any(k == "profile" for k, _ in bad):
+        reason = profile_problem(host, values[""]["profile"])
+        if reason is not None:
+            bad.append(("profile", reason))
+    if bad:
+        _raise(where, bad, text)
     r, d, m = values["reconcile"], values["drift"], values["metrics"]
-    if r["max_delay_ms"] < r["debounce_ms"]:
-        raise ConfigError(where, "reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})")
     listen = parse_listen(m["listen"])
-    if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
-        raise ConfigError(
-            where,
-            "metrics.listen",
-            f"{listen[0]} is not a loopback address; the endpoint has no authentication "
-            "(set metrics.allow_remote = true to expose it anyway)",
-        )
     n, h = values["nfd"], values["health"]
-    if n["enabled"] and not n["dir"]:
-        raise ConfigError(where, "nfd.dir", "must be set when nfd.enabled is true")
     return Config(
         source=where if where != "<defaults>" else None,
         profile=values[""]["profile"] or None,
@@ -295,19 +356,17 @@ def load(host: Host, path: Optional[str] = None) -> Config:
     explicit = path is not None
     file = path if path is not None else host.path(CONFIG_PATH)
     try:
-        data = toml.load(file)
+        text = toml.load_text(file)
+        data = toml.loads(text)
     except toml.TomlError as e:
         if e.missing and not explicit:
             return defaults()
-        raise ConfigError(file, None, e.reason) from None
-    cfg = validate(file, data)
-    if cfg.profile:
-        check_profile(host, file, cfg.profile)
-    return cfg
+        raise ConfigError(file, None, e.reason, line=e.line) from None
+    return validate(file, data, text=text, host=host)
 
 
-def check_profile(host: Host, where: str, ref: str) -> None:
-    """``profile =`` must name a profile that loads (under ``host.root``), or the file is refused (exit 2).
+def profile_problem(host: Host, ref: str) -> Optional[str]:
+    """Why ``profile = ref`` cannot be used (it must name a profile that loads under ``host.root``), or None.
 
     A typo there would otherwise surface only as a reconcile that fails every pass
     while the daemon reports itself ready.
@@ -319,7 +378,8 @@ def check_profile(host: Host, where: str, ref: str) -> None:
         load_profile(host, ref)
     except ProfileError as e:
         known = f" ({e.hint})" if e.hint.startswith("known profiles") else ""
-        raise ConfigError(where, "profile", f"cannot use profile {ref!r}: {e}{known}") from None
+        return f"cannot use profile {ref!r}: {e}{known}"
+    return None
 
 
 def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:

@@ -136,6 +136,11 @@ def _totals(inv: Inventory, memdevs: Sequence[Memdev], cxl: Sequence[Node]) -> T
     )
 
 
+def totals(inv: Inventory) -> Totals:
+    """The totals of an already derived inventory, e.g. one ``status --memdev`` cut down (status_filter)."""
+    return _totals(inv, inv.memdevs, [n for n in inv.nodes if n.kind == "cxl"])
+
+
 def _not_root(notes: Sequence[Tuple[str, str]]) -> List[Warning_]:
     """One warning for all root-only attributes that could not be read."""
     if not any(p for p, why in notes if "permission denied" in why):

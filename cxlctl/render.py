@@ -257,9 +257,8 @@ def _endpoint_label(inv: Inventory, p: Port) -> str:
     m = next((x for x in inv.memdevs if x.name == p.memdev), None)
     if m is None:
         return f"{_e(p.name)} → {_or(p.memdev)}"
-    decs = {d.name: d for d in inv.decoders}
-    used = [decs[d] for d in p.decoders if d in decs and decs[d].dpa_size]
-    regs = ", ".join(sorted({_e(d.region) for d in used if d.region})) or "no region"
+    # the memdev's own regions (from its endpoint decoders, derive): right in a filtered view too
+    regs = ", ".join(_e(r) for r in m.regions) or "no region"
     return (
         f"[green]{_e(m.name)}[/green] ram {format_size(m.ram_size)}"
         + (f" pmem {format_size(m.pmem_size)}" if m.pmem_size else "")
@@ -511,12 +510,16 @@ def _warnings(inv: Inventory, out: _Out) -> None:
         out.line(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
 
 
-def _status(inv: Inventory, out: _Out, measured: Optional[Stored] = None) -> None:
+def _status(inv: Inventory, out: _Out, only: Optional[str] = None, measured: Optional[Stored] = None) -> None:
     out.line(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}", highlight=False)
+    if only:
+        out.line(_e(f"only {only} and what relates to it"), highlight=False)
     if inv.has_cxl:
         out.tree(_topology(inv))
     elif paths.CXL_DEVICES in unreadable(inv):  # unknown, not empty
         out.line(f"[red]CXL devices: {_e(unreadable(inv)[paths.CXL_DEVICES])}[/red]", highlight=False)
+    elif only:
+        out.line("[cyan]No CXL device relates to it.[/cyan]")
     else:
         out.line("[cyan]No CXL devices on this host.[/cyan]")
     if inv.regions:
@@ -536,17 +539,22 @@ def _status(inv: Inventory, out: _Out, measured: Optional[Stored] = None) -> Non
     _warnings(inv, out)
 
 
-def render_status(inv: Inventory, console: Console, measured: Optional[Stored] = None) -> None:
-    """``cxlctl status``'s view on ``console`` (rich: colours when it is a terminal)."""
-    _status(inv, _RichOut(console), measured)
+def render_status(
+    inv: Inventory, console: Console, only: Optional[str] = None, measured: Optional[Stored] = None
+) -> None:
+    """``cxlctl status``'s view on ``console`` (rich: colours when it is a terminal); ``only``: what
+    a filtered view keeps (``memdev mem0``), said under the heading; ``measured``: cxlctl probe's figures."""
+    _status(inv, _RichOut(console), only, measured)
 
 
-def plain_status(inv: Inventory, width: int, measured: Optional[Stored] = None) -> Optional[str]:
+def plain_status(
+    inv: Inventory, width: int, only: Optional[str] = None, measured: Optional[Stored] = None
+) -> Optional[str]:
     """The view as rich would print it uncoloured at ``width`` columns, laid out without rich;
     None where that layout cannot promise rich's output (then rich must print it)."""
     out = _PlainOut(width)
     try:
-        _status(inv, out, measured)
+        _status(inv, out, only, measured)
     except _NotPlain:
         return None
     return "".join(out.parts)
@@ -563,14 +571,14 @@ def _uncoloured(stream: object) -> bool:
     return not any(v in os.environ for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "JUPYTER_COLUMNS", "JPY_PARENT_PID"))
 
 
-def print_status(inv: Inventory, measured: Optional[Stored] = None) -> None:
+def print_status(inv: Inventory, only: Optional[str] = None, measured: Optional[Stored] = None) -> None:
     """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
     from .term import width
 
-    text = plain_status(inv, width(), measured) if _uncoloured(sys.stdout) else None
+    text = plain_status(inv, width(), only, measured) if _uncoloured(sys.stdout) else None
     if text is not None:
         sys.stdout.write(text)
         return
     from .term import console
 
-    render_status(inv, console(highlight=True), measured)
+    render_status(inv, console(highlight=True), only, measured)

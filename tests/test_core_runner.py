@@ -267,7 +267,7 @@ def test_health_notes_odd_bytes_from_ndctl_instead_of_crashing(tmp_path: Any, mo
 
     _fake_cxl(tmp_path, r"printf '[\377]\n'")
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    health, media, notes = hmod._ndctl_health(Host("/"), ["mem0"])
+    health, media, notes, _ = hmod._ndctl_health(Host("/"), ["mem0"])
     assert health == {} and media == {}
     assert notes[0] == "cxl list -M -H printed something that is not JSON; fix: run `cxl list -M -H` by hand"
 
@@ -276,8 +276,11 @@ def test_health_notes_a_missing_ndctl_with_the_fix(tmp_path: Any, monkeypatch: A
     from cxlctl.ras import health as hmod
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    _, _, notes = hmod._ndctl_health(Host("/"), ["mem0"])
+    _, _, notes, why = hmod._ndctl_health(Host("/"), ["mem0"])
     assert notes[0] == "cxl is not installed (not on PATH); fix: install ndctl"
+    # a memdev's health line says what was looked for and this reason (issue 35 row 14)
+    assert why.startswith("looked for the device's health log, read through its mailbox by `cxl list -M -H`")
+    assert why.endswith("it could not run: cxl is not installed (not on PATH); fix: install ndctl")
 
 
 def test_loading_a_dax_driver_without_modprobe_is_a_clear_error(tmp_path: Any, monkeypatch: Any) -> None:

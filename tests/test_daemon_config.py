@@ -129,10 +129,60 @@ def test_bad_configuration_exits_2_naming_file_key_reason(
     assert out.out == ""
     first = out.err.splitlines()[0]
     path = root + "/etc/cxlctl/cxlctl.toml"
-    want = f"cxlctl: error: bad configuration {path}: " + (f"{key}: " if key else "")
+    # the line of the key (or of the parser's error): every BAD text puts it on its last line
+    want = f"cxlctl: error: bad configuration {path}: line {text.count(chr(10))}: " + (f"{key}: " if key else "")
     assert first.startswith(want), first
     assert reason in first, first
     assert "Traceback" not in out.err and "hint: see docs/daemon.md" in out.err
+
+
+def test_every_problem_is_reported_each_with_its_line(tmp_path: Any, capsys: Any) -> None:
+    """Issue 35 row 12: all the file's problems in one message, in file order, each with its line."""
+    from cxlctl.cli import run
+
+    text = (
+        "# fleet configuration\n"
+        "[drift]\n"
+        "acton = 'reapply'\n"  # line 3: a typo
+        "interval = 0.5\n"  # line 4: out of range
+        "[health]\n"
+        "timeout = 0\n"  # line 6
+        "[nfd]\n"
+        "namespace = 'Not_A_Domain'\n"  # line 8
+        "[bogus]\n"  # line 9
+        "x = 1\n"
+    )
+    root = _root(tmp_path, text)
+    rc = run(["--root", root, "daemon", "config"])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == ""
+    first = out.err.splitlines()[0]
+    assert first.startswith(f"cxlctl: error: bad configuration {root}/etc/cxlctl/cxlctl.toml: line 3: drift.acton: ")
+    for want in (
+        "; line 4: drift.interval: 0.5 is out of range",
+        "; line 6: health.timeout: 0 is out of range",
+        "; line 8: nfd.namespace: must be a DNS subdomain",
+        "; line 9: bogus: unknown key",
+    ):
+        assert want in first, (want, first)
+    assert first.index("line 4:") < first.index("line 6:") < first.index("line 8:") < first.index("line 9:")
+    with pytest.raises(ConfigError) as e:
+        load(Host(root))
+    assert [(ln, k) for ln, k, _ in e.value.problems] == [
+        (3, "drift.acton"),
+        (4, "drift.interval"),
+        (6, "health.timeout"),
+        (8, "nfd.namespace"),
+        (9, "bogus"),
+    ]
+
+
+def test_a_bad_profile_is_reported_with_the_other_problems(tmp_path: Any) -> None:
+    root = _root(tmp_path, "profile = 'no-such-profile'\n[log]\nlevel = 'loud'\n")
+    with pytest.raises(ConfigError) as e:
+        load(Host(root))
+    assert [(ln, k) for ln, k, _ in e.value.problems] == [(1, "profile"), (3, "log.level")]
+    assert "cannot use profile 'no-such-profile'" in str(e.value)
 
 
 def test_remote_listen_needs_allow_remote() -> None:

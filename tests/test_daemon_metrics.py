@@ -210,7 +210,7 @@ def test_textfile_and_nfd_outputs(tmp_path: Any) -> None:
     ns = "feature.node.kubernetes.io/"
     assert labels[ns + "cxl.present"] == ("true" if inv.has_cxl else "false")
     assert labels[ns + "cxl.memdevs"] == str(len(inv.memdevs))
-    assert labels[ns + "cxl.capacity-gib"] == str(inv.totals.cxl_capacity >> 30)
+    assert labels[ns + "cxl.capacity-mib"] == str(inv.totals.cxl_capacity >> 20)
     cxl = sorted(n.id for n in inv.nodes if n.kind == "cxl" and n.has_memory)
     assert labels[ns + "cxl.numa-nodes"] == ("_".join(map(str, cxl)) if cxl else "none")
     for k, v in labels.items():

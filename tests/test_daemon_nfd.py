@@ -40,15 +40,18 @@ def test_capacity_per_tier_from_the_cxl_nodes(root: str) -> None:
     lb = _labels(root)
     cxl = [n for n in inv.nodes if n.kind == "cxl" and n.has_memory]
     assert cxl and all(n.tier is not None for n in cxl)
-    for tier in {n.tier for n in cxl}:
+    for rank, tier in enumerate(sorted({n.tier for n in cxl if n.tier is not None}), 1):
         nodes = [n for n in cxl if n.tier == tier]
-        assert lb[f"{NS}cxl.tier-{tier}.online-mib"] == str(sum(n.mem_total or 0 for n in nodes) >> 20)
-        assert lb[f"{NS}cxl.tier-{tier}.free-mib"] == str(sum(n.mem_free or 0 for n in nodes) >> 20)
+        assert lb[f"{NS}cxl.tier-rank-{rank}.kernel-tier"] == str(tier)
+        assert lb[f"{NS}cxl.tier-rank-{rank}.online-mib"] == str(sum(n.mem_total or 0 for n in nodes) >> 20)
+        assert lb[f"{NS}cxl.tier-rank-{rank}.free-mib"] == str(sum(n.mem_free or 0 for n in nodes) >> 20)
     # the recorded regions are 512 MiB / 1 GiB: visible in MiB, where the GiB totals round to 0 or 1
     # (one tier without HMAT, tier 22; the HMAT guest's fast and slow nodes get a tier each)
-    assert sum(int(lb[f"{NS}cxl.tier-{t}.online-mib"]) for t in {n.tier for n in cxl}) >= 400
-    # no tier label for the DRAM tier
-    assert not [k for k in lb if k.startswith(NS + "cxl.tier-4.")]
+    ranks = len({n.tier for n in cxl})
+    assert sum(int(lb[f"{NS}cxl.tier-rank-{r}.online-mib"]) for r in range(1, ranks + 1)) >= 400
+    # no tier label for the DRAM tier, none beyond the tiers holding CXL memory
+    assert not [k for k in lb if ".kernel-tier" in k and lb[k] == "4"]
+    assert not [k for k in lb if k.startswith(f"{NS}cxl.tier-rank-{ranks + 1}.")]
     assert lb[NS + "cxl.weighted-interleave.mode"] == "manual"  # 6.12: weights, no auto mode (6.16)
     for k, v in lb.items():
         assert nfd.valid_value(v) and re.fullmatch(r"[a-z0-9.-]+/[A-Za-z0-9][-A-Za-z0-9_.]{0,62}", k), (k, v)
@@ -116,7 +119,7 @@ def test_daemon_writes_the_new_labels_with_an_expiry(tmp_path: Any) -> None:
     assert re.search(r"^# \+expiry-time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", text, re.M), text
     assert f"{NS}cxl.tiering=damon\n" in text
     assert f"{NS}cxl.weighted-interleave.mode=manual\n" in text
-    assert re.search(rf"^{re.escape(NS)}cxl\.tier-22\.online-mib=\d+$", text, re.M)
+    assert re.search(rf"^{re.escape(NS)}cxl\.tier-rank-1\.online-mib=\d+$", text, re.M)
 
 
 def test_record_captures_the_kdamond_state(tmp_path: Any) -> None:
@@ -131,12 +134,32 @@ def test_cli_labels_show_the_tiering(capsys: Any) -> None:
     capsys.readouterr()
     assert run(["--root", fixture_roots("linux-6.12/single-region")[0], "daemon", "labels"]) == 0
     out = capsys.readouterr().out
-    assert f"{NS}cxl.tiering=none" in out and f"{NS}cxl.tier-22.free-mib=" in out
+    assert f"{NS}cxl.tiering=none" in out and f"{NS}cxl.tier-rank-1.free-mib=" in out
 
 
 @pytest.mark.parametrize("series", ["linux-6.12", "linux-7.x"])
 def test_recorded_devdax_tree_labels_only_the_numa_tier(series: str) -> None:
     """A devdax region is no NUMA memory: only the system-ram region's 256 MiB count in the tier."""
     lb = _labels(fixture_roots(f"{series}/switch2-devdax")[0])
-    assert lb[NS + "cxl.tier-22.online-mib"] == "256"
+    assert lb[NS + "cxl.tier-rank-1.online-mib"] == "256"
     assert lb[NS + "cxl.memdevs"] == "2" and lb[NS + "cxl.numa-nodes"] == "1"
+
+
+def test_a_fleet_shares_label_keys_and_no_capacity_rounds_to_0() -> None:
+    """Issue 35 row 9. The recorded single-device host puts its CXL node in memory_tier22; the HMAT
+    host (firmware figures, CDAT) in memory_tier33 and memory_tier146. The keys a selector uses are
+    the same on both (rank 1 = the fastest tier holding CXL memory), the kernel's id is a value, and
+    the 512 MiB device's capacity reads 512 MiB, not 0 GiB."""
+    plain = _labels(fixture_roots("linux-6.12/single-region")[0])
+    hmat = _labels(fixture_roots("linux-6.12/hmat2-region")[0])
+    assert plain[NS + "cxl.tier-rank-1.kernel-tier"] == "22"
+    assert (hmat[NS + "cxl.tier-rank-1.kernel-tier"], hmat[NS + "cxl.tier-rank-2.kernel-tier"]) == ("33", "146")
+    assert not [k for k in {**plain, **hmat} if re.search(r"\.tier-\d", k)], "no kernel tier id in a key"
+    shared = {k for k in plain if ".tier-rank-" in k}
+    assert shared and shared <= set(hmat)
+    assert plain[NS + "cxl.capacity-mib"] == "512" and plain[NS + "cxl.online-mib"] == "512"
+    assert not [k for k in plain if k.endswith("-gib")]
+    for lb in (plain, hmat):
+        for k, v in lb.items():
+            if k.endswith("-mib") and k.split("/")[1].startswith(("cxl.capacity", "cxl.online", "cxl.tier-rank")):
+                assert int(v) > 0, (k, v)

@@ -8,6 +8,10 @@
 * The ServiceMonitor (a CRD) against prometheus-operator v0.93.0's CRD schema,
   vendored in tests/schemas/ (source in tests/schemas/README.md), made strict
   the same way (the API server would silently prune an unknown field).
+* The NodeFeatureRule against Node Feature Discovery's CRD schema, and the
+  DaemonSet's node selector against the labels NFD gives a node with a CXL
+  memory device, by NFD's own rules: both restated in tests/nfd_rules.py from
+  NFD's source at a named commit.
 * The ConfigMap's cxlctl.toml with the daemon's own configuration loader.
 * The vLLM Deployment: its entrypoint arguments are accepted by ``cxlctl launch
   vllm`` (a dry run on a recorded tree with GPUs, a fake vLLM), it asks for no
@@ -35,6 +39,7 @@ from cxlctl.config import load
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
+from tests import nfd_rules
 from tests.kit import REPO, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
 
@@ -67,6 +72,7 @@ def test_every_manifest_is_known_and_complete() -> None:
             "cxlctl-daemonset.yaml:ServiceAccount",
             "cxlctl-daemonset.yaml:ConfigMap",
             "cxlctl-daemonset.yaml:DaemonSet",
+            "cxlctl-nodefeaturerule.yaml:NodeFeatureRule",
             "cxlctl-openshift-scc.yaml:Role",
             "cxlctl-openshift-scc.yaml:RoleBinding",
             "cxlctl-servicemonitor.yaml:Service",
@@ -80,7 +86,7 @@ def test_every_manifest_is_known_and_complete() -> None:
 def test_core_manifests_validate_against_the_kubernetes_schemas(version: str) -> None:
     n = 0
     for _, doc in _docs():
-        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        if doc["apiVersion"].startswith(("monitoring.coreos.com/", "nfd.k8s-sigs.io/")):
             continue
         kubernetes_validate.validate(doc, version, strict=True)
         n += 1
@@ -139,6 +145,59 @@ def test_servicemonitor_validates_against_the_prometheus_operator_crd() -> None:
     assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
     assert [p["containerPort"] for p in ports if p["name"] == "metrics"] == [9860]
+
+
+# --------------------------------------------------------------------------- the NodeFeatureRule (NFD's CRD)
+
+#: what nfd-worker reads of a CXL type-3 memory device: the kernel's cxl_pci binds PCI class 0x0502
+#: with programming interface 0x10 (drivers/cxl/pci.c, cxl_mem_pci_tbl), so its sysfs ``class`` is
+#: 0x050210; QEMU's emulated device has vendor 0x8086. A GPU (class 0x030200) for the negative case.
+CXL_DEVICE = {"class": "0x050210\n", "vendor": "0x8086\n", "device": "0x0d93\n"}
+GPU_DEVICE = {"class": "0x030200\n", "vendor": "0x10de\n", "device": "0x2330\n"}
+
+
+def _pci(dev: Dict[str, str]) -> Dict[str, str]:
+    return {k: nfd_rules.pci_attribute(k, v) for k, v in dev.items()}
+
+
+def test_nodefeaturerule_validates_against_nfds_crd() -> None:
+    nfr = _find("NodeFeatureRule", "cxlctl-cxl-memory-device")
+    assert nfr["apiVersion"] == "nfd.k8s-sigs.io/v1alpha1"
+    schema = nfd_rules.NODEFEATURERULE_SCHEMA
+    jsonschema.validate(nfr, schema)
+    assert "namespace" not in nfr["metadata"], "the CRD is cluster-scoped"
+    bad = copy.deepcopy(nfr)
+    bad["spec"]["rules"][0]["matchFeatures"][0]["matchExpressions"]["class"]["op"] = "Equals"  # not an op
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    bad = copy.deepcopy(nfr)
+    bad["spec"]["rules"][0]["label"] = bad["spec"]["rules"][0].pop("labels")  # a typo
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
+    """Issue 35 row 10: with stock NFD the old selector (pci-0502.present) matched no node: the pci
+    source labels no class 05 device and names one class_vendor. The rule's label is what NFD sets on
+    a node with a CXL memory device, by its own rules, and only there; nfd-master accepts it."""
+    ds = _find("DaemonSet", "cxlctl")
+    selector = ds["spec"]["template"]["spec"]["nodeSelector"]
+    (rule,) = _find("NodeFeatureRule", "cxlctl-cxl-memory-device")["spec"]["rules"]
+    cxl_node = {"pci.device": [_pci(GPU_DEVICE), _pci(CXL_DEVICE)]}
+    gpu_node = {"pci.device": [_pci(GPU_DEVICE)]}
+    assert _pci(CXL_DEVICE)["class"] == "0502"
+    got = nfd_rules.rule_labels(rule, cxl_node)
+    assert selector.items() <= got.items(), (selector, got)
+    assert nfd_rules.rule_labels(rule, gpu_node) == {}
+    for k, v in got.items():
+        assert nfd_rules.label_problem(k, v) == "", k
+    # stock nfd-worker's own PCI labels for the same node: the GPU only, and never the selector
+    stock = nfd_rules.pci_labels(cxl_node["pci.device"])
+    assert stock == ["feature.node.kubernetes.io/pci-0302_10de.present"]
+    assert "feature.node.kubernetes.io/pci-0502.present" not in nfd_rules.pci_labels(
+        cxl_node["pci.device"], whitelist=["0502"]
+    ), "even with 0502 whitelisted the default fields name it pci-0502_8086"
+    assert not set(selector) & set(stock)
 
 
 # --------------------------------------------------------------------------- the DaemonSet and its ConfigMap
@@ -207,8 +266,9 @@ def test_deployment_entrypoint_is_a_valid_launch(capsys: Any, tmp_path: Any) -> 
     _, c = _vllm()
     assert c["command"] == ["cxlctl", "launch", "vllm"]
     args: List[str] = list(c["args"])
-    # the recorded CXL node holds 512 MiB: a 16G reserve would leave nothing to size
-    args = [re.sub(r"^--reserve=.*", "--reserve=64M", a) for a in args]
+    # the recorded CXL node holds 512 MiB: the same request a thousand times smaller (256G -> 256M)
+    args = [re.sub(r"^--kv-size=(\d+)G$", r"--kv-size=\1M", a) for a in args]
+    assert "--kv-size=256M" in args
     t = copy_fixture(fixture_roots("linux-6.12/single-region")[0], str(tmp_path / "t"))
     add_gpu(t, "0000:17:00.0", 0)
     add_gpu(t, "0000:18:00.0", 0)
@@ -226,7 +286,42 @@ def test_deployment_entrypoint_is_a_valid_launch(capsys: Any, tmp_path: Any) -> 
     assert rc == 0, out.err
     plan = json.loads(out.out)
     assert plan["argv"][:2] == ["vllm", "serve"] and "--kv-offloading-size" in plan["argv"]
+    assert plan["argv"][plan["argv"].index("--kv-offloading-size") + 1] == "0.25"  # GiB: the 256M asked
     assert plan["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+_QUANTITY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
+def _quantity(q: str) -> int:
+    """A Kubernetes binary-suffixed quantity in bytes (the manifests use Ki/Mi/Gi/Ti only)."""
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)", q)
+    assert m, f"{q!r}: use a binary suffix"
+    return int(m.group(1)) * _QUANTITY[m.group(2)]
+
+
+def test_deployment_kv_size_fits_the_pods_own_limits() -> None:
+    """Issue 35 row 11: --kv-size=auto took the node's free CXL memory, which on a node bigger than
+    the manifest assumed exceeded the /dev/shm emptyDir and the memory limit (the pod is killed).
+    The offload has a fixed size: it fits in /dev/shm, /dev/shm fits in the limit with room for the
+    engine, and the node selector asks for at least that much free CXL memory."""
+    from cxlctl.launch.kvsize import parse_size_arg
+
+    spec, c = _vllm()
+    kv = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--kv-size=")]
+    assert len(kv) == 1 and kv[0].lower() != "auto", "a size that cannot grow with the node"
+    assert not [a for a in c["args"] if a.startswith("--reserve")], "--reserve applies to auto only"
+    kv_bytes = parse_size_arg(kv[0], "--kv-size")
+    shm = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/dev/shm"]
+    (vol,) = [v for v in spec["volumes"] if v["name"] == shm]
+    shm_limit = _quantity(vol["emptyDir"]["sizeLimit"])
+    mem_limit = _quantity(c["resources"]["limits"]["memory"])
+    assert kv_bytes <= shm_limit <= mem_limit, (kv_bytes, shm_limit, mem_limit)
+    assert mem_limit - shm_limit >= 16 << 30, "room for the engine's own memory beside /dev/shm"
+    assert _quantity(c["resources"]["requests"]["memory"]) <= mem_limit
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (free,) = [e for t in terms for e in t["matchExpressions"] if e["key"].endswith("/cxl.free-mib")]
+    assert free["operator"] == "Gt" and int(free["values"][0]) << 20 >= kv_bytes
 
 
 # --------------------------------------------------------------------------- the Containerfile

@@ -188,3 +188,33 @@ def test_cli_bad_combinations_are_usage_errors() -> None:
         p = cli("events", *args)
         assert p.returncode == 2, (args, p.stderr)
         assert "Traceback" not in p.stderr
+
+
+def test_text_says_each_word_once_and_the_seconds_unit(rec: Path) -> None:
+    """Issue 35 row 15: a poison event reads ``poison mem3``, not ``poison poison mem3``; the journal
+    message likewise; a general-media event keeps its severity; the timestamp says it is seconds."""
+    tree = str(rec / "hb2x2-region-ras")
+    p = cli("--root", tree, "events", "--input", str(rec / "events" / "poison-in-region.txt"))
+    assert p.returncode == 0, p.stderr
+    heads = [x for x in p.stdout.splitlines() if x.startswith("[")]
+    assert heads and all(" s] poison mem" in h for h in heads), heads
+    assert "poison poison" not in p.stdout
+    p = cli("--root", tree, "events", "--input", str(rec / "events" / "general-media-in-region.txt"))
+    assert " s] general_media informational mem" in p.stdout
+    (poison, *_), _ = _events(rec, "poison-in-region")
+    assert poison.severity == "poison" and poison.severity_note() == ""
+
+
+def test_an_empty_recording_says_it_is_empty(tmp_path: Path) -> None:
+    """The recorded correctable-error stream is empty (QEMU's AER injection gave no cxl event):
+    the message says so, and a file of other trace events says that instead."""
+    src = EVENTS / "correctable-error.txt"
+    assert src.read_text() == ""
+    p = cli("--root", str(TREE), "events", "--input", str(src))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"no CXL events: the recording is empty (source: {src})"
+    other = tmp_path / "sched.txt"
+    line = (EVENTS / "poison-in-region.txt").read_text().splitlines()[0].replace("cxl_poison:", "sched_switch:")
+    other.write_text(line + "\n")
+    p = cli("--root", str(TREE), "events", "--input", str(other))
+    assert "holds 1 other trace event(s) and 0 unreadable line(s), none from the cxl group" in p.stdout

@@ -22,8 +22,8 @@ OK: Dict[str, Any] = {"maintenance_needed": False, "performance_degraded": False
 
 
 def _ndctl(answer: Dict[str, Dict[str, Any]]) -> Any:
-    def fake(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
-        return {m: answer.get(m, OK) for m in memdevs}, {}, []
+    def fake(root: str, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str], str]:
+        return {m: answer.get(m, OK) for m in memdevs}, {}, [], ""
 
     return fake
 
@@ -62,3 +62,22 @@ def test_poison_on_a_list_is_a_problem() -> None:
         hmod.MemdevReport("mem3", None, None, None, None, None, None, None, None, (), None, none),
     ]
     assert hmod.problems(md) == ["mem2: 1 poisoned range(s)"]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_no_device_data_says_what_was_looked_for_and_how_to_get_it(capsys: Any, json_out: bool) -> None:
+    """Issue 35 row 14: a recorded tree has no device to ask; the memdev's health line names the source
+    (`cxl list -M -H`, the device's health log) and the command that reads it on the host."""
+    assert main(["--root", TREE, "health", "--no-poison", *(["--json"] if json_out else [])]) == 0
+    out = capsys.readouterr().out
+    if json_out:
+        mds = json.loads(out)["memdevs"]
+        assert mds and all(m["health"] is None for m in mds)
+        why = {m["health_missing"] for m in mds}
+        assert len(why) == 1
+        (text,) = why
+    else:
+        assert "not available (ndctl)" not in out
+        text = " ".join(out.split())
+        assert text.count("health: no device data: looked for") == 4
+    assert "`cxl list -M -H` (ndctl)" in text and "run `sudo cxlctl health` on the host" in text

@@ -139,18 +139,54 @@ def test_persist_writes_sysctl_d_and_revert_removes(source: str, tmp_path: Any, 
     root = work_copy(source, str(tmp_path / "root"))
     before = snapshot(root)
     res = _json(["--root", root, "tune", "apply", "inference-capacity", "--persist"])
-    assert res["persisted"] == ["/etc/sysctl.d/90-cxlctl.conf", "/var/lib/cxlctl/active-profile"]
+    demotion = os.path.exists(root + "/sys/kernel/mm/numa/demotion_enabled")
+    files = ["/etc/sysctl.d/90-cxlctl.conf", *(["/etc/tmpfiles.d/90-cxlctl.conf"] if demotion else [])]
+    files.append("/var/lib/cxlctl/active-profile")
+    assert res["persisted"] == files
     conf = _read(root, "/etc/sysctl.d/90-cxlctl.conf")
     assert "vm.zone_reclaim_mode = 0" in conf and "vm.swappiness = 10" in conf
     if os.path.exists(root + "/proc/sys/kernel/numa_balancing"):
         assert "kernel.numa_balancing = 2" in conf
-    assert "demotion" not in conf  # sysfs knobs are the daemon's job at boot
+    assert "demotion" not in conf  # a sysfs knob: tmpfiles.d's, not sysctl.d's
     active = json.loads(_read(root, "/var/lib/cxlctl/active-profile"))
     assert active["profile"] == "inference-capacity"
     st = _json(["--root", root, "tune", "status"])
     assert st["persisted"]["profile"] == "inference-capacity"
+    assert st["persisted"]["tmpfiles_file"] == ("/etc/tmpfiles.d/90-cxlctl.conf" if demotion else None)
     rev = _json(["--root", root, "tune", "revert"])
-    assert sorted(rev["removed"]) == ["/etc/sysctl.d/90-cxlctl.conf", "/var/lib/cxlctl/active-profile"]
+    assert sorted(rev["removed"]) == sorted(files)
+    assert diff(before, snapshot(root)) == []
+
+
+@pytest.mark.parametrize("source", ["linux-6.12/hmat2-region", "linux-7.x/hmat2-region"])
+def test_persist_carries_demotion_to_boot_in_tmpfiles_d(source: str, tmp_path: Any, capsys: Any) -> None:
+    """Issue 35 row 13: with --persist and no daemon, numa_balancing=2 came back at boot (sysctl.d) but
+    demotion did not (a sysfs file). Now a tmpfiles.d ``w`` line writes it at boot, under --root; the
+    knobs no boot file can carry (weights) are named at apply time with the daemon that restores them;
+    `tune status` shows the file and `tune revert` removes it."""
+    root = work_copy(source, str(tmp_path / "root"))
+    before = snapshot(root)
+    rc = run(["--root", root, "tune", "apply", "inference-bandwidth", "--persist"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    tmpfiles = _read(root, "/etc/tmpfiles.d/90-cxlctl.conf")
+    lines = [x for x in tmpfiles.splitlines() if x and not x.startswith("#")]
+    assert "w /sys/kernel/mm/numa/demotion_enabled - - - - 1" in lines, tmpfiles
+    for line in lines:  # tmpfiles.d(5): Type Path Mode User Group Age Argument; w takes no mode or owner
+        typ, path, mode, user, group, age, arg = line.split(" ")
+        assert (typ, mode, user, group, age) == ("w", "-", "-", "-", "-") and path.startswith("/sys/") and arg
+        assert os.path.exists(root + path), path
+    assert f"persisted:{root}/etc/tmpfiles.d/90-cxlctl.conf" in "".join(out.out.split())  # (a long root folds)
+    said = " ".join((out.out + out.err).split())
+    assert "weighted_interleave: in no boot file" in said, said
+    assert "`sudo systemctl enable --now cxlctl.service`" in said
+    st = _json(["--root", root, "tune", "status"])
+    assert st["persisted"]["tmpfiles_file"] == "/etc/tmpfiles.d/90-cxlctl.conf"
+    assert run(["--root", root, "tune", "status"]) == 0
+    assert "/etc/tmpfiles.d/90-cxlctl.conf" in capsys.readouterr().out
+    assert run(["--root", root, "tune", "revert"]) == 0
+    capsys.readouterr()
+    assert not os.path.exists(root + "/etc/tmpfiles.d/90-cxlctl.conf")
     assert diff(before, snapshot(root)) == []
 
 

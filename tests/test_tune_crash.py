@@ -104,6 +104,10 @@ def test_sigkill_with_persist_then_revert_removes_files(tmp_path: Any) -> None:
             break
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert journal(root).persist == {"/etc/sysctl.d/90-cxlctl.conf": None, "/var/lib/cxlctl/active-profile": None}
+    assert journal(root).persist == {
+        "/etc/sysctl.d/90-cxlctl.conf": None,
+        "/etc/tmpfiles.d/90-cxlctl.conf": None,
+        "/var/lib/cxlctl/active-profile": None,
+    }
     assert run(["--root", root, "tune", "revert"]) == 0
     assert diff(before, snapshot(root)) == []

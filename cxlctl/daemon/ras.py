@@ -174,7 +174,8 @@ class RasWatcher:
             if x
         )
         on = ev.memdev or (f"port {ev.port}" if ev.port else "?")
-        msg = f"CXL {ev.kind} ({ev.severity}) on {on}" + (f": {where}" if where else "")
+        sev = ev.severity_note()
+        msg = f"CXL {ev.kind}{f' ({sev})' if sev else ''} on {on}" + (f": {where}" if where else "")
         level = (
             logging.WARNING
             if ev.severity in ("warning", "failure", "fatal", "uncorrectable", "poison")

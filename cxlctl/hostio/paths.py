@@ -161,6 +161,8 @@ NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 SYSCTL_CONF = "/etc/sysctl.conf"
 PERSIST_SYSCTL = "/etc/sysctl.d/90-cxlctl.conf"
+#: sysfs knobs for systemd-tmpfiles at boot (``w PATH - - - - VALUE`` lines, tmpfiles.d(5))
+PERSIST_TMPFILES = "/etc/tmpfiles.d/90-cxlctl.conf"
 TUNED_ACTIVE = "/etc/tuned/active_profile"
 TUNED_MAIN = "/etc/tuned/tuned-main.conf"
 TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")

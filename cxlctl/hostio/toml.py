@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .reader import Reader, Unreadable
 
@@ -27,10 +27,11 @@ class TomlError(ValueError):
     (ProfileError, ConfigError), which names the file.
     """
 
-    def __init__(self, reason: str, *, missing: bool = False) -> None:
+    def __init__(self, reason: str, *, missing: bool = False, line: Optional[int] = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.missing = missing
+        self.line = line  # the parser's line for a syntax error, when it said one
 
 
 def nesting_depth(text: str) -> int:
@@ -88,11 +89,20 @@ def loads(text: str) -> Dict[str, Any]:
     except RecursionError:
         raise TomlError(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
     except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
-        raise TomlError(f"invalid TOML: {e}") from None
+        import re  # only for a file that does not parse
+
+        # tomllib and tomli end their message with "(at line N, column M)"
+        m = re.search(r"\(at line (\d+), column \d+\)", str(e))
+        raise TomlError(f"invalid TOML: {e}", line=int(m.group(1)) if m else None) from None
 
 
 def load(path: str) -> Dict[str, Any]:
     """Read and parse a TOML file (a real path, already under the root)."""
+    return loads(load_text(path))
+
+
+def load_text(path: str) -> str:
+    """A TOML file's text (bounded, UTF-8), for a caller that also wants :func:`key_lines` of it."""
     try:
         raw = Reader().read(os.path.abspath(path), limit=MAX_BYTES)
     except Unreadable as e:
@@ -100,7 +110,71 @@ def load(path: str) -> Dict[str, Any]:
     if raw is None:
         raise TomlError("no such file", missing=True)
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise TomlError("not UTF-8 text") from None
-    return loads(text)
+
+
+def key_lines(text: str) -> Dict[str, int]:
+    """Dotted key → the 1-based line defining it (``drift.action`` → 3), tables included (``drift`` → 2).
+
+    Why: the parser returns values without positions, and an error message that says which line
+    to fix is the one an operator can act on.  A line scan, not a parser: bare and quoted keys,
+    ``[table]`` headers and dotted keys; lines inside a multi-line string or array are skipped.
+    The first definition wins (a duplicate is the parser's error, with its own line).
+    """
+    import re
+
+    header = re.compile(r"^\s*\[\s*([^\[\]#]+?)\s*\]")
+    key = re.compile(
+        r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*="
+    )
+    out: Dict[str, int] = {}
+    table = ""
+    open_ml = ""  # the delimiter of a multi-line string being skipped
+    depth = 0  # open brackets of a multi-line array being skipped
+    for n, line in enumerate(text.splitlines(), 1):
+        if open_ml:
+            if open_ml in line:
+                open_ml = ""
+            continue
+        if depth > 0:
+            depth += line.count("[") - line.count("]")
+            continue
+        m = header.match(line)
+        if m:
+            table = _dotted(m.group(1))
+            out.setdefault(table, n)
+            continue
+        m = key.match(line)
+        if not m:
+            continue
+        name = _dotted(m.group(1))
+        out.setdefault(f"{table}.{name}" if table else name, n)
+        rest = line[m.end() :]
+        for q in ('"""', "'''"):
+            if rest.count(q) == 1:
+                open_ml = q
+        if not open_ml and rest.lstrip().startswith("["):
+            depth = rest.count("[") - rest.count("]")
+    return out
+
+
+def _dotted(spec: str) -> str:
+    """``a . "b" . c`` → ``a.b.c`` (quotes dropped; a dot inside quotes is kept as written)."""
+    parts, cur, quote = [], "", ""
+    for c in spec:
+        if quote:
+            if c == quote:
+                quote = ""
+            else:
+                cur += c
+        elif c in "\"'":
+            quote = c
+        elif c == ".":
+            parts.append(cur.strip())
+            cur = ""
+        elif not c.isspace():
+            cur += c
+    parts.append(cur.strip())
+    return ".".join(parts)

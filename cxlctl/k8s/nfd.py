@@ -17,7 +17,8 @@ the daemon stops refreshing the file (it rewrites it on every rescan).  The
 temporary file is a dot-file, which NFD skips, then renamed into place.
 
 Beyond presence and totals, the labels say what a scheduler needs to place an
-inference pod: CXL capacity online/free per memory tier, whether and how
+inference pod: CXL capacity online/free per memory tier (keyed by the tier's rank,
+:func:`tier_ranks`, never by the kernel's id), whether and how
 weighted interleave is set (``auto`` since 6.16, else manual weights), the
 tiering engine in effect (kernel NUMA-balancing tiering, a running DAMON
 kdamond, both, or none: :func:`tiering_engine`, read only) and, only where the
@@ -30,7 +31,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import atomic_write
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from cxlctl.ras.health_probe import Health
 
 FILE_NAME = "cxlctl"
-GIB = 1 << 30
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -51,8 +51,24 @@ def valid_value(v: str) -> bool:
     return len(v) <= 63 and _VALUE.match(v) is not None
 
 
-def _gib(n: int) -> str:
-    return str(n // GIB)
+def _mib(n: int) -> str:
+    """Bytes as whole MiB: a 512 MiB device is ``512``, where GiB rounded it to ``0`` (and a label's
+    ``Gt``/``Lt`` compare integers, so a unit fine enough for the smallest device is the one to use)."""
+    return str(n >> 20)
+
+
+def tier_ranks(tiers: Set[int]) -> Dict[int, int]:
+    """Kernel memory tier id → rank among ``tiers`` (1 = the fastest), for label keys a fleet shares.
+
+    Why not the id itself: the kernel names a tier by its abstract distance,
+    ``memory_tierN`` with N = adistance >> MEMTIER_CHUNK_BITS (mm/memory-tiers.c,
+    ``find_create_memory_tier``), and the abstract distance of CXL memory comes from
+    the firmware's HMAT/CDAT figures: the same device is tier 22 on one host, 33 or
+    146 on another.  A smaller id is a smaller distance (faster memory), so ranking
+    the ids keeps the kernel's order while giving a selector a key that exists on
+    every node: ``cxl.tier-rank-1.free-mib`` is the fastest tier holding CXL memory.
+    """
+    return {t: i for i, t in enumerate(sorted(tiers), 1)}
 
 
 #: kernel.numa_balancing bit 2: NUMA_BALANCING_MEMORY_TIERING (promotion from slow tiers)
@@ -108,9 +124,9 @@ def labels(
     out: Dict[str, str] = {
         "cxl.present": "true" if inv.has_cxl else "false",
         "cxl.memdevs": str(len(inv.memdevs)),
-        "cxl.capacity-gib": _gib(t.cxl_capacity),
-        "cxl.online-gib": _gib(t.cxl_online),
-        "cxl.free-gib": _gib(t.cxl_free),
+        "cxl.capacity-mib": _mib(t.cxl_capacity),
+        "cxl.online-mib": _mib(t.cxl_online),
+        "cxl.free-mib": _mib(t.cxl_free),
         "cxl.numa-nodes": "_".join(str(i) for i in cxl) if cxl else "none",
         "cxl.numa-node-count": str(len(cxl)),
     }
@@ -126,10 +142,12 @@ def labels(
             acc = per_tier.setdefault(n.tier, [0, 0])
             acc[0] += n.mem_total or 0
             acc[1] += n.mem_free or 0
+    ranks = tier_ranks(set(per_tier))
     for tier, (online, free) in sorted(per_tier.items()):
-        # MiB: a tier can hold less than a GiB (and Gt compares integers); 2^63 MiB is far away
-        out[f"cxl.tier-{tier}.online-mib"] = str(online >> 20)
-        out[f"cxl.tier-{tier}.free-mib"] = str(free >> 20)
+        key = f"cxl.tier-rank-{ranks[tier]}"
+        out[key + ".kernel-tier"] = str(tier)  # the host's own id, as a value (it differs host to host)
+        out[key + ".online-mib"] = _mib(online)
+        out[key + ".free-mib"] = _mib(free)
     wi = inv.weighted_interleave
     out["cxl.weighted-interleave"] = "true" if wi.supported else "false"
     out["cxl.weighted-interleave.mode"] = "none" if not wi.supported else "auto" if wi.auto else "manual"

@@ -90,7 +90,7 @@ def events(
             stream, where = got.stream, got.where
     except TracefsError as e:
         raise CxlctlError(str(e), hint=getattr(e, "hint", "")) from None
-    finish(stream, printed[0], json_out, where)
+    finish(stream, printed[0], json_out, where, followed=follow, since=since_s)
 
 
 def _printer(json_out: bool) -> Tuple[Callable[[Event], None], List[int]]:
@@ -150,14 +150,31 @@ def read_input(name: str) -> List[str]:
     return data.decode("utf-8", "replace").splitlines()
 
 
-def finish(stream: Stream, printed: int, json_out: bool, where: str) -> None:
-    """The run's end: the summary JSON line, or "no CXL events" and the parse and loss notes on stderr."""
+def nothing_printed(s: Dict[str, Any], where: str, *, followed: bool = False, since: Optional[float] = None) -> str:
+    """Why a run printed no event, in the words a person reads once: an empty recording, one holding only
+    other trace events or unreadable lines, events all older than ``--since``, or a quiet ``--follow``."""
+    if followed:
+        return f"no CXL event arrived while following ({where})"
+    if s["parsed"]:
+        return f"no CXL events in the last {since:g} s: all {s['parsed']} recorded are older (source: {where})"
+    if s["ignored"] or s["parse_errors"]:
+        return (
+            f"no CXL events: the recording holds {s['ignored']} other trace event(s) and "
+            f"{s['parse_errors']} unreadable line(s), none from the cxl group (source: {where})"
+        )
+    return f"no CXL events: the recording is empty (source: {where})"
+
+
+def finish(
+    stream: Stream, printed: int, json_out: bool, where: str, *, followed: bool = False, since: Optional[float] = None
+) -> None:
+    """The run's end: the summary JSON line, or why nothing printed and the parse and loss notes on stderr."""
     if json_out:
         jsonl(C.summary_json(stream, where, printed))
         return
     s: Dict[str, Any] = stream.summary()
     if not printed:
-        _say(f"no CXL events (source: {where})")
+        _say(nothing_printed(s, where, followed=followed, since=since))
     if s["parse_errors"]:
         first = s["errors"][0]
         sys.stderr.write(

@@ -93,6 +93,12 @@ class Event(NamedTuple):
     #: the CXL port an AER event names (port kinds only)
     port: Optional[str] = None
 
+    def severity_note(self) -> str:
+        """The severity where it says more than the kind: ``informational`` for a general_media event,
+        nothing for poison or (port) correctable/uncorrectable, whose severity is the kind's own word
+        (so text reads ``poison mem3``, not ``poison poison mem3``)."""
+        return "" if self.severity in self.kind.split("_") else self.severity
+
     def as_json(self) -> Dict[str, Any]:
         m = self.mapping
         return {

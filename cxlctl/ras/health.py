@@ -95,6 +95,8 @@ class MemdevReport(NamedTuple):
     poison: Optional[Tuple[Poison, ...]]  # None: not read
     event_counts: Optional[Dict[str, int]]  # None: no collection runs
     impact: Impact
+    #: why ``health`` is None: what was looked for and how to get it (None: health was read)
+    health_missing: Optional[str] = None
 
 
 class HealthReport(NamedTuple):
@@ -106,21 +108,29 @@ class HealthReport(NamedTuple):
     errors: Tuple[str, ...]
 
 
-def _ndctl_health(host: Host, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str]]:
-    """(health per memdev, media errors per memdev, notes) from ndctl; empty under a --root tree."""
+#: where device health comes from, for the messages that say it was not there
+HEALTH_SOURCE = "the device's health log, read through its mailbox by `cxl list -M -H` (ndctl)"
+
+
+def _ndctl_health(host: Host, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[str, Any], List[str], str]:
+    """(health per memdev, media errors per memdev, notes, why a memdev without health has none) from
+    ndctl; nothing under a --root tree (a recording has no device to ask)."""
     notes: List[str] = []
     health: Dict[str, Any] = {}
     media: Dict[str, Any] = {}
     if not host.live:
-        return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"]
+        why = f"looked for {HEALTH_SOURCE}; --root reads a recorded tree, which has no device to ask: run `sudo cxlctl health` on the host"
+        return health, media, ["ndctl not consulted: --root reads a recorded tree, not a live device"], why
+    why = f"looked for {HEALTH_SOURCE}; the device gave none for this memdev (check: `sudo cxl list -M -H`)"
     if not memdevs:
-        return health, media, notes
+        return health, media, notes, why
     from cxlctl.hostio.tools import ToolError, cxl_list
 
     try:
         got = cxl_list("-M", "-H", timeout=20)
     except ToolError as e:
         notes.append(e.note)
+        why = f"looked for {HEALTH_SOURCE}; it could not run: {e.note}"
     else:
         for obj in got.memdevs:
             if isinstance(obj.get("health"), dict):
@@ -134,7 +144,7 @@ def _ndctl_health(host: Host, memdevs: List[str]) -> Tuple[Dict[str, Any], Dict[
     else:
         for obj in got.memdevs:
             media[obj["memdev"]] = obj.get("media_errors")
-    return health, media, notes
+    return health, media, notes, why
 
 
 def read_poison(host: Host, inv: Inventory, memdevs: List[str]) -> Tuple[Dict[str, List[Event]], List[str]]:
@@ -294,7 +304,7 @@ def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = N
     inv = inv or scan(host)
     names = [m.name for m in inv.memdevs]
     notes: List[str] = []
-    health, media, nd_notes = _ndctl_health(host, names)
+    health, media, nd_notes, no_health = _ndctl_health(host, names)
     notes += nd_notes
     poison_by: Dict[str, List[Event]] = {}
     if poison and names:
@@ -330,6 +340,7 @@ def collect_health(host: Host, poison: bool = True, inv: Optional[Inventory] = N
                 impact=fd._replace(
                     processes=tuple(mine[:50]), process_count=len(mine), cgroups=tuple(cgroups_on(mine))
                 ),
+                health_missing=None if m.name in health else no_health,
             )
         )
     ports = {k[len("port:") :]: v for k, v in (counts or {}).items() if k.startswith("port:")}
@@ -376,6 +387,7 @@ def _memdev_json(md: MemdevReport) -> Dict[str, Any]:
         "ram_size": md.ram_size,
         "driver": md.driver,
         "health": md.health,
+        "health_missing": md.health_missing,
         "health_status": None
         if md.health_status is None
         else {"status": md.health_status.status, "reasons": list(md.health_status.reasons)},
@@ -431,7 +443,7 @@ def _memdev_lines(md: MemdevReport) -> List[str]:
             + (f"; {temp} C" if temp is not None else "")
         )
     else:
-        lines.append("  health: not available (ndctl)")
+        lines.append(f"  health: no device data: {clean(md.health_missing or HEALTH_SOURCE + ' gave none')}")
     if md.poison is not None:
         for p in md.poison[:10]:
             where = ", ".join(

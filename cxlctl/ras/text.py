@@ -26,7 +26,9 @@ def event_lines(ev: Event, width: Optional[int] = None) -> List[str]:
 
 def _event_lines(ev: Event) -> List[str]:
     m = ev.mapping
-    head = f"[{ev.timestamp:12.6f}] {ev.kind} {ev.severity} {clean(ev.memdev or '?')}"
+    sev = ev.severity_note()
+    # seconds since boot, as dmesg counts them (so a line can be found beside the kernel's own)
+    head = f"[{ev.timestamp:12.6f} s] {ev.kind}{' ' + sev if sev else ''} {clean(ev.memdev or '?')}"
     if ev.host:
         head += f" ({clean(ev.host)})"
     where: List[str] = []

@@ -12,13 +12,14 @@ decides exit codes and :mod:`.tune_json` shapes the JSON.  Nothing here prints.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.errors import UsageError
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock, holder, is_held
-from cxlctl.hostio.paths import PERSIST_SYSCTL
+from cxlctl.hostio.paths import PERSIST_SYSCTL, PERSIST_TMPFILES
 
 from . import journal as jn
 from .plan import Step
@@ -320,7 +321,11 @@ def status(host: Host) -> StatusResult:
                 )
             elif isinstance(doc.get("profile"), str):
                 name = doc["profile"]
-        persist = PersistSummary(sysctl_file=PERSIST_SYSCTL if persisted(host) else None, profile=name)
+        persist = PersistSummary(
+            sysctl_file=PERSIST_SYSCTL if os.path.exists(host.path(PERSIST_SYSCTL)) else None,
+            profile=name,
+            tmpfiles_file=PERSIST_TMPFILES if os.path.exists(host.path(PERSIST_TMPFILES)) else None,
+        )
     held = is_held(host.root)
     damon = damon_rows(host, j if active else None, messages)
     return StatusResult(

@@ -222,7 +222,8 @@ def status(st: StatusResult, c: Console) -> None:
             )
         )
     pers = st.persisted
-    c.print("persisted: " + (f"{pers.profile or '?'} ({pers.sysctl_file or 'no sysctl file'})" if pers else "no"))
+    files = ", ".join(f for f in (pers.sysctl_file, pers.tmpfiles_file) if f) if pers else ""
+    c.print("persisted: " + (f"{pers.profile or '?'} ({files or 'no boot file'})" if pers else "no"))
     if st.lock_held:
         c.print(f"lock: held by pid {st.lock_holder or '?'}")
     if st.damon:

@@ -115,6 +115,8 @@ class VerifySummary(NamedTuple):
 class PersistSummary(NamedTuple):
     sysctl_file: Optional[str]
     profile: Optional[str]
+    #: the tmpfiles.d file carrying the sysfs knobs for boot (None: none written)
+    tmpfiles_file: Optional[str] = None
 
 
 class TrialSummary(NamedTuple):

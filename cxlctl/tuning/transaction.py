@@ -39,7 +39,7 @@ from cxlctl.hostio import paths
 from cxlctl.hostio.atomic import StorageError, atomic_write, read_only, remove
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import TuneLock
-from cxlctl.hostio.paths import LOCK, PERSIST_SYSCTL
+from cxlctl.hostio.paths import LOCK, PERSIST_SYSCTL, PERSIST_TMPFILES
 from cxlctl.hostio.proc import has_cap
 from cxlctl.hostio.reader import Reader, Unreadable
 from cxlctl.hostio.write import KnobError, OutsideRoot, check_inside, pause_hook, write_with_retry
@@ -49,7 +49,7 @@ from cxlctl.progress import ProgressFn, tick
 from . import journal as jn
 from .conflicts import find, our_keys
 from .journal import Entry, Journal, Trial
-from .knobs import BY_NAME, WI_AUTO_NAMES, Current, read_current
+from .knobs import BY_NAME, WI_AUTO_NAMES, Current, Knob, read_current
 from .plan import Plan, Restore, Step, memcgs_of
 from .plan import plan as make_plan
 from .profile import Profile, load
@@ -57,7 +57,7 @@ from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
 from .state import this_boot
 
 ACTIVE_PROFILE = paths.ACTIVE_PROFILE
-PERSIST_FILES = (PERSIST_SYSCTL, ACTIVE_PROFILE)
+PERSIST_FILES = (PERSIST_SYSCTL, PERSIST_TMPFILES, ACTIVE_PROFILE)
 CAP_SYS_ADMIN = 21
 
 
@@ -80,7 +80,8 @@ def restore_map(j: Optional[Journal]) -> Restore:
 
 
 def persisted(host: Host) -> bool:
-    return os.path.exists(host.path(PERSIST_SYSCTL))
+    """Whether a boot-time file of an earlier ``apply --persist`` is there (sysctl.d or tmpfiles.d)."""
+    return any(os.path.exists(host.path(f)) for f in (PERSIST_SYSCTL, PERSIST_TMPFILES))
 
 
 def _knob_file(r: Reader, path: str) -> Tuple[bool, Optional[str]]:
@@ -374,15 +375,25 @@ def _build_entries(p: Plan, cur: Current, restore: Restore) -> List[Entry]:
     return out
 
 
-def _persist_contents(p: Plan, profile: Profile) -> Dict[str, str]:
-    lines = [
-        f"# Written by cxlctl {__version__}: `cxlctl tune apply --persist {profile.name}` ({jn.now()}).",
-        "# `cxlctl tune revert` removes this file. Edit the profile, not this file.",
-    ]
-    for s in p.steps:
-        knob = BY_NAME[s.knob]
-        if knob.sysctl_key and s.desired is not None and s.action in ("set", "noop"):
-            lines.append(f"{knob.sysctl_key} = {s.desired}")
+def _persist_contents(p: Plan, profile: Profile) -> Dict[str, Optional[str]]:
+    """Each persist file's new text (None: the file is removed, nothing of the profile needs it).
+
+    Sysctls go to sysctl.d for systemd-sysctl; single sysfs files (``demotion_enabled``,
+    ``auto_online_blocks``) to tmpfiles.d, whose ``w`` lines systemd-tmpfiles writes at boot
+    ("Write the argument parameter to a file, if the file exists", tmpfiles.d(5)): without it
+    ``numa_balancing=2`` came back at boot and demotion did not.  The groups (weights, DAMON)
+    depend on nodes and memory that appear later in boot: the daemon re-applies them from
+    ``active-profile``.
+    """
+    head = f"# Written by cxlctl {__version__}: `cxlctl tune apply --persist {profile.name}` ({jn.now()})."
+    keep = "# `cxlctl tune revert` removes this file. Edit the profile, not this file."
+    sysctl = [head, keep]
+    tmpfiles = [head, keep, "# Type Path Mode User Group Age Argument (tmpfiles.d(5): w writes the file if it exists)"]
+    for knob, desired in persisted_knobs(p):
+        if knob.sysctl_key:
+            sysctl.append(f"{knob.sysctl_key} = {desired}")
+        else:
+            tmpfiles.append(f"w {knob.path} - - - - {knob.text(desired).strip()}")
     active = {
         "schema": 1,
         "profile": profile.name,
@@ -391,7 +402,26 @@ def _persist_contents(p: Plan, profile: Profile) -> Dict[str, str]:
         "note": "the cxlctl daemon re-applies this profile at boot (sysfs knobs and weights)",
     }
     active["checksum"] = jn.checksum(active)  # the daemon refuses a damaged record (journal.verified)
-    return {PERSIST_SYSCTL: "\n".join(lines) + "\n", ACTIVE_PROFILE: json.dumps(active, indent=2) + "\n"}
+    return {
+        PERSIST_SYSCTL: "\n".join(sysctl) + "\n",
+        PERSIST_TMPFILES: "\n".join(tmpfiles) + "\n" if len(tmpfiles) > 3 else None,
+        ACTIVE_PROFILE: json.dumps(active, indent=2) + "\n",
+    }
+
+
+def persisted_knobs(p: Plan) -> List[Tuple[Knob, str]]:
+    """(knob, desired value) of every single-file knob the plan sets: what the persist files carry."""
+    out = []
+    for s in p.steps:
+        knob = BY_NAME[s.knob]
+        if knob.kind != "group" and s.desired is not None and s.action in ("set", "noop"):
+            out.append((knob, s.desired))
+    return out
+
+
+def boot_only_by_daemon(p: Plan) -> List[str]:
+    """The knobs the plan sets that no persist file carries (weights, DAMON): only the daemon re-applies them."""
+    return sorted({s.knob for s in p.steps if BY_NAME[s.knob].kind == "group" and s.action in ("set", "noop")})
 
 
 def _refuse_unsettled(old: Journal) -> None:
@@ -592,10 +622,26 @@ class Transaction:
             f"{c.setting} reads {c.actual!r}, wanted {c.expected!r}" for c in bad
         )
 
+    def _boot_note(self, p: Plan) -> List[str]:
+        """What ``--persist`` cannot carry to boot in a file (weights, DAMON), and who does."""
+        later = boot_only_by_daemon(p)
+        if not later:
+            return []
+        return [
+            f"{', '.join(later)}: in no boot file (they depend on nodes and memory that appear "
+            f"later in boot); only the cxlctl daemon re-applies them at boot, from "
+            f"{self.host.path(ACTIVE_PROFILE)}: check `systemctl is-enabled cxlctl.service`, "
+            "enable it with `sudo systemctl enable --now cxlctl.service`"
+        ]
+
     def _persist(self, p: Plan, done: List[str]) -> Optional[str]:
         """Write the boot-time files (``done`` collects what was written); an error, or None."""
         try:
             for path, text in _persist_contents(p, self.profile).items():
+                if text is None:
+                    if remove(self.host.root, path):
+                        done.append(path)
+                    continue
                 atomic_write(self.host.root, path, text.encode(), mode=0o644)
                 done.append(path)
         except OSError as e:
@@ -706,6 +752,8 @@ class Transaction:
                 checks, error = self._verify(entries)
                 if error is None and persist:
                     error = self._persist(p, written)
+                    if error is None:
+                        messages += self._boot_note(p)
             rollback_errors = self._restore(entries, progress, j.persist, written) if error is not None else []
             trial = None
             if trial_timeout is not None:

@@ -178,7 +178,9 @@ def status(st: StatusResult) -> Dict[str, Any]:
             "waiting": t.waiting,
         },
         "verify": None if v is None else {"pass": v.passed, "drift": list(v.drift), "unsupported": list(v.unsupported)},
-        "persisted": None if pers is None else {"sysctl_file": pers.sysctl_file, "profile": pers.profile},
+        "persisted": None
+        if pers is None
+        else {"sysctl_file": pers.sysctl_file, "tmpfiles_file": pers.tmpfiles_file, "profile": pers.profile},
         "lock": {"held": st.lock_held, "holder_pid": st.lock_holder},
         "damon": [r._asdict() for r in st.damon],
         "messages": list(st.messages),

@@ -263,7 +263,7 @@ def check(out: Path) -> List[str]:
     labels = dict(line.split("=", 1) for line in nfd.splitlines() if line and not line.startswith("#"))
     ns = "feature.node.kubernetes.io/"
     assert labels[ns + "cxl.present"] == "true" and labels[ns + "cxl.profile"] == "inference-bandwidth"
-    tier = [k for k in labels if re.fullmatch(re.escape(ns) + r"cxl\.tier-\d+\.online-mib", k)]
+    tier = [k for k in labels if re.fullmatch(re.escape(ns) + r"cxl\.tier-rank-1\.online-mib", k)]
     assert tier and int(labels[tier[0]]) > 0, labels
     # inference-bandwidth writes no weights without bandwidth figures, so 7.x's auto mode (true at boot)
     # stays on; 6.12 has no auto mode
