@@ -15,11 +15,7 @@ def probe(
     quick: bool = typer.Option(False, "--quick", help="Smaller buffers and shorter windows: a few seconds per pair."),
     nodes: Optional[str] = typer.Option(None, "--nodes", metavar="LIST", help="Only these memory nodes (0,2 or 1-3)."),
     buffer_mib: Optional[int] = typer.Option(
-        None,
-        "--buffer-mib",
-        metavar="N",
-        parser=integer(4),
-        help="Buffer of each measurement in MiB (default: past the LLC).",
+        None, "--buffer-mib", metavar="N", parser=integer(4), help="MiB per buffer."
     ),
 ) -> None:
     """Measure read bandwidth, a 2:1 read/write mix and idle latency of each memory node from each CPU node.
