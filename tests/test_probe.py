@@ -231,3 +231,10 @@ def test_daemon_metrics_export_the_stored_figures(tmp_path: Any) -> None:
     assert 'cxlctl_measured_read_bandwidth_mbps{cpu_node="0",node="1"} 4000' in out
     assert 'cxlctl_measured_latency_ns{cpu_node="0",node="0"} 100' in out
     assert "cxlctl_measured_stale 0" in out
+
+
+def test_probe_without_root_refuses_before_measuring() -> None:
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    p = cli("probe", "--quick", wrap=nobody, rc=1)
+    assert "/var/lib/cxlctl is not writable here; nothing was measured" in p.stderr
+    assert "sudo cxlctl probe" in p.stderr

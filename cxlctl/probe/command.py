@@ -26,6 +26,7 @@ def probe(
             "probe measures the running machine; --root names a recorded tree, which has no memory to measure",
             hint="run cxlctl probe without --root (status, doctor and tune plan --root read a stored result)",
         )
+    _can_store(host)
     from cxlctl.inventory import scan
 
     from . import measure, native, store
@@ -86,3 +87,20 @@ def _nodes(text: Optional[str]) -> Optional[Tuple[int, ...]]:
     if not got:
         raise UsageError("--nodes is empty", hint="give memory node ids such as 0,1 or 1-3")
     return got
+
+
+def _can_store(host: Host) -> None:
+    """Refuse before measuring when the results could not be stored (a user without root)."""
+    import os
+
+    from cxlctl.errors import CxlctlError
+    from cxlctl.hostio.paths import PROBE_RESULTS
+
+    d = os.path.dirname(host.path(PROBE_RESULTS))
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    if not os.access(d, os.W_OK):
+        raise CxlctlError(
+            f"probe stores its results in {host.path(PROBE_RESULTS)}, and {d} is not writable here; nothing was measured",
+            hint="run it as root (sudo cxlctl probe)",
+        )
