@@ -34,6 +34,14 @@ def status(host: Host, json_out: bool, filters: Optional[Filters] = None) -> int
     from cxlctl.inventory import scan
 
     inv = scan(host)
+    measured = None
+    from cxlctl.hostio.paths import PROBE_RESULTS
+
+    # the probe's modules (and json) only when it ran here; a filtered view is about its objects only
+    if filters is None and host.reader.exists(PROBE_RESULTS):
+        from cxlctl.probe.store import load
+
+        measured = load(host, inv)
     only = None
     if filters is not None:
         from cxlctl.status_filter import apply, describe
@@ -42,11 +50,16 @@ def status(host: Host, json_out: bool, filters: Optional[Filters] = None) -> int
     if json_out:
         from cxlctl.status_json import dumps
 
-        sys.stdout.write(dumps(inv))
+        extra = None
+        if measured is not None:
+            from cxlctl.probe.view import measured_json
+
+            extra = {"measured": measured_json(measured)}
+        sys.stdout.write(dumps(inv, extra))
     else:
         from cxlctl.render import print_status
 
-        print_status(inv, only)
+        print_status(inv, only, measured)
     return EXIT_INCOMPLETE if inv.unknown else 0
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from rich.tree import Tree
 
     from .model import Coordinates, Inventory, Node, Port
+    from .probe.store import Stored
 
     Columns = Sequence[Tuple[str, str]]
     _Out = Union["_RichOut", "_PlainOut"]
@@ -428,6 +429,45 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
 
 
+_MEASURED = [("NODE", "right"), ("FROM", "right"), ("READ MB/s", "right"), ("MIX MB/s", "right")]
+_MEASURED += [("LAT ns", "right"), ("FW BW MB/s R/W", "right"), ("FW LAT ns R/W", "right")]
+
+
+def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
+    """``cxlctl probe``'s stored figures beside the firmware's (access0, as the NUMA table shows them),
+    one row per measured (CPU node, memory node) pair; marked stale, with why, when the host changed."""
+    doc = stored.record
+    when = doc.get("measured_at")
+    head = f"\n[bold]Measured[/bold] (cxlctl probe, {_e(str(when))})" if when else "\n[bold]Measured[/bold]"
+    out.line(head, highlight=False)
+    if stored.stale:
+        why = "; ".join(stored.stale)
+        out.line(
+            f"[yellow]stale, not used: {_e(why)}; run cxlctl probe again[/yellow]", highlight=False, soft_wrap=True
+        )
+    rows = []
+    for p in doc.get("pairs") or []:
+        if not isinstance(p, dict):
+            continue
+        m = p.get("mem_node")
+        node = inv.node(m) if isinstance(m, int) else None
+        c = expected_access(node, inv.regions)[0] if node else None
+        vals = [p.get(k) for k in ("mem_node", "cpu_node", "read_mbps", "mix_mbps", "latency_ns")]
+        rows.append([_e("-" if v is None else str(v)) for v in vals] + [_bw(c), _lat(c)])
+    if rows:
+        out.table(_MEASURED, rows)
+        out.line("[dim]FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: HMAT/CDAT access0[/dim]")
+    for sk in doc.get("skipped") or []:
+        if isinstance(sk, dict):
+            what = f"node {sk.get('mem_node')} from node {sk.get('cpu_node')}: {sk.get('reason')}"
+            out.line(f"  skipped {_e(what)}", highlight=False, soft_wrap=True)
+
+
+def render_measured(inv: Inventory, stored: Stored, console: Console) -> None:
+    """The measured table alone (``cxlctl probe``'s report)."""
+    _measured(inv, stored, _RichOut(console))
+
+
 # -- knobs ------------------------------------------------------------------------------
 
 
@@ -491,7 +531,7 @@ def _warnings(inv: Inventory, out: _Out) -> None:
         out.line(f"[{style}]{sev}[/] {text}" if style else f"{sev} {text}", highlight=False, soft_wrap=True)
 
 
-def _status(inv: Inventory, out: _Out, only: Optional[str] = None) -> None:
+def _status(inv: Inventory, out: _Out, only: Optional[str] = None, measured: Optional[Stored] = None) -> None:
     out.line(f"[bold]cxlctl status[/bold]  kernel {_or(inv.kernel)}", highlight=False)
     if only:
         out.line(_e(f"only {only} and what relates to it"), highlight=False)
@@ -507,6 +547,8 @@ def _status(inv: Inventory, out: _Out, only: Optional[str] = None) -> None:
         _regions(inv, out)
     _other_dax(inv, out)
     _nodes(inv, out)
+    if measured is not None:
+        _measured(inv, measured, out)
     if inv.has_cxl:
         tot = inv.totals
         out.text(
@@ -518,18 +560,22 @@ def _status(inv: Inventory, out: _Out, only: Optional[str] = None) -> None:
     _warnings(inv, out)
 
 
-def render_status(inv: Inventory, console: Console, only: Optional[str] = None) -> None:
+def render_status(
+    inv: Inventory, console: Console, only: Optional[str] = None, measured: Optional[Stored] = None
+) -> None:
     """``cxlctl status``'s view on ``console`` (rich: colours when it is a terminal); ``only``: what
-    a filtered view keeps (``memdev mem0``), said under the heading."""
-    _status(inv, _RichOut(console), only)
+    a filtered view keeps (``memdev mem0``), said under the heading; ``measured``: cxlctl probe's figures."""
+    _status(inv, _RichOut(console), only, measured)
 
 
-def plain_status(inv: Inventory, width: int, only: Optional[str] = None) -> Optional[str]:
+def plain_status(
+    inv: Inventory, width: int, only: Optional[str] = None, measured: Optional[Stored] = None
+) -> Optional[str]:
     """The view as rich would print it uncoloured at ``width`` columns, laid out without rich;
     None where that layout cannot promise rich's output (then rich must print it)."""
     out = _PlainOut(width)
     try:
-        _status(inv, out, only)
+        _status(inv, out, only, measured)
     except _NotPlain:
         return None
     return "".join(out.parts)
@@ -546,14 +592,14 @@ def _uncoloured(stream: object) -> bool:
     return not any(v in os.environ for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "JUPYTER_COLUMNS", "JPY_PARENT_PID"))
 
 
-def print_status(inv: Inventory, only: Optional[str] = None) -> None:
+def print_status(inv: Inventory, only: Optional[str] = None, measured: Optional[Stored] = None) -> None:
     """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
     from .term import width
 
-    text = plain_status(inv, width(), only) if _uncoloured(sys.stdout) else None
+    text = plain_status(inv, width(), only, measured) if _uncoloured(sys.stdout) else None
     if text is not None:
         sys.stdout.write(text)
         return
     from .term import console
 
-    render_status(inv, console(highlight=True), only)
+    render_status(inv, console(highlight=True), only, measured)

@@ -243,7 +243,7 @@ def to_dict(inv: Inventory) -> J:
     }
 
 
-def dumps(inv: Inventory) -> str:
+def dumps(inv: Inventory, extra: Optional[Dict[str, Any]] = None) -> str:
     """``json.dumps(to_dict(inv), indent=2) + "\\n"``, byte for byte, without importing json.
 
     The ``json`` package imports ``re`` (for its decoder) and, with ``indent``,
@@ -251,7 +251,10 @@ def dumps(inv: Inventory) -> str:
     types :func:`to_dict` produces and saves ``status --json`` a few
     milliseconds of start-up.  tests/test_status_json.py holds it to ``json.dumps``.
     """
-    return _text(to_dict(inv), "\n", {}) + "\n"
+    doc = to_dict(inv)
+    if extra:
+        doc.update(extra)  # ``measured``: cxlctl probe's stored figures (docs/probe.md), when it ran
+    return _text(doc, "\n", {}) + "\n"
 
 
 def _quote(s: str) -> str:

@@ -21,6 +21,7 @@ from .doctor import doctor
 from .k8s import k8s_app
 from .launch import launch_app, policy_app
 from .params import Command
+from .probe import probe
 from .ras import events, health
 from .record import record
 from .region import dax_app, region_app
@@ -86,6 +87,7 @@ def make_app() -> typer.Typer:
     a.command(cls=Command)(stat)
     a.command(cls=Command)(top)
     a.command(cls=Command)(doctor)
+    a.command(cls=Command)(probe)
     a.command()(events)
     a.command()(health)
     a.add_typer(tune_app, name="tune")

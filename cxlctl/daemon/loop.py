@@ -316,6 +316,7 @@ class Daemon:
             self.ready,
             self.telemetry,
             self.damon,
+            metrics_mod.measured_of(self.rec.host, self.rec.inventory),
         )
 
     def metrics_text(self) -> str:

@@ -33,6 +33,7 @@ from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
     from cxlctl.hostio.host import Host
+    from cxlctl.probe.store import Stored
 
     from .damon_metrics import DamonView
     from .telemetry import Telemetry
@@ -91,6 +92,8 @@ class View(NamedTuple):
     telemetry: Optional[Telemetry] = None
     #: every kdamond and DAMOS scheme with its stats (None: not collected yet)
     damon: Optional[DamonView] = None
+    #: ``cxlctl probe``'s stored figures, judged against the inventory (None: never probed)
+    measured: Optional[Stored] = None
 
 
 # ------------------------------------------------------------------------ text format
@@ -214,7 +217,41 @@ def collect(view: View) -> Builder:
     _ras(b, view.stats.ras)
     if view.damon is not None:
         _damon(b, view.damon)
+    if view.measured is not None:
+        _measured(b, view.measured)
     return b
+
+
+def measured_of(host: Host, inv: Optional[Inventory]) -> Optional[Stored]:
+    """The stored probe record judged against ``inv`` (None: no record, or no inventory to judge by)."""
+    if inv is None or not host.reader.exists(paths.PROBE_RESULTS):
+        return None
+    from cxlctl.probe.store import load
+
+    return load(host, inv)
+
+
+def _measured(b: Builder, st: Stored) -> None:
+    """``cxlctl probe``'s figures per (CPU node, memory node), and whether they are stale (then not used)."""
+    b.add(
+        "measured_stale",
+        "gauge",
+        "1 when the stored probe results describe another boot, kernel or memdevs",
+        1 if st.stale else 0,
+    )
+    for p in st.record.get("pairs") or []:
+        if not isinstance(p, dict):
+            continue
+        lab = {"cpu_node": str(p.get("cpu_node")), "node": str(p.get("mem_node"))}
+        for key, name, help_ in (
+            ("read_mbps", "measured_read_bandwidth_mbps", "Sequential read bandwidth measured by cxlctl probe (MB/s)"),
+            ("mix_mbps", "measured_mix_bandwidth_mbps", "2:1 read/write bandwidth measured by cxlctl probe (MB/s)"),
+            ("latency_ns", "measured_latency_ns", "Idle load-to-use latency measured by cxlctl probe (ns)"),
+        ):
+            v = p.get(key)
+            b.add(
+                name, "gauge", help_, float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None, lab
+            )
 
 
 def _daemon_state(b: Builder, view: View) -> None:

@@ -11,7 +11,7 @@ import logging
 from typing import Dict
 
 from cxlctl.config import Config
-from cxlctl.daemon.metrics import Stats, View
+from cxlctl.daemon.metrics import Stats, View, measured_of
 from cxlctl.daemon.reconcile import Reconciler, resolve_target
 from cxlctl.hostio.host import Host
 from cxlctl.k8s import nfd
@@ -43,7 +43,8 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
     from .damon_metrics import collect
 
     damon = collect(rec.host, inv, refresh=False)  # as last refreshed: this command writes nothing
-    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon)
+    measured = measured_of(rec.host, inv)
+    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon, measured)
 
 
 def labels(host: Host, cfg: Config) -> Dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
@@ -25,6 +25,9 @@ from cxlctl.model import Inventory
 
 from . import probes as pr
 from .model import Facts, Probe
+
+if TYPE_CHECKING:
+    from cxlctl.probe.store import Stored
 
 #: modules the CXL memory path uses (issue 14's list), with the config symbol that builds each
 MODULES: Tuple[Tuple[str, str], ...] = (
@@ -273,6 +276,7 @@ def gather(
         notes=tuple(r.notes),
         damon_modules=_damon_modules(r),
         seccomp=status_field(self_status, "Seccomp"),
+        probe=_probe(host, inv),
     )
     if engine is not None:
         args = tuple(engine_args)
@@ -285,3 +289,12 @@ def gather(
             numa_env=tuple((k, os.environ[k]) for k in NUMA_ENV if k in os.environ),
         )
     return facts
+
+
+def _probe(host: Host, inv: Inventory) -> Optional[Stored]:
+    """``cxlctl probe``'s stored record, judged (its modules load only when there is one)."""
+    if not host.reader.exists(paths.PROBE_RESULTS):
+        return None
+    from cxlctl.probe.store import load
+
+    return load(host, inv)

@@ -8,6 +8,10 @@ from cxlctl.hostio.host import Host
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cxlctl.probe.store import Stored
+
 #: a check's result; a tag, not free text: mypy rejects a compare with a word it never holds
 Result = Literal["ok", "note", "warn", "fail", "cannot-check"]
 #: results, mildest first; only ``fail`` makes ``doctor`` exit 1
@@ -83,6 +87,8 @@ class Facts(NamedTuple):
     numa_env: Tuple[Tuple[str, str], ...] = ()
     #: why the plan with --kv-size auto failed, when doctor then planned without --kv-size
     launch_note: Optional[str] = None
+    #: ``cxlctl probe``'s stored record judged against the inventory (cxlctl.probe.store.Stored); None: none
+    probe: Optional[Stored] = None
 
 
 def worst(checks: List[Check]) -> Result:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 from cxlctl.errors import EXIT_FAILURE, CxlctlError
 from cxlctl.term import clean, hang
 
-from . import devices, inference, kernel, newer, services
+from . import devices, inference, kernel, measured, newer, services
 from .model import CANNOT, FAIL, LAYERS, RESULTS, Check, Evidence, Facts, worst
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def run(f: Facts) -> List[Check]:
     kern, fw = kernel.checks(f)
     new = list(newer.checks(f))
     kern += [c for c in new if c.layer == kernel.K]
-    fw += [c for c in new if c.layer == kernel.F]
+    fw += [c for c in new if c.layer == kernel.F] + measured.checks(f)
     dev = devices.checks(f) + [c for c in new if c.layer not in (kernel.K, kernel.F)]
     return kern + fw + dev + services.check_tools(f) + services.checks(f) + inference.check(f)
 

@@ -24,6 +24,8 @@ SYS_DEVICES = "/sys/devices"
 
 # -- sysfs: NUMA, memory hotplug, tiers ------------------------------------------------------
 NODE_DIR = "/sys/devices/system/node"
+#: CPU caches: cpuN/cache/indexM/{level,size} (the probe sizes its buffers past the last level)
+CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu{cpu}/cache"
 MEMORY_DIR = "/sys/devices/system/memory"
 BLOCK_SIZE = MEMORY_DIR + "/block_size_bytes"
 AUTO_ONLINE = MEMORY_DIR + "/auto_online_blocks"
@@ -82,6 +84,7 @@ PROC_VMSTAT = "/proc/vmstat"
 #: /proc/vmstat and nodeN/vmstat show (Documentation/admin-guide/sysctl/vm.rst, stat_refresh)
 VM_STAT_REFRESH = "/proc/sys/vm/stat_refresh"
 UPTIME = "/proc/uptime"
+CPUINFO = "/proc/cpuinfo"
 
 #: The knob registry: every setting ``tune`` may change (name, path), in the tuning engine's
 #: apply order (revert goes in reverse).  ``status`` shows the single-file ones (STATUS_KNOBS);
@@ -152,6 +155,8 @@ DAEMON_LOCK = RUN_DIR + "/daemon.lock"  # held by a running `cxlctl daemon run`:
 LAUNCH_PROFILE_DIR = RUN_DIR + "/launch"
 STATE_DIR = "/var/lib/cxlctl"
 ACTIVE_PROFILE = STATE_DIR + "/active-profile"
+#: the stored results of ``cxlctl probe`` (docs/probe.md)
+PROBE_RESULTS = STATE_DIR + "/probe.json"
 CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
 USER_PROFILE_DIR = "/etc/cxlctl/profiles"
 #: the manifest at the top of a tree ``cxlctl record`` wrote (``doctor`` reads it on replay)

@@ -49,6 +49,9 @@ class Current(NamedTuple):
     unreadable: Dict[str, str] = {}
     #: the cgroups a profile's DAMON ``memcg`` names: path -> :data:`MemcgState`
     memcgs: Dict[str, str] = {}
+    #: ``cxlctl probe``'s stored record (cxlctl.probe.store.read) and the boot id it is judged against
+    probe: Optional[Dict[str, Any]] = None
+    boot_id: Optional[str] = None
 
     def get(self, path: str) -> Optional[str]:
         return self.values.get(path)
@@ -79,7 +82,7 @@ class BandwidthRule(NamedTuple):
 class WISpec(NamedTuple):
     """A profile's weighted-interleave request."""
 
-    weights: str  # "bandwidth" | "ratio"
+    weights: str  # "bandwidth" | "ratio" | "measured" (cxlctl probe's stored figures)
     ratio: Optional[Tuple[int, int]]  # dram:cxl when weights == "ratio"
     nodes: Tuple[str, ...]  # selectors: "dram", "cxl", "all" or node ids as strings
     prefer_auto: bool
@@ -257,8 +260,8 @@ class WeightedInterleaveKnob(Knob):
         w = table.get("weights", "bandwidth")
         ratio: Optional[Tuple[int, int]] = None
         if not isinstance(w, str):
-            raise ValueError(f'weights must be "bandwidth" or a "DRAM:CXL" ratio such as "3:1"; got {w!r}')
-        if w != "bandwidth":
+            raise ValueError(f'weights must be "bandwidth", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {w!r}')
+        if w not in ("bandwidth", "measured"):
             ratio = parse_ratio(w)
             w = "ratio"
         nodes = table.get("nodes", ["dram", "cxl"])
@@ -302,6 +305,8 @@ class WeightedInterleaveKnob(Knob):
         nodes = ",".join(value.nodes)
         if value.weights == "ratio" and value.ratio:
             return f"ratio DRAM:CXL {value.ratio[0]}:{value.ratio[1]} over {nodes}"
+        if value.weights == "measured":
+            return f"from measured bandwidth (cxlctl probe) over {nodes}"
         auto = "kernel auto mode if available, else " if value.prefer_auto else ""
         return f"{auto}from bandwidth (max weight {value.max_weight}) over {nodes}"
 
@@ -359,7 +364,7 @@ def parse_ratio(text: str) -> Tuple[int, int]:
     """``"3:1"`` → (3, 1); both sides 1-255."""
     a, sep, b = text.strip().partition(":")
     if not sep or not is_decimal(a.strip()) or not is_decimal(b.strip()):
-        raise ValueError(f'weights must be "bandwidth" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}')
+        raise ValueError(f'weights must be "bandwidth", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}')
     x, y = int(a), int(b)
     for v in (x, y):
         if not WEIGHT_MIN <= v <= WEIGHT_MAX:
@@ -484,4 +489,6 @@ def read_current(host: Host, memcgs: Sequence[str] = ()) -> Current:
             groups[m] = "parent" if c != "/" and "memory" in handed.split() else "memory"
         else:
             groups[m] = unreadable.pop(stat, "") or "no-memory"
-    return Current(values, wi, damon, caps, unreadable, groups)
+    from cxlctl.probe.store import read as read_probe
+
+    return Current(values, wi, damon, caps, unreadable, groups, read_probe(host), host.boot_id)

@@ -28,6 +28,7 @@ from .weights import (
     cxl_bandwidth_gap,
     cxl_write_bandwidth,
     divide_gcd,
+    kernel_weights,
     node_bandwidth,
     ratio_weights,
     reduce_weights,
@@ -308,6 +309,29 @@ class _WIPlanner:
             return f"the kernel's auto weights now: {shares(kernel)}, the same as cxlctl's"
         return f"the kernel's auto weights now: {shares(kernel)} (bandwidth x 32 / total, rounded down); " + mine
 
+    def by_measurement(self, s: Setting, chosen: List[int], lead: str) -> List[Step]:
+        """Weights from ``cxlctl probe``'s stored figures by the kernel's own formula
+        (:func:`~.weights.kernel_weights`); skipped, saying why, when they are absent or stale."""
+        from cxlctl.probe.store import judge
+
+        doc = self.cur.probe
+        stored = judge(doc, self.cur.boot_id, self.inv) if doc is not None else None
+        figures = stored.usable if stored is not None else {}
+        missing = [n for n in chosen if n not in figures]
+        if missing:
+            if stored is None:
+                why = "no stored probe results: run cxlctl probe"
+            elif stored.stale:
+                why = stored.why_not()
+            else:
+                why = f"cxlctl probe measured no figures for node(s) {', '.join(map(str, missing))}"
+            return self.skipped(s, f'{lead}; {why}, or give a ratio, e.g. weights = "3:1"')
+        bw = {n: figures[n].bandwidth for n in chosen}
+        shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
+        when = stored.record.get("measured_at") if stored is not None else None
+        note = f"{lead}: measured bandwidth (cxlctl probe {when}, min(read, 2:1 mix)) {shown}, kernel formula"
+        return self.manual(s, kernel_weights(bw), note)
+
     def manual(self, s: Setting, weights: Dict[int, int], note: str) -> List[Step]:
         """The weight files (restoring the previous profile's others), then ``auto`` off."""
         steps = self.restores(tuple(self.nodes[n] for n in weights))
@@ -340,18 +364,20 @@ class _WIPlanner:
             if weights is None:
                 return self.skipped(s, note), warnings
             return self.manual(s, weights, note), warnings
+        if spec.weights == "measured":
+            return self.by_measurement(s, chosen, 'weights = "measured"'), warnings
         bw, missing = self.bandwidths(chosen)
-        lacking = [node for node in map(self.inv.node, missing) if node is not None]
-        gaps = bandwidth_gaps(self.inv, lacking)
-        undetermined = all(node_figures(node, self.inv.regions, self.inv.nodes).undetermined for node in lacking)
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
-        if missing and undetermined and spec.prefer_auto and self.auto:
-            # the kernel has one figure for each such node (the region it took): its auto mode works
-            note = f"kernel auto mode (weights from the figures the kernel took; cxlctl knows {shown}; {gaps})"
-            return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
         if missing:
-            why = gaps + '; give a ratio instead, e.g. weights = "3:1"'
-            return self.skipped(s, why), warnings
+            lacking = [node for node in map(self.inv.node, missing) if node is not None]
+            gaps = bandwidth_gaps(self.inv, lacking)
+            undetermined = all(node_figures(node, self.inv.regions, self.inv.nodes).undetermined for node in lacking)
+            if undetermined and spec.prefer_auto and self.auto:
+                # the kernel has one figure for each such node (the region it took): its auto mode works
+                note = f"kernel auto mode (weights from the figures the kernel took; cxlctl knows {shown}; {gaps})"
+                return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
+            # the kernel has no figures cxlctl can use for some node: cxlctl probe's, when they describe this host
+            return self.by_measurement(s, chosen, gaps), warnings
         if spec.prefer_auto and self.auto:
             note = f"kernel auto mode (weights from {shown}); {self.auto_comparison(bw, spec.max_weight)}"
             return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings

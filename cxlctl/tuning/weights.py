@@ -103,6 +103,23 @@ def reduce_weights(bandwidth: Dict[int, int], cap: int = DEFAULT_MAX_WEIGHT, tol
     return divide_gcd(best)
 
 
+#: the scale of the kernel's auto weights (``weightiness`` in mm/mempolicy.c)
+KERNEL_WEIGHTINESS = 32
+
+
+def kernel_weights(bandwidth: Dict[int, int]) -> Dict[int, int]:
+    """The weights the kernel's auto mode gives these bandwidths: mm/mempolicy.c
+    ``reduce_interleave_weights`` (fed by ``mempolicy_set_node_perf`` with min(read, write)):
+    ``32 * bw / total`` rounded down, 1 where that is below 1 or the node has no bandwidth,
+    then divided by the gcd.  For figures the kernel cannot see (``cxlctl probe``'s)."""
+    total = sum(bandwidth.values())
+    out: Dict[int, int] = {}
+    for n, b in bandwidth.items():
+        scaled = KERNEL_WEIGHTINESS * b
+        out[n] = scaled // total if b and total < scaled else 1
+    return divide_gcd(out)
+
+
 def divide_gcd(ints: Dict[int, int]) -> Dict[int, int]:
     """``ints`` divided by the gcd of its values (weights are kept reduced, as the kernel's are)."""
     g = 0

@@ -1,0 +1,354 @@
+/* cxlctl's memory probe: the inner loops of `cxlctl probe` (docs/probe.md).
+ *
+ * Compiled on first use with the host's cc into cxlctl's cache directory
+ * (cxlctl/probe/native.py).  One measurement per run:
+ *
+ *   probe read|mix|latency NODE BYTES SECONDS CPU[,CPU...]
+ *
+ * The buffer is an anonymous mapping bound to NODE with mbind(MPOL_BIND)
+ * before any page is touched, first touched by threads pinned to the CPUs
+ * (sched_setaffinity), checked page by page with move_pages(2) (a sample of
+ * up to 4096 pages must all be on NODE), measured, and unmapped.  It prints
+ * one line of key=value pairs; on failure a line "error=WHY" and exit 1.
+ *
+ *   read     every CPU streams through its share of the buffer (loads only)
+ *   mix      every CPU runs d[i] = a[i] ^ b[i] over its share: 2 reads, 1 write
+ *   latency  one CPU follows a pointer chain through a random cyclic
+ *            permutation of the buffer's cache lines (each load depends on the
+ *            one before, so no prefetcher or out-of-order engine hides it)
+ *
+ * Bandwidths are bytes moved by the program (a write's read-for-ownership is
+ * not counted, as STREAM and MLC count) over wall time, in MB/s (10^6 B/s);
+ * the result is the median of three timed windows after one untimed pass.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MPOL_BIND_ 2
+#define LINE 64
+#define CHUNK (256u * 1024u)
+#define WINDOWS 3
+#define MAXCPU 1024
+
+typedef uint64_t vec __attribute__((vector_size(32)));
+
+static volatile uint64_t sink;
+static volatile int stop_flag;
+static pthread_barrier_t start_barrier, end_barrier;
+
+struct worker {
+	pthread_t tid;
+	int cpu;
+	int mode; /* 0 read, 1 mix */
+	char *base;
+	size_t len;
+	uint64_t bytes;
+	int ok;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fail(const char *why)
+{
+	printf("\nerror=%s\n", why); /* on a line of its own, after a partial one */
+	fflush(stdout);
+	exit(1);
+}
+
+static int pin(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static uint64_t read_chunk(const char *p, size_t len)
+{
+	const vec *v = (const vec *)p;
+	size_t n = len / sizeof(vec), i;
+	vec a = {0}, b = {0}, c = {0}, d = {0};
+	for (i = 0; i + 4 <= n; i += 4) {
+		a ^= v[i];
+		b ^= v[i + 1];
+		c ^= v[i + 2];
+		d ^= v[i + 3];
+	}
+	a ^= b ^ c ^ d;
+	return a[0] ^ a[1] ^ a[2] ^ a[3];
+}
+
+static void mix_chunk(char *dst, const char *s1, const char *s2, size_t len)
+{
+	vec *d = (vec *)dst;
+	const vec *a = (const vec *)s1, *b = (const vec *)s2;
+	size_t n = len / sizeof(vec), i;
+	for (i = 0; i < n; i++)
+		d[i] = a[i] ^ b[i];
+}
+
+/* One pass over [off, off+len) of the worker's share; returns bytes moved. */
+static uint64_t step(struct worker *w, size_t off, size_t len)
+{
+	if (w->mode == 0) {
+		sink ^= read_chunk(w->base + off, len);
+		return len;
+	}
+	/* mix: the share is three equal thirds: two sources, one destination */
+	size_t third = w->len / 3 / sizeof(vec) * sizeof(vec);
+	mix_chunk(w->base + 2 * third + off, w->base + off, w->base + third + off, len);
+	return 3 * (uint64_t)len;
+}
+
+static size_t span(const struct worker *w)
+{
+	return w->mode == 0 ? w->len / sizeof(vec) * sizeof(vec) : w->len / 3 / sizeof(vec) * sizeof(vec);
+}
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	size_t total = span(w), off;
+	int round;
+	w->ok = pin(w->cpu) == 0;
+	if (w->ok)
+		memset(w->base, 1, w->len); /* first touch, on this CPU, under the bind policy */
+	for (off = 0; w->ok && off < total; off += CHUNK) /* one untimed pass */
+		step(w, off, total - off < CHUNK ? total - off : CHUNK);
+	for (round = 0; round < WINDOWS; round++) {
+		pthread_barrier_wait(&start_barrier);
+		uint64_t bytes = 0;
+		off = 0;
+		while (w->ok && !stop_flag) {
+			size_t len = total - off < CHUNK ? total - off : CHUNK;
+			bytes += step(w, off, len);
+			off += len;
+			if (off >= total)
+				off = 0;
+		}
+		w->bytes = bytes;
+		pthread_barrier_wait(&end_barrier);
+		pthread_barrier_wait(&end_barrier); /* main has read w->bytes */
+	}
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static void bind_to(char *buf, size_t len, int node)
+{
+	unsigned long mask[MAXCPU / (8 * sizeof(unsigned long))];
+	memset(mask, 0, sizeof(mask));
+	if (node < 0 || node >= MAXCPU)
+		fail("node out of range");
+	mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
+	/* maxnode is one more than the bits given: the kernel's get_nodes() drops the last */
+	if (syscall(SYS_mbind, buf, len, MPOL_BIND_, mask, (unsigned long)MAXCPU + 1, 0UL) != 0) {
+		char why[160];
+		snprintf(why, sizeof(why), "mbind to node %d failed: %s", node, strerror(errno));
+		fail(why);
+	}
+}
+
+/* Where a sample of the buffer's pages are: "on=N checked=M". */
+static void placement(char *buf, size_t len, int node, int *on, int *checked)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t pages = len / (size_t)page, stride, i;
+	int n = 0;
+	void *addr[4096];
+	int status[4096];
+	stride = pages > 4096 ? pages / 4096 : 1;
+	for (i = 0; i < pages && n < 4096; i += stride)
+		addr[n++] = buf + i * (size_t)page;
+	*on = 0;
+	*checked = n;
+	if (syscall(SYS_move_pages, 0, (unsigned long)n, addr, NULL, status, 0) != 0)
+		fail("move_pages (page query) failed");
+	for (i = 0; i < (size_t)n; i++)
+		if (status[i] == node)
+			(*on)++;
+}
+
+static int parse_cpus(const char *s, int *cpus)
+{
+	int n = 0;
+	char *end;
+	while (*s && n < MAXCPU) {
+		long v = strtol(s, &end, 10);
+		if (end == s || v < 0 || v >= 65536)
+			return -1;
+		cpus[n++] = (int)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	return n;
+}
+
+static void bandwidth(int mode, char *buf, size_t len, double seconds, const int *cpus, int ncpu)
+{
+	struct worker *w = calloc((size_t)ncpu, sizeof(*w));
+	double samples[WINDOWS];
+	size_t share = len / (size_t)ncpu / CHUNK * CHUNK;
+	int i, round;
+	if (!w)
+		fail("out of memory");
+	if (share < 3 * CHUNK) {
+		char why[160];
+		snprintf(why, sizeof(why), "buffer too small for %d CPUs: each needs 768 KiB (raise --buffer-mib)", ncpu);
+		fail(why);
+	}
+	pthread_barrier_init(&start_barrier, NULL, (unsigned)ncpu + 1);
+	pthread_barrier_init(&end_barrier, NULL, (unsigned)ncpu + 1);
+	for (i = 0; i < ncpu; i++) {
+		w[i].cpu = cpus[i];
+		w[i].mode = mode;
+		w[i].base = buf + (size_t)i * share;
+		w[i].len = share;
+		if (pthread_create(&w[i].tid, NULL, work, &w[i]) != 0)
+			fail("cannot start a thread");
+	}
+	for (round = 0; round < WINDOWS; round++) {
+		stop_flag = 0;
+		pthread_barrier_wait(&start_barrier);
+		double t0 = now();
+		struct timespec ts = {(time_t)(seconds / WINDOWS), (long)((seconds / WINDOWS - (double)(time_t)(seconds / WINDOWS)) * 1e9)};
+		nanosleep(&ts, NULL);
+		stop_flag = 1;
+		pthread_barrier_wait(&end_barrier);
+		double t1 = now();
+		uint64_t bytes = 0;
+		for (i = 0; i < ncpu; i++) {
+			if (!w[i].ok)
+				fail("cannot pin a thread to its CPU");
+			bytes += w[i].bytes;
+		}
+		samples[round] = (double)bytes / (t1 - t0) / 1e6;
+		pthread_barrier_wait(&end_barrier);
+	}
+	for (i = 0; i < ncpu; i++)
+		pthread_join(w[i].tid, NULL);
+	printf("samples=%.0f,%.0f,%.0f", samples[0], samples[1], samples[2]);
+	qsort(samples, WINDOWS, sizeof(double), cmp_double);
+	printf(" median=%.0f", samples[WINDOWS / 2]);
+	free(w);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static void latency(char *buf, size_t len, double seconds, int cpu)
+{
+	size_t lines = len / LINE, i;
+	size_t *order;
+	double samples[WINDOWS];
+	int round;
+	if (pin(cpu) != 0)
+		fail("cannot pin to the CPU");
+	if (lines < 2)
+		fail("buffer too small");
+	order = malloc(lines * sizeof(size_t));
+	if (!order)
+		fail("out of memory for the permutation");
+	for (i = 0; i < lines; i++)
+		order[i] = i;
+	/* Sattolo's algorithm: a random permutation that is one single cycle */
+	for (i = lines - 1; i > 0; i--) {
+		size_t j = (size_t)(rnd() % i), t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (i = 0; i < lines; i++)
+		*(char **)(buf + order[i] * LINE) = buf + order[(i + 1) % lines] * LINE;
+	free(order);
+	char **p = (char **)buf;
+	for (i = 0; i < lines; i++) /* one untimed lap */
+		p = (char **)*p;
+	for (round = 0; round < WINDOWS; round++) {
+		uint64_t steps = 0;
+		double t0 = now(), t1 = t0, until = t0 + seconds / WINDOWS;
+		while (t1 < until) {
+			for (i = 0; i < 4096; i += 8) {
+				p = (char **)*p; p = (char **)*p; p = (char **)*p; p = (char **)*p;
+				p = (char **)*p; p = (char **)*p; p = (char **)*p; p = (char **)*p;
+			}
+			steps += 4096;
+			t1 = now();
+		}
+		samples[round] = (t1 - t0) * 1e9 / (double)steps;
+	}
+	sink ^= (uint64_t)(uintptr_t)p;
+	printf("samples=%.1f,%.1f,%.1f", samples[0], samples[1], samples[2]);
+	qsort(samples, WINDOWS, sizeof(double), cmp_double);
+	printf(" median=%.1f", samples[WINDOWS / 2]);
+}
+
+int main(int argc, char **argv)
+{
+	int cpus[MAXCPU], ncpu, node, on = 0, checked = 0, mode;
+	char *end;
+	unsigned long long bytes;
+	double seconds;
+	if (argc != 6)
+		fail("usage: probe read|mix|latency NODE BYTES SECONDS CPU[,CPU...]");
+	if (!strcmp(argv[1], "read"))
+		mode = 0;
+	else if (!strcmp(argv[1], "mix"))
+		mode = 1;
+	else if (!strcmp(argv[1], "latency"))
+		mode = 2;
+	else
+		fail("unknown mode");
+	node = (int)strtol(argv[2], &end, 10);
+	if (*end)
+		fail("bad node");
+	bytes = strtoull(argv[3], &end, 10);
+	if (*end || bytes < 4096)
+		fail("bad size");
+	seconds = strtod(argv[4], &end);
+	if (*end || !(seconds > 0) || seconds > 3600)
+		fail("bad duration");
+	ncpu = parse_cpus(argv[5], cpus);
+	if (ncpu <= 0)
+		fail("bad CPU list");
+	size_t len = (size_t)bytes;
+	char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (buf == MAP_FAILED)
+		fail("mmap failed");
+	bind_to(buf, len, node);
+	printf("mode=%s node=%d bytes=%llu cpus=%d ", argv[1], node, bytes, ncpu);
+	if (mode == 2)
+		latency(buf, len, seconds, cpus[0]);
+	else
+		bandwidth(mode, buf, len, seconds, cpus, ncpu);
+	placement(buf, len, node, &on, &checked);
+	printf(" pages_on_node=%d pages_checked=%d\n", on, checked);
+	munmap(buf, len);
+	return 0;
+}

@@ -1,0 +1,240 @@
+"""``cxlctl probe``: the native helper on this machine, the stored record, and its users
+(weights = "measured", the bandwidth fallback, status, doctor, the daemon's metrics).
+
+The helper tests run the real compiled loops on node 0 with small buffers; the users are
+tested on copies of recorded QEMU trees with a record written by :func:`cxlctl.probe.store.record`
+for that tree (its boot id, kernel and memdevs), so staleness is judged as on a host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Sequence
+
+import pytest
+
+from cxlctl.errors import CxlctlError
+from cxlctl.hostio.host import Host
+from cxlctl.inventory import scan
+from cxlctl.probe import measure, native, store
+from cxlctl.probe.measure import Result, Sizes, Skipped
+from cxlctl.tuning.weights import kernel_weights
+from tests.kit import FIXTURES, cli, copy_fixture
+
+SIZES = Sizes(64 << 20, 64 << 20, 0.3, 32 << 20)
+
+
+@pytest.fixture(scope="module")
+def helper(tmp_path_factory: Any) -> str:
+    os.environ["CXLCTL_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        return native.helper_path()
+    finally:
+        del os.environ["CXLCTL_CACHE_DIR"]
+
+
+def _tree(tmp_path: Any, name: str, pairs: Sequence[Result], skipped: Sequence[Skipped] = ()) -> str:
+    root = copy_fixture(os.path.join(FIXTURES, name), tmp_path / "root")
+    host = Host(root)
+    store.save(host, store.record(host, scan(host), [*pairs, *skipped], SIZES, "test"))
+    return root
+
+
+def _profile(root: str, weights: str) -> None:
+    os.makedirs(f"{root}/etc/cxlctl/profiles", exist_ok=True)
+    with open(f"{root}/etc/cxlctl/profiles/wm.toml", "w") as f:
+        f.write(f'summary = "t"\n[knobs.weighted_interleave]\nweights = "{weights}"\nprefer_auto = true\n')
+
+
+def _wi_steps(root: str, profile: str) -> Dict[str, Any]:
+    doc = json.loads(cli("--root", root, "tune", "plan", profile, "--json", inprocess=True).stdout)
+    return {s["setting"]: s for s in doc["plan"]["steps"] if s["knob"] == "weighted_interleave"}
+
+
+# -- the kernel's formula ------------------------------------------------------------------
+
+
+def test_kernel_weights_follow_reduce_interleave_weights() -> None:
+    # 32*14000/17000 = 26.35 -> 26, 32*3000/17000 = 5.6 -> 5; gcd 1
+    assert kernel_weights({0: 14000, 1: 3000}) == {0: 26, 1: 5}
+    # 24:8 reduced by the gcd to 3:1
+    assert kernel_weights({0: 90000, 1: 30000}) == {0: 3, 1: 1}
+    # a node below 1/32 of the total gets the minimum weight 1 (sum_bw >= scaling_factor)
+    assert kernel_weights({0: 1000000, 1: 1000}) == {0: 31, 1: 1}
+    assert kernel_weights({0: 1, 1: 31}) == {0: 1, 1: 31}
+
+
+# -- the helper, on this machine -----------------------------------------------------------
+
+
+def test_helper_measures_node0_and_checks_where_the_pages_are(helper: str) -> None:
+    cpus = os.sched_getaffinity(0)
+    got = native.run(helper, "read", 0, 32 << 20, 0.3, sorted(cpus))
+    assert float(got["median"]) > 100  # MB/s: any real memory streams faster than this
+    assert got["pages_on_node"] == got["pages_checked"] and int(got["pages_checked"]) > 0
+    lat = native.run(helper, "latency", 0, 32 << 20, 0.3, [min(cpus)])
+    assert 1 < float(lat["median"]) < 10000  # ns
+    assert len(lat["samples"].split(",")) == 3
+
+
+def test_helper_refuses_a_node_it_cannot_bind(helper: str) -> None:
+    with pytest.raises(CxlctlError, match="mbind to node 1000"):
+        native.run(helper, "read", 1000, 32 << 20, 0.1, [0])
+
+
+def test_pairs_skip_nodes_without_the_free_memory() -> None:
+    inv = scan(Host(os.path.join(FIXTURES, "linux-6.12", "single-region")))
+    big = Sizes(600 << 20, 600 << 20, 1.0, None)  # node 1 has 512 MiB
+    planned = measure.plan(inv, big, mem_nodes=None, mems_allowed=None, cpus_allowed=None)
+    assert [type(p).__name__ for p in planned] == ["Pair", "Skipped"]
+    assert "node 1 has 512 MiB free; the measurement needs 664 MiB" in planned[1].reason  # type: ignore[union-attr]
+    planned = measure.plan(inv, SIZES, mem_nodes=None, mems_allowed=(0,), cpus_allowed=None)
+    assert "Mems_allowed_list" in planned[1].reason  # type: ignore[union-attr]
+
+
+def test_a_live_measurement_is_stored_and_read_back(helper: str, tmp_path: Any) -> None:
+    live = Host("/")
+    inv = scan(live)
+    pair = measure.Pair(0, 0, tuple(sorted(os.sched_getaffinity(0))))
+    res = measure.measure(helper, pair, Sizes(32 << 20, 32 << 20, 0.3, None), None, 0, 3)
+    assert res.read_mbps > 0 and res.mix_mbps > 0 and res.latency_ns > 0
+    doc = store.record(live, inv, [res], SIZES, "test")
+    st = store.judge(doc, live.boot_id, inv)
+    assert st.stale == () and st.usable[0].bandwidth == min(res.read_mbps, res.mix_mbps)
+    assert "measured in another boot" in store.judge(doc, "another", inv).stale
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_probe_refuses_a_recorded_tree_and_bad_nodes() -> None:
+    root = os.path.join(FIXTURES, "linux-6.12", "single-region")
+    p = cli("--root", root, "probe", rc=2)
+    assert "probe measures the running machine" in p.stderr
+    for bad in ("1,,2", "١", "x"):
+        assert "--nodes" in cli("probe", "--nodes", bad, rc=2).stderr
+    assert "no memory node 99" in cli("probe", "--nodes", "99", rc=2).stderr
+    assert cli("probe", "--buffer-mib", "2", rc=2).returncode == 2
+
+
+# -- its users -----------------------------------------------------------------------------
+
+FIG = [Result(0, 0, (0, 1), 16000, 14000, 100.0, {}), Result(0, 1, (0, 1), 4000, 3000, 300.0, {})]
+
+
+def test_measured_weights_are_the_kernel_formula_of_the_stored_figures(tmp_path: Any) -> None:
+    # 7.x: the kernel has auto mode (and CDAT figures for the region); "measured" writes the weights anyway
+    root = _tree(tmp_path, "linux-7.x/single-region", FIG)
+    _profile(root, "measured")
+    steps = _wi_steps(root, "wm")
+    assert steps["weighted_interleave.node0"]["desired"] == "26"
+    assert steps["weighted_interleave.node1"]["desired"] == "5"
+    assert "node0 14000 MB/s, node1 3000 MB/s" in steps["weighted_interleave.node0"]["note"]
+    assert steps["weighted_interleave.auto"]["desired"] == "false"
+
+
+def test_bandwidth_falls_back_to_measured_figures_when_the_kernel_has_none(tmp_path: Any) -> None:
+    root = _tree(tmp_path, "linux-6.12/single-region", FIG)
+    steps = _wi_steps(root, "inference-bandwidth")
+    assert steps["weighted_interleave.node0"]["desired"] == "26"
+    assert "no bandwidth data (HMAT/CDAT) for node(s) 0, 1" in steps["weighted_interleave.node0"]["note"]
+
+
+def test_stale_figures_are_shown_as_stale_and_never_used(tmp_path: Any) -> None:
+    root = _tree(tmp_path, "linux-6.12/single-region", FIG)
+    path = f"{root}/var/lib/cxlctl/probe.json"
+    with open(path) as f:
+        doc = json.load(f)
+    doc["nodes"]["1"]["memdevs"][0]["serial"] = 1
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    _profile(root, "measured")
+    (step,) = _wi_steps(root, "wm").values()
+    assert step["action"] == "skip" and "stale (node 1's memdevs changed)" in step["reason"] + step["note"]
+    out = cli("--root", root, "status", inprocess=True).stdout
+    assert "stale, not used: node 1's memdevs changed" in out
+    js = json.loads(cli("--root", root, "status", "--json").stdout)
+    assert js["measured"]["stale"] == ["node 1's memdevs changed"]
+
+
+def test_status_shows_measured_beside_firmware(tmp_path: Any) -> None:
+    hm = [Result(0, 0, (0, 1), 38000, 30000, 85.0, {}), Result(0, 2, (0, 1), 15000, 12000, 200.0, {})]
+    root = _tree(tmp_path, "linux-6.12/hmat2-region", hm, [Skipped(0, 3, "node 3 has 1 MiB free")])
+    for args in (("status",), ("status", "--json")):
+        assert cli("--root", root, *args, check=True).stdout == cli("--root", root, *args, inprocess=True).stdout
+    out = cli("--root", root, "status").stdout
+    assert "   2     0      15000     12000   200.0     16000/16000        192/292" in out
+    assert "skipped node 3 from node 0: node 3 has 1 MiB free" in out
+    js = json.loads(cli("--root", root, "status", "--json").stdout)["measured"]
+    assert js["nodes"][1] == {
+        "node": 2,
+        "cpu_node": 0,
+        "read_mbps": 15000,
+        "mix_mbps": 12000,
+        "latency_ns": 200.0,
+        "bandwidth_mbps": 12000,
+    }
+
+
+def _doctor(root: str) -> Dict[str, Any]:
+    """doctor's checks of the measurement, by id."""
+    doc = json.loads(cli("--root", root, "doctor", "--json").stdout)
+    ids = ("firmware.measured", "firmware.tier-order", "firmware.tier-collapsed")
+    return {c["id"]: c for c in doc["checks"] if c["id"] in ids}
+
+
+def test_doctor_flags_firmware_figures_that_disagree_with_the_measurement(tmp_path: Any) -> None:
+    # hmat2's firmware: node 0 38912 MB/s 80 ns, node 2 16000 MB/s 192 ns (tier 33), node 3 6144 MB/s 362 ns (tier 146)
+    hm = [
+        Result(0, 0, (0, 1), 38000, 30000, 85.0, {}),
+        Result(0, 2, (0, 1), 5000, 4000, 190.0, {}),
+        Result(0, 3, (0, 1), 6000, 5000, 150.0, {}),
+    ]
+    checks = _doctor(_tree(tmp_path, "linux-6.12/hmat2-region", hm))
+    m = checks["firmware.measured"]
+    assert m["result"] == "warn"
+    assert "node 2 read bandwidth: firmware 16000 MB/s, measured 5000 MB/s" in m["message"]
+    assert "node 3 read latency: firmware 362 ns, measured 150 ns" in m["message"]
+    assert "node 0" not in m["message"]
+    order = checks["firmware.tier-order"]["message"]
+    assert "node 2 (memory_tier33) measures 190 ns, slower than node 3 (memory_tier146) at 150 ns" in order
+
+
+def test_doctor_agrees_when_the_figures_match_and_flags_a_collapsed_tier(tmp_path: Any) -> None:
+    hm = [
+        Result(0, 0, (0, 1), 38000, 30000, 85.0, {}),
+        Result(0, 2, (0, 1), 15000, 14000, 190.0, {}),
+        Result(0, 3, (0, 1), 6000, 5000, 350.0, {}),
+    ]
+    root = _tree(tmp_path, "linux-6.12/hmat2-region", hm)
+    checks = _doctor(root)
+    assert checks["firmware.measured"]["result"] == "ok" and "firmware.tier-order" not in checks
+    # the same two CXL nodes in one tier (a tiny edit of the copied tree: what a missing HMAT does)
+    tiers = f"{root}/sys/devices/virtual/memory_tiering"
+    os.unlink(f"{tiers}/memory_tier33/nodelist")
+    with open(f"{tiers}/memory_tier33/nodelist", "w") as f:
+        f.write("2-3\n")
+    os.unlink(f"{tiers}/memory_tier146/nodelist")
+    with open(f"{tiers}/memory_tier146/nodelist", "w") as f:
+        f.write("\n")
+    coll = _doctor(root)["firmware.tier-collapsed"]
+    assert (
+        coll["result"] == "warn"
+        and "memory_tier33 holds CXL node(s) 2-3 of different measured speed" in coll["message"]
+    )
+
+
+def test_daemon_metrics_export_the_stored_figures(tmp_path: Any) -> None:
+    root = _tree(tmp_path, "linux-6.12/single-region", FIG)
+    out = cli("--root", root, "daemon", "metrics", inprocess=True).stdout
+    assert 'cxlctl_measured_read_bandwidth_mbps{cpu_node="0",node="1"} 4000' in out
+    assert 'cxlctl_measured_latency_ns{cpu_node="0",node="0"} 100' in out
+    assert "cxlctl_measured_stale 0" in out
+
+
+def test_probe_without_root_refuses_before_measuring() -> None:
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    p = cli("probe", "--quick", wrap=nobody, rc=1)
+    assert "/var/lib/cxlctl is not writable here; nothing was measured" in p.stderr
+    assert "sudo cxlctl probe" in p.stderr
