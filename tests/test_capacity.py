@@ -191,3 +191,149 @@ def test_human_view_fits_80_columns() -> None:
 def test_bad_root_is_a_usage_error(tmp_path: Path) -> None:
     p = cli("--root", str(tmp_path / "none"), "capacity", "--json", rc=2)
     assert json.loads(p.stdout)["error"]["exit"] == 2
+
+
+# ---------------------------------------------------------------------------- capacity release
+
+
+def _digest(root: str) -> str:
+    from tests.test_region_cli import tree_digest
+
+    return tree_digest(root)
+
+
+def _movable_copy(tmp_path: Path, tree: str = "linux-7.x/single-region") -> str:
+    root = copy_fixture(os.path.join(FIXTURES, tree), tmp_path / "t")
+    _movable(root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["mem0"], "zone-normal", "ZONE_NORMAL on node 1"),  # as recorded
+        (["mem7"], None, "no memdev mem7 (memdevs: mem0)"),
+        ([], None, "name the memdevs to release"),
+        (["mem0", "--size", "1G"], None, "not both"),
+        (["--size", "1G"], None, "--size 1 GiB: only 0 B can be released now (512 MiB is blocked)"),
+        (["--size", "1X"], None, "--size"),
+        (["mem0", "mem0"], None, "mem0 is named twice"),
+        (["nvme0"], None, "'nvme0' is not a memdev name"),
+    ],
+)
+def test_release_refusals_exit_2_and_write_nothing(tmp_path: Path, args: List[str], code: Any, needle: str) -> None:
+    root = copy_fixture(os.path.join(FIXTURES, "linux-7.x/single-region"), tmp_path / "t")
+    before = _digest(root)
+    p = cli("--root", root, "capacity", "release", *args, rc=2)
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert _digest(root) == before
+    assert not os.path.exists(os.path.join(root, "run/cxlctl")), "a refusal takes no lock and writes no journal"
+
+
+def test_release_refuses_half_an_interleave(tmp_path: Path) -> None:
+    root = _movable_copy(tmp_path, "linux-6.12/switch2-region")
+    p = cli("--root", root, "capacity", "release", "mem0", rc=2)
+    assert "mem0 is interleaved with mem1 in region0" in p.stderr
+    assert "`cxlctl capacity release mem0 mem1`" in p.stderr
+    d = json.loads(cli("--root", root, "capacity", "release", "mem0", "mem1", "--dry-run", "--json", check=True).stdout)
+    (r,) = d["regions"]
+    assert (r["region"], r["memdevs"], r["dax"][0]["online_blocks"]) == (
+        "region0",
+        ["mem1", "mem0"],
+        [146, 147, 148, 149],
+    )
+
+
+def test_release_dry_run_shows_the_plan(tmp_path: Path) -> None:
+    root = _movable_copy(tmp_path)
+    before = _digest(root)
+    d = json.loads(cli("--root", root, "capacity", "release", "mem0", "--dry-run", "--json", check=True).stdout)
+    assert d["dry_run"] is True and d["offline_bytes"] == 512 * MiB
+    assert [(m["memdev"], m["serial"], m["released"]) for m in d["memdevs"]] == [("mem0", 4097, False)]
+    (r,) = d["regions"]
+    assert (r["root_decoder"], r["size"]) == ("decoder0.0", 512 * MiB)
+    assert r["dax"] == [
+        {"device": "dax0.0", "mode": "system-ram", "node": 1, "zone": "movable", "online_blocks": list(SINGLE_BLOCKS)}
+    ]
+    text = cli("--root", root, "capacity", "release", "mem0", "--dry-run", check=True).stdout
+    assert "would offline 4 block(s) (512 MiB) of dax0.0 on node 1 (ZONE_MOVABLE)" in text
+    assert text.rstrip().endswith("dry run: nothing was changed")
+    assert _digest(root) == before
+
+
+def test_release_by_size_picks_releasable_devices(tmp_path: Path) -> None:
+    """switch2-devdax (7.x): the devdax memdev is releasable, the ZONE_NORMAL one is not."""
+    root = os.path.join(FIXTURES, "linux-7.x/switch2-devdax")
+    d = json.loads(
+        cli("--root", root, "capacity", "release", "--size", "200M", "--dry-run", "--json", check=True).stdout
+    )
+    assert [m["memdev"] for m in d["memdevs"]] == ["mem0"]
+    assert d["regions"][0]["dax"][0]["mode"] == "devdax" and d["offline_bytes"] == 0
+    p = cli("--root", root, "capacity", "release", "--size", "300M", "--dry-run", rc=2)
+    assert "only 256 MiB can be released now (256 MiB is blocked)" in p.stderr
+
+
+def test_release_rolls_back_when_a_block_refuses(tmp_path: Path, monkeypatch: Any) -> None:
+    """The kernel's EBUSY on the third block (an unmovable page): the blocks already offlined go back
+    online in ZONE_MOVABLE, nothing is torn down, the journal says rolled-back, exit 1."""
+    from cxlctl.capacity import release as rel
+    from cxlctl.errors import CxlctlError
+    from cxlctl.regions import dax as daxmod
+
+    root = _movable_copy(tmp_path)
+    real = daxmod._offline_one
+    tried: List[int] = []
+
+    def offline_one(host: Any, bid: int) -> Any:
+        tried.append(bid)
+        return "EBUSY: Device or resource busy" if bid == 147 else real(host, bid)
+
+    monkeypatch.setattr(daxmod, "_offline_one", offline_one)
+    with pytest.raises(CxlctlError) as e:
+        rel.release(Host(root), ["mem0"], None, lambda m: None, wait=0)
+    assert e.value.code == 1
+    assert "memory147 could not be offlined" in str(e.value) and "rolled back" in str(e.value)
+    assert tried == [149, 148, 147]  # highest first, as regions.dax offlines
+    for b in SINGLE_BLOCKS:
+        with open(os.path.join(root, f"sys/devices/system/memory/memory{b}/state")) as f:
+            assert f.read().strip() in ("online", "online_movable"), b
+    assert os.path.isdir(os.path.join(root, "sys/bus/cxl/devices/region0"))
+    j = rel.load(Host(root))
+    assert j is not None and j["state"] == rel.ROLLED_BACK and j["steps"] == []
+    assert j["regions"][0]["dax"][0]["online"] == list(SINGLE_BLOCKS)
+    # a finished (rolled-back) release does not hold the next one up
+    rel.check_unfinished(Host(root))
+
+
+def test_an_unfinished_release_holds_the_next(tmp_path: Path) -> None:
+    from cxlctl.capacity import release as rel
+    from cxlctl.capacity.report import gather
+
+    root = _movable_copy(tmp_path)
+    h = Host(root)
+    rep = gather(h)
+    p = rel.plan(h, rep, rel.choose(rep, ["mem0"], None))
+    rel.save(h, p, rel.RELEASING, ["offlined 4 block(s) of dax0.0"])
+    r = cli("--root", root, "capacity", "release", "mem0", rc=2)
+    assert "a release of mem0 did not finish (state releasing" in r.stderr and "offlined 4 block(s)" in r.stderr
+    # a changed byte is caught by the checksum
+    path = os.path.join(root, "run/cxlctl/capacity.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"releasing"', '"released"'))
+    r = cli("--root", root, "capacity", "release", "mem0", rc=2)
+    assert "capacity journal" in r.stderr and "checksum mismatch" in r.stderr
+
+
+def test_release_refuses_before_the_root_check(tmp_path: Path) -> None:
+    """Without root: a blocked memdev is still refused with its blocker (exit 2); a releasable one needs root."""
+    from tests.test_region_cli import _as_user
+
+    root = copy_fixture(os.path.join(FIXTURES, "linux-7.x/single-region"), tmp_path / "t")
+    p = _as_user("--root", root, "capacity", "release", "mem0")
+    assert p.returncode == 2 and "ZONE_NORMAL" in p.stderr, p.stderr
+    _movable(root)
+    p = _as_user("--root", root, "capacity", "release", "mem0")
+    assert p.returncode == 1 and "capacity release needs root" in p.stderr, p.stderr
+    assert _as_user("--root", root, "capacity", "release", "mem0", "--dry-run").returncode == 0
