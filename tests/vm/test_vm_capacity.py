@@ -10,7 +10,8 @@ In the guest:
    ``capacity release`` of it must exit 2 naming ``zone-normal`` and change
    nothing (status before and after equal);
 2. hot-add (host): the new memdev appears; ``cxlctl record`` keeps the tree
-   (the fixture ``linux-*/pool-hotadd``); it is adopted by hand
+   (with ``CXLCTL_RECORD_FIXTURES=1``, set by ``scripts/record-fixtures.sh
+   capacity``, it becomes ``fixtures/linux-*/pool-hotadd``); it is adopted by hand
    (``region create --zone movable`` on the second window: its own node);
 3. a program writes a 64 MiB pattern preferring that node (``mbind``
    MPOL_PREFERRED on its buffer only: its stack stays on DRAM, see
@@ -19,20 +20,23 @@ In the guest:
    fabric manager"; the program re-reads its pattern: every word intact, its
    pages now on node 0; the memdev has no region and no DPA;
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
-   ``cxlctl record`` keeps the tree (``linux-*/pool-hotremoved``);
+   ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``);
 6. hot-add again: the memdev comes back and is adopted again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
-from tests.vm.harness import build_c, out_json, out_text, run_guest
+from tests.fixture_status import install
+from tests.vm.harness import REPO, build_c, out_json, out_text, run_guest
 from tests.vm.qmp import QmpSession
+from tests.vm.record_fixtures import SNAP
 
 pytestmark = pytest.mark.vm
 
@@ -141,7 +145,7 @@ touch "$OUT/ready-add"; wait_host done-add
 wait_memdev $HOT_SERIAL present add-1
 HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-1"
 udevadm settle --timeout=30 || true
-cx record-add record /tmp/rec-add && cp -a /tmp/rec-add "$OUT/record-add"
+mkdir -p "$OUT/fixtures"; snap fixtures/pool-hotadd
 cx adopt-1 region create --memdevs "$HOT" --decoder decoder0.1 --online system-ram --zone movable --json
 NODE=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["regions"][0]["dax"][0]["target_node"])' "$OUT/adopt-1.out")
 echo "$NODE" > "$OUT/hot-node"
@@ -170,7 +174,7 @@ touch "$OUT/ready-del"; wait_host done-del
 wait_memdev $HOT_SERIAL absent del
 cx status-3 status --json
 cx capacity-3 capacity --json
-cx record-del record /tmp/rec-del && cp -a /tmp/rec-del "$OUT/record-del"
+snap fixtures/pool-hotremoved
 dmesg | grep -iE 'pciehp|cxl|offline|memory' | tail -60 > "$OUT/dmesg.txt"
 
 # 6. hot-add again, adopted again
@@ -231,9 +235,14 @@ def test_capacity_cycle(series: str, tmp_path: Path) -> None:
     tools = work / "tools"
     pattern = build_c(tools, "pattern", PATTERN_C)
     script = (
-        f"export PATTERN={pattern} PATTERN_MIB={PATTERN_MIB} BOOT_SERIAL={0x5001} HOT_SERIAL={HOT_SERIAL}\n" + GUEST
+        f"export PATTERN={pattern} PATTERN_MIB={PATTERN_MIB} BOOT_SERIAL={0x5001} HOT_SERIAL={HOT_SERIAL}\n"
+        + SNAP
+        + GUEST
     )
     res = run_guest("pool", script, kernel=series, workdir=work, timeout=1800, qmp=_fm).check()
+    if os.environ.get("CXLCTL_RECORD_FIXTURES"):  # scripts/record-fixtures.sh capacity
+        for name in ("pool-hotadd", "pool-hotremoved"):
+            install(res.outdir / "fixtures" / name, REPO / "fixtures" / f"linux-{series}" / name)
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
     report += check(res.outdir)
     print("\n".join(report))
