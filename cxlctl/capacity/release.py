@@ -482,7 +482,7 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
 
 
 def lines(p: Plan, done: Optional[Released]) -> List[str]:
-    out = []
+    out = [f"{m.memdev}: no region uses it, nothing to migrate or tear down" for m in p.memdevs if not m.regions]
     verb = "would" if done is None else "did"
     for r in p.regions:
         for d in r.dax:
