@@ -16,7 +16,7 @@ import pytest
 
 from cxlctl.capacity.report import gather
 from cxlctl.hostio.host import Host
-from tests.kit import FIXTURES, cli, copy_fixture
+from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
 
 SINGLE = ["linux-6.12/single-region", "linux-7.x/single-region"]
 #: the CXL node's memory blocks in the single-region trees (node1: region0's dax0.0)
@@ -337,3 +337,41 @@ def test_release_refuses_before_the_root_check(tmp_path: Path) -> None:
     p = _as_user("--root", root, "capacity", "release", "mem0")
     assert p.returncode == 1 and "capacity release needs root" in p.stderr, p.stderr
     assert _as_user("--root", root, "capacity", "release", "mem0", "--dry-run").returncode == 0
+
+
+# ------------------------------------------- the hot-add and hot-remove, recorded in the capacity VM test
+
+HOTADD = fixture_roots("linux-*/pool-hotadd")
+HOTREMOVED = fixture_roots("linux-*/pool-hotremoved")
+
+
+def test_the_hotplug_trees_are_recorded() -> None:
+    """tests/vm/test_vm_capacity.py records them (scripts/record-fixtures.sh capacity)."""
+    assert HOTADD and HOTREMOVED
+
+
+@pytest.mark.parametrize("root", HOTADD, ids=[fixture_id(r) for r in HOTADD])
+def test_a_hot_added_device_is_free(root: str) -> None:
+    """Right after QMP's device_add: the new memdev (serial 0x5002) has endpoint and decoders but no
+    region: free, the whole device releasable; the boot device's ZONE_NORMAL region stays blocked."""
+    doc = _json(root)
+    by_serial = {m["serial"]: m for m in doc["memdevs"]}
+    hot, boot = by_serial[0x5002], by_serial[0x5001]
+    assert (hot["state"], hot["releasable"], hot["regions"], hot["blockers"]) == ("free", 256 * MiB, [], [])
+    assert boot["state"] == "blocked" and _codes(doc, boot["memdev"]) == ["zone-normal"]
+    st = json.loads(cli("--root", root, "status", "--json", check=True).stdout)
+    eps = [d for d in st["decoders"] if d.get("memdev") == hot["memdev"]]
+    assert eps and all(not d["region"] and not d["dpa_size"] for d in eps)
+    d = json.loads(cli("--root", root, "capacity", "release", hot["memdev"], "--dry-run", "--json", check=True).stdout)
+    assert d["regions"] == [] and d["offline_bytes"] == 0
+
+
+@pytest.mark.parametrize("root", HOTREMOVED, ids=[fixture_id(r) for r in HOTREMOVED])
+def test_a_hot_removed_device_is_gone(root: str) -> None:
+    """After release and QMP's device_del: only the boot device is left, nothing of the other remains."""
+    doc = _json(root)
+    assert [m["serial"] for m in doc["memdevs"]] == [0x5001]
+    assert doc["totals"]["capacity"] == 256 * MiB
+    st = json.loads(cli("--root", root, "status", "--json", check=True).stdout)
+    assert [r["region"] for r in st["regions"]] == ["region0"]
+    assert len([p for p in st["endpoints"]]) == 1
