@@ -345,6 +345,11 @@ HOTADD = fixture_roots("linux-*/pool-hotadd")
 HOTREMOVED = fixture_roots("linux-*/pool-hotremoved")
 
 
+def test_the_hotplug_trees_are_recorded() -> None:
+    """tests/vm/test_vm_capacity.py records them (scripts/record-fixtures.sh capacity)."""
+    assert HOTADD and HOTREMOVED
+
+
 @pytest.mark.parametrize("root", HOTADD, ids=[fixture_id(r) for r in HOTADD])
 def test_a_hot_added_device_is_free(root: str) -> None:
     """Right after QMP's device_add: the new memdev (serial 0x5002) has endpoint and decoders but no

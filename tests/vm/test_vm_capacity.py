@@ -250,12 +250,36 @@ def test_capacity_cycle(series: str, tmp_path: Path) -> None:
     )
     res = run_guest("pool", script, kernel=series, workdir=work, timeout=1800, qmp=_fm).check()
     if os.environ.get("CXLCTL_RECORD_FIXTURES"):  # scripts/record-fixtures.sh capacity
-        for name in ("pool-hotadd", "pool-hotremoved"):
-            install(res.outdir / "fixtures" / name, REPO / "fixtures" / f"linux-{series}" / name)
+        install_fixtures(res.outdir, series, res.kernel.release)
     report = [f"guest {res.kernel.release}, boot {res.boot_seconds} s, wall {res.wall_seconds} s"]
     report += check(res.outdir)
     print("\n".join(report))
     (tmp_path / "measured.txt").write_text("\n".join(report) + "\n")
+
+
+#: what each recorded tree holds (peers/recorded.txt)
+RECORDED = {
+    "pool-hotadd": "right after the host's device_add (serial 0x5002 on rp1) once its memdev was bound; the boot "
+    "device's region built by `cxlctl region create --memdevs MEM --decoder decoder0.0 --zone normal`",
+    "pool-hotremoved": "after `cxlctl capacity release` of that memdev and the host's device_del, once it was gone",
+}
+
+
+def install_fixtures(out: Path, series: str, release: str) -> None:
+    """Put the guest's two records into fixtures/linux-SERIES/ (tests/fixture_status.install), with recorded.txt."""
+    from tests.vm.harness import TOPOLOGIES
+    from tests.vm.record_fixtures import package_of, tool_version
+
+    for name, what in RECORDED.items():
+        dst = Path(install(out / "fixtures" / name, REPO / "fixtures" / f"linux-{series}" / name))
+        about = [
+            f"kernel: {release} ({package_of(release)})",
+            f"qemu: {tool_version(['qemu-system-x86_64', '--version'])}",
+            f"recorded: {time.strftime('%Y-%m-%d')} in tests/vm/test_vm_capacity.py's guest (snap), installed by its install_fixtures",
+            f"topology: pool: {TOPOLOGIES['pool'].description}",
+            f"state: {what}",
+        ]
+        (dst / "peers" / "recorded.txt").write_text("\n".join(about) + "\n")
 
 
 def check(out: Path) -> List[str]:
