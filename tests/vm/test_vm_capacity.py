@@ -326,6 +326,9 @@ def check(out: Path) -> List[str]:
     assert _pages(after_text, node) == 0 and sum(others.values()) >= before, after_text[:2000]
     landed = ", ".join(f"node {n} +{p}" for n, p in sorted(others.items()) if p > 0)
     status = out_json(out, "status-2.out")
+    # the node shrank to nothing: try_remove_memory() -> try_offline_node() unregisters it once empty
+    assert node not in [n["id"] for n in status["nodes"]], status["nodes"]
+    assert "MemTotal" not in out_text(out, "node-after.txt"), f"node{node} should be gone"
     dev = _memdev(status, HOT_SERIAL)
     assert dev is not None and not dev.get("regions"), dev
     eps = [d for d in status["decoders"] if d.get("memdev") == hot] if "decoders" in status else []
