@@ -30,6 +30,7 @@ import sys
 from .figures import node_figures
 from .hostio import paths
 from .parse import format_nodelist, format_size
+from .term import fold
 from .term import markup_escape as _e  # kernel values inside this module's markup templates
 
 # typing costs ~5 ms of start-up (it imports re): only mypy needs it here
@@ -551,10 +552,14 @@ def _status(inv: Inventory, out: _Out, only: Optional[str] = None, measured: Opt
         _measured(inv, measured, out)
     if inv.has_cxl:
         tot = inv.totals
+        # folded here, on spaces, a size never apart from its unit (rich's own wrap split "256 MiB")
         out.text(
-            f"CXL {format_size(tot.cxl_capacity)}: regions {format_size(tot.cxl_in_regions)}, "
-            f"online {format_size(tot.cxl_online)}, free {format_size(tot.cxl_free)}, "
-            f"unassigned {format_size(tot.cxl_unassigned)}"
+            fold(
+                f"CXL {format_size(tot.cxl_capacity)}: regions {format_size(tot.cxl_in_regions)}, "
+                f"online {format_size(tot.cxl_online)}, free {format_size(tot.cxl_free)}, "
+                f"unassigned {format_size(tot.cxl_unassigned)}",
+                out.width,
+            )
         )
     _knobs(inv, out)
     _warnings(inv, out)

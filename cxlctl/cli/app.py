@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from cxlctl.errors import CxlctlError
 
+from .capacity import capacity_app
 from .common import CliState, enter, run_app
 from .daemon import daemon_app
 from .doctor import doctor
@@ -92,6 +93,7 @@ def make_app() -> typer.Typer:
     a.command()(health)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
+    a.add_typer(capacity_app, name="capacity")
     a.add_typer(dax_app, name="dax")
     a.add_typer(launch_app, name="launch")
     a.add_typer(policy_app, name="policy")

@@ -1,0 +1,107 @@
+"""Human view of ``cxlctl capacity``: a grid per memdev and per CXL node, then each blocker with its fix.
+
+The grid (:func:`cxlctl.term.grid`) keeps values whole at 80 columns; blockers
+are sentences, folded on spaces under their subject.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Optional
+
+from cxlctl.parse import format_nodelist, format_size
+from cxlctl.term import fold_lines, grid
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .report import Blocker, Report
+
+
+def _sizes(n: Optional[int]) -> str:
+    return format_size(n)
+
+
+def blocker_lines(b: Blocker, width: int) -> List[str]:
+    return fold_lines(b.message, width, first="  ✗ ", indent="    ") + fold_lines(
+        b.fix, width, first="    fix: ", indent="         "
+    )
+
+
+def render(rep: Report, c: Console) -> None:
+    if not rep.memdevs:
+        c.print("no CXL memdevs: nothing to give back")
+        return
+    rows = []
+    for m in rep.memdevs:
+        where = ", ".join(m.regions) or "-"
+        node = format_nodelist(m.nodes) if m.nodes else ("devdax" if m.devdax else "-")
+        note = f"with {', '.join(m.release_with)}" if m.release_with else None
+        rows.append(
+            (
+                [
+                    m.memdev,
+                    _sizes(m.capacity),
+                    where,
+                    node,
+                    _sizes(m.online) if m.online else "-",
+                    _sizes(m.movable) if m.online else "-",
+                    m.state,
+                    _sizes(m.releasable),
+                ],
+                note,
+            )
+        )
+    grid(
+        c,
+        [
+            ("memdev", "left"),
+            ("capacity", "right"),
+            ("region", "left"),
+            ("node", "left"),
+            ("online", "right"),
+            ("movable", "right"),
+            ("state", "left"),
+            ("releasable", "right"),
+        ],
+        rows,
+        note="note",
+    )
+    if rep.nodes:
+        c.print()
+        grid(
+            c,
+            [
+                ("node", "right"),
+                ("memdevs", "left"),
+                ("in use", "right"),
+                ("movable", "right"),
+                ("normal", "right"),
+                ("releasable", "right"),
+            ],
+            [
+                (
+                    [
+                        str(n.node),
+                        ", ".join(n.memdevs) or "-",
+                        _sizes(n.used),
+                        _sizes(n.movable),
+                        _sizes(n.normal),
+                        _sizes(n.releasable),
+                    ],
+                    None,
+                )
+                for n in rep.nodes
+            ],
+        )
+    for m in rep.memdevs:
+        if not m.blockers:
+            continue
+        c.print()
+        c.print(f"{m.memdev} is blocked:", soft_wrap=True)
+        for b in m.blockers:
+            for line in blocker_lines(b, c.width):
+                c.print(line, soft_wrap=True)
+    for note in rep.notes:
+        c.print()
+        for line in fold_lines(f"note: {note}", c.width, indent="  "):
+            c.print(line, soft_wrap=True)

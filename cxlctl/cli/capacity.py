@@ -1,0 +1,33 @@
+"""``cxlctl capacity [release]``: thin; the engines are :mod:`cxlctl.capacity` (docs/capacity.md)."""
+
+from typing import List, Optional
+
+import typer
+
+from cxlctl.capacity.command import release, show
+
+from .common import JSON_OPT, WAIT_OPT, group, host, logger, need_root, progress_bar
+from .params import Command, argument
+
+capacity_app = group(
+    "capacity", "CXL capacity that comes and goes: what could go back to the pool, and giving it back."
+)
+
+
+@capacity_app.callback(invoke_without_command=True, no_args_is_help=False)
+def capacity(ctx: typer.Context, json_out: bool = JSON_OPT) -> None:
+    """Per memdev and per CXL node: in use, releasable now, and each blocker with its fix. No root needed."""
+    if ctx.invoked_subcommand is None:
+        show(host(), json_out)
+
+
+@capacity_app.command("release", cls=Command)
+def release_cmd(
+    memdevs: Optional[List[str]] = argument(None, "MEMDEV...", "Whole memdevs to give back (memN, as listed)."),
+    size: Optional[str] = typer.Option(None, "--size", "-s", metavar="SIZE", help="Pick releasable memdevs of SIZE."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; change nothing (no root needed)."),
+    wait: Optional[float] = WAIT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Offline the memdevs' memory (the kernel migrates it), tear down DAX and region; rolled back on failure."""
+    release(host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)
