@@ -435,7 +435,7 @@ _MEASURED += [("LAT ns", "right"), ("FW BW MB/s R/W", "right"), ("FW LAT ns R/W"
 
 
 def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
-    """``cxlctl probe``'s stored figures beside the firmware's (access0, as the NUMA table shows them),
+    """``cxlctl probe``'s stored figures beside the firmware's (the CPU-class figures the kernel holds, as the NUMA table shows them),
     one row per measured (CPU node, memory node) pair; marked stale, with why, when the host changed."""
     doc = stored.record
     when = doc.get("measured_at")
@@ -452,12 +452,14 @@ def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
             continue
         m = p.get("mem_node")
         node = inv.node(m) if isinstance(m, int) else None
-        c = expected_access(node, inv.regions)[0] if node else None
+        c = node_figures(node, inv.regions, inv.nodes).cpu if node else None
         vals = [p.get(k) for k in ("mem_node", "cpu_node", "read_mbps", "mix_mbps", "latency_ns")]
         rows.append([_e("-" if v is None else str(v)) for v in vals] + [_bw(c), _lat(c)])
     if rows:
         out.table(_MEASURED, rows)
-        out.line("[dim]FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: HMAT/CDAT access0[/dim]")
+        out.line(
+            "[dim]FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: the kernel's HMAT/CDAT figures, CPU class (access1)[/dim]"
+        )
     for sk in doc.get("skipped") or []:
         if isinstance(sk, dict):
             what = f"node {sk.get('mem_node')} from node {sk.get('cpu_node')}: {sk.get('reason')}"

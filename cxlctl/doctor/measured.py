@@ -1,6 +1,7 @@
 """Firmware figures against ``cxlctl probe``'s measurement (docs/probe.md).
 
-The firmware's figures (HMAT, CDAT: ``nodeN/access0``, or a CXL node's regions')
+The firmware's figures (HMAT, CDAT: ``nodeN/access1``, or a CXL node's one region's; CPU class,
+:func:`cxlctl.figures.node_figures`)
 decide the memory tiers (mm/memory-tiers.c ``mt_perf_to_adistance``: an abstract
 distance in proportion to read+write latency and in inverse proportion to read+write
 bandwidth, both against the DRAM nodes'; the tier is the distance's chunk, a lower
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from cxlctl.derive import expected_access
+from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.parse import format_nodelist
 
@@ -47,12 +48,17 @@ def _disagreements(f: Facts) -> Tuple[List[str], List[Evidence], int]:
     ev: List[Evidence] = [_ev(f)]
     for nid, m in sorted(f.probe.usable.items()):
         node = f.inv.node(nid)
-        c = expected_access(node, f.inv.regions)[0] if node is not None else None
-        if c is None:
+        # the figures the kernel weights and tiers by: the CPU class, one region's on 7.x
+        figs = node_figures(node, f.inv.regions, f.inv.nodes) if node is not None else None
+        c = figs.cpu if figs is not None else None
+        if c is None or figs is None:
             continue
         fw_bw, fw_lat = c.read_bandwidth, c.read_latency
         compared += 1 if fw_bw or fw_lat else 0
-        src = f"{paths.node_dir(nid)}/access0/initiators"
+        if figs.source == "regions" and figs.regions:
+            src = f"{paths.cxl_device(figs.regions[0])}/access1"
+        else:
+            src = f"{paths.node_dir(nid)}/access1/initiators"
         if fw_bw and _ratio(fw_bw, m.read_mbps) > DISAGREE:
             out.append(f"node {nid} read bandwidth: firmware {fw_bw} MB/s, measured {m.read_mbps} MB/s")
             ev.append(Evidence(f"{src}/read_bandwidth", str(fw_bw)))
