@@ -36,7 +36,7 @@ from .term import markup_escape as _e  # kernel values inside this module's mark
 # typing costs ~5 ms of start-up (it imports re): only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Sequence, Tuple, Union
+    from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
     from rich.console import Console
     from rich.table import Table
@@ -395,6 +395,16 @@ def _perf_cells(inv: Inventory, n: Node) -> List[str]:
     return [dist, _bw(c) + mark, _lat(c) + mark]
 
 
+def _dim_note(out: _Out) -> Callable[[str], None]:
+    """A dim note printer for ``out``: each note folded at its width on spaces (a path or figure
+    kept whole), so the plain layout and rich print the same lines."""
+
+    def note(text: str) -> None:
+        out.line(f"[dim]{_e(fold(text, out.width))}[/dim]")
+
+    return note
+
+
 def _nodes(inv: Inventory, out: _Out) -> None:
     """One wide table when it fits; else node facts, then distances and performance."""
     wide = [_basic_cells(inv, n) + _perf_cells(inv, n) for n in inv.nodes]
@@ -405,26 +415,24 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         out.table(_BASIC, [_basic_cells(inv, n) for n in inv.nodes])
         out.blank()
         out.table([("NODE", "right")] + _PERF, [[str(n.id), *_perf_cells(inv, n)] for n in inv.nodes])
-    out.line(
-        "[dim]WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access1 (CPU initiators: what the kernel weights and tiers by)[/dim]"
+    note = _dim_note(out)
+    note(
+        "WI: weighted-interleave weight; BW, LAT: HMAT/CDAT access1 (CPU initiators: what the kernel weights and tiers by)"
     )
     figures = [(n, node_figures(n, inv.regions, inv.nodes)) for n in inv.nodes]
     if any(f.source == "regions" and f.cpu is not None for _, f in figures):
-        out.line(
-            "[dim]*: the node's CXL region's figures (the kernel gave the node none of its own and "
-            "took one region's: cxl_region_perf_attrs_callback)[/dim]"
+        note(
+            "*: the node's CXL region's figures (the kernel gave the node none of its own and "
+            "took one region's: cxl_region_perf_attrs_callback)"
         )
     for n, f in figures:
         if f.undetermined:
-            out.line(f"[dim]?: {_e(f.undetermined)}[/dim]")
+            note(f"?: {f.undetermined}")
             continue
         if f.chosen_by:
-            out.line(f"[dim]{_e(f.chosen_by)}[/dim]")
+            note(f.chosen_by)
         if f.nearest is not None and f.nearest != f.cpu:
-            out.line(
-                f"[dim]node {n.id}'s nearest initiator (access0): BW {_bw(f.nearest)} MB/s, "
-                f"LAT {_lat(f.nearest)} ns[/dim]"
-            )
+            note(f"node {n.id}'s nearest initiator (access0): BW {_bw(f.nearest)} MB/s, LAT {_lat(f.nearest)} ns")
     if any(b.zone == "none" and (b.state or "").startswith("online") for n in inv.nodes for b in n.memory_blocks):
         # the kernel's valid_zones word for an online block whose memory is in more than one zone
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
