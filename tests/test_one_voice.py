@@ -368,3 +368,14 @@ def test_the_layout_check_finds_what_it_is_for() -> None:
     assert _layout_faults("word " * 20, 80, set()) and not _layout_faults("word " * 15 + "word\n", 80, set())
     deep = "/" + "x" * 90
     assert not _layout_faults(f"persisted: {deep}\n", 80, {deep})  # no line could hold it beside its label
+
+
+def test_region_create_all_stops_when_the_last_region_took_the_rest() -> None:
+    """``create --all`` re-plans on a fresh scan after each region; once the regions made so far
+    hold every memdev's RAM the next plan is empty and the batch ends (it indexed ``[0]`` of the
+    empty list: an internal error after the first region, met in the 6.12 hb2x2 guest)."""
+    from cxlctl.hostio.host import Host
+    from cxlctl.regions.batch import _next
+    from cxlctl.regions.planner import Request
+
+    assert _next(Host(HB2X2), Request()) is None

@@ -61,9 +61,10 @@ def _next(host: Host, req: Request) -> Optional[Plan]:
     from cxlctl.inventory import scan
 
     try:
-        return plan_all(scan(host), req)[0]
+        plans = plan_all(scan(host), req)
     except CxlctlError:
         return None  # nothing more fits
+    return plans[0] if plans else None  # every memdev's RAM in a region now: done
 
 
 def create_regions(
