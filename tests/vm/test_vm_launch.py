@@ -159,13 +159,20 @@ snap() {  # $1 = label, $2 = pid: what the kernel says about the process
   "$PY" -m cxlctl policy show $2 --json > "$OUT/$1.show.json" 2> "$OUT/$1.show.err"
   echo $? > "$OUT/$1.show.rc"
 }
-waitfor() {  # $1 = file, $2 = pid of the launch; 180 s
-  for i in $(seq 1 1800); do
+waitfor() {  # $1 = file, $2 = pid of the launch; 180 s of guest time, whatever each check costs
+  end=$((SECONDS + 180))
+  while [ $SECONDS -lt $end ]; do
     [ -s "$1" ] && return 0
     kill -0 $2 2>/dev/null || { echo "launch $2 died" >&2; return 1; }
     sleep 0.1
   done
-  echo "timeout waiting for $1" >&2; return 1
+  echo "timeout waiting for $1" >&2
+  # what the kernel says the process is doing, for the failure message
+  { for f in status wchan syscall stack; do echo "== /proc/$2/$f"; cat /proc/$2/$f 2>&1; done
+    echo "== numa_maps"; cat /proc/$2/numa_maps 2>&1
+    echo "== node meminfo"; grep -h "MemFree" /sys/devices/system/node/node*/meminfo
+    echo "== dmesg"; dmesg | tail -n 40; } > "$1.stuck" 2>&1
+  return 1
 }
 weights() { for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done; }
 
@@ -265,7 +272,9 @@ def check_kv_default(out: Path, cxl: int) -> List[str]:
     ko = dry["kv_offload"]
     assert ko["mechanism"] == "tmpfs" and ko["on_cxl"] and dry["tmpfs"]["nodes"] == [cxl], ko
     assert dry["policy"]["mode"] == "weighted-interleave" and cxl in dry["policy"]["nodes"]
-    assert (out / "kvdef.ready").exists(), out_text(out, "kvdef.err", missing_ok=True)
+    assert (out / "kvdef.ready").exists(), out_text(out, "kvdef.err", missing_ok=True) + out_text(
+        out, "kvdef.ready.stuck", missing_ok=True
+    )
     pid, total = (int(x) for x in out_text(out, "kvdef.ready").split())
     assert pid == int(out_text(out, "kvdef.launch-pid"))
     maps = parse_mappings(out_text(out, "kvdef.numa_maps"))
