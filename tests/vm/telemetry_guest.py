@@ -115,6 +115,9 @@ echo "$CXL" > "$OUT/cxl-node"
 grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control
 mkdir -p $CG
+# the boot's tiering settings, put back at the end: a shared boot's later checks (launch) start from them
+NB_BOOT=$(cat /proc/sys/kernel/numa_balancing)
+DEM_BOOT=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null || echo false)
 echo 0 > /proc/sys/kernel/numa_balancing
 echo false > /sys/kernel/mm/numa/demotion_enabled 2>/dev/null
 
@@ -166,6 +169,8 @@ if [ -n "$CXL" ] && [ -n "$PROMOTE" ]; then
   kfiles F1
 fi
 kill $HP; wait $HP 2>/dev/null
+echo "$NB_BOOT" > /proc/sys/kernel/numa_balancing
+echo "$DEM_BOOT" > /sys/kernel/mm/numa/demotion_enabled 2>/dev/null
 exit 0
 """
 
