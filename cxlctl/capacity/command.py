@@ -58,3 +58,54 @@ def release(
 
     for line in rel.lines(p, done):
         sys.stdout.write(fold(line, width()) + "\n")
+
+
+def adopt(
+    host: Host,
+    memdevs: List[str],
+    mode: str,
+    zone: str,
+    dry_run: bool,
+    json_out: bool,
+    log: Callable[[str], None],
+    wait: Optional[float],
+    bar: ContextManager[Optional[ProgressFn]],
+    need_root: Callable[[str], None],
+) -> None:
+    """``cxlctl capacity adopt``: refusals (exit 2) before the root check and the lock; the plan with
+    ``--dry-run``; else each memdev built into a region and onlined."""
+    from cxlctl.errors import UsageError
+    from cxlctl.regions.dax import block_size
+    from cxlctl.regions.request import choice
+
+    from . import adopt as ad
+
+    if not memdevs:
+        raise UsageError(
+            "name the memdevs to adopt",
+            hint="e.g. `cxlctl capacity adopt mem1` (`cxlctl capacity` lists the free ones)",
+        )
+    mode = choice(mode, ad.MODES, "--mode")
+    zone = choice(zone, ad.ZONES, "--zone")
+    done = ad.adopt(host, memdevs, mode, zone, log, dry_run=True)
+    if not dry_run:
+        need_root("capacity adopt")
+        with bar as progress:
+            done = ad.adopt(host, memdevs, mode, zone, log, wait=wait, progress=progress)
+    bs = block_size(host)
+    if json_out:
+        from cxlctl.emit import emit_json
+
+        emit_json(
+            {
+                "dry_run": dry_run,
+                "mode": mode,
+                "zone": zone if mode == "system-ram" else None,
+                "memdevs": [ad.summary(a, bs) for a in done],
+            }
+        )
+        return
+    from cxlctl.term import fold, width
+
+    for a in done:
+        sys.stdout.write(fold(ad.line(a, mode, zone, bs), width()) + "\n")
