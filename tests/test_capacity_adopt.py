@@ -229,3 +229,31 @@ def test_metrics_and_labels_show_capacity(kernel: str) -> None:
     ns = "feature.node.kubernetes.io/"
     assert labels[ns + "cxl.releasable-mib"] == "256" and labels[ns + "cxl.blocked-mib"] == "256"
     assert labels[ns + "cxl.capacity-mib"] == "512"
+
+
+# ----------------------------------------------------------------------------- doctor
+
+
+def _doctor_checks(root: str) -> Dict[str, Dict[str, Any]]:
+    doc = json.loads(cli("--root", root, "doctor", "--json").stdout)
+    return {c["id"]: c for c in doc["checks"]}
+
+
+@pytest.mark.parametrize("adopt,warns", [("system-ram", True), ("none", False), (None, False)])
+def test_doctor_warns_of_zone_normal_on_a_lending_host(adopt: Any, warns: bool, tmp_path: Path) -> None:
+    """pool-hotadd's boot region is online in ZONE_NORMAL (recorded so): a warning only where the daemon's
+    configuration lends capacity ([capacity] adopt set, not none), naming the movable ways to online."""
+    root = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    if adopt is not None:
+        os.makedirs(os.path.join(root, "etc/cxlctl"))
+        with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:
+            f.write(f'[capacity]\nadopt = "{adopt}"\n')
+    c = _doctor_checks(root).get("devices.dax.dax0.0.zone")
+    if not warns:
+        assert c is None
+        return
+    assert c is not None and c["result"] == "warn"
+    assert "ZONE_NORMAL on a host that lends capacity" in c["message"] and "(zone-normal)" in c["message"]
+    assert "auto_online_blocks=online puts new memory" in c["message"]
+    for fix in ("--zone movable", "without --no-movable", "memory_hotplug.online_policy=auto-movable"):
+        assert fix in c["fix"]
