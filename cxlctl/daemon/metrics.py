@@ -216,6 +216,7 @@ def collect(view: View) -> Builder:
         _inventory(b, view.inventory)
     _drift(b, view)
     _activity(b, view.stats)
+    _capacity_activity(b, view.stats)
     _health(b, view.health)
     if view.telemetry is not None:
         _telemetry(b, view.telemetry)
@@ -227,6 +228,26 @@ def collect(view: View) -> Builder:
     if view.capacity is not None:
         _capacity(b, view.capacity)
     return b
+
+
+def _capacity_activity(b: Builder, st: Stats) -> None:
+    """What came and went: adoptions by the daemon, memdevs gone."""
+    for result in ("ok", "failed", "skipped"):
+        b.add(
+            "capacity_adoptions_total",
+            "counter",
+            "Hot-added memdevs the daemon built into a region ([capacity] adopt), by result",
+            st.adoptions.get(result, 0),
+            {"result": result},
+        )
+    for kind in ("clean", "surprise"):
+        b.add(
+            "capacity_removals_total",
+            "counter",
+            "Memdevs gone: clean (no region) or surprise (its regions had memory: lost)",
+            st.removals.get(kind, 0),
+            {"kind": kind},
+        )
 
 
 def _capacity(b: Builder, rep: Report) -> None:
@@ -392,22 +413,6 @@ def _activity(b: Builder, st: Stats) -> None:
         "Memory blocks the daemon onlined by the profile's policy",
         st.blocks_onlined,
     )
-    for result in ("ok", "failed", "skipped"):
-        b.add(
-            "capacity_adoptions_total",
-            "counter",
-            "Hot-added memdevs the daemon built into a region ([capacity] adopt), by result",
-            st.adoptions.get(result, 0),
-            {"result": result},
-        )
-    for kind in ("clean", "surprise"):
-        b.add(
-            "capacity_removals_total",
-            "counter",
-            "Memdevs gone: clean (no region) or surprise (its regions had memory: lost)",
-            st.removals.get(kind, 0),
-            {"kind": kind},
-        )
     b.add("monitor_errors_total", "counter", "udev monitor errors (ENOBUFS, POLLERR)", st.monitor_errors)
     b.add("monitor_rebuilds_total", "counter", "udev monitors rebuilt after an error", st.monitor_rebuilds)
     b.add("drift_checks_total", "counter", "Drift checks run", st.drift_checks)
