@@ -177,6 +177,7 @@ sleep 2
 
 # 3. a pattern on that node
 "$PATTERN" "$NODE" $PATTERN_MIB "$OUT" > "$OUT/pattern.log" 2>&1 &
+PATPID=$!
 for _ in $(seq 1 600); do [ -e "$OUT/pattern.ready" ] && break; sleep 0.2; done
 PID=$(sed -n 's/^pid=//p' "$OUT/pattern.ready")
 cp "/proc/$PID/numa_maps" "$OUT/numa-before.txt"
@@ -189,7 +190,7 @@ cp "/proc/$PID/numa_maps" "$OUT/numa-after.txt"
 cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-after.txt" 2>&1
 touch "$OUT/pattern.check"
 for _ in $(seq 1 600); do [ -e "$OUT/pattern.result" ] && break; sleep 0.2; done
-touch "$OUT/pattern.stop"; wait
+touch "$OUT/pattern.stop"; wait $PATPID  # not the daemon, also a job of this shell
 cx status-2 status --json
 cp /run/cxlctl/capacity.json "$OUT/journal.json" 2>/dev/null
 
