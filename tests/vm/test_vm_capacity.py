@@ -28,8 +28,11 @@ In the guest:
 6. hot-add again: the daemon adopts the memdev (within 30 s: region, node,
    every block online in ZONE_MOVABLE, the new node's weight 2 and ``tune
    verify`` passing), ``capacity release`` gives it back, ``device_del``;
-7. hot-add a third time: the daemon adopts it again; the daemon stops cleanly
-   (SIGTERM, exit 0) and never logged a surprise removal or an internal error.
+7. hot-add a third time: the daemon adopts it again;
+8. its DAX device switched to devdax and held open by a process: ``capacity
+   release`` exits 2 naming ``devdax-open`` and the PID, nothing changed; the
+   daemon stops cleanly (SIGTERM, exit 0) and never logged a surprise removal
+   or an internal error.
 """
 
 from __future__ import annotations
@@ -235,6 +238,18 @@ adopted adopt-3 "$N0"
 sleep 3
 cx capacity-5 capacity --json
 cx metrics daemon metrics
+
+# 8. its DAX device as devdax, held open by a process: release refused, nothing changed
+HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-3"
+DAX=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print([m for m in d["memdevs"] if m["memdev"]==sys.argv[2]][0]["dax_devices"][0])' "$OUT/capacity-5.out" "$HOT")
+cx devdax dax reconfigure "$DAX" --mode devdax --force --json
+"$PY" -c 'import os,sys,time; fd=os.open("/dev/"+sys.argv[1], os.O_RDWR); open(sys.argv[2],"w").write(str(os.getpid())); time.sleep(600)' "$DAX" "$OUT/holder.pid" &
+HOLDER=$!
+for _ in $(seq 1 100); do [ -s "$OUT/holder.pid" ] && break; sleep 0.1; done
+cx status-6 status --json
+cx refuse-devdax capacity release "$HOT" --json
+cx status-7 status --json
+kill $HOLDER; wait $HOLDER
 kill -TERM $DPID; wait $DPID; echo $? > "$OUT/daemon.rc"
 exit 0
 """
@@ -484,4 +499,12 @@ def check_daemon(out: Path) -> List[str]:
     metrics = out_text(out, "metrics.out")
     assert f'cxlctl_capacity_releasable_bytes{{memdev="{third["memdev"]}"' in metrics, metrics[-3000:]
     report.append(f"daemon adoption again: {third['memdev']} {took3} s after device_add; daemon stopped with exit 0")
+    # 8. devdax held open
+    assert _rc(out, "devdax") == 0, out_text(out, "devdax.err", missing_ok=True)
+    assert _rc(out, "refuse-devdax") == 2, out_text(out, "refuse-devdax.err", missing_ok=True)
+    err = out_json(out, "refuse-devdax.out")["error"]
+    holder = out_text(out, "holder.pid").strip()
+    assert "is open by PID " + holder in err["message"] and "nothing was changed" in err["message"], err
+    assert out_json(out, "status-6.out")["regions"] == out_json(out, "status-7.out")["regions"]
+    report.append(f"devdax open: {err['message'][:100]}…")
     return report
