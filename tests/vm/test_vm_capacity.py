@@ -46,6 +46,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.parse import format_size
+from tests.daemon_support import RATIO_PROFILE
 from tests.fixture_status import install
 from tests.vm.harness import REPO, build_c, out_json, out_text, run_guest
 from tests.vm.qmp import QmpSession
@@ -254,14 +255,8 @@ kill -TERM $DPID; wait $DPID; echo $? > "$OUT/daemon.rc"
 exit 0
 """
 
-PROFILE = """
-summary = "VM capacity test: DRAM:CXL weights 3:2"
-include = "inference-capacity"
-[knobs.weighted_interleave]
-weights = "3:2"
-nodes = ["dram", "cxl"]
-reason = "explicit ratio (QEMU gives no HMAT bandwidth for DRAM)"
-"""
+#: the daemon's profile: DRAM:CXL weights 3:2, so a new CXL node's weight (2) shows the pass after adoption
+PROFILE = RATIO_PROFILE
 
 CONFIG = """
 [reconcile]
