@@ -170,15 +170,31 @@ def test_a_kernel_less_adoption_failure_leaves_the_daemon_running(tmp_path: Path
         d.close()
 
 
+def _nfd(root: str) -> Dict[str, str]:
+    with open(os.path.join(root, "etc/kubernetes/node-feature-discovery/features.d/cxlctl")) as f:
+        lines = [ln.split("=", 1) for ln in f.read().splitlines() if "=" in ln and not ln.startswith("#")]
+    return {k.rsplit("/", 1)[-1]: v for k, v in lines}
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_a_free_memdev_leaving_is_clean(kernel: str, tmp_path: Path) -> None:
-    root, d, cap = _daemon(tmp_path, _hotadd(kernel))
+    """Also what the daemon publishes: the NFD labels' releasable capacity follows (mem1 free: 256 MiB,
+    gone: 0; mem0 blocked in ZONE_NORMAL throughout)."""
+    root = work_tree(_hotadd(kernel), str(tmp_path / "root"))
+    os.makedirs(os.path.join(root, "etc/kubernetes/node-feature-discovery/features.d"))
+    d, _fac, cap = make_daemon(root)
+    d.startup()
     try:
+        before = _nfd(root)
+        assert (before["cxl.releasable-mib"], before["cxl.blocked-mib"]) == ("256", "256")
         swap_in(root, _hotremoved(kernel))
         d.rec.reconcile("event")
         assert cap.grep("memdev mem1 (serial 0x5002) left; it had no region: nothing was lost")
         assert not cap.grep("surprise removal")
         assert d.stats.removals == {"clean": 1}
+        d.publish()
+        after = _nfd(root)
+        assert (after["cxl.releasable-mib"], after["cxl.blocked-mib"], after["cxl.capacity-mib"]) == ("0", "256", "256")
     finally:
         d.close()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, ContextManager, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from cxlctl.hostio.host import Host
 from cxlctl.progress import ProgressFn
@@ -49,14 +49,19 @@ def release(
         need_root("capacity release")
         with bar as progress:
             p, done = rel.release(host, memdevs, n, log, wait=wait, progress=progress)
+    _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
+
+
+def _emit(json_out: bool, doc: Callable[[], Dict[str, Any]], lines: Callable[[], List[str]]) -> None:
+    """One JSON document, or the lines folded at the terminal's width."""
     if json_out:
         from cxlctl.emit import emit_json
 
-        emit_json(rel.to_json(p, done))
+        emit_json(doc())
         return
     from cxlctl.term import fold, width
 
-    for line in rel.lines(p, done):
+    for line in lines():
         sys.stdout.write(fold(line, width()) + "\n")
 
 
@@ -93,19 +98,10 @@ def adopt(
         with bar as progress:
             done = ad.adopt(host, memdevs, mode, zone, log, wait=wait, progress=progress)
     bs = block_size(host)
-    if json_out:
-        from cxlctl.emit import emit_json
-
-        emit_json(
-            {
-                "dry_run": dry_run,
-                "mode": mode,
-                "zone": zone if mode == "system-ram" else None,
-                "memdevs": [ad.summary(a, bs) for a in done],
-            }
-        )
-        return
-    from cxlctl.term import fold, width
-
-    for a in done:
-        sys.stdout.write(fold(ad.line(a, mode, zone, bs), width()) + "\n")
+    doc = {
+        "dry_run": dry_run,
+        "mode": mode,
+        "zone": zone if mode == "system-ram" else None,
+        "memdevs": [ad.summary(a, bs) for a in done],
+    }
+    _emit(json_out, lambda: doc, lambda: [ad.line(a, mode, zone, bs) for a in done])
