@@ -276,39 +276,25 @@ zone = "movable"
 
 
 def _fm(session: QmpSession) -> None:
-    """The fabric manager: bind (hot-add), unbind (hot-remove), bind again."""
-    session.wait_file("ready-add", timeout=900)
-    session.execute(
-        "object-add", {"qom-type": "memory-backend-ram", "id": HOT_BACKEND, "size": 256 << 20, "share": True}
-    )
-    dev = {"driver": "cxl-type3", "bus": HOT_PORT, "volatile-memdev": HOT_BACKEND, "id": HOT_ID, "sn": HOT_SERIAL}
-    session.execute("device_add", dev)
-    session.signal("done-add")
-    session.wait_file("ready-del", timeout=1200)
-    t0 = time.monotonic()
-    session.execute("device_del", {"id": HOT_ID})
-    # QEMU frees the id once the guest has powered the slot off (the attention button's 5 s)
-    session.wait_until(lambda: _gone(session), 120, f"the removal of {HOT_ID}")
-    session.signal("done-del", f"{time.monotonic() - t0:.1f}\n")
-    session.wait_file("ready-add2", timeout=900)
-    # a new backend: QEMU 10 keeps the first one marked in use after the unplug ("memory backend vmem1
-    # can't be used multiple times"), as a pool hands out other memory on the next bind anyway
-    session.execute(
-        "object-add", {"qom-type": "memory-backend-ram", "id": HOT_BACKEND + "b", "size": 256 << 20, "share": True}
-    )
-    session.execute("device_add", dict(dev, **{"volatile-memdev": HOT_BACKEND + "b"}))
-    session.signal("done-add2")
-    session.wait_file("ready-del2", timeout=1200)
-    t0 = time.monotonic()
-    session.execute("device_del", {"id": HOT_ID})
-    session.wait_until(lambda: _gone(session), 120, f"the removal of {HOT_ID}")
-    session.signal("done-del2", f"{time.monotonic() - t0:.1f}\n")
-    session.wait_file("ready-add3", timeout=900)
-    session.execute(
-        "object-add", {"qom-type": "memory-backend-ram", "id": HOT_BACKEND + "c", "size": 256 << 20, "share": True}
-    )
-    session.execute("device_add", dict(dev, **{"volatile-memdev": HOT_BACKEND + "c"}))
-    session.signal("done-add3")
+    """The fabric manager: bind (hot-add), unbind (hot-remove), twice, then bind a third time."""
+    dev = {"driver": "cxl-type3", "bus": HOT_PORT, "id": HOT_ID, "sn": HOT_SERIAL}
+    # each bind on a new backend: QEMU 10 keeps a backend marked in use after the unplug ("memory backend
+    # vmem1 can't be used multiple times"), as a pool hands out other memory on the next bind anyway
+    for n, (step, backend) in enumerate((("", HOT_BACKEND), ("2", HOT_BACKEND + "b"), ("3", HOT_BACKEND + "c"))):
+        session.wait_file(f"ready-add{step}", timeout=900)
+        session.execute(
+            "object-add", {"qom-type": "memory-backend-ram", "id": backend, "size": 256 << 20, "share": True}
+        )
+        session.execute("device_add", dict(dev, **{"volatile-memdev": backend}))
+        session.signal(f"done-add{step}")
+        if n == 2:
+            return
+        session.wait_file(f"ready-del{step}", timeout=1200)
+        t0 = time.monotonic()
+        session.execute("device_del", {"id": HOT_ID})
+        # QEMU frees the id once the guest has powered the slot off (the attention button's 5 s)
+        session.wait_until(lambda: _gone(session), 120, f"the removal of {HOT_ID}")
+        session.signal(f"done-del{step}", f"{time.monotonic() - t0:.1f}\n")
 
 
 def _gone(session: QmpSession) -> bool:
