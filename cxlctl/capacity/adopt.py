@@ -2,14 +2,16 @@
 
 A fabric manager's bind arrives as a PCIe hot-add: a new ``memN`` with its
 endpoint and free endpoint decoders, and no region (the kernel builds none by
-itself for a hot-added device: regions are assembled automatically only from
-decoders the platform firmware committed, ``cxl_region_attach`` at probe).
+itself for a hot-added device: at the endpoint port's probe, ``discover_region()``
+in drivers/cxl/port.c calls ``cxl_add_to_region()`` only for decoders that are
+enabled and in ``CXL_DECODER_STATE_AUTO``, i.e. committed by the platform firmware).
 Adoption is ``cxlctl region create --memdevs memN --online MODE --zone ZONE``
 — the same planner (:mod:`cxlctl.regions.planner`), programmer and onliner
 (:func:`cxlctl.regions.batch.create_regions`, under the tuning lock) — with one
 choice made for it: the window.  A window holding no region is preferred, so the
-device's memory lands on a NUMA node of its own (a CFMWS window is one proximity
-domain: ``cxl_acpi``'s ``cxl_parse_cfmws()`` gives each window its node), and a
+device's memory lands on a NUMA node of its own (``acpi_parse_cfmws()`` in
+drivers/acpi/numa/srat.c gives each CFMWS window the SRAT does not describe a
+proximity domain, and so a node, of its own), and a
 later ``capacity release`` of the device takes the whole node away with it
 (``try_remove_memory()`` → ``try_offline_node()``).
 
