@@ -93,6 +93,10 @@ class Config(NamedTuple):
     #: RAS (docs/ras.md): watch the cxl trace events; the action on poison in online memory
     ras_enabled: bool = True
     ras_poison_action: str = "none"  # none | soft-offline
+    #: capacity that comes and goes (docs/capacity.md): what a hot-added memdev is built into
+    #: (system-ram | devdax | none) and the zone its memory is onlined in (movable | normal)
+    adopt: str = "system-ram"
+    adopt_zone: str = "movable"
 
 
 # ------------------------------------------------------------------------ value checks
@@ -234,6 +238,10 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
         "enabled": (_bool, True),
         "poison_action": (_choice("none", "soft-offline"), "none"),
     },
+    "capacity": {
+        "adopt": (_choice("system-ram", "devdax", "none"), "system-ram"),
+        "zone": (_choice("movable", "normal"), "movable"),
+    },
 }
 
 
@@ -341,6 +349,8 @@ def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, ho
         telemetry_cgroups=tuple(m["cgroups"]),
         ras_enabled=values["ras"]["enabled"],
         ras_poison_action=values["ras"]["poison_action"],
+        adopt=values["capacity"]["adopt"],
+        adopt_zone=values["capacity"]["zone"],
     )
 
 
@@ -417,6 +427,7 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
         },
         "log": {"level": cfg.log_level},
         "ras": {"enabled": cfg.ras_enabled, "poison_action": cfg.ras_poison_action},
+        "capacity": {"adopt": cfg.adopt, "zone": cfg.adopt_zone},
     }
 
 

@@ -40,6 +40,9 @@ command = "/usr/local/bin/cxl"
 timeout = 5
 [log]
 level = "debug"
+[capacity]
+adopt = "devdax"
+zone = "normal"
 """
 
 
@@ -80,6 +83,8 @@ def test_every_key(tmp_path: Any) -> None:
         5.0,
         "debug",
     )
+    assert (c.adopt, c.adopt_zone) == ("devdax", "normal")
+    assert (defaults().adopt, defaults().adopt_zone) == ("system-ram", "movable")
     # the schema and the documentation list the same keys
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "daemon.md")) as f:
         doc = f.read()
@@ -113,6 +118,10 @@ BAD = [
     ("[health]\ntimeout = 0\n", "health.timeout", "out of range"),
     ("[log]\nlevel = 'verbose'\n", "log.level", "'debug'"),
     ("profile = 'bad name!'\n", "profile", "not a profile name"),
+    ("[capacity]\nadopt = 'yes'\n", "capacity.adopt", "'system-ram', 'devdax', 'none'"),
+    ("[capacity]\nadopt = true\n", "capacity.adopt", "'system-ram', 'devdax', 'none'"),
+    ("[capacity]\nzone = 'kernel'\n", "capacity.zone", "'movable', 'normal'"),
+    ("[capacity]\nonline = 'movable'\n", "capacity.online", "unknown key (allowed: adopt, zone)"),
     ("[drift\n", None, "invalid TOML"),
 ]
 

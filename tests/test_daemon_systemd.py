@@ -90,10 +90,17 @@ def test_writable_paths_are_exactly_the_knobs() -> None:
 
     missing = [p for p in needed if not covered(p)]
     assert not missing, f"the unit cannot write {missing}: add them to ReadWritePaths"
-    # and nothing beyond the knobs, their directories, the NFD feature directory and
-    # the RAS trace instances (docs/ras.md: the daemon's private instance cxlctl-daemon)
+    # and nothing beyond the knobs, their directories, the NFD feature directory, the RAS trace
+    # instances (docs/ras.md: the daemon's private instance cxlctl-daemon) and what building a
+    # hot-added memdev's region writes ([capacity] adopt: the CXL root's tree, the region and dax drivers)
     extra = [p for p in rw if not any(n == p or n.startswith(p + "/") for n in needed)]
-    assert extra == ["/etc/kubernetes/node-feature-discovery/features.d", "/sys/kernel/tracing/instances"], extra
+    assert extra == [
+        "/etc/kubernetes/node-feature-discovery/features.d",
+        "/sys/kernel/tracing/instances",
+        "/sys/devices/platform/ACPI0017:00",
+        "/sys/bus/cxl/drivers/cxl_region",
+        "/sys/bus/dax/drivers",
+    ], extra
 
 
 def test_systemd_analyze_verify_is_clean(tmp_path: Any) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, ContextManager, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from cxlctl.hostio.host import Host
 from cxlctl.progress import ProgressFn
@@ -49,12 +49,59 @@ def release(
         need_root("capacity release")
         with bar as progress:
             p, done = rel.release(host, memdevs, n, log, wait=wait, progress=progress)
+    _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
+
+
+def _emit(json_out: bool, doc: Callable[[], Dict[str, Any]], lines: Callable[[], List[str]]) -> None:
+    """One JSON document, or the lines folded at the terminal's width."""
     if json_out:
         from cxlctl.emit import emit_json
 
-        emit_json(rel.to_json(p, done))
+        emit_json(doc())
         return
     from cxlctl.term import fold, width
 
-    for line in rel.lines(p, done):
+    for line in lines():
         sys.stdout.write(fold(line, width()) + "\n")
+
+
+def adopt(
+    host: Host,
+    memdevs: List[str],
+    mode: str,
+    zone: str,
+    dry_run: bool,
+    json_out: bool,
+    log: Callable[[str], None],
+    wait: Optional[float],
+    bar: ContextManager[Optional[ProgressFn]],
+    need_root: Callable[[str], None],
+) -> None:
+    """``cxlctl capacity adopt``: refusals (exit 2) before the root check and the lock; the plan with
+    ``--dry-run``; else each memdev built into a region and onlined."""
+    from cxlctl.errors import UsageError
+    from cxlctl.regions.dax import block_size
+    from cxlctl.regions.request import choice
+
+    from . import adopt as ad
+
+    if not memdevs:
+        raise UsageError(
+            "name the memdevs to adopt",
+            hint="e.g. `cxlctl capacity adopt mem1` (`cxlctl capacity` lists the free ones)",
+        )
+    mode = choice(mode, ad.MODES, "--mode")
+    zone = choice(zone, ad.ZONES, "--zone")
+    done = ad.adopt(host, memdevs, mode, zone, log, dry_run=True)
+    if not dry_run:
+        need_root("capacity adopt")
+        with bar as progress:
+            done = ad.adopt(host, memdevs, mode, zone, log, wait=wait, progress=progress)
+    bs = block_size(host)
+    doc = {
+        "dry_run": dry_run,
+        "mode": mode,
+        "zone": zone if mode == "system-ram" else None,
+        "memdevs": [ad.summary(a, bs) for a in done],
+    }
+    _emit(json_out, lambda: doc, lambda: [ad.line(a, mode, zone, bs) for a in done])

@@ -370,13 +370,17 @@ def _removable(host: Host, inv: Inventory) -> Dict[int, Optional[str]]:
 
 def gather(host: Host) -> Report:
     """Scan the host and its processes, then :func:`assess`."""
-    import os
-
     from cxlctl.inventory import scan
+
+    return gather_for(host, scan(host))
+
+
+def gather_for(host: Host, inv: Inventory) -> Report:
+    """:func:`assess` of ``inv`` (a scan of ``host`` just made) with the host's processes."""
+    import os
 
     from .procs import read_procs
 
-    inv = scan(host)
     has_cxl = any(n.kind == "cxl" for n in inv.nodes) or any(d.mode == "devdax" for d in inv.dax_devices)
     procs = read_procs(host.reader, look_for_fds=has_cxl) if has_cxl else []
     notes = []

@@ -1,10 +1,10 @@
-"""``cxlctl capacity [release]``: thin; the engines are :mod:`cxlctl.capacity` (docs/capacity.md)."""
+"""``cxlctl capacity [release|adopt]``: thin; the engines are :mod:`cxlctl.capacity` (docs/capacity.md)."""
 
 from typing import List, Optional
 
 import typer
 
-from cxlctl.capacity.command import release, show
+from cxlctl.capacity.command import adopt, release, show
 
 from .common import JSON_OPT, WAIT_OPT, group, host, logger, need_root, progress_bar
 from .params import Command, argument
@@ -31,3 +31,16 @@ def release_cmd(
 ) -> None:
     """Offline the memdevs' memory (the kernel migrates it), tear down DAX and region; rolled back on failure."""
     release(host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)
+
+
+@capacity_app.command("adopt", cls=Command)
+def adopt_cmd(
+    memdevs: Optional[List[str]] = argument(None, "MEMDEV...", "Free memdevs to build into regions (memN, as listed)."),
+    zone: str = typer.Option("movable", "--zone", metavar="ZONE", help="movable (can be given back) or normal."),
+    mode: str = typer.Option("system-ram", "--mode", metavar="MODE", help="system-ram (a NUMA node) or devdax."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; change nothing (no root needed)."),
+    wait: Optional[float] = WAIT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Build each hot-added memdev into a region of its own and online it, as the daemon's [capacity] adopt does."""
+    adopt(host(), memdevs or [], mode, zone, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)

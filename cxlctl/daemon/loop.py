@@ -317,6 +317,7 @@ class Daemon:
             self.telemetry,
             self.damon,
             metrics_mod.measured_of(self.rec.host, self.rec.inventory),
+            self.rec.capacity,
         )
 
     def metrics_text(self) -> str:
@@ -352,6 +353,7 @@ class Daemon:
                 cfg.nfd_namespace,
                 tiering=nfd_mod.tiering_engine(self.host),
                 health=self.health,
+                capacity=self.rec.capacity,
             )
             # labels lapse if the daemon stops refreshing them: 3 rescan periods (or an hour)
             ttl = max(3 * cfg.rescan_interval, 3600.0)
@@ -443,7 +445,7 @@ class Daemon:
         if first is not None:
             self.stats.last_event_to_reconciled = now - first
             self.log.info("event-to-reconciled %.3f s (%s)", now - first, res.result)
-        if res.result == "locked":
+        if res.result == "locked" or self.rec.retry_wanted:
             self.deadlines["retry"] = now + self.retry_after
         if self.cfg.drift_interval > 0 and (res.written or self.rec.drift):
             # drift metrics must not show what this pass just wrote back

@@ -32,6 +32,7 @@ from cxlctl.model import Inventory
 from cxlctl.ras.health_probe import Health
 
 if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (the daemon loop), not here
+    from cxlctl.capacity.report import Report
     from cxlctl.hostio.host import Host
     from cxlctl.probe.store import Stored
 
@@ -58,6 +59,8 @@ class Stats:
         self.changes: Dict[str, int] = {}  # kind → topology changes seen
         self.knob_writes = 0
         self.blocks_onlined = 0
+        self.adoptions: Dict[str, int] = {}  # result (ok | failed | skipped) → hot-added memdevs
+        self.removals: Dict[str, int] = {}  # clean | surprise → memdevs gone
         self.monitor_rebuilds = 0
         self.monitor_errors = 0
         self.drift_checks = 0
@@ -94,6 +97,8 @@ class View(NamedTuple):
     damon: Optional[DamonView] = None
     #: ``cxlctl probe``'s stored figures, judged against the inventory (None: never probed)
     measured: Optional[Stored] = None
+    #: ``cxlctl capacity``'s report of the last pass (None: not made)
+    capacity: Optional[Report] = None
 
 
 # ------------------------------------------------------------------------ text format
@@ -211,6 +216,7 @@ def collect(view: View) -> Builder:
         _inventory(b, view.inventory)
     _drift(b, view)
     _activity(b, view.stats)
+    _capacity_activity(b, view.stats)
     _health(b, view.health)
     if view.telemetry is not None:
         _telemetry(b, view.telemetry)
@@ -219,7 +225,69 @@ def collect(view: View) -> Builder:
         _damon(b, view.damon)
     if view.measured is not None:
         _measured(b, view.measured)
+    if view.capacity is not None:
+        _capacity(b, view.capacity)
     return b
+
+
+def _capacity_activity(b: Builder, st: Stats) -> None:
+    """What came and went: adoptions by the daemon, memdevs gone."""
+    for result in ("ok", "failed", "skipped"):
+        b.add(
+            "capacity_adoptions_total",
+            "counter",
+            "Hot-added memdevs the daemon built into a region ([capacity] adopt), by result",
+            st.adoptions.get(result, 0),
+            {"result": result},
+        )
+    for kind in ("clean", "surprise"):
+        b.add(
+            "capacity_removals_total",
+            "counter",
+            "Memdevs gone: clean (no region) or surprise (its regions had memory: lost)",
+            st.removals.get(kind, 0),
+            {"kind": kind},
+        )
+
+
+def _capacity(b: Builder, rep: Report) -> None:
+    """Per memdev and per CXL node: capacity and what could be given back now (docs/capacity.md)."""
+    for m in rep.memdevs:
+        lab = {"memdev": m.memdev, "serial": "" if m.serial is None else f"{m.serial:#x}"}
+        b.add(
+            "capacity_bytes",
+            "gauge",
+            "Capacity of the memdev, by capacity state (free, releasable, blocked)",
+            m.capacity,
+            {**lab, "state": m.state},
+        )
+        b.add(
+            "capacity_releasable_bytes",
+            "gauge",
+            "Bytes of the memdev `cxlctl capacity release` could give back now (the whole device, or 0)",
+            m.releasable,
+            lab,
+        )
+        b.add(
+            "capacity_blockers",
+            "gauge",
+            "What keeps the memdev's capacity from being given back, by blocker code",
+            None,
+        )
+        for code in sorted({x.code for x in m.blockers}):
+            b.add("capacity_blockers", "gauge", "", sum(1 for x in m.blockers if x.code == code), {**lab, "code": code})
+    for n in rep.nodes:
+        lab = {"node": str(n.node)}
+        b.add("capacity_node_online_bytes", "gauge", "CXL memory online on the node, by zone", n.movable,
+              {**lab, "zone": "movable"})  # fmt: skip
+        b.add("capacity_node_online_bytes", "gauge", "", n.normal, {**lab, "zone": "normal"})
+        b.add(
+            "capacity_node_releasable_bytes",
+            "gauge",
+            "Bytes online on the node whose memdevs could all be given back now",
+            n.releasable,
+            lab,
+        )
 
 
 def measured_of(host: Host, inv: Optional[Inventory]) -> Optional[Stored]:

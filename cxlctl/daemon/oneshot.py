@@ -44,19 +44,24 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
 
     damon = collect(rec.host, inv, refresh=False)  # as last refreshed: this command writes nothing
     measured = measured_of(rec.host, inv)
-    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon, measured)
+    rec.inventory = inv
+    cap = rec.capacity_report()
+    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon, measured, cap)
 
 
 def labels(host: Host, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
+    from cxlctl.capacity.report import gather_for
     from cxlctl.inventory import scan
 
     target = resolve_target(host, cfg)
     h = health.collect(host, cfg.health_command, cfg.health_timeout) if cfg.health_enabled else None
+    inv = scan(host)
     return nfd.labels(
-        scan(host),
+        inv,
         target.name if target.state == "applied" else None,
         cfg.nfd_namespace,
         tiering=nfd.tiering_engine(host),
         health=h,
+        capacity=gather_for(host, inv),
     )

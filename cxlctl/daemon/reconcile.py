@@ -25,7 +25,18 @@ there is anything to write, and its ``commit()`` (journal, lock, rollback) write
 exactly that plan, re-checked under the lock — so a CLI apply and a daemon
 reconcile never interleave: both hold the same flock for the whole transaction.
 A pass first reverts an expired, unconfirmed ``tune try`` (its waiting process was
-killed); while a try waits for confirmation the daemon writes nothing.  The one write the engine does not model — onlining the
+killed); while a try waits for confirmation the daemon writes nothing.
+
+Capacity that comes and goes (docs/capacity.md): a memdev new since the previous
+scan (a fabric manager's bind, seen as a PCIe hot-add) is *adopted* by the
+``[capacity]`` section — built into a region of its own and onlined as
+``adopt``/``zone`` say, through :mod:`cxlctl.capacity.adopt` (``region create``'s
+planner and programmer, under the tuning lock) — before the profile is planned,
+so the same pass gives the new node its weight.  Memdevs present at the first
+pass are never adopted (a released one waiting for the FM's unbind must stay
+free).  A memdev that disappears while its regions had memory (an unbind without
+``capacity release``) is logged as a surprise removal with what was lost; the
+daemon goes on.  The one write the engine does not model — onlining the
 memory blocks of a newly appeared CXL dax device by the profile's
 ``auto_online_blocks`` policy — also takes that lock and uses the same write
 primitive.
@@ -56,9 +67,13 @@ from cxlctl.tuning.transaction import Transaction
 from .metrics import DriftCheck, Stats
 
 if TYPE_CHECKING:
+    from cxlctl.capacity.report import Report
     from cxlctl.model import NodeKind
 
 ONLINE_MODES = ("online", "online_kernel", "online_movable")
+#: passes an arrived memdev is tried in (the kernel enumerates its endpoint and decoders after the
+#: memdev itself: a first pass may see it half-way)
+ADOPT_TRIES = 5
 
 
 # ------------------------------------------------------------------------ snapshots and changes
@@ -315,6 +330,12 @@ class Reconciler:
         self.drift: Tuple[DriftCheck, ...] = ()
         self._drifted: Set[str] = set()
         self._said: Dict[str, str] = {}  # once-per-condition messages
+        #: the capacity report of the last pass (metrics, labels; what a removed memdev held)
+        self.capacity: Optional[Report] = None
+        #: memdevs that arrived since the first pass and wait for adoption → passes tried
+        self.adopt_pending: Dict[str, int] = {}
+        #: the last pass wants another soon (an adoption deferred by the lock or the kernel's enumeration)
+        self.retry_wanted = False
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -359,8 +380,23 @@ class Reconciler:
             self.log.info("%s", c.message)
             self.stats.bump(self.stats.changes, c.kind)
         fresh = _fresh_ram_dax(self.snap, inv)
+        if self.snap is not None:
+            self.removed(self.snap, new)
+            self.adopt_pending = {m: n for m, n in self.adopt_pending.items() if m in new.memdevs}
+            for m in sorted(set(new.memdevs) - set(self.snap.memdevs)):
+                self.adopt_pending.setdefault(m, 0)
         self.snap, self.inventory = new, inv
+        self.retry_wanted = False
+        if self.adopt_pending and self.adopt_new(inv):
+            inv = self.scan("adopted")
+            after = snapshot(inv)
+            for c in diff(new, after):
+                self.log.info("%s", c.message)
+                self.stats.bump(self.stats.changes, c.kind)
+                changes.append(c)
+            self.snap, self.inventory = after, inv
         result, written, onlined = self._enforce(inv, fresh)
+        self.capacity = self.capacity_report()
         dt = time.monotonic() - t0
         self.stats.bump(self.stats.reconciles, result)
         self.stats.reconcile_seconds_sum += dt
@@ -547,6 +583,116 @@ class Reconciler:
                 done += ok
         self.stats.blocks_onlined += done
         return done
+
+    # -- capacity that comes and goes -----------------------------------------------------
+
+    def capacity_report(self) -> Optional[Report]:
+        """``cxlctl capacity``'s report of this pass's inventory (None: it could not be made)."""
+        from cxlctl.capacity.report import gather_for
+
+        if self.inventory is None:
+            return None
+        try:
+            return gather_for(self.host, self.inventory)
+        except (CxlctlError, OSError) as e:
+            self._once("capacity", logging.WARNING, f"capacity report not made: {e}")
+            return None
+
+    def adopt_new(self, inv: Inventory) -> int:
+        """Adopt the memdevs that arrived (``[capacity] adopt``); how many were.  A memdev whose
+        endpoint the kernel has not enumerated yet, or an adoption deferred by the lock, is tried
+        again on the next pass (:attr:`retry_wanted`); a refusal or a failure is logged once."""
+        from cxlctl.capacity import adopt as ad
+
+        cfg, done = self.cfg, 0
+        for name in sorted(self.adopt_pending):
+            m = inv.memdev(name)
+            size = _size((m.ram_size or 0) + (m.pmem_size or 0)) if m is not None else "size unknown"
+            if cfg.adopt == "none":
+                self.log.info(
+                    "memdev %s arrived (%s); left free: [capacity] adopt = none (`cxlctl capacity adopt %s` builds it)",
+                    name,
+                    size,
+                    name,
+                )
+                del self.adopt_pending[name]
+                continue
+            why = ad.why_not(inv, name)
+            tries = self.adopt_pending[name] = self.adopt_pending[name] + 1
+            if m is not None and not m.endpoint and not m.regions and tries < ADOPT_TRIES:
+                self.log.debug("memdev %s: no endpoint yet, adoption waits for the next pass", name)
+                self.retry_wanted = True
+                continue
+            if why is not None:
+                self.log.info("memdev %s arrived (%s); not adopted: %s", name, size, why)
+                self.stats.bump(self.stats.adoptions, "skipped")
+                del self.adopt_pending[name]
+                continue
+            t0 = time.monotonic()
+            try:
+                (a,) = ad.adopt(
+                    self.host, [name], cfg.adopt, cfg.adopt_zone, lambda s: self.log.debug("%s", s), wait=cfg.lock_wait
+                )
+            except Locked as e:
+                self.log.warning("adopting %s deferred: %s", name, e)
+                self.retry_wanted = True
+                continue
+            except CxlctlError as e:
+                from cxlctl.regions.planner import PlanError
+
+                if tries < ADOPT_TRIES and isinstance(e, PlanError):  # decoders not all enumerated yet
+                    self.log.info("adopting %s failed (try %d of %d), trying again: %s", name, tries, ADOPT_TRIES, e)
+                    self.retry_wanted = True
+                    continue
+                self.log.error(
+                    "adopting %s failed: %s (%s)",
+                    name,
+                    e,
+                    e.hint or f"`cxlctl capacity adopt {name}` builds it by hand",
+                )
+                self.stats.bump(self.stats.adoptions, "failed")
+                del self.adopt_pending[name]
+                continue
+            del self.adopt_pending[name]
+            done += 1
+            self.stats.bump(self.stats.adoptions, "ok")
+            self.log.info(
+                "%s in %.1f s ([capacity] adopt = %s, zone = %s)",
+                ad.line(a, cfg.adopt, cfg.adopt_zone, inv.memory_block_size),
+                time.monotonic() - t0,
+                cfg.adopt,
+                cfg.adopt_zone,
+            )
+        return done
+
+    def removed(self, old: Snapshot, new: Snapshot) -> None:
+        """Log each memdev gone since ``old``: a clean unbind (it held nothing), or a surprise removal
+        naming what its regions held (the last pass's capacity report); counted in the metrics."""
+        for name in sorted(set(old.memdevs) - set(new.memdevs)):
+            m = self.capacity.memdev(name) if self.capacity is not None else None
+            serial = f"serial {m.serial:#x}" if m is not None and m.serial is not None else "serial unknown"
+            if m is None or not m.regions:
+                self.log.info("memdev %s (%s) left; it had no region: nothing was lost", name, serial)
+                self.stats.bump(self.stats.removals, "clean")
+                continue
+            held = []
+            if m.online:
+                nodes = ", ".join(map(str, m.nodes)) or "?"
+                held.append(
+                    f"{_size(m.online)} online as System RAM on node {nodes} "
+                    f"({_size(m.movable)} movable, {_size(m.online - m.movable)} normal)"
+                )
+            if m.devdax:
+                held.append(f"{_size(m.devdax)} as devdax ({', '.join(m.dax_devices)})")
+            self.log.error(
+                "surprise removal: memdev %s (%s) is gone without a `cxlctl capacity release`; %s held %s: "
+                "what lived there is lost to the host; next time release it first (docs/capacity.md)",
+                name,
+                serial,
+                ", ".join(m.regions),
+                "; ".join(held) or "no online memory",
+            )
+            self.stats.bump(self.stats.removals, "surprise")
 
     # -- drift --------------------------------------------------------------------------
 

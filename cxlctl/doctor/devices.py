@@ -192,6 +192,19 @@ def check_dax(f: Facts) -> List[Check]:
                 msg += "; auto_online_blocks=offline left them so"
             fix = f"cxlctl dax reconfigure {d.name} --mode system-ram --zone normal (daxctl online-memory --no-movable {d.name})"
             out.append(Check(D, f"devices.dax.{d.name}", FAIL, msg, (_blocks_ev(d),), fix))
+        elif d.mode == "system-ram" and f.lending and any(z != "Movable" for z in d.zones):
+            out.append(_normal_on_lender(f, d))
+        elif d.mode == "system-ram" and "Movable" in d.zones and f.lending:
+            out.append(
+                Check(
+                    D,
+                    f"devices.dax.{d.name}.zone",
+                    OK,
+                    f"{d.name} (node {d.target_node}) is online in ZONE_MOVABLE, as a host that lends capacity needs "
+                    "(offline_pages() can empty it for `cxlctl capacity release`)",
+                    (_blocks_ev(d), Evidence(f.lending.split(": ")[0], f.lending.split(": ", 1)[-1])),
+                )
+            )
         elif d.mode == "system-ram" and "Movable" in d.zones:
             out.append(
                 Check(
@@ -217,6 +230,41 @@ def check_dax(f: Facts) -> List[Check]:
         if memmap is not None:
             out.append(memmap)
     return out
+
+
+def _normal_on_lender(f: Facts, d: DaxDevice) -> Check:
+    """CXL memory in ZONE_NORMAL on a host whose daemon configuration lends capacity: it cannot be given back.
+
+    Why it lands there: ``zone_for_pfn_range()`` (mm/memory_hotplug.c) gives ``online_kernel`` the
+    kernel zone, ``online_movable`` ZONE_MOVABLE, and plain ``online`` the zone the range already
+    intersects, else ZONE_MOVABLE only with ``movable_node``, or by ``memory_hotplug.online_policy=
+    auto-movable``'s ratio; otherwise ZONE_NORMAL.  ZONE_NORMAL takes unmovable kernel allocations,
+    and ``offline_pages()`` fails with EBUSY on one, so ``capacity release`` refuses (zone-normal)."""
+    auto = f.inv.knob_value("auto_online_blocks")
+    cause = {
+        "online_kernel": "auto_online_blocks=online_kernel onlines new memory in the kernel zone",
+        "online": "auto_online_blocks=online puts new memory in the zone the range already touches, else ZONE_NORMAL "
+        "(unless movable_node or memory_hotplug.online_policy=auto-movable)",
+    }.get(auto or "", "it was onlined into the kernel zone (online_kernel, daxctl --no-movable, or the boot policy)")
+    where = f.lending.split(": ")[0] if f.lending else "the daemon's configuration"
+    return Check(
+        D,
+        f"devices.dax.{d.name}.zone",
+        WARN,
+        f"{d.name} (node {d.target_node}) is online in ZONE_{'/'.join(d.zones).upper() or 'NORMAL'} on a host that lends "
+        f"capacity ({f.lending}): offline_pages() fails with EBUSY on the unmovable kernel pages that zone takes, so "
+        f"`cxlctl capacity release` refuses it (zone-normal); {cause}",
+        (
+            _blocks_ev(d),
+            Evidence(where, (f.lending or "").split(": ", 1)[-1]),
+            Evidence(paths.AUTO_ONLINE, auto or "?"),
+        ),
+        f"online CXL memory movable: `cxlctl region create --zone movable` / `cxlctl capacity adopt` (the daemon's "
+        f'[capacity] zone = "movable"), `daxctl reconfigure-device` without --no-movable, '
+        f"auto_online_blocks=online_movable (boot: memhp_default_state=online_movable) or "
+        f"memory_hotplug.online_policy=auto-movable; {d.name} itself goes back to the pool only after a reboot "
+        f"(or `cxlctl dax reconfigure {d.name} --mode system-ram --zone movable`, which offline_pages() may refuse)",
+    )
 
 
 def _memmap_on_cxl(f: Facts, d: DaxDevice) -> Optional[Check]:

@@ -165,6 +165,20 @@ def _tuning(host: Host) -> Tuple[object, Tuple[object, ...]]:
     return st, found
 
 
+def _lending(host: Host) -> Optional[str]:
+    """Where the daemon's configuration says this host lends capacity: a configuration file (the daemon is
+    deployed here) with ``[capacity] adopt`` other than ``none``; None otherwise."""
+    from cxlctl import config
+
+    try:
+        cfg = config.load(host)
+    except CxlctlError:
+        return None
+    if cfg.source is None or cfg.adopt == "none":
+        return None
+    return f"{cfg.source}: [capacity] adopt = {cfg.adopt!r}, zone = {cfg.adopt_zone!r}"
+
+
 def _nfd_labels(host: Host, r: Reader) -> Optional[str]:
     """The Node Feature Discovery file the daemon rewrites on every rescan (its one state file),
     in the directory its configuration names; None when labels are off or the file is absent."""
@@ -277,6 +291,7 @@ def gather(
         damon_modules=_damon_modules(r),
         seccomp=status_field(self_status, "Seccomp"),
         probe=_probe(host, inv),
+        lending=_lending(host),
     )
     if engine is not None:
         args = tuple(engine_args)

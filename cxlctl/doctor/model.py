@@ -89,6 +89,8 @@ class Facts(NamedTuple):
     launch_note: Optional[str] = None
     #: ``cxlctl probe``'s stored record judged against the inventory (cxlctl.probe.store.Stored); None: none
     probe: Optional[Stored] = None
+    #: the daemon's configuration lends capacity ("FILE: [capacity] adopt = MODE"); None: no file, or adopt = none
+    lending: Optional[str] = None
 
 
 def worst(checks: List[Check]) -> Result:

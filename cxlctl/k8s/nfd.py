@@ -41,6 +41,7 @@ from cxlctl.model import Inventory
 from cxlctl.parse import is_decimal, parse_int
 
 if TYPE_CHECKING:
+    from cxlctl.capacity.report import Report
     from cxlctl.ras.health_probe import Health
 
 FILE_NAME = "cxlctl"
@@ -116,6 +117,7 @@ def labels(
     *,
     tiering: Optional[str] = None,
     health: Optional[Health] = None,
+    capacity: Optional[Report] = None,
 ) -> Dict[str, str]:
     """Label name → value for ``inv`` (pure; values always valid Kubernetes label values)."""
     cxl = sorted(n.id for n in inv.nodes if n.kind == "cxl" and n.has_memory)
@@ -156,6 +158,11 @@ def labels(
     hs = health_summary(health)
     if hs is not None:
         out["cxl.health"] = hs
+    if capacity is not None and capacity.memdevs:
+        # what an orchestrator lending capacity asks first: how much this node could give back now
+        # (``cxlctl capacity``: whole releasable or free memdevs) and how much is held by blockers
+        out["cxl.releasable-mib"] = _mib(sum(m.releasable for m in capacity.memdevs))
+        out["cxl.blocked-mib"] = _mib(sum(m.capacity for m in capacity.memdevs if m.state == "blocked"))
     if profile and valid_value(profile):
         out["cxl.profile"] = profile
     result = {ns + k: v for k, v in out.items() if valid_value(v)}

@@ -12,7 +12,9 @@ In the guest:
 2. hot-add (host): the new memdev appears; ``cxlctl record`` keeps the tree
    (with ``CXLCTL_RECORD_FIXTURES=1``, set by ``scripts/record-fixtures.sh
    capacity``, it becomes ``fixtures/linux-*/pool-hotadd``); it is adopted by hand
-   (``region create --zone movable`` on the second window: its own node);
+   (``capacity adopt``: the second window, its own node, ZONE_MOVABLE); then the
+   daemon starts (``[capacity] adopt = "system-ram"``, a persisted profile with
+   DRAM:CXL weights 3:2): a memdev present at its start is left as it is;
 3. a program writes a 64 MiB pattern preferring that node (``mbind``
    MPOL_PREFERRED on its buffer only: its stack stays on DRAM, see
    docs/testing.md on TCG and CXL memory) and sums it;
@@ -21,8 +23,16 @@ In the guest:
    of its pages left on the node (the kernel moved them to the next node in
    that node's fallback order); the memdev has no region and no DPA;
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
-   ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``);
-6. hot-add again: the memdev comes back and is adopted again.
+   ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``); the
+   daemon logs a clean removal (no region: nothing lost) and stays up;
+6. hot-add again: the daemon adopts the memdev (within 30 s: region, node,
+   every block online in ZONE_MOVABLE, the new node's weight 2 and ``tune
+   verify`` passing), ``capacity release`` gives it back, ``device_del``;
+7. hot-add a third time: the daemon adopts it again;
+8. its DAX device switched to devdax and held open by a process: ``capacity
+   release`` exits 2 naming ``devdax-open`` and the PID, nothing changed; the
+   daemon stops cleanly (SIGTERM, exit 0) and never logged a surprise removal
+   or an internal error.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.parse import format_size
+from tests.daemon_support import RATIO_PROFILE
 from tests.fixture_status import install
 from tests.vm.harness import REPO, build_c, out_json, out_text, run_guest
 from tests.vm.qmp import QmpSession
@@ -149,13 +160,28 @@ wait_memdev $HOT_SERIAL present add-1
 HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-1"
 udevadm settle --timeout=30 || true
 mkdir -p "$OUT/fixtures"; snap fixtures/pool-hotadd
-cx adopt-1 region create --memdevs "$HOT" --decoder decoder0.1 --online system-ram --zone movable --json
-NODE=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["regions"][0]["dax"][0]["target_node"])' "$OUT/adopt-1.out")
+cx adopt-1 capacity adopt "$HOT" --json
+NODE=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["memdevs"][0]["nodes"][0])' "$OUT/adopt-1.out")
 echo "$NODE" > "$OUT/hot-node"
 cx capacity-1 capacity --json
 
+# the daemon, from here on: [capacity] adopt = "system-ram", a persisted profile (weights 3:2)
+mkdir -p /etc/cxlctl/profiles
+cat > /etc/cxlctl/profiles/vm-capacity.toml <<'XEOF'
+PROFILE_TEXT
+XEOF
+cat > /etc/cxlctl/cxlctl.toml <<'XEOF'
+CONFIG_TEXT
+XEOF
+cx persist tune apply --persist vm-capacity --json
+"$PY" -m cxlctl daemon run > "$OUT/daemon.out" 2> "$OUT/daemon.log" &
+DPID=$!
+for _ in $(seq 1 240); do grep -q "found " "$OUT/daemon.log" 2>/dev/null && break; sleep 0.5; done
+sleep 2
+
 # 3. a pattern on that node
 "$PATTERN" "$NODE" $PATTERN_MIB "$OUT" > "$OUT/pattern.log" 2>&1 &
+PATPID=$!
 for _ in $(seq 1 600); do [ -e "$OUT/pattern.ready" ] && break; sleep 0.2; done
 PID=$(sed -n 's/^pid=//p' "$OUT/pattern.ready")
 cp "/proc/$PID/numa_maps" "$OUT/numa-before.txt"
@@ -168,7 +194,7 @@ cp "/proc/$PID/numa_maps" "$OUT/numa-after.txt"
 cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-after.txt" 2>&1
 touch "$OUT/pattern.check"
 for _ in $(seq 1 600); do [ -e "$OUT/pattern.result" ] && break; sleep 0.2; done
-touch "$OUT/pattern.stop"; wait
+touch "$OUT/pattern.stop"; wait $PATPID  # not the daemon, also a job of this shell
 cx status-2 status --json
 cp /run/cxlctl/capacity.json "$OUT/journal.json" 2>/dev/null
 
@@ -180,39 +206,95 @@ cx capacity-3 capacity --json
 snap fixtures/pool-hotremoved
 dmesg | grep -iE 'pciehp|cxl|offline|memory' | tail -60 > "$OUT/dmesg.txt"
 
-# 6. hot-add again, adopted again
+kill -0 $DPID && echo alive > "$OUT/daemon-alive-1"
+
+# 6. hot-add again: the daemon adopts it; release; unbind
+adopted() {  # $1 = label: wait (60 s) for the daemon's next adoption line; seconds since the host's device_add
+  local t0=$SECONDS n0=$2
+  for _ in $(seq 1 240); do
+    [ "$(grep -c " adopted: " "$OUT/daemon.log")" -gt "$n0" ] && break; sleep 0.25
+  done
+  echo $((SECONDS - t0)) > "$OUT/$1.seconds"
+}
+N0=$(grep -c " adopted: " "$OUT/daemon.log")
 touch "$OUT/ready-add2"; wait_host done-add2
+adopted adopt-2 "$N0"
 wait_memdev $HOT_SERIAL present add-2
 HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-2"
-cx adopt-2 region create --memdevs "$HOT" --decoder decoder0.1 --online system-ram --zone movable --json
+sleep 3  # the daemon's pass after the adoption: the profile for the new node
 cx capacity-4 capacity --json
+cx verify-2 tune verify --json
+for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-2.txt"
+cx release-2 capacity release "$HOT" --json
+touch "$OUT/ready-del2"; wait_host done-del2
+wait_memdev $HOT_SERIAL absent del-2
+sleep 3
+cx status-5 status --json
+kill -0 $DPID && echo alive > "$OUT/daemon-alive-2"
+
+# 7. a third bind: adopted again
+N0=$(grep -c " adopted: " "$OUT/daemon.log")
+touch "$OUT/ready-add3"; wait_host done-add3
+adopted adopt-3 "$N0"
+sleep 3
+cx capacity-5 capacity --json
+cx metrics daemon metrics
+
+# 8. its DAX device as devdax, held open by a process: release refused, nothing changed
+HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-3"
+DAX=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print([m for m in d["memdevs"] if m["memdev"]==sys.argv[2]][0]["dax_devices"][0])' "$OUT/capacity-5.out" "$HOT")
+cx devdax dax reconfigure "$DAX" --mode devdax --force --json
+"$PY" -c 'import os,sys,time; fd=os.open("/dev/"+sys.argv[1], os.O_RDWR); open(sys.argv[2],"w").write(str(os.getpid())); time.sleep(600)' "$DAX" "$OUT/holder.pid" &
+HOLDER=$!
+for _ in $(seq 1 100); do [ -s "$OUT/holder.pid" ] && break; sleep 0.1; done
+cx status-6 status --json
+cx refuse-devdax capacity release "$HOT" --json
+cx status-7 status --json
+kill $HOLDER; wait $HOLDER
+kill -TERM $DPID; wait $DPID; echo $? > "$OUT/daemon.rc"
 exit 0
+"""
+
+#: the daemon's profile: DRAM:CXL weights 3:2, so a new CXL node's weight (2) shows the pass after adoption
+PROFILE = RATIO_PROFILE
+
+CONFIG = """
+[reconcile]
+debounce_ms = 300
+max_delay_ms = 3000
+rescan_interval = 10
+[drift]
+interval = 0
+[metrics]
+listen = ""
+[health]
+enabled = false
+[capacity]
+adopt = "system-ram"
+zone = "movable"
 """
 
 
 def _fm(session: QmpSession) -> None:
-    """The fabric manager: bind (hot-add), unbind (hot-remove), bind again."""
-    session.wait_file("ready-add", timeout=900)
-    session.execute(
-        "object-add", {"qom-type": "memory-backend-ram", "id": HOT_BACKEND, "size": 256 << 20, "share": True}
-    )
-    dev = {"driver": "cxl-type3", "bus": HOT_PORT, "volatile-memdev": HOT_BACKEND, "id": HOT_ID, "sn": HOT_SERIAL}
-    session.execute("device_add", dev)
-    session.signal("done-add")
-    session.wait_file("ready-del", timeout=1200)
-    t0 = time.monotonic()
-    session.execute("device_del", {"id": HOT_ID})
-    # QEMU frees the id once the guest has powered the slot off (the attention button's 5 s)
-    session.wait_until(lambda: _gone(session), 120, f"the removal of {HOT_ID}")
-    session.signal("done-del", f"{time.monotonic() - t0:.1f}\n")
-    session.wait_file("ready-add2", timeout=900)
-    # a new backend: QEMU 10 keeps the first one marked in use after the unplug ("memory backend vmem1
-    # can't be used multiple times"), as a pool hands out other memory on the next bind anyway
-    session.execute(
-        "object-add", {"qom-type": "memory-backend-ram", "id": HOT_BACKEND + "b", "size": 256 << 20, "share": True}
-    )
-    session.execute("device_add", dict(dev, **{"volatile-memdev": HOT_BACKEND + "b"}))
-    session.signal("done-add2")
+    """The fabric manager: bind (hot-add), unbind (hot-remove), twice, then bind a third time."""
+    dev = {"driver": "cxl-type3", "bus": HOT_PORT, "id": HOT_ID, "sn": HOT_SERIAL}
+    # each bind on a new backend: QEMU 10 keeps a backend marked in use after the unplug ("memory backend
+    # vmem1 can't be used multiple times"), as a pool hands out other memory on the next bind anyway
+    for n, (step, backend) in enumerate((("", HOT_BACKEND), ("2", HOT_BACKEND + "b"), ("3", HOT_BACKEND + "c"))):
+        session.wait_file(f"ready-add{step}", timeout=900)
+        session.execute(
+            "object-add", {"qom-type": "memory-backend-ram", "id": backend, "size": 256 << 20, "share": True}
+        )
+        session.execute("device_add", dict(dev, **{"volatile-memdev": backend}))
+        session.signal(f"done-add{step}")
+        if n == 2:
+            return
+        session.wait_file(f"ready-del{step}", timeout=1200)
+        t0 = time.monotonic()
+        session.execute("device_del", {"id": HOT_ID})
+        # QEMU frees the id once the guest has powered the slot off (the attention button's 5 s)
+        session.wait_until(lambda: _gone(session), 120, f"the removal of {HOT_ID}")
+        session.signal(f"done-del{step}", f"{time.monotonic() - t0:.1f}\n")
 
 
 def _gone(session: QmpSession) -> bool:
@@ -246,7 +328,7 @@ def test_capacity_cycle(series: str, tmp_path: Path) -> None:
     script = (
         f"export PATTERN={pattern} PATTERN_MIB={PATTERN_MIB} BOOT_SERIAL={0x5001} HOT_SERIAL={HOT_SERIAL}\n"
         + SNAP
-        + GUEST
+        + GUEST.replace("PROFILE_TEXT", PROFILE.strip()).replace("CONFIG_TEXT", CONFIG.strip())
     )
     res = run_guest("pool", script, kernel=series, workdir=work, timeout=1800, qmp=_fm).check()
     if os.environ.get("CXLCTL_RECORD_FIXTURES"):  # scripts/record-fixtures.sh capacity
@@ -293,10 +375,13 @@ def check(out: Path) -> List[str]:
     assert out_json(out, "status-0.out")["regions"] == out_json(out, "status-1.out")["regions"]
     report.append(f"refusal: {err['message'][:110]}…")
 
-    # 2. hot-add and adoption by hand
+    # 2. hot-add and adoption by hand (`capacity adopt`: the window without a region, movable)
     hot = out_text(out, "hot-name-1").strip()
     assert hot, "the hot-added memdev did not appear"
     assert _rc(out, "adopt-1") == 0, out_text(out, "adopt-1.err", missing_ok=True)
+    (a1,) = out_json(out, "adopt-1.out")["memdevs"]
+    assert (a1["adopted"], a1["root_decoder"]) == (True, "decoder0.1"), a1
+    assert all(d["zones"] == ["Movable"] and d["online_memblocks"] == d["total_memblocks"] for d in a1["dax"]), a1
     node = int(out_text(out, "hot-node").strip())
     cap = out_json(out, "capacity-1.out")
     m = next(x for x in cap["memdevs"] if x["memdev"] == hot)
@@ -349,11 +434,58 @@ def check(out: Path) -> List[str]:
     took = out_text(out, "done-del").strip() or "?"
     report.append(f"hot-remove: {hot} gone {took} s after device_del (QEMU's id freed: the slot powered off)")
 
-    # 6. again
+    report += check_daemon(out)
+    return report
+
+
+def check_daemon(out: Path) -> List[str]:
+    """Steps 5-7 as the daemon saw them: a clean removal, two adoptions, the profile on the new node."""
+    report: List[str] = []
+    log = out_text(out, "daemon.log")
+    ctx = f"\n--- daemon.log ---\n{log[-6000:]}"
+    assert out_text(out, "daemon-alive-1", missing_ok=True).strip() == "alive", ctx
+    hot = out_text(out, "hot-name-1").strip()
+    assert f"memdev {hot} (serial {HOT_SERIAL:#x}) left; it had no region: nothing was lost" in log, ctx
+    # 6. the daemon's adoption
     assert out_text(out, "hot-name-2").strip(), "the memdev did not come back"
-    assert _rc(out, "adopt-2") == 0, out_text(out, "adopt-2.err", missing_ok=True)
+    took = int(out_text(out, "adopt-2.seconds").strip())
+    assert took <= 30, f"the daemon adopted after {took} s (or not at all){ctx}"
+    lines = [ln for ln in log.splitlines() if " adopted: " in ln]
+    assert len(lines) == 2, ctx
+    assert "on decoder0.1" in lines[0] and "in Movable" in lines[0], ctx
+    assert "adopt = system-ram, zone = movable" in lines[0], ctx
     cap = out_json(out, "capacity-4.out")
     again = next(x for x in cap["memdevs"] if x["serial"] == HOT_SERIAL)
-    assert again["state"] == "releasable", again
-    report.append(f"hot-add again: {again['memdev']} in {out_text(out, 'add-2.seconds').strip()} s, releasable again")
+    assert (again["state"], again["movable"], again["online"]) == ("releasable", 256 << 20, 256 << 20), again
+    (node,) = again["nodes"]
+    weights = dict(ln.split() for ln in out_text(out, "weights-2.txt").splitlines())
+    assert weights.get(f"node{node}") == "2", (weights, ctx)
+    assert _rc(out, "verify-2") == 0, out_text(out, "verify-2.out")
+    assert _rc(out, "release-2") == 0, out_text(out, "release-2.err", missing_ok=True)
+    assert _memdev(out_json(out, "status-5.out"), HOT_SERIAL) is None
+    assert out_text(out, "daemon-alive-2", missing_ok=True).strip() == "alive", ctx
+    (md,) = out_json(out, "release-2.out")["memdevs"]
+    report.append(
+        f"daemon adoption: {again['memdev']} on node {node} {took} s after the host's device_add (to the log "
+        f"line), 256 MiB in ZONE_MOVABLE, weight node{node} = 2, tune verify ok; released ({md['message']}), "
+        f"unbound ({out_text(out, 'done-del2').strip()} s from device_del to gone)"
+    )
+    # 7. the third bind
+    took3 = int(out_text(out, "adopt-3.seconds").strip())
+    assert took3 <= 30, f"the third adoption took {took3} s (or did not happen){ctx}"
+    third = next(x for x in out_json(out, "capacity-5.out")["memdevs"] if x["serial"] == HOT_SERIAL)
+    assert third["state"] == "releasable", third
+    assert _rc(out, "daemon") == 0, ctx
+    assert "surprise removal" not in log and "internal error" not in log and "Traceback" not in log, ctx
+    metrics = out_text(out, "metrics.out")
+    assert f'cxlctl_capacity_releasable_bytes{{memdev="{third["memdev"]}"' in metrics, metrics[-3000:]
+    report.append(f"daemon adoption again: {third['memdev']} {took3} s after device_add; daemon stopped with exit 0")
+    # 8. devdax held open
+    assert _rc(out, "devdax") == 0, out_text(out, "devdax.err", missing_ok=True)
+    assert _rc(out, "refuse-devdax") == 2, out_text(out, "refuse-devdax.err", missing_ok=True)
+    err = out_json(out, "refuse-devdax.out")["error"]
+    holder = out_text(out, "holder.pid").strip()
+    assert "is open by PID " + holder in err["message"] and "nothing was changed" in err["message"], err
+    assert out_json(out, "status-6.out")["regions"] == out_json(out, "status-7.out")["regions"]
+    report.append(f"devdax open: {err['message'][:100]}…")
     return report
