@@ -233,10 +233,34 @@ def test_daemon_metrics_export_the_stored_figures(tmp_path: Any) -> None:
     assert "cxlctl_measured_stale 0" in out
 
 
-def test_probe_without_root_refuses_before_measuring() -> None:
-    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-    p = cli("probe", "--quick", wrap=nobody, rc=1)
+def _refused_unwritable(stderr: str) -> None:
     # the nearest existing directory is named: /var/lib/cxlctl where it exists, else /var/lib (a fresh machine)
-    assert "/var/lib/cxlctl/probe.json, and /var/lib" in p.stderr
-    assert "is not writable here; nothing was measured" in p.stderr
-    assert "sudo cxlctl probe" in p.stderr
+    assert "/var/lib/cxlctl/probe.json, and /var/lib" in stderr
+    assert "is not writable here; nothing was measured" in stderr
+    assert "sudo cxlctl probe" in stderr
+
+
+def test_probe_refuses_before_measuring_where_it_cannot_store(monkeypatch: Any) -> None:
+    """The state directory not writable (what a user without root meets): refused, exit 1, before any
+    measurement (the helper is never built or run)."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if mode & os.W_OK else real(p, mode, **kw))
+    monkeypatch.setattr(
+        native, "helper_path", lambda *a, **kw: pytest.fail("built the helper although nothing could be stored")
+    )
+    monkeypatch.setattr(native, "run", lambda *a, **kw: pytest.fail("measured although nothing could be stored"))
+    p = cli("probe", "--quick", inprocess=True, rc=1)
+    _refused_unwritable(p.stderr)
+
+
+def test_probe_without_root_refuses_before_measuring() -> None:
+    """The same as a real user without root, where that user can read this checkout (a CI clone in a
+    private temporary directory is not: the in-process test above covers the rule there)."""
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    import subprocess
+    import sys
+
+    if subprocess.run([*nobody, sys.executable, "-c", "import cxlctl"], capture_output=True).returncode != 0:
+        pytest.skip("uid 65534 cannot import cxlctl from this checkout (its directory is private)")
+    p = cli("probe", "--quick", wrap=nobody, rc=1)
+    _refused_unwritable(p.stderr)
