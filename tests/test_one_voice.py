@@ -231,6 +231,7 @@ VIEWS = (
     ("tune", "plan", "inference-bandwidth"),
     ("region", "plan", "--all"),
     ("region", "create", "--all", "--dry-run"),
+    ("capacity",),
 )
 #: what changes a tree, run on a copy of a few (each copy costs more than all the views of a tree)
 WRITES = (
