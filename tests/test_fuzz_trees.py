@@ -253,6 +253,9 @@ def _commands(root: str) -> List[Tuple[List[str], Sequence[int]]]:
         (["--root", root, "top", "--count", "1"], (0, 1)),
         (["--root", root, "launch", "exec", "--dry-run", "--json", "--", "true"], (0, 1, 2)),
         (["--root", root, "daemon", "run", "--once", "--config", _daemon_config()], (0, 1)),
+        # issue 36: capacity reads memory blocks, zones, DAX devices and /proc/*/fd and maps
+        (["--root", root, "capacity", "--json"], (0, 1)),
+        (["--root", root, "capacity", "release", "mem0", "--dry-run", "--json"], (0, 1, 2)),
     ]
 
 
