@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -125,6 +125,19 @@ def cost(exe: str, pair: measure.Pair, sz: measure.Sizes) -> Dict[str, float]:
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
 
 
+def _versus(
+    series: Dict[str, List[float]], f: Dict[str, Dict[str, Any]], mine: str, ref: str, best: Callable[..., float]
+) -> Dict[str, Any]:
+    """The probe's figure ``mine`` against the reference ``ref``: of the medians, of each tool's best run
+    (``best``: max for a bandwidth, min for a latency), and the per-run ratios' statistics."""
+    per_run = [a / b for a, b in zip(series[mine], series[ref])]
+    return {
+        "of_medians": round(f[mine]["median"] / f[ref]["median"], 3),
+        "of_bests": round(best(series[mine]) / best(series[ref]), 3),
+        "per_run": stats(per_run),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -167,21 +180,9 @@ def main() -> int:
     # comparison least moved by the machine's load drifting between runs
     # and, on a shared machine, the best of each (other load only lowers a bandwidth and raises a
     # latency, so the highest bandwidth and the lowest latency are each tool's least disturbed run)
-    per_run = [a / b for a, b in zip(series["read"], series["likwid_load"])]
-    best = max(series["read"]) / max(series["likwid_load"])
-    doc["read_vs_likwid"] = {
-        "of_medians": round(f["read"]["median"] / f["likwid_load"]["median"], 3),
-        "of_bests": round(best, 3),
-        "per_run": stats(per_run),
-    }
+    doc["read_vs_likwid"] = _versus(series, f, "read", "likwid_load", max)
     if "multichase" in f:
-        per_run = [a / b for a, b in zip(series["latency"], series["multichase"])]
-        best = min(series["latency"]) / min(series["multichase"])
-        doc["latency_vs_multichase"] = {
-            "of_medians": round(f["latency"]["median"] / f["multichase"]["median"], 3),
-            "of_bests": round(best, 3),
-            "per_run": stats(per_run),
-        }
+        doc["latency_vs_multichase"] = _versus(series, f, "latency", "multichase", min)
     pair = measure.Pair(0, args.node, tuple(cpus))
     llc = measure.llc_bytes(host, cpus[0])
     doc["cost"] = {
