@@ -111,7 +111,10 @@ install_one() {
   fi
   rm -rf "$venv" || return 1
   "$PYTHON" -m venv "$venv" || return 1
-  if ! "$venv/bin/pip" install --no-deps --no-index --find-links "$wh" -r "$lock" >>"$log" 2>&1; then
+  # --no-compile: pip would byte-compile every module of torch, vLLM and their closure (tens of
+  # thousands of files, minutes of one core on a fresh machine, beside the unit and VM tiers); the
+  # judges import a small part of them, compiled on first import (the venv is root's and writable)
+  if ! "$venv/bin/pip" install --no-compile --no-deps --no-index --find-links "$wh" -r "$lock" >>"$log" 2>&1; then
     echo "install-engines: installing $name failed ($log):" >&2; grep -v '^WARNING: Location' "$log" | tail -n 5 >&2
     return 1
   fi

@@ -22,20 +22,43 @@ import glob
 import io
 import logging
 import os
+import re
 import shutil
 import time
+from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from cxlctl.config import Config, validate
 from cxlctl.daemon.loop import Daemon, make_logger
 from cxlctl.daemon.notify import Notifier
 from cxlctl.hostio.host import Host
-from tests.kit import FIXTURES, copy_fixture
+from tests.kit import FIXTURES, REPO, copy_fixture
 from tests.prom import Exposition as Exposition  # re-exported for the tests
 from tests.prom import parse_exposition as parse_exposition
 
 #: where recorded trees live; CXLCTL_TEST_FIXTURES points elsewhere (e.g. a fresh recording)
 FIXTURE_DIR = os.environ.get("CXLCTL_TEST_FIXTURES", FIXTURES)
+
+
+def unit_seconds(key: str) -> int:
+    """A time setting of the shipped unit (systemd/cxlctl.service), in seconds: ``WatchdogSec``,
+    ``TimeoutStartSec``.
+
+    What the daemon promises systemd is a keep-alive within every watchdog period and READY=1
+    within the start timeout, so guest tests assert against these values, never a wall-clock
+    figure of their own: under TCG on a slow machine a 5 s keep-alive interval was measured at
+    10.47 s between two pings (issue 44).
+    """
+    text = Path(REPO, "systemd", "cxlctl.service").read_text()
+    m = re.search(rf"^{key}=(\d+)s?$", text, re.M)
+    assert m, f"systemd/cxlctl.service has no {key}= in seconds"
+    return int(m.group(1))
+
+
+def unit_watchdog_seconds() -> int:
+    """The shipped unit's ``WatchdogSec=`` (:func:`unit_seconds`)."""
+    return unit_seconds("WatchdogSec")
+
 
 RATIO_PROFILE = """
 summary = "daemon test: tiering plus DRAM:CXL weights 3:2"

@@ -119,6 +119,20 @@ def kernel(series: str = "6.12") -> Kernel:
     return k
 
 
+def kernels_for(*where: str, ci: Sequence[str]) -> List[str]:
+    """The kernel series a check runs on: ``ci`` in CI, every one of ``where`` with
+    ``CXLCTL_VM_KERNELS=all``.
+
+    The rule (docs/testing.md, the kernel matrix): a guest check runs on the kernels where
+    its result can differ -- where the kernel writes or accepts something else -- and not on
+    all of them.  A check of cxlctl's own logic or of userspace (systemd, the fleet's
+    backends) runs once; ``where`` keeps the wider set one variable away for a release check.
+    """
+    if os.environ.get("CXLCTL_VM_KERNELS", "") == "all":
+        return list(where)
+    return [k for k in where if k in ci]
+
+
 # ------------------------------------------------------------------------ topologies
 
 

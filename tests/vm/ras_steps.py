@@ -264,6 +264,7 @@ for step in {steps}; do
 done
 echo 0 > "$K/events/cxl/enable"; rmdir "$K"
 sleep 1
+cut -d' ' -f1 /proc/uptime > "$OUT/t/follow-stop"
 kill -TERM "$FPID"; wait "$FPID"; echo "$?" > "$OUT/follow.rc"; sleep 1
 ls "$TR/instances/" > "$OUT/instances-after-follow.txt"
 {after_steps}

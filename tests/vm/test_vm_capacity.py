@@ -209,9 +209,9 @@ dmesg | grep -iE 'pciehp|cxl|offline|memory' | tail -60 > "$OUT/dmesg.txt"
 kill -0 $DPID && echo alive > "$OUT/daemon-alive-1"
 
 # 6. hot-add again: the daemon adopts it; release; unbind
-adopted() {  # $1 = label: wait (60 s) for the daemon's next adoption line; seconds since the host's device_add
+adopted() {  # $1 = label: wait (300 s) for the daemon's next adoption line; seconds since the host's device_add
   local t0=$SECONDS n0=$2
-  for _ in $(seq 1 240); do
+  for _ in $(seq 1 1200); do
     [ "$(grep -c " adopted: " "$OUT/daemon.log")" -gt "$n0" ] && break; sleep 0.25
   done
   echo $((SECONDS - t0)) > "$OUT/$1.seconds"
@@ -448,10 +448,11 @@ def check_daemon(out: Path) -> List[str]:
     assert f"memdev {hot} (serial {HOT_SERIAL:#x}) left; it had no region: nothing was lost" in log, ctx
     # 6. the daemon's adoption
     assert out_text(out, "hot-name-2").strip(), "the memdev did not come back"
+    # the promise is the adoption itself, at the daemon's next pass after the memdev arrives; how
+    # long the guest took (probe, region, onlining under TCG) is a figure in the report (issue 44)
     took = int(out_text(out, "adopt-2.seconds").strip())
-    assert took <= 30, f"the daemon adopted after {took} s (or not at all){ctx}"
     lines = [ln for ln in log.splitlines() if " adopted: " in ln]
-    assert len(lines) == 2, ctx
+    assert len(lines) == 2, f"the daemon did not adopt twice ({took} s waited){ctx}"
     assert "on decoder0.1" in lines[0] and "in Movable" in lines[0], ctx
     assert "adopt = system-ram, zone = movable" in lines[0], ctx
     cap = out_json(out, "capacity-4.out")
@@ -472,7 +473,6 @@ def check_daemon(out: Path) -> List[str]:
     )
     # 7. the third bind
     took3 = int(out_text(out, "adopt-3.seconds").strip())
-    assert took3 <= 30, f"the third adoption took {took3} s (or did not happen){ctx}"
     third = next(x for x in out_json(out, "capacity-5.out")["memdevs"] if x["serial"] == HOT_SERIAL)
     assert third["state"] == "releasable", third
     assert _rc(out, "daemon") == 0, ctx

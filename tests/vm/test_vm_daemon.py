@@ -28,6 +28,7 @@ import re
 from typing import Any, Dict, List
 
 from tests.daemon_probe import procstat
+from tests.daemon_support import unit_watchdog_seconds
 from tests.prom import parse_exposition
 from tests.vm.harness import GuestResult, Topology
 
@@ -58,6 +59,9 @@ listen = "127.0.0.1:9860"
 [health]
 interval = 300
 """
+
+#: the shipped unit's WatchdogSec: the guest daemon runs with it as WATCHDOG_USEC
+WATCHDOG_S = unit_watchdog_seconds()
 
 GUEST = r"""
 WI=/sys/kernel/mm/mempolicy/weighted_interleave
@@ -123,7 +127,7 @@ while True:
 EOF
 LPID=$!
 wait_for 30 test -e /tmp/cxlctl-notify.ready > /dev/null
-NOTIFY_SOCKET=/tmp/cxlctl-notify.sock WATCHDOG_USEC=10000000 "$PY" -m cxlctl daemon run \
+NOTIFY_SOCKET=/tmp/cxlctl-notify.sock WATCHDOG_USEC=WATCHDOG_USEC_VALUE "$PY" -m cxlctl daemon run \
   > "$OUT/daemon.out" 2> "$OUT/daemon.log" &
 DPID=$!
 echo $DPID > "$OUT/daemon.pid"
@@ -226,6 +230,7 @@ def guest_script(t: Topology) -> str:
     b = next(r for r in t.regions if r.window == 1)  # 2-way inside one bridge, another node
     return (
         GUEST.replace("CREATE_A", a.create_command(t))
+        .replace("WATCHDOG_USEC_VALUE", str(WATCHDOG_S * 1_000_000))
         .replace("CREATE_B", b.create_command(t))
         .replace("PROFILE_TEXT", PROFILE.strip())
         .replace("CONFIG_TEXT", CONFIG.strip())
@@ -306,9 +311,11 @@ def check(res: GuestResult, capsys: Any) -> None:
     assert _weights(_read(out, "weights-after-stop.txt"))[int(node_b)] == 2
     st = json.loads(_read(out, "tune-status.json"))
     assert st["active_profile"] == "vm-daemon"
+    # the promise to systemd: a keep-alive within every watchdog period (the unit's WatchdogSec,
+    # which the guest daemon runs with); the pings' spacing is TCG's speed, reported, not asserted
     dogs = [float(ln.split()[0]) for ln in notify.splitlines() if "'WATCHDOG=1'" in ln]
     gaps = [b2 - a2 for a2, b2 in zip(dogs, dogs[1:])]
-    assert len(dogs) >= 5 and max(gaps) < 10.0, gaps  # every 5 s, never near WATCHDOG_USEC
+    assert len(dogs) >= 2 and max(gaps) < WATCHDOG_S, (WATCHDOG_S, gaps)
 
     # measurements (reported by the test run)
     ps = procstat(_read(out, "procstat.txt"))
@@ -321,7 +328,10 @@ def check(res: GuestResult, capsys: Any) -> None:
     subs = sorted(x["subsystem"] for x in mb.series("cxlctl_uevents_total"))
     watch = {ln.split()[0]: float(ln.split()[1]) for ln in _read(out, "b-watch").splitlines()}
     online_to_weight = watch["weight"] - watch["online"]
-    assert online_to_weight < 10.0, watch
+    # the daemon's own bound: a new node gets its weight no later than the periodic rescan would
+    # give it (rescan_interval = 30 while region B is made: `config 2 report 30`); the event path
+    # makes it sooner, a figure reported below, not asserted (TCG's speed: issue 44)
+    assert online_to_weight < 30, watch
     samples = [ps[f"idle-{i}"]["voluntary_ctxt_switches"] for i in range(1, 7)]
     per5 = [b2 - a2 for a2, b2 in zip([ps["idle-start"]["voluntary_ctxt_switches"]] + samples, samples)]
     lines: List[str] = [
@@ -330,7 +340,8 @@ def check(res: GuestResult, capsys: Any) -> None:
         f"event-to-reconciled (daemon, first uevent -> reconciled): {', '.join(f'{x:.3f}' for x in lat)} s",
         f"region B: create_ram_region start -> node weight visible: {_read(out, 'latency-b.txt').strip()}; polled wait after create returned {wait_b} s",
         f"region B: dax device seen -> its node's memory online {watch['online'] - watch['dax']:.2f} s -> weight set {online_to_weight:.2f} s",
-        f"idle: {idle:.0f} voluntary wake-ups in {idle_s:.1f} s ({idle / idle_s * 60:.1f}/min; watchdog every 5 s; per 5 s: {per5}), {cpu_ticks:.0f} CPU ticks",
+        f"idle: {idle:.0f} voluntary wake-ups in {idle_s:.1f} s ({idle / idle_s * 60:.1f}/min; watchdog every {WATCHDOG_S / 2:g} s; per 5 s: {per5}), {cpu_ticks:.0f} CPU ticks",
+        f"watchdog: {len(dogs)} keep-alives, largest gap {max(gaps):.2f} s (WatchdogSec {WATCHDOG_S})",
         f"RSS at ready {ps['ready']['VmRSS']:.0f} kB, at end {ps['idle-end']['VmRSS']:.0f} kB, peak {ps['idle-end']['VmHWM']:.0f} kB",
         "uevents: " + ", ".join(f"{sub}={mb.get('cxlctl_uevents_total', subsystem=sub):.0f}" for sub in subs),
     ]

@@ -249,7 +249,10 @@ def check(r: GuestResult) -> None:
         e = ours[0]
         lag = e["_arrived"] - t0
         delivered[st.name] = f"{e['kind']}/{e['severity']} {want_md} in {lag:.1f} s"
-        assert lag < 10, f"{st.name}: cxlctl printed it {lag:.1f} s after the injection"
+        # the promise is a stream: printed while following, not flushed when --follow ends (the lag
+        # itself is TCG's speed, reported above, not asserted: issue 44)
+        stop = float(r.file("t/follow-stop"))
+        assert e["_arrived"] < stop, f"{st.name}: printed {lag:.1f} s after the injection, only as --follow ended"
         kdpa = kev[0][2]
         if st.dpa is not None:
             assert kdpa == st.dpa == e["dpa"], (st.name, kev, e)

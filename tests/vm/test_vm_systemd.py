@@ -57,13 +57,14 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.tuning.knobs import REGISTRY
+from tests.daemon_support import unit_seconds, unit_watchdog_seconds
 from tests.prom import parse_exposition
-from tests.vm.harness import TOPOLOGIES, run_guest
+from tests.vm.harness import TOPOLOGIES, kernels_for, run_guest
 
 pytestmark = pytest.mark.vm
 
-#: the unit's own watchdog (systemd/cxlctl.service WatchdogSec=30); the test watches longer
-WATCHDOG_S = 30
+#: the unit's own watchdog (systemd/cxlctl.service WatchdogSec=); the test watches longer
+WATCHDOG_S = unit_watchdog_seconds()
 #: systemd-analyze security of the live unit: measured 2.3 offline; fail if hardening regresses
 MAX_EXPOSURE = 3.0
 
@@ -289,7 +290,9 @@ def _mono(p: Dict[str, str], key: str) -> float:
     return int(p[key]) / 1e6
 
 
-@pytest.mark.parametrize("series", ["6.12", "7.x"])
+# the unit under the guest's systemd: userspace, the same on both kernels but for 7.x's auto weights
+# knob, so 7.x in CI (kernels_for; CXLCTL_VM_KERNELS=all adds 6.12)
+@pytest.mark.parametrize("series", kernels_for("6.12", "7.x", ci=["7.x"]))
 def test_service_under_systemd(series: str, capsys: Any) -> None:
     """One boot per kernel series; every check is in :func:`check`."""
     t = TOPOLOGIES["hb2"]
@@ -339,7 +342,8 @@ def check(out: str) -> List[str]:
     assert started["NRestarts"] == "0" and started["WatchdogUSec"] == f"{WATCHDOG_S}s", started
     assert "profile vm-systemd (applied)" in started["StatusText"], started
     ready_s = _mono(started, "ActiveEnterTimestampMonotonic") - _mono(started, "ExecMainStartTimestampMonotonic")
-    assert 0 < ready_s < 60, f"READY {ready_s:.1f} s after the main process started"
+    # READY within the unit's TimeoutStartSec (systemd fails the start otherwise); the figure is reported
+    assert 0 < ready_s < unit_seconds("TimeoutStartSec"), f"READY {ready_s:.1f} s after the main process started"
     before = _knobs(_read(out, "knobs-before.txt"))
     ready = _knobs(_read(out, "knobs-ready.txt"))
     wi = "/sys/kernel/mm/mempolicy/weighted_interleave/"
