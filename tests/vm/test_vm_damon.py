@@ -284,10 +284,13 @@ def check(res: GuestResult, series: str) -> None:
         print(f"6.12 refuses hot_on_dram: {err.strip().splitlines()[0]}")
 
 
-def test_damon_unavailable_on_61(tmp_path: Path) -> None:
-    res = run_guest(
-        TOPOLOGIES["single"], _record_env() + GUEST_OLD.replace("DRIVER", DRIVER), kernel="6.1", workdir=tmp_path / "vm"
-    )
+def guest_script_61() -> str:
+    """The guest side of the 6.1 check (DAMON unavailable): a check of test_vm_linux61's shared boot."""
+    return _record_env() + GUEST_OLD.replace("DRIVER", DRIVER)
+
+
+def check_61(res: GuestResult) -> None:
+    """6.1 has no DAMON paddr: the plan says so and the rest of the profile applies and reverts."""
     out = res.outdir
     assert res.returncode == 0, out_text(out, "driver.log", missing_ok=True) + res.stderr[-3000:]
     _keep(out, "6.1", ["single-noregion-damon"], res.kernel.release)

@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.fixture_status import install
-from tests.vm.harness import REPO, kernel, out_text, run_guest
+from tests.vm.harness import REPO, GuestResult, kernel, out_text, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -42,19 +42,29 @@ SCRIPT_7X = r"""
 """
 
 
-def boot(series: str) -> Dict[str, Dict[str, Any]]:
-    k = kernel(series)
-    cfg = k.vmlinuz.parent / "config"
+def guest_script(series: str, work: Path) -> str:
+    """The guest side of one series' scenario; ``work`` is the boot's work folder (the guest's
+    --rwdir), where the kernel package's config is handed over."""
+    cfg = kernel(series).vmlinuz.parent / "config"
     assert cfg.is_file(), f"{cfg} missing: run scripts/install-vm-deps.sh"
     # the guest sees the host's /var/cache through virtme-ng's overlays only partly: hand the
     # config over in the work folder (the guest's --rwdir), which it sees at the same path
-    work = Path(tempfile.mkdtemp(prefix=f"cxlvm-doctor-{series}-"))
+    work.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(cfg, work / "kconfig")
     script = SCRIPT_7X if series == "7.x" else SCRIPT
-    res = run_guest(
-        "single", script.format(config=work / "kconfig", scenario=series), kernel=series, timeout=1500, workdir=work
-    )
+    return script.format(config=work / "kconfig", scenario=series)
+
+
+def boot(series: str) -> Dict[str, Dict[str, Any]]:
+    work = Path(tempfile.mkdtemp(prefix=f"cxlvm-doctor-{series}-"))
+    res = run_guest("single", guest_script(series, work), kernel=series, timeout=1500, workdir=work)
     sys.stderr.write(f"[doctor/{series}] boot {res.boot_seconds:.0f} s, wall {res.wall_seconds:.0f} s\n")
+    return results(res, series)
+
+
+def results(res: GuestResult, series: str) -> Dict[str, Dict[str, Any]]:
+    """Each doctor run of a scenario's guest run, by its label (and with CXLCTL_RECORD_FIXTURES=1,
+    its records installed as fixtures)."""
     assert res.returncode == 0, res.stderr[-4000:]
     assert (res.outdir / "done").exists(), res.stderr[-4000:]
     if os.environ.get("CXLCTL_RECORD_FIXTURES"):
@@ -71,11 +81,6 @@ def boot(series: str) -> Dict[str, Dict[str, Any]]:
 @pytest.fixture(scope="module")
 def v612() -> Dict[str, Dict[str, Any]]:
     return boot("6.12")
-
-
-@pytest.fixture(scope="module")
-def v61() -> Dict[str, Dict[str, Any]]:
-    return boot("6.1")
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +182,8 @@ def test_onlined_movable(v612: Dict[str, Dict[str, Any]]) -> None:
     assert not [x for x in checks(after) if x["id"] == "devices.dax.dax0.0.zone"]
 
 
-def test_linux61_has_no_ram_regions(v61: Dict[str, Dict[str, Any]]) -> None:
+def check_linux61(v61: Dict[str, Dict[str, Any]]) -> None:
+    """6.1 (test_vm_linux61's shared boot): no RAM regions, said once, with the kernel that has them."""
     st = v61["linux61"]
     c = by_id(st, "kernel.ram-regions")
     assert c["result"] == "fail", c
