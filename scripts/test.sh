@@ -99,7 +99,7 @@ host_tiers() {
 # guest takes both guest slots, and worker a is alone while the host tiers run.
 VM_ORDER="test_vm_hmat test_vm_linux7 test_vm_damon test_vm_linux612 test_vm_linux7_telemetry_launch test_vm_capacity
   test_vm_region test_vm_status test_vm_linux7_daemon_ras test_vm_doctor test_vm_systemd test_vm_linux61 test_vm_soak
-  test_vm_telemetry_damon test_vm_fleet test_vm_damon_retarget test_vm_probe"
+  test_vm_fleet test_vm_damon_retarget test_vm_probe"
 vm_queue() {
   # the files holding VM tests that the arguments select, heaviest first
   rc=0; listing=$(.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider -m vm "$@" 2>&1) || rc=$?

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Dict, List, Tuple
+import tempfile
+from typing import IO, Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -35,20 +36,56 @@ def need(name: str) -> str:
     return need_installed(name)
 
 
+#: one judge per engine venv for the whole module (judge.py --serve): each engine is imported once
+_JUDGES: Dict[str, subprocess.Popen[str]] = {}
+_ERRS: Dict[str, IO[str]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_judges() -> Iterator[None]:
+    yield
+    for p in _JUDGES.values():
+        if p.stdin:
+            p.stdin.close()
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    _JUDGES.clear()
+    for f in _ERRS.values():
+        f.close()
+    _ERRS.clear()
+
+
 def judge(name: str, reqs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The engine's verdict on each {argv, env}: one import of the engine, a fork per request (judge.py)."""
-    e = ENGINES[name]
-    env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE, **e.env}
-    p = subprocess.run(
-        [f"{venv(name)}/bin/python3", JUDGE, e.engine],
-        input=json.dumps(reqs),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    out: List[Dict[str, Any]] = json.loads(p.stdout)
+    """The engine's verdict on each {argv, env}: one import of the engine per module, a fork per
+    request (judge.py)."""
+    p = _JUDGES.get(name)
+    if p is None or p.poll() is not None:
+        e = ENGINES[name]
+        # a file, not a pipe nobody drains while the judge runs: the engines' warnings would fill it
+        _ERRS[name] = tempfile.TemporaryFile("w+")
+        env = {"PATH": f"{venv(name)}/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), **OFFLINE, **e.env}
+        p = _JUDGES[name] = subprocess.Popen(
+            [f"{venv(name)}/bin/python3", JUDGE, e.engine, "--serve"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=_ERRS[name],
+            text=True,
+        )
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(json.dumps(reqs) + "\n")
+    p.stdin.flush()
+    line = p.stdout.readline()
+    if not line:
+        _JUDGES.pop(name, None)
+        rc = p.wait()
+        err = _ERRS.pop(name)
+        err.seek(0)
+        raise AssertionError(f"the {name} judge ended (exit {rc}): {err.read()[-3000:]}")
+    out: List[Dict[str, Any]] = json.loads(line)
     return out
 
 

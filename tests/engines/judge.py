@@ -245,16 +245,26 @@ def forked(engine: str, req: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def main() -> int:
-    """A JSON list of requests in, a JSON list of answers out: one engine import, a fork per request."""
+    """A JSON list of requests in, a JSON list of answers out: one engine import, a fork per request.
+
+    With ``--serve`` (after ENGINE) the judge stays: one JSON list of requests per line in, one JSON
+    list of answers per line out, until end of input -- the whole engines tier then imports each
+    engine once, not once per test (an import of vLLM is most of a test's time)."""
     import importlib
 
     engine = sys.argv[1]
-    reqs = json.load(sys.stdin)
+    serve = sys.argv[2:] == ["--serve"]
+    reqs = None if serve else json.load(sys.stdin)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         for mod in PRELOAD[engine]:
             importlib.import_module(mod)
-    answers = [forked(engine, r) for r in reqs]
-    sys.stdout.write(json.dumps(answers, default=str))
+    if not serve:
+        sys.stdout.write(json.dumps([forked(engine, r) for r in reqs or []], default=str))
+        return 0
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps([forked(engine, r) for r in json.loads(line)], default=str) + "\n")
+            sys.stdout.flush()
     return 0
 
 

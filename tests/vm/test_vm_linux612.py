@@ -12,8 +12,10 @@ same on 7.x.
 
 ``single`` (one vCPU): status against the peers (first: its "before" views are of a host with
 no region; it makes the widest region, which the others are handed), tune
-(apply/try/drift/revert), telemetry (``stat``/``top`` against the counters), then launch
-placement (last: it enables the cpuset controller at the root).
+(apply/try/drift/revert), telemetry (``stat``/``top`` against the counters), launch
+placement (it enables the cpuset controller at the root), then the DAMON and HMAT views of
+``stat``/``top`` with the promotion try (test_vm_telemetry_damon; last: it leaves NUMA balancing
+in tiering mode and the DRAM node filled).
 
 ``hb2x2``: daemon hot-plug (regions on windows 2 and 1), then the RAS session (its region on
 window 1 is the daemon's region B, handed over; QMP injects the errors).
@@ -32,6 +34,7 @@ from tests.vm import (
     test_vm_ras,
     test_vm_status,
     test_vm_telemetry,
+    test_vm_telemetry_damon,
     test_vm_tune,
 )
 from tests.vm.harness import TOPOLOGIES, GuestResult, SharedCheck, report_shared, run_checks
@@ -51,8 +54,9 @@ def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
         ("tune", test_vm_tune.guest_script(t)),
         ("telemetry", test_vm_telemetry.guest_script(work / "telemetry-tools", t)),
         ("launch", test_vm_launch.guest_script(work / "launch-tools", t)),
+        ("telemetry_damon", test_vm_telemetry_damon.guest_script(work / "telemetry-damon-tools", t)),
     ]
-    return report_shared(run_checks(t, checks, kernel=SERIES, timeout=2700, workdir=work / "vm"), work)
+    return report_shared(run_checks(t, checks, kernel=SERIES, timeout=3300, workdir=work / "vm"), work)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +85,10 @@ def test_single_telemetry(single: Dict[str, GuestResult], tmp_path: Path) -> Non
 
 def test_single_launch(single: Dict[str, GuestResult], tmp_path: Path) -> None:
     test_vm_launch.check(single["launch"], tmp_path)
+
+
+def test_single_stat_and_top_show_damon_and_hmat(single: Dict[str, GuestResult], tmp_path: Path) -> None:
+    test_vm_telemetry_damon.check(single["telemetry_damon"], tmp_path)
 
 
 def test_hb2x2_daemon(hb2x2: Dict[str, GuestResult], capsys: Any) -> None:

@@ -1,4 +1,4 @@
-"""``stat``/``top``'s DAMON view and HMAT block on a real 6.12 kernel, plus a try at ``promotion-throttled`` (one boot).
+"""``stat``/``top``'s DAMON view and HMAT block on a real 6.12 kernel, plus a try at ``promotion-throttled`` (a check of test_vm_linux612.py's shared ``single`` boot).
 
 In the guest (``single`` topology, the RAM region online as a CPU-less CXL node):
 
@@ -33,12 +33,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import pytest
-
-from tests.vm.harness import TOPOLOGIES, build_c, out_text, run_guest
+from tests.vm.harness import GuestResult, Topology, build_c, out_text
 from tests.vm.test_vm_damon import TIER_C, VM_PROFILE
-
-pytestmark = pytest.mark.vm
 
 #: the promotion try's helper: its pages are moved to the CXL node with move_pages(2), so their VMA keeps
 #: the default policy -- NUMA balancing scans only VMAs whose policy allows migrate-on-fault (MPOL_F_MOF),
@@ -206,15 +202,14 @@ def _rate(rep: Dict[str, Any], name: str) -> Optional[float]:
     return None if v is None else round(v, 1)
 
 
-def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path) -> None:
-    t = TOPOLOGIES["single"]
+def guest_script(tools: Path, t: Topology) -> str:
+    """The guest side (a check of test_vm_linux612.py's shared ``single`` boot, last: it leaves NUMA
+    balancing in tiering mode and DRAM filled); ``tools`` is where its C helpers are built."""
     region = t.widest
     assert region is not None
-    work = tmp_path / "vm"
-    tools = work / "tools"
     build_c(tools, "tier", TIER_C)
     build_c(tools, "cxlhot", HOT_C)
-    script = (
+    return (
         GUEST.replace("@CREATE@", region.create_command(t))
         .replace("@TOOLS@", str(tools))
         .replace("@PROFILE@", VM_PROFILE.strip())
@@ -222,7 +217,10 @@ def test_stat_and_top_show_damon_and_hmat_as_the_kernel_has_them(tmp_path: Path)
         .replace("@COORDS@", " ".join(COORDS))
         .replace("@PROMOTE_S@", str(PROMOTE_S))
     )
-    res = run_guest(t, script, kernel="6.12", workdir=work, timeout=1200)
+
+
+def check(res: GuestResult, tmp_path: Path) -> None:
+    """Every assertion of the check, on its guest run's results."""
     out = res.outdir
     assert res.returncode == 0, out_text(out, "hmat-stat.err", missing_ok=True) + res.stderr[-3000:]
     cxl = int(out_text(out, "cxl-node"))
