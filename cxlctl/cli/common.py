@@ -69,6 +69,7 @@ def enter(ctx: typer.Context, state: CliState) -> None:
     ctx.obj = state
     token = _CURRENT.set(state)
     ctx.call_on_close(lambda: _CURRENT.reset(token))
+    ctx.call_on_close(state.host.close)
 
 
 def group(name: str, help: str) -> typer.Typer:
