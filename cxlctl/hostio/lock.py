@@ -2,7 +2,14 @@
 
 Protocol (shared with the daemon, which must use this module or follow it):
 
-* ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``;
+* ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``, mode 0600 in a
+  0700 ``/run/cxlctl`` (issue 43): ``flock`` works on a read-only descriptor, so a lock any
+  user can open is a lock any user can hold, and a user holding it stalls every apply,
+  revert, reconcile and the auto-revert of a ``tune try``.  Root fixes the modes of what
+  it finds, and replaces a lock file that others could open (or that root does not own)
+  with a fresh one: a holder of the old file then holds nothing anyone waits for;
+* after ``flock`` succeeds the locker checks that its descriptor is still the file at the
+  path (the replacement above), and locks the new file when it is not;
 * the holder writes its pid into the file right after locking, and empties
   it before unlocking, so a waiter can name who holds it;
 * the file is never deleted: deleting a lock file races with a process that
@@ -12,6 +19,8 @@ Protocol (shared with the daemon, which must use this module or follow it):
   daemon's drift check) takes ``flock(LOCK_SH)`` on the same file, opened
   read-only and never created: no lock file means no writer ever ran, so there
   is nothing to wait for (and a refused or read-only command writes nothing).
+  A reader that is not root takes it only on a lock file of its own (a ``--root``
+  tree it made): on the host it cannot open root's file, and must not hold it.
 
 The kernel drops an flock when its holder dies, so a SIGKILLed apply never
 leaves a stale lock behind (unlike PID files).
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from types import TracebackType
 from typing import Optional, Type
@@ -29,11 +39,40 @@ from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
 from .paths import DAEMON_LOCK, LOCK
 from .proc import comm as _comm
-from .reader import Reader, Unreadable, fence_of
+from .reader import Fence, Reader, Unreadable, fence_of
 from .root import under
 from .write import dir_fenced, open_fenced
 
 DEFAULT_WAIT = 5.0
+#: the lock files' and their directory's modes: no one but their owner (root) may open them
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def _private_dir(dfd: int) -> None:
+    """Make the directory behind ``dfd`` (an ``O_PATH`` handle) 0700 when it is ours (root: any):
+    the runtime directory closed to others, whatever mode an older cxlctl or ``RuntimeDirectoryMode=0755`` left it.
+    (``fchmod`` refuses an ``O_PATH`` handle; its ``/proc/self/fd`` link reaches the same inode.)"""
+    st = os.fstat(dfd)
+    if os.geteuid() in (0, st.st_uid) and stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
+        os.chmod(f"/proc/self/fd/{dfd}", PRIVATE_DIR)
+
+
+def _replace_private(dfd: int, name: str) -> int:
+    """A fresh 0600 lock file renamed over ``name`` in the directory ``dfd``; its descriptor."""
+    tmp = f".{name}.{os.getpid()}.new"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE, dir_fd=dfd)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)  # the umask may have taken bits off, never added: this is exact
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise
+    return fd
 
 
 class Locked(CxlctlError):
@@ -73,6 +112,8 @@ def is_held(root: str) -> bool:
     except OSError:
         return False
     try:
+        if os.geteuid() != 0 and os.fstat(fd).st_uid != os.geteuid():
+            return False  # root's lock: a user's probe must not hold it, even for an instant
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return True
@@ -120,18 +161,23 @@ class TuneLock:
         self.fd: Optional[int] = None
 
     def _open(self) -> Optional[int]:
-        """The lock file's descriptor; None for a reader when no writer ever made it."""
+        """The lock file's descriptor; None for a reader when no writer ever made it, or when the
+        reader is not root and the file is not its own (it must not hold root's lock)."""
         fence = fence_of(self.root)
         try:
             if self.shared:
                 flags = os.O_RDONLY | os.O_CLOEXEC
-                return os.open(self.path, flags) if fence is None else open_fenced(fence, self.path, flags)
-            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            if fence is None:
-                os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-                return os.open(self.path, flags, 0o644)
-            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
-            return open_fenced(fence, self.path, flags, 0o644)
+                try:
+                    fd = os.open(self.path, flags) if fence is None else open_fenced(fence, self.path, flags)
+                except PermissionError:
+                    if os.geteuid() != 0:
+                        return None  # root's lock, closed to others: nothing this reader may hold
+                    raise
+                if os.geteuid() != 0 and os.fstat(fd).st_uid != os.geteuid():
+                    os.close(fd)  # an old, world-readable lock of root's: do not take it
+                    return None
+                return fd
+            return self._open_writer(fence)
         except OSError as e:
             if self.shared and isinstance(e, FileNotFoundError):
                 return None
@@ -139,24 +185,57 @@ class TuneLock:
 
             raise StorageError(self.path, e) from None
 
+    def _open_writer(self, fence: Optional[Fence]) -> int:
+        """Open (or create) the lock file for writing, 0600 in a 0700 directory.
+
+        Root fixes the directory's mode, and replaces a lock file that others could open or that
+        is not root's: changing its mode would leave a descriptor already open elsewhere (uid
+        65534 holding ``flock`` on the old 0644 file) able to stall every writer."""
+        d, _, name = self.path.rpartition("/")
+        if fence is None:
+            os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
+            dfd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            dfd = dir_fenced(fence, d, create=True)
+        try:
+            root = os.geteuid() == 0
+            _private_dir(dfd)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            fd = (
+                os.open(self.path, flags, PRIVATE_FILE)
+                if fence is None
+                else open_fenced(fence, self.path, flags, PRIVATE_FILE)
+            )
+            st = os.fstat(fd)
+            if root and (st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077):
+                os.close(fd)
+                fd = _replace_private(dfd, name)
+            return fd
+        finally:
+            os.close(dfd)
+
+    def _same_file(self, fd: int) -> bool:
+        """True when ``fd`` is still the file at the lock's path (root may have replaced it)."""
+        try:
+            a, b = os.fstat(fd), os.stat(self.path)
+        except OSError:
+            return False
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
     def acquire(self) -> None:
         """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
-        fd = self._open()
-        if fd is None:
-            return
         deadline = time.monotonic() + self.wait
-        delay = 0.02
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-        while True:
-            try:
-                fcntl.flock(fd, op | fcntl.LOCK_NB)
+        fd = -1
+        for attempt in range(8):
+            got = self._open()
+            if got is None:
+                return
+            fd = got
+            self._wait_for(fd, op, deadline)
+            if self._same_file(fd) or attempt == 7:
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise self.locked(holder(self.root, self.LOCK)) from None
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 0.25)
+            os.close(fd)  # root replaced the file meanwhile: the lock that counts is the new one
         self.fd = fd
         if self.shared:
             return
@@ -165,6 +244,20 @@ class TuneLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the pid only names the holder to waiters: a full /run must not stop the lock
+
+    def _wait_for(self, fd: int, op: int, deadline: float) -> None:
+        """``flock(fd, op)``, retried until ``deadline``; closes ``fd`` and raises when it passes."""
+        delay = 0.02
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise self.locked(holder(self.root, self.LOCK)) from None
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.25)
 
     def locked(self, pid: Optional[int]) -> CxlctlError:
         return Locked(self.path, pid, self.wait)
