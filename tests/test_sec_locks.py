@@ -67,7 +67,7 @@ def test_a_reader_does_not_take_a_lock_that_is_not_its_own(tmp_path: Any, monkey
     writer.acquire()
     try:
         other = 65534 if os.geteuid() == 0 else os.geteuid() + 1
-        monkeypatch.setattr(lockmod.os, "geteuid", lambda: other)
+        monkeypatch.setattr(os, "geteuid", lambda: other)
         reader = TuneLock(root, 0, shared=True)
         reader.acquire()  # would raise Locked (exit 4) if it tried to take it
         assert reader.fd is None
