@@ -158,6 +158,11 @@ ACTIVE_PROFILE = STATE_DIR + "/active-profile"
 #: the stored results of ``cxlctl probe`` (docs/probe.md)
 PROBE_RESULTS = STATE_DIR + "/probe.json"
 CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
+#: root's cache (the probe's compiled helper, engines' flag lists): a user's $XDG_CACHE_HOME,
+#: $HOME or $CXLCTL_CACHE_DIR (kept by ``sudo -E``) must not choose what root runs (issue 43)
+ROOT_CACHE_DIR = "/var/cache/cxlctl"
+#: where root looks up the tools it runs by name (the C compiler), never the caller's $PATH
+ROOT_TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 USER_PROFILE_DIR = "/etc/cxlctl/profiles"
 #: the manifest at the top of a tree ``cxlctl record`` wrote (``doctor`` reads it on replay)
 RECORD_MANIFEST = "/cxlctl-record.json"
