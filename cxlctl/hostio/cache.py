@@ -31,8 +31,12 @@ def cache_dir(env: Mapping[str, str]) -> str:
     """The cache directory for this user: see the module's rules (``env``: the caller's environment)."""
     if os.geteuid() == 0:
         given = env.get("CXLCTL_CACHE_DIR")
-        if given and os.path.isabs(given) and os.path.isdir(given) and not untrusted(given):
-            return given
+        if given and os.path.isabs(given):
+            near = given  # not made yet: its nearest existing directory decides (it is made 0700 there)
+            while not os.path.lexists(near) and os.path.dirname(near) != near:
+                near = os.path.dirname(near)
+            if os.path.isdir(near) and not untrusted(near):
+                return given
         return paths.ROOT_CACHE_DIR
     if env.get("CXLCTL_CACHE_DIR"):
         return env["CXLCTL_CACHE_DIR"]
