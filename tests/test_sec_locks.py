@@ -59,6 +59,25 @@ def test_lock_files_are_private_to_their_owner(tmp_path: Any) -> None:
     assert _mode(f"{root}/run/cxlctl") == 0o700
 
 
+def test_root_replaces_an_old_lock_others_could_open(tmp_path: Any) -> None:
+    """A 0644 lock (an older cxlctl's) that nobody holds: root takes it, then puts a fresh 0600 file in
+    its place, so a descriptor a user opened on the old one is worth nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("root's rule")
+    root = copy_fixture(TREE, tmp_path / "root")
+    path = f"{root}/run/cxlctl/lock"
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w"):
+        pass
+    os.chmod(path, 0o644)
+    old = os.stat(path).st_ino
+    with TuneLock(root, 0) as held:
+        st = os.stat(path)
+        assert st.st_ino != old and _mode(path) == 0o600
+        assert held.fd is not None and os.fstat(held.fd).st_ino == st.st_ino
+    assert sorted(os.listdir(os.path.dirname(path))) == ["lock"]  # no temporary file left
+
+
 def test_a_reader_does_not_take_a_lock_that_is_not_its_own(tmp_path: Any, monkeypatch: Any) -> None:
     """The rule in-process (any uid): a reader that is not root, on a lock another uid owns, neither
     waits for it nor holds it -- it cannot stall root, and root's writers cannot stall it."""

@@ -5,9 +5,10 @@ Protocol (shared with the daemon, which must use this module or follow it):
 * ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``, mode 0600 in a
   0700 ``/run/cxlctl`` (issue 43): ``flock`` works on a read-only descriptor, so a lock any
   user can open is a lock any user can hold, and a user holding it stalls every apply,
-  revert, reconcile and the auto-revert of a ``tune try``.  Root fixes the modes of what
-  it finds, and replaces a lock file that others could open (or that root does not own)
-  with a fresh one: a holder of the old file then holds nothing anyone waits for;
+  revert, reconcile and the auto-revert of a ``tune try``.  Root fixes the directory's mode,
+  and replaces a lock file that others could open (or that root does not own) with a fresh
+  one -- once it holds the old one, or when only other users hold it (``/proc/locks``): a
+  holder of the old file then holds nothing anyone waits for;
 * after ``flock`` succeeds the locker checks that its descriptor is still the file at the
   path (the replacement above), and locks the new file when it is not;
 * the holder writes its pid into the file right after locking, and empties
@@ -33,12 +34,13 @@ import os
 import stat
 import time
 from types import TracebackType
-from typing import Optional, Type
+from typing import List, Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
 from .paths import DAEMON_LOCK, LOCK
 from .proc import comm as _comm
+from .proc import euid_of, flock_holders
 from .reader import Fence, Reader, Unreadable, fence_of
 from .root import under
 from .write import dir_fenced, open_fenced
@@ -61,6 +63,10 @@ def _private_dir(dfd: int) -> None:
 def _replace_private(dfd: int, name: str) -> int:
     """A fresh 0600 lock file renamed over ``name`` in the directory ``dfd``; its descriptor."""
     tmp = f".{name}.{os.getpid()}.new"
+    try:
+        os.unlink(tmp, dir_fd=dfd)  # left by a crash of a process that had this pid
+    except FileNotFoundError:
+        pass
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE, dir_fd=dfd)
     try:
         os.fchmod(fd, PRIVATE_FILE)  # the umask may have taken bits off, never added: this is exact
@@ -185,34 +191,59 @@ class TuneLock:
 
             raise StorageError(self.path, e) from None
 
-    def _open_writer(self, fence: Optional[Fence]) -> int:
-        """Open (or create) the lock file for writing, 0600 in a 0700 directory.
-
-        Root fixes the directory's mode, and replaces a lock file that others could open or that
-        is not root's: changing its mode would leave a descriptor already open elsewhere (uid
-        65534 holding ``flock`` on the old 0644 file) able to stall every writer."""
-        d, _, name = self.path.rpartition("/")
+    def _dir(self, fence: Optional[Fence]) -> int:
+        """An ``O_PATH`` handle on the lock's directory, made 0700 when missing (inside the tree)."""
+        d = os.path.dirname(self.path)
         if fence is None:
             os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
-            dfd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        else:
-            dfd = dir_fenced(fence, d, create=True)
+            return os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return dir_fenced(fence, d, create=True)
+
+    def _open_writer(self, fence: Optional[Fence]) -> int:
+        """Open (or create) the lock file for writing, 0600 in a 0700 directory (the directory's
+        mode fixed when it is ours; root: always)."""
+        dfd = self._dir(fence)
         try:
-            root = os.geteuid() == 0
             _private_dir(dfd)
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            fd = (
-                os.open(self.path, flags, PRIVATE_FILE)
-                if fence is None
-                else open_fenced(fence, self.path, flags, PRIVATE_FILE)
-            )
-            st = os.fstat(fd)
-            if root and (st.st_uid != 0 or stat.S_IMODE(st.st_mode) & 0o077):
-                os.close(fd)
-                fd = _replace_private(dfd, name)
-            return fd
+            if fence is None:
+                return os.open(self.path, flags, PRIVATE_FILE)
+            return open_fenced(fence, self.path, flags, PRIVATE_FILE)
         finally:
             os.close(dfd)
+
+    def _loose(self, fd: int) -> bool:
+        """True for root when the lock file is one others could open (an older cxlctl's 0644) or
+        is not root's: a user may hold a descriptor on it that no ``chmod`` takes away."""
+        if os.geteuid() != 0:
+            return False
+        st = os.fstat(fd)
+        return st.st_uid != 0 or bool(stat.S_IMODE(st.st_mode) & 0o077)
+
+    def _replace(self) -> None:
+        """Put a fresh 0600 lock file in place of the old one: a user's descriptor on the old
+        file then holds nothing anyone waits for."""
+        fence = fence_of(self.root)
+        try:
+            dfd = self._dir(fence)
+            try:
+                os.close(_replace_private(dfd, os.path.basename(self.path)))
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            from .atomic import StorageError
+
+            raise StorageError(self.path, e) from None
+
+    def _holders(self, fd: int) -> Optional[List[int]]:
+        """The effective uids of the processes holding the lock file ``fd`` (``/proc/locks``);
+        None when they cannot all be told (no ``/proc``, a pid from another namespace)."""
+        st = os.fstat(fd)
+        pids = flock_holders(st.st_dev, st.st_ino)
+        if pids is None:
+            return None
+        uids = [euid_of(p) for p in pids if p != os.getpid()]
+        return None if any(u is None for u in uids) else [u for u in uids if u is not None]
 
     def _same_file(self, fd: int) -> bool:
         """True when ``fd`` is still the file at the lock's path (root may have replaced it)."""
@@ -223,7 +254,13 @@ class TuneLock:
         return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     def acquire(self) -> None:
-        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
+        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it.
+
+        Root meeting a lock file others could open (:meth:`_loose`) replaces it: at once when it
+        gets the lock (nobody else may hold the old file after it), or when the wait runs out and
+        every holder is another user (``/proc/locks``: uid 65534 holding the old 0644 file).  A
+        root holder (an older cxlctl mid-transaction) is waited for as always.  A root reader
+        that meets only other users' holders reads on without the lock: no writer is running."""
         deadline = time.monotonic() + self.wait
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         fd = -1
@@ -232,7 +269,22 @@ class TuneLock:
             if got is None:
                 return
             fd = got
-            self._wait_for(fd, op, deadline)
+            loose = self._loose(fd) and attempt < 7
+            if not self._wait_for(fd, op, deadline):
+                uids = self._holders(fd) if loose else None
+                os.close(fd)
+                if uids == []:
+                    continue  # released meanwhile
+                if uids is not None and 0 not in uids:
+                    if self.shared:
+                        return
+                    self._replace()
+                    continue
+                raise self.locked(holder(self.root, self.LOCK))
+            if loose and not self.shared:
+                self._replace()  # held now: no one else is inside; lock the new file
+                os.close(fd)
+                continue
             if self._same_file(fd) or attempt == 7:
                 break
             os.close(fd)  # root replaced the file meanwhile: the lock that counts is the new one
@@ -245,17 +297,16 @@ class TuneLock:
         except OSError:
             pass  # the pid only names the holder to waiters: a full /run must not stop the lock
 
-    def _wait_for(self, fd: int, op: int, deadline: float) -> None:
-        """``flock(fd, op)``, retried until ``deadline``; closes ``fd`` and raises when it passes."""
+    def _wait_for(self, fd: int, op: int, deadline: float) -> bool:
+        """``flock(fd, op)``, retried until ``deadline``; False when it passed (``fd`` left open)."""
         delay = 0.02
         while True:
             try:
                 fcntl.flock(fd, op | fcntl.LOCK_NB)
-                return
+                return True
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise self.locked(holder(self.root, self.LOCK)) from None
+                    return False
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.25)
 

@@ -78,6 +78,8 @@ SWAPPINESS = "/proc/sys/vm/swappiness"
 MIN_UNMAPPED_RATIO = "/proc/sys/vm/min_unmapped_ratio"
 MIN_SLAB_RATIO = "/proc/sys/vm/min_slab_ratio"
 SELF_STATUS = "/proc/self/status"
+#: every file lock on the host, with its holder's pid and inode (who holds cxlctl's lock)
+PROC_LOCKS = "/proc/locks"
 SELF_CGROUP = "/proc/self/cgroup"
 PROC_VMSTAT = "/proc/vmstat"
 #: reading it (root only) folds every CPU's pending counter deltas into the totals that
