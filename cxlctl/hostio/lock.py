@@ -60,27 +60,6 @@ def _private_dir(dfd: int) -> None:
         os.chmod(f"/proc/self/fd/{dfd}", PRIVATE_DIR)
 
 
-def _replace_private(dfd: int, name: str) -> int:
-    """A fresh 0600 lock file renamed over ``name`` in the directory ``dfd``; its descriptor."""
-    tmp = f".{name}.{os.getpid()}.new"
-    try:
-        os.unlink(tmp, dir_fd=dfd)  # left by a crash of a process that had this pid
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, PRIVATE_FILE, dir_fd=dfd)
-    try:
-        os.fchmod(fd, PRIVATE_FILE)  # the umask may have taken bits off, never added: this is exact
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
-        raise
-    return fd
-
-
 class Locked(CxlctlError):
     def __init__(self, path: str, pid: Optional[int], waited: float) -> None:
         who = f"pid {pid}" if pid else "another process"
@@ -221,18 +200,14 @@ class TuneLock:
         return st.st_uid != 0 or bool(stat.S_IMODE(st.st_mode) & 0o077)
 
     def _replace(self) -> None:
-        """Put a fresh 0600 lock file in place of the old one: a user's descriptor on the old
-        file then holds nothing anyone waits for."""
-        fence = fence_of(self.root)
-        try:
-            dfd = self._dir(fence)
-            try:
-                os.close(_replace_private(dfd, os.path.basename(self.path)))
-            finally:
-                os.close(dfd)
-        except OSError as e:
-            from .atomic import StorageError
+        """Put a fresh 0600 lock file in place of the old one (the one atomic writer: a new file
+        renamed over it, inside the tree): a user's descriptor on the old file then holds nothing
+        anyone waits for."""
+        from .atomic import StorageError, atomic_write
 
+        try:
+            atomic_write(self.root, self.LOCK, b"", mode=PRIVATE_FILE, sync_dir=False)
+        except OSError as e:
             raise StorageError(self.path, e) from None
 
     def _holders(self, fd: int) -> Optional[List[int]]:
