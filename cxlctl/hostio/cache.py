@@ -99,7 +99,7 @@ def fresh_private() -> str:
     import shutil
     import tempfile
 
-    d = tempfile.mkdtemp(prefix="cxlctl-cache-", dir="/tmp" if os.geteuid() == 0 else None)
+    d = tempfile.mkdtemp(prefix="cxlctl-cache-", dir=paths.ROOT_TMP if os.geteuid() == 0 else None)
     atexit.register(shutil.rmtree, d, True)
     return d
 

@@ -38,7 +38,7 @@ from typing import List, Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
-from .paths import DAEMON_LOCK, LOCK
+from .paths import DAEMON_LOCK, LOCK, SELF_FD
 from .proc import comm as _comm
 from .proc import euid_of, flock_holders
 from .reader import Fence, Reader, Unreadable, fence_of
@@ -57,7 +57,7 @@ def _private_dir(dfd: int) -> None:
     (``fchmod`` refuses an ``O_PATH`` handle; its ``/proc/self/fd`` link reaches the same inode.)"""
     st = os.fstat(dfd)
     if os.geteuid() in (0, st.st_uid) and stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
-        os.chmod(f"/proc/self/fd/{dfd}", PRIVATE_DIR)
+        os.chmod(f"{SELF_FD}/{dfd}", PRIVATE_DIR)
 
 
 class Locked(CxlctlError):
