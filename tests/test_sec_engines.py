@@ -113,3 +113,33 @@ def test_root_ignores_a_flag_cache_a_user_could_seed(tmp_path: object) -> None:
         assert cache.cache_dir({"CXLCTL_CACHE_DIR": mine}) == mine  # root's own, closed to others: used
     finally:
         shutil.rmtree(user, ignore_errors=True)
+
+
+def test_the_flag_cache_is_keyed_by_the_program_and_read_only_from_its_user(tmp_path: object) -> None:
+    """A cache file names the engine command's real path, inode, size and times and its arguments:
+    the same path holding another program (a replaced binary) or run another way misses; and a cached
+    file another uid owns, or others can write, is not read."""
+    from cxlctl.hostio import cache
+    from cxlctl.launch import engines
+
+    d = str(tmp_path)
+    exe = os.path.join(d, "python3")
+    with open(exe, "w") as f:
+        f.write("#!/bin/sh\n")
+    env = {"CXLCTL_CACHE_DIR": os.path.join(d, "cache")}
+    first = engines._cache_file("sglang", [exe, "-m", "sglang.launch_server"], "0.5.23", env)
+    assert first is not None and first.startswith(os.path.join(d, "cache") + "/")
+    assert engines._cache_file("sglang", [exe, "-m", "other"], "0.5.23", env) != first
+    os.unlink(exe)
+    with open(exe, "w") as f:
+        f.write("#!/bin/sh\n# another program at the same path\n")
+    assert engines._cache_file("sglang", [exe, "-m", "sglang.launch_server"], "0.5.23", env) != first
+    seeded = os.path.join(d, "seeded.json")
+    with open(seeded, "w") as f:
+        f.write("{}")
+    os.chmod(seeded, 0o666)
+    assert cache.file_problem(seeded) == "is writable by others (mode 0666)"
+    if os.geteuid() == 0:
+        os.chmod(seeded, 0o600)
+        os.chown(seeded, 65534, 65534)
+        assert cache.file_problem(seeded) == "is owned by uid 65534, not 0"
