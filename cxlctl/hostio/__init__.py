@@ -16,6 +16,7 @@ this package, so that the rules for doing so are written once:
   daemon output files);
 * :mod:`.toml` -- the one TOML loader (profiles, daemon configuration);
 * :mod:`.proc` -- facts about processes (capabilities, command names);
+* :mod:`.cache` -- cxlctl's cache directory and whether root may use what is in it;
 * :mod:`.tools` -- the one runner of external tools (timeouts, ``LC_ALL=C``,
   bounded output, one error type) and the one ``cxl list`` reader.
 

@@ -2,7 +2,15 @@
 
 Protocol (shared with the daemon, which must use this module or follow it):
 
-* ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``;
+* ``flock(LOCK_EX)`` on ``/run/cxlctl/lock``, opened ``O_RDWR|O_CREAT``, mode 0600 in a
+  0700 ``/run/cxlctl`` (issue 43): ``flock`` works on a read-only descriptor, so a lock any
+  user can open is a lock any user can hold, and a user holding it stalls every apply,
+  revert, reconcile and the auto-revert of a ``tune try``.  Root fixes the directory's mode,
+  and replaces a lock file that others could open (or that root does not own) with a fresh
+  one -- once it holds the old one, or when only other users hold it (``/proc/locks``): a
+  holder of the old file then holds nothing anyone waits for;
+* after ``flock`` succeeds the locker checks that its descriptor is still the file at the
+  path (the replacement above), and locks the new file when it is not;
 * the holder writes its pid into the file right after locking, and empties
   it before unlocking, so a waiter can name who holds it;
 * the file is never deleted: deleting a lock file races with a process that
@@ -12,6 +20,8 @@ Protocol (shared with the daemon, which must use this module or follow it):
   daemon's drift check) takes ``flock(LOCK_SH)`` on the same file, opened
   read-only and never created: no lock file means no writer ever ran, so there
   is nothing to wait for (and a refused or read-only command writes nothing).
+  A reader that is not root takes it only on a lock file of its own (a ``--root``
+  tree it made): on the host it cannot open root's file, and must not hold it.
 
 The kernel drops an flock when its holder dies, so a SIGKILLed apply never
 leaves a stale lock behind (unlike PID files).
@@ -21,19 +31,33 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from types import TracebackType
-from typing import Optional, Type
+from typing import List, Optional, Type
 
 from cxlctl.errors import EXIT_LOCKED, CxlctlError, UsageError
 
-from .paths import DAEMON_LOCK, LOCK
+from .paths import DAEMON_LOCK, LOCK, SELF_FD
 from .proc import comm as _comm
-from .reader import Reader, Unreadable, fence_of
+from .proc import euid_of, flock_holders
+from .reader import Fence, Reader, Unreadable, fence_of
 from .root import under
 from .write import dir_fenced, open_fenced
 
 DEFAULT_WAIT = 5.0
+#: the lock files' and their directory's modes: no one but their owner (root) may open them
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def _private_dir(dfd: int) -> None:
+    """Make the directory behind ``dfd`` (an ``O_PATH`` handle) 0700 when it is ours (root: any):
+    the runtime directory closed to others, whatever mode an older cxlctl or ``RuntimeDirectoryMode=0755`` left it.
+    (``fchmod`` refuses an ``O_PATH`` handle; its ``/proc/self/fd`` link reaches the same inode.)"""
+    st = os.fstat(dfd)
+    if os.geteuid() in (0, st.st_uid) and stat.S_IMODE(st.st_mode) != PRIVATE_DIR:
+        os.chmod(f"{SELF_FD}/{dfd}", PRIVATE_DIR)
 
 
 class Locked(CxlctlError):
@@ -73,6 +97,8 @@ def is_held(root: str) -> bool:
     except OSError:
         return False
     try:
+        if os.geteuid() != 0 and os.fstat(fd).st_uid != os.geteuid():
+            return False  # root's lock: a user's probe must not hold it, even for an instant
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return True
@@ -120,18 +146,23 @@ class TuneLock:
         self.fd: Optional[int] = None
 
     def _open(self) -> Optional[int]:
-        """The lock file's descriptor; None for a reader when no writer ever made it."""
+        """The lock file's descriptor; None for a reader when no writer ever made it, or when the
+        reader is not root and the file is not its own (it must not hold root's lock)."""
         fence = fence_of(self.root)
         try:
             if self.shared:
                 flags = os.O_RDONLY | os.O_CLOEXEC
-                return os.open(self.path, flags) if fence is None else open_fenced(fence, self.path, flags)
-            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            if fence is None:
-                os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-                return os.open(self.path, flags, 0o644)
-            os.close(dir_fenced(fence, os.path.dirname(self.path), create=True))
-            return open_fenced(fence, self.path, flags, 0o644)
+                try:
+                    fd = os.open(self.path, flags) if fence is None else open_fenced(fence, self.path, flags)
+                except PermissionError:
+                    if os.geteuid() != 0:
+                        return None  # root's lock, closed to others: nothing this reader may hold
+                    raise
+                if os.geteuid() != 0 and os.fstat(fd).st_uid != os.geteuid():
+                    os.close(fd)  # an old, world-readable lock of root's: do not take it
+                    return None
+                return fd
+            return self._open_writer(fence)
         except OSError as e:
             if self.shared and isinstance(e, FileNotFoundError):
                 return None
@@ -139,24 +170,99 @@ class TuneLock:
 
             raise StorageError(self.path, e) from None
 
+    def _dir(self, fence: Optional[Fence]) -> int:
+        """An ``O_PATH`` handle on the lock's directory, made 0700 when missing (inside the tree)."""
+        d = os.path.dirname(self.path)
+        if fence is None:
+            os.makedirs(d, mode=PRIVATE_DIR, exist_ok=True)
+            return os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return dir_fenced(fence, d, create=True)
+
+    def _open_writer(self, fence: Optional[Fence]) -> int:
+        """Open (or create) the lock file for writing, 0600 in a 0700 directory (the directory's
+        mode fixed when it is ours; root: always)."""
+        dfd = self._dir(fence)
+        try:
+            _private_dir(dfd)
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            if fence is None:
+                return os.open(self.path, flags, PRIVATE_FILE)
+            return open_fenced(fence, self.path, flags, PRIVATE_FILE)
+        finally:
+            os.close(dfd)
+
+    def _loose(self, fd: int) -> bool:
+        """True for root when the lock file is one others could open (an older cxlctl's 0644) or
+        is not root's: a user may hold a descriptor on it that no ``chmod`` takes away."""
+        if os.geteuid() != 0:
+            return False
+        st = os.fstat(fd)
+        return st.st_uid != 0 or bool(stat.S_IMODE(st.st_mode) & 0o077)
+
+    def _replace(self) -> None:
+        """Put a fresh 0600 lock file in place of the old one (the one atomic writer: a new file
+        renamed over it, inside the tree): a user's descriptor on the old file then holds nothing
+        anyone waits for."""
+        from .atomic import StorageError, atomic_write
+
+        try:
+            atomic_write(self.root, self.LOCK, b"", mode=PRIVATE_FILE, sync_dir=False)
+        except OSError as e:
+            raise StorageError(self.path, e) from None
+
+    def _holders(self, fd: int) -> Optional[List[int]]:
+        """The effective uids of the processes holding the lock file ``fd`` (``/proc/locks``);
+        None when they cannot all be told (no ``/proc``, a pid from another namespace)."""
+        st = os.fstat(fd)
+        pids = flock_holders(st.st_dev, st.st_ino)
+        if pids is None:
+            return None
+        uids = [euid_of(p) for p in pids if p != os.getpid()]
+        return None if any(u is None for u in uids) else [u for u in uids if u is not None]
+
+    def _same_file(self, fd: int) -> bool:
+        """True when ``fd`` is still the file at the lock's path (root may have replaced it)."""
+        try:
+            a, b = os.fstat(fd), os.stat(self.path)
+        except OSError:
+            return False
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
     def acquire(self) -> None:
-        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it."""
-        fd = self._open()
-        if fd is None:
-            return
+        """Take the lock (or raise :class:`Locked`); under a ``--root`` tree, only inside it.
+
+        Root meeting a lock file others could open (:meth:`_loose`) replaces it: at once when it
+        gets the lock (nobody else may hold the old file after it), or when the wait runs out and
+        every holder is another user (``/proc/locks``: uid 65534 holding the old 0644 file).  A
+        root holder (an older cxlctl mid-transaction) is waited for as always.  A root reader
+        that meets only other users' holders reads on without the lock: no writer is running."""
         deadline = time.monotonic() + self.wait
-        delay = 0.02
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-        while True:
-            try:
-                fcntl.flock(fd, op | fcntl.LOCK_NB)
+        fd = -1
+        for attempt in range(8):
+            got = self._open()
+            if got is None:
+                return
+            fd = got
+            loose = self._loose(fd) and attempt < 7
+            if not self._wait_for(fd, op, deadline):
+                uids = self._holders(fd) if loose else None
+                os.close(fd)
+                if uids == []:
+                    continue  # released meanwhile
+                if uids is not None and 0 not in uids:
+                    if self.shared:
+                        return
+                    self._replace()
+                    continue
+                raise self.locked(holder(self.root, self.LOCK))
+            if loose and not self.shared:
+                self._replace()  # held now: no one else is inside; lock the new file
+                os.close(fd)
+                continue
+            if self._same_file(fd) or attempt == 7:
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise self.locked(holder(self.root, self.LOCK)) from None
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 0.25)
+            os.close(fd)  # root replaced the file meanwhile: the lock that counts is the new one
         self.fd = fd
         if self.shared:
             return
@@ -165,6 +271,19 @@ class TuneLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError:
             pass  # the pid only names the holder to waiters: a full /run must not stop the lock
+
+    def _wait_for(self, fd: int, op: int, deadline: float) -> bool:
+        """``flock(fd, op)``, retried until ``deadline``; False when it passed (``fd`` left open)."""
+        delay = 0.02
+        while True:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.25)
 
     def locked(self, pid: Optional[int]) -> CxlctlError:
         return Locked(self.path, pid, self.wait)

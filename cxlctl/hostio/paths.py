@@ -78,6 +78,10 @@ SWAPPINESS = "/proc/sys/vm/swappiness"
 MIN_UNMAPPED_RATIO = "/proc/sys/vm/min_unmapped_ratio"
 MIN_SLAB_RATIO = "/proc/sys/vm/min_slab_ratio"
 SELF_STATUS = "/proc/self/status"
+#: this process' descriptors as links (``chmod`` through one reaches an ``O_PATH`` handle's inode)
+SELF_FD = "/proc/self/fd"
+#: every file lock on the host, with its holder's pid and inode (who holds cxlctl's lock)
+PROC_LOCKS = "/proc/locks"
 SELF_CGROUP = "/proc/self/cgroup"
 PROC_VMSTAT = "/proc/vmstat"
 #: reading it (root only) folds every CPU's pending counter deltas into the totals that
@@ -158,6 +162,13 @@ ACTIVE_PROFILE = STATE_DIR + "/active-profile"
 #: the stored results of ``cxlctl probe`` (docs/probe.md)
 PROBE_RESULTS = STATE_DIR + "/probe.json"
 CONFIG_PATH = "/etc/cxlctl/cxlctl.toml"
+#: root's cache (the probe's compiled helper, engines' flag lists): a user's $XDG_CACHE_HOME,
+#: $HOME or $CXLCTL_CACHE_DIR (kept by ``sudo -E``) must not choose what root runs (issue 43)
+ROOT_CACHE_DIR = "/var/cache/cxlctl"
+#: where root looks up the tools it runs by name (the C compiler), never the caller's $PATH
+ROOT_TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+#: where root makes a fresh private directory: ``/tmp`` itself (sticky, root's), never ``$TMPDIR``
+ROOT_TMP = "/tmp"
 USER_PROFILE_DIR = "/etc/cxlctl/profiles"
 #: the manifest at the top of a tree ``cxlctl record`` wrote (``doctor`` reads it on replay)
 RECORD_MANIFEST = "/cxlctl-record.json"

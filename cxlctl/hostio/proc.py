@@ -41,6 +41,29 @@ def comm(pid: int) -> Optional[str]:
     return (text or "").strip() or None
 
 
+def flock_holders(dev: int, ino: int) -> Optional[List[int]]:
+    """Pids holding an ``flock`` on the file ``(dev, ino)`` (``/proc/locks``; waiters are not
+    holders); None when that cannot be read.  The host's, never a ``--root`` tree's: the lock
+    file of a tree is a real file on this host."""
+    text = Reader().body(paths.PROC_LOCKS, limit=16 << 20)
+    if text is None:
+        return None
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    out: List[int] = []
+    for line in text.splitlines():
+        words = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2b:5678 0 EOF"; a waiter has "->" after the number
+        if len(words) >= 6 and words[1] == "FLOCK" and words[5] == want and is_decimal(words[4]):
+            out.append(int(words[4]))
+    return out
+
+
+def euid_of(pid: int) -> Optional[int]:
+    """The effective uid of a running process (``/proc/PID/status``), None if gone or unreadable."""
+    uids = (status_field(Reader().body(paths.proc_pid(pid, "status")), "Uid") or "").split()
+    return int(uids[1]) if len(uids) > 1 and is_decimal(uids[1]) else None
+
+
 def pids(r: Reader) -> List[int]:
     """Process ids under the root's ``/proc`` (ASCII-digit names only), ascending; [] when there
     is none (a recorded tree without processes).  The one walk of ``/proc`` by name."""

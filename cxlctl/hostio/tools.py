@@ -140,6 +140,7 @@ def run(
     max_output: int = MAX_OUTPUT,
     check: bool = True,
     package: str = "",
+    cwd: Optional[str] = None,
 ) -> Completed:
     """Run ``argv`` to its end, bounded in time and memory; :class:`ToolError` when it cannot be.
 
@@ -147,6 +148,8 @@ def run(
     either way).  With ``check`` (the default) a non-zero exit or a signal is
     a ``ToolError`` too; without it the caller gets the status in the result.
     ``package`` names what to install when the tool is missing (``ndctl``).
+    ``cwd`` is the child's working directory (default: cxlctl's): a probe that runs
+    Python code gives ``/``, so nothing planted in the caller's directory is imported.
     A missing tool, a timeout and an OS error always raise.
     """
     if not argv:
@@ -168,6 +171,7 @@ def run(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=child_env(env),
+            cwd=cwd,
             close_fds=True,
             start_new_session=True,  # its own process group: a timeout kills what it started too
         )

@@ -34,7 +34,7 @@ import shutil
 from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from cxlctl.errors import UsageError
-from cxlctl.hostio import tools
+from cxlctl.hostio import cache, tools
 from cxlctl.hostio.atomic import atomic_write
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_size
@@ -58,6 +58,8 @@ LMCACHE_CONNECTOR = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 HELP_TIMEOUT = 300.0
 #: bytes of a probe's output kept: help texts are long, and a cut one loses flags
 PROBE_MAX_OUTPUT = 8 << 20
+#: set in every probe's environment: no directory of the script or the caller on sys.path (3.11+)
+PROBE_ENV = {"PYTHONSAFEPATH": "1"}
 
 
 class Features(NamedTuple):
@@ -147,17 +149,18 @@ class EngineArgs(NamedTuple):
 # --------------------------------------------------------------------------- feature detection
 
 
-def cache_dir(env: Dict[str, str]) -> str:
-    if env.get("CXLCTL_CACHE_DIR"):
-        return env["CXLCTL_CACHE_DIR"]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "cxlctl")
-
-
 def _run(argv: Sequence[str], env: Dict[str, str], timeout: float) -> Tuple[int, str]:
-    """(status, stdout+stderr) of a probe; -1 and the runner's message when it could not run."""
+    """(status, stdout+stderr) of a probe; -1 and the runner's message when it could not run.
+
+    Isolated from the caller's directory (issue 43): ``python -c``/``-m`` put the working
+    directory first on ``sys.path``, so a ``./sglang/__init__.py`` planted there ran as root
+    (and its fake flags were cached).  The probe runs in ``/``, which only root can write, with
+    ``PYTHONSAFEPATH=1`` (Python 3.11+ then adds no such directory at all); the engine's own
+    launch is not changed."""
     try:
-        res = tools.run(argv, timeout=timeout, env=env, max_output=PROBE_MAX_OUTPUT, check=False)
+        res = tools.run(
+            argv, timeout=timeout, env={**env, **PROBE_ENV}, max_output=PROBE_MAX_OUTPUT, check=False, cwd="/"
+        )
     except tools.ToolError as e:
         return -1, str(e)
     return res.returncode, res.output
@@ -253,6 +256,28 @@ def _parse_version(out: str) -> Optional[str]:
     return None
 
 
+def _cache_file(engine: str, cmd: Sequence[str], version: str, env: Dict[str, str]) -> Optional[str]:
+    """Where this engine's flags are cached; None when the cache directory must not be used.
+
+    The directory is :func:`cxlctl.hostio.cache.cache_dir`'s (root's own, never a user's) and
+    must pass :func:`~cxlctl.hostio.cache.dir_problem`; the name is keyed by the command (its
+    real path, inode, size and change time, and its arguments) and the version, so a file
+    another program or an earlier build left cannot answer for this one."""
+    import hashlib  # only to name a help cache (hashlib loads OpenSSL: ~2 ms)
+
+    d = cache.cache_dir(env)
+    if cache.dir_problem(d) is not None:
+        return None  # nothing cached: the probe runs each time, and says nothing (a dry run stays quiet)
+    real = os.path.realpath(cmd[0])
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    ident = "\0".join([real, f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}", *cmd[1:]])
+    key = hashlib.sha256(ident.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(d, f"{engine}-{key}-{re.sub(r'[^A-Za-z0-9.+-]', '_', version)}.json")
+
+
 def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: bool = True) -> Features:
     """The engine's version and command-line flags, from its help text (cached per version).
 
@@ -260,9 +285,10 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
     the metadata of ``vllm`` (``PackageNotFoundError``, vllm/entrypoints/cli/main.py in 0.32.0): its
     version then comes from the package metadata and its flags from the OpenAI server module's help,
     and the features say the command is broken (a real launch refuses, naming the fix)."""
-    exe = shutil.which(cmd[0], path=env.get("PATH"))
-    if exe is None:
+    found_exe = shutil.which(cmd[0], path=env.get("PATH"))
+    if found_exe is None:
         return Features(engine, None, frozenset(), "unavailable", f"{cmd[0]} not found")
+    exe = os.path.abspath(found_exe)  # the probes run in /: a relative command (./venv/bin/vllm) is made whole
     version: Optional[str] = None
     dist: Optional[str] = None
     broken: Optional[str] = None
@@ -280,13 +306,9 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
                     "command line looks up (PackageNotFoundError)"
                 )
     backend = vllm_backend(version, dist, env) if engine == "vllm" else None
-    path = None
-    if version is not None:
-        import hashlib  # only to name a help cache (hashlib loads OpenSSL: ~2 ms)
-
-        key = hashlib.sha1(os.path.realpath(exe).encode()).hexdigest()[:12]
-        path = os.path.join(cache_dir(env), f"{engine}-{key}-{re.sub(r'[^A-Za-z0-9.+-]', '_', version)}.json")
-        if use_cache:
+    path = _cache_file(engine, [exe, *cmd[1:]], version, env) if version is not None else None
+    if path is not None:
+        if use_cache and cache.file_problem(path) is None:
             try:
                 with open(path, encoding="utf-8") as f:
                     data = json.load(f)
@@ -319,7 +341,7 @@ def detect(engine: str, cmd: Sequence[str], env: Dict[str, str], *, use_cache: b
         try:
             doc = {"engine": engine, "version": version, "exe": exe, "flags": sorted(flags), "broken": broken}
             atomic_write(
-                "/", path, json.dumps(doc, indent=1), mode=0o644, sync_dir=False
+                "/", path, json.dumps(doc, indent=1), mode=0o600, sync_dir=False
             )  # the user's cache, not --root
         except OSError:
             pass  # a read-only home only costs the probe next time

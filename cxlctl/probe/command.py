@@ -45,7 +45,7 @@ def probe(
     mems, cpus = measure.allowed(host)
     planned = measure.plan(inv, sz, mem_nodes=wanted, mems_allowed=mems, cpus_allowed=cpus)
     pairs = [p for p in planned if isinstance(p, measure.Pair)]
-    exe = native.helper_path() if pairs else ""
+    exe = native.helper_path(_note) if pairs else ""
     total = 3 * len(pairs)
     outcomes: List[measure.Outcome] = []
     done = 0
@@ -72,6 +72,11 @@ def probe(
         render_measured(inv, stored, console())
         sys.stderr.write(f"cxlctl: stored {path} (remove it to forget the figures)\n")
     return 0
+
+
+def _note(text: str) -> None:
+    """A note on stderr (why the helper was built elsewhere): the output on stdout stays the figures."""
+    sys.stderr.write(f"cxlctl: note: {text}\n")
 
 
 def _nodes(text: Optional[str]) -> Optional[Tuple[int, ...]]:
