@@ -56,3 +56,89 @@ def test_atomic_write_temp_name_is_not_predictable(tmp_path: Any, monkeypatch: A
     seen.clear()
     atomic.atomic_write("/", str(d / "state"), "again\n")
     assert seen[0][0] != name
+
+
+# ------------------------------------------------------------------ profiles
+
+
+def test_a_relative_include_is_relative_to_the_including_file(tmp_path: Any, monkeypatch: Any) -> None:
+    """``include = "base/parent.toml"`` names the file beside the including one, whatever the
+    current directory holds (a planted ``base/parent.toml`` there is not read)."""
+    from cxlctl.hostio.host import Host
+    from cxlctl.tuning.profile import load
+
+    pdir = tmp_path / "profiles"
+    (pdir / "base").mkdir(parents=True)
+    (pdir / "base" / "parent.toml").write_text('summary = "parent"\nknobs."vm.swappiness" = 10\n')
+    (pdir / "child.toml").write_text('summary = "child"\ninclude = "base/parent.toml"\n')
+    cwd = tmp_path / "elsewhere"
+    (cwd / "base").mkdir(parents=True)
+    (cwd / "base" / "parent.toml").write_text('summary = "planted"\nknobs."vm.swappiness" = 100\n')
+    monkeypatch.chdir(cwd)
+    p = load(Host("/"), str(pdir / "child.toml"))
+    assert [s.value for s in p.settings if s.knob == "vm.swappiness"] == [10]
+    assert str(pdir / "base" / "parent.toml") in p.chain
+
+
+def test_the_persisted_profile_is_its_document_not_its_file(tmp_path: Any, capsys: Any) -> None:
+    """``tune apply --persist FILE`` keeps the profile itself in ``active-profile``; after a reboot
+    the daemon applies that, not whatever the file says by then."""
+    import json
+    import shutil
+
+    from cxlctl.hostio.host import Host
+    from tests.daemon_support import make_daemon, read, write
+    from tests.kit import cli
+    from tests.test_daemon_reconcile import SWAPPINESS, _region_root
+
+    root = _region_root(tmp_path)
+    pristine = read(root, SWAPPINESS)
+    prof = tmp_path / "mine.toml"
+    prof.write_text('summary = "mine"\nknobs."vm.swappiness" = 10\n')
+    cli("--root", root, "tune", "apply", "--persist", str(prof), check=True, inprocess=True)
+    with open(root + "/var/lib/cxlctl/active-profile") as f:
+        doc = json.load(f)
+    assert doc["document"] == {"summary": "mine", "knobs": {"vm.swappiness": 10}}
+    prof.write_text('summary = "mine"\nknobs."vm.swappiness" = 100\n')  # changed after the apply
+    capsys.readouterr()
+    shutil.rmtree(root + "/run/cxlctl")  # reboot
+    write(root, SWAPPINESS, pristine)
+    d, _, cap = make_daemon(root)
+    try:
+        d.startup()
+    finally:
+        d.close()
+    assert read(root, SWAPPINESS) == "10"
+    assert cap.grep("enforcing profile mine (persisted by `tune apply --persist`)")
+    assert Host(root).live is False
+
+
+def test_as_root_a_profile_file_others_can_write_is_refused(tmp_path: Any) -> None:
+    """On the live host as root, a profile (or an include) in a directory others can write is
+    refused before it is applied (the daemon's load_target, and a persisted record without a
+    document)."""
+    if os.geteuid() != 0:
+        pytest.skip("the check is root's")
+    import tempfile
+
+    from cxlctl.daemon.reconcile import Target, load_target
+    from cxlctl.errors import CxlctlError
+    from cxlctl.hostio.host import Host
+
+    top = tempfile.mkdtemp(prefix="cxlctl-prof-", dir="/var/lib")
+    try:
+        os.chmod(top, 0o777)
+        path = os.path.join(top, "mine.toml")
+        with open(path, "w") as f:
+            f.write('summary = "mine"\nknobs."vm.swappiness" = 10\n')
+        with pytest.raises(CxlctlError, match="writable by others"):
+            load_target(Host("/"), Target(path, "mine", "persisted", "test"))
+        doc = {"summary": "mine", "include": os.path.join(top, "mine.toml")}
+        with pytest.raises(CxlctlError, match="writable by others"):
+            load_target(Host("/"), Target("/etc/cxlctl/profiles/mine.toml", "mine", "persisted", "test", doc))
+        os.chmod(top, 0o755)
+        assert load_target(Host("/"), Target(path, "mine", "persisted", "test")).name == "mine"
+    finally:
+        import shutil
+
+        shutil.rmtree(top)
