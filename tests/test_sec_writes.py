@@ -142,3 +142,64 @@ def test_as_root_a_profile_file_others_can_write_is_refused(tmp_path: Any) -> No
         import shutil
 
         shutil.rmtree(top)
+
+
+# ------------------------------------------------------------------ test hooks and tools
+
+
+def test_test_hooks_are_ignored_on_the_live_host(tmp_path: Any, monkeypatch: Any) -> None:
+    """``CXLCTL_TEST_FAULT_ATOMIC`` (any CXLCTL_TEST_* hook) makes a write fail on a ``--root`` tree
+    with ``CXLCTL_TEST_HOOKS=1``; on the live host (no root-owned mark) or without the flag it is
+    ignored."""
+    from cxlctl.hostio import paths, testhooks
+
+    if os.path.exists(paths.TEST_HOOKS_MARK):
+        pytest.skip(f"{paths.TEST_HOOKS_MARK} exists: this machine says it is a test machine")
+    monkeypatch.setenv("CXLCTL_TEST_HOOKS", "1")
+    monkeypatch.setenv("CXLCTL_TEST_FAULT_ATOMIC", "state:1:EIO")
+    atomic._FAULT_COUNT.clear()
+    live = tmp_path / "live"
+    atomic.atomic_write("/", str(live / "state"), "ok\n")  # "/" is the live host: not failed
+    assert (live / "state").read_text() == "ok\n"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    atomic._FAULT_COUNT.clear()
+    with pytest.raises(OSError, match="Input/output"):
+        atomic.atomic_write(str(tree), "/run/cxlctl/state", "x\n")
+    assert testhooks.enabled(str(tree)) and not testhooks.enabled("/")
+    monkeypatch.delenv("CXLCTL_TEST_HOOKS")
+    atomic._FAULT_COUNT.clear()
+    atomic.atomic_write(str(tree), "/run/cxlctl/state", "x\n")  # no flag: ignored under a tree too
+    assert not testhooks.enabled(str(tree))
+
+
+def test_as_root_tools_come_only_from_directories_root_alone_can_change(tmp_path: Any) -> None:
+    """``sudo -E`` keeps a PATH with a directory others can write: a tool there is never run as
+    root (the search goes on to the next directory), nor one found through a relative PATH entry."""
+    if os.geteuid() != 0:
+        pytest.skip("the rule is root's")
+    import shutil
+    import tempfile
+
+    from cxlctl.hostio import tools
+
+    top = tempfile.mkdtemp(prefix="cxlctl-tools-", dir="/var/lib")
+    try:
+        bin_dir = os.path.join(top, "bin")
+        os.mkdir(bin_dir)
+        marker = os.path.join(top, "ran")
+        exe = os.path.join(bin_dir, "cxlctl-test-tool")
+        with open(exe, "w") as f:
+            f.write(f"#!/bin/sh\n/usr/bin/touch {marker}\necho fake\n")
+        os.chmod(exe, 0o755)
+        os.chmod(top, 0o777)
+        with pytest.raises(tools.ToolError) as e:
+            tools.run(["cxlctl-test-tool"], env={"PATH": bin_dir})
+        assert e.value.kind == "missing" and not os.path.exists(marker)
+        assert tools.which("cxlctl-test-tool", {"PATH": "."}) is None
+        os.chmod(top, 0o755)
+        assert tools.run(["cxlctl-test-tool"], env={"PATH": bin_dir}).stdout == "fake\n"
+        assert os.path.exists(marker)
+        assert tools.which("sh", {"PATH": f"relative/dir:{bin_dir}:/usr/bin"}) == "/usr/bin/sh"
+    finally:
+        shutil.rmtree(top)

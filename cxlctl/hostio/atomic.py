@@ -79,13 +79,15 @@ def read_only(path: str) -> bool:
         return False
 
 
-def _test_fault(base: str) -> Optional[int]:
+def _test_fault(root: str, base: str) -> Optional[int]:
     """The errno to fail the write of ``base`` with (test hook ``CXLCTL_TEST_FAULT_ATOMIC``).
 
     ``NAME:N:ERRNO`` fails the ``N``-th atomic write of a file named ``NAME`` in this process
     with ``ERRNO`` at its fsync (EIO cannot be made real here without device-mapper).
     """
-    spec = os.environ.get("CXLCTL_TEST_FAULT_ATOMIC")
+    from .testhooks import hook
+
+    spec = hook("CXLCTL_TEST_FAULT_ATOMIC", root)
     if not spec:
         return None
     name, _, rest = spec.partition(":")
@@ -131,7 +133,7 @@ def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view) :]
-            fault = _test_fault(base)
+            fault = _test_fault(root, base)
             if fault is not None:
                 raise OSError(fault, os.strerror(fault), host)
             os.fsync(fd)

@@ -569,7 +569,7 @@ class Transaction:
             profile_data=self.profile.data,
         )
         jn.save(self.host, j)
-        pause_hook(0)
+        pause_hook(self.host.root, 0)
         return j
 
     def _write(
@@ -594,7 +594,7 @@ class Transaction:
                     progress.fail(st.path, "failed", f"{e.kind}: {e.reason}")
                     return st
             tick(on_progress, i, len(writes), "writing tuning knobs")
-            pause_hook(i)
+            pause_hook(self.host.root, i)
         return None
 
     def _interrupted(
