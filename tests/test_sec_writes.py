@@ -84,15 +84,15 @@ def test_the_persisted_profile_is_its_document_not_its_file(tmp_path: Any, capsy
     """``tune apply --persist FILE`` keeps the profile itself in ``active-profile``; after a reboot
     the daemon applies that, not whatever the file says by then."""
     import json
-    import shutil
 
     from cxlctl.hostio.host import Host
-    from tests.daemon_support import make_daemon, read, write
+    from tests.daemon_support import read, reboot_and_start, work_tree
     from tests.kit import cli
-    from tests.test_daemon_reconcile import SWAPPINESS, _region_root
+    from tests.tune_support import LIVE, pristine
 
-    root = _region_root(tmp_path)
-    pristine = read(root, SWAPPINESS)
+    swappiness = "/proc/sys/vm/swappiness"
+    root = work_tree(pristine(LIVE), str(tmp_path / "root"))
+    before = read(root, swappiness)
     prof = tmp_path / "mine.toml"
     prof.write_text('summary = "mine"\nknobs."vm.swappiness" = 10\n')
     cli("--root", root, "tune", "apply", "--persist", str(prof), check=True, inprocess=True)
@@ -101,14 +101,8 @@ def test_the_persisted_profile_is_its_document_not_its_file(tmp_path: Any, capsy
     assert doc["document"] == {"summary": "mine", "knobs": {"vm.swappiness": 10}}
     prof.write_text('summary = "mine"\nknobs."vm.swappiness" = 100\n')  # changed after the apply
     capsys.readouterr()
-    shutil.rmtree(root + "/run/cxlctl")  # reboot
-    write(root, SWAPPINESS, pristine)
-    d, _, cap = make_daemon(root)
-    try:
-        d.startup()
-    finally:
-        d.close()
-    assert read(root, SWAPPINESS) == "10"
+    cap = reboot_and_start(root, swappiness, before)
+    assert read(root, swappiness) == "10"
     assert cap.grep("enforcing profile mine (persisted by `tune apply --persist`)")
     assert Host(root).live is False
 
