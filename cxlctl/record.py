@@ -127,7 +127,7 @@ def _open_dest(dest: str, force: bool) -> _Dest:
             raise RecordError(f"{dest} exists and is not empty; choose a new directory or pass --force")
     fd = os.open(full, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.fchmod(fd, 0o700)  # the umask may have widened nothing, but an existing DEST may be 0755
+        os.fchmod(fd, 0o700)  # an existing DEST (empty, or --force) may be 0755: made private too
     finally:
         os.close(fd)
     return _Dest(full)
