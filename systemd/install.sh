@@ -7,9 +7,12 @@
 #
 # What it does:
 #   * copies systemd/cxlctl.service to /etc/systemd/system/, with ExecStart pointing at
-#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`), and ProtectHome=read-only
-#     instead of yes when that cxlctl or its Python lives under /home, /root or /run/user,
-#     and PrivateTmp=no instead of yes when it lives under /tmp or /var/tmp;
+#     the cxlctl this shell finds ($CXLCTL, else `command -v cxlctl`);
+#   * refuses (exit 1) a cxlctl the unit could not run as shipped (ProtectHome=yes, PrivateTmp=yes:
+#     one under /home, /root, /run/user, /tmp or /var/tmp), or one another user can change: every
+#     component of its path, its real path and its Python's must be root-owned and not writable by
+#     group or others (python -m cxlctl.hostio.trust; docs/security.md, "Installation").
+#     `sudo bash scripts/install.sh` installs such a cxlctl into /opt/cxlctl;
 #   * writes /etc/cxlctl/cxlctl.toml from the commented example, unless one exists;
 #   * systemctl daemon-reload + enable [--now] (skipped with DESTDIR).
 # Undo: docs/daemon.md, "Uninstall".
@@ -34,32 +37,26 @@ if [ -z "$DEST" ] && [ "$(id -u)" != 0 ]; then
   echo "install.sh: run as root (or set DESTDIR to stage the files)" >&2
   exit 1
 fi
-# ProtectHome=yes hides /home, /root and /run/user from the service: a cxlctl (or the Python
-# it runs on) installed there (pipx's ~/.local, pyenv's ~/.pyenv, a venv in a home folder) could
-# not even be executed (status 203/EXEC).  Then the unit gets ProtectHome=read-only instead.
-# PrivateTmp=yes gives the service an empty /tmp and /var/tmp: a cxlctl installed there (a
-# checkout under /tmp, as scripts/ci-fresh.sh makes) would fail the same way.  Then PrivateTmp=no.
-PROTECT_HOME=yes
-PRIVATE_TMP=yes
+# The daemon runs as root: whoever can change its code (or rename a directory above it) gets root at
+# its next start.  ProtectHome=yes and PrivateTmp=yes stay: code that needs them relaxed lives where
+# users write, which is the very thing refused here.
 INTERP=$(head -c 256 "$BIN" | sed -n '1s/^#![[:space:]]*\([^[:space:]]*\).*/\1/p')
 for p in "$BIN" "$(readlink -f "$BIN")" ${INTERP:+"$INTERP"} ${INTERP:+"$(readlink -f "$INTERP")"}; do
   case "$p" in
-    /home/* | /root/* | /run/user/*)
-      if [ "$PROTECT_HOME" = yes ]; then
-        PROTECT_HOME=read-only
-        echo "install.sh: $p is under a home folder: the unit gets ProtectHome=read-only (not yes) so systemd can run it" >&2
-      fi ;;
-    /tmp/* | /var/tmp/*)
-      if [ "$PRIVATE_TMP" = yes ]; then
-        PRIVATE_TMP=no
-        echo "install.sh: $p is under /tmp: the unit gets PrivateTmp=no (not yes) so systemd can run it" >&2
-      fi ;;
+    /home/* | /root/* | /run/user/* | /tmp/* | /var/tmp/*)
+      echo "install.sh: refusing $BIN: $p lies under a home folder or a temporary directory, which the unit hides (ProtectHome=yes, PrivateTmp=yes) and where users write" >&2
+      echo "  hint: install cxlctl as root into /opt/cxlctl (sudo bash scripts/install.sh), then CXLCTL=/opt/cxlctl/bin/cxlctl" >&2
+      exit 1 ;;
   esac
 done
+if ! why=$(/usr/bin/python3 -I ../cxlctl/hostio/trust.py "$BIN" ${INTERP:+"$INTERP"} 2>&1); then
+  echo "install.sh: refusing $BIN: another user can change what the daemon would run as root:" >&2
+  echo "$why" | sed 's/^/  /' >&2
+  echo "  hint: install cxlctl as root into /opt/cxlctl (sudo bash scripts/install.sh), then CXLCTL=/opt/cxlctl/bin/cxlctl" >&2
+  exit 1
+fi
 install -d -m 0755 "$DEST/etc/systemd/system" "$DEST/etc/cxlctl"
-sed -e "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" -e "s#^ProtectHome=yes\$#ProtectHome=$PROTECT_HOME#" \
-  -e "s#^PrivateTmp=yes\$#PrivateTmp=$PRIVATE_TMP#" \
-  cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
+sed -e "s#^ExecStart=/usr/local/bin/cxlctl #ExecStart=$BIN #" cxlctl.service > "$DEST/etc/systemd/system/cxlctl.service.tmp"
 chmod 0644 "$DEST/etc/systemd/system/cxlctl.service.tmp"
 mv "$DEST/etc/systemd/system/cxlctl.service.tmp" "$DEST/etc/systemd/system/cxlctl.service"
 if [ ! -e "$DEST/etc/cxlctl/cxlctl.toml" ]; then

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+# the CXLCTL_TEST_* hooks are honoured only with this flag (and under a --root tree other than /:
+# cxlctl.hostio.testhooks); the unit tests use them on their tree copies, in process and in children
+os.environ["CXLCTL_TEST_HOOKS"] = "1"
 
 
 @pytest.fixture

@@ -341,6 +341,19 @@ def make_daemon(
     return d, fac, cap
 
 
+def reboot_and_start(root: str, knob: str, value: str) -> LogCapture:
+    """A reboot of ``root`` (``/run`` empty again, ``knob`` back at the kernel's ``value``), then one
+    daemon start-up; returns its log (what a persisted profile's tests check)."""
+    shutil.rmtree(root + "/run/cxlctl")
+    write(root, knob, value)
+    d, _, cap = make_daemon(root)
+    try:
+        d.startup()
+    finally:
+        d.close()
+    return cap
+
+
 def step_until(d: Daemon, cond: Callable[[], bool], timeout: float = 5.0) -> float:
     """Run the loop one poll at a time until ``cond()``; returns the seconds it took."""
     t0 = time.monotonic()

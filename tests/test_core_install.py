@@ -2,7 +2,9 @@
 
 One real install (a fresh venv, ``pip install .`` from the configured index: about 20 s) of a copy of
 the checkout, with the link directory, the man directory and HOME inside a temporary folder, so the
-host's /usr/local and the user's dot-directories are never touched.
+host's /usr/local and the user's dot-directories are never touched.  As root it is the root install:
+into a root-owned ``--prefix`` (standing in for /opt/cxlctl), pinned and hash-checked, and root's alone
+end to end (issue 43); as another user, the per-user venv in the checkout.
 """
 
 from __future__ import annotations
@@ -47,11 +49,16 @@ def test_install_links_cxlctl_and_uninstall_removes_exactly_what_it_wrote(tmp_pa
             shutil.copy2(REPO / rel, src / rel)
     home, prefix = tmp_path / "home", tmp_path / "prefix"
     home.mkdir()
+    as_root = os.geteuid() == 0
+    opt = tmp_path / "opt"
+    opt.mkdir()
+    venv = opt / "cxlctl" if as_root else src / ".venv"
+    args = ["--prefix", str(venv)] if as_root else []
     # a man page that is not this install's: it must survive install and uninstall untouched
     man1 = prefix / "share" / "man" / "man1"
     man1.mkdir(parents=True)
     (man1 / "cxlctl.1").write_text("someone else's page\n")
-    before = {**_tree(home), **_tree(prefix), **_tree(src)}
+    before = {**_tree(home), **_tree(prefix), **_tree(src), **_tree(opt)}
     env = {
         "HOME": str(home),
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -62,10 +69,12 @@ def test_install_links_cxlctl_and_uninstall_removes_exactly_what_it_wrote(tmp_pa
     for k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE", "PIP_NO_INDEX"):
         if k in os.environ:
             env[k] = os.environ[k]
-    inst = subprocess.run(["bash", "scripts/install.sh"], cwd=src, env=env, capture_output=True, text=True)
+    inst = subprocess.run(["bash", "scripts/install.sh", *args], cwd=src, env=env, capture_output=True, text=True)
     assert inst.returncode == 0, inst.stderr[-3000:]
     link = prefix / "bin" / "cxlctl"
-    assert link.is_symlink() and os.readlink(link) == str(src / ".venv" / "bin" / "cxlctl")
+    assert link.is_symlink() and os.readlink(link) == str(venv / "bin" / "cxlctl")
+    if as_root:
+        _assert_roots_alone(venv, src)
     # on PATH by its bare name, from an empty environment (what sudo's secure_path gives)
     ver = subprocess.run(
         ["cxlctl", "--version"], env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"}, capture_output=True, text=True
@@ -79,10 +88,43 @@ def test_install_links_cxlctl_and_uninstall_removes_exactly_what_it_wrote(tmp_pa
     assert str(completion) in inst.stdout  # the install says where it wrote it
     assert "--uninstall" in inst.stdout
 
-    un = subprocess.run(["bash", "scripts/install.sh", "--uninstall"], cwd=src, env=env, capture_output=True, text=True)
+    un = subprocess.run(
+        ["bash", "scripts/install.sh", *args, "--uninstall"], cwd=src, env=env, capture_output=True, text=True
+    )
     assert un.returncode == 0, un.stderr
-    after = {**_tree(home), **_tree(prefix), **_tree(src)}
+    after = {**_tree(home), **_tree(prefix), **_tree(src), **_tree(opt)}
     assert after == before
+
+
+def _assert_roots_alone(venv: Path, checkout: Path) -> None:
+    """The root install: every file root-owned and not group/other-writable, the paths above it
+    trusted (cxlctl.hostio.trust), nothing run from the checkout, the dependencies the lock's."""
+    from cxlctl.hostio.trust import untrusted
+
+    bad = []
+    for dirpath, dirnames, filenames in os.walk(venv):
+        for n in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, n))
+            if st.st_uid != 0 or (not os.path.islink(os.path.join(dirpath, n)) and st.st_mode & 0o022):
+                bad.append(os.path.join(dirpath, n))
+    assert not bad, bad[:5]
+    py = str(venv / "bin" / "python")
+    where = subprocess.run(
+        [py, "-I", "-c", "import cxlctl, typer, rich, os; print(os.path.dirname(cxlctl.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert where.startswith(str(venv)) and not where.startswith(str(checkout))
+    for p in (str(venv / "bin" / "cxlctl"), py, where):
+        assert untrusted(p) == [], p
+    frozen = subprocess.run([py, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    with open(REPO / "scripts" / "install.lock") as f:
+        pins = {m.group(1).lower(): m.group(2) for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", f.read(), re.M)}
+    for line in frozen.splitlines():
+        name, _, ver = line.partition("==")
+        if ver:
+            assert pins.get(name.lower().replace("_", "-")) == ver, line
 
 
 def test_install_refuses_an_unknown_option(tmp_path: Path) -> None:

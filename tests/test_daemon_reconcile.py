@@ -31,6 +31,7 @@ from tests.daemon_support import (
     pairs,
     parse_exposition,
     read,
+    reboot_and_start,
     step_until,
     swap_in,
     work_tree,
@@ -364,13 +365,7 @@ def test_after_a_reboot_the_persisted_profile_is_applied(tmp_path: Any, capsys: 
     cli("--root", root, "tune", "apply", "--persist", "d-ratio", check=True, inprocess=True)
     capsys.readouterr()
     # reboot: /run is empty again and the kernel starts from its defaults
-    shutil.rmtree(root + "/run/cxlctl")
-    write(root, SWAPPINESS, pristine)
-    d, _, cap = make_daemon(root)
-    try:
-        d.startup()
-    finally:
-        d.close()
+    cap = reboot_and_start(root, SWAPPINESS, pristine)
     assert read(root, SWAPPINESS) == "10"
     assert cap.grep("enforcing profile d-ratio (persisted by `tune apply --persist`)")
     j = jn.load(Host(root))

@@ -11,8 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-from typing import Any, Dict, List, Tuple
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
 
 from cxlctl.config import load, validate
 from cxlctl.hostio.host import Host
@@ -43,9 +46,10 @@ def _analyze() -> str:
 
 
 def _installed_unit(tmp_path: Any) -> str:
-    """The unit as systemd/install.sh installs it for this checkout's cxlctl."""
+    """The unit as systemd/install.sh installs it for a root-owned cxlctl (a stand-in at a root-owned
+    path, /usr/bin/true: this checkout's may lie where users write, which install.sh refuses)."""
     stage = str(tmp_path / "stage")
-    cxl = os.path.join(os.path.dirname(sys.executable), "cxlctl")
+    cxl = "/usr/bin/true"
     p = subprocess.run(
         ["bash", os.path.join(REPO, "systemd", "install.sh"), "--no-start"],
         env={**os.environ, "DESTDIR": stage, "CXLCTL": cxl},
@@ -137,34 +141,61 @@ def test_install_script_refuses_without_cxlctl(tmp_path: Any) -> None:
     assert not os.path.exists(tmp_path / "etc")
 
 
-def _stage_with(tmp_path: Any, name: str, shebang: str) -> Tuple[str, str]:
-    """(the staged unit's ProtectHome= line, install.sh's stderr) for a cxlctl run by ``shebang``."""
-    exe = tmp_path / name
+def _stage_with(tmp_path: Any, name: str, shebang: str, where: str = "") -> subprocess.CompletedProcess[str]:
+    """systemd/install.sh staging a cxlctl run by ``shebang``, at ``where`` (default: in tmp_path)."""
+    exe = Path(where or str(tmp_path / name))
+    exe.parent.mkdir(parents=True, exist_ok=True)
     exe.write_text(f"#!{shebang}\n")
     exe.chmod(0o755)
     stage = tmp_path / f"stage-{name}"
-    p = subprocess.run(
+    return subprocess.run(
         ["bash", os.path.join(REPO, "systemd", "install.sh"), "--no-start"],
         env={**os.environ, "DESTDIR": str(stage), "CXLCTL": str(exe)},
         capture_output=True,
         text=True,
     )
-    assert p.returncode == 0, p.stderr
-    with open(stage / "etc/systemd/system/cxlctl.service") as f:
-        unit = f.read()
-    return [ln for ln in unit.splitlines() if ln.startswith("ProtectHome=")][0], p.stderr
 
 
-def test_install_keeps_protect_home_unless_cxlctl_lives_in_a_home(tmp_path: Any) -> None:
-    """Under systemd, ProtectHome=yes made a cxlctl whose Python is pyenv's in /root
-    unexecutable (status 203/EXEC, tests/vm/test_vm_systemd.py): such an install gets
-    ProtectHome=read-only, any other keeps yes."""
-    line, err = _stage_with(tmp_path, "sys", "/usr/bin/python3")
-    assert (
-        line == "ProtectHome=yes" and "ProtectHome" not in err
-    )  # (tmp_path is under /tmp: a PrivateTmp note is expected)
-    line, err = _stage_with(tmp_path, "pyenv", "/root/.pyenv/versions/3.11.7/bin/python3.11")
-    assert line == "ProtectHome=read-only"
-    assert "/root/.pyenv/versions/3.11.7/bin/python3.11 is under a home folder" in err
-    line, _ = _stage_with(tmp_path, "pipx", "/home/ops/.local/pipx/venvs/cxlctl/bin/python")
-    assert line == "ProtectHome=read-only"
+def test_install_refuses_code_in_a_home_or_tmp_and_keeps_the_hardening(tmp_path: Any) -> None:
+    """Issue 43: ProtectHome/PrivateTmp are never relaxed; a cxlctl (or its Python) under a home
+    folder or /tmp is refused instead: users write there, and the daemon runs it as root."""
+    with open(os.path.join(REPO, "systemd", "install.sh")) as f:
+        script = f.read()
+    assert "ProtectHome=read-only" not in script and "PrivateTmp=no" not in script
+    p = _stage_with(tmp_path, "in-tmp", "/usr/bin/python3")  # tmp_path is under /tmp
+    assert p.returncode == 1 and "lies under a home folder or a temporary directory" in p.stderr, p.stderr
+    if os.geteuid() != 0:
+        pytest.skip("the rest needs root to put a cxlctl outside /tmp and /home")
+    top = tempfile.mkdtemp(prefix="cxlctl-sd-", dir="/var/lib")
+    try:
+        os.chmod(top, 0o755)
+        for name, shebang in (
+            ("pyenv", "/root/.pyenv/versions/3.11.7/bin/python3.11"),
+            ("pipx", "/home/ops/.local/pipx/venvs/cxlctl/bin/python"),
+            ("tmp", "/tmp/ci/.venv/bin/python"),
+        ):
+            p = _stage_with(tmp_path, name, shebang, where=os.path.join(top, name, "cxlctl"))
+            assert p.returncode == 1 and f"{shebang} lies under" in p.stderr and "/opt/cxlctl" in p.stderr, p.stderr
+            assert not (tmp_path / f"stage-{name}").exists()
+    finally:
+        shutil.rmtree(top)
+
+
+def test_install_refuses_code_another_user_can_change(tmp_path: Any) -> None:
+    """A cxlctl outside /home and /tmp, but in a directory others can write: refused, naming it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory outside /tmp and /home")
+    top = tempfile.mkdtemp(prefix="cxlctl-sd-", dir="/var/lib")
+    try:
+        os.chmod(top, 0o777)
+        p = _stage_with(tmp_path, "open", "/usr/bin/python3", where=os.path.join(top, "bin", "cxlctl"))
+        assert p.returncode == 1 and f"{top} is writable by others" in p.stderr, p.stderr
+        assert not (tmp_path / "stage-open").exists()
+        os.chmod(top, 0o755)
+        p = _stage_with(tmp_path, "closed", "/usr/bin/python3", where=os.path.join(top, "bin", "cxlctl"))
+        assert p.returncode == 0, p.stderr
+        with open(tmp_path / "stage-closed/etc/systemd/system/cxlctl.service") as f:
+            unit = f.read()
+        assert "ProtectHome=yes" in unit and "PrivateTmp=yes" in unit
+    finally:
+        shutil.rmtree(top)

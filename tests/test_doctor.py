@@ -141,7 +141,7 @@ def test_record_replays_doctor(tmp_path: object) -> None:
     from cxlctl.record import record
 
     dest = os.path.join(str(tmp_path), "again")
-    record(Host(R612), dest)
+    record(Host(R612), dest, include_process_data=True)  # all doctor read: the command line, iomem addresses
     assert os.path.isfile(os.path.join(dest, probes.PROBES_FILE))
     assert os.path.isfile(os.path.join(dest, "boot", f"config-{release(R612)}"))
     assert sorted(os.listdir(os.path.join(dest, "sys/firmware/acpi/tables"))) == sorted(

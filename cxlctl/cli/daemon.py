@@ -30,7 +30,12 @@ def run_cmd(
         False, "--no-udev", help="Do not listen to udev (rely on the periodic rescan). Implied by --root other than /."
     ),
 ) -> None:
-    """Run in the foreground (for systemd Type=notify): reconcile on udev events, watch drift, publish metrics."""
+    """Run in the foreground (for systemd Type=notify): reconcile on udev events, watch drift, publish metrics.
+
+    As root it first refuses code another user could change (docs/security.md, "Installation")."""
+    from cxlctl.daemon.selfcheck import require_own_code_trusted
+
+    require_own_code_trusted()
     from cxlctl import config as cfgmod
     from cxlctl.daemon.loop import Daemon
 

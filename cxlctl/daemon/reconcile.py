@@ -60,7 +60,7 @@ from cxlctl.model import Inventory
 from cxlctl.parse import format_size
 from cxlctl.tuning import engine, trial
 from cxlctl.tuning import journal as jn
-from cxlctl.tuning.profile import Profile, candidates, from_data
+from cxlctl.tuning.profile import Profile, candidates, from_data, require_trusted_files
 from cxlctl.tuning.profile import load as load_profile
 from cxlctl.tuning.transaction import Transaction
 
@@ -215,11 +215,15 @@ class Target(NamedTuple):
 
 
 def load_target(host: Host, target: Target) -> Profile:
-    """The target's profile object: rebuilt from the journal's document when it has no file."""
+    """The target's profile object: rebuilt from the journal's (or the persisted record's)
+    document when it has one; as root, only from files root alone can change."""
     assert target.ref is not None
     if target.data is not None:
-        return from_data(host, target.name or target.ref, target.data, target.ref)
-    return load_profile(host, target.ref)
+        profile = from_data(host, target.name or target.ref, target.data, target.ref)
+    else:
+        profile = load_profile(host, target.ref)
+    require_trusted_files(host, profile)
+    return profile
 
 
 def _ref(host: Host, name: str, source: str) -> str:
@@ -231,8 +235,9 @@ def _ref(host: Host, name: str, source: str) -> str:
     return name
 
 
-def read_persisted(host: Host) -> Optional[Tuple[str, str]]:
-    """(profile, source) from ``active-profile``; None when absent or unreadable.
+def read_persisted(host: Host) -> Optional[Tuple[str, str, Optional[Dict[str, Any]]]]:
+    """(profile, source, document) from ``active-profile``; None when absent or unreadable.
+    ``document`` is the profile as persisted (None in a record older than issue 43).
 
     :class:`CxlctlError` when it fails its checksum: a damaged byte must not make the daemon
     enforce another profile, nor silently none.
@@ -252,7 +257,8 @@ def read_persisted(host: Host) -> Optional[Tuple[str, str]]:
     if not isinstance(doc, dict) or not isinstance(doc.get("profile"), str) or not doc["profile"]:
         return None
     src = doc.get("source")
-    return doc["profile"], src if isinstance(src, str) else ""
+    body = doc.get("document")
+    return doc["profile"], src if isinstance(src, str) else "", body if isinstance(body, dict) else None
 
 
 def resolve_target(host: Host, cfg: Config) -> Target:
@@ -290,6 +296,8 @@ def resolve_target(host: Host, cfg: Config) -> Target:
     except CxlctlError as e:
         return Target(None, None, "needs-attention", str(e))
     if p is not None:
+        if p[2] is not None:
+            return Target(p[1] or p[0], p[0], "persisted", "persisted by `tune apply --persist`", p[2])
         return Target(_ref(host, p[0], p[1]), p[0], "persisted", "persisted by `tune apply --persist`")
     if cfg.profile:
         name = os.path.basename(cfg.profile)[:-5] if cfg.profile.endswith(".toml") else cfg.profile

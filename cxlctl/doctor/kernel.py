@@ -242,6 +242,14 @@ CMDLINE: Dict[str, Tuple[Result, str, str]] = {
 }
 
 
+def judged(tok: str) -> bool:
+    """Is kernel command-line option ``tok`` one :func:`check_cmdline` judges?  ``cxlctl record``
+    keeps only these by default: the rest (``root=``, ``BOOT_IMAGE``, site options) is the
+    host's business, not the bug report's."""
+    key = tok.partition("=")[0]
+    return tok in CMDLINE or key in ("memhp_default_state", "numa_balancing") or key.startswith("memory_hotplug.")
+
+
 def check_cmdline(f: Facts) -> List[Check]:
     if f.cmdline is None:
         return [Check(K, "kernel.cmdline", CANNOT, f"{f.host.path(paths.PROC_CMDLINE)} is unreadable")]

@@ -4,7 +4,11 @@ Used for the tuning journal, the active-profile record, persisted settings
 (sysctl.d, weighted-interleave files) and the daemon's published files
 (metrics textfile, NFD labels).  A hidden temporary file in the same directory
 (dot-file, ``.tmp`` suffix: node_exporter's collector, NFD and systemd-sysctl
-all skip it) is written, fsynced and renamed over the target.  ``sync_dir``
+all skip it) is written, fsynced and renamed over the target.  The temporary name is random
+and created with ``O_EXCL|O_NOFOLLOW``: a name another user could guess lets them plant a
+link or a file of theirs there first (root would write through it, or publish their bytes),
+and a destination that is itself a symlink is refused (the rename would replace the link,
+but a caller trusting the link's target would be misled; a link there is never ours).  ``sync_dir``
 also fsyncs the directory, making the rename itself durable: wanted for the
 journal and settings, not for files regenerated on every rescan.
 
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
+import stat
 from typing import Dict, Optional, Union
 
 from cxlctl.errors import CxlctlError
@@ -73,13 +79,15 @@ def read_only(path: str) -> bool:
         return False
 
 
-def _test_fault(base: str) -> Optional[int]:
+def _test_fault(root: str, base: str) -> Optional[int]:
     """The errno to fail the write of ``base`` with (test hook ``CXLCTL_TEST_FAULT_ATOMIC``).
 
     ``NAME:N:ERRNO`` fails the ``N``-th atomic write of a file named ``NAME`` in this process
     with ``ERRNO`` at its fsync (EIO cannot be made real here without device-mapper).
     """
-    spec = os.environ.get("CXLCTL_TEST_FAULT_ATOMIC")
+    from .testhooks import hook
+
+    spec = hook("CXLCTL_TEST_FAULT_ATOMIC", root)
     if not spec:
         return None
     name, _, rest = spec.partition(":")
@@ -110,16 +118,22 @@ def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0
     else:
         dfd = dir_fenced(fence, d, create=True)
     try:
-        tmp = f".{base}.{os.getpid()}.tmp"
+        _refuse_link(dfd, base, host)
         raw = data.encode("utf-8") if isinstance(data, str) else data
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, mode, dir_fd=dfd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        while True:
+            tmp = f".{base}.{secrets.token_hex(8)}.tmp"
+            try:
+                fd = os.open(tmp, flags, mode, dir_fd=dfd)
+                break
+            except FileExistsError:  # 2**64 names: only someone planting them gets here twice
+                continue
         try:
             os.fchmod(fd, mode)
             view = memoryview(raw)
             while view:
                 view = view[os.write(fd, view) :]
-            fault = _test_fault(base)
+            fault = _test_fault(root, base)
             if fault is not None:
                 raise OSError(fault, os.strerror(fault), host)
             os.fsync(fd)
@@ -137,6 +151,27 @@ def atomic_write(root: str, path: str, data: Union[bytes, str], *, mode: int = 0
     finally:
         os.close(dfd)
     return host
+
+
+def _refuse_link(dfd: int, base: str, host: str) -> None:
+    """Refuse to replace ``base`` (in the directory open as ``dfd``) when it is a symlink.
+
+    Why: no file cxlctl writes is a link; one there was put by someone else, and whoever
+    reads the destination next (systemd-sysctl, node_exporter, cxlctl itself) would have
+    followed it to a file of their choosing before the write, so the write must not pretend
+    it replaced "the" file.  A usage error (exit 2): the fix is removing the link.
+    """
+    try:
+        st = os.stat(base, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        from cxlctl.errors import UsageError
+
+        raise UsageError(
+            f"refusing to write {host}: it is a symbolic link, not a file",
+            hint=f"remove the link (`rm {host}`) if you did not make it on purpose, then run the command again",
+        )
 
 
 def remove(root: str, path: str, *, sync_dir: bool = True) -> bool:

@@ -154,6 +154,9 @@ def cgroup_file(cgroup: str, what: str) -> str:
 
 # -- cxlctl's own state ---------------------------------------------------------------------
 RUN_DIR = "/run/cxlctl"
+#: on the live host, CXLCTL_TEST_* hooks are honoured only while this root-owned file exists (a test
+#: machine: the VM tier's guests make it); under a --root tree, CXLCTL_TEST_HOOKS=1 is enough
+TEST_HOOKS_MARK = "/run/cxlctl-test-hooks"
 LOCK = RUN_DIR + "/lock"
 DAEMON_LOCK = RUN_DIR + "/daemon.lock"  # held by a running `cxlctl daemon run`: one per host
 LAUNCH_PROFILE_DIR = RUN_DIR + "/launch"

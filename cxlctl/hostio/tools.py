@@ -124,12 +124,25 @@ def child_env(env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
 def which(name: str, env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """Where ``name`` is, searched on the PATH of ``env`` (default: cxlctl's own), or None.
 
-    A name with a slash is taken as a path: it is returned when it exists."""
+    A name with a slash is taken as a path: it is returned when it exists.  As root the
+    result is always an absolute path root alone can change: only PATH's absolute
+    directories are searched, and a candidate that fails the trust check
+    (:func:`cxlctl.hostio.trust.untrusted`: a ``~/bin`` kept by ``sudo -E``) is passed over
+    for the next -- else whoever wrote it would run as root."""
     if "/" in name:
         return name if os.path.exists(name) else None
     import shutil
 
-    return shutil.which(name, path=(os.environ if env is None else env).get("PATH"))
+    path = (os.environ if env is None else env).get("PATH")
+    if os.geteuid() != 0:
+        return shutil.which(name, path=path)
+    from .trust import untrusted
+
+    for d in dict.fromkeys(d for d in (path or "").split(os.pathsep) if os.path.isabs(d)):
+        exe = shutil.which(name, path=d)
+        if exe is not None and not untrusted(exe):
+            return exe
+    return None
 
 
 def run(

@@ -17,7 +17,8 @@ docs/tuning.md): *gone* (the file or its device went away), *rejected* (the
 kernel refused the value), *busy* (transient; retried a few times), *denied*
 (permissions or a missing capability).
 
-Test hooks (environment variables, read on every call; for the test suite only):
+Test hooks (environment variables, read on every call; for the test suite only, and honoured only
+with ``CXLCTL_TEST_HOOKS=1`` under a ``--root`` tree, or on a test machine: :mod:`cxlctl.hostio.testhooks`):
 
 ``CXLCTL_TEST_FAULT=K:WHAT``
     the K-th knob write of an apply (1-based, counting every file written)
@@ -158,9 +159,12 @@ def classify(e: OSError, path: str) -> KnobError:
     return cls(path, code, f"{path}: {why}", why)
 
 
-def _fault_for(index: Optional[int]) -> Optional[str]:
-    """The test fault configured for write number ``index``, if any (test hook)."""
-    spec = os.environ.get("CXLCTL_TEST_FAULT")
+def _fault_for(root: str, index: Optional[int]) -> Optional[str]:
+    """The test fault configured for write number ``index``, if any (test hook; gated by
+    :func:`cxlctl.hostio.testhooks.hook`)."""
+    from .testhooks import hook
+
+    spec = hook("CXLCTL_TEST_FAULT", root)
     if not spec or index is None:
         return None
     k, _, what = spec.partition(":")
@@ -185,7 +189,7 @@ def write_knob(root: str, path: str, text: str, *, index: Optional[int] = None) 
     """
     host_path = under(root, path)
     data = text.encode("utf-8")
-    fault = _fault_for(index)
+    fault = _fault_for(root, index)
     if fault == "vanished":
         try:
             os.unlink(host_path)
@@ -298,9 +302,12 @@ def write_with_retry(root: str, path: str, text: str, *, index: Optional[int] = 
     return attempts  # pragma: no cover - loop always returns or raises
 
 
-def pause_hook(done: int) -> None:
-    """Test hook: stop after ``done`` writes so a test can SIGKILL a real apply there."""
-    spec = os.environ.get("CXLCTL_TEST_PAUSE_AFTER_WRITES")
+def pause_hook(root: str, done: int) -> None:
+    """Test hook: stop after ``done`` writes so a test can SIGKILL a real apply there (gated by
+    :func:`cxlctl.hostio.testhooks.hook`)."""
+    from .testhooks import hook
+
+    spec = hook("CXLCTL_TEST_PAUSE_AFTER_WRITES", root)
     if spec is None:
         return
     try:

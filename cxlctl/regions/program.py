@@ -92,9 +92,12 @@ def _wait(pred: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def tamper(plan: Plan) -> Plan:
-    """Test hook ``CXLCTL_TEST_REGION_TAMPER``: make the plan wrong in a way only the kernel catches."""
-    how = os.environ.get("CXLCTL_TEST_REGION_TAMPER", "")
+def tamper(plan: Plan, root: str) -> Plan:
+    """Test hook ``CXLCTL_TEST_REGION_TAMPER``: make the plan wrong in a way only the kernel catches
+    (gated by :func:`cxlctl.hostio.testhooks.hook`: the VM tier's guests only)."""
+    from cxlctl.hostio.testhooks import hook
+
+    how = hook("CXLCTL_TEST_REGION_TAMPER", root) or ""
     if how == "swap-last" and len(plan.targets) >= 2:
         t = list(plan.targets)
         a, b = t[-2], t[-1]
@@ -322,7 +325,7 @@ def create(
     ``on_bound`` runs after the region is committed and bound (the DAX step);
     if it raises, the region is torn down too.
     """
-    b = _Builder(host, tamper(plan), log, hold)
+    b = _Builder(host, tamper(plan, host.root), log, hold)
     try:
         made = b.build()
         if on_bound is not None:

@@ -7,7 +7,9 @@ Where profiles come from, first match wins:
 3. the built-in ``cxlctl/profiles/NAME.toml`` shipped in the package.
 
 A user profile may shadow a built-in one and still ``include`` it by the same
-name: an include never resolves to the file doing the including.
+name: an include never resolves to the file doing the including.  An include given
+as a relative path is relative to the including file's directory, never to the
+current directory (which would make what root applies depend on where it stood).
 
 Why strict: a typo in a tuning profile (``vm.swapiness``) that is silently
 ignored leaves a host mistuned with nobody noticing, so every unknown key,
@@ -111,9 +113,13 @@ def candidates(host: Host, name: str) -> List[Tuple[str, bool]]:
     return out
 
 
-def _resolve(host: Host, ref: str, exclude: Tuple[str, ...], where: Optional[str]) -> Tuple[str, bool]:
+def _resolve(
+    host: Host, ref: str, exclude: Tuple[str, ...], where: Optional[str], base: Optional[str] = None
+) -> Tuple[str, bool]:
+    """(file, builtin?) for ``ref``; a relative path is taken from ``base`` (the including
+    file's directory) when given, else from the current directory (a path on the command line)."""
     if is_path(ref):
-        path = os.path.abspath(ref)
+        path = os.path.abspath(os.path.join(base, ref) if base else ref)
         if not os.path.isfile(path):
             raise ProfileError(where, None, f"profile file {ref!r} does not exist")
         return path, False
@@ -303,7 +309,8 @@ def _merge(host: Host, path: str, given: Optional[_Raw], stack: Tuple[str, ...],
     for inc in raw.includes:
         # an include never resolves to a file already being loaded (so a user file can
         # shadow a built-in profile and include it by the same name)
-        ipath, _ = _resolve(host, inc, (real,), f"{path}: include")
+        base = os.path.dirname(os.path.abspath(path)) if os.path.isabs(path) else None
+        ipath, _ = _resolve(host, inc, (real,), f"{path}: include", base)
         parent = _load(host, ipath, stack + (real,), depth + 1)
         summary = parent.summary or summary
         description = parent.description or description
@@ -335,6 +342,31 @@ def list_names(host: Host) -> List[Tuple[str, str, bool]]:
             if f.endswith(".toml") and _NAME.match(f[:-5]) and f[:-5] not in seen:
                 seen[f[:-5]] = (f[:-5], os.path.join(d, f), builtin)
     return sorted(seen.values())
+
+
+def document(profile: Profile) -> Dict[str, Any]:
+    """The profile's own document (what its file holds), for a record that must not depend on
+    the file staying as it was (the persisted profile the daemon applies at boot)."""
+    if profile.data is not None:
+        return profile.data
+    return _read(profile.source)
+
+
+def require_trusted_files(host: Host, profile: Profile) -> None:
+    """As root on the live host: every file ``profile`` was built from (its own and its
+    includes') must be root's alone (:func:`cxlctl.hostio.trust.require_trusted`), or the daemon
+    would apply at boot what another user wrote there since.  Others, and ``--root`` trees: no check."""
+    if os.geteuid() != 0 or not host.live:
+        return
+    from cxlctl.hostio.trust import require_trusted
+
+    for path in profile.chain:
+        if os.path.isabs(path) and os.path.exists(path):
+            require_trusted(
+                path,
+                f"profile {profile.name}'s file",
+                hint="keep profiles root's alone (/etc/cxlctl/profiles, mode 0644), then `cxlctl tune apply --persist` again",
+            )
 
 
 #: what ``tune plan`` and ``tune apply`` work on when no profile is named and none is in effect

@@ -52,7 +52,7 @@ from .journal import Entry, Journal, Trial
 from .knobs import BY_NAME, WI_AUTO_NAMES, Current, Knob, read_current
 from .plan import Plan, Restore, Step, memcgs_of
 from .plan import plan as make_plan
-from .profile import Profile, load
+from .profile import Profile, document, load
 from .results import ApplyResult, Check, FileResult, Prepared, UndoResult
 from .state import this_boot
 
@@ -398,6 +398,9 @@ def _persist_contents(p: Plan, profile: Profile) -> Dict[str, Optional[str]]:
         "schema": 1,
         "profile": profile.name,
         "source": profile.source,
+        # the document itself: the daemon applies it at boot without re-reading a file another
+        # user may have changed since (issue 43); includes still resolve by name or path
+        "document": document(profile),
         "applied": jn.now(),
         "note": "the cxlctl daemon re-applies this profile at boot (sysfs knobs and weights)",
     }
@@ -566,7 +569,7 @@ class Transaction:
             profile_data=self.profile.data,
         )
         jn.save(self.host, j)
-        pause_hook(0)
+        pause_hook(self.host.root, 0)
         return j
 
     def _write(
@@ -591,7 +594,7 @@ class Transaction:
                     progress.fail(st.path, "failed", f"{e.kind}: {e.reason}")
                     return st
             tick(on_progress, i, len(writes), "writing tuning knobs")
-            pause_hook(i)
+            pause_hook(self.host.root, i)
         return None
 
     def _interrupted(

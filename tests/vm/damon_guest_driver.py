@@ -60,7 +60,7 @@ def snap(name: str) -> None:
     tmp = f"/tmp/damon-record/{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.dirname(tmp), exist_ok=True)
-    record(Host("/"), tmp)
+    record(Host("/"), tmp, include_process_data=True)
     peers = os.path.join(tmp, "peers")
     os.makedirs(peers)
     with open(os.path.join(peers, "damon-tree.txt"), "w") as f:

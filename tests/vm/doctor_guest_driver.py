@@ -72,7 +72,7 @@ class Steps:
         """cxlctl record onto the guest's tmpfs, copied out once, with the peers beside it."""
         tmp = tempfile.mkdtemp(prefix="doctor-rec-")
         shutil.rmtree(tmp)
-        r = cxlctl(["record", tmp])
+        r = cxlctl(["record", "--include-process-data", tmp])
         if r["rc"] != 0:
             raise SystemExit(f"cxlctl record failed: {r}")
         dest = os.path.join(self.out, "fixtures", name)

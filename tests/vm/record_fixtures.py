@@ -35,8 +35,8 @@ snap() {  # $1 = fixture name: cxlctl record + peer tools
   # record onto the guest's own /tmp (tmpfs) and copy once: many small writes
   # through the 9p rwdir under TCG cost minutes
   rm -rf "$tmp"; mkdir -p "${tmp%/*}"
-  if ! "$PY" -m cxlctl record "$tmp"; then
-    echo "record-fixtures: '$PY -m cxlctl record $tmp' failed" >&2
+  if ! "$PY" -m cxlctl record --include-process-data "$tmp"; then
+    echo "record-fixtures: '$PY -m cxlctl record --include-process-data $tmp' failed" >&2
     return 1
   fi
   cp -a "$tmp" "$d" || return 1

@@ -153,7 +153,7 @@ fi
 
 # E. record the end state (onto the guest's tmpfs, then one copy out)
 rm -rf /tmp/telrec
-"$PY" -m cxlctl record /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"
+"$PY" -m cxlctl record --include-process-data /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"
 # the peers every recorded fixture carries (tests/test_inventory_fixtures.py compares with them)
 cxlvm_peers "$OUT/record/peers"
 numastat -m > "$OUT/record/peers/numastat-m.txt" 2>&1

@@ -114,7 +114,7 @@ udevadm settle --timeout=30 || true
 ls -l /dev/dax* > "$OUT/dev-dax.txt" 2>&1
 cx status status --json
 # record onto the guest's tmpfs and copy once (many small writes through the 9p rwdir are slow under TCG)
-cx record record /tmp/fleet-record && cp -a /tmp/fleet-record "$OUT/record"
+cx record record --include-process-data /tmp/fleet-record && cp -a /tmp/fleet-record "$OUT/record"
 DAX=$("$PY" -c 'import json,sys; print([d["chardev"] for d in json.load(open(sys.argv[1]))["dax_devices"] if d["mode"]=="devdax"][0])' "$OUT/status.out")
 echo "$DAX" > "$OUT/devdax-name"
 

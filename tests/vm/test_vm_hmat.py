@@ -37,7 +37,7 @@ SCRIPT = r"""
 cd /tmp
 # the trees for fixtures/ only when recording (each cxlctl record costs a minute under TCG), with the
 # peer tools' output beside each (guest-lib.sh cxlvm_peers), as every recorded tree has
-[ -z "{record}" ] || "$PY" -m cxlctl record "$OUT/hmat2-noregion" > "$OUT/record-noregion.log" 2>&1 || exit 3
+[ -z "{record}" ] || "$PY" -m cxlctl record --include-process-data "$OUT/hmat2-noregion" > "$OUT/record-noregion.log" 2>&1 || exit 3
 [ -z "{record}" ] || cxlvm_peers "$OUT/hmat2-noregion/peers"
 {create}
 udevadm settle --timeout=30 || true
@@ -57,7 +57,7 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do echo "$(basename $
 for w in /sys/kernel/mm/mempolicy/weighted_interleave/*; do echo "$(basename $w)=$(cat $w)"; done > "$OUT/wi.txt"
 "$PY" "$REPO/tests/vm/status_guest_driver.py" hmat "$OUT" || exit 4
 "$PY" -m cxlctl tune plan inference-bandwidth --json > "$OUT/plan.json" 2> "$OUT/plan.err" || exit 5
-[ -z "{record}" ] || "$PY" -m cxlctl record "$OUT/hmat2-region" > "$OUT/record-region.log" 2>&1 || exit 6
+[ -z "{record}" ] || "$PY" -m cxlctl record --include-process-data "$OUT/hmat2-region" > "$OUT/record-region.log" 2>&1 || exit 6
 [ -z "{record}" ] || cxlvm_peers "$OUT/hmat2-region/peers"
 {extra}
 """

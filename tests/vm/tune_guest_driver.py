@@ -51,7 +51,10 @@ def main() -> None:
     readback("reverted")
     cx("after-revert-status", "tune", "status", "--json")
     # crash on the real kernel: SIGKILL a real apply process after 2 writes, then revert
-    env = dict(os.environ, CXLCTL_TEST_PAUSE_AFTER_WRITES="2", CXLCTL_TEST_PAUSE_SECONDS="900")
+    # the hook acts on the live (guest) host only with the flag and the root-owned mark
+    # (cxlctl.hostio.testhooks): this guest is a test machine
+    open("/run/cxlctl-test-hooks", "a").close()
+    env = dict(os.environ, CXLCTL_TEST_HOOKS="1", CXLCTL_TEST_PAUSE_AFTER_WRITES="2", CXLCTL_TEST_PAUSE_SECONDS="900")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", "tune", "apply", "vm-ratio"],
         stdout=subprocess.DEVNULL,
