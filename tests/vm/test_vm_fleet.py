@@ -119,8 +119,8 @@ DAX=$("$PY" -c 'import json,sys; print([d["chardev"] for d in json.load(open(sys
 echo "$DAX" > "$OUT/devdax-name"
 
 # 2. LMCache's server with its L1 on the device (the whole device)
-cx lmcache-dry launch lmcache --devdax auto --engine-cmd "$FAKELM" --dry-run --json -- server --eviction-policy LRU
-"$PY" -m cxlctl launch lmcache --devdax auto --engine-cmd "$FAKELM" -- server --eviction-policy LRU \
+cx lmcache-dry launch lmcache --allow-root --devdax auto --engine-cmd "$FAKELM" --dry-run --json -- server --eviction-policy LRU
+"$PY" -m cxlctl launch lmcache --allow-root --devdax auto --engine-cmd "$FAKELM" -- server --eviction-policy LRU \
   > "$OUT/lmcache.out" 2> "$OUT/lmcache.err" &
 pid=$!
 echo $pid > "$OUT/lmcache.launch-pid"
@@ -128,8 +128,8 @@ wait $pid; echo $? > "$OUT/lmcache.rc"
 
 # 3. Mooncake's CXL transport: 64 MiB of the device, through a plain program
 export PYTHONPATH="$FAKEPY"
-cx mooncake-dry launch exec --devdax "$DAX" --mooncake --kv-size 64M --dry-run --json -- "$DDMAP" env "$OUT/mooncake.report"
-"$PY" -m cxlctl launch exec --devdax "$DAX" --mooncake --kv-size 64M -- "$DDMAP" env "$OUT/mooncake.report" \
+cx mooncake-dry launch exec --allow-root --devdax "$DAX" --mooncake --kv-size 64M --dry-run --json -- "$DDMAP" env "$OUT/mooncake.report"
+"$PY" -m cxlctl launch exec --allow-root --devdax "$DAX" --mooncake --kv-size 64M -- "$DDMAP" env "$OUT/mooncake.report" \
   > "$OUT/mooncake.out" 2> "$OUT/mooncake.err" &
 pid=$!
 echo $pid > "$OUT/mooncake.launch-pid"
