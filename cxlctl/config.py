@@ -97,6 +97,11 @@ class Config(NamedTuple):
     #: (system-ram | devdax | none) and the zone its memory is onlined in (movable | normal)
     adopt: str = "system-ram"
     adopt_zone: str = "movable"
+    #: a Prometheus web configuration file (TLS, basic auth) for the metrics endpoint (daemon/webconfig.py)
+    metrics_web_config: Optional[str] = None
+    #: a file that exists while the daemon is ready (start-up done, the metrics endpoint serving):
+    #: a Kubernetes readiness probe's ``test -f``
+    ready_file: Optional[str] = None
 
 
 # ------------------------------------------------------------------------ value checks
@@ -218,6 +223,8 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
     "metrics": {
         "listen": (_listen, DEFAULT_LISTEN),
         "allow_remote": (_bool, False),
+        "web_config": (_abs_path, ""),
+        "ready_file": (_abs_path, ""),
         "textfile_dir": (_abs_path, ""),
         "telemetry_interval": (_num(1, 3600, zero_ok=True), 15),
         "cgroups": (_cgroups, ()),
@@ -279,12 +286,12 @@ def _check(data: Dict[str, Any]) -> Tuple[Dict[str, Dict[str, Any]], List[Proble
         bad.append(("reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})"))
     if not keys & {"metrics.listen", "metrics.allow_remote"}:
         listen = parse_listen(m["listen"])
-        if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
+        if listen is not None and not m["allow_remote"] and not _loopback(listen[0]) and not m["web_config"]:
             bad.append(
                 (
                     "metrics.listen",
-                    f"{listen[0]} is not a loopback address; the endpoint has no authentication "
-                    "(set metrics.allow_remote = true to expose it anyway)",
+                    f"{listen[0]} is not a loopback address and no metrics.web_config gives the endpoint TLS "
+                    "or authentication (set one, or metrics.allow_remote = true to expose it anyway)",
                 )
             )
     n = values["nfd"]
@@ -317,6 +324,15 @@ def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, ho
         reason = profile_problem(host, values[""]["profile"])
         if reason is not None:
             bad.append(("profile", reason))
+    web = values["metrics"]["web_config"]
+    if host is not None and web and not any(k == "metrics.web_config" for k, _ in bad):
+        from cxlctl.daemon.webconfig import WebConfigError
+        from cxlctl.daemon.webconfig import load as load_web
+
+        try:  # a web configuration that cannot be used must stop the start (or the reload), not open the endpoint
+            load_web(host.path(web))
+        except WebConfigError as e:
+            bad.append(("metrics.web_config", str(e)))
     if bad:
         _raise(where, bad, text)
     r, d, m = values["reconcile"], values["drift"], values["metrics"]
@@ -336,6 +352,8 @@ def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, ho
         rollback_on_exit=values["shutdown"]["rollback"],
         metrics_listen=listen,
         metrics_allow_remote=m["allow_remote"],
+        metrics_web_config=m["web_config"] or None,
+        ready_file=m["ready_file"] or None,
         textfile_dir=m["textfile_dir"] or None,
         nfd_enabled=n["enabled"],
         nfd_dir=n["dir"],
@@ -414,6 +432,8 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
         "metrics": {
             "listen": listen,
             "allow_remote": cfg.metrics_allow_remote,
+            "web_config": cfg.metrics_web_config or "",
+            "ready_file": cfg.ready_file or "",
             "textfile_dir": cfg.textfile_dir or "",
             "telemetry_interval": cfg.telemetry_interval,
             "cgroups": list(cfg.telemetry_cgroups),
