@@ -97,7 +97,7 @@ class Config(NamedTuple):
     #: (system-ram | devdax | none) and the zone its memory is onlined in (movable | normal)
     adopt: str = "system-ram"
     adopt_zone: str = "movable"
-    #: a Prometheus web configuration file (TLS, basic auth) for the metrics endpoint (daemon/webconfig.py)
+    #: a Prometheus web configuration file (TLS, basic auth) for the metrics endpoint (cxlctl/webconfig.py)
     metrics_web_config: Optional[str] = None
     #: a file that exists while the daemon is ready (start-up done, the metrics endpoint serving):
     #: a Kubernetes readiness probe's ``test -f``
@@ -326,8 +326,8 @@ def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, ho
             bad.append(("profile", reason))
     web = values["metrics"]["web_config"]
     if host is not None and web and not any(k == "metrics.web_config" for k, _ in bad):
-        from cxlctl.daemon.webconfig import WebConfigError
-        from cxlctl.daemon.webconfig import load as load_web
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
 
         try:  # a web configuration that cannot be used must stop the start (or the reload), not open the endpoint
             load_web(host.path(web))

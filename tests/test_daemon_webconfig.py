@@ -24,9 +24,9 @@ import pytest
 from cxlctl.config import ConfigError, load
 from cxlctl.daemon import loop as loop_mod
 from cxlctl.daemon.metrics import MetricsServer
-from cxlctl.daemon.webconfig import WebConfigError
-from cxlctl.daemon.webconfig import load as load_web
 from cxlctl.hostio.host import Host
+from cxlctl.webconfig import WebConfigError
+from cxlctl.webconfig import load as load_web
 from tests.daemon_support import config, make_daemon, step_until, work_tree
 from tests.tune_support import LIVE, pristine
 

@@ -244,7 +244,7 @@ def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
 def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
     """cxlctl.toml with the daemon's loader (the web configuration it names placed under a root, its
     certificate files not: they come from a Secret), and web.yml with the daemon's web-config parser."""
-    from cxlctl.daemon.webconfig import parse
+    from cxlctl.webconfig import parse
 
     data = _find("ConfigMap", "cxlctl-config")["data"]
     root = tmp_path / "root"

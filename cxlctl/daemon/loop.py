@@ -422,8 +422,8 @@ class Daemon:
         if self.cfg.metrics_listen is None:
             self.metrics_error = None
             return
-        from .webconfig import WebConfigError
-        from .webconfig import load as load_web
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
 
         host, port = self.cfg.metrics_listen
         web = None
@@ -444,8 +444,8 @@ class Daemon:
         self.log.info("metrics on %s://%s:%d/metrics%s", scheme, *self.server.address, auth)
 
     def _reload_web(self) -> None:
-        from .webconfig import WebConfigError
-        from .webconfig import load as load_web
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
 
         assert self.server is not None
         try:

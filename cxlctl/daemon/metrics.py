@@ -9,7 +9,7 @@ Two outputs, both optional (docs/daemon.md):
 
 * HTTP(S) on a loopback address (``[metrics] listen``), with TLS and basic
   authentication from a Prometheus web configuration file (``[metrics] web_config``,
-  :mod:`cxlctl.daemon.webconfig`).  The listening socket sits
+  :mod:`cxlctl.webconfig`).  The listening socket sits
   in the daemon's main poll loop, so an idle endpoint costs no wake-ups; each
   accepted connection is answered by a short-lived thread with a timeout, so a
   slow client cannot stall the loop (and trip the watchdog).  The body is the
@@ -37,10 +37,10 @@ if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (
     from cxlctl.capacity.report import Report
     from cxlctl.hostio.host import Host
     from cxlctl.probe.store import Stored
+    from cxlctl.webconfig import WebConfig
 
     from .damon_metrics import DamonView
     from .telemetry import Telemetry
-    from .webconfig import WebConfig
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TEXTFILE = "cxlctl.prom"
@@ -621,7 +621,7 @@ class MetricsServer:
         max_clients: int = MAX_CLIENTS,
         web: Optional[WebConfig] = None,
     ) -> None:
-        from .webconfig import ssl_context
+        from cxlctl.webconfig import ssl_context
 
         self.web = web
         self.tls = ssl_context(web) if web is not None else None  # before the bind: a bad key binds nothing
@@ -765,13 +765,13 @@ class MetricsServer:
 
     def set_web(self, web: Optional[WebConfig]) -> None:
         """A new web configuration for the connections accepted from now on (the socket stays bound)."""
-        from .webconfig import ssl_context
+        from cxlctl.webconfig import ssl_context
 
         tls = ssl_context(web) if web is not None else None
         self.web, self.tls = web, tls
 
     def _authorized(self, head: bytes) -> bool:
-        from .webconfig import authorized
+        from cxlctl.webconfig import authorized
 
         assert self.web is not None
         return authorized(self.web, head)

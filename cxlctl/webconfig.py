@@ -1,4 +1,4 @@
-"""The metrics endpoint's TLS and basic authentication: Prometheus' web configuration file.
+"""The daemon's metrics endpoint's TLS and basic authentication: Prometheus' web configuration file.
 
 Why this format: it is the one every Prometheus exporter reads (node_exporter's
 ``--web.config.file``, the exporter-toolkit's ``docs/web-configuration.md``), so an
@@ -28,6 +28,10 @@ TLS through the stdlib :mod:`ssl`; bcrypt through the ``bcrypt`` package (the
 ``metrics-auth`` extra with PyYAML for the file): a password hash must be checked by a
 well-kept implementation, not by code of our own.  Both are imported only when a web
 configuration is set.
+
+Beside :mod:`cxlctl.config`, not in the daemon package: the configuration loader checks the
+file a ``web_config`` names (a daemon start or reload with an unusable one is refused), and the
+configuration must not import the daemon.
 """
 
 from __future__ import annotations
