@@ -110,6 +110,31 @@ def test_basic_auth_refuses_without_or_with_wrong_credentials(tmp_path: Any) -> 
         lp.close()
 
 
+def _raw(addr: Tuple[str, int], head: bytes) -> bytes:
+    with socket.create_connection(addr, timeout=5) as c:
+        c.sendall(head)
+        data = b""
+        while True:
+            chunk = c.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+
+
+def test_an_open_loopback_endpoint_answers_only_requests_addressed_to_the_loopback() -> None:
+    """DNS rebinding: a web page whose name now resolves to 127.0.0.1 sends its own name as Host."""
+    lp = _Loop(MetricsServer("127.0.0.1", 0, lambda: b"cxlctl_up 1\n"))
+    try:
+        addr = lp.server.address
+        for host in (b"evil.example", b"evil.example:9860", b"10.1.2.3:9860"):
+            got = _raw(addr, b"GET /metrics HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+            assert got.startswith(b"HTTP/1.0 421 ") and b"cxlctl_up" not in got, host
+        for line in (b"Host: 127.0.0.1:9860\r\n", b"Host: localhost\r\n", b"Host: [::1]:9860\r\n", b""):
+            assert _raw(addr, b"GET /metrics HTTP/1.0\r\n" + line + b"\r\n").startswith(b"HTTP/1.0 200 "), line
+    finally:
+        lp.close()
+
+
 def _certificate(tmp_path: Any) -> Tuple[str, str]:
     """(cert, key) of a self-signed certificate for localhost/127.0.0.1, made now."""
     crt, key = str(tmp_path / "server.crt"), str(tmp_path / "server.key")

@@ -636,6 +636,7 @@ class MetricsServer:
             raise
         self.sock.setblocking(False)
         self.address: Tuple[str, int] = self.sock.getsockname()[:2]
+        self.loopback = _is_loopback(self.address[0])
         self.body = body
         self.timeout = timeout
         self.max_clients = max(1, max_clients)
@@ -736,6 +737,11 @@ class MetricsServer:
                 self._reply(conn, 400, "text/plain", b"bad request\n")
             elif parts[0] not in ("GET", "HEAD"):
                 self._reply(conn, 405, "text/plain", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+            elif self.loopback and self.web is None and not _loopback_host(data):
+                # an open loopback endpoint answers only requests addressed to the loopback: a web
+                # page whose name was rebound to 127.0.0.1 (DNS rebinding) sends its own name
+                self.refused += 1
+                self._reply(conn, 421, "text/plain", b"misdirected request: use http://127.0.0.1/metrics\n")
             elif self.web is not None and not self._authorized(data):
                 self.refused += 1
                 self._reply(
@@ -756,7 +762,14 @@ class MetricsServer:
 
     @staticmethod
     def _reply(conn: socket.socket, code: int, ctype: str, body: bytes, *, head: bool = False, extra: str = "") -> None:
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}[code]
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            421: "Misdirected Request",
+        }[code]
         hdr = (
             f"HTTP/1.0 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
             f"Connection: close\r\n{extra}\r\n"
@@ -778,6 +791,29 @@ class MetricsServer:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _loopback_host(head: bytes) -> bool:
+    """Whether a request's ``Host`` header (if any: HTTP/1.0 may leave it out) names the loopback."""
+    for line in head.split(b"\n")[1:]:
+        field, sep, value = line.partition(b":")
+        if sep and field.strip().lower() == b"host":
+            host = value.strip().decode("latin-1")
+            if host.startswith("["):
+                host = host[1 : host.find("]")] if "]" in host else host
+            elif host.count(":") == 1:
+                host = host.partition(":")[0]
+            return _is_loopback(host)
+    return True
 
 
 def families(text: str) -> Iterable[str]:
