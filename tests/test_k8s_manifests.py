@@ -465,17 +465,27 @@ def test_daemonset_host_paths_are_the_units_writable_paths() -> None:
         for m in c["volumeMounts"]
         if "hostPath" in vols[m["name"]] and not m.get("readOnly")
     }
-    assert all(path == mount for path, mount in rw_host.items()), "host paths mounted where the daemon expects them"
+    # /proc cannot take a volume (the runtime refuses mounts inside /proc): the host's /proc/sys
+    # directories go beside it, where CXLCTL_HOST_PROC_SYS points cxlctl
+    env = {e["name"]: e["value"] for e in c["env"]}
+    for path, mount in rw_host.items():
+        want = env["CXLCTL_HOST_PROC_SYS"] + path[len("/proc/sys") :] if path.startswith("/proc/sys/") else path
+        assert mount == want, (path, mount)
+        assert not mount.startswith("/proc/"), mount
     unit_rw = [p.lstrip("-") for p in _unit()["ReadWritePaths"]]
-    unit_rw += [d.replace("-", "") for d in ("/run/cxlctl",)]  # RuntimeDirectory=cxlctl
+    unit_rw += ["/run/cxlctl"]  # RuntimeDirectory=cxlctl
     parents = {"/sys/kernel/mm", "/sys/bus/cxl", "/sys/bus/dax", "/sys/kernel/tracing"}
+    ro_host = {
+        vols[m["name"]]["hostPath"]["path"]
+        for m in c["volumeMounts"]
+        if "hostPath" in vols[m["name"]] and m.get("readOnly")
+    }
+    assert {"/proc/sys/vm", "/proc/sys/kernel"} <= ro_host, "the host's sysctls readable, not writable"
     for path in rw_host:
         assert path in unit_rw or (path in parents and any(u.startswith(path + "/") for u in unit_rw)), path
     for u in unit_rw:
-        if u.startswith("/sys/"):
+        if u.startswith(("/sys/", "/proc/sys/")):
             assert any(u == p or u.startswith(p + "/") for p in rw_host), f"{u} is not writable in the pod"
-    # /proc cannot take a volume (the runtime refuses mounts inside /proc): none is tried
-    assert not [p for p in rw_host if p.startswith("/proc")]
     assert "dev-cxl" not in vols, "no device node without a device plugin"
 
 
