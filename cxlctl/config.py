@@ -316,21 +316,26 @@ def _raise(where: str, bad: List[Problem], text: Optional[str]) -> None:
     raise ConfigError(where, k, r, line=ln, more=more)
 
 
-def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, host: Optional[Host] = None) -> Config:
+def validate(
+    where: str, data: Dict[str, Any], *, text: Optional[str] = None, host: Optional[Host] = None, web: bool = False
+) -> Config:
     """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming every problem (with its line when
-    ``text``, the file's text, is given).  With ``host``, ``profile =`` must name a profile that loads."""
+    ``text``, the file's text, is given).  With ``host``, ``profile =`` must name a profile that loads;
+    with ``web`` too, ``metrics.web_config`` must name a web configuration the daemon can use (its
+    certificate and key readable: the daemon's start and reload, as root; not a user's ``daemon
+    metrics``, which serves nothing and may not read root's key)."""
     values, bad = _check(data)
     if host is not None and values[""]["profile"] and not any(k == "profile" for k, _ in bad):
         reason = profile_problem(host, values[""]["profile"])
         if reason is not None:
             bad.append(("profile", reason))
-    web = values["metrics"]["web_config"]
-    if host is not None and web and not any(k == "metrics.web_config" for k, _ in bad):
+    web_file = values["metrics"]["web_config"]
+    if host is not None and web and web_file and not any(k == "metrics.web_config" for k, _ in bad):
         from cxlctl.webconfig import WebConfigError
         from cxlctl.webconfig import load as load_web
 
         try:  # a web configuration that cannot be used must stop the start (or the reload), not open the endpoint
-            load_web(host.path(web))
+            load_web(host.path(web_file))
         except WebConfigError as e:
             bad.append(("metrics.web_config", str(e)))
     if bad:
@@ -376,7 +381,7 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(host: Host, path: Optional[str] = None) -> Config:
+def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
     A missing default file means defaults; a missing explicit ``path`` is an error.
@@ -390,7 +395,7 @@ def load(host: Host, path: Optional[str] = None) -> Config:
         if e.missing and not explicit:
             return defaults()
         raise ConfigError(file, None, e.reason, line=e.line) from None
-    return validate(file, data, text=text, host=host)
+    return validate(file, data, text=text, host=host, web=web)
 
 
 def profile_problem(host: Host, ref: str) -> Optional[str]:

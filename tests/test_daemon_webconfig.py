@@ -257,8 +257,9 @@ def test_an_unusable_web_configuration_is_refused_by_name(tmp_path: Any, text: s
     cfg = tmp_path / "cxlctl.toml"
     cfg.write_text(f'[metrics]\nlisten = "127.0.0.1:0"\nweb_config = "{path}"\n')
     with pytest.raises(ConfigError) as ce:
-        load(Host("/"), str(cfg))
+        load(Host("/"), str(cfg), web=True)
     assert ce.value.key == "metrics.web_config" and needle in str(ce.value)
+    assert load(Host("/"), str(cfg)).metrics_web_config == str(path), "`daemon metrics` needs no usable web config"
 
 
 def test_a_remote_listen_needs_a_web_configuration_or_allow_remote(tmp_path: Any) -> None:

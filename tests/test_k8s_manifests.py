@@ -265,7 +265,7 @@ def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
     # and the real loader refuses it while the certificate is missing: the endpoint never opens without TLS
     (root / "etc" / "cxlctl" / "web.yml").write_text(data["web.yml"])
     with pytest.raises(ConfigError) as e:
-        load(Host(str(root)), str(p))
+        load(Host(str(root)), str(p), web=True)
     assert e.value.key == "metrics.web_config"
 
 

@@ -626,7 +626,7 @@ class Daemon:
         self.stats.reloads += 1
         self.notifier.reloading()
         try:
-            new = config_mod.load(self.host, self.config_path)
+            new = config_mod.load(self.host, self.config_path, web=True)
         except CxlctlError as e:
             self.stats.reload_failures += 1
             self.log.error("reload failed, keeping the running configuration: %s", e)
