@@ -474,13 +474,14 @@ def test_daemonset_host_paths_are_the_units_writable_paths() -> None:
         assert not mount.startswith("/proc/"), mount
     unit_rw = [p.lstrip("-") for p in _unit()["ReadWritePaths"]]
     unit_rw += ["/run/cxlctl"]  # RuntimeDirectory=cxlctl
-    parents = {"/sys/kernel/mm", "/sys/bus/cxl", "/sys/bus/dax", "/sys/kernel/tracing"}
+    parents = {"/sys/kernel/mm"}
     ro_host = {
         vols[m["name"]]["hostPath"]["path"]
         for m in c["volumeMounts"]
         if "hostPath" in vols[m["name"]] and m.get("readOnly")
     }
     assert {"/proc/sys/vm", "/proc/sys/kernel"} <= ro_host, "the host's sysctls readable, not writable"
+    assert "/sys/kernel/tracing" in ro_host and "/sys/kernel/tracing/instances" in rw_host, "no kprobes"
     for path in rw_host:
         assert path in unit_rw or (path in parents and any(u.startswith(path + "/") for u in unit_rw)), path
     for u in unit_rw:
