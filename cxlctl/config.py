@@ -97,6 +97,11 @@ class Config(NamedTuple):
     #: (system-ram | devdax | none) and the zone its memory is onlined in (movable | normal)
     adopt: str = "system-ram"
     adopt_zone: str = "movable"
+    #: a Prometheus web configuration file (TLS, basic auth) for the metrics endpoint (cxlctl/webconfig.py)
+    metrics_web_config: Optional[str] = None
+    #: a file that exists while the daemon is ready (start-up done, the metrics endpoint serving):
+    #: a Kubernetes readiness probe's ``test -f``
+    ready_file: Optional[str] = None
 
 
 # ------------------------------------------------------------------------ value checks
@@ -218,6 +223,8 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
     "metrics": {
         "listen": (_listen, DEFAULT_LISTEN),
         "allow_remote": (_bool, False),
+        "web_config": (_abs_path, ""),
+        "ready_file": (_abs_path, ""),
         "textfile_dir": (_abs_path, ""),
         "telemetry_interval": (_num(1, 3600, zero_ok=True), 15),
         "cgroups": (_cgroups, ()),
@@ -279,12 +286,12 @@ def _check(data: Dict[str, Any]) -> Tuple[Dict[str, Dict[str, Any]], List[Proble
         bad.append(("reconcile.max_delay_ms", f"must be at least debounce_ms ({r['debounce_ms']})"))
     if not keys & {"metrics.listen", "metrics.allow_remote"}:
         listen = parse_listen(m["listen"])
-        if listen is not None and not m["allow_remote"] and not _loopback(listen[0]):
+        if listen is not None and not m["allow_remote"] and not _loopback(listen[0]) and not m["web_config"]:
             bad.append(
                 (
                     "metrics.listen",
-                    f"{listen[0]} is not a loopback address; the endpoint has no authentication "
-                    "(set metrics.allow_remote = true to expose it anyway)",
+                    f"{listen[0]} is not a loopback address and no metrics.web_config gives the endpoint TLS "
+                    "or authentication (set one, or metrics.allow_remote = true to expose it anyway)",
                 )
             )
     n = values["nfd"]
@@ -309,14 +316,28 @@ def _raise(where: str, bad: List[Problem], text: Optional[str]) -> None:
     raise ConfigError(where, k, r, line=ln, more=more)
 
 
-def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, host: Optional[Host] = None) -> Config:
+def validate(
+    where: str, data: Dict[str, Any], *, text: Optional[str] = None, host: Optional[Host] = None, web: bool = False
+) -> Config:
     """Parsed TOML → :class:`Config`, or :class:`ConfigError` naming every problem (with its line when
-    ``text``, the file's text, is given).  With ``host``, ``profile =`` must name a profile that loads."""
+    ``text``, the file's text, is given).  With ``host``, ``profile =`` must name a profile that loads;
+    with ``web`` too, ``metrics.web_config`` must name a web configuration the daemon can use (its
+    certificate and key readable: the daemon's start and reload, as root; not a user's ``daemon
+    metrics``, which serves nothing and may not read root's key)."""
     values, bad = _check(data)
     if host is not None and values[""]["profile"] and not any(k == "profile" for k, _ in bad):
         reason = profile_problem(host, values[""]["profile"])
         if reason is not None:
             bad.append(("profile", reason))
+    web_file = values["metrics"]["web_config"]
+    if host is not None and web and web_file and not any(k == "metrics.web_config" for k, _ in bad):
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
+
+        try:  # a web configuration that cannot be used must stop the start (or the reload), not open the endpoint
+            load_web(host.path(web_file))
+        except WebConfigError as e:
+            bad.append(("metrics.web_config", str(e)))
     if bad:
         _raise(where, bad, text)
     r, d, m = values["reconcile"], values["drift"], values["metrics"]
@@ -336,6 +357,8 @@ def validate(where: str, data: Dict[str, Any], *, text: Optional[str] = None, ho
         rollback_on_exit=values["shutdown"]["rollback"],
         metrics_listen=listen,
         metrics_allow_remote=m["allow_remote"],
+        metrics_web_config=m["web_config"] or None,
+        ready_file=m["ready_file"] or None,
         textfile_dir=m["textfile_dir"] or None,
         nfd_enabled=n["enabled"],
         nfd_dir=n["dir"],
@@ -358,7 +381,7 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(host: Host, path: Optional[str] = None) -> Config:
+def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
     A missing default file means defaults; a missing explicit ``path`` is an error.
@@ -372,7 +395,7 @@ def load(host: Host, path: Optional[str] = None) -> Config:
         if e.missing and not explicit:
             return defaults()
         raise ConfigError(file, None, e.reason, line=e.line) from None
-    return validate(file, data, text=text, host=host)
+    return validate(file, data, text=text, host=host, web=web)
 
 
 def profile_problem(host: Host, ref: str) -> Optional[str]:
@@ -414,6 +437,8 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
         "metrics": {
             "listen": listen,
             "allow_remote": cfg.metrics_allow_remote,
+            "web_config": cfg.metrics_web_config or "",
+            "ready_file": cfg.ready_file or "",
             "textfile_dir": cfg.textfile_dir or "",
             "telemetry_interval": cfg.telemetry_interval,
             "cgroups": list(cfg.telemetry_cgroups),

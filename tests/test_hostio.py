@@ -309,3 +309,49 @@ def test_a_name_with_a_nul_byte_reads_as_absent(tmp_path: Path) -> None:
     r = Reader(str(tmp_path))
     assert r.raw("/boot/config-6.1\x00x") is None
     assert not r.exists("/boot/config-6.1\x00x")
+
+
+# --------------------------------------------------------------------------- the host's /proc/sys elsewhere (issue 43)
+
+
+def _host_proc_sys(tmp_path: Path) -> Path:
+    d = tmp_path / "host" / "proc" / "sys"
+    (d / "vm").mkdir(parents=True)
+    (d / "vm" / "swappiness").write_text("60\n")
+    return d
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the place must be root's own")
+def test_the_hosts_proc_sys_mounted_elsewhere_is_where_knobs_are_read_and_written(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """An unprivileged pod's /proc/sys is read-only: the DaemonSet mounts the host's at /host/proc/sys and
+    names it in CXLCTL_HOST_PROC_SYS. Reads and writes go there; host paths (the journal's) stay /proc/sys."""
+    from cxlctl.hostio import root as root_mod
+    from cxlctl.hostio.write import write_knob
+
+    d = _host_proc_sys(tmp_path)
+    monkeypatch.setenv(root_mod.PROC_SYS_ENV, str(d))
+    monkeypatch.setattr(root_mod, "_proc_sys", None)
+    assert under("/", paths.SWAPPINESS) == str(d / "vm" / "swappiness")
+    assert under("/", paths.NODE_DIR) == paths.NODE_DIR and under("/", "/proc/self/status") == "/proc/self/status"
+    assert under(str(tmp_path), paths.SWAPPINESS) == str(tmp_path) + paths.SWAPPINESS, "a --root tree is not moved"
+    assert Reader().text(paths.SWAPPINESS) == "60"
+    write_knob("/", paths.SWAPPINESS, "10")
+    assert (d / "vm" / "swappiness").read_text() == "10"
+
+
+def test_a_proc_sys_place_others_can_write_is_refused(tmp_path: Path, monkeypatch: Any) -> None:
+    from cxlctl.hostio import root as root_mod
+
+    d = _host_proc_sys(tmp_path)
+    d.chmod(0o777)
+    for value, needle in ((str(d), "writable"), ("host/proc/sys", "not an absolute path")):
+        monkeypatch.setenv(root_mod.PROC_SYS_ENV, value)
+        monkeypatch.setattr(root_mod, "_proc_sys", None)
+        with pytest.raises(UsageError) as e:
+            under("/", paths.SWAPPINESS)
+        assert needle in str(e.value) or os.geteuid() != 0, str(e.value)
+    monkeypatch.delenv(root_mod.PROC_SYS_ENV)
+    monkeypatch.setattr(root_mod, "_proc_sys", None)
+    assert under("/", paths.SWAPPINESS) == paths.SWAPPINESS

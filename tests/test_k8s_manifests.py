@@ -27,6 +27,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 from typing import Any, Dict, Iterator, List, Tuple
 
 import jsonschema
@@ -35,7 +36,7 @@ import pytest
 import yaml
 
 from cxlctl.cli import run
-from cxlctl.config import load
+from cxlctl.config import ConfigError, load
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from cxlctl.k8s import nfd
@@ -49,12 +50,43 @@ SCHEMAS = os.path.join(REPO, "tests", "schemas")
 K8S_VERSIONS = ("1.32.0", "1.37.0")
 
 
+#: test digests for render.sh's placeholders (each image its own, so a swapped one shows)
+DIGESTS = {
+    "CXLCTL_IMAGE_DIGEST": "sha256:" + "c" * 64,
+    "KUBE_RBAC_PROXY_IMAGE_DIGEST": "sha256:" + "b" * 64,
+    "VLLM_CXL_IMAGE_DIGEST": "sha256:" + "f" * 64,
+}
+
+
+def _render(env: Dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [os.path.join(DEPLOY, "render.sh")],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+_RENDERED: List[Tuple[str, Dict[str, Any]]] = []
+
+
 def _docs() -> Iterator[Tuple[str, Dict[str, Any]]]:
-    for path in sorted(glob.glob(os.path.join(DEPLOY, "*.yaml"))):
-        with open(path) as f:
-            for doc in yaml.safe_load_all(f):
+    """Every manifest as render.sh gives it to kubectl (the images pinned by the test digests)."""
+    if not _RENDERED:
+        p = _render(DIGESTS)
+        assert p.returncode == 0, p.stderr
+        name = ""
+        for doc_text in re.split(r"^---\n", p.stdout, flags=re.M):
+            m = re.match(r"# (\S+\.yaml)\n", doc_text)
+            if m:
+                name = m.group(1)
+            for doc in yaml.safe_load_all(doc_text):
                 if doc is not None:
-                    yield os.path.basename(path), doc
+                    _RENDERED.append((name, doc))
+        files = {os.path.basename(f) for f in glob.glob(os.path.join(DEPLOY, "*.yaml"))}
+        assert {n for n, _ in _RENDERED} == files
+    yield from _RENDERED
 
 
 def _find(kind: str, name: str) -> Dict[str, Any]:
@@ -70,12 +102,18 @@ def test_every_manifest_is_known_and_complete() -> None:
         [
             "cxlctl-daemonset.yaml:Namespace",
             "cxlctl-daemonset.yaml:ServiceAccount",
+            "cxlctl-daemonset.yaml:ClusterRole",
+            "cxlctl-daemonset.yaml:ClusterRoleBinding",
             "cxlctl-daemonset.yaml:ConfigMap",
             "cxlctl-daemonset.yaml:DaemonSet",
             "cxlctl-nodefeaturerule.yaml:NodeFeatureRule",
             "cxlctl-openshift-scc.yaml:Role",
             "cxlctl-openshift-scc.yaml:RoleBinding",
             "cxlctl-servicemonitor.yaml:Service",
+            "cxlctl-servicemonitor.yaml:ServiceAccount",
+            "cxlctl-servicemonitor.yaml:Secret",
+            "cxlctl-servicemonitor.yaml:ClusterRole",
+            "cxlctl-servicemonitor.yaml:ClusterRoleBinding",
             "cxlctl-servicemonitor.yaml:ServiceMonitor",
             "vllm-deployment.yaml:Deployment",
         ]
@@ -90,7 +128,7 @@ def test_core_manifests_validate_against_the_kubernetes_schemas(version: str) ->
             continue
         kubernetes_validate.validate(doc, version, strict=True)
         n += 1
-    assert n == 8
+    assert n == 14
 
 
 def test_the_validator_catches_a_typo() -> None:
@@ -143,7 +181,7 @@ def test_servicemonitor_validates_against_the_prometheus_operator_crd() -> None:
     assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
     ds = _find("DaemonSet", "cxlctl")
     assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    ports = ds["spec"]["template"]["spec"]["containers"][0]["ports"]
+    ports = [p for c in ds["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])]
     assert [p["containerPort"] for p in ports if p["name"] == "metrics"] == [9860]
 
 
@@ -204,14 +242,31 @@ def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
 
 
 def test_configmap_parses_with_the_daemons_loader(tmp_path: Any) -> None:
-    text = _find("ConfigMap", "cxlctl-config")["data"]["cxlctl.toml"]
-    p = tmp_path / "cxlctl.toml"
-    p.write_text(text)
-    cfg = load(Host("/"), str(p))
+    """cxlctl.toml with the daemon's loader (the web configuration it names placed under a root, its
+    certificate files not: they come from a Secret), and web.yml with the daemon's web-config parser."""
+    from cxlctl.webconfig import parse
+
+    data = _find("ConfigMap", "cxlctl-config")["data"]
+    root = tmp_path / "root"
+    (root / "etc" / "cxlctl").mkdir(parents=True)
+    p = root / "etc" / "cxlctl" / "cxlctl.toml"
+    p.write_text(data["cxlctl.toml"])
+    from cxlctl.config import validate
+    from cxlctl.hostio import toml
+
+    cfg = validate(str(p), toml.loads(data["cxlctl.toml"]))
     assert cfg.profile == "inference-bandwidth"
     assert (cfg.drift_interval, cfg.drift_action) == (60, "reapply")
-    assert cfg.metrics_listen == ("0.0.0.0", 9860) and cfg.metrics_allow_remote is True
+    assert cfg.metrics_listen == ("127.0.0.1", 9861) and cfg.metrics_allow_remote is False, "loopback only"
+    assert cfg.metrics_web_config == "/etc/cxlctl/web.yml" and cfg.ready_file == "/run/cxlctl-ready/ready"
     assert cfg.nfd_enabled and cfg.nfd_dir == "/etc/kubernetes/node-feature-discovery/features.d"
+    web = parse("/etc/cxlctl/web.yml", data["web.yml"])
+    assert web.tls and web.cert_file == "/etc/cxlctl/tls/tls.crt" and web.key_file == "/etc/cxlctl/tls/tls.key"
+    # and the real loader refuses it while the certificate is missing: the endpoint never opens without TLS
+    (root / "etc" / "cxlctl" / "web.yml").write_text(data["web.yml"])
+    with pytest.raises(ConfigError) as e:
+        load(Host(str(root)), str(p), web=True)
+    assert e.value.key == "metrics.web_config"
 
 
 def test_daemonset_runs_the_daemon_on_the_configmap() -> None:
@@ -228,6 +283,7 @@ def test_daemonset_runs_the_daemon_on_the_configmap() -> None:
     sa = _find("ServiceAccount", "cxlctl")
     assert sa["metadata"]["namespace"] == ds["metadata"]["namespace"]
     ns = _find("Namespace", "cxlctl")
+    # the level's name: hostNetwork, hostPath and CAP_SYS_ADMIN are beyond "baseline" (the pod is not privileged)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
@@ -359,3 +415,145 @@ def test_containerfile_targets_paths_and_commands() -> None:
     assert daemon_cmd == _find("DaemonSet", "cxlctl")["spec"]["template"]["spec"]["containers"][0]["command"]
     vllm_entry = json.loads([r for w, r in by_stage["vllm"] if w == "ENTRYPOINT"][0])
     assert vllm_entry == _vllm()[1]["command"]
+
+
+# --------------------------------------------------------------------------- issue 43: hardening
+
+
+def _unit() -> Dict[str, List[str]]:
+    """The systemd unit's directives (systemd/cxlctl.service), each with every value it is given."""
+    out: Dict[str, List[str]] = {}
+    with open(os.path.join(REPO, "systemd", "cxlctl.service")) as f:
+        for line in f:
+            k, sep, v = line.strip().partition("=")
+            if sep and not line.startswith("#"):
+                out.setdefault(k, []).extend(v.split())
+    return out
+
+
+def _daemon_pod() -> Dict[str, Any]:
+    spec: Dict[str, Any] = _find("DaemonSet", "cxlctl")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_daemonset_is_not_privileged_and_has_the_units_capabilities() -> None:
+    spec = _daemon_pod()
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    unit_caps = sorted(c.removeprefix("CAP_") for c in _unit()["CapabilityBoundingSet"])
+    assert unit_caps == ["NET_ADMIN", "SYS_ADMIN"]
+    for c in spec["containers"]:
+        sc = c["securityContext"]
+        assert "privileged" not in sc, c["name"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, c["name"]
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, c["name"]
+        assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
+        want = unit_caps if c["name"] == "cxlctl" else []
+        assert sorted(sc["capabilities"].get("add", [])) == want, c["name"]
+    (proxy,) = [c for c in spec["containers"] if c["name"] == "kube-rbac-proxy"]
+    assert proxy["securityContext"]["runAsNonRoot"] is True
+    assert not spec.get("hostPID") and not spec.get("hostIPC")
+
+
+def test_daemonset_host_paths_are_the_units_writable_paths() -> None:
+    """Every writable hostPath is a path the unit may write (or, for /sys/kernel/mm, the directory of
+    three it may write that a kernel may lack); every path the unit writes under /sys is mounted."""
+    spec = _daemon_pod()
+    (c,) = [c for c in spec["containers"] if c["name"] == "cxlctl"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    rw_host = {
+        vols[m["name"]]["hostPath"]["path"]: m["mountPath"]
+        for m in c["volumeMounts"]
+        if "hostPath" in vols[m["name"]] and not m.get("readOnly")
+    }
+    # /proc cannot take a volume (the runtime refuses mounts inside /proc): the host's /proc/sys
+    # directories go beside it, where CXLCTL_HOST_PROC_SYS points cxlctl
+    env = {e["name"]: e["value"] for e in c["env"]}
+    for path, mount in rw_host.items():
+        want = env["CXLCTL_HOST_PROC_SYS"] + path[len("/proc/sys") :] if path.startswith("/proc/sys/") else path
+        assert mount == want, (path, mount)
+        assert not mount.startswith("/proc/"), mount
+    unit_rw = [p.lstrip("-") for p in _unit()["ReadWritePaths"]]
+    unit_rw += ["/run/cxlctl"]  # RuntimeDirectory=cxlctl
+    parents = {"/sys/kernel/mm"}
+    ro_host = {
+        vols[m["name"]]["hostPath"]["path"]
+        for m in c["volumeMounts"]
+        if "hostPath" in vols[m["name"]] and m.get("readOnly")
+    }
+    assert {"/proc/sys/vm", "/proc/sys/kernel"} <= ro_host, "the host's sysctls readable, not writable"
+    assert "/sys/kernel/tracing" in ro_host and "/sys/kernel/tracing/instances" in rw_host, "no kprobes"
+    for path in rw_host:
+        assert path in unit_rw or (path in parents and any(u.startswith(path + "/") for u in unit_rw)), path
+    for u in unit_rw:
+        if u.startswith(("/sys/", "/proc/sys/")):
+            assert any(u == p or u.startswith(p + "/") for p in rw_host), f"{u} is not writable in the pod"
+    assert "dev-cxl" not in vols, "no device node without a device plugin"
+
+
+def test_images_are_pinned_by_digest_and_rendering_requires_them() -> None:
+    images = [
+        c["image"]
+        for _, d in _docs()
+        if d["kind"] in ("DaemonSet", "Deployment")
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert len(images) == 3
+    for img in images:
+        assert re.fullmatch(r"[a-z0-9.-]+(/[a-z0-9._-]+)+@sha256:[0-9a-f]{64}", img), img
+    assert sorted(i.split("@", 1)[1] for i in images) == sorted(DIGESTS.values())
+    # the files themselves carry placeholders, never a tag
+    for path in glob.glob(os.path.join(DEPLOY, "*.yaml")):
+        with open(path) as f:
+            for line in f:
+                if line.strip().startswith("image:"):
+                    assert re.search(r"@\$\{[A-Z_]+_DIGEST\}$", line.strip()), line
+    for missing in DIGESTS:
+        p = _render({k: v for k, v in DIGESTS.items() if k != missing})
+        assert p.returncode == 2 and missing in p.stderr and p.stdout == "", p.stderr
+    p = _render({**DIGESTS, "CXLCTL_IMAGE_DIGEST": "0.1.0"})
+    assert p.returncode == 2 and "sha256:<64 hex digits>" in p.stderr
+
+
+def test_tolerations_are_narrow() -> None:
+    for t in _daemon_pod()["tolerations"]:
+        assert t.get("key"), f"a toleration without a key tolerates every taint: {t}"
+        assert t.get("effect") in ("NoSchedule", "PreferNoSchedule"), t
+
+
+def test_metrics_only_through_kube_rbac_proxy_over_https() -> None:
+    """The daemon listens on loopback with TLS; the proxy listens on the node's port 9860, sends to
+    the daemon's address checking its certificate; the ServiceMonitor scrapes https with a token whose
+    ServiceAccount may get /metrics; the proxy may create TokenReviews and SubjectAccessReviews."""
+    from cxlctl.hostio import toml
+
+    spec = _daemon_pod()
+    (proxy,) = [c for c in spec["containers"] if c["name"] == "kube-rbac-proxy"]
+    args = dict(a.lstrip("-").split("=", 1) for a in proxy["args"])
+    cfg = toml.loads(_find("ConfigMap", "cxlctl-config")["data"]["cxlctl.toml"])
+    assert args["upstream"] == f"https://{cfg['metrics']['listen']}/" and cfg["metrics"]["listen"].startswith("127.")
+    assert args["secure-listen-address"].endswith(":9860") and args["upstream-ca-file"]
+    (daemon,) = [c for c in spec["containers"] if c["name"] == "cxlctl"]
+    assert "ports" not in daemon, "nothing of the daemon's is published"
+    # readiness: the daemon's own ready file (not reachable by a process that took its port)
+    assert daemon["readinessProbe"]["exec"]["command"] == ["test", "-f", cfg["metrics"]["ready_file"]]
+    # the token only in the proxy
+    token_mounts = [m for c in spec["containers"] for m in c["volumeMounts"] if m["name"] == "proxy-token"]
+    assert [m["mountPath"] for m in token_mounts] == ["/var/run/secrets/kubernetes.io/serviceaccount"]
+    assert [c["name"] for c in spec["containers"] if any(m["name"] == "proxy-token" for m in c["volumeMounts"])] == [
+        "kube-rbac-proxy"
+    ]
+    rules = _find("ClusterRole", "cxlctl-kube-rbac-proxy")["rules"]
+    assert {(r["apiGroups"][0], r["resources"][0], r["verbs"][0]) for r in rules} == {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+    ep = _find("ServiceMonitor", "cxlctl")["spec"]["endpoints"][0]
+    assert ep["scheme"] == "https" and ep["tlsConfig"]["serverName"] == "cxlctl-metrics.cxlctl.svc"
+    secret = _find("Secret", "cxlctl-metrics-reader-token")
+    assert ep["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
+    reader = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = _find("ClusterRoleBinding", "cxlctl-metrics-reader")
+    assert binding["subjects"][0]["name"] == reader
+    assert _find("ClusterRole", binding["roleRef"]["name"])["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]

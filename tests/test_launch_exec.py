@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -31,11 +31,26 @@ with open("/sys/devices/system/node/has_memory") as _f:
     HOST_NODE = int(_f.read().strip().split(",")[0].split("-")[0])
 
 
-def launch(fakes: Fakes, *argv: str, extra: Dict[str, str] = {}) -> Tuple[int, str, str, int]:  # noqa: B006
-    """(exit code, stdout, stderr, pid) of one real launch."""
+#: CI runs as root: an engine keeps root only when asked (issue 43); the drop has tests of its own below
+AS_ROOT = ["--allow-root"] if os.geteuid() == 0 else []
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="changing the engine's user needs root")
+
+
+def launch(
+    fakes: Fakes,
+    *argv: str,
+    extra: Dict[str, str] = {},  # noqa: B006
+    as_root: bool = True,
+    path_tail: Optional[str] = None,
+) -> Tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, pid) of one real launch; ``as_root``: with ``--allow-root`` when
+    the tests run as root (``launch ENGINE`` commands only), and never with the runner's SUDO_*."""
+    if as_root and argv[:1] == ("launch",):
+        argv = (*argv[:2], *AS_ROOT, *argv[2:])
     env = dict(os.environ)
-    env.pop("CXLCTL_ROOT", None)
-    env.update(fakes.env(**extra))
+    for k in ("CXLCTL_ROOT", "SUDO_UID", "SUDO_GID", "SUDO_USER"):
+        env.pop(k, None)
+    env.update(fakes.env(path_tail, **extra))
     p = subprocess.Popen(
         [sys.executable, "-m", "cxlctl", *argv],
         cwd=REPO,
@@ -225,7 +240,8 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
     env = dict(os.environ)
     env.update(fakes.env())
     p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", "launch", "exec", "--policy", "bind", "--mem-nodes", n, "--", "sleep", "60"],
+        [sys.executable, "-m", "cxlctl", "launch", "exec", *AS_ROOT, "--policy", "bind", "--mem-nodes", n]
+        + ["--", "sleep", "60"],
         cwd=REPO,
         env=env,
         stderr=subprocess.DEVNULL,
@@ -265,3 +281,134 @@ def test_policy_show_matches_and_detects_drift(fakes: Fakes) -> None:
     for pid, code, needle in (("999999999", 2, "no process with PID"), ("0", 2, "not a process id"), ("x", 2, "")):
         r = cli("policy", "show", pid)
         assert r.returncode == code and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------- the engine's user (issue 43)
+
+#: the engine: a shell that prints its own status and NUMA map (``$$`` is the exec'd engine itself)
+_SELF = [
+    "/bin/sh",
+    "-c",
+    '/bin/cat /proc/$$/status; echo ---; /bin/cat /proc/$$/numa_maps; echo ---; echo "HOME=$HOME"',
+]
+
+
+def _engine_status(out: str) -> Dict[str, str]:
+    status, maps, home = out.split("---\n")
+    got = {k: v.strip() for k, _, v in (line.partition(":") for line in status.splitlines())}
+    got["numa_maps"] = maps
+    got["home"] = home.strip()
+    return got
+
+
+def _nobody() -> Tuple[str, int, int]:
+    import pwd
+
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_name, pw.pw_uid, pw.pw_gid
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("method", ["numactl", "direct"])
+def test_engine_launched_as_root_runs_as_the_user_without_capabilities(fakes: Fakes, method: str) -> None:
+    """--user: the engine has the user's ids, no capability in any set, no_new_privs, and still the memory
+    policy set before the drop (direct: set_mempolicy by cxlctl as root; numactl: by numactl as the user)."""
+    name, uid, gid = _nobody()
+    n = str(HOST_NODE)
+    # no numactl on PATH makes cxlctl set the policy itself (as root), then drop
+    tail = "/nonexistent" if method == "direct" else None
+    rc, out, err, pid = launch(
+        fakes,
+        "launch",
+        "exec",
+        "--user",
+        name,
+        "--policy",
+        "bind",
+        "--mem-nodes",
+        n,
+        "--",
+        *_SELF,
+        path_tail=tail,
+        as_root=False,
+    )
+    assert rc == 0, err
+    st = _engine_status(out)
+    assert st["Pid"] == str(pid), "the engine replaces cxlctl"
+    assert st["Uid"].split() == [str(uid)] * 4 and st["Gid"].split() == [str(gid)] * 4
+    for field in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"):
+        assert int(st[field], 16) == 0, (field, st[field])
+    assert st["NoNewPrivs"] == "1"
+    assert f" bind:{n} " in st["numa_maps"], "the memory policy survives the drop"
+    assert st["home"] == "HOME=" + _passwd_home(name)
+    assert ("policy applied by cxlctl itself" in err) == (method == "direct")
+    assert f"cxlctl: user {name} (uid {uid})" in err and "no capabilities, no_new_privs" in err
+
+
+def _passwd_home(name: str) -> str:
+    import pwd
+
+    return pwd.getpwnam(name).pw_dir
+
+
+@ROOT_ONLY
+def test_engine_defaults_to_the_sudo_caller_and_the_plan_says_so(fakes: Fakes) -> None:
+    name, uid, gid = _nobody()
+    sudo = {"SUDO_UID": str(uid), "SUDO_GID": str(gid)}
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--dry-run", "--json", "--", *_SELF, extra=sudo, as_root=False)
+    assert rc == 0, err
+    plan = json.loads(out)
+    assert plan["run_as"] == {
+        "user": name,
+        "uid": uid,
+        "group": plan["run_as"]["group"],
+        "gid": gid,
+        "groups": [],
+        "source": "sudo caller (SUDO_UID)",
+        "drop_privileges": True,
+        "refused": None,
+    }
+    assert f"setpriv --reuid={uid} --regid={gid}" in plan["numactl_command"]
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--dry-run", "--", "true", extra=sudo, as_root=False)
+    assert rc == 0 and f"user:     {name} (uid {uid})" in out, out
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--", *_SELF, extra=sudo, as_root=False)
+    assert rc == 0, err
+    st = _engine_status(out)
+    assert st["Uid"].split() == [str(uid)] * 4 and int(st["CapBnd"], 16) == 0 and st["NoNewPrivs"] == "1"
+
+
+@ROOT_ONLY
+def test_root_engine_refused_unless_asked(fakes: Fakes) -> None:
+    """As root with no sudo caller and no --user: refused (exit 2, one line + hint, nothing run); the dry
+    run warns; --allow-root keeps root; --user with --allow-root is a usage error."""
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--", *_SELF, as_root=False)
+    assert rc == 2 and "refusing to run the engine as root" in err and "--allow-root" in err, err
+    assert out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 2
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--dry-run", "--json", "--", "true", as_root=False)
+    plan = json.loads(out)
+    assert rc == 0 and plan["run_as"]["uid"] == 0 and plan["run_as"]["refused"]
+    assert any(w.startswith("a real launch is refused") for w in plan["warnings"])
+    rc, out, err, _ = launch(fakes, "launch", "exec", "--", *_SELF)  # --allow-root
+    assert rc == 0, err
+    st = _engine_status(out)
+    assert st["Uid"].split() == ["0"] * 4 and st["NoNewPrivs"] == "0"
+    for argv in (["--allow-root", "--user", "nobody"], ["--user", "root"], ["--user", "no-such-user-43"]):
+        rc, out, err, _ = launch(fakes, "launch", "exec", *argv, "--", "true", as_root=False)
+        assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 2, (argv, err)
+
+
+@ROOT_ONLY
+def test_kv_tmpfs_is_mounted_nosuid_nodev_noexec(tmp_path: Any) -> None:
+    """The private /dev/shm's flags (here on a directory of the test's, in a child's own mount namespace)."""
+    target = tmp_path / "shm"
+    target.mkdir()
+    code = (
+        "from cxlctl.launch.policy import unshare_shm\n"
+        f"unshare_shm(1 << 20, [{HOST_NODE}], 'bind', target={str(target)!r})\n"
+        "print(next(l for l in open('/proc/self/mounts') if ' ' + "
+        f"{str(target)!r} + ' ' in l))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    opts = p.stdout.split()[3].split(",")
+    assert {"nosuid", "nodev", "noexec"} <= set(opts) and f"mpol=bind:{HOST_NODE}" in opts, p.stdout

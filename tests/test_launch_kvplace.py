@@ -99,7 +99,7 @@ def test_not_root_says_where_the_offload_goes_and_the_fix(region: str) -> None:
     assert (
         kp.why_not is not None
         and "not root" in kp.why_not
-        and kp.fix == "run the launch as root (sudo cxlctl launch ...)"
+        and kp.fix == "run the launch as root (sudo cxlctl launch ...: the engine still runs as you)"
     )
     # root: the same request is placed on CXL
     kp = kvplace.decide(inv, ns, pol, 64 * MIB, c._replace(can_mount=True))

@@ -40,7 +40,7 @@ def run_cmd(
     from cxlctl.daemon.loop import Daemon
 
     h = host()
-    cfg = cfgmod.load(h, config)
+    cfg = cfgmod.load(h, config, web=True)  # an unusable web configuration stops the start
     d = Daemon(h, cfg, config_path=config, use_udev=not no_udev and h.live)
     rc = d.run(once=once)
     if rc:
@@ -50,9 +50,12 @@ def run_cmd(
 @daemon_app.command("config")
 def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
+    import os
+
     from cxlctl import config as cfgmod
 
-    cfg = cfgmod.load(host(), config)
+    # as root, the web configuration too, as the daemon reads it (a user may not read root's key)
+    cfg = cfgmod.load(host(), config, web=os.geteuid() == 0)
     if json_out:
         emit_json(cfgmod.render(cfg))
         return

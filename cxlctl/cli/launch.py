@@ -110,6 +110,20 @@ OFFSET_OPT = typer.Option(
 MOONCAKE_OPT = typer.Option(
     False, "--mooncake", help="Give --devdax to Mooncake's CXL transport (MC_CXL_DEV_PATH, MC_CXL_DEV_SIZE)."
 )
+USER_OPT = typer.Option(
+    None,
+    "--user",
+    metavar="USER",
+    help="Who the engine runs as when cxlctl runs as root (name or uid). Default: the sudo caller (SUDO_UID).",
+)
+GROUP_OPT = typer.Option(
+    None, "--group", metavar="GROUP", help="The engine's group (name or gid). Default: --user's, or SUDO_GID."
+)
+ALLOW_ROOT_OPT = typer.Option(
+    False,
+    "--allow-root",
+    help="Run the engine as root with every capability (refused otherwise: an engine is a network server).",
+)
 ARGS = argument(None, "[-- COMMAND ARGS...]", "What to run (after --).")
 
 
@@ -139,6 +153,9 @@ def exec_cmd(
     devdax_pool_id: Optional[str] = POOL_OPT,
     devdax_offset: Optional[str] = OFFSET_OPT,
     mooncake: bool = MOONCAKE_OPT,
+    user: Optional[str] = USER_OPT,
+    group: Optional[str] = GROUP_OPT,
+    allow_root: bool = ALLOW_ROOT_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -166,6 +183,9 @@ def vllm_cmd(
     devdax_pool_id: Optional[str] = POOL_OPT,
     devdax_offset: Optional[str] = OFFSET_OPT,
     mooncake: bool = MOONCAKE_OPT,
+    user: Optional[str] = USER_OPT,
+    group: Optional[str] = GROUP_OPT,
+    allow_root: bool = ALLOW_ROOT_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -191,6 +211,9 @@ def sglang_cmd(
     devdax_pool_id: Optional[str] = POOL_OPT,
     devdax_offset: Optional[str] = OFFSET_OPT,
     mooncake: bool = MOONCAKE_OPT,
+    user: Optional[str] = USER_OPT,
+    group: Optional[str] = GROUP_OPT,
+    allow_root: bool = ALLOW_ROOT_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -215,6 +238,9 @@ def lmcache_cmd(
     engine_cmd: Optional[str] = typer.Option(
         None, "--engine-cmd", metavar="CMD", help="The LMCache command (default: `lmcache`)."
     ),
+    user: Optional[str] = USER_OPT,
+    group: Optional[str] = GROUP_OPT,
+    allow_root: bool = ALLOW_ROOT_OPT,
     dry_run: bool = DRY_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:

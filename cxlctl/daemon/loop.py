@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Optional, Protocol
 from cxlctl import config as config_mod
 from cxlctl.config import Config
 from cxlctl.errors import CxlctlError
+from cxlctl.hostio.atomic import atomic_write
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.write import OutsideRoot
 from cxlctl.k8s import nfd as nfd_mod
@@ -55,6 +56,8 @@ from .telemetry import Sampler, Telemetry
 
 SUBSYSTEMS = ("cxl", "dax", "memory", "node")
 MAX_DRAIN = 4096  # events read per wake-up before timers get a turn
+#: seconds between tries to bind the metrics endpoint while it is down (the port taken, a bad web configuration)
+METRICS_RETRY = 5.0
 REBUILD_RETRY = 5.0  # seconds between attempts when a new monitor cannot be built
 RETRY_AFTER_LOCKED = 2.0
 
@@ -171,6 +174,8 @@ class Daemon:
         self.telemetry: Optional[Telemetry] = None
         self.damon: Optional[Any] = None  # cxlctl.daemon.damon_metrics.DamonView: kdamonds and scheme stats
         self.ready = False
+        #: why the configured metrics endpoint is not serving (bind failed, web configuration): not ready
+        self.metrics_error: Optional[str] = None
         self.body = b""
         self.deadlines: Dict[str, float] = {}
         self.first_event: Optional[float] = None
@@ -313,7 +318,7 @@ class Daemon:
             self.rec.drift,
             self.health,
             self.stats,
-            self.ready,
+            self.is_ready,
             self.telemetry,
             self.damon,
             metrics_mod.measured_of(self.rec.host, self.rec.inventory),
@@ -378,19 +383,84 @@ class Daemon:
         what = f"profile {t.name} ({state})" if t.name else f"no profile ({state if state != 'none' else 'observing'})"
         inv_s = "not scanned" if inv is None else _short(inv)
         drift = sum(1 for c in self.rec.drift if c.status == "drift")
-        return f"{what}; {inv_s}; drift {drift}"
+        down = f"; metrics endpoint down: {self.metrics_error}" if self.metrics_error else ""
+        return f"{what}; {inv_s}; drift {drift}{down}"
+
+    @property
+    def is_ready(self) -> bool:
+        """Start-up done and the configured metrics endpoint serving.  A port taken by another local
+        process first is not a log line only: whoever holds it answers for cxlctl, so the daemon says
+        it is not ready (no READY=1, the ready file removed) until it holds the port itself."""
+        return self.ready and self.metrics_error is None
+
+    def _announce(self) -> None:
+        """Tell the service manager and the ready file whether the daemon is ready."""
+        if self.metrics_error is not None:
+            self.notifier.status(f"not ready: metrics endpoint down: {self.metrics_error}")
+        else:
+            self.notifier.ready(self.status_line())
+        self._ready_file(self.is_ready)
+
+    def _ready_file(self, ready: bool) -> None:
+        path = self.cfg.ready_file
+        if path is None:
+            return
+        try:
+            if ready:
+                atomic_write(self.host.root, path, "ready\n", mode=0o644, sync_dir=False)
+            else:
+                os.unlink(self.host.path(path))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self._once_log("ready-file", f"cannot {'write' if ready else 'remove'} the ready file {path}: {e.strerror}")
+        except OutsideRoot as e:
+            self._once_log("ready-file", f"cannot write the ready file: {e}")
 
     def _start_server(self) -> None:
+        self.deadlines.pop("metrics-bind", None)
         if self.cfg.metrics_listen is None:
+            self.metrics_error = None
             return
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
+
         host, port = self.cfg.metrics_listen
+        web = None
         try:
-            self.server = MetricsServer(host, port, self._body)
-        except OSError as e:
-            self.log.error("cannot listen on %s:%d for metrics: %s", host, port, e.strerror)
+            if self.cfg.metrics_web_config:
+                web = load_web(self.host.path(self.cfg.metrics_web_config))
+            self.server = MetricsServer(host, port, self._body, web=web)
+        except WebConfigError as e:
+            self._metrics_down(f"web configuration {self.cfg.metrics_web_config}: {e}")
             return
+        except OSError as e:
+            self._metrics_down(f"cannot listen on {host}:{port}: {e.strerror}")
+            return
+        self.metrics_error = None
         self._poller.register(self.server.fileno(), select.POLLIN)
-        self.log.info("metrics on http://%s:%d/metrics", *self.server.address)
+        scheme = "https" if web is not None and web.tls else "http"
+        auth = f" ({web.describe()})" if web is not None else ""
+        self.log.info("metrics on %s://%s:%d/metrics%s", scheme, *self.server.address, auth)
+
+    def _reload_web(self) -> None:
+        from cxlctl.webconfig import WebConfigError
+        from cxlctl.webconfig import load as load_web
+
+        assert self.server is not None
+        try:
+            web = load_web(self.host.path(self.cfg.metrics_web_config)) if self.cfg.metrics_web_config else None
+            self.server.set_web(web)
+        except WebConfigError as e:  # validated by the reload already: a file changed in between
+            self.log.error("web configuration %s: %s; keeping the previous one", self.cfg.metrics_web_config, e)
+            return
+        self.log.info("metrics endpoint: %s", web.describe() if web is not None else "no web configuration")
+
+    def _metrics_down(self, why: str) -> None:
+        """The endpoint is not serving: not ready, and another try every METRICS_RETRY seconds."""
+        self.metrics_error = why
+        self.log.error("%s; not ready, retrying every %g s", why, METRICS_RETRY)
+        self.deadlines["metrics-bind"] = self.clock() + METRICS_RETRY
 
     def _stop_server(self) -> None:
         if self.server is None:
@@ -486,6 +556,13 @@ class Daemon:
                 self.deadlines["health"] = now + self.cfg.health_interval
                 self._collect_health()
                 self.publish()
+            elif name == "metrics-bind":
+                was = self.metrics_error
+                self._start_server()
+                if self.ready and was is not None and self.metrics_error is None:
+                    self.log.info("metrics endpoint serving again: ready")
+                    self.publish()
+                    self._announce()
             elif name == "telemetry":
                 self.deadlines["telemetry"] = now + self.cfg.telemetry_interval
                 self._sample_telemetry()
@@ -549,19 +626,28 @@ class Daemon:
         self.stats.reloads += 1
         self.notifier.reloading()
         try:
-            new = config_mod.load(self.host, self.config_path)
+            new = config_mod.load(self.host, self.config_path, web=True)
         except CxlctlError as e:
             self.stats.reload_failures += 1
             self.log.error("reload failed, keeping the running configuration: %s", e)
-            self.notifier.ready(self.status_line())
+            self._announce()
             return
         old, self.cfg = self.cfg, new
         self.rec.cfg = new
         self.log.setLevel(new.log_level.upper())
         self.log.info("configuration reloaded from %s", new.source or "defaults")
-        if old.metrics_listen != new.metrics_listen:
+        if old.metrics_listen != new.metrics_listen or self.server is None:
             self._stop_server()
             self._start_server()
+        elif old.metrics_web_config is not None or new.metrics_web_config is not None:
+            # re-read on every reload (new users, renewed certificates), on the socket already held:
+            # closing it to bind again would let another process take the port in between
+            self._reload_web()
+        if old.ready_file != new.ready_file and old.ready_file is not None:
+            try:
+                os.unlink(self.host.path(old.ready_file))
+            except (OSError, OutsideRoot):
+                pass
         if old.ras_enabled != new.ras_enabled:
             self._stop_ras()
             self._start_ras()
@@ -574,7 +660,7 @@ class Daemon:
             self.deadlines.pop(k, None)
         self._arm_periodic(self.clock())
         self._reconcile("reload")
-        self.notifier.ready(self.status_line())
+        self._announce()
 
     def _shutdown(self) -> None:
         self.notifier.stopping("stopping")
@@ -616,8 +702,11 @@ class Daemon:
         self.ready = True
         self._arm_periodic(self.clock())
         self.publish()
-        self.notifier.ready(self.status_line())
-        self.log.info("ready: %s", self.status_line())
+        self._announce()
+        if self.metrics_error is None:
+            self.log.info("ready: %s", self.status_line())
+        else:
+            self.log.error("not ready: %s", self.status_line())
 
     def step(self) -> None:
         """One poll and whatever it and the due timers call for."""
@@ -714,6 +803,8 @@ class Daemon:
         """Release the endpoint, the monitor, the signal handlers and the wake-up pipe."""
         self._stop_ras()
         self._stop_server()
+        if self.ready:
+            self._ready_file(False)
         self._drop_monitor()
         self._restore_signals()
         for fd in (self._wake_r, self._wake_w):

@@ -7,7 +7,9 @@ dependency plus threads for what this renders once per change.
 
 Two outputs, both optional (docs/daemon.md):
 
-* HTTP on a loopback address (``[metrics] listen``).  The listening socket sits
+* HTTP(S) on a loopback address (``[metrics] listen``), with TLS and basic
+  authentication from a Prometheus web configuration file (``[metrics] web_config``,
+  :mod:`cxlctl.webconfig`).  The listening socket sits
   in the daemon's main poll loop, so an idle endpoint costs no wake-ups; each
   accepted connection is answered by a short-lived thread with a timeout, so a
   slow client cannot stall the loop (and trip the watchdog).  The body is the
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # the telemetry package is imported where a sample is taken (
     from cxlctl.capacity.report import Report
     from cxlctl.hostio.host import Host
     from cxlctl.probe.store import Stored
+    from cxlctl.webconfig import WebConfig
 
     from .damon_metrics import DamonView
     from .telemetry import Telemetry
@@ -601,6 +604,10 @@ class MetricsServer:
     request (never one being answered): a scraper sends its request at once,
     so it is answered however many silent connections are held open, while
     they cost a thread each for at most ``timeout``.
+
+    With a web configuration (``web``), each connection first completes a TLS handshake
+    (within the same ``timeout``) and a request without a user and password of its
+    ``basic_auth_users`` gets 401 and no metrics.
     """
 
     MAX_CLIENTS = 32
@@ -612,7 +619,12 @@ class MetricsServer:
         body: Callable[[], bytes],
         timeout: float = 5.0,
         max_clients: int = MAX_CLIENTS,
+        web: Optional[WebConfig] = None,
     ) -> None:
+        from cxlctl.webconfig import ssl_context
+
+        self.web = web
+        self.tls = ssl_context(web) if web is not None else None  # before the bind: a bad key binds nothing
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -624,10 +636,12 @@ class MetricsServer:
             raise
         self.sock.setblocking(False)
         self.address: Tuple[str, int] = self.sock.getsockname()[:2]
+        self.loopback = _is_loopback(self.address[0])
         self.body = body
         self.timeout = timeout
         self.max_clients = max(1, max_clients)
         self.served = 0
+        self.refused = 0  # requests answered 401 (no or wrong credentials) or failed TLS handshakes
         self.dropped = 0  # connections closed to keep the cap (silent or slow clients)
         self._lock = threading.Lock()
         #: open connections in accept order → True while still reading the request
@@ -670,10 +684,38 @@ class MetricsServer:
                 return True
         return False
 
+    def _handshake(self, conn: socket.socket, deadline: float) -> Optional[socket.socket]:
+        """The TLS side of ``conn`` once its handshake is done within the deadline (None: closed).
+
+        The wrapped socket replaces the plain one in ``_clients`` before the handshake, so a
+        client that stalls it can be evicted like one that stalls its request."""
+        assert self.tls is not None
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        tconn = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        with self._lock:
+            if self._clients.pop(conn, None) is None:
+                tconn.close()
+                return None
+            self._clients[tconn] = True
+        try:
+            tconn.do_handshake()
+        except (OSError, ValueError, AttributeError):  # AttributeError: evicted (shut down) mid-handshake
+            self.refused += 1
+            with self._lock:
+                self._clients.pop(tconn, None)
+            tconn.close()
+            return None
+        return tconn
+
     def _serve(self, conn: socket.socket) -> None:
         try:
             conn.setblocking(True)
             deadline = time.monotonic() + self.timeout
+            if self.tls is not None:
+                tconn = self._handshake(conn, deadline)
+                if tconn is None:
+                    return
+                conn = tconn
             data = b""
             while b"\r\n\r\n" not in data and b"\n\n" not in data and len(data) < 8192:
                 left = deadline - time.monotonic()
@@ -695,6 +737,16 @@ class MetricsServer:
                 self._reply(conn, 400, "text/plain", b"bad request\n")
             elif parts[0] not in ("GET", "HEAD"):
                 self._reply(conn, 405, "text/plain", b"only GET\n", extra="Allow: GET, HEAD\r\n")
+            elif self.loopback and self.web is None and not _loopback_host(data):
+                # an open loopback endpoint answers only requests addressed to the loopback: a web
+                # page whose name was rebound to 127.0.0.1 (DNS rebinding) sends its own name
+                self.refused += 1
+                self._reply(conn, 421, "text/plain", b"misdirected request: use http://127.0.0.1/metrics\n")
+            elif self.web is not None and not self._authorized(data):
+                self.refused += 1
+                self._reply(
+                    conn, 401, "text/plain", b"unauthorized\n", extra='WWW-Authenticate: Basic realm="cxlctl"\r\n'
+                )
             elif parts[1].split("?", 1)[0] not in ("/metrics", "/"):
                 self._reply(conn, 404, "text/plain", b"try /metrics\n")
             else:
@@ -710,15 +762,58 @@ class MetricsServer:
 
     @staticmethod
     def _reply(conn: socket.socket, code: int, ctype: str, body: bytes, *, head: bool = False, extra: str = "") -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}[code]
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            421: "Misdirected Request",
+        }[code]
         hdr = (
             f"HTTP/1.0 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
             f"Connection: close\r\n{extra}\r\n"
         )
         conn.sendall(hdr.encode("latin-1") + (b"" if head else body))
 
+    def set_web(self, web: Optional[WebConfig]) -> None:
+        """A new web configuration for the connections accepted from now on (the socket stays bound)."""
+        from cxlctl.webconfig import ssl_context
+
+        tls = ssl_context(web) if web is not None else None
+        self.web, self.tls = web, tls
+
+    def _authorized(self, head: bytes) -> bool:
+        from cxlctl.webconfig import authorized
+
+        assert self.web is not None
+        return authorized(self.web, head)
+
     def close(self) -> None:
         self.sock.close()
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _loopback_host(head: bytes) -> bool:
+    """Whether a request's ``Host`` header (if any: HTTP/1.0 may leave it out) names the loopback."""
+    for line in head.split(b"\n")[1:]:
+        field, sep, value = line.partition(b":")
+        if sep and field.strip().lower() == b"host":
+            host = value.strip().decode("latin-1")
+            if host.startswith("["):
+                host = host[1 : host.find("]")] if "]" in host else host
+            elif host.count(":") == 1:
+                host = host.partition(":")[0]
+            return _is_loopback(host)
+    return True
 
 
 def families(text: str) -> Iterable[str]:

@@ -45,13 +45,55 @@ def resolve_root(cli_value: Optional[str]) -> str:
     return root
 
 
+#: the environment variable naming where the host's ``/proc/sys`` is mounted when it is not at
+#: ``/proc/sys`` (see :func:`proc_sys_at`)
+PROC_SYS_ENV = "CXLCTL_HOST_PROC_SYS"
+_proc_sys: Optional[str] = None
+
+
+def proc_sys_at() -> str:
+    """Where the live host's ``/proc/sys`` is: ``/proc/sys``, or ``$CXLCTL_HOST_PROC_SYS``.
+
+    Why: an unprivileged Kubernetes pod's own ``/proc/sys`` is read-only (the runtime's read-only
+    paths) and no volume may be mounted inside ``/proc``, so the DaemonSet mounts the host's
+    ``/proc/sys/vm`` and ``/proc/sys/kernel`` at ``/host/proc/sys/…`` (as Cilium does) and names the
+    place here.  Only the file access moves: every host path, the journal's included, stays
+    ``/proc/sys/…``, so a ``cxlctl tune revert`` on the host undoes what the pod wrote.  The place
+    must be root's own and writable by no one else (:func:`cxlctl.hostio.trust.untrusted`): root
+    writes kernel knobs there, and a directory a user could fill would let them pick the values.
+    Resolved once, on first use."""
+    global _proc_sys
+    if _proc_sys is None:
+        at = os.environ.get(PROC_SYS_ENV) or ""
+        if not at:
+            _proc_sys = "/proc/sys"
+        else:
+            from .trust import untrusted
+
+            bad = ["not an absolute path"] if not os.path.isabs(at) else untrusted(at)
+            if bad:
+                from cxlctl.errors import UsageError
+
+                raise UsageError(
+                    f"{PROC_SYS_ENV}={at}: {bad[0]}",
+                    hint="point it at the host's /proc/sys mounted in this container, or unset it",
+                )
+            _proc_sys = os.path.normpath(at)
+    return _proc_sys
+
+
 def under(root: str, path: str) -> str:
     """``path`` (as seen on the target host, e.g. ``/proc/sys/vm/swappiness``) under ``root``.
 
     The one place that maps host paths into a ``--root`` tree; ``root`` is an
-    absolute path (what :func:`resolve_root` returns).
+    absolute path (what :func:`resolve_root` returns).  On the live host, ``/proc/sys/…``
+    goes where :func:`proc_sys_at` says.
     """
-    return path if root == "/" else root.rstrip("/") + path
+    if root == "/":
+        if path.startswith("/proc/sys/") and (_proc_sys or proc_sys_at()) != "/proc/sys":
+            return (_proc_sys or proc_sys_at()) + path[9:]
+        return path
+    return root.rstrip("/") + path
 
 
 #: characters a shell takes literally in a word

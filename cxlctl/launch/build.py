@@ -29,9 +29,18 @@ from cxlctl.parse import format_nodelist, format_size
 
 from . import devdax as devdax_mod
 from . import engines as eng
-from . import kvplace, kvsize, preflight, sysweights
+from . import kvplace, kvsize, preflight, runas, sysweights
 from .nodesets import NodeSets, cpus_of, nearest_cxl, resolve
-from .policy import POLICIES, Numactl, Policy, detect_numactl, numactl_argv, shell_line, tmpfs_options
+from .policy import (
+    POLICIES,
+    TMPFS_FLAGS,
+    Numactl,
+    Policy,
+    detect_numactl,
+    numactl_argv,
+    shell_line,
+    tmpfs_options,
+)
 
 
 class Request(NamedTuple):
@@ -55,6 +64,9 @@ class Request(NamedTuple):
     devdax_offset: Optional[str] = None
     mooncake: bool = False  # --devdax goes to Mooncake's CXL transport (MC_CXL_*)
     force: bool = False  # a --kv-size the chosen nodes cannot hold may spill to others
+    user: Optional[str] = None  # --user: who the engine runs as (default: the sudo caller)
+    group: Optional[str] = None  # --group
+    allow_root: bool = False  # --allow-root: the engine keeps root and every capability
 
 
 class LaunchPlan(NamedTuple):
@@ -83,6 +95,8 @@ class LaunchPlan(NamedTuple):
     mooncake_version: Optional[str] = None
     #: where the KV offload lands and what decides it (None without a KV size)
     placement: Optional[kvplace.KvPlacement] = None
+    #: who the engine runs as (runas: the privilege drop before exec)
+    run_as: Optional[runas.RunAs] = None
 
     @property
     def failed(self) -> List[preflight.Check]:
@@ -487,15 +501,53 @@ def _env_added(
 
 
 def _equivalent(
-    policy: Policy, ea: eng.EngineArgs, added: Dict[str, str], tmpfs: Optional[Tuple[int, Tuple[int, ...], str]]
+    policy: Policy,
+    ea: eng.EngineArgs,
+    added: Dict[str, str],
+    tmpfs: Optional[Tuple[int, Tuple[int, ...], str]],
+    ra: Optional[runas.RunAs] = None,
 ) -> str:
-    """The same launch as a shell command line with numactl (and unshare for the CXL-bound tmpfs)."""
+    """The same launch as a shell command line with numactl (unshare for the CXL-bound tmpfs, and
+    util-linux's setpriv for the drop to the engine's user)."""
     unset = [w for k in ea.env_unset for w in ("env", "-u", k)]
-    equivalent = shell_line(unset + numactl_argv(policy) + list(ea.argv), added)
+    equivalent = shell_line(_setpriv(ra) + unset + numactl_argv(policy) + list(ea.argv), added)
     if tmpfs is not None:
-        inner = "mount -t tmpfs -o " + shlex.quote(tmpfs_options(*tmpfs)) + " tmpfs /dev/shm && exec " + equivalent
+        opts = ",".join(TMPFS_FLAGS) + "," + tmpfs_options(*tmpfs)
+        inner = "mount -t tmpfs -o " + shlex.quote(opts) + " tmpfs /dev/shm && exec " + equivalent
         equivalent = "unshare -m --propagation private sh -c " + shlex.quote(inner)
     return equivalent
+
+
+def _setpriv(ra: Optional[runas.RunAs]) -> List[str]:
+    """setpriv(1)'s argv for what :func:`runas.drop` does (empty when nothing is dropped)."""
+    if ra is None or not ra.drop:
+        return []
+    groups = "--groups=" + ",".join(str(g) for g in ra.groups) if ra.groups else "--clear-groups"
+    return [
+        "setpriv",
+        f"--reuid={ra.uid}",
+        f"--regid={ra.gid}",
+        groups,
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def _run_as(req: Request, environ: Dict[str, str], warnings: List[str]) -> runas.RunAs:
+    """Who the engine runs as; a real launch that would run it as root unasked is refused here,
+    before anything on the host changes (a dry run shows it and warns)."""
+    ra = runas.resolve(req.user, req.group, req.allow_root, environ)
+    if ra.refused:
+        if not req.dry_run:
+            runas.check(ra)
+        warnings.append(
+            f"a real launch is refused: {ra.refused}; give --user USER, run it through sudo as that user, "
+            "or add --allow-root"
+        )
+    return ra
 
 
 def _engine_args(
@@ -605,7 +657,9 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         status, message, fix = devdax_mod.node_check(host, dd)
         checks.append(preflight.Check("devdax", status, message, fix))
     numactl, method, argv = _exec_argv(policy, ea, environ, notes)
+    ra = _run_as(req, environ, warnings)  # after the engine's own checks: their errors name their fixes first
     added = _env_added(req, ns, ea, policy, environ, warnings)
+    added.update(runas.env_for(ra))
     env = {k: v for k, v in environ.items() if k not in ea.env_unset}
     env.update(added)
     if not host.live:
@@ -627,7 +681,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         env_added=added,
         env=env,
         tmpfs=tmpfs,
-        equivalent=_equivalent(policy, ea, added, tmpfs),
+        equivalent=_equivalent(policy, ea, added, tmpfs, ra),
         checks=tuple(checks),
         notes=tuple(notes) + ea.notes,
         warnings=tuple(warnings) + ea.warnings,
@@ -635,18 +689,22 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         devdax=dd,
         mooncake_version=mc_version,
         placement=kp,
+        run_as=ra,
     )
 
 
 def execute(host: Host, lp: LaunchPlan) -> None:
     """Change the host as planned and exec the engine; returns only by raising."""
     from .policy import apply_in_process, get_mempolicy, unshare_shm
+    from .runas import check, drop
 
     if lp.failed:
         raise CxlctlError(
             f"pre-flight failed ({len(lp.failed)} problem(s)); nothing was launched",
             hint="the lines above name each fix",
         )
+    if lp.run_as is not None:
+        check(lp.run_as)
     policy = lp.policy
     weights_set = False
     if lp.weights is not None and lp.weights.writes:
@@ -667,6 +725,9 @@ def execute(host: Host, lp: LaunchPlan) -> None:
                     f"the kernel reports policy {mode} over {format_nodelist(nodes) or '-'} after setting {policy.mode}",
                     hint="report this; nothing was launched",
                 )
+        # last: the mount needed CAP_SYS_ADMIN; the policy and affinity are per task and stay
+        if lp.run_as is not None:
+            drop(lp.run_as)
     except CxlctlError as e:
         if weights_set:
             e.hint = (
@@ -679,7 +740,9 @@ def execute(host: Host, lp: LaunchPlan) -> None:
         os.execvpe(lp.argv[0], list(lp.argv), lp.env)
     except OSError as e:
         raise CxlctlError(
-            f"cannot exec {lp.argv[0]}: {e.strerror}", hint="check the program path and its permissions"
+            f"cannot exec {lp.argv[0]}: {e.strerror}",
+            hint="check the program path and its permissions"
+            + (f" (it runs as {lp.run_as.user})" if lp.run_as is not None and lp.run_as.drop else ""),
         ) from None
 
 
@@ -724,7 +787,9 @@ def to_json(lp: LaunchPlan, dry_run: bool) -> Dict[str, Any]:
             "nodes": list(lp.tmpfs[1]),
             "mpol": lp.tmpfs[2],
             "options": tmpfs_options(*lp.tmpfs),
+            "flags": list(TMPFS_FLAGS),
         },
+        "run_as": lp.run_as.to_json() if lp.run_as is not None else None,
         "argv": list(lp.argv),
         "env": dict(sorted(lp.env_added.items())),
         "env_unset": list(lp.engine.env_unset),

@@ -158,7 +158,7 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
             "not root: cxlctl cannot mount the CXL-bound /dev/shm (a private mount namespace needs "
             "CAP_SYS_ADMIN), so the offload file follows the faulting worker's memory policy"
         )
-        fix = "run the launch as root (sudo cxlctl launch ...)"
+        fix = "run the launch as root (sudo cxlctl launch ...: the engine still runs as you)"
     else:
         why, fix = c.why_anon, c.fix_anon
     got, spill, unplaced = expected(inv, policy, size, cxl)

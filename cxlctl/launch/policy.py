@@ -69,7 +69,10 @@ _SYSCALLS = {
     "s390x": (270, 269),
 }
 CLONE_NEWNS = 0x00020000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+#: the private /dev/shm's mount flags: it holds data (the KV offload, shared-memory files), never
+#: programs or device nodes, and the engine that writes it is no longer root (issue 43)
+TMPFS_FLAGS = ("nosuid", "nodev", "noexec")
 
 
 class Policy(NamedTuple):
@@ -245,7 +248,8 @@ def unshare_shm(size: int, nodes: Sequence[int], mpol: str = "bind", target: str
         err = ctypes.get_errno()
         raise CxlctlError(f"making mounts private failed: {os.strerror(err)}", hint="--kv-tmpfs needs CAP_SYS_ADMIN")
     opts = tmpfs_options(size, nodes, mpol).encode()
-    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), opts) != 0:
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", ctypes.c_ulong(flags), opts) != 0:
         err = ctypes.get_errno()
         raise CxlctlError(
             f"mounting tmpfs ({opts.decode()}) on {target} failed: {os.strerror(err)}",

@@ -31,6 +31,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     for line in lp.nodesets.how:
         out.append(("nodes", line))
     out.append(("policy", lp.policy.describe()))
+    if lp.run_as is not None:
+        out.append(("user", lp.run_as.describe()))
     out.append(
         ("method", "numactl" if lp.method == "numactl" else "direct (set_mempolicy + sched_setaffinity, then exec)")
     )
@@ -85,7 +87,7 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
             (
                 "tmpfs",
                 f"/dev/shm = tmpfs {format_size(lp.tmpfs[0])}, mpol={lp.tmpfs[2]}:{format_nodelist(lp.tmpfs[1])} "
-                "(private mount namespace)",
+                "nosuid,nodev,noexec (private mount namespace)",
             )
         )
     out.append(("argv", " ".join(shlex.quote(a) for a in lp.argv)))
@@ -149,7 +151,7 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         for x in lp.warnings:
             w(_wrapped("warning: ", x, width, "         "))
         return
-    keep = ("policy", "weights", "kv", "placement", "offload", "devdax", "tmpfs")
+    keep = ("policy", "user", "weights", "kv", "placement", "offload", "devdax", "tmpfs")
     for label, text in _lines(lp):
         if label in keep:
             w(_wrapped(f"cxlctl: {label} ", text, width, "  "))

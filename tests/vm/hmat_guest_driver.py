@@ -66,7 +66,7 @@ def wait_ready(path: str, p: subprocess.Popen[bytes], seconds: float = 600) -> b
 
 def launched(label: str, nodes: str) -> None:
     ready = f"{OUT}/{label}.ready"
-    cmd = [PY, "-m", "cxlctl", "launch", "exec", "--policy", "weighted-interleave", "--cpu-nodes", "0"]
+    cmd = [PY, "-m", "cxlctl", "launch", "exec", "--allow-root", "--policy", "weighted-interleave", "--cpu-nodes", "0"]
     cmd += ["--mem-nodes", nodes, "--", TOUCH, "16", ready]
     p = subprocess.Popen(cmd, stdout=open(f"{OUT}/{label}.out", "w"), stderr=open(f"{OUT}/{label}.err", "w"))
     if wait_ready(ready, p):

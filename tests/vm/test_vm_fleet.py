@@ -29,6 +29,7 @@ The host checks what the guest left in $OUT and prints the figures.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -119,8 +120,8 @@ DAX=$("$PY" -c 'import json,sys; print([d["chardev"] for d in json.load(open(sys
 echo "$DAX" > "$OUT/devdax-name"
 
 # 2. LMCache's server with its L1 on the device (the whole device)
-cx lmcache-dry launch lmcache --devdax auto --engine-cmd "$FAKELM" --dry-run --json -- server --eviction-policy LRU
-"$PY" -m cxlctl launch lmcache --devdax auto --engine-cmd "$FAKELM" -- server --eviction-policy LRU \
+cx lmcache-dry launch lmcache --allow-root --devdax auto --engine-cmd "$FAKELM" --dry-run --json -- server --eviction-policy LRU
+"$PY" -m cxlctl launch lmcache --allow-root --devdax auto --engine-cmd "$FAKELM" -- server --eviction-policy LRU \
   > "$OUT/lmcache.out" 2> "$OUT/lmcache.err" &
 pid=$!
 echo $pid > "$OUT/lmcache.launch-pid"
@@ -128,8 +129,8 @@ wait $pid; echo $? > "$OUT/lmcache.rc"
 
 # 3. Mooncake's CXL transport: 64 MiB of the device, through a plain program
 export PYTHONPATH="$FAKEPY"
-cx mooncake-dry launch exec --devdax "$DAX" --mooncake --kv-size 64M --dry-run --json -- "$DDMAP" env "$OUT/mooncake.report"
-"$PY" -m cxlctl launch exec --devdax "$DAX" --mooncake --kv-size 64M -- "$DDMAP" env "$OUT/mooncake.report" \
+cx mooncake-dry launch exec --allow-root --devdax "$DAX" --mooncake --kv-size 64M --dry-run --json -- "$DDMAP" env "$OUT/mooncake.report"
+"$PY" -m cxlctl launch exec --allow-root --devdax "$DAX" --mooncake --kv-size 64M -- "$DDMAP" env "$OUT/mooncake.report" \
   > "$OUT/mooncake.out" 2> "$OUT/mooncake.err" &
 pid=$!
 echo $pid > "$OUT/mooncake.launch-pid"
@@ -137,8 +138,11 @@ wait $pid; echo $? > "$OUT/mooncake.rc"
 unset PYTHONPATH
 
 # 4. the DaemonSet's container command on the ConfigMap's file, once
-mkdir -p /etc/cxlctl /etc/kubernetes/node-feature-discovery/features.d
+mkdir -p /etc/cxlctl/tls /etc/kubernetes/node-feature-discovery/features.d
 cp "$TOOLS/cxlctl.toml" /etc/cxlctl/cxlctl.toml
+# the ConfigMap's web.yml and, where the pod has the Secret cxlctl-daemon-tls, a certificate made by the test
+cp "$TOOLS/web.yml" /etc/cxlctl/web.yml
+cp "$TOOLS/tls.crt" "$TOOLS/tls.key" /etc/cxlctl/tls/
 cx daemon-config daemon config --config /etc/cxlctl/cxlctl.toml --json
 cx daemon "${DAEMON_ARGS[@]}"
 cp /etc/kubernetes/node-feature-discovery/features.d/cxlctl "$OUT/nfd.txt" 2>/dev/null
@@ -186,6 +190,13 @@ def test_fleet_devdax_backends_and_daemonset_command(series: str, tmp_path: Path
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mooncake-transfer-engine\nVersion: 0.3.12\n")
     # the DaemonSet's ConfigMap file and container command, from the manifest itself
     (tools / "cxlctl.toml").write_text(_manifest("ConfigMap")["data"]["cxlctl.toml"])
+    (tools / "web.yml").write_text(_manifest("ConfigMap")["data"]["web.yml"])
+    subprocess.run(  # the daemon's TLS certificate for 127.0.0.1 (the pod's Secret cxlctl-daemon-tls)
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tools / "tls.key"), "-out", str(tools / "tls.crt")],
+        check=True,
+        capture_output=True,
+    )
     cmd = _manifest("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[:3] == ["cxlctl", "daemon", "run"]
     daemon_args = ["daemon", "run", "--once", *cmd[3:]]

@@ -188,8 +188,8 @@ weights > "$OUT/weights-boot.txt"
 cat /sys/kernel/mm/mempolicy/weighted_interleave/auto > "$OUT/auto-boot.txt" 2>/dev/null || true
 
 # 1. weighted interleave 3:1 (weights through the tuning engine; cxlctl sets the policy itself)
-"$PY" -m cxlctl launch exec --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
-"$PY" -m cxlctl launch exec --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL -- "$TOUCH" 12 "$OUT/wi.ready" > "$OUT/wi.out" 2> "$OUT/wi.err" &
+"$PY" -m cxlctl launch exec --allow-root --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
+"$PY" -m cxlctl launch exec --allow-root --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL -- "$TOUCH" 12 "$OUT/wi.ready" > "$OUT/wi.out" 2> "$OUT/wi.err" &
 pid=$!
 echo $pid > "$OUT/wi.launch-pid"
 waitfor "$OUT/wi.ready" $pid && snap wi $pid
@@ -201,16 +201,16 @@ echo $? > "$OUT/revert.rc"
 weights > "$OUT/weights-reverted.txt"
 
 # 2. bind to the CXL node (through numactl --membind)
-"$PY" -m cxlctl launch exec --policy bind --cpu-nodes 0 --mem-nodes $CXL -- "$TOUCH" 8 "$OUT/bind.ready" > "$OUT/bind.out" 2> "$OUT/bind.err" &
+"$PY" -m cxlctl launch exec --allow-root --policy bind --cpu-nodes 0 --mem-nodes $CXL -- "$TOUCH" 8 "$OUT/bind.ready" > "$OUT/bind.out" 2> "$OUT/bind.err" &
 pid=$!
 echo $pid > "$OUT/bind.launch-pid"
 waitfor "$OUT/bind.ready" $pid && snap bind $pid
 kill $pid; wait $pid 2>/dev/null
 
 # 3. vLLM offload in a CXL-bound private /dev/shm while the engine is bound to DRAM
-"$PY" -m cxlctl launch vllm --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size auto --reserve 384M --kv-tmpfs --dry-run --json \
+"$PY" -m cxlctl launch vllm --allow-root --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size auto --reserve 384M --kv-tmpfs --dry-run --json \
   --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.dry.json" 2> "$OUT/tmpfs.dry.err"
-"$PY" -m cxlctl launch vllm --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size 64M --kv-tmpfs \
+"$PY" -m cxlctl launch vllm --allow-root --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size 64M --kv-tmpfs \
   --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.out" 2> "$OUT/tmpfs.err" &
 pid=$!
 echo $pid > "$OUT/tmpfs.launch-pid"
@@ -225,9 +225,9 @@ kill $pid; wait $pid 2>/dev/null
 WI=/sys/kernel/mm/mempolicy/weighted_interleave
 echo 3 > $WI/node0 && echo 1 > $WI/node$CXL
 weights > "$OUT/kvdef.weights.txt"
-"$PY" -m cxlctl launch vllm --kv-size 16M --dry-run --json --engine-cmd "$FAKEVLLM34" -- serve m \
+"$PY" -m cxlctl launch vllm --allow-root --kv-size 16M --dry-run --json --engine-cmd "$FAKEVLLM34" -- serve m \
   > "$OUT/kvdef.dry.json" 2> "$OUT/kvdef.dry.err"
-"$PY" -m cxlctl launch vllm --kv-size 16M --engine-cmd "$FAKEVLLM34" -- serve m > "$OUT/kvdef.out" 2> "$OUT/kvdef.err" &
+"$PY" -m cxlctl launch vllm --allow-root --kv-size 16M --engine-cmd "$FAKEVLLM34" -- serve m > "$OUT/kvdef.out" 2> "$OUT/kvdef.err" &
 pid=$!
 echo $pid > "$OUT/kvdef.launch-pid"
 waitfor "$OUT/kvdef.ready" $pid && snap kvdef $pid
@@ -243,7 +243,7 @@ mkdir -p /sys/fs/cgroup/cxltest
 echo 0 > /sys/fs/cgroup/cxltest/cpuset.mems
 cat /sys/fs/cgroup/cxltest/cpuset.mems.effective > "$OUT/cgroup-mems.txt"
 ( echo $BASHPID > /sys/fs/cgroup/cxltest/cgroup.procs
-  exec "$PY" -m cxlctl launch exec --policy bind --mem-nodes $CXL -- "$TOUCH" 1 "$OUT/never.ready"
+  exec "$PY" -m cxlctl launch exec --allow-root --policy bind --mem-nodes $CXL -- "$TOUCH" 1 "$OUT/never.ready"
 ) > "$OUT/cpuset.out" 2> "$OUT/cpuset.err"
 echo $? > "$OUT/cpuset.rc"
 exit 0
