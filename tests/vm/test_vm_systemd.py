@@ -29,7 +29,8 @@ In the guest:
 1. the knob values before anything (the baseline ``systemctl stop`` must restore);
 2. a configuration (fallback profile, ``[shutdown] rollback = true``) and a profile
    are written to /etc/cxlctl, then ``systemd/install.sh`` runs as shipped: it
-   installs the unit with ``ExecStart=`` this venv's ``cxlctl``, keeps the existing
+   installs the unit with ``ExecStart=`` the ``cxlctl`` the host installed as root
+   (``scripts/install.sh --prefix /opt/cxlctl-vmtest``: :func:`root_install`), keeps the existing
    configuration, ``systemctl enable --now`` (which returns once the service said
    ``READY=1``: Type=notify);
 3. ``systemd-analyze security`` of the live unit;
@@ -52,6 +53,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -59,7 +65,7 @@ import pytest
 from cxlctl.tuning.knobs import REGISTRY
 from tests.daemon_support import unit_seconds, unit_watchdog_seconds
 from tests.prom import parse_exposition
-from tests.vm.harness import TOPOLOGIES, kernels_for, run_guest
+from tests.vm.harness import REPO, TOPOLOGIES, kernels_for, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -197,7 +203,7 @@ EOF
 config 9860
 log "install.sh"
 T0=$(now)
-CXLCTL="$(dirname "$PY")/cxlctl" sd bash "$REPO/systemd/install.sh" > "$OUT/install.out" 2> "$OUT/install.err"
+CXLCTL=INSTALLED_CXLCTL sd bash "$REPO/systemd/install.sh" > "$OUT/install.out" 2> "$OUT/install.err"
 echo $? > "$OUT/install.rc"
 T1=$(now)
 echo "$T0 $T1" > "$OUT/install-times"
@@ -285,6 +291,51 @@ def _knobs(text: str) -> Dict[str, str]:
     return dict(ln.split(" ", 1) for ln in text.splitlines() if " " in ln)
 
 
+#: where the host installs cxlctl for the guest's unit, as an operator would (the guest's /opt is
+#: the host's, under an overlay)
+VM_PREFIX = "/opt/cxlctl-vmtest"
+
+
+def root_install() -> str:
+    """cxlctl installed as root with scripts/install.sh into :data:`VM_PREFIX` (no link on PATH, no
+    completion files), from a copy of the checkout's sources; the path of its ``cxlctl``.
+
+    The unit runs what an operator installs, not the checkout's venv: systemd/install.sh refuses
+    code under /home, /root, /tmp or /var/tmp (ProtectHome, PrivateTmp hide them from the
+    service) and code another user can change (issue 43), and CI's checkout may lie in /tmp.  The
+    copy keeps the install's in-tree build (setuptools' build/ and egg-info) out of the checkout,
+    where the unit tier's install test builds at the same time.
+    """
+    src = Path(tempfile.mkdtemp(prefix="cxlctl-vm-install-"))
+    for name in (
+        "pyproject.toml",
+        "README.md",
+        "cxlctl",
+        "scripts/cxlctl",
+        "scripts/install.sh",
+        "scripts/install.lock",
+    ):
+        s, d = REPO / name, src / name
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if s.is_dir():
+            shutil.copytree(s, d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(s, d)
+    shutil.rmtree(VM_PREFIX, ignore_errors=True)
+    env = {**os.environ, "CXLCTL_BINDIR": "none", "CXLCTL_NO_COMPLETION": "1"}
+    p = subprocess.run(
+        ["bash", str(src / "scripts" / "install.sh"), "--prefix", VM_PREFIX],
+        env=env,
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    shutil.rmtree(src, ignore_errors=True)
+    assert p.returncode == 0, f"scripts/install.sh --prefix {VM_PREFIX}: exit {p.returncode}\n{p.stderr[-3000:]}"
+    return f"{VM_PREFIX}/bin/cxlctl"
+
+
 def _mono(p: Dict[str, str], key: str) -> float:
     """A ``...TimestampMonotonic`` property in seconds."""
     return int(p[key]) / 1e6
@@ -305,6 +356,7 @@ def test_service_under_systemd(series: str, capsys: Any) -> None:
         .replace("KNOB_FILES", knob_files)
         .replace("WATCHDOG_S", str(WATCHDOG_S))
         .replace("SYSTEMD_MASKS", " ".join(f"systemd.mask={u}" for u in SYSTEMD_MASKS))
+        .replace("INSTALLED_CXLCTL", shlex.quote(root_install()))
     )
     res = run_guest(t, script, kernel=series, timeout=1500)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
