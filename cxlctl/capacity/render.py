@@ -6,7 +6,7 @@ are sentences, folded on spaces under their subject.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.parse import format_nodelist, format_size
 from cxlctl.term import fold_lines, grid
@@ -93,12 +93,17 @@ def render(rep: Report, c: Console) -> None:
                 for n in rep.nodes
             ],
         )
+    # each paragraph once: the members of an interleaved region share their blockers
+    groups: Dict[Tuple[Blocker, ...], List[str]] = {}
     for m in rep.memdevs:
-        if not m.blockers:
-            continue
+        if m.blockers:
+            groups.setdefault(m.blockers, []).append(m.memdev)
+    for blockers, names in groups.items():
         c.print()
-        c.print(f"{m.memdev} is blocked:", soft_wrap=True)
-        for b in m.blockers:
+        title = f"{names[0]} is blocked:" if len(names) == 1 else f"{', '.join(names)} are blocked:"
+        for line in fold_lines(title, c.width, indent="  "):
+            c.print(line, soft_wrap=True)
+        for b in blockers:
             for line in blocker_lines(b, c.width):
                 c.print(line, soft_wrap=True)
     for note in rep.notes:
