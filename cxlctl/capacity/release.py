@@ -183,7 +183,7 @@ def choose(rep: Report, memdevs: Sequence[str], size: Optional[int]) -> Tuple[Me
             b = blockers[0]
             more = f" (and {len(blockers) - 1} more blocker(s))" if len(blockers) > 1 else ""
             raise CxlctlError(
-                f"cannot release {n}: {b.message}{more}; nothing was changed",
+                f"cannot release {n} ({b.code}): {b.message}{more}; nothing was changed",
                 code=EXIT_USAGE,
                 hint=f"{b.fix}; `cxlctl capacity` lists every blocker",
             )
