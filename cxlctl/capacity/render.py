@@ -93,7 +93,15 @@ def render(rep: Report, c: Console) -> None:
                 for n in rep.nodes
             ],
         )
-    # each paragraph once: the members of an interleaved region share their blockers
+    _blockers(rep, c)
+    for note in rep.notes:
+        c.print()
+        for line in fold_lines(f"note: {note}", c.width, indent="  "):
+            c.print(line, soft_wrap=True)
+
+
+def _blockers(rep: Report, c: Console) -> None:
+    """Each blocker paragraph once: the members of an interleaved region share their blockers."""
     groups: Dict[Tuple[Blocker, ...], List[str]] = {}
     for m in rep.memdevs:
         if m.blockers:
@@ -106,7 +114,3 @@ def render(rep: Report, c: Console) -> None:
         for b in blockers:
             for line in blocker_lines(b, c.width):
                 c.print(line, soft_wrap=True)
-    for note in rep.notes:
-        c.print()
-        for line in fold_lines(f"note: {note}", c.width, indent="  "):
-            c.print(line, soft_wrap=True)
