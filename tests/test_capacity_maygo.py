@@ -110,6 +110,9 @@ def test_system_ram_without_its_dax_device_blocks(tree: str, tmp_path: Path) -> 
     p = cli("--root", root, "region", "destroy", "region0", "--force", rc=2)
     assert "cannot destroy region0" in p.stderr and "System RAM" in p.stderr
     assert _digest(root) == before
+    d = json.loads(cli("--root", root, "doctor", "--json", rc=None).stdout)
+    (c,) = [c for c in _checks(d) if c["id"] == "devices.region.region0"]
+    assert "4 block(s) of its range are online as System RAM" in c["message"]
 
 
 def test_system_ram_unknown_without_the_region_address(tmp_path: Path) -> None:
@@ -247,6 +250,24 @@ def test_a_port_left_with_a_hole_refuses_the_next_adoption(tree: str, tmp_path: 
     p = cli("--root", root, "capacity", "adopt", low, "--dry-run", rc=2)
     assert "match_free_decoder()" in p.stderr and "region1" in p.stderr
     assert _digest(root) == before
+    d = json.loads(cli("--root", root, "doctor", "--json", rc=None).stdout)
+    holes = {c["id"]: c for c in _checks(d) if c["id"].startswith("devices.port-hole.")}
+    assert sorted(holes) == ["devices.port-hole.port1", "devices.port-hole.port2"]
+    assert holes["devices.port-hole.port1"]["result"] == "warn"
+
+
+def _checks(doc: Any) -> List[Dict[str, Any]]:
+    """Every check object in a doctor --json document, wherever its layer puts it."""
+    out: List[Dict[str, Any]] = []
+    if isinstance(doc, dict):
+        if "id" in doc and "result" in doc:
+            out.append(doc)
+        for v in doc.values():
+            out += _checks(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            out += _checks(v)
+    return out
 
 
 # ------------------------------------------------------------- 44.3: a member's share, a paragraph once

@@ -244,5 +244,6 @@ def hole_text(h: Hole) -> str:
     return (
         f"{h.port} has {', '.join(h.free)} free below {', '.join(n for n, _ in h.held)} "
         f"({', '.join(regions)}): a region was torn down out of order, and the kernel gives no new decoder "
-        f"on {h.port} (match_free_decoder(): out of order shutdown) until {', '.join(regions)} go too"
+        f"on {h.port} (match_free_decoder(): out of order shutdown) until {', '.join(regions)} "
+        f"{'goes' if len(regions) == 1 else 'go'} too"
     )
