@@ -230,7 +230,7 @@ def test_release_second_then_first_leaves_the_port_usable(tree: str, tmp_path: P
     doc = _json(root)
     m = {x["memdev"]: x for x in doc["memdevs"]}
     assert (m[high]["state"], m[low]["state"], m[low]["blockers"]) == ("free", "releasable", [])
-    assert doc["notes"] == []
+    assert (doc["notes"], doc["port_holes"]) == ([], [])
     cli("--root", root, "capacity", "release", low, "--dry-run", check=True)
     p = cli("--root", root, "capacity", "adopt", high, "--dry-run", check=True)
     assert "would build a region" in p.stdout
@@ -246,6 +246,10 @@ def test_a_port_left_with_a_hole_refuses_the_next_adoption(tree: str, tmp_path: 
     _tear_down(root, "region0", ())
     doc = _json(root)
     assert any("port1 has decoder1.0 free below decoder1.1" in n and "match_free_decoder()" in n for n in doc["notes"])
+    assert [(h["code"], h["port"], h["free"], h["regions"]) for h in doc["port_holes"]] == [
+        ("port-hole", "port1", ["decoder1.0"], ["region1"]),
+        ("port-hole", "port2", ["decoder2.0"], ["region1"]),
+    ]
     before = _digest(root)
     p = cli("--root", root, "capacity", "adopt", low, "--dry-run", rc=2)
     assert "match_free_decoder()" in p.stderr and "region1" in p.stderr
@@ -323,6 +327,8 @@ def test_the_json_holds_only_documented_codes_states_and_keys(tree: str) -> None
     with open(os.path.join(REPO, "docs/capacity.md")) as f:
         text = f.read()
     doc = _json(os.path.join(FIXTURES, tree))
+    for k in doc:
+        assert f'"{k}"' in text, f"top-level key {k} is not in docs/capacity.md"
     for m in doc["memdevs"]:
         assert m["state"] in STATES
         assert all(b["code"] in CODES and set(b) == {"code", "subject", "message", "fix"} for b in m["blockers"])

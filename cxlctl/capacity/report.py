@@ -38,7 +38,7 @@ from cxlctl.hostio.objects import blocks_of, is_online
 from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
-from .maygo import Blocker, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
+from .maygo import Blocker, Hole, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
 from .procs import Proc
 
 __all__ = ["Blocker", "MemdevCapacity", "NodeCapacity", "Report", "STATES", "assess", "gather", "to_json"]
@@ -85,8 +85,10 @@ class Report(NamedTuple):
     memdevs: Tuple[MemdevCapacity, ...]
     nodes: Tuple[NodeCapacity, ...]
     block_size: Optional[int]
-    #: what the report could not see (not root: processes' descriptors, DAX addresses)
+    #: what the report could not see (not root: processes' descriptors, DAX addresses), and each port hole
     notes: Tuple[str, ...]
+    #: ports with a free decoder below one in use: the next region through them fails (maygo.port_holes)
+    holes: Tuple[Hole, ...] = ()
 
     def memdev(self, name: str) -> Optional[MemdevCapacity]:
         for m in self.memdevs:
@@ -376,8 +378,8 @@ def assess(
     """The report for ``inv``: each memdev, then each CXL node (a node with CXL memory)."""
     mds = tuple(_memdev_report(inv, m, procs, removable) for m in inv.memdevs)
     nodes = tuple(_node_report(inv, n, mds) for n in inv.nodes if n.kind == "cxl")
-    holes = tuple(hole_text(h) for h in port_holes(inv))
-    return Report(mds, nodes, inv.memory_block_size, holes + tuple(notes))
+    holes = tuple(port_holes(inv))
+    return Report(mds, nodes, inv.memory_block_size, tuple(hole_text(h) for h in holes) + tuple(notes), holes)
 
 
 def _removable(host: Host, inv: Inventory) -> Dict[int, Optional[str]]:
@@ -462,5 +464,15 @@ def to_json(rep: Report) -> Dict[str, Any]:
             "releasable": sum(m.releasable for m in rep.memdevs),
             "blocked": sum(m.capacity for m in rep.memdevs if m.state == "blocked"),
         },
+        "port_holes": [
+            {
+                "code": "port-hole",
+                "port": h.port,
+                "free": list(h.free),
+                "regions": sorted({r for _, r in h.held}),
+                "message": hole_text(h),
+            }
+            for h in rep.holes
+        ],
         "notes": list(rep.notes),
     }
