@@ -194,6 +194,8 @@ def test_the_report_says_which_region_must_go_first(tree: str, tmp_path: Path) -
     assert (b["code"], b["subject"]) == ("decoder-order", "region1")
     assert "decoder1.1 on port1, after decoder1.0" in b["message"] and "match_free_decoder()" in b["message"]
     assert f"`cxlctl capacity release {' '.join(sorted((low, high)))}`" in b["fix"]
+    out = cli("--root", root, "capacity", env={"COLUMNS": "80"}, check=True).stdout
+    assert f"after {high} (decoder order)" in out
 
 
 @pytest.mark.parametrize("tree", TWO)

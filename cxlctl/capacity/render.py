@@ -35,7 +35,9 @@ def render(rep: Report, c: Console) -> None:
     for m in rep.memdevs:
         where = ", ".join(m.regions) or "-"
         node = format_nodelist(m.nodes) if m.nodes else ("devdax" if m.devdax else "-")
-        note = f"with {', '.join(m.release_with)}" if m.release_with else None
+        parts = [f"with {', '.join(m.release_with)}"] if m.release_with else []
+        parts += [f"after {', '.join(m.depends_on)} (decoder order)"] if m.depends_on else []
+        note = "; ".join(parts) or None
         rows.append(
             (
                 [
