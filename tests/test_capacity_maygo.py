@@ -339,3 +339,30 @@ def test_the_json_holds_only_documented_codes_states_and_keys(tree: str) -> None
     for n in doc["nodes"]:
         for k in n:
             assert f'"{k}"' in text, f"node key {k} is not in docs/capacity.md"
+
+
+@pytest.mark.parametrize("tree", TWO)
+def test_a_failed_release_builds_the_regions_again_in_commit_order(tree: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """Torn down highest decoders first (region1, then region0); when region0's teardown fails the
+    rollback builds region0 again first, then region1, so each takes back its own decoders (built the
+    other way round, region0 would land above region1 on the ports: the planner's HPA order refuses it)."""
+    from cxlctl.capacity import release as rel
+    from cxlctl.errors import CxlctlError
+    from cxlctl.hostio.host import Host
+    from cxlctl.regions import program
+
+    root, low, high = _two(tree, tmp_path)
+    torn: List[str] = []
+    rebuilt: List[str] = []
+
+    def destroy(host: Any, name: str, force: bool, log: Any, progress: Any = None) -> None:
+        if name == "region0":
+            raise CxlctlError("region destroy region0: decommit failed: EBUSY")
+        torn.append(name)
+
+    monkeypatch.setattr(program, "destroy", destroy)
+    monkeypatch.setattr(rel, "_rebuild", lambda host, r, log: rebuilt.append(r.name) or [])
+    with pytest.raises(CxlctlError) as e:
+        rel.release(Host(root), [low, high], None, lambda m: None, wait=0)
+    assert "rolled back" in str(e.value)
+    assert (torn, rebuilt) == (["region1"], ["region0", "region1"])

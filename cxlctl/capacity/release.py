@@ -413,7 +413,8 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
             destroy(host, r.name, True, log)
         except CxlctlError as e:
             rest = [x for x in p.regions if x not in torn and x is not r]
-            left = [x for t in (*torn, r) for x in _rebuild(host, t, log)]
+            # built again in commit order, the reverse of the teardown's: each takes its decoders back
+            left = [x for t in (r, *reversed(torn)) for x in _rebuild(host, t, log)]
             left += [x for o in rest for x in _online_again(host, o, log)]
             raise _fail(host, p, steps, e, left) from None
         torn.append(r)
@@ -421,7 +422,7 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
         save(host, p, RELEASING, steps)
     held = _still_held(host, [m.memdev for m in p.memdevs])
     if held:
-        left = [x for t in torn for x in _rebuild(host, t, log)]
+        left = [x for t in reversed(torn) for x in _rebuild(host, t, log)]
         raise _fail(host, p, steps, CxlctlError("after the teardown " + "; ".join(held)), left) from None
     save(host, p, RELEASED, steps)
     return Released(p, moved, tuple(steps))
