@@ -361,7 +361,12 @@ def test_a_failed_release_builds_the_regions_again_in_commit_order(tree: str, tm
         torn.append(name)
 
     monkeypatch.setattr(program, "destroy", destroy)
-    monkeypatch.setattr(rel, "_rebuild", lambda host, r, log: rebuilt.append(r.name) or [])
+
+    def rebuild(host: Any, r: Any, log: Any) -> List[str]:
+        rebuilt.append(r.name)
+        return []
+
+    monkeypatch.setattr(rel, "_rebuild", rebuild)
     with pytest.raises(CxlctlError) as e:
         rel.release(Host(root), [low, high], None, lambda m: None, wait=0)
     assert "rolled back" in str(e.value)
