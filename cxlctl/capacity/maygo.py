@@ -189,8 +189,12 @@ def region_blockers(inv: Inventory, region: str, together: Iterable[str] = ()) -
                 "decoder-order",
                 other,
                 f"{region} cannot go before {other} ({'; '.join(why)}): {ORDER_REASON}",
-                f"release {other} ({', '.join(devs) or 'no memdev'}) first, or both together: "
-                f"`cxlctl capacity release {' '.join(both)}`",
+                (
+                    f"release {other} ({', '.join(devs)}) first, or both together: "
+                    f"`cxlctl capacity release {' '.join(both)}`"
+                    if devs
+                    else f"{other} has no memdev: destroy it first (`cxlctl region destroy {other} --force`)"
+                ),
             )
         )
     return out
