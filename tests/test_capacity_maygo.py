@@ -100,6 +100,7 @@ def test_system_ram_without_its_dax_device_blocks(tree: str, tmp_path: Path) -> 
     doc = _json(root)
     (m,) = doc["memdevs"]
     assert (m["state"], m["releasable"], m["dax_devices"]) == ("blocked", 0, [])
+    assert (m["online"], m["movable"], m["nodes"]) == (512 * MiB, 512 * MiB, [1])  # online all the same
     (b,) = m["blockers"]
     assert (b["code"], b["subject"]) == ("system-ram-no-dax", "region0")
     assert "4 block(s) (512 MiB)" in b["message"] and "memory146" in b["message"]

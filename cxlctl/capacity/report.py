@@ -38,7 +38,7 @@ from cxlctl.hostio.objects import blocks_of, is_online
 from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
-from .maygo import Blocker, Hole, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
+from .maygo import Blocker, Hole, foreign_ram, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
 from .procs import Proc
 
 __all__ = ["Blocker", "MemdevCapacity", "NodeCapacity", "Report", "STATES", "assess", "gather", "to_json"]
@@ -276,6 +276,9 @@ def _share(inv: Inventory, region: str, bs: int) -> Tuple[int, int, int]:
             movable += sum(bs for b in on if b.zone == "Movable")
         elif dx.dev.mode == "devdax":
             devdax += dx.dev.size or 0
+    foreign, _ = foreign_ram(inv, region)  # System RAM no DAX device owns (firmware-onlined): online all the same
+    online += len(foreign or ()) * bs
+    movable += sum(bs for b in foreign or () if b.zone == "Movable")
     ways = max(1, len({t.memdev for t in r.targets if t.memdev}))
     return online // ways, movable // ways, devdax // ways
 
@@ -307,6 +310,10 @@ def _memdev_report(
             blockers += _block_blockers(dx, bs, removable)
         elif dx.dev.mode == "devdax":
             devdax_names.add(dx.dev.name)
+    for r in sorted(regions):
+        foreign, _ = foreign_ram(inv, r)
+        nodes.update(b.node for b in foreign or ())
+        online += len(foreign or ()) * bs
     shares = [_share(inv, r, bs) for r in m.regions]
     if not regions and m.dpa_allocated:
         blockers.append(
