@@ -85,19 +85,20 @@ def test_interleaved_memdevs_go_together() -> None:
 
 
 def test_devdax_open_by_a_process_blocks(tmp_path: Path) -> None:
-    """switch2-devdax: one region's dax0.0 is devdax (releasable while nobody uses it); the
-    recorded process given one mapping of /dev/dax0.0 (the line numa_maps prints for it) blocks it."""
+    """switch2-devdax: one region's dax0.0 is devdax (nobody uses it: only the decoder order holds it,
+    region1 sits above it on both ports); the recorded process given one mapping of /dev/dax0.0 (the line
+    numa_maps prints for it) blocks it too."""
     src = os.path.join(FIXTURES, "linux-7.x/switch2-devdax")
     doc = _json(src)
     dd = next(m for m in doc["memdevs"] if m["dax_devices"] == ["dax0.0"])
-    assert (dd["state"], dd["devdax"], dd["nodes"]) == ("releasable", 256 * MiB, [])
+    assert (dd["devdax"], dd["nodes"], _codes(doc, dd["memdev"])) == (256 * MiB, [], ["decoder-order"])
     tree = copy_fixture(src, tmp_path / "t")
     line = "7f0000000000 default file=/dev/dax0.0 dirty=512 mapped=512 N1=512 kernelpagesize_kB=4\n"
     pid = _edit_proc(tree, lambda t: t + line)
     doc = _json(tree)
     dd = next(m for m in doc["memdevs"] if m["dax_devices"] == ["dax0.0"])
     assert dd["state"] == "blocked" and dd["releasable"] == 0
-    (b,) = dd["blockers"]
+    (b,) = [b for b in dd["blockers"] if b["code"] != "decoder-order"]
     assert (b["code"], b["subject"]) == ("devdax-open", "dax0.0") and f"PID {pid}" in b["message"]
     assert f"PID {pid}" in b["fix"]
 
@@ -184,8 +185,10 @@ def test_human_view_fits_80_columns() -> None:
     lines = p.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80, p.stdout
     assert lines[0].split() == ["memdev", "capacity", "region", "node", "online", "movable", "state", "releasable"]
-    assert any(x.split()[:1] == ["mem1"] and "releasable" in x for x in lines)
+    assert any(x.split()[:1] == ["mem1"] and "blocked" in x for x in lines)
     assert "mem0 is blocked:" in p.stdout and "fix: " in p.stdout
+    # mem1's devdax region0 lies below region1 on both ports: it waits for mem0 (decoder order)
+    assert "mem1 is blocked:" in p.stdout and "region0 cannot go before region1" in p.stdout
 
 
 def test_bad_root_is_a_usage_error(tmp_path: Path) -> None:
@@ -262,15 +265,24 @@ def test_release_dry_run_shows_the_plan(tmp_path: Path) -> None:
 
 
 def test_release_by_size_picks_releasable_devices(tmp_path: Path) -> None:
-    """switch2-devdax (7.x): the devdax memdev is releasable, the ZONE_NORMAL one is not."""
-    root = os.path.join(FIXTURES, "linux-7.x/switch2-devdax")
+    """switch2-devdax (7.x): the ZONE_NORMAL memdev (mem1, region1) holds the later decoders, so nothing
+    goes as recorded; made movable, mem1 goes alone, and mem0's devdax region0 only with it."""
+    src = os.path.join(FIXTURES, "linux-7.x/switch2-devdax")
+    p = cli("--root", src, "capacity", "release", "--size", "200M", "--dry-run", rc=2)
+    assert "only 0 B can be released now (512 MiB is blocked)" in p.stderr
+    root = copy_fixture(src, tmp_path / "t")
+    _movable(root, (148, 149))
     d = json.loads(
         cli("--root", root, "capacity", "release", "--size", "200M", "--dry-run", "--json", check=True).stdout
     )
-    assert [m["memdev"] for m in d["memdevs"]] == ["mem0"]
-    assert d["regions"][0]["dax"][0]["mode"] == "devdax" and d["offline_bytes"] == 0
-    p = cli("--root", root, "capacity", "release", "--size", "300M", "--dry-run", rc=2)
-    assert "only 256 MiB can be released now (256 MiB is blocked)" in p.stderr
+    assert [m["memdev"] for m in d["memdevs"]] == ["mem1"] and d["offline_bytes"] == 256 * MiB
+    d = json.loads(
+        cli("--root", root, "capacity", "release", "--size", "300M", "--dry-run", "--json", check=True).stdout
+    )
+    assert [m["memdev"] for m in d["memdevs"]] == ["mem0", "mem1"]
+    assert [r["region"] for r in d["regions"]] == ["region1", "region0"]  # the highest decoders first
+    p = cli("--root", root, "capacity", "release", "--size", "600M", "--dry-run", rc=2)
+    assert "only 512 MiB can be released now" in p.stderr
 
 
 def test_release_rolls_back_when_a_block_refuses(tmp_path: Path, monkeypatch: Any) -> None:

@@ -37,6 +37,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.parse import format_size, parse_meminfo
 from cxlctl.progress import ProgressFn
 
+from .maygo import Blocker, teardown_order
 from .report import MemdevCapacity, Report
 
 Log = Callable[[str], None]
@@ -108,33 +109,59 @@ def _names(memdevs: Sequence[str]) -> Tuple[str, ...]:
     return tuple(seen)
 
 
+def _closure(rep: Report, m: MemdevCapacity) -> Tuple[str, ...]:
+    """``m`` with what goes with it: its interleave partners and the memdevs whose regions must go first."""
+    out = {m.memdev}
+    todo = [m]
+    while todo:
+        x = todo.pop()
+        for n in (*x.release_with, *x.depends_on):
+            y = rep.memdev(n)
+            if n not in out and y is not None:
+                out.add(n)
+                todo.append(y)
+    return tuple(sorted(out))
+
+
 def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
-    """The fewest releasable memdevs (whole interleave groups) making at least ``size``: smallest first
-    among those that alone suffice, else the largest groups until it is reached."""
+    """The fewest releasable memdevs (whole interleave groups, with the memdevs their decoder order needs
+    first) making at least ``size``: smallest first among those that alone suffice, else the largest groups
+    until it is reached."""
     groups: List[Tuple[int, Tuple[str, ...]]] = []
-    seen: set[str] = set()
     for m in rep.memdevs:
-        if m.state == "blocked" or m.memdev in seen:
+        g = _closure(rep, m)
+        members = [x for x in rep.memdevs if x.memdev in g]
+        if any(_unmet(x, g) for x in members):
             continue
-        g = tuple(sorted((m.memdev, *m.release_with)))
-        seen.update(g)
-        groups.append((sum(x.capacity for x in rep.memdevs if x.memdev in g), g))
-    alone = sorted(x for x in groups if x[0] >= size)
+        item = (sum(x.capacity for x in members), g)
+        if item not in groups:
+            groups.append(item)
+    alone = sorted(groups, key=lambda x: (x[0], len(x[1]), x[1]))
+    alone = [x for x in alone if x[0] >= size]
     if alone:
         return alone[0][1]
     out: List[str] = []
     total = 0
     for cap, g in sorted(groups, reverse=True):
+        if set(g) & set(out):
+            continue
         out.extend(g)
         total += cap
         if total >= size:
             return tuple(sorted(out))
-    blocked = sum(m.capacity for m in rep.memdevs if m.state == "blocked")
+    blocked = sum(m.capacity for m in rep.memdevs if m.memdev not in out and m.state == "blocked")
     raise UsageError(
         f"--size {format_size(size)}: only {format_size(total)} can be released now"
         + (f" ({format_size(blocked)} is blocked)" if blocked else ""),
         hint="`cxlctl capacity` says what blocks the rest and how to fix it",
     )
+
+
+def _unmet(m: MemdevCapacity, names: Sequence[str]) -> List[Blocker]:
+    """``m``'s blockers, less ``decoder-order`` when every memdev it depends on is released with it
+    (:func:`plan` then tears the regions down highest decoder first)."""
+    together = bool(m.depends_on) and set(m.depends_on) <= set(names)
+    return [b for b in m.blockers if not (together and b.code == "decoder-order")]
 
 
 def choose(rep: Report, memdevs: Sequence[str], size: Optional[int]) -> Tuple[MemdevCapacity, ...]:
@@ -151,11 +178,12 @@ def choose(rep: Report, memdevs: Sequence[str], size: Optional[int]) -> Tuple[Me
         if m is None:
             known = ", ".join(x.memdev for x in rep.memdevs) or "none"
             raise UsageError(f"no memdev {n} (memdevs: {known})", hint="`cxlctl capacity` lists them")
-        if m.blockers:
-            b = m.blockers[0]
-            more = f" (and {len(m.blockers) - 1} more blocker(s))" if len(m.blockers) > 1 else ""
+        blockers = _unmet(m, names)
+        if blockers:
+            b = blockers[0]
+            more = f" (and {len(blockers) - 1} more blocker(s))" if len(blockers) > 1 else ""
             raise CxlctlError(
-                f"cannot release {n}: {b.message}{more}; nothing was changed",
+                f"cannot release {n} ({b.code}): {b.message}{more}; nothing was changed",
                 code=EXIT_USAGE,
                 hint=f"{b.fix}; `cxlctl capacity` lists every blocker",
             )
@@ -183,7 +211,8 @@ def plan(host: Host, rep: Report, chosen: Sequence[MemdevCapacity]) -> Plan:
 
     inv = scan(host)
     regions = []
-    for name in sorted({r for m in chosen for r in m.regions}):
+    # the kernel's order: on each port the region with the highest decoder first (maygo.teardown_order)
+    for name in teardown_order(inv, {r for m in chosen for r in m.regions}):
         reg = inv.region(name)
         if reg is None:
             continue
@@ -384,7 +413,8 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
             destroy(host, r.name, True, log)
         except CxlctlError as e:
             rest = [x for x in p.regions if x not in torn and x is not r]
-            left = [x for t in (*torn, r) for x in _rebuild(host, t, log)]
+            # built again in commit order, the reverse of the teardown's: each takes its decoders back
+            left = [x for t in (r, *reversed(torn)) for x in _rebuild(host, t, log)]
             left += [x for o in rest for x in _online_again(host, o, log)]
             raise _fail(host, p, steps, e, left) from None
         torn.append(r)
@@ -392,7 +422,7 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
         save(host, p, RELEASING, steps)
     held = _still_held(host, [m.memdev for m in p.memdevs])
     if held:
-        left = [x for t in torn for x in _rebuild(host, t, log)]
+        left = [x for t in reversed(torn) for x in _rebuild(host, t, log)]
         raise _fail(host, p, steps, CxlctlError("after the teardown " + "; ".join(held)), left) from None
     save(host, p, RELEASED, steps)
     return Released(p, moved, tuple(steps))

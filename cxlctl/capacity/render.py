@@ -6,7 +6,7 @@ are sentences, folded on spaces under their subject.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.parse import format_nodelist, format_size
 from cxlctl.term import fold_lines, grid
@@ -35,7 +35,9 @@ def render(rep: Report, c: Console) -> None:
     for m in rep.memdevs:
         where = ", ".join(m.regions) or "-"
         node = format_nodelist(m.nodes) if m.nodes else ("devdax" if m.devdax else "-")
-        note = f"with {', '.join(m.release_with)}" if m.release_with else None
+        parts = [f"with {', '.join(m.release_with)}"] if m.release_with else []
+        parts += [f"after {', '.join(m.depends_on)} (decoder order)"] if m.depends_on else []
+        note = "; ".join(parts) or None
         rows.append(
             (
                 [
@@ -93,15 +95,24 @@ def render(rep: Report, c: Console) -> None:
                 for n in rep.nodes
             ],
         )
-    for m in rep.memdevs:
-        if not m.blockers:
-            continue
-        c.print()
-        c.print(f"{m.memdev} is blocked:", soft_wrap=True)
-        for b in m.blockers:
-            for line in blocker_lines(b, c.width):
-                c.print(line, soft_wrap=True)
+    _blockers(rep, c)
     for note in rep.notes:
         c.print()
         for line in fold_lines(f"note: {note}", c.width, indent="  "):
             c.print(line, soft_wrap=True)
+
+
+def _blockers(rep: Report, c: Console) -> None:
+    """Each blocker paragraph once: the members of an interleaved region share their blockers."""
+    groups: Dict[Tuple[Blocker, ...], List[str]] = {}
+    for m in rep.memdevs:
+        if m.blockers:
+            groups.setdefault(m.blockers, []).append(m.memdev)
+    for blockers, names in groups.items():
+        c.print()
+        title = f"{names[0]} is blocked:" if len(names) == 1 else f"{', '.join(names)} are blocked:"
+        for line in fold_lines(title, c.width, indent="  "):
+            c.print(line, soft_wrap=True)
+        for b in blockers:
+            for line in blocker_lines(b, c.width):
+                c.print(line, soft_wrap=True)

@@ -38,21 +38,15 @@ from cxlctl.hostio.objects import blocks_of, is_online
 from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
+from .maygo import Blocker, Hole, foreign_ram, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
 from .procs import Proc
+
+__all__ = ["Blocker", "MemdevCapacity", "NodeCapacity", "Report", "STATES", "assess", "gather", "to_json"]
 
 #: the memdev states, for scripts: ``free`` (no region: unbind now), ``releasable`` (``capacity release``
 #: would give it back), ``blocked`` (a blocker says what to fix first)
 STATES = ("free", "releasable", "blocked")
 State = Literal["free", "releasable", "blocked"]
-
-
-class Blocker(NamedTuple):
-    """Why capacity cannot be given back now.  ``code`` is stable for scripts; ``fix`` says what to do."""
-
-    code: str
-    subject: str
-    message: str
-    fix: str
 
 
 class MemdevCapacity(NamedTuple):
@@ -63,13 +57,16 @@ class MemdevCapacity(NamedTuple):
     regions: Tuple[str, ...]
     dax_devices: Tuple[str, ...]
     nodes: Tuple[int, ...]  # where its system-ram memory lands
-    online: int  # bytes of its regions' memory online as System RAM
+    online: int  # its share (region's bytes / the region's memdevs) of its regions' memory online as System RAM
     movable: int  # of which in ZONE_MOVABLE
-    devdax: int  # bytes of its regions' devdax devices
+    devdax: int  # its share of its regions' devdax devices
     state: State
     releasable: int  # bytes that would go back to the pool now (the whole device, or 0)
     release_with: Tuple[str, ...]  # memdevs that go with it (same interleaved region)
     blockers: Tuple[Blocker, ...]
+    #: memdevs whose regions must be released before (or together with) this one's: they hold later
+    #: decoders on a port its regions use (blocker ``decoder-order``)
+    depends_on: Tuple[str, ...] = ()
 
 
 class NodeCapacity(NamedTuple):
@@ -88,8 +85,10 @@ class Report(NamedTuple):
     memdevs: Tuple[MemdevCapacity, ...]
     nodes: Tuple[NodeCapacity, ...]
     block_size: Optional[int]
-    #: what the report could not see (not root: processes' descriptors, DAX addresses)
+    #: what the report could not see (not root: processes' descriptors, DAX addresses), and each port hole
     notes: Tuple[str, ...]
+    #: ports with a free decoder below one in use: the next region through them fails (maygo.port_holes)
+    holes: Tuple[Hole, ...] = ()
 
     def memdev(self, name: str) -> Optional[MemdevCapacity]:
         for m in self.memdevs:
@@ -210,10 +209,11 @@ def _proc_blockers(procs: Sequence[Proc], nodes: Set[int], dax: Set[str]) -> Lis
                 Blocker(
                     "bind-only",
                     f"pid:{p.pid}",
-                    f"{who} has a bind policy over node(s) {format_nodelist(bound[0])} only: offlining would leave "
-                    "its pages nowhere to go",
-                    f"widen its policy (e.g. `migratepages {p.pid} {nl} 0` after relaunching it with another node) "
-                    f"or stop {who}",
+                    f"{who} has a bind policy over node(s) {format_nodelist(bound[0])} only: offlining migrates its "
+                    "pages anyway (do_migrate_range() takes any other node with memory and ignores mempolicy), so "
+                    "it silently loses the placement it asked for",
+                    f"ask its owner: relaunch {who} with other nodes (or move it, `migratepages {p.pid} {nl} 0`), "
+                    "or stop it",
                 )
             )
         if p.mems_allowed is not None and p.mems_allowed and set(p.mems_allowed) <= nodes:
@@ -222,8 +222,9 @@ def _proc_blockers(procs: Sequence[Proc], nodes: Set[int], dax: Set[str]) -> Lis
                     "cpuset-only",
                     f"pid:{p.pid}",
                     f"{who} may allocate only on node(s) {format_nodelist(p.mems_allowed)} (its cpuset's "
-                    "Mems_allowed_list)",
-                    f"add another node to its cgroup's cpuset.mems, or stop {who}",
+                    "Mems_allowed_list): offlining migrates its pages anyway (do_migrate_range() ignores cpusets), "
+                    "so it silently loses the placement its cgroup gave it",
+                    f"ask its owner: add another node to its cgroup's cpuset.mems and move it there, or stop {who}",
                 )
             )
         if p.launched is not None and set(p.launched) & nodes:
@@ -262,6 +263,26 @@ def _room_blocker(inv: Inventory, nodes: Set[int], bs: int, online: int) -> List
     ]
 
 
+def _share(inv: Inventory, region: str, bs: int) -> Tuple[int, int, int]:
+    """(online, movable, devdax) bytes of one member of ``region``: the region's divided by its memdevs."""
+    r = inv.region(region)
+    if r is None:
+        return 0, 0, 0
+    online = movable = devdax = 0
+    for dx in _dax_of(inv, r.dax_devices):
+        if dx.dev.mode == "system-ram":
+            on = [b for b in dx.blocks or () if is_online(b)]
+            online += len(on) * bs
+            movable += sum(bs for b in on if b.zone == "Movable")
+        elif dx.dev.mode == "devdax":
+            devdax += dx.dev.size or 0
+    foreign, _ = foreign_ram(inv, region)  # System RAM no DAX device owns (firmware-onlined): online all the same
+    online += len(foreign or ()) * bs
+    movable += sum(bs for b in foreign or () if b.zone == "Movable")
+    ways = max(1, len({t.memdev for t in r.targets if t.memdev}))
+    return online // ways, movable // ways, devdax // ways
+
+
 def _memdev_report(
     inv: Inventory, m: Memdev, procs: Sequence[Proc], removable: Dict[int, Optional[str]]
 ) -> MemdevCapacity:
@@ -271,20 +292,29 @@ def _memdev_report(
     dax_names = [d for r in (inv.region(x) for x in sorted(regions)) if r is not None for d in r.dax_devices]
     daxes = _dax_of(inv, dax_names)
     blockers: List[Blocker] = []
+    # what stops the regions whatever lives in them (maygo: locked, System RAM not theirs, decoder order)
+    depends: Set[str] = set()
+    for r in sorted(regions):
+        blockers += region_blockers(inv, r, together=regions)
+        for other in must_go_first(inv, r):
+            if other not in regions:
+                depends.update(region_memdevs(inv, other))
     nodes: Set[int] = set()
-    online = movable = devdax = 0
+    online = 0
     devdax_names: Set[str] = set()
     for dx in daxes:
         if dx.dev.mode == "system-ram":
             if dx.dev.target_node is not None:
                 nodes.add(dx.dev.target_node)
-            on = [b for b in dx.blocks or () if is_online(b)]
-            online += len(on) * bs
-            movable += sum(bs for b in on if b.zone == "Movable")
+            online += len([b for b in dx.blocks or () if is_online(b)]) * bs
             blockers += _block_blockers(dx, bs, removable)
         elif dx.dev.mode == "devdax":
-            devdax += dx.dev.size or 0
             devdax_names.add(dx.dev.name)
+    for r in sorted(regions):
+        foreign, _ = foreign_ram(inv, r)
+        nodes.update(b.node for b in foreign or ())
+        online += len(foreign or ()) * bs
+    shares = [_share(inv, r, bs) for r in m.regions]
     if not regions and m.dpa_allocated:
         blockers.append(
             Blocker(
@@ -308,13 +338,14 @@ def _memdev_report(
         tuple(sorted(regions)),
         tuple(d.dev.name for d in daxes),
         tuple(sorted(nodes)),
-        online,
-        movable,
-        devdax,
+        sum(x[0] for x in shares),
+        sum(x[1] for x in shares),
+        sum(x[2] for x in shares),
         state,
         0 if blockers else cap,
         tuple(sorted(devs - {m.name})),
         tuple(blockers),
+        tuple(sorted(depends - devs)),
     )
 
 
@@ -354,7 +385,8 @@ def assess(
     """The report for ``inv``: each memdev, then each CXL node (a node with CXL memory)."""
     mds = tuple(_memdev_report(inv, m, procs, removable) for m in inv.memdevs)
     nodes = tuple(_node_report(inv, n, mds) for n in inv.nodes if n.kind == "cxl")
-    return Report(mds, nodes, inv.memory_block_size, tuple(notes))
+    holes = tuple(port_holes(inv))
+    return Report(mds, nodes, inv.memory_block_size, tuple(hole_text(h) for h in holes) + tuple(notes), holes)
 
 
 def _removable(host: Host, inv: Inventory) -> Dict[int, Optional[str]]:
@@ -415,6 +447,7 @@ def to_json(rep: Report) -> Dict[str, Any]:
                 "state": m.state,
                 "releasable": m.releasable,
                 "release_with": list(m.release_with),
+                "depends_on": list(m.depends_on),
                 "blockers": [_blocker_json(b) for b in m.blockers],
             }
             for m in rep.memdevs
@@ -438,5 +471,15 @@ def to_json(rep: Report) -> Dict[str, Any]:
             "releasable": sum(m.releasable for m in rep.memdevs),
             "blocked": sum(m.capacity for m in rep.memdevs if m.state == "blocked"),
         },
+        "port_holes": [
+            {
+                "code": "port-hole",
+                "port": h.port,
+                "free": list(h.free),
+                "regions": sorted({r for _, r in h.held}),
+                "message": hole_text(h),
+            }
+            for h in rep.holes
+        ],
         "notes": list(rep.notes),
     }

@@ -126,7 +126,7 @@ def check_regions(f: Facts) -> List[Check]:
         elif r.mode == "ram" and r.committed and not r.dax_region:
             res: Result = NOTE if r.driver else FAIL
             msg = (
-                f"{r.name} has no dax region: its range is System RAM onlined by firmware, or dax_cxl is not loaded"
+                _no_dax_region(f, r.name)
                 if r.driver
                 else f"{r.name} is not bound to the cxl_region driver: no DAX device, no memory"
             )
@@ -141,6 +141,40 @@ def check_regions(f: Facts) -> List[Check]:
                 )
             )
     return out
+
+
+def _no_dax_region(f: Facts, region: str) -> str:
+    """Why a bound RAM region has no DAX region, as ``capacity`` reads it (maygo.foreign_ram)."""
+    from cxlctl.capacity.maygo import foreign_ram
+
+    blocks, known = foreign_ram(f.inv, region)
+    if known and blocks:
+        return (
+            f"{region} has no dax region: {len(blocks)} block(s) of its range are online as System RAM (onlined "
+            "by firmware; cxl_region_probe() then makes none): it cannot be released or destroyed from Linux"
+        )
+    r = f.inv.region(region)
+    if known and r is not None and r.resource is not None:
+        return f"{region} has no dax region and none of its range is online: is dax_cxl loaded?"
+    return f"{region} has no dax region: its range is System RAM onlined by firmware, or dax_cxl is not loaded"
+
+
+def check_port_holes(f: Facts) -> List[Check]:
+    """Ports left with a free decoder below one in use: the next region through them fails."""
+    from cxlctl.capacity.maygo import hole_text, port_holes
+
+    return [
+        Check(
+            D,
+            f"devices.port-hole.{h.port}",
+            WARN,
+            hole_text(h),
+            tuple(Evidence(f"{paths.cxl_device(d)}/region", "(none)") for d in h.free[:4]),
+            f"release or destroy {', '.join(sorted({r for _, r in h.held}))} (highest decoders first), then build "
+            "the regions again",
+        )
+        for h in port_holes(f.inv)
+    ]
 
 
 def _blocks_ev(d: DaxDevice) -> Evidence:
@@ -459,4 +493,12 @@ def check_tiers(f: Facts) -> List[Check]:
 
 
 def checks(f: Facts) -> List[Check]:
-    return check_memdevs(f) + check_regions(f) + check_dax(f) + check_auto_online(f) + check_udev(f) + check_tiers(f)
+    return (
+        check_memdevs(f)
+        + check_regions(f)
+        + check_port_holes(f)
+        + check_dax(f)
+        + check_auto_online(f)
+        + check_udev(f)
+        + check_tiers(f)
+    )

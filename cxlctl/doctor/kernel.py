@@ -484,19 +484,17 @@ def check_iomem(f: Facts) -> List[Check]:
 
 def check_locked(f: Facts) -> List[Check]:
     """Regions the firmware programmed and locked (region destroy refuses them), and free capacity."""
+    from cxlctl.capacity.maygo import locked_by_region
+
     out: List[Check] = []
-    locked_by_region: Dict[str, List[str]] = {}
-    for d in f.inv.decoders:
-        if d.locked and d.region:
-            locked_by_region.setdefault(d.region, []).append(d.name)
-    for region, decs in sorted(locked_by_region.items()):
+    for region, decs in locked_by_region(f.inv).items():  # the reading `capacity` refuses them by
         out.append(
             Check(
                 F,
                 "firmware.locked-region",
                 NOTE,
                 f"{region} was programmed and locked by the firmware: it cannot be destroyed or resized from Linux",
-                tuple(Evidence(f"{paths.CXL_DEVICES}/{d}/locked", "1") for d in decs[:4]),
+                tuple(Evidence(paths.decoder_locked(d), "1") for d in decs[:4]),
                 "change it in the BIOS setup, if at all",
             )
         )

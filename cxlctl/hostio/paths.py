@@ -65,6 +65,13 @@ def cxl_device(name: str) -> str:
     return f"{CXL_DEVICES}/{name}"
 
 
+def decoder_locked(decoder: str) -> str:
+    """``decoderX.Y/locked``: 1 when the firmware committed and locked the decoder (``CXL_DECODER_F_LOCK``);
+    the kernel then refuses its region's decommit (``commit_store()``: EPERM).  Read by the inventory
+    scan (``Decoder.locked``); the path doctor and ``capacity`` name as evidence."""
+    return f"{CXL_DEVICES}/{decoder}/locked"
+
+
 # -- procfs -------------------------------------------------------------------------------
 PROC = "/proc"
 PROC_SYS = "/proc/sys/"

@@ -110,6 +110,9 @@ def destroy_region(
     """``region destroy``: refused (exit 2, no lock taken) while its memory is online without ``force``."""
     check_destroy(host, name, force)
     with TuneLock(host.root, wait):
+        from .request import check_destroy_target
+
+        check_destroy_target(host.fresh(), name)  # may it go (maygo), again under the lock
         return destroy(host, name, force, log, progress)
 
 

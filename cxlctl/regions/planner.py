@@ -209,6 +209,11 @@ class _State:
             # (torn down out of order) still counts, and decoders_committed shows it
             self.port_next[p.name] = max(max(used) + 1 if used else 0, p.decoders_committed or 0)
             self.port_regions[p.name] = {d.region: self.region_start.get(d.region) for d in decs if d.region}
+        # a port with a free decoder below one in use (a region torn down out of order, 6.12+): the
+        # kernel gives it no new decoder (cxlctl.capacity.maygo.port_holes names the functions)
+        from cxlctl.capacity.maygo import hole_text, port_holes
+
+        self.holes: Dict[str, str] = {h.port: hole_text(h) for h in port_holes(inv)}
         self.windows: Dict[str, _Window] = {}
         for d in inv.decoders:
             if d.kind == "root":
@@ -246,6 +251,8 @@ class _State:
                     f"finish or destroy {d.region} first"
                 )
         idx = self.port_next.get(port, 0)
+        if port in self.holes:
+            return None, self.holes[port]
         for d in decs:
             if decoder_index(d.name) == idx:
                 if d.locked:
@@ -884,21 +891,11 @@ def plan_all(inv: Inventory, req: Request) -> List[Plan]:
 
 
 def destroy_blockers(inv: Inventory, region: str) -> List[str]:
-    """Regions that must go before ``region`` can be torn down cleanly.
+    """Regions that must go before ``region`` can be torn down cleanly (the kernel frees a port's
+    decoders from the highest down: :func:`cxlctl.capacity.maygo.must_go_first` names the functions)."""
+    from cxlctl.capacity.maygo import must_go_first
 
-    The kernel resets a port's decoders in reverse commit order
-    (``cxl_decoder_reset``: "out of order reset"), so a region whose decoder at
-    some port has a lower index than another region's decoder there cannot be
-    decommitted first: that decoder would stay programmed and block the port.
-    """
-    mine: Dict[str, int] = {}
-    for d in inv.decoders:
-        if d.kind != "root" and d.region == region:
-            mine[d.port] = decoder_index(d.name)
-    out: List[str] = []
-    for d in inv.decoders:
-        if d.kind == "root" or not d.region or d.region == region or d.port not in mine:
-            continue
-        if decoder_index(d.name) > mine[d.port]:
-            out.append(f"{d.region} (it uses {d.name} on {d.port}, after this region's decoder there)")
-    return sorted(set(out))
+    return [
+        f"{other} (it uses {', '.join(w.split(', after ')[0] for w in why)}, after this region's decoder there)"
+        for other, why in must_go_first(inv, region).items()
+    ]

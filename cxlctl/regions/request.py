@@ -121,9 +121,8 @@ def check_destroy_target(host: Host, region: str) -> None:
 
     What the inventory can tell before the lock; the region's own state (online memory without
     ``--force``) is :func:`cxlctl.regions.program.check_destroy`, checked again under the lock."""
+    from cxlctl.capacity.maygo import ORDER_REASON, region_blockers
     from cxlctl.inventory import scan
-
-    from .planner import destroy_blockers
 
     if decimal_suffix(region, "region") is None:
         raise UsageError(f"{region!r} is not a region name", hint="regions are named regionN (cxlctl status)")
@@ -131,15 +130,19 @@ def check_destroy_target(host: Host, region: str) -> None:
     if inv.region(region) is None:
         known = ", ".join(r.name for r in inv.regions) or "none"
         raise CxlctlError(f"no region {region} (regions: {known})", code=EXIT_USAGE)
-    blockers = destroy_blockers(inv, region)
-    if blockers:
+    blockers = region_blockers(inv, region)
+    later = [b for b in blockers if b.code == "decoder-order"]
+    if later:
         raise CxlctlError(
             f"{region} cannot be torn down before "
-            + "; ".join(blockers)
-            + ": the kernel releases a port's decoders in reverse commit order",
+            + ", ".join(b.subject for b in later)
+            + f": {ORDER_REASON}; nothing was changed",
             code=EXIT_USAGE,
-            hint="destroy the later region(s) first",
+            hint=f"destroy {', '.join(b.subject for b in later)} first",
         )
+    if blockers:
+        b = blockers[0]
+        raise CxlctlError(f"cannot destroy {region}: {b.message}; nothing was changed", code=EXIT_USAGE, hint=b.fix)
 
 
 def check_dax_name(device: str) -> None:
