@@ -36,19 +36,24 @@ def release(
     wait: Optional[float],
     bar: ContextManager[Optional[ProgressFn]],
     need_root: Callable[[str], None],
+    timeout: Optional[float] = None,
 ) -> None:
     """``cxlctl capacity release``: refusals (exit 2) before the root check and the lock; the plan with
     ``--dry-run``; else the release and its report."""
     from cxlctl.regions.request import _size
 
     from . import release as rel
+    from .bound import OFFLINE_TIMEOUT
 
     n = _size(size, "--size", "16G")
     p, done = rel.release(host, memdevs, n, log, dry_run=True)
     if not dry_run:
         need_root("capacity release")
         with bar as progress:
-            p, done = rel.release(host, memdevs, n, log, wait=wait, progress=progress)
+            p, done = rel.release(
+                host, memdevs, n, log, wait=wait, progress=progress,
+                timeout=OFFLINE_TIMEOUT if timeout is None else timeout,
+            )  # fmt: skip
     _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
 
 

@@ -37,6 +37,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.parse import format_size, parse_meminfo
 from cxlctl.progress import ProgressFn
 
+from .bound import OFFLINE_TIMEOUT, Guard, Interrupted
 from .report import MemdevCapacity, Report
 
 Log = Callable[[str], None]
@@ -72,6 +73,8 @@ class Plan(NamedTuple):
     memdevs: Tuple[MemdevCapacity, ...]
     regions: Tuple[RegionRecord, ...]
     block_size: int
+    #: what rolling back an unfinished release found on the host and did (or would do) first
+    recovered: Tuple[str, ...] = ()
 
     @property
     def offline_bytes(self) -> int:
@@ -258,21 +261,119 @@ def load(host: Host) -> Optional[Dict[str, Any]]:
     return d if isinstance(d, dict) else None
 
 
-def check_unfinished(host: Host) -> None:
-    """A release that stopped half-way (a crash while ``releasing``, or a failed rollback) in this boot: refuse."""
+def unfinished(host: Host) -> Optional[Dict[str, Any]]:
+    """The journal of a release that stopped half-way in this boot (``releasing``: killed, or
+    ``rollback-failed``), else None.  Another boot's journal is over: its regions went with that boot."""
     d = load(host)
     if d is None or d.get("state") not in (RELEASING, ROLLBACK_FAILED):
-        return
+        return None
     if d.get("boot_id") and host.boot_id and d["boot_id"] != host.boot_id:
-        return  # another boot's: /run should have been cleared; its regions are gone with that boot
+        return None
+    return d
+
+
+def _records(d: Dict[str, Any]) -> List[RegionRecord]:
+    out = []
+    for r in d.get("regions", []):
+        dax = tuple(
+            DaxState(x.get("name"), x.get("mode"), x.get("node"), x.get("zone"), tuple(x.get("online") or ()))
+            for x in r.get("dax", [])
+        )
+        out.append(
+            RegionRecord(
+                r.get("region"),
+                r.get("root_decoder"),
+                tuple(r.get("memdevs") or ()),
+                r.get("size"),
+                r.get("granularity"),
+                dax,
+            )  # fmt: skip
+        )
+    return out
+
+
+def found_on_host(host: Host, d: Dict[str, Any]) -> List[str]:
+    """What the host shows of an unfinished release's regions: present or gone, each planned block's state."""
+    from cxlctl.regions import dax as daxmod
+
+    out = []
+    r = host.reread()
+    for rec in _records(d):
+        if not r.isdir(paths.cxl_device(rec.name)):
+            out.append(f"{rec.name} is gone (torn down)")
+            continue
+        for x in rec.dax:
+            if not x.online:
+                continue
+            off = [b for b in x.online if daxmod.read_block(host, b).state == "offline"]
+            if off:
+                out.append(
+                    f"{rec.name}/{x.name}: {len(off)} of {len(x.online)} block(s) offline "
+                    f"({', '.join(f'memory{b}' for b in off)}), online in ZONE_{(x.zone or 'unknown').upper()} before"
+                )
+            else:
+                out.append(f"{rec.name}/{x.name}: all {len(x.online)} block(s) online as before")
+    return out
+
+
+def _describe(d: Dict[str, Any]) -> str:
     mds = ", ".join(str(m.get("memdev")) for m in d.get("memdevs", []))
-    raise CxlctlError(
+    return (
         f"a release of {mds} did not finish (state {d.get('state')}, PID {d.get('pid')}, steps done: "
-        f"{'; '.join(map(str, d.get('steps', []))) or 'none'}); nothing was changed",
-        code=EXIT_USAGE,
-        hint=f"`cxlctl capacity` shows where the memdevs are; finish with `cxlctl region destroy REGION --force` "
-        f"or build the region again, then remove {host.path(JOURNAL)}",
+        f"{'; '.join(map(str, d.get('steps', []))) or 'none'})"
     )
+
+
+def recover(host: Host, d: Dict[str, Any], log: Log, *, dry_run: bool = False) -> List[str]:
+    """Roll an unfinished release back (under the lock): each offlined block online again in its zone, each
+    torn-down region built again.  Returns what was found and done; raises (exit 1) what could not be."""
+    found = found_on_host(host, d)
+    lines = [f"{_describe(d)}; found: " + ("; ".join(found) or "nothing of it")]
+    recs = _records(d)
+    if dry_run:
+        lines.append("it would be rolled back first (blocks online again in their zones, regions rebuilt)")
+        return lines
+    left: List[str] = []
+    for rec in recs:
+        if host.reread().isdir(paths.cxl_device(rec.name)):
+            left += _online_again(host, rec, log)
+        else:
+            left += _rebuild(host, rec, log)
+    mds = tuple(
+        MemdevCapacity(
+            str(m.get("memdev")),
+            m.get("serial"),
+            m.get("host"),
+            int(m.get("capacity") or 0),
+            (),
+            (),
+            (),
+            0,
+            0,
+            0,
+            "blocked",
+            0,
+            (),
+            (),
+        )  # fmt: skip
+        for m in d.get("memdevs", [])
+    )
+    p = Plan(mds, tuple(recs), 0)
+    steps = [str(x) for x in d.get("steps", [])]
+    if left:
+        try:
+            save(host, p, ROLLBACK_FAILED, steps, "recovery: " + "; ".join(left))
+        except StorageError:
+            pass
+        raise CxlctlError(
+            f"{_describe(d)}; found: {'; '.join(found)}; rolling it back left: {'; '.join(left)}",
+            hint=f"`cxlctl capacity` shows the regions; set them right by hand, then remove {host.path(JOURNAL)}",
+        )
+    save(host, p, ROLLED_BACK, steps, "rolled back by the next release: " + "; ".join(found))
+    lines.append("rolled it back: every block online again in its zone, every region as it was")
+    for ln in lines:
+        log(ln)
+    return lines
 
 
 # -------------------------------------------------------------------------------- doing it
@@ -301,16 +402,25 @@ def _moved(p: Plan, before: Dict[int, int], after: Dict[int, int]) -> Tuple[Move
 
 
 def _online_again(host: Host, r: RegionRecord, log: Log) -> List[str]:
-    """Put a region's DAX devices' blocks back online in their zones; what could not be."""
+    """Put back online, in its zone, each block of a region's DAX devices that was online and is offline
+    now (the blocks the release offlined, and one an interruption may have ended offline); what could not be."""
     from cxlctl.regions import dax as daxmod
 
     left = []
     for d in r.dax:
-        if d.mode == "system-ram" and d.online and d.zone:
-            try:
-                daxmod.online_in_zone(host, d.name, d.zone, log)
-            except CxlctlError as e:
-                left.append(f"{d.name}: {e}")
+        if d.mode != "system-ram" or not d.online or not d.zone:
+            continue
+        back = []
+        for bid in d.online:
+            if daxmod.read_block(host, bid).state != "offline":
+                continue
+            err = daxmod._online_one(host, bid, d.zone)
+            if err is None:
+                back.append(bid)
+            else:
+                left.append(f"{d.name}: memory{bid} stays offline ({err})")
+        if back:
+            log(f"{d.name}: {len(back)} block(s) back online in ZONE_{d.zone.upper()}")
     return left
 
 
@@ -338,7 +448,7 @@ def _rebuild(host: Host, r: RegionRecord, log: Log) -> List[str]:
         return [f"{r.name}: {e}"]
 
 
-def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str]) -> CxlctlError:
+def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str], code: int = 1) -> CxlctlError:
     """The error a failed release raises, once rolling back left ``left`` undone (journal updated)."""
     state = ROLLBACK_FAILED if left else ROLLED_BACK
     try:
@@ -348,17 +458,79 @@ def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str]
     if left:
         return CxlctlError(
             f"capacity release failed: {e}; rolling back was incomplete: {'; '.join(left)}",
-            hint=f"the journal {host.path(JOURNAL)} says what each region was; `cxlctl capacity` shows where they are",
+            code=code,
+            hint=f"the journal {host.path(JOURNAL)} says what each region was; `cxlctl capacity release` again "
+            "finishes the rollback; `cxlctl capacity` shows where they are",
         )
     return CxlctlError(
         f"capacity release failed: {e}; rolled back: every region and block is as it was, nothing was lost",
+        code=code,
         hint=e.hint or "`cxlctl capacity` shows what blocks the release",
     )
 
 
-def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None) -> Released:
-    """Run the plan under the caller's lock; on failure roll back and raise (exit 1)."""
+def _offline_dax(
+    host: Host, r: RegionRecord, d: DaxState, log: Log, guard: Guard, progress: Optional[ProgressFn]
+) -> None:
+    """Offline the device's planned blocks, highest first, each write bounded by ``guard``."""
+    from cxlctl.progress import tick
     from cxlctl.regions import dax as daxmod
+
+    what = f"{r.name}/{d.name}"
+    todo = sorted(d.online, reverse=True)
+    for i, bid in enumerate(todo, 1):
+        with guard.offlining():
+            err = daxmod._offline_one(host, bid)
+        if err is not None:
+            raise daxmod.DaxError(
+                f"{what}: memory{bid} could not be offlined ({err}): it holds pages the kernel cannot migrate "
+                f"(zone {'Movable' if d.zone == 'movable' else 'Normal'})",
+                hint="free the memory on that node (stop the processes using it) and retry; blocks in ZONE_NORMAL "
+                "may only be freed by a reboot",
+            )
+        tick(progress, i, len(todo), f"{what}: offlining memory blocks")
+    log(f"{what}: offlined {len(todo)} memory block(s)")
+
+
+def _stopped(host: Host, p: Plan, e: BaseException) -> Tuple[CxlctlError, int]:
+    """The failure (an error, the bound, a signal) with what the host says about the nodes, and its exit code."""
+    from .stuck import explain
+
+    nodes = sorted({d.node for r in p.regions for d in r.dax if d.online and d.node is not None})
+    if isinstance(e, Interrupted):
+        why = e.why + (": the kernel was still migrating, or retrying pages it cannot migrate" if e.timeout else "")
+        found = explain(host, nodes)
+        hint = (
+            "what holds the pages: " + "; ".join(found)
+            if found
+            else "see `dmesg | grep -A3 'migration failure'` for the pages the kernel could not migrate"
+        )
+        if e.timeout:
+            hint += f"; a longer bound: --timeout SECONDS (default {OFFLINE_TIMEOUT:g})"
+        return CxlctlError(why, hint=hint), e.exit_code
+    assert isinstance(e, CxlctlError)
+    found = explain(host, nodes) if "could not be offlined" in str(e) else []
+    if found:
+        return CxlctlError(str(e), hint="what holds the pages: " + "; ".join(found)), e.code
+    return e, e.code
+
+
+def execute(
+    host: Host,
+    p: Plan,
+    log: Log,
+    progress: Optional[ProgressFn] = None,
+    timeout: Optional[float] = OFFLINE_TIMEOUT,
+) -> Released:
+    """Run the plan under the caller's lock; on failure roll back and raise (exit 1).
+
+    Each block's offline is bounded by ``timeout`` seconds, and SIGINT or SIGTERM
+    during the release rolls it back as a failure does (:mod:`.bound`)."""
+    with Guard(timeout) as guard:
+        return _execute(host, p, log, progress, guard)
+
+
+def _execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn], guard: Guard) -> Released:
     from cxlctl.regions.program import destroy
 
     steps: List[str] = []
@@ -369,24 +541,27 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
         try:
             for d in r.dax:
                 if d.online:
-                    blocks = daxmod.online_blocks(host, d.name)
-                    daxmod.offline_blocks(host, blocks, log, f"{r.name}/{d.name}", progress)
+                    _offline_dax(host, r, d, log, guard, progress)
                     steps.append(f"offlined {len(d.online)} block(s) of {d.name}")
-        except CxlctlError as e:
+                    save(host, p, RELEASING, steps)
+            guard.check()
+        except (CxlctlError, Interrupted) as e:
+            err, code = _stopped(host, p, e)
             left = [x for o in (*offlined, r) for x in _online_again(host, o, log)]
-            raise _fail(host, p, steps, e, left) from None
+            raise _fail(host, p, steps, err, left, code) from None
         offlined.append(r)
-        save(host, p, RELEASING, steps)
     moved = _moved(p, before, _used(host))
     torn: List[RegionRecord] = []
     for r in p.regions:
         try:
+            guard.check()
             destroy(host, r.name, True, log)
-        except CxlctlError as e:
+        except (CxlctlError, Interrupted) as e:
+            err, code = _stopped(host, p, e)
             rest = [x for x in p.regions if x not in torn and x is not r]
             left = [x for t in (*torn, r) for x in _rebuild(host, t, log)]
             left += [x for o in rest for x in _online_again(host, o, log)]
-            raise _fail(host, p, steps, e, left) from None
+            raise _fail(host, p, steps, err, left, code) from None
         torn.append(r)
         steps.append(f"destroyed {r.name}")
         save(host, p, RELEASING, steps)
@@ -419,21 +594,27 @@ def release(
     dry_run: bool = False,
     wait: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    timeout: Optional[float] = OFFLINE_TIMEOUT,
 ) -> Tuple[Plan, Optional[Released]]:
     """Refuse (exit 2, nothing written) or plan; unless ``dry_run``, take the lock, check again and run."""
     from cxlctl.hostio.lock import TuneLock
 
     from .report import gather
 
-    check_unfinished(host)
-    rep = gather(host)
-    p = plan(host, rep, choose(rep, memdevs, size))
+    d = unfinished(host)
     if dry_run:
-        return p, None
+        found = recover(host, d, log, dry_run=True) if d is not None else []
+        rep = gather(host)
+        return plan(host, rep, choose(rep, memdevs, size))._replace(recovered=tuple(found)), None
+    if d is None:
+        rep = gather(host)
+        choose(rep, memdevs, size)  # the refusals before the lock: nothing written, not even the lock file
     with TuneLock(host.root, wait):
-        rep = gather(host)  # again under the lock: nothing may have changed since
-        p = plan(host, rep, choose(rep, [m.memdev for m in p.memdevs], None))
-        return p, execute(host, p, log, progress)
+        d = unfinished(host)  # again under the lock: the one that wrote it is gone (it held the lock)
+        recovered = recover(host, d, log) if d is not None else []
+        rep = gather(host)
+        p = plan(host, rep, choose(rep, memdevs, size))._replace(recovered=tuple(recovered))
+        return p, execute(host, p, log, progress, timeout)
 
 
 # ---------------------------------------------------------------------------------- output
@@ -472,6 +653,7 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
             for r in p.regions
         ],
         "offline_bytes": p.offline_bytes,
+        "recovered": list(p.recovered),
     }
     if done is not None:
         doc["moved"] = [
@@ -482,7 +664,8 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
 
 
 def lines(p: Plan, done: Optional[Released]) -> List[str]:
-    out = [f"{m.memdev}: no region uses it, nothing to migrate or tear down" for m in p.memdevs if not m.regions]
+    out = [f"recovery: {x}" for x in p.recovered]
+    out += [f"{m.memdev}: no region uses it, nothing to migrate or tear down" for m in p.memdevs if not m.regions]
     verb = "would" if done is None else "did"
     for r in p.regions:
         for d in r.dax:
