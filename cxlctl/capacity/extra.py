@@ -1,4 +1,5 @@
-"""Blockers the report takes from outside the inventory: in-use hugetlb pages on a CXL node.
+"""What the report takes from outside the inventory: in-use hugetlb pages on a CXL node (a blocker), and the
+host's state after a surprise removal (:mod:`.surprise`).
 
 Kept apart from :mod:`.report` (one call at the end of ``gather_for``) so the
 report's own rules and these stay separately reviewable.
@@ -24,7 +25,10 @@ def add_blockers(host: Host, rep: Report) -> Report:
     """``rep`` with the ``hugetlb`` blocker on each memdev whose online memory is on a node with huge pages
     in use (:func:`.stuck.hugetlb_blockers`); each affected node lists it too."""
     from .stuck import hugetlb_blockers
+    from .surprise import host_state
 
+    hs = host_state(host)
+    rep = rep._replace(host_state=hs["state"], host_reason=hs["reason"])
     more: Dict[str, List[Blocker]] = {}
     for m in rep.memdevs:
         if m.online and m.nodes:

@@ -90,6 +90,9 @@ class Report(NamedTuple):
     block_size: Optional[int]
     #: what the report could not see (not root: processes' descriptors, DAX addresses)
     notes: Tuple[str, ...]
+    #: the host as a whole (.surprise): "ready", or "drain-and-reboot" after a surprise removal, with why
+    host_state: str = "ready"
+    host_reason: Optional[str] = None
 
     def memdev(self, name: str) -> Optional[MemdevCapacity]:
         for m in self.memdevs:
@@ -441,4 +444,5 @@ def to_json(rep: Report) -> Dict[str, Any]:
             "blocked": sum(m.capacity for m in rep.memdevs if m.state == "blocked"),
         },
         "notes": list(rep.notes),
+        "host_state": {"state": rep.host_state, "reason": rep.host_reason},
     }
