@@ -314,6 +314,8 @@ def test_release_refuses_before_the_root_check(tmp_path: Path) -> None:
     assert p.returncode == 2 and "ZONE_NORMAL" in p.stderr, p.stderr
     _movable(root)
     p = _as_user("--root", root, "capacity", "release", "mem0")
+    assert p.returncode == 2 and "--sanitize or --no-sanitize" in p.stderr, p.stderr  # a choice, before root
+    p = _as_user("--root", root, "capacity", "release", "mem0", "--no-sanitize")
     assert p.returncode == 1 and "capacity release needs root" in p.stderr, p.stderr
     assert _as_user("--root", root, "capacity", "release", "mem0", "--dry-run").returncode == 0
 

@@ -71,7 +71,7 @@ def _child(root: str, sig: int) -> subprocess.CompletedProcess[str]:
     env.update({k: v for k, v in BASE_ENV.items() if v is not None})
     env["CXLCTL_TEST_HANG_WRITE"] = HANG
     p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", "--root", root, "capacity", "release", "mem0"],
+        [sys.executable, "-m", "cxlctl", "--root", root, "capacity", "release", "mem0", "--no-sanitize"],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert p.stderr is not None
@@ -165,3 +165,58 @@ def test_in_use_hugetlb_pages_block_the_release(tmp_path: Path) -> None:
     p = cli("--root", root2, "capacity", "release", "mem0", rc=2)
     assert "cannot release mem0: 1 of 2 huge page(s)" in p.stderr and "nr_hugepages" in p.stderr
     assert any("huge page(s) of 1 GiB in use on node 1" in x for x in explain(Host(root2), [1]))
+
+
+# ----------------------------------------------------------------------------- sanitize (issue 41 item 7)
+
+
+def _sanitize_attr(root: str, memdev: str) -> str:
+    """The one edit: ``security/sanitize`` (mode 0200: the recordings do not hold write-only files)."""
+    p = os.path.join(root, f"sys/bus/cxl/devices/{memdev}/security/sanitize")
+    with open(p, "w"):
+        pass
+    return p
+
+
+def test_sanitize_waits_for_the_state_to_leave_sanitize(tmp_path: Path) -> None:
+    from cxlctl.capacity import release as rel
+    from cxlctl.capacity.report import gather
+    from cxlctl.capacity.sanitize import DONE, FAILED, sanitize
+
+    root = copy_fixture(os.path.join(FIXTURES, "linux-7.x/single-noregion"), tmp_path / "t")
+    state = os.path.join(root, "sys/bus/cxl/devices/mem0/security/state")
+    gone = sanitize(Host(root), "mem0", lambda m: None)
+    assert gone.result == FAILED and "no security/sanitize" in gone.detail
+    attr = _sanitize_attr(root, "mem0")
+    with open(state, "w") as f:
+        f.write("sanitize\n")  # as security_state_show() reads while the background command runs
+    polls: List[float] = []
+
+    def sleep(s: float) -> None:
+        polls.append(s)
+        if len(polls) == 3:
+            with open(state, "w") as f:
+                f.write("disabled\n")
+
+    done = sanitize(Host(root), "mem0", lambda m: None, sleep=sleep)
+    with open(attr) as f:
+        assert f.read() == "1"
+    assert (done.result, done.state, len(polls)) == (DONE, "disabled", 3)
+    with open(state, "w") as f:
+        f.write("sanitize\n")
+    late = sanitize(Host(root), "mem0", lambda m: None, timeout=0.0, sleep=lambda s: None)
+    assert late.result == FAILED and "still sanitizing after 0 s" in late.detail
+    # what release says for each
+    m = gather(Host(root)).memdevs[0]
+    assert rel.released_line(m, done).endswith("released and sanitized (done in 0.0 s, security/state disabled): "
+                                               "safe to unbind at the fabric manager")  # fmt: skip
+    assert "not safe to hand to another host" in rel.released_line(m, late)
+    assert "not sanitized (--no-sanitize): safe to unbind" in rel.released_line(m, None)
+
+
+def test_release_needs_a_sanitize_choice(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    p = cli("--root", root, "capacity", "release", "mem0", rc=2)
+    assert "--sanitize or --no-sanitize" in p.stderr and "Traceback" not in p.stderr
+    assert not os.path.exists(os.path.join(root, "run/cxlctl")), "refused before the lock"
+    cli("--root", root, "capacity", "release", "mem0", "--dry-run", check=True)  # a dry run needs none

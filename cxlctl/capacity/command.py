@@ -37,6 +37,7 @@ def release(
     bar: ContextManager[Optional[ProgressFn]],
     need_root: Callable[[str], None],
     timeout: Optional[float] = None,
+    sanitize: Optional[bool] = None,
 ) -> None:
     """``cxlctl capacity release``: refusals (exit 2) before the root check and the lock; the plan with
     ``--dry-run``; else the release and its report."""
@@ -47,14 +48,31 @@ def release(
 
     n = _size(size, "--size", "16G")
     p, done = rel.release(host, memdevs, n, log, dry_run=True)
+    if not dry_run and sanitize is None:
+        from cxlctl.errors import UsageError
+
+        raise UsageError(
+            "say whether the media is wiped before the memdevs are called safe to unbind: --sanitize or --no-sanitize",
+            hint="--sanitize runs the device's Sanitize (security/sanitize) after the teardown and waits for it; "
+            "--no-sanitize hands the device back with this host's pages on it",
+        )
     if not dry_run:
         need_root("capacity release")
         with bar as progress:
             p, done = rel.release(
                 host, memdevs, n, log, wait=wait, progress=progress,
-                timeout=OFFLINE_TIMEOUT if timeout is None else timeout,
+                timeout=OFFLINE_TIMEOUT if timeout is None else timeout, sanitize=bool(sanitize),
             )  # fmt: skip
     _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
+    failed = rel.sanitize_failed(done)
+    if failed:
+        from cxlctl.errors import CxlctlError
+
+        raise CxlctlError(
+            "released, but not sanitized: " + "; ".join(f"{x.memdev}: {x.detail}" for x in failed),
+            hint="the regions are gone and nothing was lost; wipe the media (`cxl sanitize-memdev`, or write 1 to "
+            "the memdev's security/sanitize) before the device goes to another host",
+        )
 
 
 def _emit(json_out: bool, doc: Callable[[], Dict[str, Any]], lines: Callable[[], List[str]]) -> None:

@@ -39,6 +39,7 @@ from cxlctl.progress import ProgressFn
 
 from .bound import OFFLINE_TIMEOUT, Guard, Interrupted
 from .report import MemdevCapacity, Report
+from .sanitize import DONE, Sanitized
 
 Log = Callable[[str], None]
 JOURNAL = paths.RUN_DIR + "/capacity.json"
@@ -91,6 +92,8 @@ class Released(NamedTuple):
     plan: Plan
     moved: Tuple[Moved, ...]
     steps: Tuple[str, ...]
+    #: each memdev's sanitize (:mod:`.sanitize`), or None for ``--no-sanitize``
+    sanitized: Optional[Tuple[Sanitized, ...]] = None
 
 
 # ------------------------------------------------------------------------------- choosing
@@ -595,6 +598,7 @@ def release(
     wait: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
     timeout: Optional[float] = OFFLINE_TIMEOUT,
+    sanitize: bool = False,
 ) -> Tuple[Plan, Optional[Released]]:
     """Refuse (exit 2, nothing written) or plan; unless ``dry_run``, take the lock, check again and run."""
     from cxlctl.hostio.lock import TuneLock
@@ -614,15 +618,43 @@ def release(
         recovered = recover(host, d, log) if d is not None else []
         rep = gather(host)
         p = plan(host, rep, choose(rep, memdevs, size))._replace(recovered=tuple(recovered))
-        return p, execute(host, p, log, progress, timeout)
+        done = execute(host, p, log, progress, timeout)
+        if sanitize:
+            from .sanitize import sanitize as run_sanitize
+
+            done = done._replace(sanitized=tuple(run_sanitize(host, m.memdev, log) for m in p.memdevs))
+        return p, done
 
 
 # ---------------------------------------------------------------------------------- output
 
 
-def released_line(m: MemdevCapacity) -> str:
+def _sanitized(done: Optional[Released], memdev: str) -> Optional[Sanitized]:
+    for x in (done.sanitized or ()) if done is not None else ():
+        if x.memdev == memdev:
+            return x
+    return None
+
+
+def released_line(m: MemdevCapacity, san: Optional[Sanitized] = None, asked: bool = False) -> str:
+    """What the operator may do with the memdev now: "safe to unbind" only once its media is wiped, or
+    with ``--no-sanitize`` said."""
     serial = f"serial {m.serial:#x}" if m.serial is not None else "serial unknown"
-    return f"{m.memdev} ({serial}) released: safe to unbind at the fabric manager"
+    if san is not None and san.result == DONE:
+        return f"{m.memdev} ({serial}) released and sanitized ({san.detail}): safe to unbind at the fabric manager"
+    if san is not None:
+        return (
+            f"{m.memdev} ({serial}) released (nothing lost) but not sanitized: {san.detail}; its media keeps "
+            "this host's pages: not safe to hand to another host"
+        )
+    return (
+        f"{m.memdev} ({serial}) released, not sanitized (--no-sanitize): safe to unbind at the fabric manager; "
+        "its media keeps this host's pages"
+    )
+
+
+def sanitize_failed(done: Optional[Released]) -> List[Sanitized]:
+    return [x for x in (done.sanitized or ()) if x.result != DONE] if done is not None else []
 
 
 def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
@@ -635,7 +667,17 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
                 "host": m.host,
                 "capacity": m.capacity,
                 "released": done is not None,
-                "message": released_line(m) if done is not None else None,
+                "sanitize": (
+                    None
+                    if done is None or done.sanitized is None
+                    else {
+                        k: getattr(x, k)
+                        for x in [_sanitized(done, m.memdev)]
+                        if x is not None
+                        for k in ("result", "state", "detail")
+                    }
+                ),
+                "message": released_line(m, _sanitized(done, m.memdev)) if done is not None else None,
             }
             for m in p.memdevs
         ],
@@ -685,5 +727,5 @@ def lines(p: Plan, done: Optional[Released]) -> List[str]:
     for mv in done.moved:
         to = ", ".join(f"node {n} +{format_size(b)}" for n, b in mv.to) or "freed"
         out.append(f"node {mv.node}: {format_size(mv.bytes)} in use moved ({to})")
-    out.extend(released_line(m) for m in p.memdevs)
+    out.extend(released_line(m, _sanitized(done, m.memdev)) for m in p.memdevs)
     return out

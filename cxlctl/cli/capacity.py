@@ -29,13 +29,18 @@ def release_cmd(
     timeout: Optional[float] = typer.Option(
         None, "--timeout", metavar="SECONDS", help="Bound on each memory block's offline (default 120); then roll back."
     ),
+    sanitize: Optional[bool] = typer.Option(
+        None,
+        "--sanitize/--no-sanitize",
+        help="Wipe the media (security/sanitize) before 'safe to unbind'; one is required.",
+    ),
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offline the memdevs' memory (the kernel migrates it), tear down DAX and region; rolled back on failure."""
     release(
         host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root,
-        timeout,
+        timeout, sanitize,
     )  # fmt: skip
 
 

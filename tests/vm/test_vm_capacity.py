@@ -189,7 +189,7 @@ cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-before.txt"
 cx capacity-2 capacity --json
 
 # 4. give it back
-cx release capacity release "$HOT" --json
+cx release capacity release "$HOT" --no-sanitize --json
 cp "/proc/$PID/numa_maps" "$OUT/numa-after.txt"
 cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-after.txt" 2>&1
 touch "$OUT/pattern.check"
@@ -225,7 +225,7 @@ sleep 3  # the daemon's pass after the adoption: the profile for the new node
 cx capacity-4 capacity --json
 cx verify-2 tune verify --json
 for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-2.txt"
-cx release-2 capacity release "$HOT" --json
+cx release-2 capacity release "$HOT" --no-sanitize --json
 touch "$OUT/ready-del2"; wait_host done-del2
 wait_memdev $HOT_SERIAL absent del-2
 sleep 3
@@ -398,7 +398,9 @@ def check(out: Path) -> List[str]:
     (md,) = rel["memdevs"]
     assert (
         md["released"] is True
-        and md["message"] == f"{hot} (serial {HOT_SERIAL:#x}) released: safe to unbind at the fabric manager"
+        and md["message"]
+        == f"{hot} (serial {HOT_SERIAL:#x}) released, not sanitized (--no-sanitize): safe to unbind at the fabric manager; "
+        "its media keeps this host's pages"
     )
     (mv,) = rel["moved"]
     assert mv["node"] == node and mv["bytes"] >= (PATTERN_MIB << 20) * 9 // 10, mv
