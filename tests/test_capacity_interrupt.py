@@ -220,3 +220,34 @@ def test_release_needs_a_sanitize_choice(tmp_path: Path) -> None:
     assert "--sanitize or --no-sanitize" in p.stderr and "Traceback" not in p.stderr
     assert not os.path.exists(os.path.join(root, "run/cxlctl")), "refused before the lock"
     cli("--root", root, "capacity", "release", "mem0", "--dry-run", check=True)  # a dry run needs none
+
+
+# ----------------------------------------------------------------------------- --try-normal (issue 41 item 5)
+
+
+def test_try_normal_offlines_zone_normal_blocks_and_rolls_back_on_ebusy(tmp_path: Path, monkeypatch: Any) -> None:
+    """The recorded single-region (7.x): dax0.0's four blocks online in ZONE_NORMAL, as every recorded
+    system-ram region is.  Refused without --try-normal (its fix names --try-normal and the boot setting,
+    not a reboot); with it the plan offlines them, and the kernel's EBUSY on the second rolls back into
+    ZONE_NORMAL (online_kernel)."""
+    from cxlctl.capacity import release as rel
+    from cxlctl.errors import CxlctlError
+    from cxlctl.regions import dax as daxmod
+
+    root = copy_fixture(os.path.join(FIXTURES, "linux-7.x/single-region"), tmp_path / "t")
+    p = cli("--root", root, "capacity", "release", "mem0", "--no-sanitize", rc=2)
+    assert "ZONE_NORMAL" in p.stderr and "--try-normal" in p.stderr and "memhp_default_state=online_movable" in p.stderr
+    assert "after a reboot" not in p.stderr
+    d = json.loads(cli("--root", root, "capacity", "release", "mem0", "--try-normal", "--dry-run", "--json",
+                       check=True).stdout)  # fmt: skip
+    assert d["regions"][0]["dax"][0]["zone"] == "normal" and d["offline_bytes"] == 512 << 20
+    real = daxmod._offline_one
+
+    def offline_one(host: Any, bid: int) -> Any:
+        return "EBUSY: Device or resource busy" if bid == 148 else real(host, bid)
+
+    monkeypatch.setattr(daxmod, "_offline_one", offline_one)
+    with pytest.raises(CxlctlError) as e:
+        rel.release(Host(root), ["mem0"], None, lambda m: None, wait=0, try_normal=True)
+    assert "memory148 could not be offlined (EBUSY" in str(e.value) and "rolled back" in str(e.value)
+    assert _states(root) == ["online", "online", "online", "online_kernel"]  # memory149 back in the kernel zone

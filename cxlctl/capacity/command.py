@@ -38,6 +38,7 @@ def release(
     need_root: Callable[[str], None],
     timeout: Optional[float] = None,
     sanitize: Optional[bool] = None,
+    try_normal: bool = False,
 ) -> None:
     """``cxlctl capacity release``: refusals (exit 2) before the root check and the lock; the plan with
     ``--dry-run``; else the release and its report."""
@@ -47,7 +48,7 @@ def release(
     from .bound import OFFLINE_TIMEOUT
 
     n = _size(size, "--size", "16G")
-    p, done = rel.release(host, memdevs, n, log, dry_run=True)
+    p, done = rel.release(host, memdevs, n, log, dry_run=True, try_normal=try_normal)
     if not dry_run and sanitize is None:
         from cxlctl.errors import UsageError
 
@@ -61,7 +62,7 @@ def release(
         with bar as progress:
             p, done = rel.release(
                 host, memdevs, n, log, wait=wait, progress=progress,
-                timeout=OFFLINE_TIMEOUT if timeout is None else timeout, sanitize=bool(sanitize),
+                timeout=OFFLINE_TIMEOUT if timeout is None else timeout, sanitize=bool(sanitize), try_normal=try_normal,
             )  # fmt: skip
     _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
     failed = rel.sanitize_failed(done)

@@ -114,13 +114,21 @@ def _names(memdevs: Sequence[str]) -> Tuple[str, ...]:
     return tuple(seen)
 
 
-def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
+#: the blocker ``--try-normal`` lets a release try anyway: the kernel's offline_pages() answers, EBUSY rolls back
+TRY_NORMAL = "zone-normal"
+
+
+def _blockers(m: MemdevCapacity, try_normal: bool) -> List[Any]:
+    return [b for b in m.blockers if not (try_normal and b.code == TRY_NORMAL)]
+
+
+def _by_size(rep: Report, size: int, try_normal: bool = False) -> Tuple[str, ...]:
     """The fewest releasable memdevs (whole interleave groups) making at least ``size``: smallest first
     among those that alone suffice, else the largest groups until it is reached."""
     groups: List[Tuple[int, Tuple[str, ...]]] = []
     seen: set[str] = set()
     for m in rep.memdevs:
-        if m.state == "blocked" or m.memdev in seen:
+        if _blockers(m, try_normal) or m.memdev in seen:
             continue
         g = tuple(sorted((m.memdev, *m.release_with)))
         seen.update(g)
@@ -143,23 +151,26 @@ def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
     )
 
 
-def choose(rep: Report, memdevs: Sequence[str], size: Optional[int]) -> Tuple[MemdevCapacity, ...]:
-    """The memdevs to release, or the refusal (exit 2) naming the blocker."""
+def choose(
+    rep: Report, memdevs: Sequence[str], size: Optional[int], try_normal: bool = False
+) -> Tuple[MemdevCapacity, ...]:
+    """The memdevs to release, or the refusal (exit 2) naming the blocker (``try_normal``: not ``zone-normal``)."""
     if bool(memdevs) == (size is not None):
         raise UsageError(
             "name the memdevs to release, or give --size, not both" if memdevs else "name the memdevs to release",
             hint="e.g. `cxlctl capacity release mem1` or `cxlctl capacity release --size 16G`",
         )
-    names = _names(memdevs) if memdevs else _by_size(rep, size or 0)
+    names = _names(memdevs) if memdevs else _by_size(rep, size or 0, try_normal)
     out = []
     for n in names:
         m = rep.memdev(n)
         if m is None:
             known = ", ".join(x.memdev for x in rep.memdevs) or "none"
             raise UsageError(f"no memdev {n} (memdevs: {known})", hint="`cxlctl capacity` lists them")
-        if m.blockers:
-            b = m.blockers[0]
-            more = f" (and {len(m.blockers) - 1} more blocker(s))" if len(m.blockers) > 1 else ""
+        bl = _blockers(m, try_normal)
+        if bl:
+            b = bl[0]
+            more = f" (and {len(bl) - 1} more blocker(s))" if len(bl) > 1 else ""
             raise CxlctlError(
                 f"cannot release {n}: {b.message}{more}; nothing was changed",
                 code=EXIT_USAGE,
@@ -599,6 +610,7 @@ def release(
     progress: Optional[ProgressFn] = None,
     timeout: Optional[float] = OFFLINE_TIMEOUT,
     sanitize: bool = False,
+    try_normal: bool = False,
 ) -> Tuple[Plan, Optional[Released]]:
     """Refuse (exit 2, nothing written) or plan; unless ``dry_run``, take the lock, check again and run."""
     from cxlctl.hostio.lock import TuneLock
@@ -609,15 +621,15 @@ def release(
     if dry_run:
         found = recover(host, d, log, dry_run=True) if d is not None else []
         rep = gather(host)
-        return plan(host, rep, choose(rep, memdevs, size))._replace(recovered=tuple(found)), None
+        return plan(host, rep, choose(rep, memdevs, size, try_normal))._replace(recovered=tuple(found)), None
     if d is None:
         rep = gather(host)
-        choose(rep, memdevs, size)  # the refusals before the lock: nothing written, not even the lock file
+        choose(rep, memdevs, size, try_normal)  # the refusals before the lock: nothing written, not even the lock file
     with TuneLock(host.root, wait):
         d = unfinished(host)  # again under the lock: the one that wrote it is gone (it held the lock)
         recovered = recover(host, d, log) if d is not None else []
         rep = gather(host)
-        p = plan(host, rep, choose(rep, memdevs, size))._replace(recovered=tuple(recovered))
+        p = plan(host, rep, choose(rep, memdevs, size, try_normal))._replace(recovered=tuple(recovered))
         done = execute(host, p, log, progress, timeout)
         if sanitize:
             from .sanitize import sanitize as run_sanitize

@@ -39,6 +39,7 @@ from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
 from .procs import Proc
+from .zones import zone_normal_fix
 
 #: the memdev states, for scripts: ``free`` (no region: unbind now), ``releasable`` (``capacity release``
 #: would give it back), ``blocked`` (a blocker says what to fix first)
@@ -173,7 +174,7 @@ def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]]) -> L
                 f"{d.name}: {len(normal)} block(s) ({format_size(len(normal) * bs)}) online in "
                 f"{'/'.join('ZONE_' + z.upper() for z in zones)} on node {d.target_node} ({ids}): the kernel puts "
                 "unmovable pages there (slab, page tables) and offline_pages() fails with EBUSY on one",
-                "give it back after a reboot, or next time build the region with `cxlctl region create --zone movable`",
+                zone_normal_fix(),
             )
         )
     if any(removable.get(b.id) == "0" for b in dx.blocks):

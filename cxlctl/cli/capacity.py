@@ -34,13 +34,16 @@ def release_cmd(
         "--sanitize/--no-sanitize",
         help="Wipe the media (security/sanitize) before 'safe to unbind'; one is required.",
     ),
+    try_normal: bool = typer.Option(
+        False, "--try-normal", help="Try blocks in ZONE_NORMAL too (blocker zone-normal); rolled back on EBUSY."
+    ),
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offline the memdevs' memory (the kernel migrates it), tear down DAX and region; rolled back on failure."""
     release(
         host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root,
-        timeout, sanitize,
+        timeout, sanitize, try_normal,
     )  # fmt: skip
 
 
