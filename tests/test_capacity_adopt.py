@@ -369,3 +369,23 @@ def test_doctor_warns_of_zone_normal_on_a_lending_host(adopt: Any, warns: bool, 
     assert "auto_online_blocks=online puts new memory" in c["message"]
     for fix in ("--zone movable", "without --no-movable", "memory_hotplug.online_policy=auto-movable"):
         assert fix in c["fix"]
+
+
+def test_doctor_does_not_advise_auto_movable_alone_for_a_cpu_less_node(tmp_path: Path) -> None:
+    """auto_movable_zone_for_pfn() with auto_movable_numa_aware=Y (the default) asks the node itself, and a
+    CPU-less CXL node has no boot-time kernel memory: ZONE_NORMAL.  The one edit: memory_hotplug's
+    parameters as a kernel booted with online_policy=auto-movable shows them."""
+    root = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    os.makedirs(os.path.join(root, "etc/cxlctl"))
+    with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:
+        f.write('[capacity]\nadopt = "system-ram"\n')
+    params = os.path.join(root, "sys/module/memory_hotplug/parameters")
+    os.makedirs(params)
+    for name, v in (("online_policy", "auto-movable"), ("auto_movable_numa_aware", "Y"), ("auto_movable_ratio", "301")):
+        with open(os.path.join(params, name), "w") as f:
+            f.write(v + "\n")
+    c = _doctor_checks(root)["devices.dax.dax0.0.zone"]
+    assert "auto_movable_numa_aware=Y" in c["message"] and "auto_movable_can_online_movable()" in c["message"]
+    assert "auto-movable only together with memory_hotplug.auto_movable_numa_aware=N" in c["fix"]
+    assert "memhp_default_state=online_movable" in c["fix"] and "--try-normal" in c["fix"]
+    assert "only after a reboot" not in c["fix"]
