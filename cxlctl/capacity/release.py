@@ -40,6 +40,7 @@ from cxlctl.progress import ProgressFn
 from .bound import OFFLINE_TIMEOUT, Guard, Interrupted
 from .report import MemdevCapacity, Report
 from .sanitize import DONE, Sanitized
+from .zones import EBUSY_HINT
 
 Log = Callable[[str], None]
 JOURNAL = paths.RUN_DIR + "/capacity.json"
@@ -499,8 +500,7 @@ def _offline_dax(
             raise daxmod.DaxError(
                 f"{what}: memory{bid} could not be offlined ({err}): it holds pages the kernel cannot migrate "
                 f"(zone {'Movable' if d.zone == 'movable' else 'Normal'})",
-                hint="free the memory on that node (stop the processes using it) and retry; blocks in ZONE_NORMAL "
-                "may only be freed by a reboot",
+                hint=EBUSY_HINT,
             )
         tick(progress, i, len(todo), f"{what}: offlining memory blocks")
     log(f"{what}: offlined {len(todo)} memory block(s)")

@@ -74,3 +74,11 @@ def zone_normal_fix(memdev: Optional[str] = None) -> str:
         "on EBUSY (an unmovable kernel page); a reboot does not help, the firmware's memory comes back in "
         f"ZONE_NORMAL: {BOOT}, or build the region with `cxlctl region create --zone movable`"
     )
+
+
+#: the hint after an offline failed with EBUSY (regions/dax.py, capacity release)
+EBUSY_HINT = (
+    "free the memory on that node (stop the processes using it) and retry; a block in ZONE_NORMAL may hold "
+    "unmovable kernel pages (slab, page tables) that no retry moves, and a reboot brings the firmware's memory back "
+    f"in ZONE_NORMAL unless the host is set to online it movable ({BOOT})"
+)
