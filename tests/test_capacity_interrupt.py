@@ -251,3 +251,26 @@ def test_try_normal_offlines_zone_normal_blocks_and_rolls_back_on_ebusy(tmp_path
         rel.release(Host(root), ["mem0"], None, lambda m: None, wait=0, try_normal=True)
     assert "memory148 could not be offlined (EBUSY" in str(e.value) and "rolled back" in str(e.value)
     assert _states(root) == ["online", "online", "online", "online_kernel"]  # memory149 back in the kernel zone
+
+
+def test_the_bound_names_pinned_memory_on_the_node(tmp_path: Path, monkeypatch: Any) -> None:
+    """The one edit: the recorded process with the most mappings has one mapping's pages on node 1 and
+    pinned memory (VmPin); the hung offline's error hint names it."""
+    from cxlctl.capacity import release as rel
+    from cxlctl.errors import CxlctlError
+    from tests.test_capacity import _edit_proc
+
+    root = _copy(tmp_path)
+    pid = _edit_proc(root, lambda t: t.replace(" N0=", " N1=", 1))
+    status = os.path.join(root, f"proc/{pid}/status")
+    with open(status) as f:
+        text = f.read()
+    os.unlink(status)
+    with open(status, "w") as f:
+        f.write("".join(ln if not ln.startswith("VmPin:") else "VmPin:\t   65536 kB\n" for ln in text.splitlines(True)))
+    monkeypatch.setenv("CXLCTL_TEST_HANG_WRITE", HANG)
+    with pytest.raises(CxlctlError) as e:
+        rel.release(Host(root), ["mem0"], None, lambda m: None, wait=0, timeout=0.3)
+    assert "pinned memory (short-term pins block migration): PID " + str(pid) in e.value.hint, e.value.hint
+    assert "VmPin 64 MiB" in e.value.hint
+    assert _all_online(root)
