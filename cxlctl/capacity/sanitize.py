@@ -64,6 +64,18 @@ def sanitize(
         )
         return Sanitized(memdev, FAILED, (host.reread().text(state_path) or "").strip() or None, why)
     log(f"{memdev}: sanitize started")
+    try:
+        return _wait(host, memdev, t0, timeout, sleep)
+    except KeyboardInterrupt:  # Ctrl-C stops the waiting, not the device
+        return Sanitized(
+            memdev, FAILED, "sanitize",
+            f"interrupted while waiting; the device goes on sanitizing (watch {state_path})",
+            time.monotonic() - t0,
+        )  # fmt: skip
+
+
+def _wait(host: Host, memdev: str, t0: float, timeout: float, sleep: Callable[[float], None]) -> Sanitized:
+    state_path = paths.memdev_security(memdev, "state")
     while True:
         now = (host.reread().text(state_path) or "").strip()
         took = time.monotonic() - t0
