@@ -294,6 +294,8 @@ def test_a_surprise_removal_names_what_was_lost(tmp_path: Path) -> None:
         assert 'cxlctl_capacity_host_ready{state="drain-and-reboot"} 0' in d.metrics_text()
         doc = json.loads(cli("--root", root, "capacity", "--json", check=True).stdout)
         assert doc["host_state"]["state"] == "drain-and-reboot" and "reboot" in doc["host_state"]["reason"]
+        text = cli("--root", root, "capacity", env={"COLUMNS": "80"}, check=True).stdout
+        assert "host: drain-and-reboot: mem1 left while online as System RAM" in text
         d.publish()
         assert _nfd(root)["cxl.capacity-ready"] == "false"
         why = d.rec._adopt_refusal("mem7", None)

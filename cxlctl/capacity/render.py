@@ -105,3 +105,7 @@ def render(rep: Report, c: Console) -> None:
         c.print()
         for line in fold_lines(f"note: {note}", c.width, indent="  "):
             c.print(line, soft_wrap=True)
+    if rep.host_state != "ready":
+        c.print()
+        for line in fold_lines(f"host: {rep.host_state}: {rep.host_reason or ''}", c.width, indent="  "):
+            c.print(line, soft_wrap=True)
