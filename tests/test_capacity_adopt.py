@@ -391,3 +391,17 @@ def test_doctor_does_not_advise_auto_movable_alone_for_a_cpu_less_node(tmp_path:
     assert "auto-movable only together with memory_hotplug.auto_movable_numa_aware=N" in c["fix"]
     assert "memhp_default_state=online_movable" in c["fix"] and "--try-normal" in c["fix"]
     assert "only after a reboot" not in c["fix"]
+
+
+def test_capacity_adopt_refuses_on_a_host_to_be_rebooted(tmp_path: Path) -> None:
+    """pool-hotadd (7.x): mem1 free; the one edit: the daemon's record of a surprise removal in this boot."""
+    from cxlctl.capacity import surprise
+    from cxlctl.hostio.host import Host
+
+    root = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    cli("--root", root, "capacity", "adopt", "mem1", "--dry-run", check=True)
+    surprise.record(Host(root), "mem2", 0x5003, "256 MiB online as System RAM on node 3")
+    p = cli("--root", root, "capacity", "adopt", "mem1", "--dry-run", rc=2)
+    assert "cannot adopt mem1: the host is to be drained and rebooted (mem2 left while online" in p.stderr
+    doc = json.loads(cli("--root", root, "capacity", "--json", check=True).stdout)
+    assert doc["host_state"]["state"] == "drain-and-reboot"

@@ -149,8 +149,18 @@ def adopt(
         raise UsageError(f"--mode {mode!r} is not one of {', '.join(MODES)}", hint="use --mode system-ram")
     if zone not in ZONES:
         raise UsageError(f"--zone {zone!r} is not one of {', '.join(ZONES)}", hint="use --zone movable")
+    from . import surprise
+
     inv = scan(host)
     planned = check(inv, memdevs)
+    gone = surprise.load(host)
+    if gone is not None:
+        raise CxlctlError(
+            f"cannot adopt {', '.join(m for m, _p in planned)}: the host is to be drained and rebooted ({gone.message}); "
+            "nothing was changed",
+            code=EXIT_USAGE,
+            hint="drain the host and reboot it; capacity it takes before then sits beside memory with no device behind it",
+        )
     for m, _p in planned:
         why = security_refusal(host, m)
         if why is not None:
