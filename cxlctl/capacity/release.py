@@ -19,9 +19,15 @@ torn-down region built again by the planner and onlined as it was.  The data
 is not lost either way: it was migrated off before anything was torn down.
 
 Refusals (exit 2, nothing written, no lock taken): an unknown memdev, a blocker
-from :mod:`.report` (named with its fix), a memdev interleaved with one not
-named, a ``--size`` the releasable memdevs cannot make, an unfinished release
-in the journal.
+from :mod:`.report` (named with its fix; ``--try-normal`` lets ``zone-normal``
+through to the kernel), a memdev interleaved with one not named, a ``--size``
+the releasable memdevs cannot make.
+
+Issue 41: each block's offline is bounded and SIGINT/SIGTERM roll back
+(:mod:`.bound`); the failure names what holds the pages (:mod:`.stuck`); a
+journal left ``releasing`` or ``rollback-failed`` in this boot is rolled back by
+the next release, which says what it found (:func:`recover`); ``--sanitize``
+wipes the media before "safe to unbind" (:mod:`.sanitize`).
 """
 
 from __future__ import annotations
