@@ -337,6 +337,20 @@ def found_on_host(host: Host, d: Dict[str, Any]) -> List[str]:
     return out
 
 
+def _running(host: Host, d: Dict[str, Any]) -> bool:
+    """Whether the journal's writer still runs (the live host only; a dry run takes no lock to tell)."""
+    pid = d.get("pid")
+    if not host.live or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _describe(d: Dict[str, Any]) -> str:
     mds = ", ".join(str(m.get("memdev")) for m in d.get("memdevs", []))
     return (
@@ -352,6 +366,8 @@ def recover(host: Host, d: Dict[str, Any], log: Log, *, dry_run: bool = False) -
     lines = [f"{_describe(d)}; found: " + ("; ".join(found) or "nothing of it")]
     recs = _records(d)
     if dry_run:
+        if _running(host, d):
+            lines.append(f"PID {d.get('pid')} is still running: it may be that release, in progress")
         lines.append("it would be rolled back first (blocks online again in their zones, regions rebuilt)")
         return lines
     left: List[str] = []
