@@ -13,13 +13,14 @@ In the guest:
    (with ``CXLCTL_RECORD_FIXTURES=1``, set by ``scripts/record-fixtures.sh
    capacity``, it becomes ``fixtures/linux-*/pool-hotadd``); it is adopted by hand
    (``capacity adopt``: the second window, its own node, ZONE_MOVABLE); then the
-   daemon starts (``[capacity] adopt = "system-ram"``, a persisted profile with
+   daemon starts (``[capacity] adopt = "system-ram"``, ``pool_member = true``,
+   ``adopt_serials`` the hot device's serial, a persisted profile with
    DRAM:CXL weights 3:2): a memdev present at its start is left as it is;
 3. a program writes a 64 MiB pattern preferring that node (``mbind``
    MPOL_PREFERRED on its buffer only: its stack stays on DRAM, see
    docs/testing.md on TCG and CXL memory) and sums it;
-4. ``capacity release MEMDEV --json``: exit 0, "released: safe to unbind at the
-   fabric manager"; the program re-reads its pattern: every word intact, none
+4. ``capacity release MEMDEV --no-sanitize --json``: exit 0, "released, not sanitized
+   (--no-sanitize): safe to unbind at the fabric manager; …"; the program re-reads its pattern: every word intact, none
    of its pages left on the node (the kernel moved them to the next node in
    that node's fallback order); the memdev has no region and no DPA;
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
@@ -272,6 +273,8 @@ enabled = false
 [capacity]
 adopt = "system-ram"
 zone = "movable"
+pool_member = true
+adopt_serials = ["0x5002"]
 """
 
 
