@@ -274,3 +274,17 @@ def test_the_bound_names_pinned_memory_on_the_node(tmp_path: Path, monkeypatch: 
     assert "pinned memory (short-term pins block migration): PID " + str(pid) in e.value.hint, e.value.hint
     assert "VmPin 64 MiB" in e.value.hint
     assert _all_online(root)
+
+
+def test_the_cli_bound_is_timeout(tmp_path: Path) -> None:
+    """`capacity release --timeout SECONDS`, as a user runs it: exit 1, rolled back, the journal clean."""
+    from cxlctl.capacity import release as rel
+
+    root = _copy(tmp_path)
+    env = {"CXLCTL_TEST_HANG_WRITE": HANG}
+    p = cli("--root", root, "capacity", "release", "mem0", "--no-sanitize", "--timeout", "0.5", env=env, rc=1)
+    assert "an offline took longer than 0.5 s" in p.stderr and "rolled back" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert _all_online(root)
+    j = rel.load(Host(root))
+    assert j is not None and j["state"] == rel.ROLLED_BACK
