@@ -201,7 +201,7 @@ def test_sanitize_waits_for_the_state_to_leave_sanitize(tmp_path: Path) -> None:
     done = sanitize(Host(root), "mem0", lambda m: None, sleep=sleep)
     with open(attr) as f:
         assert f.read() == "1"
-    assert (done.result, done.state, len(polls)) == (DONE, "disabled", 3)
+    assert (done.result, done.security, len(polls)) == (DONE, "disabled", 3)
     with open(state, "w") as f:
         f.write("sanitize\n")
     late = sanitize(Host(root), "mem0", lambda m: None, timeout=0.0, sleep=lambda s: None)

@@ -11,7 +11,8 @@ from cxlctl.progress import ProgressFn
 
 def show(host: Host, json_out: bool) -> None:
     """``cxlctl capacity [--json]``: the report on stdout."""
-    from .report import gather, to_json
+    from .extra import gather
+    from .report import to_json
 
     rep = gather(host)
     if json_out:

@@ -1,8 +1,10 @@
 """What the report takes from outside the inventory: in-use hugetlb pages on a CXL node (a blocker), and the
 host's state after a surprise removal (:mod:`.surprise`).
 
-Kept apart from :mod:`.report` (one call at the end of ``gather_for``) so the
-report's own rules and these stay separately reviewable.
+Kept apart from :mod:`.report` so the report's own rules and these stay
+separately reviewable: :func:`gather` and :func:`gather_for` are the report's,
+with these added; every caller that reads the host (``capacity``, ``capacity
+release``, the daemon) goes through them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from cxlctl.hostio.host import Host
+from cxlctl.model import Inventory
 
 from .report import Blocker, MemdevCapacity, NodeCapacity, Report
 
@@ -46,3 +49,17 @@ def add_blockers(host: Host, rep: Report) -> Report:
         rel = 0 if any(md in blocked for md in n.memdevs) and add else n.releasable
         nodes.append(n._replace(blockers=tuple(n.blockers) + add, releasable=rel))
     return rep._replace(memdevs=mds, nodes=tuple(nodes))
+
+
+def gather(host: Host) -> Report:
+    """:func:`.report.gather` with :func:`add_blockers`."""
+    from .report import gather as report_gather
+
+    return add_blockers(host, report_gather(host))
+
+
+def gather_for(host: Host, inv: Inventory) -> Report:
+    """:func:`.report.gather_for` with :func:`add_blockers`."""
+    from .report import gather_for as report_gather_for
+
+    return add_blockers(host, report_gather_for(host, inv))

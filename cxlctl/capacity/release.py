@@ -637,7 +637,7 @@ def release(
     """Refuse (exit 2, nothing written) or plan; unless ``dry_run``, take the lock, check again and run."""
     from cxlctl.hostio.lock import TuneLock
 
-    from .report import gather
+    from .extra import gather
 
     d = unfinished(host)
     if dry_run:
@@ -687,6 +687,14 @@ def released_line(m: MemdevCapacity, san: Optional[Sanitized] = None, asked: boo
     )
 
 
+def _sanitize_json(done: Optional[Released], memdev: str) -> Optional[Dict[str, Any]]:
+    """``memdevs[].sanitize``: None with --no-sanitize (or a dry run); else result, security/state, detail."""
+    x = _sanitized(done, memdev)
+    if x is None:
+        return None
+    return {"result": x.result, "state": x.security, "detail": x.detail}
+
+
 def sanitize_failed(done: Optional[Released]) -> List[Sanitized]:
     return [x for x in (done.sanitized or ()) if x.result != DONE] if done is not None else []
 
@@ -701,16 +709,7 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
                 "host": m.host,
                 "capacity": m.capacity,
                 "released": done is not None,
-                "sanitize": (
-                    None
-                    if done is None or done.sanitized is None
-                    else {
-                        k: getattr(x, k)
-                        for x in [_sanitized(done, m.memdev)]
-                        if x is not None
-                        for k in ("result", "state", "detail")
-                    }
-                ),
+                "sanitize": _sanitize_json(done, m.memdev),
                 "message": released_line(m, _sanitized(done, m.memdev)) if done is not None else None,
             }
             for m in p.memdevs

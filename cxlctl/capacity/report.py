@@ -390,9 +390,7 @@ def gather_for(host: Host, inv: Inventory) -> Report:
     notes = []
     if has_cxl and host.live and os.geteuid() != 0:
         notes.append("not root: other users' processes (their policies and open devdax devices) were not all read")
-    from .extra import add_blockers
-
-    return add_blockers(host, assess(inv, procs, _removable(host, inv), notes))
+    return assess(inv, procs, _removable(host, inv), notes)
 
 
 # ------------------------------------------------------------------------------------ JSON

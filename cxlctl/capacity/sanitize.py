@@ -15,7 +15,7 @@ cxlctl polls that file, bounded by :data:`SANITIZE_TIMEOUT`.
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Literal, NamedTuple, Optional
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -25,13 +25,18 @@ from cxlctl.hostio.write import KnobError, write_knob
 SANITIZE_TIMEOUT = 1800.0
 POLL = 0.5
 #: what ``released_line`` says about the media, by outcome
-DONE, SKIPPED, FAILED = "sanitized", "not-sanitized", "sanitize-failed"
+DONE: Literal["sanitized"] = "sanitized"
+SKIPPED: Literal["not-sanitized"] = "not-sanitized"
+FAILED: Literal["sanitize-failed"] = "sanitize-failed"
+
+
+Result = Literal["sanitized", "not-sanitized", "sanitize-failed"]
 
 
 class Sanitized(NamedTuple):
     memdev: str
-    result: str  # sanitized | not-sanitized | sanitize-failed
-    state: Optional[str]  # security/state at the end
+    result: Result
+    security: Optional[str]  # security/state at the end, as the kernel wrote it
     detail: str
     seconds: float = 0.0
 

@@ -588,7 +588,7 @@ class Reconciler:
 
     def capacity_report(self) -> Optional[Report]:
         """``cxlctl capacity``'s report of this pass's inventory (None: it could not be made)."""
-        from cxlctl.capacity.report import gather_for
+        from cxlctl.capacity.extra import gather_for
 
         if self.inventory is None:
             return None
