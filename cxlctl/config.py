@@ -102,6 +102,11 @@ class Config(NamedTuple):
     #: a file that exists while the daemon is ready (start-up done, the metrics endpoint serving):
     #: a Kubernetes readiness probe's ``test -f``
     ready_file: Optional[str] = None
+    #: whether this host takes capacity from a pool at all; the daemon adopts nothing unless it does
+    adopt_pool_member: bool = False
+    #: the serials it may adopt (``[capacity] adopt_serials``); ``adopt_any``: the operator's explicit "any"
+    adopt_serials: Tuple[int, ...] = ()
+    adopt_any: bool = False
 
 
 # ------------------------------------------------------------------------ value checks
@@ -158,6 +163,29 @@ def _command(v: Any) -> Any:
     if not isinstance(v, str) or not v or any(c.isspace() for c in v):
         raise ValueError(f"must be a program name or absolute path without spaces, got {v!r}")
     return v
+
+
+def _serials(v: Any) -> Any:
+    """``"any"``, or a list of device serials (integers, or strings such as ``"0x5002"``) the daemon may adopt."""
+    if v == "any":
+        return "any"
+    if not isinstance(v, list) or len(v) > 4096:
+        raise ValueError(f'must be "any" or a list of memdev serials (0x5002 or 20482), got {v!r}')
+    out = []
+    for x in v:
+        if isinstance(x, bool):
+            raise ValueError(f"a serial must be an integer or a string such as '0x5002', got {x!r}")
+        if isinstance(x, int) and x >= 0:
+            out.append(x)
+            continue
+        if isinstance(x, str):
+            try:
+                out.append(int(x, 0))
+                continue
+            except ValueError:
+                pass
+        raise ValueError(f"a serial must be an integer or a string such as '0x5002', got {x!r}")
+    return tuple(out)
 
 
 def _cgroups(v: Any) -> Any:
@@ -248,6 +276,8 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
     "capacity": {
         "adopt": (_choice("system-ram", "devdax", "none"), "system-ram"),
         "zone": (_choice("movable", "normal"), "movable"),
+        "pool_member": (_bool, False),
+        "adopt_serials": (_serials, ()),
     },
 }
 
@@ -374,6 +404,11 @@ def validate(
         ras_poison_action=values["ras"]["poison_action"],
         adopt=values["capacity"]["adopt"],
         adopt_zone=values["capacity"]["zone"],
+        adopt_pool_member=values["capacity"]["pool_member"],
+        adopt_serials=()
+        if values["capacity"]["adopt_serials"] == "any"
+        else tuple(values["capacity"]["adopt_serials"]),
+        adopt_any=values["capacity"]["adopt_serials"] == "any",
     )
 
 
@@ -452,7 +487,12 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
         },
         "log": {"level": cfg.log_level},
         "ras": {"enabled": cfg.ras_enabled, "poison_action": cfg.ras_poison_action},
-        "capacity": {"adopt": cfg.adopt, "zone": cfg.adopt_zone},
+        "capacity": {
+            "adopt": cfg.adopt,
+            "zone": cfg.adopt_zone,
+            "pool_member": cfg.adopt_pool_member,
+            "adopt_serials": "any" if cfg.adopt_any else [f"{x:#x}" for x in cfg.adopt_serials],
+        },
     }
 
 

@@ -100,9 +100,10 @@ class _Build:
         raise CxlctlError("no kernel behind this tree")
 
 
-def _daemon(tmp_path: Path, start: str, **capacity: str) -> Any:
+def _daemon(tmp_path: Path, start: str, **capacity: Any) -> Any:
+    """The daemon on a copy of ``start``, a pool member adopting any serial unless ``capacity`` says otherwise."""
     root = work_tree(start, str(tmp_path / "root"))
-    d, _fac, cap = make_daemon(root, config(capacity=dict(capacity)) if capacity else None)
+    d, _fac, cap = make_daemon(root, config(capacity={"pool_member": True, "adopt_serials": "any", **capacity}))
     d.startup()
     return root, d, cap
 
@@ -142,6 +143,77 @@ def test_adopt_none_leaves_it_free(tmp_path: Path, monkeypatch: Any) -> None:
         assert cap.grep("memdev mem1 arrived (256 MiB); left free: [capacity] adopt = none")
     finally:
         d.close()
+
+
+@pytest.mark.parametrize(
+    "capacity, adopted, needle",
+    [
+        ({"pool_member": False}, False, "left free: this host is not configured as a pool member"),
+        ({"adopt_serials": []}, False, "left free: serial 0x5002 is not in [capacity] adopt_serials"),
+        ({"adopt_serials": ["0x5003", 7]}, False, "serial 0x5002 is not in [capacity] adopt_serials"),
+        ({"adopt_serials": ["0x5002"]}, True, "memdev mem1 appeared"),
+        ({"adopt_serials": [0x5002]}, True, "memdev mem1 appeared"),
+    ],
+    ids=["not-a-member", "no-serials", "other-serials", "listed-hex", "listed-int"],
+)
+def test_the_daemon_adopts_only_on_a_pool_member_from_the_allowlist(
+    capacity: Dict[str, Any], adopted: bool, needle: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    build = _Build()
+    monkeypatch.setattr("cxlctl.regions.batch.create_regions", build)
+    root, d, cap = _daemon(tmp_path, _hotremoved("linux-7.x"), **capacity)
+    try:
+        swap_in(root, _hotadd("linux-7.x"))
+        d.rec.reconcile("event")
+        assert cap.grep(needle), cap.lines
+        assert bool(build.calls) == adopted
+        assert d.stats.adoptions == ({"failed": 1} if adopted else {"refused": 1})
+    finally:
+        d.close()
+
+
+def test_the_default_configuration_adopts_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """No [capacity] at all: adopt = system-ram, but not a pool member: a device that arrives is left free."""
+    build = _Build()
+    monkeypatch.setattr("cxlctl.regions.batch.create_regions", build)
+    root = work_tree(_hotremoved("linux-7.x"), str(tmp_path / "root"))
+    d, _fac, cap = make_daemon(root)
+    d.startup()
+    try:
+        swap_in(root, _hotadd("linux-7.x"))
+        d.rec.reconcile("event")
+        assert build.calls == [] and cap.grep("not configured as a pool member")
+    finally:
+        d.close()
+
+
+def _security(root: str, memdev: str, state: str) -> None:
+    """The one edit: the memdev's security/state as security_state_show() reports a locked or frozen device."""
+    with open(os.path.join(root, f"sys/bus/cxl/devices/{memdev}/security/state"), "w") as f:
+        f.write(state + "\n")
+
+
+@pytest.mark.parametrize("state", ["locked", "frozen"])
+def test_a_locked_or_frozen_device_is_never_adopted(state: str, tmp_path: Path, monkeypatch: Any) -> None:
+    build = _Build()
+    monkeypatch.setattr("cxlctl.regions.batch.create_regions", build)
+    root, d, cap = _daemon(tmp_path, _hotremoved("linux-7.x"))
+    try:
+        swap_in(root, _hotadd("linux-7.x"))
+        _security(root, "mem1", state)
+        d.rec.reconcile("event")
+        assert build.calls == []
+        assert cap.grep(f"left free: mem1's security state is {state}")
+        assert d.stats.adoptions == {"refused": 1}
+    finally:
+        d.close()
+    # and by hand: refused before the root check and the lock, nothing written
+    t = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    _security(t, "mem1", state)
+    before = tree_digest(t)
+    p = cli("--root", t, "capacity", "adopt", "mem1", "--dry-run", rc=2)
+    assert f"cannot adopt mem1: mem1's security state is {state}" in p.stderr and "Traceback" not in p.stderr
+    assert tree_digest(t) == before
 
 
 def test_memdevs_present_at_start_are_not_adopted(tmp_path: Path, monkeypatch: Any) -> None:
@@ -204,6 +276,7 @@ def test_a_surprise_removal_names_what_was_lost(tmp_path: Path) -> None:
     The one edit: mem1's device entry removed, as the kernel shows a memdev unbound under its region."""
     src = os.path.join(FIXTURES, "linux-7.x", "switch2-devdax")
     root, d, cap = _daemon(tmp_path, src)
+    os.makedirs(os.path.join(root, "etc/kubernetes/node-feature-discovery/features.d"), exist_ok=True)
     try:
         os.unlink(os.path.join(root, "sys/bus/cxl/devices/mem1"))
         d.rec.reconcile("event")
@@ -215,6 +288,31 @@ def test_a_surprise_removal_names_what_was_lost(tmp_path: Path) -> None:
         assert 'cxlctl_capacity_removals_total{kind="surprise"} 1' in d.metrics_text()
         d.rec.reconcile("rescan")  # still running, and the loss is logged once
         assert len(cap.grep("surprise removal")) == 1
+        # System RAM left with its device: the host is to be drained and rebooted, and says so everywhere
+        (drain,) = cap.grep("the host is to be drained and rebooted")
+        assert "dev_dax_kmem_remove()" in drain and "mem1 left while online as System RAM" in drain
+        assert 'cxlctl_capacity_host_ready{state="drain-and-reboot"} 0' in d.metrics_text()
+        doc = json.loads(cli("--root", root, "capacity", "--json", check=True).stdout)
+        assert doc["host_state"]["state"] == "drain-and-reboot" and "reboot" in doc["host_state"]["reason"]
+        text = cli("--root", root, "capacity", env={"COLUMNS": "80"}, check=True).stdout
+        assert "host: drain-and-reboot: mem1 left while online as System RAM" in text
+        d.publish()
+        assert _nfd(root)["cxl.capacity-ready"] == "false"
+        why = d.rec._adopt_refusal("mem7", None)
+        assert why is not None and why.startswith("the host is to be drained and rebooted")
+        # another boot's record is over: that reboot took the memory out
+        path = os.path.join(root, "run/cxlctl/surprise-removal.json")
+        with open(path) as f:
+            rec = json.load(f)
+        rec["boot_id"] = "the-boot-before"
+        with open(path, "w") as f:
+            json.dump(rec, f)
+        boot = os.path.join(root, "proc/sys/kernel/random/boot_id")
+        os.makedirs(os.path.dirname(boot), exist_ok=True)
+        with open(boot, "w") as f:
+            f.write("the-boot-after\n")
+        doc = json.loads(cli("--root", root, "capacity", "--json", check=True).stdout)
+        assert doc["host_state"] == {"state": "ready", "reason": None}
     finally:
         d.close()
 
@@ -273,3 +371,37 @@ def test_doctor_warns_of_zone_normal_on_a_lending_host(adopt: Any, warns: bool, 
     assert "auto_online_blocks=online puts new memory" in c["message"]
     for fix in ("--zone movable", "without --no-movable", "memory_hotplug.online_policy=auto-movable"):
         assert fix in c["fix"]
+
+
+def test_doctor_does_not_advise_auto_movable_alone_for_a_cpu_less_node(tmp_path: Path) -> None:
+    """auto_movable_zone_for_pfn() with auto_movable_numa_aware=Y (the default) asks the node itself, and a
+    CPU-less CXL node has no boot-time kernel memory: ZONE_NORMAL.  The one edit: memory_hotplug's
+    parameters as a kernel booted with online_policy=auto-movable shows them."""
+    root = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    os.makedirs(os.path.join(root, "etc/cxlctl"))
+    with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:
+        f.write('[capacity]\nadopt = "system-ram"\n')
+    params = os.path.join(root, "sys/module/memory_hotplug/parameters")
+    os.makedirs(params)
+    for name, v in (("online_policy", "auto-movable"), ("auto_movable_numa_aware", "Y"), ("auto_movable_ratio", "301")):
+        with open(os.path.join(params, name), "w") as f:
+            f.write(v + "\n")
+    c = _doctor_checks(root)["devices.dax.dax0.0.zone"]
+    assert "auto_movable_numa_aware=Y" in c["message"] and "auto_movable_can_online_movable()" in c["message"]
+    assert "auto-movable only together with memory_hotplug.auto_movable_numa_aware=N" in c["fix"]
+    assert "memhp_default_state=online_movable" in c["fix"] and "--try-normal" in c["fix"]
+    assert "only after a reboot" not in c["fix"]
+
+
+def test_capacity_adopt_refuses_on_a_host_to_be_rebooted(tmp_path: Path) -> None:
+    """pool-hotadd (7.x): mem1 free; the one edit: the daemon's record of a surprise removal in this boot."""
+    from cxlctl.capacity import surprise
+    from cxlctl.hostio.host import Host
+
+    root = copy_fixture(_hotadd("linux-7.x"), tmp_path / "t")
+    cli("--root", root, "capacity", "adopt", "mem1", "--dry-run", check=True)
+    surprise.record(Host(root), "mem2", 0x5003, "256 MiB online as System RAM on node 3")
+    p = cli("--root", root, "capacity", "adopt", "mem1", "--dry-run", rc=2)
+    assert "cannot adopt mem1: the host is to be drained and rebooted (mem2 left while online" in p.stderr
+    doc = json.loads(cli("--root", root, "capacity", "--json", check=True).stdout)
+    assert doc["host_state"]["state"] == "drain-and-reboot"

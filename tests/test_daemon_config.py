@@ -121,7 +121,13 @@ BAD = [
     ("[capacity]\nadopt = 'yes'\n", "capacity.adopt", "'system-ram', 'devdax', 'none'"),
     ("[capacity]\nadopt = true\n", "capacity.adopt", "'system-ram', 'devdax', 'none'"),
     ("[capacity]\nzone = 'kernel'\n", "capacity.zone", "'movable', 'normal'"),
-    ("[capacity]\nonline = 'movable'\n", "capacity.online", "unknown key (allowed: adopt, zone)"),
+    (
+        "[capacity]\nonline = 'movable'\n",
+        "capacity.online",
+        "unknown key (allowed: adopt, zone, pool_member, adopt_serials)",
+    ),
+    ("[capacity]\nadopt_serials = 'some'\n", "capacity.adopt_serials", 'must be "any" or a list of memdev serials'),
+    ("[capacity]\nadopt_serials = ['x12']\n", "capacity.adopt_serials", "a serial must be an integer"),
     ("[drift\n", None, "invalid TOML"),
 ]
 

@@ -204,6 +204,13 @@ def test_cmdline_options(tmp_path: object) -> None:
     assert "remove efi=nosoftreserve" in e.fix
     m = one(checks, "kernel.cmdline.memhp_default_state")
     assert m.result == "warn" and "ZONE_MOVABLE" in m.message and "memhp_default_state=online" in m.fix
+    # on a host that lends capacity it is the setting capacity/zones.py advises (issue 41): a note, no fix
+    os.makedirs(os.path.join(root, "etc/cxlctl"), exist_ok=True)
+    with open(os.path.join(root, "etc/cxlctl/cxlctl.toml"), "w") as f:
+        f.write('[capacity]\nadopt = "system-ram"\npool_member = true\n')
+    _, checks = doc(root)
+    m = one(checks, "kernel.cmdline.memhp_default_state")
+    assert m.result == "note" and "lends capacity" in m.message and not m.fix
 
 
 def test_kernel_text_is_escaped_in_the_human_view(tmp_path: object) -> None:

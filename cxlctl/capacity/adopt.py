@@ -63,6 +63,33 @@ def why_not(inv: Inventory, memdev: str) -> Optional[str]:
     return None
 
 
+#: ``security/state`` values (``security_state_show()``, drivers/cxl/core/memdev.c) a memdev is never adopted in:
+#: ``locked`` (CXL_PMEM_SEC_STATE_LOCKED: a passphrase is set and the media is locked), ``frozen`` (FROZEN or a
+#: passphrase limit reached: no security command until the next reset), ``sanitize`` (a sanitize in progress)
+REFUSED_SECURITY = ("locked", "frozen", "sanitize")
+
+
+def security_state(host: Host, memdev: str) -> Optional[str]:
+    """The memdev's ``security/state`` (None: the kernel has none for it)."""
+    from cxlctl.hostio import paths
+
+    t = host.reread().text(paths.memdev_security(memdev, "state"))
+    return t.strip() if t is not None else None
+
+
+def security_refusal(host: Host, memdev: str) -> Optional[str]:
+    """Why the memdev's security state forbids adopting it; None: it does not."""
+    st = security_state(host, memdev)
+    if st in REFUSED_SECURITY:
+        why = {
+            "locked": "its media is locked behind a passphrase (another tenant's data, or not ours to unlock)",
+            "frozen": "its security state is frozen: no unlock, passphrase change or sanitize until the next reset",
+            "sanitize": "a sanitize of its media is in progress",
+        }[st]
+        return f"{memdev}'s security state is {st}: {why}"
+    return None
+
+
 def plan_for(inv: Inventory, memdev: str) -> Plan:
     """The region for ``memdev`` alone: on a window holding no region first (a node of its own), else any."""
     from cxlctl.regions.planner import PlanError, Request, plan
@@ -122,8 +149,27 @@ def adopt(
         raise UsageError(f"--mode {mode!r} is not one of {', '.join(MODES)}", hint="use --mode system-ram")
     if zone not in ZONES:
         raise UsageError(f"--zone {zone!r} is not one of {', '.join(ZONES)}", hint="use --zone movable")
+    from . import surprise
+
     inv = scan(host)
     planned = check(inv, memdevs)
+    gone = surprise.load(host)
+    if gone is not None:
+        raise CxlctlError(
+            f"cannot adopt {', '.join(m for m, _p in planned)}: the host is to be drained and rebooted ({gone.message}); "
+            "nothing was changed",
+            code=EXIT_USAGE,
+            hint="drain the host and reboot it; capacity it takes before then sits beside memory with no device behind it",
+        )
+    for m, _p in planned:
+        why = security_refusal(host, m)
+        if why is not None:
+            raise CxlctlError(
+                f"cannot adopt {m}: {why}; nothing was changed",
+                code=EXIT_USAGE,
+                hint=f"`cxl list -m {m} -vvv` shows its security state; unlock it (or have the fabric manager "
+                "bind a device that is not locked) first",
+            )
     serial = {m.name: m.serial for m in inv.memdevs}
     if dry_run:
         return [Adopted(m, serial.get(m), p, None) for m, p in planned]

@@ -11,7 +11,8 @@ from cxlctl.progress import ProgressFn
 
 def show(host: Host, json_out: bool) -> None:
     """``cxlctl capacity [--json]``: the report on stdout."""
-    from .report import gather, to_json
+    from .extra import gather
+    from .report import to_json
 
     rep = gather(host)
     if json_out:
@@ -36,20 +37,44 @@ def release(
     wait: Optional[float],
     bar: ContextManager[Optional[ProgressFn]],
     need_root: Callable[[str], None],
+    timeout: Optional[float] = None,
+    sanitize: Optional[bool] = None,
+    try_normal: bool = False,
 ) -> None:
     """``cxlctl capacity release``: refusals (exit 2) before the root check and the lock; the plan with
     ``--dry-run``; else the release and its report."""
     from cxlctl.regions.request import _size
 
     from . import release as rel
+    from .bound import OFFLINE_TIMEOUT
 
     n = _size(size, "--size", "16G")
-    p, done = rel.release(host, memdevs, n, log, dry_run=True)
+    p, done = rel.release(host, memdevs, n, log, dry_run=True, try_normal=try_normal)
+    if not dry_run and sanitize is None:
+        from cxlctl.errors import UsageError
+
+        raise UsageError(
+            "say whether the media is wiped before the memdevs are called safe to unbind: --sanitize or --no-sanitize",
+            hint="--sanitize runs the device's Sanitize (security/sanitize) after the teardown and waits for it; "
+            "--no-sanitize hands the device back with this host's pages on it",
+        )
     if not dry_run:
         need_root("capacity release")
         with bar as progress:
-            p, done = rel.release(host, memdevs, n, log, wait=wait, progress=progress)
+            p, done = rel.release(
+                host, memdevs, n, log, wait=wait, progress=progress,
+                timeout=OFFLINE_TIMEOUT if timeout is None else timeout, sanitize=bool(sanitize), try_normal=try_normal,
+            )  # fmt: skip
     _emit(json_out, lambda: rel.to_json(p, done), lambda: rel.lines(p, done))
+    failed = rel.sanitize_failed(done)
+    if failed:
+        from cxlctl.errors import CxlctlError
+
+        raise CxlctlError(
+            "released, but not sanitized: " + "; ".join(f"{x.memdev}: {x.detail}" for x in failed),
+            hint="the regions are gone and nothing was lost; wipe the media (`cxl sanitize-memdev`, or write 1 to "
+            "the memdev's security/sanitize) before the device goes to another host",
+        )
 
 
 def _emit(json_out: bool, doc: Callable[[], Dict[str, Any]], lines: Callable[[], List[str]]) -> None:

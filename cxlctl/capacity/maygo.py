@@ -53,6 +53,7 @@ CODES = (
     "decoder-order",
     "zone-normal",
     "no-hotremove",
+    "hugetlb",
     "devdax-open",
     "bind-only",
     "cpuset-only",

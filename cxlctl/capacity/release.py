@@ -19,9 +19,15 @@ torn-down region built again by the planner and onlined as it was.  The data
 is not lost either way: it was migrated off before anything was torn down.
 
 Refusals (exit 2, nothing written, no lock taken): an unknown memdev, a blocker
-from :mod:`.report` (named with its fix), a memdev interleaved with one not
-named, a ``--size`` the releasable memdevs cannot make, an unfinished release
-in the journal.
+from :mod:`.report` (named with its fix; ``--try-normal`` lets ``zone-normal``
+through to the kernel), a memdev interleaved with one not named, a ``--size``
+the releasable memdevs cannot make.
+
+Issue 41: each block's offline is bounded and SIGINT/SIGTERM roll back
+(:mod:`.bound`); the failure names what holds the pages (:mod:`.stuck`); a
+journal left ``releasing`` or ``rollback-failed`` in this boot is rolled back by
+the next release, which says what it found (:func:`recover`); ``--sanitize``
+wipes the media before "safe to unbind" (:mod:`.sanitize`).
 """
 
 from __future__ import annotations
@@ -37,8 +43,11 @@ from cxlctl.hostio.host import Host
 from cxlctl.parse import format_size, parse_meminfo
 from cxlctl.progress import ProgressFn
 
+from .bound import OFFLINE_TIMEOUT, Guard, Interrupted
 from .maygo import Blocker, teardown_order
 from .report import MemdevCapacity, Report
+from .sanitize import DONE, Sanitized
+from .zones import EBUSY_HINT
 
 Log = Callable[[str], None]
 JOURNAL = paths.RUN_DIR + "/capacity.json"
@@ -73,6 +82,8 @@ class Plan(NamedTuple):
     memdevs: Tuple[MemdevCapacity, ...]
     regions: Tuple[RegionRecord, ...]
     block_size: int
+    #: what rolling back an unfinished release found on the host and did (or would do) first
+    recovered: Tuple[str, ...] = ()
 
     @property
     def offline_bytes(self) -> int:
@@ -89,6 +100,8 @@ class Released(NamedTuple):
     plan: Plan
     moved: Tuple[Moved, ...]
     steps: Tuple[str, ...]
+    #: each memdev's sanitize (:mod:`.sanitize`), or None for ``--no-sanitize``
+    sanitized: Optional[Tuple[Sanitized, ...]] = None
 
 
 # ------------------------------------------------------------------------------- choosing
@@ -109,6 +122,10 @@ def _names(memdevs: Sequence[str]) -> Tuple[str, ...]:
     return tuple(seen)
 
 
+#: the blocker ``--try-normal`` lets a release try anyway: the kernel's offline_pages() answers, EBUSY rolls back
+TRY_NORMAL = "zone-normal"
+
+
 def _closure(rep: Report, m: MemdevCapacity) -> Tuple[str, ...]:
     """``m`` with what goes with it: its interleave partners and the memdevs whose regions must go first."""
     out = {m.memdev}
@@ -123,7 +140,7 @@ def _closure(rep: Report, m: MemdevCapacity) -> Tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
+def _by_size(rep: Report, size: int, try_normal: bool = False) -> Tuple[str, ...]:
     """The fewest releasable memdevs (whole interleave groups, with the memdevs their decoder order needs
     first) making at least ``size``: smallest first among those that alone suffice, else the largest groups
     until it is reached."""
@@ -131,7 +148,7 @@ def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
     for m in rep.memdevs:
         g = _closure(rep, m)
         members = [x for x in rep.memdevs if x.memdev in g]
-        if any(_unmet(x, g) for x in members):
+        if any(_unmet(x, g, try_normal) for x in members):
             continue
         item = (sum(x.capacity for x in members), g)
         if item not in groups:
@@ -157,28 +174,35 @@ def _by_size(rep: Report, size: int) -> Tuple[str, ...]:
     )
 
 
-def _unmet(m: MemdevCapacity, names: Sequence[str]) -> List[Blocker]:
+def _unmet(m: MemdevCapacity, names: Sequence[str], try_normal: bool = False) -> List[Blocker]:
     """``m``'s blockers, less ``decoder-order`` when every memdev it depends on is released with it
-    (:func:`plan` then tears the regions down highest decoder first)."""
+    (:func:`plan` then tears the regions down highest decoder first), and less ``zone-normal`` with
+    ``--try-normal`` (the kernel's offline_pages() answers; EBUSY rolls back)."""
     together = bool(m.depends_on) and set(m.depends_on) <= set(names)
-    return [b for b in m.blockers if not (together and b.code == "decoder-order")]
+    return [
+        b
+        for b in m.blockers
+        if not (together and b.code == "decoder-order") and not (try_normal and b.code == TRY_NORMAL)
+    ]
 
 
-def choose(rep: Report, memdevs: Sequence[str], size: Optional[int]) -> Tuple[MemdevCapacity, ...]:
-    """The memdevs to release, or the refusal (exit 2) naming the blocker."""
+def choose(
+    rep: Report, memdevs: Sequence[str], size: Optional[int], try_normal: bool = False
+) -> Tuple[MemdevCapacity, ...]:
+    """The memdevs to release, or the refusal (exit 2) naming the blocker (``try_normal``: not ``zone-normal``)."""
     if bool(memdevs) == (size is not None):
         raise UsageError(
             "name the memdevs to release, or give --size, not both" if memdevs else "name the memdevs to release",
             hint="e.g. `cxlctl capacity release mem1` or `cxlctl capacity release --size 16G`",
         )
-    names = _names(memdevs) if memdevs else _by_size(rep, size or 0)
+    names = _names(memdevs) if memdevs else _by_size(rep, size or 0, try_normal)
     out = []
     for n in names:
         m = rep.memdev(n)
         if m is None:
             known = ", ".join(x.memdev for x in rep.memdevs) or "none"
             raise UsageError(f"no memdev {n} (memdevs: {known})", hint="`cxlctl capacity` lists them")
-        blockers = _unmet(m, names)
+        blockers = _unmet(m, names, try_normal)
         if blockers:
             b = blockers[0]
             more = f" (and {len(blockers) - 1} more blocker(s))" if len(blockers) > 1 else ""
@@ -287,21 +311,135 @@ def load(host: Host) -> Optional[Dict[str, Any]]:
     return d if isinstance(d, dict) else None
 
 
-def check_unfinished(host: Host) -> None:
-    """A release that stopped half-way (a crash while ``releasing``, or a failed rollback) in this boot: refuse."""
+def unfinished(host: Host) -> Optional[Dict[str, Any]]:
+    """The journal of a release that stopped half-way in this boot (``releasing``: killed, or
+    ``rollback-failed``), else None.  Another boot's journal is over: its regions went with that boot."""
     d = load(host)
     if d is None or d.get("state") not in (RELEASING, ROLLBACK_FAILED):
-        return
+        return None
     if d.get("boot_id") and host.boot_id and d["boot_id"] != host.boot_id:
-        return  # another boot's: /run should have been cleared; its regions are gone with that boot
+        return None
+    return d
+
+
+def _records(d: Dict[str, Any]) -> List[RegionRecord]:
+    out = []
+    for r in d.get("regions", []):
+        dax = tuple(
+            DaxState(x.get("name"), x.get("mode"), x.get("node"), x.get("zone"), tuple(x.get("online") or ()))
+            for x in r.get("dax", [])
+        )
+        out.append(
+            RegionRecord(
+                r.get("region"),
+                r.get("root_decoder"),
+                tuple(r.get("memdevs") or ()),
+                r.get("size"),
+                r.get("granularity"),
+                dax,
+            )  # fmt: skip
+        )
+    return out
+
+
+def found_on_host(host: Host, d: Dict[str, Any]) -> List[str]:
+    """What the host shows of an unfinished release's regions: present or gone, each planned block's state."""
+    from cxlctl.regions import dax as daxmod
+
+    out = []
+    r = host.reread()
+    for rec in _records(d):
+        if not r.isdir(paths.cxl_device(rec.name)):
+            out.append(f"{rec.name} is gone (torn down)")
+            continue
+        for x in rec.dax:
+            if not x.online:
+                continue
+            off = [b for b in x.online if daxmod.read_block(host, b).state == "offline"]
+            if off:
+                out.append(
+                    f"{rec.name}/{x.name}: {len(off)} of {len(x.online)} block(s) offline "
+                    f"({', '.join(f'memory{b}' for b in off)}), online in ZONE_{(x.zone or 'unknown').upper()} before"
+                )
+            else:
+                out.append(f"{rec.name}/{x.name}: all {len(x.online)} block(s) online as before")
+    return out
+
+
+def _running(host: Host, d: Dict[str, Any]) -> bool:
+    """Whether the journal's writer still runs (the live host only; a dry run takes no lock to tell)."""
+    pid = d.get("pid")
+    if not host.live or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(d: Dict[str, Any]) -> str:
     mds = ", ".join(str(m.get("memdev")) for m in d.get("memdevs", []))
-    raise CxlctlError(
+    return (
         f"a release of {mds} did not finish (state {d.get('state')}, PID {d.get('pid')}, steps done: "
-        f"{'; '.join(map(str, d.get('steps', []))) or 'none'}); nothing was changed",
-        code=EXIT_USAGE,
-        hint=f"`cxlctl capacity` shows where the memdevs are; finish with `cxlctl region destroy REGION --force` "
-        f"or build the region again, then remove {host.path(JOURNAL)}",
+        f"{'; '.join(map(str, d.get('steps', []))) or 'none'})"
     )
+
+
+def recover(host: Host, d: Dict[str, Any], log: Log, *, dry_run: bool = False) -> List[str]:
+    """Roll an unfinished release back (under the lock): each offlined block online again in its zone, each
+    torn-down region built again.  Returns what was found and done; raises (exit 1) what could not be."""
+    found = found_on_host(host, d)
+    lines = [f"{_describe(d)}; found: " + ("; ".join(found) or "nothing of it")]
+    recs = _records(d)
+    if dry_run:
+        if _running(host, d):
+            lines.append(f"PID {d.get('pid')} is still running: it may be that release, in progress")
+        lines.append("it would be rolled back first (blocks online again in their zones, regions rebuilt)")
+        return lines
+    left: List[str] = []
+    for rec in recs:
+        if host.reread().isdir(paths.cxl_device(rec.name)):
+            left += _online_again(host, rec, log)
+        else:
+            left += _rebuild(host, rec, log)
+    mds = tuple(
+        MemdevCapacity(
+            str(m.get("memdev")),
+            m.get("serial"),
+            m.get("host"),
+            int(m.get("capacity") or 0),
+            (),
+            (),
+            (),
+            0,
+            0,
+            0,
+            "blocked",
+            0,
+            (),
+            (),
+        )  # fmt: skip
+        for m in d.get("memdevs", [])
+    )
+    p = Plan(mds, tuple(recs), 0)
+    steps = [str(x) for x in d.get("steps", [])]
+    if left:
+        try:
+            save(host, p, ROLLBACK_FAILED, steps, "recovery: " + "; ".join(left))
+        except StorageError:
+            pass
+        raise CxlctlError(
+            f"{_describe(d)}; found: {'; '.join(found)}; rolling it back left: {'; '.join(left)}",
+            hint=f"`cxlctl capacity` shows the regions; set them right by hand, then remove {host.path(JOURNAL)}",
+        )
+    save(host, p, ROLLED_BACK, steps, "rolled back by the next release: " + "; ".join(found))
+    lines.append("rolled it back: every block online again in its zone, every region as it was")
+    for ln in lines:
+        log(ln)
+    return lines
 
 
 # -------------------------------------------------------------------------------- doing it
@@ -330,16 +468,25 @@ def _moved(p: Plan, before: Dict[int, int], after: Dict[int, int]) -> Tuple[Move
 
 
 def _online_again(host: Host, r: RegionRecord, log: Log) -> List[str]:
-    """Put a region's DAX devices' blocks back online in their zones; what could not be."""
+    """Put back online, in its zone, each block of a region's DAX devices that was online and is offline
+    now (the blocks the release offlined, and one an interruption may have ended offline); what could not be."""
     from cxlctl.regions import dax as daxmod
 
     left = []
     for d in r.dax:
-        if d.mode == "system-ram" and d.online and d.zone:
-            try:
-                daxmod.online_in_zone(host, d.name, d.zone, log)
-            except CxlctlError as e:
-                left.append(f"{d.name}: {e}")
+        if d.mode != "system-ram" or not d.online or not d.zone:
+            continue
+        back = []
+        for bid in d.online:
+            if daxmod.read_block(host, bid).state != "offline":
+                continue
+            err = daxmod._online_one(host, bid, d.zone)
+            if err is None:
+                back.append(bid)
+            else:
+                left.append(f"{d.name}: memory{bid} stays offline ({err})")
+        if back:
+            log(f"{d.name}: {len(back)} block(s) back online in ZONE_{d.zone.upper()}")
     return left
 
 
@@ -367,7 +514,7 @@ def _rebuild(host: Host, r: RegionRecord, log: Log) -> List[str]:
         return [f"{r.name}: {e}"]
 
 
-def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str]) -> CxlctlError:
+def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str], code: int = 1) -> CxlctlError:
     """The error a failed release raises, once rolling back left ``left`` undone (journal updated)."""
     state = ROLLBACK_FAILED if left else ROLLED_BACK
     try:
@@ -377,17 +524,78 @@ def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str]
     if left:
         return CxlctlError(
             f"capacity release failed: {e}; rolling back was incomplete: {'; '.join(left)}",
-            hint=f"the journal {host.path(JOURNAL)} says what each region was; `cxlctl capacity` shows where they are",
+            code=code,
+            hint=f"the journal {host.path(JOURNAL)} says what each region was; `cxlctl capacity release` again "
+            "finishes the rollback; `cxlctl capacity` shows where they are",
         )
     return CxlctlError(
         f"capacity release failed: {e}; rolled back: every region and block is as it was, nothing was lost",
+        code=code,
         hint=e.hint or "`cxlctl capacity` shows what blocks the release",
     )
 
 
-def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None) -> Released:
-    """Run the plan under the caller's lock; on failure roll back and raise (exit 1)."""
+def _offline_dax(
+    host: Host, r: RegionRecord, d: DaxState, log: Log, guard: Guard, progress: Optional[ProgressFn]
+) -> None:
+    """Offline the device's planned blocks, highest first, each write bounded by ``guard``."""
+    from cxlctl.progress import tick
     from cxlctl.regions import dax as daxmod
+
+    what = f"{r.name}/{d.name}"
+    todo = sorted(d.online, reverse=True)
+    for i, bid in enumerate(todo, 1):
+        with guard.offlining():
+            err = daxmod._offline_one(host, bid)
+        if err is not None:
+            raise daxmod.DaxError(
+                f"{what}: memory{bid} could not be offlined ({err}): it holds pages the kernel cannot migrate "
+                f"(zone {'Movable' if d.zone == 'movable' else 'Normal'})",
+                hint=EBUSY_HINT,
+            )
+        tick(progress, i, len(todo), f"{what}: offlining memory blocks")
+    log(f"{what}: offlined {len(todo)} memory block(s)")
+
+
+def _stopped(host: Host, p: Plan, e: BaseException) -> Tuple[CxlctlError, int]:
+    """The failure (an error, the bound, a signal) with what the host says about the nodes, and its exit code."""
+    from .stuck import explain
+
+    nodes = sorted({d.node for r in p.regions for d in r.dax if d.online and d.node is not None})
+    if isinstance(e, Interrupted):
+        why = e.why + (": the kernel was still migrating, or retrying pages it cannot migrate" if e.timeout else "")
+        found = explain(host, nodes)
+        hint = (
+            "what holds the pages: " + "; ".join(found)
+            if found
+            else "see `dmesg | grep -A3 'migration failure'` for the pages the kernel could not migrate"
+        )
+        if e.timeout:
+            hint += f"; a longer bound: --timeout SECONDS (default {OFFLINE_TIMEOUT:g})"
+        return CxlctlError(why, hint=hint), e.exit_code
+    assert isinstance(e, CxlctlError)
+    found = explain(host, nodes) if "could not be offlined" in str(e) else []
+    if found:
+        return CxlctlError(str(e), hint="what holds the pages: " + "; ".join(found)), e.code
+    return e, e.code
+
+
+def execute(
+    host: Host,
+    p: Plan,
+    log: Log,
+    progress: Optional[ProgressFn] = None,
+    timeout: Optional[float] = OFFLINE_TIMEOUT,
+) -> Released:
+    """Run the plan under the caller's lock; on failure roll back and raise (exit 1).
+
+    Each block's offline is bounded by ``timeout`` seconds, and SIGINT or SIGTERM
+    during the release rolls it back as a failure does (:mod:`.bound`)."""
+    with Guard(timeout) as guard:
+        return _execute(host, p, log, progress, guard)
+
+
+def _execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn], guard: Guard) -> Released:
     from cxlctl.regions.program import destroy
 
     steps: List[str] = []
@@ -398,25 +606,28 @@ def execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn] = None
         try:
             for d in r.dax:
                 if d.online:
-                    blocks = daxmod.online_blocks(host, d.name)
-                    daxmod.offline_blocks(host, blocks, log, f"{r.name}/{d.name}", progress)
+                    _offline_dax(host, r, d, log, guard, progress)
                     steps.append(f"offlined {len(d.online)} block(s) of {d.name}")
-        except CxlctlError as e:
+                    save(host, p, RELEASING, steps)
+            guard.check()
+        except (CxlctlError, Interrupted) as e:
+            err, code = _stopped(host, p, e)
             left = [x for o in (*offlined, r) for x in _online_again(host, o, log)]
-            raise _fail(host, p, steps, e, left) from None
+            raise _fail(host, p, steps, err, left, code) from None
         offlined.append(r)
-        save(host, p, RELEASING, steps)
     moved = _moved(p, before, _used(host))
     torn: List[RegionRecord] = []
     for r in p.regions:
         try:
+            guard.check()
             destroy(host, r.name, True, log)
-        except CxlctlError as e:
+        except (CxlctlError, Interrupted) as e:
+            err, code = _stopped(host, p, e)
             rest = [x for x in p.regions if x not in torn and x is not r]
             # built again in commit order, the reverse of the teardown's: each takes its decoders back
             left = [x for t in (r, *reversed(torn)) for x in _rebuild(host, t, log)]
             left += [x for o in rest for x in _online_again(host, o, log)]
-            raise _fail(host, p, steps, e, left) from None
+            raise _fail(host, p, steps, err, left, code) from None
         torn.append(r)
         steps.append(f"destroyed {r.name}")
         save(host, p, RELEASING, steps)
@@ -449,29 +660,73 @@ def release(
     dry_run: bool = False,
     wait: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    timeout: Optional[float] = OFFLINE_TIMEOUT,
+    sanitize: bool = False,
+    try_normal: bool = False,
 ) -> Tuple[Plan, Optional[Released]]:
     """Refuse (exit 2, nothing written) or plan; unless ``dry_run``, take the lock, check again and run."""
     from cxlctl.hostio.lock import TuneLock
 
-    from .report import gather
+    from .extra import gather
 
-    check_unfinished(host)
-    rep = gather(host)
-    p = plan(host, rep, choose(rep, memdevs, size))
+    d = unfinished(host)
     if dry_run:
-        return p, None
+        found = recover(host, d, log, dry_run=True) if d is not None else []
+        rep = gather(host)
+        return plan(host, rep, choose(rep, memdevs, size, try_normal))._replace(recovered=tuple(found)), None
+    if d is None:
+        rep = gather(host)
+        choose(rep, memdevs, size, try_normal)  # the refusals before the lock: nothing written, not even the lock file
     with TuneLock(host.root, wait):
-        rep = gather(host)  # again under the lock: nothing may have changed since
-        p = plan(host, rep, choose(rep, [m.memdev for m in p.memdevs], None))
-        return p, execute(host, p, log, progress)
+        d = unfinished(host)  # again under the lock: the one that wrote it is gone (it held the lock)
+        recovered = recover(host, d, log) if d is not None else []
+        rep = gather(host)
+        p = plan(host, rep, choose(rep, memdevs, size, try_normal))._replace(recovered=tuple(recovered))
+        done = execute(host, p, log, progress, timeout)
+        if sanitize:
+            from .sanitize import sanitize as run_sanitize
+
+            done = done._replace(sanitized=tuple(run_sanitize(host, m.memdev, log) for m in p.memdevs))
+        return p, done
 
 
 # ---------------------------------------------------------------------------------- output
 
 
-def released_line(m: MemdevCapacity) -> str:
+def _sanitized(done: Optional[Released], memdev: str) -> Optional[Sanitized]:
+    for x in (done.sanitized or ()) if done is not None else ():
+        if x.memdev == memdev:
+            return x
+    return None
+
+
+def released_line(m: MemdevCapacity, san: Optional[Sanitized] = None, asked: bool = False) -> str:
+    """What the operator may do with the memdev now: "safe to unbind" only once its media is wiped, or
+    with ``--no-sanitize`` said."""
     serial = f"serial {m.serial:#x}" if m.serial is not None else "serial unknown"
-    return f"{m.memdev} ({serial}) released: safe to unbind at the fabric manager"
+    if san is not None and san.result == DONE:
+        return f"{m.memdev} ({serial}) released and sanitized ({san.detail}): safe to unbind at the fabric manager"
+    if san is not None:
+        return (
+            f"{m.memdev} ({serial}) released (nothing lost) but not sanitized: {san.detail}; its media keeps "
+            "this host's pages: not safe to hand to another host"
+        )
+    return (
+        f"{m.memdev} ({serial}) released, not sanitized (--no-sanitize): safe to unbind at the fabric manager; "
+        "its media keeps this host's pages"
+    )
+
+
+def _sanitize_json(done: Optional[Released], memdev: str) -> Optional[Dict[str, Any]]:
+    """``memdevs[].sanitize``: None with --no-sanitize (or a dry run); else result, security/state, detail."""
+    x = _sanitized(done, memdev)
+    if x is None:
+        return None
+    return {"result": x.result, "state": x.security, "detail": x.detail}
+
+
+def sanitize_failed(done: Optional[Released]) -> List[Sanitized]:
+    return [x for x in (done.sanitized or ()) if x.result != DONE] if done is not None else []
 
 
 def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
@@ -484,7 +739,8 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
                 "host": m.host,
                 "capacity": m.capacity,
                 "released": done is not None,
-                "message": released_line(m) if done is not None else None,
+                "sanitize": _sanitize_json(done, m.memdev),
+                "message": released_line(m, _sanitized(done, m.memdev)) if done is not None else None,
             }
             for m in p.memdevs
         ],
@@ -502,6 +758,7 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
             for r in p.regions
         ],
         "offline_bytes": p.offline_bytes,
+        "recovered": list(p.recovered),
     }
     if done is not None:
         doc["moved"] = [
@@ -512,7 +769,8 @@ def to_json(p: Plan, done: Optional[Released]) -> Dict[str, Any]:
 
 
 def lines(p: Plan, done: Optional[Released]) -> List[str]:
-    out = [f"{m.memdev}: no region uses it, nothing to migrate or tear down" for m in p.memdevs if not m.regions]
+    out = [f"recovery: {x}" for x in p.recovered]
+    out += [f"{m.memdev}: no region uses it, nothing to migrate or tear down" for m in p.memdevs if not m.regions]
     verb = "would" if done is None else "did"
     for r in p.regions:
         for d in r.dax:
@@ -532,5 +790,5 @@ def lines(p: Plan, done: Optional[Released]) -> List[str]:
     for mv in done.moved:
         to = ", ".join(f"node {n} +{format_size(b)}" for n, b in mv.to) or "freed"
         out.append(f"node {mv.node}: {format_size(mv.bytes)} in use moved ({to})")
-    out.extend(released_line(m) for m in p.memdevs)
+    out.extend(released_line(m, _sanitized(done, m.memdev)) for m in p.memdevs)
     return out

@@ -100,6 +100,7 @@ def render(rep: Report, c: Console) -> None:
         c.print()
         for line in fold_lines(f"note: {note}", c.width, indent="  "):
             c.print(line, soft_wrap=True)
+    _host(rep, c)
 
 
 def _blockers(rep: Report, c: Console) -> None:
@@ -116,3 +117,11 @@ def _blockers(rep: Report, c: Console) -> None:
         for b in blockers:
             for line in blocker_lines(b, c.width):
                 c.print(line, soft_wrap=True)
+
+
+def _host(rep: Report, c: Console) -> None:
+    """The host as a whole, when it is not ready (a surprise removal: drain and reboot)."""
+    if rep.host_state != "ready":
+        c.print()
+        for line in fold_lines(f"host: {rep.host_state}: {rep.host_reason or ''}", c.width, indent="  "):
+            c.print(line, soft_wrap=True)

@@ -35,11 +35,13 @@ from typing import Any, Dict, Iterable, List, Literal, NamedTuple, Optional, Seq
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.objects import blocks_of, is_online
+from cxlctl.hostio.reader import natural_key
 from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
 from .maygo import Blocker, Hole, foreign_ram, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
 from .procs import Proc
+from .zones import zone_normal_fix
 
 __all__ = ["Blocker", "MemdevCapacity", "NodeCapacity", "Report", "STATES", "assess", "gather", "to_json"]
 
@@ -89,6 +91,9 @@ class Report(NamedTuple):
     notes: Tuple[str, ...]
     #: ports with a free decoder below one in use: the next region through them fails (maygo.port_holes)
     holes: Tuple[Hole, ...] = ()
+    #: the host as a whole (.surprise): "ready", or "drain-and-reboot" after a surprise removal, with why
+    host_state: str = "ready"
+    host_reason: Optional[str] = None
 
     def memdev(self, name: str) -> Optional[MemdevCapacity]:
         for m in self.memdevs:
@@ -145,7 +150,9 @@ def _used(node: Optional[Node]) -> Optional[int]:
     return max(0, node.mem_total - node.mem_free)
 
 
-def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]]) -> List[Blocker]:
+def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]], who: str) -> List[Blocker]:
+    """The blockers of a system-ram DAX device's memory blocks; ``who`` names the memdevs in the fix
+    (the group's first: the members of an interleaved region share one paragraph, and release together)."""
     d = dx.dev
     if dx.blocks is None:
         return [
@@ -169,7 +176,7 @@ def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]]) -> L
                 f"{d.name}: {len(normal)} block(s) ({format_size(len(normal) * bs)}) online in "
                 f"{'/'.join('ZONE_' + z.upper() for z in zones)} on node {d.target_node} ({ids}): the kernel puts "
                 "unmovable pages there (slab, page tables) and offline_pages() fails with EBUSY on one",
-                "give it back after a reboot, or next time build the region with `cxlctl region create --zone movable`",
+                zone_normal_fix(who),
             )
         )
     if any(removable.get(b.id) == "0" for b in dx.blocks):
@@ -307,7 +314,7 @@ def _memdev_report(
             if dx.dev.target_node is not None:
                 nodes.add(dx.dev.target_node)
             online += len([b for b in dx.blocks or () if is_online(b)]) * bs
-            blockers += _block_blockers(dx, bs, removable)
+            blockers += _block_blockers(dx, bs, removable, min(devs, key=natural_key))
         elif dx.dev.mode == "devdax":
             devdax_names.add(dx.dev.name)
     for r in sorted(regions):
@@ -482,4 +489,5 @@ def to_json(rep: Report) -> Dict[str, Any]:
             for h in rep.holes
         ],
         "notes": list(rep.notes),
+        "host_state": {"state": rep.host_state, "reason": rep.host_reason},
     }

@@ -26,11 +26,25 @@ def release_cmd(
     memdevs: Optional[List[str]] = argument(None, "MEMDEV...", "Whole memdevs to give back (memN, as listed)."),
     size: Optional[str] = typer.Option(None, "--size", "-s", metavar="SIZE", help="Pick releasable memdevs of SIZE."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; change nothing (no root needed)."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", metavar="SECONDS", help="Bound on each memory block's offline (default 120); then roll back."
+    ),
+    sanitize: Optional[bool] = typer.Option(
+        None,
+        "--sanitize/--no-sanitize",
+        help="Wipe the media (security/sanitize) before 'safe to unbind'; one is required.",
+    ),
+    try_normal: bool = typer.Option(
+        False, "--try-normal", help="Try blocks in ZONE_NORMAL too (blocker zone-normal); rolled back on EBUSY."
+    ),
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offline the memdevs' memory (the kernel migrates it), tear down DAX and region; rolled back on failure."""
-    release(host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)
+    release(
+        host(), memdevs or [], size, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root,
+        timeout, sanitize, try_normal,
+    )  # fmt: skip
 
 
 @capacity_app.command("adopt", cls=Command)

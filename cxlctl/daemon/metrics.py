@@ -235,7 +235,7 @@ def collect(view: View) -> Builder:
 
 def _capacity_activity(b: Builder, st: Stats) -> None:
     """What came and went: adoptions by the daemon, memdevs gone."""
-    for result in ("ok", "failed", "skipped"):
+    for result in ("ok", "failed", "skipped", "refused"):
         b.add(
             "capacity_adoptions_total",
             "counter",
@@ -255,6 +255,14 @@ def _capacity_activity(b: Builder, st: Stats) -> None:
 
 def _capacity(b: Builder, rep: Report) -> None:
     """Per memdev and per CXL node: capacity and what could be given back now (docs/capacity.md)."""
+    b.add(
+        "capacity_host_ready",
+        "gauge",
+        "1: the host may take and give capacity; 0: a surprise removal left memory with nothing behind it, "
+        "drain and reboot (docs/capacity.md)",
+        1 if rep.host_state == "ready" else 0,
+        {"state": rep.host_state},
+    )
     for m in rep.memdevs:
         lab = {"memdev": m.memdev, "serial": "" if m.serial is None else f"{m.serial:#x}"}
         b.add(

@@ -51,7 +51,7 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
 
 def labels(host: Host, cfg: Config) -> Dict[str, str]:
     """The Node Feature Discovery labels the daemon would write now."""
-    from cxlctl.capacity.report import gather_for
+    from cxlctl.capacity.extra import gather_for
     from cxlctl.inventory import scan
 
     target = resolve_target(host, cfg)

@@ -56,7 +56,7 @@ from cxlctl.hostio.host import Host
 from cxlctl.hostio.lock import Locked, TuneLock, is_held
 from cxlctl.hostio.objects import blocks_of, set_block_state
 from cxlctl.hostio.write import KnobError
-from cxlctl.model import Inventory
+from cxlctl.model import Inventory, Memdev
 from cxlctl.parse import format_size
 from cxlctl.tuning import engine, trial
 from cxlctl.tuning import journal as jn
@@ -596,7 +596,7 @@ class Reconciler:
 
     def capacity_report(self) -> Optional[Report]:
         """``cxlctl capacity``'s report of this pass's inventory (None: it could not be made)."""
-        from cxlctl.capacity.report import gather_for
+        from cxlctl.capacity.extra import gather_for
 
         if self.inventory is None:
             return None
@@ -623,6 +623,12 @@ class Reconciler:
                     size,
                     name,
                 )
+                del self.adopt_pending[name]
+                continue
+            refusal = self._adopt_refusal(name, m)
+            if refusal is not None:
+                self.log.warning("memdev %s arrived (%s); left free: %s", name, size, refusal)
+                self.stats.bump(self.stats.adoptions, "refused")
                 del self.adopt_pending[name]
                 continue
             why = ad.why_not(inv, name)
@@ -673,6 +679,48 @@ class Reconciler:
             )
         return done
 
+    def _adopt_refusal(self, name: str, m: Optional[Memdev]) -> Optional[str]:
+        """Why this host does not adopt ``name`` (not a pool member, a serial not allowed, its security state,
+        a surprise removal waiting for the reboot); None: it may.  docs/daemon.md, ``[capacity]``."""
+        from cxlctl.capacity import adopt as ad
+        from cxlctl.capacity import surprise
+
+        cfg = self.cfg
+        if not cfg.adopt_pool_member:
+            return (
+                "this host is not configured as a pool member ([capacity] pool_member = false); "
+                f"`cxlctl capacity adopt {name}` builds it by hand"
+            )
+        serial = m.serial if m is not None else None
+        if not cfg.adopt_any and (serial is None or serial not in cfg.adopt_serials):
+            shown = f"{serial:#x}" if serial is not None else "unknown"
+            return f'serial {shown} is not in [capacity] adopt_serials (a list of serials, or "any")'
+        why = ad.security_refusal(self.host, name)
+        if why is not None:
+            return why
+        st = surprise.load(self.host)
+        if st is not None:
+            return f"the host is to be drained and rebooted: {st.message}"
+        return None
+
+    def _host_to_drain(self, name: str, serial: Optional[int], held: str) -> None:
+        """System RAM left with its device: record it (the host is not ready until rebooted) and say so."""
+        from cxlctl.capacity import surprise
+        from cxlctl.hostio.atomic import StorageError
+
+        try:
+            st = surprise.record(self.host, name, serial, held)
+            kept = ""
+        except (OSError, StorageError) as e:
+            st, kept = surprise.Surprise(self.host.boot_id, [{"memdev": name}]), f" (not recorded: {e})"
+        self.log.error(
+            "the host is to be drained and rebooted: %s; it is not ready for the orchestrator "
+            "(cxlctl_capacity_host_ready 0, label cxl.capacity-ready=false, capacity --json host_state "
+            "drain-and-reboot) and adopts nothing until then%s",
+            st.message,
+            kept,
+        )
+
     def removed(self, old: Snapshot, new: Snapshot) -> None:
         """Log each memdev gone since ``old``: a clean unbind (it held nothing), or a surprise removal
         naming what its regions held (the last pass's capacity report); counted in the metrics."""
@@ -701,6 +749,8 @@ class Reconciler:
                 "; ".join(held) or "no online memory",
             )
             self.stats.bump(self.stats.removals, "surprise")
+            if m.online:
+                self._host_to_drain(name, m.serial, "; ".join(held))
 
     # -- drift --------------------------------------------------------------------------
 

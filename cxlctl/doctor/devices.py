@@ -274,12 +274,22 @@ def _normal_on_lender(f: Facts, d: DaxDevice) -> Check:
     intersects, else ZONE_MOVABLE only with ``movable_node``, or by ``memory_hotplug.online_policy=
     auto-movable``'s ratio; otherwise ZONE_NORMAL.  ZONE_NORMAL takes unmovable kernel allocations,
     and ``offline_pages()`` fails with EBUSY on one, so ``capacity release`` refuses (zone-normal)."""
+    from cxlctl.capacity import zones
+
     auto = f.inv.knob_value("auto_online_blocks")
+    r = f.host.reader
+    policy, numa_aware = r.text(paths.ONLINE_POLICY), r.text(paths.AUTO_MOVABLE_NUMA_AWARE)
     cause = {
         "online_kernel": "auto_online_blocks=online_kernel onlines new memory in the kernel zone",
         "online": "auto_online_blocks=online puts new memory in the zone the range already touches, else ZONE_NORMAL "
-        "(unless movable_node or memory_hotplug.online_policy=auto-movable)",
+        "(unless movable_node, or memory_hotplug.online_policy=auto-movable with auto_movable_numa_aware=N)",
     }.get(auto or "", "it was onlined into the kernel zone (online_kernel, daxctl --no-movable, or the boot policy)")
+    if auto == "online" and zones.numa_aware_blocks(policy, numa_aware):
+        cause = (
+            "memory_hotplug.online_policy=auto-movable is set, but with auto_movable_numa_aware=Y "
+            "auto_movable_can_online_movable() finds no boot-time kernel memory on a CPU-less CXL node and "
+            "auto_movable_zone_for_pfn() onlines it in ZONE_NORMAL"
+        )
     where = f.lending.split(": ")[0] if f.lending else "the daemon's configuration"
     return Check(
         D,
@@ -293,11 +303,9 @@ def _normal_on_lender(f: Facts, d: DaxDevice) -> Check:
             Evidence(where, (f.lending or "").split(": ", 1)[-1]),
             Evidence(paths.AUTO_ONLINE, auto or "?"),
         ),
-        f"online CXL memory movable: `cxlctl region create --zone movable` / `cxlctl capacity adopt` (the daemon's "
-        f'[capacity] zone = "movable"), `daxctl reconfigure-device` without --no-movable, '
-        f"auto_online_blocks=online_movable (boot: memhp_default_state=online_movable) or "
-        f"memory_hotplug.online_policy=auto-movable; {d.name} itself goes back to the pool only after a reboot "
-        f"(or `cxlctl dax reconfigure {d.name} --mode system-ram --zone movable`, which offline_pages() may refuse)",
+        f"{zones.movable_fix()}; {d.name} itself: `cxlctl capacity release MEMDEV --try-normal` tries to give it "
+        "back (rolled back on EBUSY); a reboot brings firmware-committed memory back the same way unless the boot "
+        "setting above is made",
     )
 
 

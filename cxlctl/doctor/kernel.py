@@ -262,7 +262,14 @@ def check_cmdline(f: Facts) -> List[Check]:
             res, why, fix = CMDLINE[tok]
             out.append(Check(K, f"kernel.cmdline.{key}", res, f"{tok}: {why}", ev, fix))
         elif key == "memhp_default_state":
-            if val == "online_movable":
+            if val == "online_movable" and f.lending:
+                res, why = (  # the pool-host setting capacity/zones.py names: what makes memory releasable
+                    NOTE,
+                    "hot-added memory (new CXL regions, the firmware's Soft-Reserved memory at boot) is onlined "
+                    "ZONE_MOVABLE: what a host that lends capacity wants, so it can be given back "
+                    "(engines' pinned buffers do not stay on it)",
+                )
+            elif val == "online_movable":
                 res, why = (
                     WARN,
                     "hot-added memory (new CXL regions) is onlined ZONE_MOVABLE: engines' pinned buffers cannot stay on it",

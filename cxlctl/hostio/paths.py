@@ -227,3 +227,15 @@ def config_files(release: str) -> Tuple[str, ...]:
     """The files a kernel's build config is looked for in, first match wins: the classic
     ``/boot/config-RELEASE``, then Debian 13's ``/usr/lib/modules/RELEASE/config``."""
     return (boot_config(release), modules_config(release))
+
+
+#: per-node hugetlb pools: ``nodeN/hugepages/hugepages-<size>kB/{nr,free}_hugepages``
+NODE_HUGEPAGES = "hugepages"
+#: where a release records a surprise removal seen in this boot (``/run``: cleared by the reboot that fixes it)
+SURPRISE_FILE = RUN_DIR + "/surprise-removal.json"
+
+
+def memdev_security(name: str, what: str) -> str:
+    """``/sys/bus/cxl/devices/memN/security/<what>`` (``state``, ``sanitize``): the memdev's security
+    attributes (drivers/cxl/core/memdev.c)."""
+    return f"{CXL_DEVICES}/{name}/security/{what}"

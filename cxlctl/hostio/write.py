@@ -30,6 +30,13 @@ with ``CXLCTL_TEST_HOOKS=1`` under a ``--root`` tree, or on a test machine: :mod
     after K knob writes of an apply (0 = right after the journal was written),
     print ``cxlctl-test: paused after K writes`` to stderr and sleep, so a test
     can SIGKILL the process at that point.
+``CXLCTL_TEST_HANG_WRITE=TEXT``
+    a write of ``offline`` to a file whose path contains ``TEXT`` blocks, as the
+    kernel's ``offline_pages()`` does on a page it cannot migrate (it retries
+    until a signal is pending, then fails with EINTR): the write sleeps until a
+    signal handler raises, and the file is left unchanged (the block stays
+    online).  Python retries a write interrupted by a signal whose handler
+    returns (PEP 475), so only a handler that raises ends the real write too.
 """
 
 from __future__ import annotations
@@ -178,6 +185,17 @@ _WRITE = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC
 _PATH = getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC
 
 
+def _hang(host_path: str, text: str) -> None:
+    """Test hook ``CXLCTL_TEST_HANG_WRITE``: block like an offline the kernel cannot finish."""
+    what = os.environ.get("CXLCTL_TEST_HANG_WRITE")
+    if not what or text != "offline" or what not in host_path:
+        return
+    sys.stderr.write(f"cxlctl-test: write to {host_path} hangs\n")
+    sys.stderr.flush()
+    while True:  # ended only by a signal handler that raises, as the real write
+        time.sleep(0.05)
+
+
 def write_knob(root: str, path: str, text: str, *, index: Optional[int] = None) -> None:
     """Write ``text`` to the knob file ``path`` (a host path such as ``/proc/sys/vm/swappiness``) under ``root``.
 
@@ -195,6 +213,7 @@ def write_knob(root: str, path: str, text: str, *, index: Optional[int] = None) 
             os.unlink(host_path)
         except FileNotFoundError:
             pass
+    _hang(host_path, text)  # before the open: O_TRUNC would empty the copied file the kernel leaves as it was
     fence = fence_of(root)
     try:
         fd = os.open(host_path, _WRITE) if fence is None else open_fenced(fence, host_path, _WRITE)

@@ -163,6 +163,9 @@ def labels(
         # (``cxlctl capacity``: whole releasable or free memdevs) and how much is held by blockers
         out["cxl.releasable-mib"] = _mib(sum(m.releasable for m in capacity.memdevs))
         out["cxl.blocked-mib"] = _mib(sum(m.capacity for m in capacity.memdevs if m.state == "blocked"))
+    if capacity is not None:
+        # false after a surprise removal (docs/capacity.md): schedule nothing new here, drain and reboot
+        out["cxl.capacity-ready"] = "true" if capacity.host_state == "ready" else "false"
     if profile and valid_value(profile):
         out["cxl.profile"] = profile
     result = {ns + k: v for k, v in out.items() if valid_value(v)}

@@ -34,6 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
+from cxlctl.capacity.zones import EBUSY_HINT
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import objects, paths
 from cxlctl.hostio.host import Host
@@ -316,8 +317,7 @@ def offline_blocks(
                 if not lost
                 else f"blocks {', '.join(f'memory{x}' for x in lost)} stay offline (re-onlining failed)"
             ),
-            hint="free the memory on that node (stop the processes using it) and retry; blocks in ZONE_NORMAL "
-            "may only be freed by a reboot",
+            hint=EBUSY_HINT,
         )
     if done:
         log(f"{what}: offlined {len(done)} memory block(s)")

@@ -13,13 +13,14 @@ In the guest:
    (with ``CXLCTL_RECORD_FIXTURES=1``, set by ``scripts/record-fixtures.sh
    capacity``, it becomes ``fixtures/linux-*/pool-hotadd``); it is adopted by hand
    (``capacity adopt``: the second window, its own node, ZONE_MOVABLE); then the
-   daemon starts (``[capacity] adopt = "system-ram"``, a persisted profile with
+   daemon starts (``[capacity] adopt = "system-ram"``, ``pool_member = true``,
+   ``adopt_serials`` the hot device's serial, a persisted profile with
    DRAM:CXL weights 3:2): a memdev present at its start is left as it is;
 3. a program writes a 64 MiB pattern preferring that node (``mbind``
    MPOL_PREFERRED on its buffer only: its stack stays on DRAM, see
    docs/testing.md on TCG and CXL memory) and sums it;
-4. ``capacity release MEMDEV --json``: exit 0, "released: safe to unbind at the
-   fabric manager"; the program re-reads its pattern: every word intact, none
+4. ``capacity release MEMDEV --no-sanitize --json``: exit 0, "released, not sanitized
+   (--no-sanitize): safe to unbind at the fabric manager; …"; the program re-reads its pattern: every word intact, none
    of its pages left on the node (the kernel moved them to the next node in
    that node's fallback order); the memdev has no region and no DPA;
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
@@ -189,7 +190,7 @@ cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-before.txt"
 cx capacity-2 capacity --json
 
 # 4. give it back
-cx release capacity release "$HOT" --json
+cx release capacity release "$HOT" --no-sanitize --json
 cp "/proc/$PID/numa_maps" "$OUT/numa-after.txt"
 cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-after.txt" 2>&1
 touch "$OUT/pattern.check"
@@ -225,7 +226,7 @@ sleep 3  # the daemon's pass after the adoption: the profile for the new node
 cx capacity-4 capacity --json
 cx verify-2 tune verify --json
 for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-2.txt"
-cx release-2 capacity release "$HOT" --json
+cx release-2 capacity release "$HOT" --no-sanitize --json
 touch "$OUT/ready-del2"; wait_host done-del2
 wait_memdev $HOT_SERIAL absent del-2
 sleep 3
@@ -272,6 +273,8 @@ enabled = false
 [capacity]
 adopt = "system-ram"
 zone = "movable"
+pool_member = true
+adopt_serials = ["0x5002"]
 """
 
 
@@ -398,7 +401,9 @@ def check(out: Path) -> List[str]:
     (md,) = rel["memdevs"]
     assert (
         md["released"] is True
-        and md["message"] == f"{hot} (serial {HOT_SERIAL:#x}) released: safe to unbind at the fabric manager"
+        and md["message"]
+        == f"{hot} (serial {HOT_SERIAL:#x}) released, not sanitized (--no-sanitize): safe to unbind at the fabric manager; "
+        "its media keeps this host's pages"
     )
     (mv,) = rel["moved"]
     assert mv["node"] == node and mv["bytes"] >= (PATTERN_MIB << 20) * 9 // 10, mv
