@@ -724,19 +724,24 @@ class Reconciler:
     def removed(self, old: Snapshot, new: Snapshot) -> None:
         """Log each memdev gone since ``old``: a clean unbind (it held nothing), or a surprise removal
         naming what its regions held (the last pass's capacity report); counted in the metrics."""
+        rep = self.capacity
         for name in sorted(set(old.memdevs) - set(new.memdevs)):
-            m = self.capacity.memdev(name) if self.capacity is not None else None
+            m = rep.memdev(name) if rep is not None else None
             serial = f"serial {m.serial:#x}" if m is not None and m.serial is not None else "serial unknown"
-            if m is None or not m.regions:
+            if rep is None or m is None or not m.regions:
                 self.log.info("memdev %s (%s) left; it had no region: nothing was lost", name, serial)
                 self.stats.bump(self.stats.removals, "clean")
                 continue
             held = []
             if m.online:
                 nodes = ", ".join(map(str, m.nodes)) or "?"
+                # an interleaved region loses all of its memory with one member: each memdev's figures
+                # are its share (capacity.report), so the region's are the group's sum
+                group = [m] + [x for x in (rep.memdev(n) for n in m.release_with) if x is not None]
+                online, movable = sum(x.online for x in group), sum(x.movable for x in group)
                 held.append(
-                    f"{_size(m.online)} online as System RAM on node {nodes} "
-                    f"({_size(m.movable)} movable, {_size(m.online - m.movable)} normal)"
+                    f"{_size(online)} online as System RAM on node {nodes} "
+                    f"({_size(movable)} movable, {_size(online - movable)} normal)"
                 )
             if m.devdax:
                 held.append(f"{_size(m.devdax)} as devdax ({', '.join(m.dax_devices)})")
