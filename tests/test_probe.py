@@ -141,6 +141,28 @@ def test_bandwidth_falls_back_to_measured_figures_when_the_kernel_has_none(tmp_p
     assert "no bandwidth data (HMAT/CDAT) for node(s) 0, 1" in steps["weighted_interleave.node0"]["note"]
 
 
+def test_bandwidth_uses_the_measurement_where_the_firmware_is_2x_off_and_firmware_keeps_it(tmp_path: Any) -> None:
+    """Issue 44 item 5: the firmware says DRAM 38912 MB/s, the devices 16000 and 6144; the probe measured
+    14000, 12000 and 3000.  The default profiles' ``weights = "bandwidth"`` then takes the measurement
+    (doctor warns of the same disagreement), ``weights = "firmware"`` keeps the firmware's."""
+    hm = [
+        Result(0, 0, (0, 1), 14000, 12000, 85.0, {}),
+        Result(0, 2, (0, 1), 12000, 11000, 200.0, {}),
+        Result(0, 3, (0, 1), 3000, 2500, 400.0, {}),
+    ]
+    root = _tree(tmp_path, "linux-6.12/hmat2-region", hm)
+    steps = _wi_steps(root, "inference-bandwidth")
+    want = kernel_weights({0: 12000, 2: 11000, 3: 2500})
+    assert {int(k.rsplit("node", 1)[1]): int(v["desired"]) for k, v in steps.items() if "node" in k} == want
+    note = steps["weighted_interleave.node0"]["note"]
+    assert "disagree with cxlctl probe's by more than 2x (node0 firmware 38912 MB/s, measured 14000 MB/s" in note
+    assert 'weights = "firmware" keeps' in note
+    _profile(root, "firmware")
+    fw = _wi_steps(root, "wm")
+    assert "measured" not in fw["weighted_interleave.node0"]["note"]
+    assert {int(k.rsplit("node", 1)[1]): int(v["desired"]) for k, v in fw.items() if "node" in k} != want
+
+
 def test_stale_figures_are_shown_as_stale_and_never_used(tmp_path: Any) -> None:
     root = _tree(tmp_path, "linux-6.12/single-region", FIG)
     path = f"{root}/var/lib/cxlctl/probe.json"

@@ -19,12 +19,11 @@ from typing import Dict, List, Tuple
 from cxlctl.figures import node_figures
 from cxlctl.hostio import paths
 from cxlctl.parse import format_nodelist
+from cxlctl.probe.store import DISAGREE
 
 from .model import NOTE, OK, WARN, Check, Evidence, Facts
 
 F = "Firmware"
-#: firmware and measurement disagree when one is more than this many times the other
-DISAGREE = 2.0
 #: a faster tier's node is "slower" only past this latency margin (the probe repeats within a few %)
 ORDER_MARGIN = 1.2
 #: CXL nodes in one tier differ in speed when bandwidth or latency differ by more than this factor

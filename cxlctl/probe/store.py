@@ -189,3 +189,24 @@ def load(host: Host, inv: Inventory) -> Optional[Stored]:
     """The stored record and its staleness; None when there is none."""
     doc = read(host)
     return None if doc is None else judge(doc, host.boot_id, inv)
+
+
+#: firmware and measurement disagree when one is more than this many times the other (doctor's
+#: firmware.measured check and the weights planner: one rule)
+DISAGREE = 2.0
+
+
+def bandwidth_disagreements(inv: Inventory, stored: Stored) -> Dict[int, Tuple[int, int]]:
+    """Node -> (the firmware's read bandwidth, the measured one) where they differ by more than
+    :data:`DISAGREE`: the figures the kernel weights and tiers by (the CPU access class, one
+    region's on 7.x: :func:`~cxlctl.figures.node_figures`) against ``cxlctl probe``'s current ones."""
+    from cxlctl.figures import node_figures
+
+    out: Dict[int, Tuple[int, int]] = {}
+    for nid, m in sorted(stored.usable.items()):
+        node = inv.node(nid)
+        figs = node_figures(node, inv.regions, inv.nodes) if node is not None else None
+        fw = figs.cpu.read_bandwidth if figs is not None and figs.cpu is not None else None
+        if fw and m.read_mbps and max(fw, m.read_mbps) / min(fw, m.read_mbps) > DISAGREE:
+            out[nid] = (fw, m.read_mbps)
+    return out

@@ -82,7 +82,10 @@ class BandwidthRule(NamedTuple):
 class WISpec(NamedTuple):
     """A profile's weighted-interleave request."""
 
-    weights: str  # "bandwidth" | "ratio" | "measured" (cxlctl probe's stored figures)
+    #: "bandwidth" (the firmware's figures, or cxlctl probe's current ones where the firmware has none
+    #: or is more than 2x off them) | "firmware" (the firmware's alone) | "measured" (cxlctl probe's
+    #: stored figures) | "ratio"
+    weights: str
     ratio: Optional[Tuple[int, int]]  # dram:cxl when weights == "ratio"
     nodes: Tuple[str, ...]  # selectors: "dram", "cxl", "all" or node ids as strings
     prefer_auto: bool
@@ -260,8 +263,10 @@ class WeightedInterleaveKnob(Knob):
         w = table.get("weights", "bandwidth")
         ratio: Optional[Tuple[int, int]] = None
         if not isinstance(w, str):
-            raise ValueError(f'weights must be "bandwidth", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {w!r}')
-        if w not in ("bandwidth", "measured"):
+            raise ValueError(
+                f'weights must be "bandwidth", "firmware", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {w!r}'
+            )
+        if w not in ("bandwidth", "firmware", "measured"):
             ratio = parse_ratio(w)
             w = "ratio"
         nodes = table.get("nodes", ["dram", "cxl"])
@@ -307,6 +312,8 @@ class WeightedInterleaveKnob(Knob):
             return f"ratio DRAM:CXL {value.ratio[0]}:{value.ratio[1]} over {nodes}"
         if value.weights == "measured":
             return f"from measured bandwidth (cxlctl probe) over {nodes}"
+        if value.weights == "firmware":
+            return f"from the firmware's bandwidth alone (max weight {value.max_weight}) over {nodes}"
         auto = "kernel auto mode if available, else " if value.prefer_auto else ""
         return f"{auto}from bandwidth (max weight {value.max_weight}) over {nodes}"
 
@@ -364,7 +371,9 @@ def parse_ratio(text: str) -> Tuple[int, int]:
     """``"3:1"`` → (3, 1); both sides 1-255."""
     a, sep, b = text.strip().partition(":")
     if not sep or not is_decimal(a.strip()) or not is_decimal(b.strip()):
-        raise ValueError(f'weights must be "bandwidth", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}')
+        raise ValueError(
+            f'weights must be "bandwidth", "firmware", "measured" or a "DRAM:CXL" ratio such as "3:1"; got {text!r}'
+        )
     x, y = int(a), int(b)
     for v in (x, y):
         if not WEIGHT_MIN <= v <= WEIGHT_MAX:

@@ -309,6 +309,25 @@ class _WIPlanner:
             return f"the kernel's auto weights now: {shares(kernel)}, the same as cxlctl's"
         return f"the kernel's auto weights now: {shares(kernel)} (bandwidth x 32 / total, rounded down); " + mine
 
+    def disagreeing(self, chosen: List[int]) -> str:
+        """Why the measurement replaces the firmware's figures (``weights = "bandwidth"``): a current
+        ``cxlctl probe`` record covers every chosen node and the firmware's read bandwidth of one of
+        them is more than 2x off it; "" otherwise (``weights = "firmware"`` never asks)."""
+        from cxlctl.probe.store import DISAGREE, bandwidth_disagreements, judge
+
+        doc = self.cur.probe
+        stored = judge(doc, self.cur.boot_id, self.inv) if doc is not None else None
+        if stored is None or any(n not in stored.usable for n in chosen):
+            return ""
+        off = {n: v for n, v in bandwidth_disagreements(self.inv, stored).items() if n in chosen}
+        if not off:
+            return ""
+        shown = ", ".join(f"node{n} firmware {fw} MB/s, measured {m} MB/s" for n, (fw, m) in sorted(off.items()))
+        return (
+            f"the firmware's figures disagree with cxlctl probe's by more than {DISAGREE:g}x ({shown}); "
+            'weights = "firmware" keeps the firmware\'s'
+        )
+
     def by_measurement(self, s: Setting, chosen: List[int], lead: str) -> List[Step]:
         """Weights from ``cxlctl probe``'s stored figures by the kernel's own formula
         (:func:`~.weights.kernel_weights`); skipped, saying why, when they are absent or stale."""
@@ -367,6 +386,11 @@ class _WIPlanner:
         if spec.weights == "measured":
             return self.by_measurement(s, chosen, 'weights = "measured"'), warnings
         bw, missing = self.bandwidths(chosen)
+        off = self.disagreeing(chosen) if spec.weights == "bandwidth" else ""
+        if off:
+            # the firmware's figures are wrong by more than 2x where cxlctl probe measured this boot
+            # (doctor's firmware.measured): weights from them would misplace the pages
+            return self.by_measurement(s, chosen, off), warnings
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
         if missing:
             lacking = [node for node in map(self.inv.node, missing) if node is not None]
@@ -376,6 +400,8 @@ class _WIPlanner:
                 # the kernel has one figure for each such node (the region it took): its auto mode works
                 note = f"kernel auto mode (weights from the figures the kernel took; cxlctl knows {shown}; {gaps})"
                 return [self.step("weighted_interleave.auto", self.auto, "true", s, note)], warnings
+            if spec.weights == "firmware":
+                return self.skipped(s, f'weights = "firmware": {gaps}; give a ratio, e.g. weights = "3:1"'), warnings
             # the kernel has no figures cxlctl can use for some node: cxlctl probe's, when they describe this host
             return self.by_measurement(s, chosen, gaps), warnings
         if spec.prefer_auto and self.auto:
