@@ -95,6 +95,7 @@ def cli(
     rc: Optional[int] = None,
     inprocess: bool = False,
     wrap: Sequence[str] = (),
+    nobody: bool = False,
     **kw: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cxlctl ARGS`` and return its exit code, stdout and stderr.
@@ -102,7 +103,8 @@ def cli(
     By default a child ``python -m cxlctl`` (what a user runs: start-up, signals, exit codes
     and streams are real; stdin is empty unless ``input`` is given; ``kw`` goes to
     ``subprocess.run``; ``wrap`` is a command the child runs under, such as
-    ``setpriv ... --``); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
+    ``setpriv ... --``; ``nobody=True`` runs it as uid 65534 from ``/``, wherever the checkout lies:
+    :func:`nobody_python`); ``inprocess=True`` calls ``cxlctl.cli.run`` here with stdout and
     stderr captured (``kw`` is then not allowed). ``check`` asserts exit 0, ``rc`` asserts
     that exit code; either failure shows both streams.
     """
@@ -120,16 +122,85 @@ def cli(
                 e.pop(k, None)
             else:
                 e[k] = v
-        kw.setdefault("cwd", REPO)
+        # uid 65534 may not enter the checkout (nobody_python): it starts from / unless told otherwise
+        kw.setdefault("cwd", "/" if nobody else REPO)
         if "input" not in kw:
             kw.setdefault("stdin", subprocess.DEVNULL)  # never the terminal pytest was started from
         kw.setdefault("timeout", 600)  # a hang fails the test instead of the whole run
-        argv = [*wrap, sys.executable, "-m", "cxlctl", *args]
+        if nobody:
+            # as uid 65534, from / (the checkout may be private: nobody_python)
+            argv = [*nobody_python(), "-m", "cxlctl", *args]
+        else:
+            argv = [*wrap, sys.executable, "-m", "cxlctl", *args]
         p = subprocess.run(argv, capture_output=True, text=True, env=e, **kw)
     want = 0 if check else rc
     if want is not None and p.returncode != want:
         raise AssertionError(f"cxlctl {' '.join(args)} -> {p.returncode}, expected {want}\n{p.stdout}\n{p.stderr}")
     return p
+
+
+#: run the rest of an argv as the unprivileged user the security tests act as (uid/gid 65534)
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+_NOBODY_PY: List[List[str]] = []
+
+
+def nobody_python() -> List[str]:
+    """An argv prefix that starts a Python as uid 65534 which imports this checkout's cxlctl and its
+    dependencies (``[*nobody_python(), "-m", "cxlctl", ...]``; run it with ``cwd="/"``).
+
+    The checkout's own venv where that user can read it.  CI's clone may lie in a private directory
+    (``scripts/ci-fresh.sh``: ``mktemp -d``, mode 0700), where the unprivileged runs of issue 43's
+    attacks used to skip or fail: then the base interpreter with ``PYTHONPATH`` on a world-readable
+    copy of the cxlctl package and the venv's site-packages (the test tools left out), made once per
+    session.  ``-I`` would drop that ``PYTHONPATH``: a caller that wants isolation without cxlctl
+    runs ``[*NOBODY, sys._base_executable, "-I", ...]``.
+    """
+    if _NOBODY_PY:
+        return _NOBODY_PY[0]
+    probe = subprocess.run([*NOBODY, sys.executable, "-c", "import cxlctl"], capture_output=True, cwd="/")
+    if probe.returncode == 0:
+        _NOBODY_PY.append([*NOBODY, sys.executable])
+        return _NOBODY_PY[0]
+    import atexit
+    import sysconfig
+    import tempfile
+
+    mirror = tempfile.mkdtemp(prefix="cxlctl-nobody-")
+    skip = shutil.ignore_patterns(
+        "__pycache__", "__editable__*", "kubernetes_validate*", "mypy*", "*mypyc*", "pip", "pip-*", "hypothesis*",
+        "ruff*", "setuptools*", "_pytest", "pytest*",
+    )  # fmt: skip
+    shutil.copytree(os.path.join(REPO, "cxlctl"), os.path.join(mirror, "src", "cxlctl"), ignore=skip)
+    shutil.copytree(sysconfig.get_paths()["purelib"], os.path.join(mirror, "site"), ignore=skip, symlinks=True)
+    for d, _dirs, files in os.walk(mirror):
+        os.chmod(d, 0o755)
+        for f in files:
+            fp = os.path.join(d, f)
+            if not os.path.islink(fp):
+                os.chmod(fp, os.stat(fp).st_mode | 0o444)
+    atexit.register(shutil.rmtree, mirror, True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    _NOBODY_PY.append([*NOBODY, "env", f"PYTHONPATH={mirror}/src:{mirror}/site", base])
+    return _NOBODY_PY[0]
+
+
+def readable_copy(src: str) -> str:
+    """A copy of a recorded tree that uid 65534 can walk into (pytest's ``tmp_path`` and, in CI, the
+    checkout itself may be private to root), removed when the test session ends."""
+    import atexit
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="cxlctl-readable-")
+    os.chmod(d, 0o755)
+    atexit.register(shutil.rmtree, d, True)
+    out = copy_fixture(src, os.path.join(d, "root"))
+    for base, _dirs, files in os.walk(out):
+        os.chmod(base, 0o755)
+        for f in files:
+            fp = os.path.join(base, f)
+            if not os.path.islink(fp):
+                os.chmod(fp, os.stat(fp).st_mode | 0o444)
+    return out
 
 
 def status_json(root: str) -> Dict[str, Any]:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Tuple
 
 import pytest
 
-from tests.kit import REPO, cli, fixture_roots
+from tests.kit import cli, fixture_roots, readable_copy
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 #: a planted package: leaves a marker naming the uid it ran as, and claims a version and flags
 PLANTED_INIT = (
     "import os\nopen(os.path.join({markers!r}, 'ran-%d' % os.getuid()), 'w').close()\n__version__ = '6.6.6'\n"
@@ -49,15 +46,13 @@ def planted() -> Iterator[Tuple[str, str]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _who(uid: int) -> Sequence[str]:
+def _who(uid: int) -> bool:
+    """Whether the case runs as uid 65534 (kit.nobody_python: also where this checkout is private)."""
     if uid == os.geteuid():
-        return ()
+        return False
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("running as another user needs root and setpriv")
-    p = subprocess.run([*NOBODY, sys.executable, "-c", "import cxlctl"], capture_output=True, cwd=REPO)
-    if p.returncode != 0:
-        pytest.skip("uid 65534 cannot import cxlctl from this checkout (its directory is private)")
-    return NOBODY
+    return True
 
 
 def _cache(uid: int) -> str:
@@ -80,14 +75,15 @@ def test_detection_imports_nothing_from_the_current_directory(
 ) -> None:
     if uid == 0 and os.geteuid() != 0:
         pytest.skip("needs root")
-    wrap = _who(uid)
+    nobody = _who(uid)
     cwd, markers = planted
     cache = _cache(uid)
     try:
-        tree = fixture_roots("linux-6.12/single-region")[0]
+        tree = readable_copy(fixture_roots("linux-6.12/single-region")[0])
         # the system's python3 (no SGLang): what the planted ./sglang poses as
         env = {"PATH": "/usr/bin:/bin", "HOME": cache, "CXLCTL_CACHE_DIR": cache}
-        p = cli("--root", tree, *argv, env=env, wrap=wrap, cwd=cwd)
+        p = cli("--root", tree, *argv, env=env, nobody=nobody, cwd=cwd)
+        assert "not a directory" not in p.stderr and "holds neither" not in p.stderr, p.stderr
         assert "Traceback" not in p.stderr, p.stderr
         assert os.listdir(markers) == [], "the planted package ran"
         assert "6.6.6" not in p.stdout and "--planted-flag" not in p.stdout, p.stdout

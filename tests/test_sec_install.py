@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.kit import FIXTURES, REPO, copy_fixture
-
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+from tests.kit import FIXTURES, NOBODY, REPO, copy_fixture
 
 
 def _needs_root() -> None:
