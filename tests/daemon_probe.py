@@ -9,10 +9,10 @@ import time
 from typing import Any, Dict, List, Union
 
 
-def scrape(addr: Any, timeout: float = 10.0) -> bytes:
-    """The whole HTTP/1.0 answer of ``GET /metrics`` at ``addr`` (host, port), headers included."""
+def scrape(addr: Any, timeout: float = 10.0, request: bytes = b"GET /metrics HTTP/1.0\r\n\r\n") -> bytes:
+    """The whole HTTP/1.0 answer of ``request`` (``GET /metrics``) at ``addr`` (host, port), headers included."""
     with socket.create_connection(addr, timeout=timeout) as c:
-        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        c.sendall(request)
         data = b""
         while True:
             chunk = c.recv(65536)
@@ -71,3 +71,30 @@ def procstat(text: str) -> Dict[str, Dict[str, float]]:
         else:
             cur[parts[0]] = float(parts[1])
     return out
+
+
+class ServerLoop:
+    """The daemon's use of a :class:`~cxlctl.daemon.metrics.MetricsServer` in a thread: poll the
+    listening socket, call ``handle_ready()``; ``close()`` stops it and closes the server."""
+
+    def __init__(self, server: Any) -> None:
+        import threading
+
+        self.server = server
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import select
+
+        p = select.poll()
+        p.register(self.server.fileno(), select.POLLIN)
+        while not self.stop:
+            if p.poll(50):
+                self.server.handle_ready()
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        self.server.close()

@@ -144,6 +144,16 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 _NOBODY_PY: List[List[str]] = []
 
 
+def _world_readable(top: str) -> None:
+    """Every directory under ``top`` 0755, every file readable by all (links left as they are)."""
+    for d, _dirs, files in os.walk(top):
+        os.chmod(d, 0o755)
+        for f in files:
+            fp = os.path.join(d, f)
+            if not os.path.islink(fp):
+                os.chmod(fp, os.stat(fp).st_mode | 0o444)
+
+
 def nobody_python() -> List[str]:
     """An argv prefix that starts a Python as uid 65534 which imports this checkout's cxlctl and its
     dependencies (``[*nobody_python(), "-m", "cxlctl", ...]``; run it with ``cwd="/"``).
@@ -172,12 +182,7 @@ def nobody_python() -> List[str]:
     )  # fmt: skip
     shutil.copytree(os.path.join(REPO, "cxlctl"), os.path.join(mirror, "src", "cxlctl"), ignore=skip)
     shutil.copytree(sysconfig.get_paths()["purelib"], os.path.join(mirror, "site"), ignore=skip, symlinks=True)
-    for d, _dirs, files in os.walk(mirror):
-        os.chmod(d, 0o755)
-        for f in files:
-            fp = os.path.join(d, f)
-            if not os.path.islink(fp):
-                os.chmod(fp, os.stat(fp).st_mode | 0o444)
+    _world_readable(mirror)
     atexit.register(shutil.rmtree, mirror, True)
     base = getattr(sys, "_base_executable", sys.executable)
     _NOBODY_PY.append([*NOBODY, "env", f"PYTHONPATH={mirror}/src:{mirror}/site", base])
@@ -194,12 +199,7 @@ def readable_copy(src: str) -> str:
     os.chmod(d, 0o755)
     atexit.register(shutil.rmtree, d, True)
     out = copy_fixture(src, os.path.join(d, "root"))
-    for base, _dirs, files in os.walk(out):
-        os.chmod(base, 0o755)
-        for f in files:
-            fp = os.path.join(base, f)
-            if not os.path.islink(fp):
-                os.chmod(fp, os.stat(fp).st_mode | 0o444)
+    _world_readable(out)
     return out
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import datetime
 import os
-import select
 import shutil
 import socket
 import ssl
@@ -27,6 +26,7 @@ from cxlctl.daemon.metrics import MetricsServer
 from cxlctl.hostio.host import Host
 from cxlctl.webconfig import WebConfigError
 from cxlctl.webconfig import load as load_web
+from tests.daemon_probe import ServerLoop, scrape
 from tests.daemon_support import config, make_daemon, step_until, work_tree
 from tests.tune_support import LIVE, pristine
 
@@ -41,26 +41,8 @@ def _hash(password: str) -> str:
     return h.decode().replace("$2b$", "$2y$", 1)  # as htpasswd -B writes it
 
 
-class _Loop:
-    """The daemon's use of the server: poll the listening socket, call handle_ready()."""
-
-    def __init__(self, server: MetricsServer) -> None:
-        self.server = server
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        p = select.poll()
-        p.register(self.server.fileno(), select.POLLIN)
-        while not self.stop:
-            if p.poll(50):
-                self.server.handle_ready()
-
-    def close(self) -> None:
-        self.stop = True
-        self.thread.join()
-        self.server.close()
+#: the daemon's use of the server, in a thread (tests/daemon_probe.py)
+_Loop = ServerLoop
 
 
 def _get(
@@ -111,14 +93,7 @@ def test_basic_auth_refuses_without_or_with_wrong_credentials(tmp_path: Any) -> 
 
 
 def _raw(addr: Tuple[str, int], head: bytes) -> bytes:
-    with socket.create_connection(addr, timeout=5) as c:
-        c.sendall(head)
-        data = b""
-        while True:
-            chunk = c.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
+    return scrape(addr, timeout=5, request=head)
 
 
 def test_an_open_loopback_endpoint_answers_only_requests_addressed_to_the_loopback() -> None:

@@ -13,29 +13,10 @@ import time
 from typing import Any, List
 
 from cxlctl.daemon.metrics import MetricsServer
-from tests.daemon_probe import scrape
+from tests.daemon_probe import ServerLoop, scrape
 
-
-class _Loop:
-    """The daemon's use of the server: poll the listening socket, call handle_ready()."""
-
-    def __init__(self, server: MetricsServer) -> None:
-        self.server = server
-        self.stop = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        p = select.poll()
-        p.register(self.server.fileno(), select.POLLIN)
-        while not self.stop:
-            if p.poll(50):
-                self.server.handle_ready()
-
-    def close(self) -> None:
-        self.stop = True
-        self.thread.join()
-        self.server.close()
+#: the daemon's use of the server, in a thread (tests/daemon_probe.py)
+_Loop = ServerLoop
 
 
 def _scrape(addr: Any, timeout: float = 5.0) -> bytes:
