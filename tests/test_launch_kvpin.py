@@ -1,0 +1,94 @@
+"""A long-term pinned KV offload (issue 42): where the pin leaves it, per the zones of the CXL memory.
+
+On copies of the recorded 7.x tree with one region (DRAM node 0, CXL node 1, 512 MiB, its four memory
+blocks onlined Normal as recorded): vLLM on a GPU registers its /dev/shm offload with cudaHostRegister
+(a FOLL_LONGTERM pin), ``exec --pinned`` says a program does.  With the CXL blocks in ZONE_NORMAL the
+plan is as before; with them set to Movable in the copy, mm/gup.c's migrate_longterm_unpinnable_folios()
+would move every page to node 0's kernel zone: the dry run's ``expected_bytes_per_node`` is node 0's,
+``on_cxl`` false, and the launch is refused (exit 2, naming the split and the fix) unless
+``--allow-unpinnable``.  ``capacity --json`` and doctor read the same host model (capacity/pinnable.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from cxlctl.capacity import pinnable
+from cxlctl.hostio.host import Host
+from cxlctl.inventory import scan
+from tests.kit import cli, copy_fixture, fixture_roots
+from tests.launch_support import dry
+
+MIB = 1 << 20
+
+
+def _zone(tree: str, node: int, zone: str, count: int = 99) -> None:
+    """Set the first ``count`` online memory blocks of ``node`` in a copied tree to ``zone``."""
+    nd = os.path.join(tree, f"sys/devices/system/node/node{node}")
+    blocks = sorted((b for b in os.listdir(nd) if b.startswith("memory")), key=lambda b: int(b[6:]))
+    for b in blocks[:count]:
+        with open(os.path.join(tree, "sys/devices/system/memory", b, "valid_zones"), "w") as f:
+            f.write(zone + "\n")
+
+
+@pytest.fixture
+def tree(tmp_path: Any) -> str:
+    return copy_fixture(fixture_roots("linux-7.x/single-region")[0], tmp_path / "t")
+
+
+def test_host_model_splits_pinnable_and_lendable(tree: str) -> None:
+    z = pinnable.cxl_zones(scan(Host(tree)))
+    assert z[1].pinnable == 512 * MIB and z[1].lendable == 0 and z[1].known
+    _zone(tree, 1, "Movable", 1)
+    z = pinnable.cxl_zones(scan(Host(tree)))
+    assert z[1].pinnable == 384 * MIB and z[1].lendable == 128 * MIB
+    _zone(tree, 1, "Movable")
+    assert pinnable.all_movable(scan(Host(tree)), [1]) == [1]
+
+
+def test_pinned_offload_on_normal_cxl_stays(tree: str, fakes: Any, capsys: Any) -> None:
+    doc = dry(tree, "vllm", ["--kv-size", "256M"], ["serve", "m"])
+    ko = doc["kv_offload"]
+    assert ko["pinned"] is True and ko["on_cxl"] is True
+    assert ko["expected_bytes_per_node"] == {"1": 256 * MIB} and ko["pin_moved_bytes_per_node"] == {}
+
+
+def test_pinned_offload_on_movable_cxl_is_refused(tree: str, fakes: Any) -> None:
+    _zone(tree, 1, "Movable")
+    p = cli("--root", tree, "launch", "vllm", "--kv-size", "256M", "--dry-run", "--", "serve", "m", rc=2)
+    assert "would not stay on CXL" in p.stderr and "ZONE_MOVABLE" in p.stderr
+    assert "migrate_longterm_unpinnable_folios" in p.stderr and "--zone normal" in p.stderr
+    assert "--allow-unpinnable" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_allow_unpinnable_plans_where_the_pin_puts_it(tree: str, fakes: Any, capsys: Any) -> None:
+    _zone(tree, 1, "Movable")
+    doc = dry(tree, "vllm", ["--kv-size", "256M", "--allow-unpinnable"], ["serve", "m"])
+    ko = doc["kv_offload"]
+    assert ko["on_cxl"] is False and ko["pinned"] is True
+    # what numa_maps shows after the pin: node 0 (node 1's zonelist: the nearest node with a kernel zone)
+    assert ko["expected_bytes_per_node"] == {"0": 256 * MIB}
+    assert ko["before_pin_bytes_per_node"] == {"1": 256 * MIB} and ko["pin_moved_bytes_per_node"] == {"1": 256 * MIB}
+    assert "--zone normal" in ko["fix"]
+    assert any(w.startswith("the KV offload is not on CXL") for w in doc["warnings"])
+
+
+def test_a_split_node_keeps_what_its_kernel_zone_holds(tree: str, capsys: Any) -> None:
+    _zone(tree, 1, "Movable", 2)  # 256 MiB Normal, 256 MiB Movable
+    doc = dry(tree, "exec", ["--kv-size", "384M", "--pinned", "--allow-unpinnable"], ["true"])
+    ko = doc["kv_offload"]
+    assert ko["expected_bytes_per_node"] == {"0": 128 * MIB, "1": 256 * MIB} and ko["on_cxl"] is False
+    # the same size within the kernel zone: planned as before
+    doc = dry(tree, "exec", ["--kv-size", "192M", "--pinned"], ["true"])
+    assert doc["kv_offload"]["expected_bytes_per_node"] == {"1": 192 * MIB} and doc["kv_offload"]["on_cxl"]
+
+
+def test_exec_pins_only_when_told(tree: str, capsys: Any) -> None:
+    _zone(tree, 1, "Movable")
+    doc = dry(tree, "exec", ["--kv-size", "64M"], ["true"])
+    assert doc["kv_offload"]["pinned"] is False and doc["kv_offload"]["expected_bytes_per_node"] == {"1": 64 * MIB}
+    p = cli("--root", tree, "launch", "exec", "--kv-size", "64M", "--pinned", "--dry-run", "--", "true", rc=2)
+    assert "would not stay on CXL" in p.stderr
