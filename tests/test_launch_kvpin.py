@@ -11,6 +11,7 @@ would move every page to node 0's kernel zone: the dry run's ``expected_bytes_pe
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -92,3 +93,25 @@ def test_exec_pins_only_when_told(tree: str, capsys: Any) -> None:
     assert doc["kv_offload"]["pinned"] is False and doc["kv_offload"]["expected_bytes_per_node"] == {"1": 64 * MIB}
     p = cli("--root", tree, "launch", "exec", "--kv-size", "64M", "--pinned", "--dry-run", "--", "true", rc=2)
     assert "would not stay on CXL" in p.stderr
+
+
+def test_capacity_json_has_both_figures(tree: str) -> None:
+    _zone(tree, 1, "Movable", 1)
+    doc = json.loads(cli("--root", tree, "capacity", "--json", inprocess=True).stdout)
+    (n,) = doc["nodes"]
+    assert (n["node"], n["pinnable"], n["lendable"]) == (1, 384 * MIB, 128 * MIB)
+
+
+def test_doctor_for_vllm_warns_on_all_movable_cxl(tmp_path: Any) -> None:
+    from cxlctl.doctor.gather import gather
+    from cxlctl.doctor.report import run
+
+    root = copy_fixture(fixture_roots("linux-7.x/single-region-doctor")[0], tmp_path / "d")
+    checks = run(gather(Host(root), engine="vllm"))
+    ok = [c for c in checks if c.id == "inference.pinned-kv"]
+    assert ok and ok[0].result == "ok" and "512 MiB pinnable" in ok[0].message
+    _zone(root, 1, "Movable")
+    checks = run(gather(Host(root), engine="vllm"))
+    (c,) = [c for c in checks if c.id == "inference.pinned-kv"]
+    assert c.result == "warn" and "0 B pinnable" in c.message and "512 MiB lendable" in c.message
+    assert c.fix is not None and "--zone normal" in c.fix

@@ -34,6 +34,7 @@ import os
 import resource
 from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
+from cxlctl.capacity import pinnable
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, has_cap, status_field
@@ -177,15 +178,13 @@ def _kernel_policy(inv: Inventory, policy: Policy) -> List[Check]:
     return out
 
 
-def _pinned_kv(ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optional[int], engine: str) -> List[Check]:
-    """Pinned KV buffers cannot live on ZONE_MOVABLE CXL memory, nor beyond ulimit -l."""
+def _pinned_kv(
+    inv: Inventory, ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optional[int], engine: str
+) -> List[Check]:
+    """Pinned KV buffers cannot live on ZONE_MOVABLE CXL memory (capacity/pinnable.py), nor beyond ulimit -l."""
     out: List[Check] = []
     if pins:
-        movable = []
-        for nid in ns.cxl:
-            n = by_id.get(nid)
-            if n and any(b.state == "online" and (b.zone or "").lower() == "movable" for b in n.memory_blocks):
-                movable.append(nid)
+        movable = sorted(nid for nid, z in pinnable.zones(inv, ns.cxl).items() if z.lendable)
         if movable:
             devs = [d for nid in movable for d in by_id[nid].dax_devices] or ["daxX.Y"]
             out.append(
@@ -353,7 +352,7 @@ def run(
         _node_memory(policy, by_id)
         + _cpuset(host, inv, policy)
         + _kernel_policy(inv, policy)
-        + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
+        + _pinned_kv(inv, ns, by_id, pins, kv_bytes, engine)
         + _dev_shm(host, by_id, kv_bytes, shm_bytes, kv_tmpfs)
         + _cpu_backend_kv(host, inv, policy, cpu_kv)
         + _numa_balancing(host, policy)
