@@ -115,3 +115,16 @@ def test_doctor_for_vllm_warns_on_all_movable_cxl(tmp_path: Any) -> None:
     (c,) = [c for c in checks if c.id == "inference.pinned-kv"]
     assert c.result == "warn" and "0 B pinnable" in c.message and "512 MiB lendable" in c.message
     assert c.fix is not None and "--zone normal" in c.fix
+
+
+def test_sglang_hierarchical_cache_always_gets_its_size(tree: str, fakes: Any, capsys: Any) -> None:
+    """SGLang 0.5.23 auto-sizes an unsized host pool (--hicache-host-memory-fraction of all host memory):
+    cxlctl always passes --hicache-size, or refuses; its auto NUMA bind (numactl --membind) is switched off."""
+    fakes.set_sglang()
+    p = cli(
+        "--root", tree, "launch", "sglang", "--dry-run", "--", "--model-path", "m", "--enable-hierarchical-cache", rc=2
+    )  # fmt: skip
+    assert "--hicache-host-memory-fraction" in p.stderr and "--kv-size" in p.stderr and "Traceback" not in p.stderr
+    doc = dry(tree, "sglang", [], ["--model-path", "m", "--enable-hierarchical-cache", "--hicache-size", "1"])
+    assert doc["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
+    assert any("numactl --membind=<GPU node>" in n for n in doc["notes"])
