@@ -21,7 +21,7 @@ from cxlctl.capacity import pinnable
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from tests.kit import cli, copy_fixture, fixture_roots
-from tests.launch_support import dry
+from tests.launch_support import dry, write_status
 
 MIB = 1 << 20
 
@@ -128,3 +128,25 @@ def test_sglang_hierarchical_cache_always_gets_its_size(tree: str, fakes: Any, c
     doc = dry(tree, "sglang", [], ["--model-path", "m", "--enable-hierarchical-cache", "--hicache-size", "1"])
     assert doc["env"]["SGLANG_AUTO_NUMA_BIND"] == "0"
     assert any("numactl --membind=<GPU node>" in n for n in doc["notes"])
+
+
+def test_tmpfs_nodes_outside_the_cpuset_are_refused(tree: str, capsys: Any) -> None:
+    """mpol_shared_policy_init() contextualizes the mount's bind to the creating task's cpuset: a CXL node
+    outside Mems_allowed leaves the file with no policy, silently; the plan fails its check."""
+    write_status(tree, "0", cgroup="/engine.slice")
+    doc = dry(tree, "exec", ["--kv-size", "64M", "--mem-nodes", "0"], ["true"], rc=1)  # pre-flight failed
+    (c,) = [c for c in doc["checks"] if c["name"] == "kv-tmpfs-cpuset"]
+    assert c["status"] == "fail" and "mpol_set_nodemask" in c["message"] and "cpuset.mems" in c["fix"]
+
+
+def test_tmpfs_memcg_and_full_notes(tree: str, capsys: Any) -> None:
+    cg = os.path.join(tree, "sys/fs/cgroup/engine.slice")
+    os.makedirs(cg)
+    with open(os.path.join(cg, "memory.max"), "w") as f:
+        f.write(f"{32 * MIB}\n")
+    write_status(tree, "0-1", cgroup="/engine.slice")
+    doc = dry(tree, "exec", ["--kv-size", "64M"], ["true"])
+    by = {c["name"]: c for c in doc["checks"]}
+    assert by["kv-tmpfs-memcg"]["status"] == "warn" and "memory.max is 32 MiB" in by["kv-tmpfs-memcg"]["message"]
+    assert "SIGBUS" in by["kv-tmpfs-full"]["message"] and "OOM" in by["kv-tmpfs-full"]["message"]
+    assert "kv-tmpfs-cpuset" not in by
