@@ -13,10 +13,11 @@ Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md
   with a DRAM-only bind: it is dropped (with a warning) unless
   ``--keep-numa-bind``.  Newer vLLM allocates the offload as a file in
   ``/dev/shm``; ``--kv-tmpfs`` mounts a CXL-bound tmpfs there for the engine only.
-* **SGLang** takes ``--hicache-size`` in decimal GB *per TP rank*; its
-  automatic NUMA binding (``numa_set_preferred(gpu_node)``) is skipped only when
-  CPU affinity is already constrained, so CPUs are always bound and
-  ``SGLANG_AUTO_NUMA_BIND=0`` is exported too.
+* **SGLang** takes ``--hicache-size`` in decimal GB *per TP rank*, always given (0.5.23 would
+  otherwise size its host pool itself, ``--hicache-host-memory-fraction``); its automatic NUMA
+  binding (0.5.23: each scheduler re-exec'd under ``numactl --membind=<GPU node>``,
+  ``SGLANG_NUMA_BIND_V2``) is switched off by ``SGLANG_AUTO_NUMA_BIND=0``
+  (``get_numa_node_if_available``), and CPUs are always bound.
 * **LMCache** (``--lmcache``): ``LMCACHE_LOCAL_CPU`` and
   ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker), which
   LMCache's vLLM connector reads (``from_env``); refused with SGLang, whose
