@@ -150,3 +150,13 @@ def test_tmpfs_memcg_and_full_notes(tree: str, capsys: Any) -> None:
     assert by["kv-tmpfs-memcg"]["status"] == "warn" and "memory.max is 32 MiB" in by["kv-tmpfs-memcg"]["message"]
     assert "SIGBUS" in by["kv-tmpfs-full"]["message"] and "OOM" in by["kv-tmpfs-full"]["message"]
     assert "kv-tmpfs-cpuset" not in by
+
+
+def test_the_plan_text_says_where_the_pin_puts_it(tree: str) -> None:
+    _zone(tree, 1, "Movable")
+    p = cli(
+        "--root", tree, "launch", "exec", "--kv-size", "64M", "--pinned", "--allow-unpinnable", "--dry-run", "--", "true",
+        inprocess=True,
+    )  # fmt: skip
+    text = " ".join(p.stdout.split())
+    assert "expected node 0 64 MiB after the long-term pin (before it: node 1 64 MiB)" in text
