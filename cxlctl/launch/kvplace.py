@@ -25,6 +25,12 @@ falling back to the nearest node with room (``alloc_pages_mpol`` passes no nodem
 ``preferred`` fills its node, then falls back the same way.  A size the chosen nodes cannot hold
 is refused unless ``--force``, which lets it spill (the tmpfs is then ``mpol=interleave``, which
 may fall back) and shows the spill per node.
+
+A long-term pinned offload (vLLM on a GPU: ``cudaHostRegister``; ``exec --pinned``) is then moved
+as mm/gup.c ``migrate_longterm_unpinnable_folios()`` moves it: what sits in ZONE_MOVABLE goes to a
+kernel zone, the node's own first, then the nearest node's (capacity/pinnable.py ``after_pin``);
+``expected`` is where it ends, and an offload the pin moves off CXL is refused unless
+``--allow-unpinnable`` (:func:`_pin`).
 """
 
 from __future__ import annotations
