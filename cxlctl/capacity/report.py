@@ -39,6 +39,7 @@ from cxlctl.hostio.reader import natural_key
 from cxlctl.model import DaxDevice, Inventory, Memdev, MemoryBlock, Node
 from cxlctl.parse import format_nodelist, format_size
 
+from . import pinnable
 from .maygo import Blocker, Hole, foreign_ram, hole_text, must_go_first, port_holes, region_blockers, region_memdevs
 from .procs import Proc
 from .zones import zone_normal_fix
@@ -373,14 +374,15 @@ def _node_report(inv: Inventory, n: Node, mds: Sequence[MemdevCapacity]) -> Node
         members = {t.memdev for t in reg.targets if t.memdev} if reg else set()
         if members and members <= ok:
             releasable += len([b for b in dx.blocks or () if is_online(b)]) * bs
+    z = pinnable.node_zones(inv, n)  # the one host model: lendable (ZONE_MOVABLE) and pinnable (kernel zone)
     return NodeCapacity(
         n.id,
         tuple(m.memdev for m in mine),
         n.mem_total,
         _used(n),
         len(on) * bs,
-        sum(bs for b in on if b.zone == "Movable"),
-        sum(bs for b in on if b.zone != "Movable"),
+        z.lendable,
+        z.pinnable,
         releasable,
         tuple(blockers),
     )
@@ -468,6 +470,9 @@ def to_json(rep: Report) -> Dict[str, Any]:
                 "online": n.online,
                 "movable": n.movable,
                 "normal": n.normal,
+                # capacity/pinnable.py: what a long-term pin (pinned KV) may keep, what lending may take
+                "pinnable": n.normal,
+                "lendable": n.movable,
                 "releasable": n.releasable,
                 "blockers": [_blocker_json(b) for b in n.blockers],
             }

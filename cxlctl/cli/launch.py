@@ -83,6 +83,16 @@ TMPFS_OPT = typer.Option(
 FORCE_OPT = typer.Option(
     False, "--force", help="Launch even when the chosen nodes cannot hold --kv-size: the rest spills (shown per node)."
 )
+PINNED_OPT = typer.Option(
+    False,
+    "--pinned",
+    help="The program long-term pins its /dev/shm offload (cudaHostRegister, io_uring buffers): plan where the pin puts it.",
+)
+UNPINNABLE_OPT = typer.Option(
+    False,
+    "--allow-unpinnable",
+    help="Launch although a long-term pin moves the offload off CXL (its CXL memory is ZONE_MOVABLE).",
+)
 KEEP_NB_OPT = typer.Option(
     False, "--keep-numa-bind", help="vLLM: keep --numa-bind* (it replaces cxlctl's policy with a DRAM bind)."
 )
@@ -148,6 +158,8 @@ def exec_cmd(
     reserve: Optional[str] = RESERVE_OPT,
     kv_tmpfs: Optional[bool] = TMPFS_OPT,
     force: bool = FORCE_OPT,
+    pinned: bool = PINNED_OPT,
+    allow_unpinnable: bool = UNPINNABLE_OPT,
     lmcache: bool = LMCACHE_OPT,
     devdax: Optional[str] = DEVDAX_OPT,
     devdax_pool_id: Optional[str] = POOL_OPT,
@@ -176,6 +188,7 @@ def vllm_cmd(
     model_config: Optional[str] = MODELCFG_OPT,
     kv_tmpfs: Optional[bool] = TMPFS_OPT,
     force: bool = FORCE_OPT,
+    allow_unpinnable: bool = UNPINNABLE_OPT,
     keep_numa_bind: bool = KEEP_NB_OPT,
     lmcache: bool = LMCACHE_OPT,
     engine_cmd: Optional[str] = ENGINE_CMD_OPT,

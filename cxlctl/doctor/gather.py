@@ -207,8 +207,14 @@ def _launch(host: Host, inv: Inventory, engine: str, args: Tuple[str, ...]) -> T
         return str(e) + (f" ({e.hint})" if getattr(e, "hint", None) else "")
 
     has_cxl_memory = any(n.kind == "cxl" and (n.mem_free or 0) > 0 for n in inv.nodes)
+    # allow_unpinnable: a pinned offload that would leave CXL is planned (and judged by the
+    # inference.pinned-kv check) rather than refused
     req = Request(
-        engine=engine, args=args or ENGINE_ARGS[engine], kv_size="auto" if has_cxl_memory else None, dry_run=True
+        engine=engine,
+        args=args or ENGINE_ARGS[engine],
+        kv_size="auto" if has_cxl_memory else None,
+        dry_run=True,
+        allow_unpinnable=True,
     )
     try:
         return build(host, req), None

@@ -78,10 +78,46 @@ def check(f: Facts) -> List[Check]:
         out.append(_memlock(f, lp))
     out.append(_thp(f.thp))
     out.append(_placement(f, lp))
+    out += _opt(_pinned_kv(f, lp))
     out += _opt(_cpuset_gpu(f, lp))
     out.append(_seccomp(f))
     out += _opt(_numa_env(f))
     return out
+
+
+def _pinned_kv(f: Facts, lp: LaunchPlan) -> Optional[Check]:
+    """An engine that long-term pins its KV offload (vLLM on a GPU: cudaHostRegister) against the CXL
+    nodes' pinnable (kernel zone) and lendable (ZONE_MOVABLE) memory (capacity/pinnable.py)."""
+    from cxlctl.capacity import pinnable
+
+    kp = lp.placement
+    if kp is None or not kp.pinned:
+        return None
+    z = pinnable.zones(f.inv, kp.nodes)
+    split = "; ".join(
+        f"node {n}: {format_size(v.pinnable)} pinnable (kernel zone), {format_size(v.lendable)} lendable (ZONE_MOVABLE)"
+        for n, v in sorted(z.items())
+    )
+    ev = tuple(Evidence(f"/sys/devices/system/node/node{n}/memory*/valid_zones", split) for n in sorted(z)[:1])
+    if kp.pin_moved and not kp.on_cxl:
+        moved = ", ".join(f"node {n} {format_size(b)}" for n, b in sorted(kp.expected.items()))
+        return Check(
+            LAYER,
+            "inference.pinned-kv",
+            WARN,
+            f"{f.engine} long-term pins its KV offload (cudaHostRegister), and the CXL memory it would use is "
+            f"movable ({split}): mm/gup.c migrates the pinned pages to a kernel zone, ending at {moved}; "
+            "`cxlctl launch` refuses this unless --allow-unpinnable",
+            ev,
+            pinnable.NORMAL_FIX,
+        )
+    return Check(
+        LAYER,
+        "inference.pinned-kv",
+        OK,
+        f"{f.engine} long-term pins its KV offload, and its CXL node(s) hold it in a kernel zone ({split})",
+        ev,
+    )
 
 
 def _opt(c: Optional[Check]) -> List[Check]:

@@ -64,6 +64,8 @@ class Request(NamedTuple):
     devdax_offset: Optional[str] = None
     mooncake: bool = False  # --devdax goes to Mooncake's CXL transport (MC_CXL_*)
     force: bool = False  # a --kv-size the chosen nodes cannot hold may spill to others
+    pinned: bool = False  # exec --pinned: the program long-term pins its /dev/shm offload
+    allow_unpinnable: bool = False  # --allow-unpinnable: launch although the pin moves the offload off CXL
     user: Optional[str] = None  # --user: who the engine runs as (default: the sudo caller)
     group: Optional[str] = None  # --group
     allow_root: bool = False  # --allow-root: the engine keeps root and every capability
@@ -403,7 +405,10 @@ def _kv_placement(
     shm = not req.lmcache and (req.engine == "exec" or (req.engine == "vllm" and ea.shm_bytes is not None))
     # mounting needs CAP_SYS_ADMIN on the machine cxlctl runs on; a recorded tree's dry run assumes root
     can_mount = has_cap(preflight.CAP_SYS_ADMIN) if host.live else True
-    choice = kvplace.Choice(shm, req.kv_tmpfs, can_mount, req.force, why, fix)
+    # vLLM on a GPU registers its shared offload region with cudaHostRegister (vllm/v1/kv_offload/cpu/
+    # host_register.py host_register()), a FOLL_LONGTERM pin in NVIDIA's driver; exec says so with --pinned
+    pinned = req.pinned if req.engine == "exec" else (req.engine == "vllm" and shm and ea.pins)
+    choice = kvplace.Choice(shm, req.kv_tmpfs, can_mount, req.force, why, fix, pinned, req.allow_unpinnable)
     kp = kvplace.decide(inv, ns, policy, size, choice)
     if kp.mechanism == "policy" and ea.placement[0] == "engine":
         return kvplace.fixed(
@@ -854,6 +859,9 @@ def _kv_offload_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "on_cxl": kp.on_cxl,
         "why_not_on_cxl": kp.why_not,
         "fix": kp.fix,
+        "pinned": kp.pinned,
+        "before_pin_bytes_per_node": {str(n): b for n, b in sorted(kp.before_pin.items())} if kp.pinned else None,
+        "pin_moved_bytes_per_node": {str(n): b for n, b in sorted(kp.pin_moved.items())} if kp.pinned else None,
     }
 
 

@@ -13,10 +13,11 @@ Facts, units and traps (from each engine's ``--help`` and source; docs/launch.md
   with a DRAM-only bind: it is dropped (with a warning) unless
   ``--keep-numa-bind``.  Newer vLLM allocates the offload as a file in
   ``/dev/shm``; ``--kv-tmpfs`` mounts a CXL-bound tmpfs there for the engine only.
-* **SGLang** takes ``--hicache-size`` in decimal GB *per TP rank*; its
-  automatic NUMA binding (``numa_set_preferred(gpu_node)``) is skipped only when
-  CPU affinity is already constrained, so CPUs are always bound and
-  ``SGLANG_AUTO_NUMA_BIND=0`` is exported too.
+* **SGLang** takes ``--hicache-size`` in decimal GB *per TP rank*, always given (0.5.23 would
+  otherwise size its host pool itself, ``--hicache-host-memory-fraction``); its automatic NUMA
+  binding (0.5.23: each scheduler re-exec'd under ``numactl --membind=<GPU node>``,
+  ``SGLANG_NUMA_BIND_V2``) is switched off by ``SGLANG_AUTO_NUMA_BIND=0``
+  (``get_numa_node_if_available``), and CPUs are always bound.
 * **LMCache** (``--lmcache``): ``LMCACHE_LOCAL_CPU`` and
   ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (GiB per rank, i.e. per vLLM worker), which
   LMCache's vLLM connector reads (``from_env``); refused with SGLang, whose
@@ -793,7 +794,12 @@ def _sglang_numa_bind(feats: Features, environ: Dict[str, str], notes: List[str]
             if ver is None
             else f"{feats.version} binds schedulers to their GPU's node when CPU affinity is unconstrained"
         )
-        + " (numa_set_preferred), which would replace the memory policy"
+        + (
+            " (0.5.23: SGLANG_NUMA_BIND_V2, on by default, re-execs each scheduler under `numactl --membind=<GPU node>`, "
+            "srt/utils/numa_utils.py configure_subprocess; both it and the older numa_bind_to_node take their node "
+            "from get_numa_node_if_available, which returns None when SGLANG_AUTO_NUMA_BIND is off and no --numa-node "
+            "is given), which would replace the memory policy"
+        )
     )
     old = environ.get("SGLANG_AUTO_NUMA_BIND")
     if old not in (None, "0"):
@@ -876,6 +882,17 @@ def _sglang(
             ) from None
     if kv is not None:
         kv_bytes = _sglang_hicache(args, added, notes, feats, known, kv, tp)
+    elif (
+        user_size is None and has_opt(args, ["--enable-hierarchical-cache"]) and not has_opt(args, ["--hicache-ratio"])
+    ):
+        # srt/arg_groups/hicache_hook.py handle_hicache_ratio_default: without --hicache-size/--hicache-ratio the
+        # host pool is 2.0 x the device pool, cut down by --hicache-host-memory-fraction of all host memory
+        # (srt/mem_cache/hicache_auto_size.py): a size cxlctl cannot check against the CXL nodes
+        raise UsageError(
+            "SGLang's hierarchical cache without a size: SGLang would size its host pool itself (--hicache-ratio 2.0 "
+            "x the GPU pool, bounded by --hicache-host-memory-fraction of all host memory, DRAM included)",
+            hint="give --kv-size SIZE or --kv-size auto (cxlctl passes --hicache-size), or --hicache-size GB after --",
+        )
     ver = feats.version or "(version unknown)"
     if has_opt(args, ["--numa-node"]):
         placement = ("engine", f"SGLang {ver} --numa-node binds each scheduler to the given node")

@@ -25,12 +25,19 @@ falling back to the nearest node with room (``alloc_pages_mpol`` passes no nodem
 ``preferred`` fills its node, then falls back the same way.  A size the chosen nodes cannot hold
 is refused unless ``--force``, which lets it spill (the tmpfs is then ``mpol=interleave``, which
 may fall back) and shows the spill per node.
+
+A long-term pinned offload (vLLM on a GPU: ``cudaHostRegister``; ``exec --pinned``) is then moved
+as mm/gup.c ``migrate_longterm_unpinnable_folios()`` moves it: what sits in ZONE_MOVABLE goes to a
+kernel zone, the node's own first, then the nearest node's (capacity/pinnable.py ``after_pin``);
+``expected`` is where it ends, and an offload the pin moves off CXL is refused unless
+``--allow-unpinnable`` (:func:`_pin`).
 """
 
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.capacity import pinnable
 from cxlctl.errors import UsageError
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
@@ -54,6 +61,12 @@ class KvPlacement(NamedTuple):
     tmpfs_mpol: Optional[str] = None
     #: bytes no node has free memory for (--force only): the kernel reclaims, swaps or fails the engine
     unplaced: int = 0
+    #: the engine takes a long-term pin on the offload (cudaHostRegister, --pinned): ``expected`` is then
+    #: where the pin leaves it (capacity/pinnable.py), ``before_pin`` where the faults put it
+    pinned: bool = False
+    before_pin: Dict[int, int] = {}
+    #: bytes the pin migrates off each node (ZONE_MOVABLE memory: folio_is_longterm_pinnable())
+    pin_moved: Dict[int, int] = {}
 
 
 def _order(inv: Inventory, nodes: Sequence[int], near: Sequence[int]) -> List[int]:
@@ -132,6 +145,8 @@ class Choice(NamedTuple):
     force: bool
     why_anon: str  # the engine's offload is anonymous memory: why and the fix, when not shm_offload
     fix_anon: str
+    pinned: bool = False  # the engine long-term pins its /dev/shm offload (vLLM on a GPU, exec --pinned)
+    allow_unpinnable: bool = False  # --allow-unpinnable: launch although the pin moves it off CXL
 
 
 def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -> KvPlacement:
@@ -145,7 +160,8 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
             hint="drop --kv-tmpfs; " + c.fix_anon,
         )
     if want_tmpfs and cxl:
-        return _tmpfs(inv, ns, size, tuple(cxl), c.force)
+        kp = _tmpfs(inv, ns, size, tuple(cxl), c.force)
+        return _pin(inv, kp, c) if c.pinned else kp
     if c.tmpfs is True:
         raise UsageError("--kv-tmpfs needs a CXL memory node", hint="online CXL memory first (cxlctl status)")
     if not cxl:
@@ -197,6 +213,46 @@ def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force:
         not spill and not unplaced,
         tmpfs_mpol=mode,
         unplaced=unplaced,
+    )
+
+
+def _pin(inv: Inventory, kp: KvPlacement, c: Choice) -> KvPlacement:
+    """Where a long-term pin leaves the tmpfs offload (capacity/pinnable.py: mm/gup.c migrates what sits in
+    ZONE_MOVABLE to a kernel zone, the source node's first, then the nearest node's); refused (exit 2) when
+    it moves any of it off CXL, unless --allow-unpinnable."""
+    after, moved, lost = pinnable.after_pin(inv, kp.expected, distance)
+    cxl = set(kp.nodes)
+    off = {n: b for n, b in after.items() if n not in cxl}
+    # what the pin itself moves off the CXL nodes (a --force spill was off them before)
+    pin_off = sum(off.values()) - sum(b for n, b in kp.expected.items() if n not in cxl) + lost
+    on_cxl = kp.on_cxl and pin_off <= 0
+    why = fix = None
+    if pin_off > 0:
+        z = pinnable.zones(inv, sorted(cxl))
+        split = ", ".join(
+            f"node {n}: {format_size(v.pinnable)} kernel zone (pinnable), {format_size(v.lendable)} ZONE_MOVABLE"
+            for n, v in sorted(z.items())
+        )
+        why = (
+            f"the engine long-term pins its offload (FOLL_LONGTERM) and node(s) {format_nodelist(sorted(cxl))} "
+            f"lack the pinnable memory for it ({split}): mm/gup.c migrate_longterm_unpinnable_folios() moves "
+            f"every ZONE_MOVABLE page to a kernel zone, {per_node(off) or 'nowhere'}"
+            + (f", {format_size(lost)} with no kernel-zone room (the pin fails with ENOMEM)" if lost else "")
+        )
+        fix = pinnable.NORMAL_FIX
+        if not c.allow_unpinnable:
+            raise UsageError(
+                f"a {format_size(sum(kp.expected.values()))} KV offload would not stay on CXL: {why}",
+                hint=fix + "; or add --allow-unpinnable to launch anyway (the dry run shows where it ends)",
+            )
+    return kp._replace(
+        expected=after,
+        on_cxl=on_cxl,
+        why_not=why,
+        fix=fix,
+        pinned=True,
+        before_pin=kp.expected,
+        pin_moved=moved,
     )
 
 

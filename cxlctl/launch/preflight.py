@@ -34,6 +34,7 @@ import os
 import resource
 from typing import Dict, List, Literal, Optional, Sequence, Tuple
 
+from cxlctl.capacity import pinnable
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.hostio.proc import cgroup_of, has_cap, status_field
@@ -177,15 +178,13 @@ def _kernel_policy(inv: Inventory, policy: Policy) -> List[Check]:
     return out
 
 
-def _pinned_kv(ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optional[int], engine: str) -> List[Check]:
-    """Pinned KV buffers cannot live on ZONE_MOVABLE CXL memory, nor beyond ulimit -l."""
+def _pinned_kv(
+    inv: Inventory, ns: NodeSets, by_id: Dict[int, Node], pins: bool, kv_bytes: Optional[int], engine: str
+) -> List[Check]:
+    """Pinned KV buffers cannot live on ZONE_MOVABLE CXL memory (capacity/pinnable.py), nor beyond ulimit -l."""
     out: List[Check] = []
     if pins:
-        movable = []
-        for nid in ns.cxl:
-            n = by_id.get(nid)
-            if n and any(b.state == "online" and (b.zone or "").lower() == "movable" for b in n.memory_blocks):
-                movable.append(nid)
+        movable = sorted(nid for nid, z in pinnable.zones(inv, ns.cxl).items() if z.lendable)
         if movable:
             devs = [d for nid in movable for d in by_id[nid].dax_devices] or ["daxX.Y"]
             out.append(
@@ -240,6 +239,7 @@ def _dev_shm(
                 "/dev/shm IPC of the engine moves there too",
             )
         )
+        out += _tmpfs_context(host, size, tnodes, mpol)
     elif shm_bytes:
         shm = host.path(paths.DEV_SHM)  # the one stat'ed: named as such in the messages
         try:
@@ -264,6 +264,88 @@ def _dev_shm(
             out.append(
                 Check("dev-shm", "ok", f"{shm} has {format_size(avail)} free for the {format_size(shm_bytes)} offload")
             )
+    return out
+
+
+def _tmpfs_context(host: Host, size: int, tnodes: Sequence[int], mpol: str) -> List[Check]:
+    """What the kernel does with the CXL-bound /dev/shm beyond its ``mpol=`` (docs/launch.md, "The tmpfs"):
+
+    * the cpuset: each file's policy is the mount's contextualized to the creating task
+      (``mpol_shared_policy_init()`` -> ``mpol_set_nodemask()``, mm/mempolicy.c: the nodes ANDed with
+      ``cpuset_current_mems_allowed``); no node left and the file gets no policy at all, silently (it
+      follows the faulting task's own policy), some left and the bind narrows to them;
+    * the memory cgroup: a tmpfs page is charged to the faulting task's cgroup (mm/shmem.c
+      ``shmem_alloc_and_add_folio()``: ``mem_cgroup_charge()``), so ``memory.max`` bounds the offload too;
+    * full: past the mount's ``size=`` a fault gets SIGBUS (``shmem_get_folio_gfp()``'s -ENOSPC becomes
+      VM_FAULT_SIGBUS in ``shmem_fault()``); a full ``bind`` node never falls back: the allocation fails
+      and the OOM killer runs, constrained to the bind's nodes (``constrained_alloc()``, mm/oom_kill.c).
+    """
+    out: List[Check] = []
+    mems, _ = self_allowed(host)
+    if mems is not None:
+        outside = [n for n in tnodes if n not in mems]
+        if outside and len(outside) == len(tnodes):
+            out.append(
+                Check(
+                    "kv-tmpfs-cpuset",
+                    "fail",
+                    f"the /dev/shm offload's node(s) {format_nodelist(tnodes)} are outside this process' cpuset "
+                    f"(Mems_allowed_list {format_nodelist(mems) or 'empty'}): mpol_shared_policy_init() "
+                    "contextualizes the mount's mpol= to the creating task's cpuset (mpol_set_nodemask()), finds no "
+                    "node, and silently gives the file no policy: the offload would follow the engine's own policy",
+                    _cpuset_hint(host, outside),
+                )
+            )
+        elif outside:
+            out.append(
+                Check(
+                    "kv-tmpfs-cpuset",
+                    "warn",
+                    f"node(s) {format_nodelist(outside)} of the /dev/shm offload are outside this process' cpuset "
+                    f"(Mems_allowed_list {format_nodelist(mems)}): mpol_set_nodemask() narrows the file's {mpol} to "
+                    f"node(s) {format_nodelist([n for n in tnodes if n in mems])}",
+                    _cpuset_hint(host, outside),
+                )
+            )
+    cg = cgroup_path(host)
+    if cg is not None:
+        raw = (host.reader.body(paths.cgroup_file(cg, "memory.max")) or "").strip()
+        where = f"cgroup {cg}"
+        if is_decimal(raw) and int(raw) < size:
+            out.append(
+                Check(
+                    "kv-tmpfs-memcg",
+                    "warn",
+                    f"the /dev/shm offload is charged to the faulting task's memory cgroup (shmem_alloc_and_add_folio(): "
+                    f"mem_cgroup_charge()), and {where}'s memory.max is {format_size(int(raw))}, less than the "
+                    f"{format_size(size)} tmpfs: the cgroup reclaims, swaps or OOM-kills the engine before the offload is full",
+                    f"raise memory.max of {where} above the offload plus the engine's own memory "
+                    "(systemd: MemoryMax=; docker: --memory), or lower --kv-size",
+                )
+            )
+        elif raw:
+            out.append(
+                Check(
+                    "kv-tmpfs-memcg",
+                    "note",
+                    f"the /dev/shm offload is charged to the engine's memory cgroup ({where}, memory.max {raw}), "
+                    "on top of its own memory (shmem_alloc_and_add_folio(): mem_cgroup_charge())",
+                )
+            )
+    out.append(
+        Check(
+            "kv-tmpfs-full",
+            "note",
+            f"when the offload's /dev/shm fills: past size={format_size(size)} a write fault gets SIGBUS "
+            "(shmem_fault(): -ENOSPC); "
+            + (
+                f"node(s) {format_nodelist(tnodes)} full under mpol=bind: no fallback, the allocation fails and the "
+                "OOM killer runs, limited to those nodes (constrained_alloc())"
+                if mpol == "bind"
+                else f"node(s) {format_nodelist(tnodes)} full under mpol={mpol}: pages fall back to the nearest node with room"
+            ),
+        )
+    )
     return out
 
 
@@ -353,7 +435,7 @@ def run(
         _node_memory(policy, by_id)
         + _cpuset(host, inv, policy)
         + _kernel_policy(inv, policy)
-        + _pinned_kv(ns, by_id, pins, kv_bytes, engine)
+        + _pinned_kv(inv, ns, by_id, pins, kv_bytes, engine)
         + _dev_shm(host, by_id, kv_bytes, shm_bytes, kv_tmpfs)
         + _cpu_backend_kv(host, inv, policy, cpu_kv)
         + _numa_balancing(host, policy)

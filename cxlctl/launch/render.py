@@ -69,6 +69,13 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
                 f"expected {per}"
                 + (f" (spill: {spill})" if spill else "")
                 + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
+                + (
+                    f" after the long-term pin (before it: {per_node(kp.before_pin)})"
+                    if kp.pinned and kp.pin_moved
+                    else " (long-term pinned: stays in the nodes' kernel zone)"
+                    if kp.pinned
+                    else ""
+                )
                 + f"; decided by {kp.decided_by}",
             )
         )

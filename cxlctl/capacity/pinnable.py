@@ -1,0 +1,115 @@
+"""Which online memory of a node may hold a long-term pinned page (pinnable), which may be lent (movable).
+
+The one host model read by ``launch`` (where a pinned KV offload ends), ``capacity`` (both figures per
+CXL node) and doctor (an engine that pins KV on a host whose CXL memory is all movable).
+
+The kernel's rule (mm/gup.c): a ``FOLL_LONGTERM`` pin -- NVIDIA's driver for ``cudaHostRegister`` on x86,
+io_uring's fixed buffers -- goes through ``check_and_migrate_movable_folios()`` /
+``check_and_migrate_movable_pages_or_folios()``: ``collect_longterm_unpinnable_folios()`` lists every folio
+``folio_is_longterm_pinnable()`` (include/linux/mm.h) rejects -- ZONE_MOVABLE, CMA -- and
+``migrate_longterm_unpinnable_folios()`` migrates them with ``alloc_migration_target()`` (mm/migrate.c),
+``nid = NUMA_NO_NODE`` (so the source folio's own node) and ``GFP_USER`` without ``__GFP_MOVABLE``: the new
+page comes from a kernel zone, on the source node's zonelist -- the CXL node's own ZONE_NORMAL first, then
+the nearest node with a kernel zone (``build_zonelists``).  The file's memory policy (a tmpfs ``mpol=``) is
+not consulted.  So:
+
+* **pinnable**: bytes of a node's online memory blocks in a kernel zone (Normal, DMA32, DMA): a pinned
+  page stays there;
+* **lendable**: bytes in ZONE_MOVABLE: what ``capacity release``/lending can take back (offline_pages()
+  migrates it away), and what a long-term pin empties.
+
+Figures are whole memory blocks (``/sys/devices/system/memory/memoryN/state`` and ``valid_zones``); how
+much of a zone is free is not in the node's meminfo, so the free pinnable memory of a node is taken as
+``min(pinnable, MemFree)``, an upper bound.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from cxlctl.hostio.objects import is_online
+from cxlctl.model import Inventory, Node
+from cxlctl.namedrecord import NamedTuple
+
+#: how to give CXL memory a kernel zone, for a pinned KV offload
+NORMAL_FIX = (
+    "online some CXL memory in ZONE_NORMAL for the pinned KV (a region or DAX device onlined "
+    "`--zone normal`: `cxlctl region create --zone normal`, `cxlctl dax reconfigure daxX.Y --mode system-ram "
+    "--zone normal`, `daxctl reconfigure-device --mode=system-ram --no-movable`), or map a devdax device "
+    "(`--devdax`)"
+)
+
+
+class NodeZones(NamedTuple):
+    node: int
+    pinnable: int  # bytes online in a kernel zone (a long-term pin keeps the page)
+    lendable: int  # bytes online in ZONE_MOVABLE (a long-term pin migrates the page away)
+    known: bool  # the node's memory blocks were readable (else both are 0 and nothing is claimed)
+
+
+def node_zones(inv: Inventory, node: Node) -> NodeZones:
+    """Pinnable and lendable bytes of ``node``'s online memory blocks."""
+    bs = inv.memory_block_size or 0
+    online = [b for b in node.memory_blocks if is_online(b)]
+    if not online or not bs:
+        return NodeZones(node.id, 0, 0, False)
+    movable = sum(1 for b in online if (b.zone or "").lower() == "movable")
+    return NodeZones(node.id, (len(online) - movable) * bs, movable * bs, True)
+
+
+def zones(inv: Inventory, nodes: Optional[Iterable[int]] = None) -> Dict[int, NodeZones]:
+    """:func:`node_zones` of ``nodes`` (default: every node with memory)."""
+    want = set(nodes) if nodes is not None else None
+    return {n.id: node_zones(inv, n) for n in inv.nodes if n.has_memory and (want is None or n.id in want)}
+
+
+def cxl_zones(inv: Inventory) -> Dict[int, NodeZones]:
+    """:func:`node_zones` of every CXL node with memory."""
+    return zones(inv, [n.id for n in inv.nodes if n.kind == "cxl"])
+
+
+def pinnable_free(inv: Inventory, node: Node) -> int:
+    """Free memory a pinned page may take on ``node``: ``min(pinnable, MemFree)``; a node whose blocks
+    are unknown counts as all kernel zone (its MemFree)."""
+    z = node_zones(inv, node)
+    free = node.mem_free or 0
+    return min(z.pinnable, free) if z.known else free
+
+
+def all_movable(inv: Inventory, nodes: Iterable[int]) -> List[int]:
+    """The nodes among ``nodes`` whose known online memory is all ZONE_MOVABLE."""
+    out = []
+    for nid, z in zones(inv, nodes).items():
+        if z.known and z.pinnable == 0 and z.lendable > 0:
+            out.append(nid)
+    return sorted(out)
+
+
+def after_pin(
+    inv: Inventory, placed: Dict[int, int], dist: Callable[[Inventory, int, int], int]
+) -> Tuple[Dict[int, int], Dict[int, int], int]:
+    """(bytes per node after a long-term pin, bytes moved off each node, bytes no kernel zone has room for)
+    of an offload whose pages sit at ``placed`` before the pin (module docstring: each node keeps up to
+    its free pinnable memory, the rest goes to the nearest node with free kernel-zone memory)."""
+    by_id = {n.id: n for n in inv.nodes if n.has_memory}
+    room = {nid: pinnable_free(inv, n) for nid, n in by_id.items()}
+    after: Dict[int, int] = {}
+    moved: Dict[int, int] = {}
+    lost = 0
+    for nid, b in sorted(placed.items()):
+        keep = min(b, room.get(nid, 0))
+        room[nid] = room.get(nid, 0) - keep
+        if keep:
+            after[nid] = after.get(nid, 0) + keep
+        rest = b - keep
+        if rest:
+            moved[nid] = rest
+        for m in sorted((m for m in room if m != nid and room[m] > 0), key=lambda m: (dist(inv, nid, m), m)):
+            if not rest:
+                break
+            take = min(rest, room[m])
+            after[m] = after.get(m, 0) + take
+            room[m] -= take
+            rest -= take
+        lost += rest
+    return dict(sorted(after.items())), moved, lost
