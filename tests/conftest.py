@@ -14,11 +14,12 @@ os.environ["CXLCTL_TEST_HOOKS"] = "1"
 
 @pytest.fixture
 def live_record(tmp_path: Any) -> str:
-    """A record of the machine the tests run on (any Linux host; no CXL needed)."""
+    """A record of the machine the tests run on (any Linux host; no CXL needed), with its processes
+    (``--include-process-data``: the telemetry tests read them)."""
     from tests.kit import cli
 
     dest = str(tmp_path / "live")
-    cli("record", dest, check=True)
+    cli("record", "--include-process-data", dest, check=True)
     return dest
 
 

@@ -251,12 +251,12 @@ def test_no_global_state_in_the_cli(monkeypatch: Any) -> None:
     seen: List[Any] = []
     load = cfgmod.load
 
-    def spy(host: Any, path: Any = None) -> Any:
+    def spy(host: Any, path: Any = None, **kw: Any) -> Any:
         from typer._click.globals import get_current_context
 
         obj = get_current_context().find_object(CliState)
         seen.append((host.root, obj.root if obj is not None else None))
-        return load(host, path)
+        return load(host, path, **kw)
 
     monkeypatch.setattr(cfgmod, "load", spy)
     for t in ("single-region", "hb2-region"):
