@@ -133,12 +133,39 @@ def test_weighted_interleave_split_and_fallback(region: str) -> None:
     falls back to the nearest node with room (spill)."""
     inv = scan(Host(region))
     pol = Policy("weighted-interleave", (0, 1), (0,), (0,), ((0, 3), (1, 1)))
-    got, spill, unplaced = kvplace.expected(inv, pol, 400 * MIB, (1,))
-    assert got == {0: 300 * MIB, 1: 100 * MIB} and spill == {} and unplaced == 0
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 400 * MIB, (1,))
+    assert got == {0: 300 * MIB, 1: 100 * MIB} and spill == {} == over and unplaced == 0
     pol = Policy("weighted-interleave", (0, 1), (0,), (0,), ((0, 1), (1, 3)))
     free1 = _free(region, 1)
-    got, spill, unplaced = kvplace.expected(inv, pol, 1 << 30, (1,))
-    assert got[1] == free1 and spill == {0: (3 << 30) // 4 - free1} and unplaced == 0
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 1 << 30, (1,))
+    # node 0 is in the set: what falls back to it is a placement (over its share), not a spill
+    assert got[1] == free1 and spill == {} and over == {0: (3 << 30) // 4 - free1} and unplaced == 0
+    # a policy whose set leaves node 0 out: there it is a spill
+    pol = Policy("preferred", (1,), (0,), (0,), ())
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 1 << 30, (1,))
+    assert got[1] == free1 and spill == {0: (1 << 30) - free1} and over == {} and unplaced == 0
+
+
+def test_a_fallback_onto_a_node_of_the_set_is_placed_not_refused(hmat2: str) -> None:
+    """Issue 44 item 2: on hmat2 (DRAM 0 with 1.7 GiB free, CXL 2 full at 248 MiB, weights 19:8:3) a
+    1 GiB offload under the engine's weighted interleave over 0,2-3: node 2's share beyond its free
+    memory falls back to node 0, which is in the set.  It was refused ("would spill to node(s) 0",
+    exit 2) for vLLM with --no-kv-tmpfs and for SGLang's anonymous host cache."""
+    for engine, opts, args in (
+        ("vllm", ["--kv-size", "1G", "--no-kv-tmpfs"], ["serve", "m"]),
+        ("sglang", ["--kv-size", "1G"], ["--model-path", "m"]),
+    ):
+        p = cli("--root", hmat2, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=0)  # no --force
+        doc = json.loads(p.stdout)
+        ko = doc["kv_offload"]
+        assert ko["spill_bytes_per_node"] == {} and ko["unplaced_bytes"] == 0, engine
+        over = ko["over_share_bytes_per_node"]
+        assert list(over) == ["0"] and over["0"] > 0, engine
+        assert ko["expected_bytes_per_node"]["2"] == _free(hmat2, 2)
+        assert sum(ko["expected_bytes_per_node"].values()) == ko["bytes"]
+        assert not any(w.startswith("--force") for w in doc["warnings"])
+    p = cli("--root", hmat2, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", rc=0)
+    assert "beyond the weight share" in " ".join(p.stdout.split())
 
 
 def test_numa_balancing_note_says_reclaim_still_demotes(region: str, capsys: Any, tmp_path: Any) -> None:

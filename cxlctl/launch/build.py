@@ -785,6 +785,7 @@ def _kv_offload_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "nodes": list(kp.nodes),
         "expected_bytes_per_node": {str(n): b for n, b in sorted(kp.expected.items())},
         "spill_bytes_per_node": {str(n): b for n, b in sorted(kp.spill.items())},
+        "over_share_bytes_per_node": {str(n): b for n, b in sorted(kp.over_share.items())},
         "unplaced_bytes": kp.unplaced,
         "on_cxl": kp.on_cxl,
         "why_not_on_cxl": kp.why_not,

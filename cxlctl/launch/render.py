@@ -66,6 +66,12 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
                 "offload",
                 f"expected {per}"
                 + (f" (spill: {spill})" if spill else "")
+                + (
+                    f" ({per_node(kp.over_share)} beyond the weight share: a full node's share falls back "
+                    "to another node of the set)"
+                    if kp.over_share
+                    else ""
+                )
                 + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
                 + f"; decided by {kp.decided_by}",
             )
