@@ -42,5 +42,5 @@ def adopt_cmd(
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Build each hot-added memdev into a region of its own and online it, as the daemon's [capacity] adopt does."""
+    r"""Build each hot-added memdev into a region of its own and online it, as the daemon's \[capacity] adopt does."""
     adopt(host(), memdevs or [], mode, zone, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)

@@ -102,7 +102,7 @@ POOL_OPT = typer.Option(
     None,
     "--devdax-pool-id",
     metavar="ID",
-    help="With --devdax: the shared CXL pool's id (LMCache/Mooncake pool builds).",
+    help="With --devdax: the shared CXL pool's id (pool builds of LMCache or Mooncake).",
 )
 OFFSET_OPT = typer.Option(
     None, "--devdax-offset", metavar="BYTES", help="With --devdax-pool-id: this process' offset in the pool."

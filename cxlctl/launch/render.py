@@ -11,9 +11,9 @@ holding ``[…]`` prints as it is.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, Dict, List, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from cxlctl.term import fold_command, fold_lines, isatty, join, styled
+from cxlctl.term import Cell, fold_command, fold_lines, isatty, join, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -174,9 +174,8 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
 
 def proof(rep: Dict[str, Any], c: Console) -> None:
     """``policy show``: the process' policy, its pages per node, and each check against what was asked."""
-    from rich.table import Table
-
     from cxlctl.parse import PAGE_SIZE, format_nodelist, format_size
+    from cxlctl.term import grid, hang
 
     pol = rep["policy"]
     c.print(
@@ -190,22 +189,27 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     c.print(f"Mems_allowed {format_nodelist(rep['mems_allowed'])}, Cpus_allowed {format_nodelist(rep['cpus_allowed'])}")
     if len(rep["policies"]) > 1:
         c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
-    t = Table(title="Pages per node", title_justify="left")
-    for col in ("node", "anonymous", "file", "total", "share of anonymous"):
-        t.add_column(col, justify="right", overflow="fold")
+    c.print(styled("Pages per node", "bold"))
     pages = rep["pages"]
     nodes = sorted({int(n) for k in ("anon", "file", "total") for n in pages[k]})
     anon_total = sum(pages["anon"].values()) or 1
+    rows: List[Tuple[Sequence[Cell], Optional[Cell]]] = []
     for n in nodes:
         a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
-        t.add_row(
-            str(n),
-            f"{a} ({format_size(a * PAGE_SIZE)})",
-            f"{f} ({format_size(f * PAGE_SIZE)})",
-            f"{tot} ({format_size(tot * PAGE_SIZE)})",
-            f"{a / anon_total:.1%}",
+        rows.append(
+            (
+                [
+                    str(n),
+                    f"{a} ({format_size(a * PAGE_SIZE)})",
+                    f"{f} ({format_size(f * PAGE_SIZE)})",
+                    f"{tot} ({format_size(tot * PAGE_SIZE)})",
+                    f"{a / anon_total:.1%}",
+                ],
+                None,
+            )
         )
-    c.print(t)
+    cols = [("NODE", "right"), ("ANONYMOUS", "right"), ("FILE", "right"), ("TOTAL", "right"), ("ANON SHARE", "right")]
+    grid(c, cols, rows)
     if rep["asked"] is None:
         c.print(styled("not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with", "dim"))
         return
@@ -214,7 +218,7 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     style = {"pass": "green", "fail": "bold red", "info": "dim"}
     for ch in rep["checks"]:
         st = style[ch["status"]]
-        c.print(join("  ", (f"{ch['status']:4}", st), f" {ch['check']}: {ch['detail']}"))
+        hang(c, join("  ", (f"{ch['status']:4}", st), " "), f"{ch['check']}: {ch['detail']}", 7)
     c.print(
         styled("matches what was asked", "green") if rep["match"] else styled("differs from what was asked", "bold red")
     )
