@@ -193,13 +193,13 @@ def test_row1_bandwidth_weighted_host_offload_on_cxl_engine_dram_first(hmat2: st
     """Issue 34 row 1 on the recorded HMAT host, whose bandwidth weights are 19:8:3 (the issue's
     20:8:3 host): with --kv-size alone the whole offload is on the CXL nodes while the engine keeps
     the DRAM-first weighted interleave; with --no-kv-tmpfs the plan says 19/30 of it lands on DRAM."""
-    doc = dry(hmat2, "vllm", ["--kv-size", "64M"], ["serve", "m"])
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--set-weights"], ["serve", "m"])
     ko = doc["kv_offload"]
     assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 19, "2": 8, "3": 3}
     assert ko["mechanism"] == "tmpfs" and ko["on_cxl"] and ko["nodes"] == [2, 3] and doc["tmpfs"]["mpol"] == "bind"
     # vLLM reads 0.06 GiB of 64 MiB (0.01 GiB steps); bind fills node 2 first (node 0's zonelist: tie, lower id)
     assert ko["expected_bytes_per_node"] == {"2": ko["bytes"]} and ko["bytes"] == int(0.06 * (1 << 30))
-    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--no-kv-tmpfs"], ["serve", "m"])
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--no-kv-tmpfs", "--set-weights"], ["serve", "m"])
     ko = doc["kv_offload"]
     got = {int(n): b for n, b in ko["expected_bytes_per_node"].items()}
     assert ko["mechanism"] == "policy" and not ko["on_cxl"] and doc["tmpfs"] is None
@@ -282,3 +282,25 @@ def test_policy_show_and_stat_count_the_offload_file_pages(capsys: Any, tmp_path
     (proc,) = stat["processes"]
     assert proc["shm"] == {"/dev/shm/vllm_offload_cxltel.mmap\\040(deleted)": {"0": 512}}
     assert any(v["id"] == "kv-offload-not-on-cxl" for v in stat["verdicts"])
+
+
+def test_a_launch_changes_the_system_wide_weights_only_when_asked(hmat2: str) -> None:
+    """Issue 44 item 7: on hmat2 (bandwidth weights 19:8:3, the files 1:1:1) a launch planned the
+    bandwidth weights, a host-wide change, without being asked.  Now it uses the weights in effect
+    and says what --set-weights would change; --set-weights (or --ratio) plans the change."""
+    p = cli("--root", hmat2, "launch", "exec", "--dry-run", "--json", "--", "true", rc=0)
+    doc = json.loads(p.stdout)
+    assert doc["weights"]["changes"] == [] and doc["weights"]["source"] == "current"
+    assert doc["policy"]["weights"] == {"0": 1, "2": 1, "3": 1}
+    (note,) = [n for n in doc["notes"] if n.startswith("weights not changed")]
+    assert "--set-weights would set them from bandwidth (node0 1->19, node2 1->8, node3 1->3)" in note
+    assert not any("system-wide" in w for w in doc["warnings"])
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--set-weights", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["weights"]["source"] == "bandwidth" and doc["weights"]["changes"]
+    assert doc["policy"]["weights"] == {"0": 19, "2": 8, "3": 3}
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--ratio", "3:1", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["weights"]["source"] == "ratio" and doc["weights"]["changes"]

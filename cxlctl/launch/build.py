@@ -42,6 +42,7 @@ class Request(NamedTuple):
     cpu_nodes: Optional[str] = None
     mem_nodes: Optional[str] = None
     ratio: Optional[str] = None
+    set_weights: bool = False  # --set-weights: the launch may write the system-wide weights (--ratio implies it)
     gpus: Optional[str] = None
     kv_size: Optional[str] = None
     reserve: Optional[str] = None
@@ -431,11 +432,23 @@ def _system_weights(
     ratio: Optional[Tuple[int, int]],
     notes: List[str],
     warnings: List[str],
+    asked: bool = False,
 ) -> _Weights:
-    """The system-wide weighted-interleave weights this launch needs, and who else they affect."""
+    """The system-wide weighted-interleave weights this launch needs, and who else they affect.
+    A launch writes them only when ``asked`` (--set-weights, --ratio): else it uses the weights in
+    effect and says what --set-weights would change."""
     if not (mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes):
         return _Weights(plan=None, weights=(), users=())
     wp = sysweights.plan(host, inv, ns, pnodes, ratio)
+    if wp.writes and not asked:
+        cur = {n: wp.current[n] for n in wp.nodes}
+        would = ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
+        notes.append(
+            "weights not changed (they are system-wide; a launch changes the host only when asked): using the "
+            "weights in effect (" + " ".join(f"node{n}={x}" for n, x in sorted(cur.items())) + "); "
+            f"--set-weights would set them from {wp.source} ({would}), journaled"
+        )
+        wp = wp._replace(source="current", weights=cur, changes=(), transaction=None, notes=(), warnings=())
     notes.extend(wp.notes)
     warnings.extend(wp.warnings)
     users: List[Tuple[int, str]] = []
@@ -583,7 +596,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     ea, mc_version = _engine_args(req, cmd, feats, kv, dd, environ, notes, warnings)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
-    w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
+    w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings, req.set_weights or ratio is not None)
     policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     if feats is not None and feats.backend == "cpu":
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
