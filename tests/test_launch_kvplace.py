@@ -304,3 +304,40 @@ def test_a_launch_changes_the_system_wide_weights_only_when_asked(hmat2: str) ->
         cli("--root", hmat2, "launch", "exec", "--ratio", "3:1", "--dry-run", "--json", "--", "true").stdout
     )
     assert doc["weights"]["source"] == "ratio" and doc["weights"]["changes"]
+
+
+def test_kv_size_auto_counts_the_engines_other_memory_on_cxl(hmat2: str, tmp_path: Any) -> None:
+    """Issue 44 item 4: --kv-size auto took 90 % of the CXL nodes' free memory while the default
+    weighted interleave (1:1:1 over 0, 2, 3 here: two thirds on CXL) puts the engine's own memory
+    there too.  With a local model directory its weight files' CXL share is kept free and the plan
+    says so; without one the plan says it is not counted."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256}')
+    with open(model / "model.safetensors", "wb") as f:
+        f.truncate(300 * MIB)  # sparse: its size is what counts
+    free = _free(hmat2, 2) + _free(hmat2, 3)
+    doc = json.loads(
+        cli(
+            "--root", hmat2, "launch", "exec", "--kv-size", "auto", "--dry-run", "--json", "--", "true", str(model)
+        ).stdout
+    )
+    kv = doc["kv"]
+    assert kv["others_on_cxl"] == 200 * MIB and kv["reserve"] == free // 10
+    assert kv["bytes"] == free - free // 10 - 200 * MIB
+    (note,) = [n for n in doc["notes"] if n.startswith("--kv-size auto")]
+    assert "minus the engine's other memory there (200 MiB" in note and "67% of it on CXL" in note
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--kv-size", "auto", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["kv"]["others_on_cxl"] == 0 and doc["kv"]["bytes"] == free - free // 10
+    (note,) = [n for n in doc["notes"] if n.startswith("--kv-size auto")]
+    assert "goes 67% to CXL under its weighted-interleave policy too, not counted" in note
+    # a bind policy to DRAM puts none of it there: nothing to count
+    doc = json.loads(
+        cli(
+            "--root", hmat2, "launch", "exec", "--policy", "bind", "--mem-nodes", "0", "--kv-size", "auto",
+            "--dry-run", "--json", "--", "true", str(model),
+        ).stdout
+    )  # fmt: skip
+    assert doc["kv"]["others_on_cxl"] == 0
