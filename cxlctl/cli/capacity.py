@@ -36,7 +36,9 @@ def release_cmd(
 @capacity_app.command("adopt", cls=Command)
 def adopt_cmd(
     memdevs: Optional[List[str]] = argument(None, "MEMDEV...", "Free memdevs to build into regions (memN, as listed)."),
-    zone: str = typer.Option("movable", "--zone", metavar="ZONE", help="movable (can be given back) or normal."),
+    zone: Optional[str] = typer.Option(
+        None, "--zone", metavar="ZONE", help="movable (the default: can be given back) or normal; not with devdax."
+    ),
     mode: str = typer.Option("system-ram", "--mode", metavar="MODE", help="system-ram (a NUMA node) or devdax."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; change nothing (no root needed)."),
     wait: Optional[float] = WAIT_OPT,

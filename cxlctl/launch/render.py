@@ -25,8 +25,6 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     """(label, text) lines describing a plan, shared by the dry run and the real launch."""
     from cxlctl.parse import format_nodelist, format_size
 
-    from .kvplace import per_node
-
     out: List[Tuple[str, str]] = []
     for line in lp.nodesets.how:
         out.append(("nodes", line))
@@ -58,24 +56,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(("kv", line))
     who_decides, how = lp.engine.placement
     out.append(("placement", f"decided by {who_decides}: {how}"))
-    kp = lp.placement
-    if kp is not None:
-        per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
-        out.append(
-            (
-                "offload",
-                f"expected {per}"
-                + (f" (spill: {spill})" if spill else "")
-                + (
-                    f" ({per_node(kp.over_share)} beyond the weight share: a full node's share falls back "
-                    "to another node of the set)"
-                    if kp.over_share
-                    else ""
-                )
-                + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
-                + f"; decided by {kp.decided_by}",
-            )
-        )
+    if lp.placement is not None:
+        out.append(("offload", _offload(lp.placement)))
     dd = lp.devdax
     if dd is not None:
         who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
@@ -170,6 +152,27 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         w(_wrapped("cxlctl: warning: ", x, width, "  "))
     if not lp.failed:
         w("cxlctl: exec " + " ".join(shlex.quote(a) for a in lp.argv) + "\n")
+
+
+def _offload(kp: Any) -> str:
+    """The ``offload`` line: the bytes expected per node, what spills or falls back, who decides."""
+    from cxlctl.parse import format_size
+
+    from .kvplace import per_node
+
+    per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
+    over = (
+        f" ({per_node(kp.over_share)} beyond the weight share: a full node's share falls back to another node of the set)"
+        if kp.over_share
+        else ""
+    )
+    return (
+        f"expected {per}"
+        + (f" (spill: {spill})" if spill else "")
+        + over
+        + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
+        + f"; decided by {kp.decided_by}"
+    )
 
 
 def proof(rep: Dict[str, Any], c: Console) -> None:
