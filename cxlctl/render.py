@@ -634,10 +634,17 @@ def print_status(inv: Inventory, only: Optional[str] = None, measured: Optional[
     """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
     from .term import width
 
-    text = plain_status(inv, width(), only, measured) if _uncoloured(sys.stdout) else None
+    plain = _uncoloured(sys.stdout)
+    text = plain_status(inv, width(), only, measured) if plain else None
     if text is not None:
         sys.stdout.write(text)
         return
     from .term import console
 
-    render_status(inv, console(highlight=True), only, measured)
+    c = console(highlight=True)
+    if not plain:
+        render_status(inv, c, only, measured)
+        return
+    with c.capture() as cap:  # no colour to keep: the lines rich wrapped lose the spaces it left at their ends
+        render_status(inv, c, only, measured)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))

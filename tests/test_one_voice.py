@@ -483,6 +483,9 @@ def test_status_at_60_columns_cuts_no_value() -> None:
     assert "KIN " not in nodes and "1.86 Gi\n" not in nodes and "1.86 Gi " not in nodes
     wide = cli("--root", HMAT2, "status", env={"COLUMNS": "160"}, inprocess=True).stdout
     assert "NODE  KIND  CPUS" in wide  # a screen that holds the table keeps it
+    # in a pipe the lines rich wrapped (the topology's labels) keep no trailing spaces
+    piped = cli("--root", HMAT2, "status", env={"COLUMNS": "60"}).stdout
+    assert piped.count("NODE 0  KIND dram") == 1 and not [x for x in piped.splitlines() if x != x.rstrip()]
 
 
 def test_a_stale_probe_line_folds_at_80_columns(tmp_path: Any) -> None:
