@@ -360,7 +360,11 @@ def _regions(inv: Inventory, out: _Out) -> None:
                 line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
         if not daxes:
             line += "\n      → no DAX device"
-        out.line(line, highlight=False)
+        # a line longer than the screen folds on spaces under its own start (rich would wrap it to column 0)
+        out.line(
+            "\n".join(x if len(_plain(x)) <= out.width else fold(x, out.width) for x in line.split("\n")),
+            highlight=False,
+        )
 
 
 def _other_dax(inv: Inventory, out: _Out) -> None:

@@ -486,6 +486,8 @@ def test_status_at_60_columns_cuts_no_value() -> None:
     # in a pipe the lines rich wrapped (the topology's labels) keep no trailing spaces
     piped = cli("--root", HMAT2, "status", env={"COLUMNS": "60"}).stdout
     assert piped.count("NODE 0  KIND dram") == 1 and not [x for x in piped.splitlines() if x != x.rstrip()]
+    # a region's line folds under its own start, not wrapped to column 0 ("targets" / "mem1")
+    assert "\n    committed, targets mem1\n" in piped and "\nmem1" not in piped
 
 
 def test_a_stale_probe_line_folds_at_80_columns(tmp_path: Any) -> None:
