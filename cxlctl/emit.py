@@ -27,7 +27,7 @@ import sys
 # typing costs ~5 ms of start-up: only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, Optional, TextIO
+    from typing import Any, Callable, Dict, List, Optional, TextIO
 
     from cxlctl.errors import CxlctlError, StdoutError
 
@@ -154,3 +154,27 @@ def report(err: CxlctlError, json_doc: bool, stdout: Optional[TextIO]) -> int:
         except (OSError, ValueError):
             pass  # stdout itself fails: the message on stderr says enough
     return err.code
+
+
+def root_first(argv: List[str]) -> List[str]:
+    """``--root PATH`` is global (the app's option), but an operator writes it after the command
+    too (``cxlctl status --root TREE``): moved in front, so it means the same wherever it stands.
+    Nothing after ``--`` is touched (a launched program's own arguments)."""
+    moved: List[str] = []
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        if a == "--root" and i + 1 < len(argv) and i > 0:
+            moved += argv[i : i + 2]
+            i += 2
+            continue
+        if a.startswith("--root=") and i > 0:
+            moved.append(a)
+        else:
+            out.append(a)
+        i += 1
+    return moved + out

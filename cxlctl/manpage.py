@@ -46,10 +46,16 @@ def roff_escape(text: str) -> str:
     return "\n".join(lines)
 
 
+def unmarked(text: str) -> str:
+    """Help text as ``--help`` prints it: typer reads rich markup in help, so a literal ``[`` is
+    written ``\\[`` (``\\[capacity]``); the page prints the bracket."""
+    return text.replace("\\[", "[")
+
+
 def _paragraphs(text: str) -> List[str]:
     """Help text as paragraphs, with click's ``\\b`` (no rewrap) marker dropped."""
     out: List[str] = []
-    for block in re.split(r"\n\s*\n", (text or "").strip()):
+    for block in re.split(r"\n\s*\n", unmarked(text or "").strip()):
         block = block.replace("\b\n", "").replace("\b", "").strip()
         if block:
             out.append(" ".join(line.strip() for line in block.splitlines()))
@@ -95,7 +101,7 @@ def _command_block(path: str, cmd: Any, ctx: Any, heading: str = ".SS") -> str:
     for para in _paragraphs(cmd.help or ""):
         out.append(".PP\n" + roff_escape(para) + "\n")
     for term, help_text in _options(cmd, ctx):
-        out.append(f".TP\n.B {roff_escape(term)}\n{roff_escape(help_text) if help_text else ''}\n")
+        out.append(f".TP\n.B {roff_escape(term)}\n{roff_escape(unmarked(help_text)) if help_text else ''}\n")
     return "".join(out)
 
 

@@ -104,6 +104,10 @@ class _RichOut:
         self.console.print(_rich_tree(root), highlight=False)
 
     def table(self, columns: Columns, rows: List[List[str]]) -> None:
+        if not self.fits(columns, rows):  # rich would cut values to fit: one record per row instead
+            for line in _stack(columns, rows, self.width):
+                self.console.print(_m(line), soft_wrap=True, highlight=False)
+            return
         t = _table(columns)
         for r in rows:
             t.add_row(*map(_m, r))
@@ -215,6 +219,9 @@ class _PlainOut:
     def table(self, columns: Columns, rows: List[List[str]]) -> None:
         if not rows:
             raise _NotPlain("empty table")
+        if not self.fits(columns, rows):
+            self.parts.append(self._check("\n".join(_plain(x) for x in _stack(columns, rows, self.width))) + "\n")
+            return
         widths = self._widths(columns, rows)
         out = []
         for cells in [[h for h, _ in columns]] + [[_plain(c) for c in r] for r in rows]:
@@ -227,6 +234,24 @@ class _PlainOut:
 
     def fits(self, columns: Columns, rows: List[List[str]]) -> bool:
         return sum(self._widths(columns, rows)) + 2 * (len(columns) - 1) <= self.width
+
+
+def _stack(columns: Columns, rows: List[List[str]], width: int) -> List[str]:
+    """A table too wide for the screen as one record per row (markup templates): ``HEADER value``
+    pairs two spaces apart, folded between pairs (a pair is never split, a value never cut),
+    continuation lines indented 2 -- where rich would shrink the columns and cut ``dram`` to ``dra``."""
+    out: List[str] = []
+    for r in rows:
+        line, used = "", 0
+        for (h, _), cell in zip(columns, r):
+            pair, n = f"[bold]{_e(h)}[/bold] {cell}", len(h) + 1 + len(_plain(cell))
+            if used and used + 2 + n > width:
+                out.append(line)
+                line, used = "  " + pair, 2 + n
+            else:
+                line, used = (line + "  " + pair, used + 2 + n) if used else (pair, n)
+        out.append(line)
+    return out
 
 
 def _pair(a: Optional[int], b: Optional[int]) -> str:
@@ -335,7 +360,11 @@ def _regions(inv: Inventory, out: _Out) -> None:
                 line += f" → memory_tier{node.tier}" if node.tier is not None else " → no tier"
         if not daxes:
             line += "\n      → no DAX device"
-        out.line(line, highlight=False)
+        # a line longer than the screen folds on spaces under its own start (rich would wrap it to column 0)
+        out.line(
+            "\n".join(x if len(_plain(x)) <= out.width else fold(x, out.width) for x in line.split("\n")),
+            highlight=False,
+        )
 
 
 def _other_dax(inv: Inventory, out: _Out) -> None:
@@ -451,9 +480,7 @@ def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
     out.line(head, highlight=False)
     if stored.stale:
         why = "; ".join(stored.stale)
-        out.line(
-            f"[yellow]stale, not used: {_e(why)}; run cxlctl probe again[/yellow]", highlight=False, soft_wrap=True
-        )
+        out.line(f"[yellow]{_e(fold(f'stale, not used: {why}; run cxlctl probe again', out.width))}[/yellow]")
     rows = []
     for p in doc.get("pairs") or []:
         if not isinstance(p, dict):
@@ -465,8 +492,8 @@ def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
         rows.append([_e("-" if v is None else str(v)) for v in vals] + [_bw(c), _lat(c)])
     if rows:
         out.table(_MEASURED, rows)
-        out.line(
-            "[dim]FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: the kernel's HMAT/CDAT figures, CPU class (access1)[/dim]"
+        _dim_note(out)(
+            "FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: the kernel's HMAT/CDAT figures, CPU class (access1)"
         )
     for sk in doc.get("skipped") or []:
         if isinstance(sk, dict):
@@ -611,10 +638,17 @@ def print_status(inv: Inventory, only: Optional[str] = None, measured: Optional[
     """``cxlctl status`` on stdout: laid out here for a pipe or a file (no rich import), else by rich."""
     from .term import width
 
-    text = plain_status(inv, width(), only, measured) if _uncoloured(sys.stdout) else None
+    plain = _uncoloured(sys.stdout)
+    text = plain_status(inv, width(), only, measured) if plain else None
     if text is not None:
         sys.stdout.write(text)
         return
     from .term import console
 
-    render_status(inv, console(highlight=True), only, measured)
+    c = console(highlight=True)
+    if not plain:
+        render_status(inv, c, only, measured)
+        return
+    with c.capture() as cap:  # no colour to keep: the lines rich wrapped lose the spaces it left at their ends
+        render_status(inv, c, only, measured)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))

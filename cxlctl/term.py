@@ -300,7 +300,7 @@ def grid(
         return out
 
     def emit(values: List[Text], last: Optional[Text] = None) -> None:
-        parts = _row_lines(values, widths)
+        parts = _fold_last(_row_lines(values, widths), widths, c.width)
         for part in parts[:-1]:
             c.print(line(part), soft_wrap=True)
         c.print(line(parts[-1], last), soft_wrap=True)
@@ -320,6 +320,22 @@ def grid(
         emit(values, folded[0] if folded else None)
         for x in folded[1:]:
             c.print(Text(" " * (fixed + 2)).append_text(x), soft_wrap=True)
+
+
+def _fold_last(parts: List[List[Text]], widths: Sequence[int], width: int) -> List[List[Text]]:
+    """A row's lines with a last value wider than the screen folded: prose on spaces under its own
+    column; a single word (a deep path) on a line of its own there, never split."""
+    from rich.text import Text
+
+    start = sum(widths[:-1]) + 2 * (len(widths) - 1)  # where the last column begins
+    end = parts[-1][-1]
+    if len(widths) < 2 or start + end.cell_len <= width:
+        return parts
+    pieces = fold_text(end, width - start) if width - start >= 20 else [end]
+    if len(pieces) == 1 and any(x.cell_len for x in parts[-1][:-1]):
+        pieces = [Text()] + pieces
+    blank = [Text()] * (len(widths) - 1)
+    return parts[:-1] + [parts[-1][:-1] + [pieces[0]]] + [blank + [x] for x in pieces[1:]]
 
 
 def hang(c: Console, lead: Cell, body: Cell, indent: int) -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import stat
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -61,14 +61,19 @@ def test_exposition_parses_back_and_matches_the_inventory(src: str) -> None:
         )
         if n.id in inv.weighted_interleave.weights:
             assert ex.get("cxlctl_weighted_interleave_weight", node=str(n.id)) == inv.weighted_interleave.weights[n.id]
-    tiers = {t for t in (n.tier for n in inv.nodes) if t is not None}
-    assert {s["tier"] for s in ex.series("cxlctl_tier_memory_total_bytes")} == {str(t) for t in tiers}
+    # issue 44: a node's tier is a value (tier ids change with hot-plug: no label of theirs churns a series)
+    for n in inv.nodes:
+        if n.tier is not None:
+            assert ex.get("cxlctl_node_memory_tier", node=str(n.id)) == n.tier
+    assert not ex.series("cxlctl_tier_memory_total_bytes")
+    assert not [s for s in ex.series("cxlctl_node_memory_total_bytes") if "tier" in s]
     for m in inv.memdevs:
         assert ex.get("cxlctl_memdev_ram_bytes", memdev=m.name) == m.ram_size
     assert (
         ex.get("cxlctl_profile_state", state="applied") == 1 and ex.get("cxlctl_profile_state", state="observing") == 0
     )
-    assert ex.get("cxlctl_knob_drift", setting="vm.swappiness", expected="10", actual="77") == 1
+    assert ex.get("cxlctl_knob_drift", setting="vm.swappiness") == 1
+    assert set(ex.series("cxlctl_knob_drift")[0]) == {"setting"}  # no value as a label: it would churn
     assert ex.get("cxlctl_drift_settings") == 1
     assert ex.get("cxlctl_uevents_total", subsystem="cxl") == 12
     assert (
@@ -84,10 +89,10 @@ def test_exposition_parses_back_and_matches_the_inventory(src: str) -> None:
 
 def test_label_values_are_escaped() -> None:
     nasty = 'a"b\\c\nd'
-    text = metrics.build(View(None, nasty, "applied", (DriftCheck("x", nasty, "", "drift"),), None, Stats(), False))
+    text = metrics.build(View(None, nasty, "applied", (DriftCheck(nasty, "10", "", "drift"),), None, Stats(), False))
     ex = parse_exposition(text)
     assert ex.get("cxlctl_profile_info", profile=nasty) == 1
-    assert ex.get("cxlctl_knob_drift", setting="x", expected=nasty) == 1
+    assert ex.get("cxlctl_knob_drift", setting=nasty) == 1
     assert '\\"' in text and "\\n" in text and "\\\\" in text
 
 
@@ -262,3 +267,31 @@ def test_status_line_and_metrics_after_a_real_startup(tmp_path: Any) -> None:
     finally:
         d.close()
     assert json.dumps(d.stats.rescans)  # plain data
+
+
+# -- issue 44 item 9: node_exporter's conventions -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tree", ["linux-7.x/hmat2-region", "linux-7.x/hb2x2-region-ras", "linux-7.x/single-region-damon-tiering"]
+)
+def test_one_shot_metrics_follow_node_exporters_conventions(tree: str) -> None:
+    """``cxlctl daemon metrics`` runs no daemon: no ``cxlctl_up 1``.  Base units in every name; no
+    label that churns: tier ids, node lists, states or values as labels of one series."""
+    from tests.kit import FIXTURES, cli
+
+    text = cli("--root", os.path.join(FIXTURES, tree), "daemon", "metrics", check=True).stdout
+    ex = parse_exposition(text)
+    assert not ex.series("cxlctl_up") and ex.get("cxlctl_ready") == 0
+    names = {n for n, _ in ex.samples}
+    bad_units = [n for n in names if re.search(r"_(mbps|ms|ns|us|kb|kib|mb|mib|percent|pages_per_second)(_|$)", n)]
+    assert not bad_units, bad_units
+    churn = {lab for _, labs in ex.samples for lab, _ in labs} & {"tier", "nodes", "expected", "actual"}
+    assert not churn, churn
+    for name in ("cxlctl_capacity_state", "cxlctl_profile_state", "cxlctl_damon_kdamond_state"):
+        by_obj: Dict[Tuple[Tuple[str, str], ...], List[float]] = {}
+        for n, labs in ex.samples:
+            if n == name:
+                key = tuple(sorted((k, v) for k, v in labs if k != "state"))
+                by_obj.setdefault(key, []).append(ex.samples[(n, labs)])
+        assert all(sum(v) <= 1 and len(v) > 1 for v in by_obj.values()), (name, by_obj)  # every state a series

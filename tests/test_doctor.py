@@ -672,3 +672,65 @@ def test_vllm_cpu_backend_placement_warns_on_a_cxl_host(fakes: Any, monkeypatch:
     c = one(checks, "inference.placement")
     assert c.result == "warn" and "the KV cache is on DRAM, never on CXL node(s) 1" in c.message
     assert c.evidence[0].value.startswith("placement decided by both")
+
+
+# --------------------------------------------------------------------------- issue 44: drivers sysfs proves
+
+
+@pytest.mark.parametrize("tree", ["hmat2-region", "hmat2-noregion", "pool-hotadd", "pool-hotremoved"])
+def test_a_builtin_driver_sysfs_shows_at_work_is_not_reported_unloaded(tree: str) -> None:
+    """Issue 44 item 1: no kernel config, cxl_port built in without parameters (no /sys/module/
+    cxl_port), yet its decoders are there: it works.  Doctor said "cxl_port is not loaded" and
+    exited 1 on a healthy host."""
+    root = os.path.join(FIXTURES, "linux-6.12", tree)
+    p = cli("--root", root, "doctor", "--json", inprocess=True)
+    assert p.returncode == 0, p.stdout
+    checks = json.loads(p.stdout)["checks"]
+    assert not [c for c in checks if c["id"] == "kernel.modules.cxl_port"]
+    (mods,) = [c for c in checks if c["id"] == "kernel.modules"]
+    assert "cxl_port (working)" in mods["message"]
+    assert mods["evidence"][3]["source"].endswith("/sys/bus/cxl/devices")
+    assert mods["evidence"][3]["value"].startswith("decoder1.0 ")
+
+
+def test_no_config_and_no_proof_is_cannot_tell_and_a_driver_directory_is_proof(tmp_path: Any) -> None:
+    root = copy_fixture(os.path.join(FIXTURES, "linux-6.12", "hmat2-region"), os.path.join(str(tmp_path), "t"))
+    for d in glob_dirs(root, "sys/bus/cxl/devices/decoder[1-9]*"):
+        os.unlink(d)
+    _, checks = doc(root)
+    c = one(checks, "kernel.modules.cxl_port")
+    assert c.result == "cannot-check" and c.message.startswith("cannot tell whether cxl_port is built in")
+    assert exit_code(checks) == 0
+    os.makedirs(root + "/sys/bus/cxl/drivers/cxl_port")
+    _, checks = doc(root)
+    assert "cxl_port (working)" in one(checks, "kernel.modules").message
+    assert not [x for x in checks if x.id == "kernel.modules.cxl_port"]
+
+
+def test_a_kernel_without_cxl_says_not_built_once_and_never_modprobe(tmp_path: Any) -> None:
+    """Issue 44 item 1: config says the CXL options are not set: kernel.config.X says so with
+    its fix; kernel.modules does not repeat it as a second failure, and no fix says modprobe."""
+    root = copy_fixture(os.path.join(FIXTURES, "linux-7.x", "single-noregion-doctor"), os.path.join(str(tmp_path), "t"))
+    (cfg,) = glob_dirs(root, "usr/lib/modules/*/config")
+    text = "".join(
+        f"# {line.split('=')[0]} is not set\n" if line.startswith(("CONFIG_CXL", "CONFIG_DEV_DAX")) else line
+        for line in open(cfg).readlines()
+    )
+    edit(root, cfg[len(root) :], text)
+    mods = [
+        x for x in read(root, "/proc/modules").splitlines() if not x.startswith(("cxl", "dax", "device_dax", "kmem"))
+    ]
+    edit(root, "/proc/modules", "\n".join(mods) + "\n")
+    edit(root, "/proc/iomem", "".join(x for x in read(root, "/proc/iomem").splitlines(True) if "CXL Window" not in x))
+    _, checks = doc(root)
+    assert not [c.id for c in checks if c.id.startswith("kernel.modules.")]
+    assert "not built (kernel.config): cxl_acpi, cxl_pci" in one(checks, "kernel.modules").message
+    assert one(checks, "kernel.config.CXL_PORT").result == "fail"
+    assert not [c.id for c in checks if "modprobe" in c.fix], [c.fix for c in checks if "modprobe" in c.fix]
+    assert one(checks, "firmware.cxl-windows").fix == "a kernel with CONFIG_CXL_ACPI=m (kernel.config)"
+
+
+def glob_dirs(root: str, pattern: str) -> List[str]:
+    import glob
+
+    return sorted(glob.glob(os.path.join(root, pattern)))

@@ -140,5 +140,5 @@ def test_memory_failure_rate_and_metric() -> None:
     bld = Builder()
     _telemetry(bld, T())  # type: ignore[arg-type]
     out = bld.render()
-    assert 'node_memory_failure_pages_total{node="1",kind="cxl",tier="5",result="total"} 24' in out
+    assert 'node_memory_failure_pages_total{node="1",kind="cxl",result="total"} 24' in out
     assert 'verdict{verdict="memory-failure"} 1' in out

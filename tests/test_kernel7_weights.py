@@ -106,7 +106,7 @@ def _launch_on_7x_hmat(tmp_path: Any, manual: bool) -> Dict[str, Any]:
         for name, value in (("node0", "19"), ("node2", "8"), ("node3", "3"), ("auto", "false")):
             with open(os.path.join(wi, name), "w") as f:
                 f.write(value + "\n")
-    return dry(root, "exec", ["--policy", "weighted-interleave", "--mem-nodes", "0,2,3"], ["true"])
+    return dry(root, "exec", ["--policy", "weighted-interleave", "--mem-nodes", "0,2,3", "--set-weights"], ["true"])
 
 
 def test_launch_switching_auto_back_on_does_not_name_the_files_old_weights(tmp_path: Any) -> None:

@@ -133,12 +133,39 @@ def test_weighted_interleave_split_and_fallback(region: str) -> None:
     falls back to the nearest node with room (spill)."""
     inv = scan(Host(region))
     pol = Policy("weighted-interleave", (0, 1), (0,), (0,), ((0, 3), (1, 1)))
-    got, spill, unplaced = kvplace.expected(inv, pol, 400 * MIB, (1,))
-    assert got == {0: 300 * MIB, 1: 100 * MIB} and spill == {} and unplaced == 0
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 400 * MIB, (1,))
+    assert got == {0: 300 * MIB, 1: 100 * MIB} and spill == {} == over and unplaced == 0
     pol = Policy("weighted-interleave", (0, 1), (0,), (0,), ((0, 1), (1, 3)))
     free1 = _free(region, 1)
-    got, spill, unplaced = kvplace.expected(inv, pol, 1 << 30, (1,))
-    assert got[1] == free1 and spill == {0: (3 << 30) // 4 - free1} and unplaced == 0
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 1 << 30, (1,))
+    # node 0 is in the set: what falls back to it is a placement (over its share), not a spill
+    assert got[1] == free1 and spill == {} and over == {0: (3 << 30) // 4 - free1} and unplaced == 0
+    # a policy whose set leaves node 0 out: there it is a spill
+    pol = Policy("preferred", (1,), (0,), (0,), ())
+    got, spill, unplaced, over = kvplace.expected(inv, pol, 1 << 30, (1,))
+    assert got[1] == free1 and spill == {0: (1 << 30) - free1} and over == {} and unplaced == 0
+
+
+def test_a_fallback_onto_a_node_of_the_set_is_placed_not_refused(hmat2: str) -> None:
+    """Issue 44 item 2: on hmat2 (DRAM 0 with 1.7 GiB free, CXL 2 full at 248 MiB, weights 19:8:3) a
+    1 GiB offload under the engine's weighted interleave over 0,2-3: node 2's share beyond its free
+    memory falls back to node 0, which is in the set.  It was refused ("would spill to node(s) 0",
+    exit 2) for vLLM with --no-kv-tmpfs and for SGLang's anonymous host cache."""
+    for engine, opts, args in (
+        ("vllm", ["--kv-size", "1G", "--no-kv-tmpfs"], ["serve", "m"]),
+        ("sglang", ["--kv-size", "1G"], ["--model-path", "m"]),
+    ):
+        p = cli("--root", hmat2, "launch", engine, "--dry-run", "--json", *opts, "--", *args, rc=0)  # no --force
+        doc = json.loads(p.stdout)
+        ko = doc["kv_offload"]
+        assert ko["spill_bytes_per_node"] == {} and ko["unplaced_bytes"] == 0, engine
+        over = ko["over_share_bytes_per_node"]
+        assert list(over) == ["0"] and over["0"] > 0, engine
+        assert ko["expected_bytes_per_node"]["2"] == _free(hmat2, 2)
+        assert sum(ko["expected_bytes_per_node"].values()) == ko["bytes"]
+        assert not any(w.startswith("--force") for w in doc["warnings"])
+    p = cli("--root", hmat2, "launch", "sglang", "--kv-size", "1G", "--dry-run", "--", "--model-path", "m", rc=0)
+    assert "beyond the weight share" in " ".join(p.stdout.split())
 
 
 def test_numa_balancing_note_says_reclaim_still_demotes(region: str, capsys: Any, tmp_path: Any) -> None:
@@ -166,13 +193,13 @@ def test_row1_bandwidth_weighted_host_offload_on_cxl_engine_dram_first(hmat2: st
     """Issue 34 row 1 on the recorded HMAT host, whose bandwidth weights are 19:8:3 (the issue's
     20:8:3 host): with --kv-size alone the whole offload is on the CXL nodes while the engine keeps
     the DRAM-first weighted interleave; with --no-kv-tmpfs the plan says 19/30 of it lands on DRAM."""
-    doc = dry(hmat2, "vllm", ["--kv-size", "64M"], ["serve", "m"])
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--set-weights"], ["serve", "m"])
     ko = doc["kv_offload"]
     assert doc["policy"]["mode"] == "weighted-interleave" and doc["policy"]["weights"] == {"0": 19, "2": 8, "3": 3}
     assert ko["mechanism"] == "tmpfs" and ko["on_cxl"] and ko["nodes"] == [2, 3] and doc["tmpfs"]["mpol"] == "bind"
     # vLLM reads 0.06 GiB of 64 MiB (0.01 GiB steps); bind fills node 2 first (node 0's zonelist: tie, lower id)
     assert ko["expected_bytes_per_node"] == {"2": ko["bytes"]} and ko["bytes"] == int(0.06 * (1 << 30))
-    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--no-kv-tmpfs"], ["serve", "m"])
+    doc = dry(hmat2, "vllm", ["--kv-size", "64M", "--no-kv-tmpfs", "--set-weights"], ["serve", "m"])
     ko = doc["kv_offload"]
     got = {int(n): b for n, b in ko["expected_bytes_per_node"].items()}
     assert ko["mechanism"] == "policy" and not ko["on_cxl"] and doc["tmpfs"] is None
@@ -255,3 +282,62 @@ def test_policy_show_and_stat_count_the_offload_file_pages(capsys: Any, tmp_path
     (proc,) = stat["processes"]
     assert proc["shm"] == {"/dev/shm/vllm_offload_cxltel.mmap\\040(deleted)": {"0": 512}}
     assert any(v["id"] == "kv-offload-not-on-cxl" for v in stat["verdicts"])
+
+
+def test_a_launch_changes_the_system_wide_weights_only_when_asked(hmat2: str) -> None:
+    """Issue 44 item 7: on hmat2 (bandwidth weights 19:8:3, the files 1:1:1) a launch planned the
+    bandwidth weights, a host-wide change, without being asked.  Now it uses the weights in effect
+    and says what --set-weights would change; --set-weights (or --ratio) plans the change."""
+    p = cli("--root", hmat2, "launch", "exec", "--dry-run", "--json", "--", "true", rc=0)
+    doc = json.loads(p.stdout)
+    assert doc["weights"]["changes"] == [] and doc["weights"]["source"] == "current"
+    assert doc["policy"]["weights"] == {"0": 1, "2": 1, "3": 1}
+    (note,) = [n for n in doc["notes"] if n.startswith("weights not changed")]
+    assert "--set-weights would set them from bandwidth (node0 1->19, node2 1->8, node3 1->3)" in note
+    assert not any("system-wide" in w for w in doc["warnings"])
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--set-weights", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["weights"]["source"] == "bandwidth" and doc["weights"]["changes"]
+    assert doc["policy"]["weights"] == {"0": 19, "2": 8, "3": 3}
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--ratio", "3:1", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["weights"]["source"] == "ratio" and doc["weights"]["changes"]
+
+
+def test_kv_size_auto_counts_the_engines_other_memory_on_cxl(hmat2: str, tmp_path: Any) -> None:
+    """Issue 44 item 4: --kv-size auto took 90 % of the CXL nodes' free memory while the default
+    weighted interleave (1:1:1 over 0, 2, 3 here: two thirds on CXL) puts the engine's own memory
+    there too.  With a local model directory its weight files' CXL share is kept free and the plan
+    says so; without one the plan says it is not counted."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 256}')
+    with open(model / "model.safetensors", "wb") as f:
+        f.truncate(300 * MIB)  # sparse: its size is what counts
+    free = _free(hmat2, 2) + _free(hmat2, 3)
+    doc = json.loads(
+        cli(
+            "--root", hmat2, "launch", "exec", "--kv-size", "auto", "--dry-run", "--json", "--", "true", str(model)
+        ).stdout
+    )
+    kv = doc["kv"]
+    assert kv["others_on_cxl"] == 200 * MIB and kv["reserve"] == free // 10
+    assert kv["bytes"] == free - free // 10 - 200 * MIB
+    (note,) = [n for n in doc["notes"] if n.startswith("--kv-size auto")]
+    assert "minus the engine's other memory there (200 MiB" in note and "67% of it on CXL" in note
+    doc = json.loads(
+        cli("--root", hmat2, "launch", "exec", "--kv-size", "auto", "--dry-run", "--json", "--", "true").stdout
+    )
+    assert doc["kv"]["others_on_cxl"] == 0 and doc["kv"]["bytes"] == free - free // 10
+    (note,) = [n for n in doc["notes"] if n.startswith("--kv-size auto")]
+    assert "goes 67% to CXL under its weighted-interleave policy too, not counted" in note
+    # a bind policy to DRAM puts none of it there: nothing to count
+    doc = json.loads(
+        cli(
+            "--root", hmat2, "launch", "exec", "--policy", "bind", "--mem-nodes", "0", "--kv-size", "auto",
+            "--dry-run", "--json", "--", "true", str(model),
+        ).stdout
+    )  # fmt: skip
+    assert doc["kv"]["others_on_cxl"] == 0

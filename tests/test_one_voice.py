@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
-from tests.kit import FIXTURES, cli, copy_fixture, fixture_id, fixture_roots
+from tests.kit import FIXTURES, REPO, cli, copy_fixture, fixture_id, fixture_roots
 
 K7 = os.path.join(FIXTURES, "linux-7.x")
 HMAT2 = os.path.join(K7, "hmat2-region")
@@ -306,19 +306,19 @@ def _layout_faults(out: str, width: int, whole: Set[str]) -> List[str]:
     return faults
 
 
-def _check_views(root: str, views: Sequence[Sequence[str]]) -> List[str]:
-    """Each view at 80 and 160 columns.  A word both widths print is whole; one only either
-    prints is checked against the view at 1,000 columns, where nothing folds (run only then)."""
+def _check_views(root: str, views: Sequence[Sequence[str]], widths: Sequence[int] = (80, 160)) -> List[str]:
+    """Each view at 80 and 160 columns (or ``widths``).  A word every width prints is whole; one
+    only some print is checked against the view at 1,000 columns, where nothing folds (run only then)."""
     faults = []
     for argv in views:
         outs = {}
-        for width in (80, 160):
+        for width in widths:
             p = cli("--root", root, *argv, env={"COLUMNS": str(width)}, inprocess=True)
             assert "Traceback" not in p.stderr and p.returncode in (0, 1, 2, 3), (argv, p.stderr)
             outs[width] = p.stdout
         words = {w: _words_with_slash(o) for w, o in outs.items()}
-        whole = words[80] & words[160]
-        if words[80] ^ words[160]:
+        whole = set.intersection(*words.values())
+        if set.union(*words.values()) != whole:
             whole = _words_with_slash(cli("--root", root, *argv, env={"COLUMNS": "1000"}, inprocess=True).stdout)
         for width, out in outs.items():
             faults += [f"{' '.join(argv)} @{width}: {f}" for f in _layout_faults(out, width, whole)]
@@ -380,3 +380,146 @@ def test_region_create_all_stops_when_the_last_region_took_the_rest() -> None:
     from cxlctl.regions.planner import Request
 
     assert _next(Host(HB2X2), Request()) is None
+
+
+# -- issue 44 item 11: every command's help, tune show/list at 60 columns, the narrow views -----
+
+TUNE_VIEWS = (
+    ("tune", "list"),
+    ("tune", "show", "inference-damon"),
+    ("tune", "show", "inference-bandwidth"),
+    ("tune", "show", "inference-capacity"),
+    ("tune", "show", "latency-strict"),
+)
+
+
+def test_tune_show_and_list_fit_60_80_and_160_columns(tmp_path: Any) -> None:
+    """``tune show inference-damon`` printed a 139-column line at 80 (its DAMON value), ``inference-
+    bandwidth`` a 103-column one and a summary with a trailing space; ``tune list`` under a deep
+    ``--root`` a 128-column path (a user profile, named now as the host sees it)."""
+    t = os.path.join(str(tmp_path), "a-rather-long-directory-name-for-a-recorded-tree", "copy")
+    copy_fixture(HMAT2, t)
+    os.makedirs(os.path.join(t, "etc/cxlctl/profiles"))
+    with open(os.path.join(t, "etc/cxlctl/profiles/site-inference.toml"), "w") as f:
+        f.write(
+            'summary = "a site profile whose summary is long enough to fold at 80"\ninclude = "inference-capacity"\n'
+        )
+    faults = _check_views(t, TUNE_VIEWS, (60, 80, 160))
+    assert not faults, "\n".join(faults[:20])
+    out = cli("--root", t, "tune", "list", env={"COLUMNS": "80"}, inprocess=True).stdout
+    assert re.search(r"^site-inference +/etc/cxlctl/profiles/site-inference.toml$", out, re.M) and t not in out
+    assert t in cli("--root", t, "tune", "list", "--json", inprocess=True).stdout  # the JSON keeps the file read
+
+
+def _commands() -> List[Tuple[str, ...]]:
+    import typer
+
+    from cxlctl.cli.app import app
+
+    out: List[Tuple[str, ...]] = []
+
+    def walk(cmd: Any, path: Tuple[str, ...]) -> None:
+        out.append(path)
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            if not getattr(sub, "hidden", False):
+                walk(sub, path + (name,))
+
+    walk(typer.main.get_command(app), ())
+    return out
+
+
+def test_every_commands_help_fits_80_and_160_columns() -> None:
+    """No line over the width, no path or flag split (rich's help panels pad each line to the
+    width: trailing spaces are not checked here)."""
+    cmds = _commands()
+    assert ("capacity", "adopt") in cmds and len(cmds) > 40
+    faults = []
+    for path in cmds:
+        outs = {w: cli(*path, "--help", env={"COLUMNS": str(w)}, inprocess=True).stdout for w in (80, 160)}
+        whole = _words_with_slash(cli(*path, "--help", env={"COLUMNS": "1000"}, inprocess=True).stdout)
+        for w, out in outs.items():
+            assert "Usage: cxlctl" in out, (path, out[:200])
+            faults += [
+                f"{' '.join(path)} --help @{w}: {f}"
+                for f in _layout_faults(out, w, whole)
+                if not f.startswith(("trailing spaces", "misaligned"))
+            ]
+    assert not faults, "\n".join(faults[:20])
+
+
+def test_no_help_text_loses_a_bracket_to_rich_markup() -> None:
+    """typer reads rich markup in help: ``[capacity]`` in ``capacity adopt``'s help vanished from
+    ``--help``.  Every help text, as rich reads it, says what it says (``\\[`` for a bracket),
+    and the man page prints the bracket."""
+    import typer
+    from rich.text import Text
+
+    from cxlctl.cli.app import app
+    from cxlctl.manpage import unmarked
+
+    texts: List[Tuple[str, str]] = []
+
+    def walk(cmd: Any, path: str) -> None:
+        texts.append((path, cmd.help or ""))
+        texts.extend((f"{path} {p.name}", getattr(p, "help", None) or "") for p in cmd.params)
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "cxlctl")
+    eaten = [(where, t) for where, t in texts if Text.from_markup(t).plain != unmarked(t)]
+    assert not eaten, eaten
+    out = cli("capacity", "adopt", "--help", env={"COLUMNS": "160"}, inprocess=True).stdout
+    assert "the daemon's [capacity] adopt does" in out
+    with open(os.path.join(REPO, "cxlctl/man/cxlctl-capacity.1")) as f:
+        assert "the daemon's [capacity] adopt does" in f.read()
+
+
+def test_status_at_60_columns_cuts_no_value() -> None:
+    """rich shrank the NUMA table's columns to fit 60 columns: ``KIN dra 1.86 Gi``.  A table too
+    wide for the screen is one record per row instead, every value whole."""
+    out = cli("--root", HMAT2, "status", env={"COLUMNS": "60"}, inprocess=True).stdout
+    nodes = out[out.index("NUMA nodes") :]
+    assert "NODE 0  KIND dram  CPUS 0-1  SIZE 1.86 GiB  FREE 1.72 GiB" in nodes
+    assert "KIN " not in nodes and "1.86 Gi\n" not in nodes and "1.86 Gi " not in nodes
+    wide = cli("--root", HMAT2, "status", env={"COLUMNS": "160"}, inprocess=True).stdout
+    assert "NODE  KIND  CPUS" in wide  # a screen that holds the table keeps it
+    # in a pipe the lines rich wrapped (the topology's labels) keep no trailing spaces
+    piped = cli("--root", HMAT2, "status", env={"COLUMNS": "60"}).stdout
+    assert piped.count("NODE 0  KIND dram") == 1 and not [x for x in piped.splitlines() if x != x.rstrip()]
+    # a region's line folds under its own start, not wrapped to column 0 ("targets" / "mem1")
+    assert "\n    committed, targets mem1\n" in piped and "\nmem1" not in piped
+
+
+def test_a_stale_probe_line_folds_at_80_columns(tmp_path: Any) -> None:
+    from tests.test_probe import FIG, _tree
+
+    root = _tree(tmp_path, "linux-6.12/single-region", FIG)
+    path = f"{root}/var/lib/cxlctl/probe.json"
+    with open(path) as f:
+        doc = json.load(f)
+    doc["boot_id"] = "another-boot"
+    for n in doc["nodes"].values():
+        for m in n["memdevs"]:
+            m["serial"] = 1
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    out = cli("--root", root, "status", env={"COLUMNS": "80"}, inprocess=True).stdout
+    assert "stale, not used:" in out
+    assert not _layout_faults(out, 80, _words_with_slash(out)), _layout_faults(out, 80, _words_with_slash(out))
+
+
+def test_policy_show_is_drawn_like_every_other_view() -> None:
+    from tests.test_engines_recorded import SERVE, _serve_processes
+
+    roles = _serve_processes()
+    out = cli("--root", SERVE, "policy", "show", str(roles["worker"]), env={"COLUMNS": "80"}, inprocess=True).stdout
+    assert not set("┏┃━┡│└┘┌┐─") & set(out), out
+    assert "NODE  " in out and "ANON SHARE" in out
+    assert not _layout_faults(out, 80, _words_with_slash(out)), _layout_faults(out, 80, _words_with_slash(out))
+
+
+def test_stat_names_its_short_headers() -> None:
+    out = cli("--root", HMAT2, "stat", env={"COLUMNS": "80"}, inprocess=True).stdout
+    words = " ".join(out.split())
+    assert "candid.: pgpromote_candidate" in words
+    assert "dem-ksw, dem-dir, dem-oth: pgdemote_kswapd, pgdemote_direct, the other pgdemote_*" in words

@@ -250,8 +250,9 @@ def test_doctor_agrees_when_the_figures_match_and_flags_a_collapsed_tier(tmp_pat
 def test_daemon_metrics_export_the_stored_figures(tmp_path: Any) -> None:
     root = _tree(tmp_path, "linux-6.12/single-region", FIG)
     out = cli("--root", root, "daemon", "metrics", inprocess=True).stdout
-    assert 'cxlctl_measured_read_bandwidth_mbps{cpu_node="0",node="1"} 4000' in out
-    assert 'cxlctl_measured_latency_ns{cpu_node="0",node="0"} 100' in out
+    # base units (issue 44): MB/s as bytes per second, ns as seconds
+    assert 'cxlctl_measured_read_bandwidth_bytes_per_second{cpu_node="0",node="1"} 4000000000' in out
+    assert 'cxlctl_measured_latency_seconds{cpu_node="0",node="0"} 1e-07' in out
     assert "cxlctl_measured_stale 0" in out
 
 

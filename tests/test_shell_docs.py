@@ -110,3 +110,16 @@ def test_roff_escape() -> None:
     assert manpage.roff_escape(".hidden\n'quote") == "\\&.hidden\n\\&'quote"
     assert manpage.roff_escape("a\\b") == "a\\eb"
     assert manpage.roff_escape("dram-cxl") == "dram-cxl"
+
+
+def test_bash_completes_values_of_the_host(tmp_path: Path) -> None:
+    """Issue 44 item 8: profiles, regions, memdevs, DAX devices and list kinds, not only command names
+    (--root given on the line: its tree's names)."""
+    from tests.kit import FIXTURES
+
+    r = os.path.join(FIXTURES, "linux-7.x", "hmat2-region")
+    assert _complete_bash(tmp_path, f"cxlctl --root {r} tune show inference-c", 5) == ["inference-capacity"]
+    assert _complete_bash(tmp_path, f"cxlctl --root {r} region destroy ''", 5) == ["region0", "region1"]
+    assert _complete_bash(tmp_path, f"cxlctl --root {r} capacity adopt m", 5) == ["mem0", "mem1"]
+    assert _complete_bash(tmp_path, f"cxlctl --root {r} dax reconfigure ''", 5) == ["dax0.0", "dax1.0"]
+    assert _complete_bash(tmp_path, "cxlctl list r", 2) == ["regions"]

@@ -94,7 +94,7 @@ def adopt(
     host: Host,
     memdevs: List[str],
     mode: str,
-    zone: str,
+    zone: Optional[str],
     dry_run: bool,
     json_out: bool,
     log: Callable[[str], None],
@@ -116,7 +116,12 @@ def adopt(
             hint="e.g. `cxlctl capacity adopt mem1` (`cxlctl capacity` lists the free ones)",
         )
     mode = choice(mode, ad.MODES, "--mode")
-    zone = choice(zone, ad.ZONES, "--zone")
+    if zone is not None and mode == "devdax":  # as region create refuses it (regions.request.zone)
+        raise UsageError(
+            f"--zone {zone} has no effect with --mode devdax: a devdax device is not onlined as memory",
+            hint="drop --zone, or use --mode system-ram",
+        )
+    zone = choice(zone or "movable", ad.ZONES, "--zone")
     done = ad.adopt(host, memdevs, mode, zone, log, dry_run=True)
     if not dry_run:
         need_root("capacity adopt")

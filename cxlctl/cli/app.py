@@ -28,7 +28,7 @@ from .record import record
 from .region import dax_app, region_app
 from .shell import completing, completion, enable
 from .stat import stat
-from .status import status
+from .status import list_cmd, status
 from .top import top
 from .tune import tune_app
 
@@ -84,6 +84,7 @@ def make_app() -> typer.Typer:
     )
     a.callback()(main)
     a.command()(status)
+    a.command("list", cls=Command)(list_cmd)
     a.command(cls=Command)(record)
     a.command(cls=Command)(stat)
     a.command(cls=Command)(top)

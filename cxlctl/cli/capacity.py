@@ -50,11 +50,13 @@ def release_cmd(
 @capacity_app.command("adopt", cls=Command)
 def adopt_cmd(
     memdevs: Optional[List[str]] = argument(None, "MEMDEV...", "Free memdevs to build into regions (memN, as listed)."),
-    zone: str = typer.Option("movable", "--zone", metavar="ZONE", help="movable (can be given back) or normal."),
+    zone: Optional[str] = typer.Option(
+        None, "--zone", metavar="ZONE", help="movable (the default: can be given back) or normal; not with devdax."
+    ),
     mode: str = typer.Option("system-ram", "--mode", metavar="MODE", help="system-ram (a NUMA node) or devdax."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; change nothing (no root needed)."),
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Build each hot-added memdev into a region of its own and online it, as the daemon's [capacity] adopt does."""
+    r"""Build each hot-added memdev into a region of its own and online it, as the daemon's \[capacity] adopt does."""
     adopt(host(), memdevs or [], mode, zone, dry_run, json_out, logger(False), wait, progress_bar(json_out), need_root)

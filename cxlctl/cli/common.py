@@ -34,7 +34,7 @@ import typer
 from cxlctl.emit import SCHEMA_VERSION as SCHEMA_VERSION
 from cxlctl.emit import emit_json as emit_json
 from cxlctl.emit import fold_for_terminal as fold_for_terminal
-from cxlctl.emit import guarded
+from cxlctl.emit import guarded, root_first
 from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.hostio.host import Host
 from cxlctl.progress import ProgressFn
@@ -192,7 +192,7 @@ def _run(app: typer.Typer, argv: List[str]) -> int:
         # without standalone mode click *returns* the code of a ``typer.Exit(code)``
         # raised inside a command instead of raising it: dropping that return value
         # made ``cxlctl daemon``'s failures and ``health``'s errors exit 0
-        rv = command_of(app)(args=argv, prog_name="cxlctl", standalone_mode=False)
+        rv = command_of(app)(args=root_first(argv), prog_name="cxlctl", standalone_mode=False)
     except CxlctlError:
         raise
     except typer.Exit as e:  # --version, --help

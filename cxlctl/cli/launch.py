@@ -48,7 +48,14 @@ RATIO_OPT = typer.Option(
     None,
     "--ratio",
     metavar="D:C",
-    help="Weighted-interleave weights DRAM:CXL (system-wide; journaled, undone by `cxlctl tune revert`).",
+    help="Set the weighted-interleave weights DRAM:CXL (system-wide: implies --set-weights; journaled, undone by "
+    "`cxlctl tune revert`).",
+)
+SET_WEIGHTS_OPT = typer.Option(
+    False,
+    "--set-weights",
+    help="Set the system-wide weighted-interleave weights from bandwidth for this launch (journaled, undone by "
+    "`cxlctl tune revert`). Without it (or --ratio) a launch uses the weights in effect and changes no host setting.",
 )
 GPUS_OPT = typer.Option(
     None, "--gpus", metavar="LIST", help="GPUs in use: indices in PCI order (0,1 | 0-3 | all) or PCI addresses."
@@ -112,7 +119,7 @@ POOL_OPT = typer.Option(
     None,
     "--devdax-pool-id",
     metavar="ID",
-    help="With --devdax: the shared CXL pool's id (LMCache/Mooncake pool builds).",
+    help="With --devdax: the shared CXL pool's id (pool builds of LMCache or Mooncake).",
 )
 OFFSET_OPT = typer.Option(
     None, "--devdax-offset", metavar="BYTES", help="With --devdax-pool-id: this process' offset in the pool."
@@ -153,6 +160,7 @@ def exec_cmd(
     cpu_nodes: Optional[str] = CPU_OPT,
     mem_nodes: Optional[str] = MEM_OPT,
     ratio: Optional[str] = RATIO_OPT,
+    set_weights: bool = SET_WEIGHTS_OPT,
     gpus: Optional[str] = GPUS_OPT,
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
@@ -182,6 +190,7 @@ def vllm_cmd(
     cpu_nodes: Optional[str] = CPU_OPT,
     mem_nodes: Optional[str] = MEM_OPT,
     ratio: Optional[str] = RATIO_OPT,
+    set_weights: bool = SET_WEIGHTS_OPT,
     gpus: Optional[str] = GPUS_OPT,
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
@@ -213,6 +222,7 @@ def sglang_cmd(
     cpu_nodes: Optional[str] = CPU_OPT,
     mem_nodes: Optional[str] = MEM_OPT,
     ratio: Optional[str] = RATIO_OPT,
+    set_weights: bool = SET_WEIGHTS_OPT,
     gpus: Optional[str] = GPUS_OPT,
     kv_size: Optional[str] = KV_OPT,
     reserve: Optional[str] = RESERVE_OPT,
@@ -247,6 +257,7 @@ def lmcache_cmd(
     cpu_nodes: Optional[str] = CPU_OPT,
     mem_nodes: Optional[str] = MEM_OPT,
     ratio: Optional[str] = RATIO_OPT,
+    set_weights: bool = SET_WEIGHTS_OPT,
     gpus: Optional[str] = GPUS_OPT,
     engine_cmd: Optional[str] = typer.Option(
         None, "--engine-cmd", metavar="CMD", help="The LMCache command (default: `lmcache`)."

@@ -81,7 +81,11 @@ def argument(default: Any, metavar: str, help: str, *, number: Optional[Callable
     """``typer.Argument`` with an upper-case metavar and no type column in the help (with :class:`Command`).
 
     ``number``: an :func:`integer` parser for a numeric argument (``policy show PID``)."""
-    return typer.Argument(default, metavar=metavar, help=help, parser=number or _text)
+    from cxlctl.completions import completer  # values of the host: profiles, memdevs, regions, DAX devices
+
+    return typer.Argument(
+        default, metavar=metavar, help=help, parser=number or _text, autocompletion=completer(metavar)
+    )
 
 
 def seconds(text: str) -> float:

@@ -203,6 +203,7 @@ def destroy_cmd(
     force: bool = typer.Option(
         False, "--force", "-f", help="Offline the region's memory first (it must not be in use)."
     ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be done; change nothing (no root needed)."),
     wait: Optional[float] = WAIT_OPT,
     verbose: bool = VERBOSE_OPT,
     json_out: bool = JSON_OPT,
@@ -217,6 +218,12 @@ def destroy_cmd(
 
     h = host()
     check_destroy_target(h, region)
+    if dry_run:
+        from cxlctl.regions.program import destroy_plan
+
+        plan = destroy_plan(h, region, force)
+        emit_json(plan) if json_out else typer.echo("".join(f"would {s}\n" for s in plan["steps"]), nl=False)
+        return
     need_root("region destroy")
     with progress_bar(json_out) as progress:
         d = destroy_region(h, region, force, logger(verbose), wait=wait, progress=progress)

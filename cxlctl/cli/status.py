@@ -11,7 +11,8 @@ from typing import List
 
 import typer
 
-from .common import host
+from .common import JSON_OPT, host
+from .params import argument
 
 
 def status(
@@ -46,3 +47,15 @@ def status(
     code = run(host(), json_out, f if f.given else None)
     if code:
         raise typer.Exit(code)
+
+
+def list_cmd(
+    kind: str = argument(..., "KIND", "memdevs, regions, dax or nodes."),
+    output: str = typer.Option("default", "--output", "-o", metavar="FORMAT", help="default, wide, name or json."),
+    no_headers: bool = typer.Option(False, "--no-headers", help="No header row."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """One row per memdev, region, DAX device or NUMA node, for scripts (as `cxl list` or `kubectl get`)."""
+    from cxlctl.listing import run
+
+    run(host(), kind, "json" if json_out else output, not no_headers)

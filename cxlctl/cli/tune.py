@@ -62,13 +62,14 @@ def list_cmd(json_out: bool = JSON_OPT) -> None:
     """List built-in and user profiles (/etc/cxlctl/profiles)."""
     from cxlctl.tuning.command import profile_rows
 
-    rows = profile_rows(host())
+    h = host()
+    rows = profile_rows(h)
     if json_out:
         _emit({"profiles": rows})
         return
     from cxlctl.tuning import render
 
-    render.profiles(rows, _console())
+    render.profiles(rows, _console(), h.root)
 
 
 @tune_app.command("show", cls=Command)
@@ -163,7 +164,9 @@ def apply_cmd(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan; write nothing."),
     persist: bool = typer.Option(
-        False, "--persist", help="Also write /etc/sysctl.d/90-cxlctl.conf and /var/lib/cxlctl/active-profile."
+        False,
+        "--persist",
+        help="Also write the sysctl file (/etc/sysctl.d/90-cxlctl.conf) and record the profile as active (in /var/lib/cxlctl).",
     ),
     wait: Optional[float] = WAIT_OPT,
     json_out: bool = JSON_OPT,

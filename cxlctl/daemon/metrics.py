@@ -102,6 +102,8 @@ class View(NamedTuple):
     measured: Optional[Stored] = None
     #: ``cxlctl capacity``'s report of the last pass (None: not made)
     capacity: Optional[Report] = None
+    #: a running daemon's view (False: ``cxlctl daemon metrics`` computed it once, no daemon runs)
+    running: bool = True
 
 
 # ------------------------------------------------------------------------ text format
@@ -181,10 +183,6 @@ class Builder:
 # ------------------------------------------------------------------------ the metrics
 
 
-def _tier(t: Optional[int]) -> str:
-    return "" if t is None else str(t)
-
-
 def build(view: View) -> str:
     """The exposition text for ``view`` (pure: the same view gives the same text)."""
     return collect(view).render()
@@ -261,17 +259,20 @@ def _capacity(b: Builder, rep: Report) -> None:
         "1: the host may take and give capacity; 0: a surprise removal left memory with nothing behind it, "
         "drain and reboot (docs/capacity.md)",
         1 if rep.host_state == "ready" else 0,
-        {"state": rep.host_state},
     )
+    from cxlctl.capacity.report import STATES
+
     for m in rep.memdevs:
         lab = {"memdev": m.memdev, "serial": "" if m.serial is None else f"{m.serial:#x}"}
-        b.add(
-            "capacity_bytes",
-            "gauge",
-            "Capacity of the memdev, by capacity state (free, releasable, blocked)",
-            m.capacity,
-            {**lab, "state": m.state},
-        )
+        b.add("capacity_bytes", "gauge", "Capacity of the memdev", m.capacity, lab)
+        for state in STATES:  # every state, one of them 1: no series appears or goes as it changes
+            b.add(
+                "capacity_state",
+                "gauge",
+                "The memdev's capacity state (free, releasable, blocked): 1 for the one it is in",
+                1 if m.state == state else 0,
+                {**lab, "state": state},
+            )
         b.add(
             "capacity_releasable_bytes",
             "gauge",
@@ -323,21 +324,31 @@ def _measured(b: Builder, st: Stored) -> None:
             continue
         lab = {"cpu_node": str(p.get("cpu_node")), "node": str(p.get("mem_node"))}
         for key, name, help_ in (
-            ("read_mbps", "measured_read_bandwidth_mbps", "Sequential read bandwidth measured by cxlctl probe (MB/s)"),
-            ("mix_mbps", "measured_mix_bandwidth_mbps", "2:1 read/write bandwidth measured by cxlctl probe (MB/s)"),
-            ("latency_ns", "measured_latency_ns", "Idle load-to-use latency measured by cxlctl probe (ns)"),
+            (
+                "read_mbps",
+                "measured_read_bandwidth_bytes_per_second",
+                "Sequential read bandwidth measured by cxlctl probe",
+            ),
+            (
+                "mix_mbps",
+                "measured_mix_bandwidth_bytes_per_second",
+                "2:1 read/write bandwidth measured by cxlctl probe",
+            ),
+            ("latency_ns", "measured_latency_seconds", "Idle load-to-use latency measured by cxlctl probe"),
         ):
             v = p.get(key)
-            b.add(
-                name, "gauge", help_, float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None, lab
-            )
+            val = None
+            if isinstance(v, (int, float)) and not isinstance(v, bool):  # base units: bytes/s and seconds
+                val = v / 1e9 if key == "latency_ns" else v * 1e6
+            b.add(name, "gauge", help_, val, lab)
 
 
 def _daemon_state(b: Builder, view: View) -> None:
     """Liveness, readiness, versions and the tuning state."""
     st = view.stats
     inv = view.inventory
-    b.add("up", "gauge", "1 while the cxlctl daemon runs; ready says whether its start-up reconcile finished", 1)
+    if view.running:  # `cxlctl daemon metrics` computes the view once, without a daemon: no cxlctl_up
+        b.add("up", "gauge", "1 while the cxlctl daemon runs; ready says whether its start-up reconcile finished", 1)
     b.add(
         "ready", "gauge", "1 once the start-up scan and reconcile are done (sd_notify READY=1)", 1 if view.ready else 0
     )
@@ -367,9 +378,9 @@ def _drift(b: Builder, view: View) -> None:
         b.add(
             "knob_drift",
             "gauge",
-            "1 when the setting differs from what the profile applied (labels: wanted and found values)",
+            "1 when the setting differs from what the profile applied (the values: cxlctl tune verify)",
             1 if c.status == "drift" else 0,
-            {"setting": c.setting, "expected": c.expected or "", "actual": c.actual or ""},
+            {"setting": c.setting},
         )
 
 
@@ -453,7 +464,6 @@ def _inventory(b: Builder, inv: Inventory) -> None:
     b.add("cxl_free_bytes", "gauge", "MemFree on CXL NUMA nodes", t.cxl_free)
     b.add("cxl_unassigned_bytes", "gauge", "memdev capacity in no region", t.cxl_unassigned)
     _node_metrics(b, inv)
-    _tier_metrics(b, inv)
     _device_metrics(b, inv)
 
 
@@ -462,8 +472,16 @@ def _node_metrics(b: Builder, inv: Inventory) -> None:
     bs = inv.memory_block_size or 0
     wi = inv.weighted_interleave
     for n in inv.nodes:
-        lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
+        lab = {"node": str(n.id), "kind": n.kind}  # no tier label: tier ids change with hot-plug
         online = sum(1 for m in n.memory_blocks if (m.state or "").startswith("online"))
+        if n.tier is not None:
+            b.add(
+                "node_memory_tier",
+                "gauge",
+                "The node's memory tier (memory_tierN: N, the value); a value, not a label, as it changes with hot-plug",
+                n.tier,
+                lab,
+            )
         b.add("node_memory_total_bytes", "gauge", "MemTotal of the NUMA node", n.mem_total, lab)
         b.add("node_memory_free_bytes", "gauge", "MemFree of the NUMA node", n.mem_free, lab)
         b.add(
@@ -490,42 +508,6 @@ def _node_metrics(b: Builder, inv: Inventory) -> None:
             "1 when the kernel computes the weights itself (auto mode)",
             1 if wi.auto else 0,
         )
-
-
-def _tier_metrics(b: Builder, inv: Inventory) -> None:
-    """Per memory tier: its nodes' memory summed."""
-    bs = inv.memory_block_size or 0
-    tiers: Dict[str, List[int]] = {}
-    for n in inv.nodes:
-        if n.tier is not None:
-            tiers.setdefault(str(n.tier), []).append(n.id)
-    nodes = {n.id: n for n in inv.nodes}
-    for tier, ids in sorted(tiers.items(), key=lambda kv: int(kv[0])):
-        ns = [nodes[i] for i in ids]
-        lab = {"tier": tier, "nodes": ",".join(str(i) for i in sorted(ids))}
-        b.add(
-            "tier_memory_total_bytes",
-            "gauge",
-            "MemTotal summed over the memory tier's nodes",
-            sum(n.mem_total or 0 for n in ns),
-            lab,
-        )
-        b.add(
-            "tier_memory_free_bytes",
-            "gauge",
-            "MemFree summed over the memory tier's nodes",
-            sum(n.mem_free or 0 for n in ns),
-            lab,
-        )
-        if bs:
-            online = sum(1 for n in ns for m in n.memory_blocks if (m.state or "").startswith("online"))
-            b.add(
-                "tier_memory_online_bytes",
-                "gauge",
-                "Online memory summed over the memory tier's nodes",
-                online * bs,
-                lab,
-            )
 
 
 def _device_metrics(b: Builder, inv: Inventory) -> None:
@@ -569,7 +551,7 @@ def _health(b: Builder, h: Optional[Health]) -> None:
                 {"memdev": m.memdev, "status": status},
             )
         units = {
-            "life_used_percent": ("memdev_life_used_percent", "gauge", "Device life used, percent"),
+            "life_used_percent": ("memdev_life_used_ratio", "gauge", "Device life used, 0 to 1"),
             "temperature": ("memdev_temperature_celsius", "gauge", "Device temperature"),
             "dirty_shutdowns": ("memdev_dirty_shutdowns_total", "counter", "Dirty shutdowns counted by the device"),
             "volatile_errors": (
@@ -585,7 +567,9 @@ def _health(b: Builder, h: Optional[Health]) -> None:
         }
         for key, (name, type_, help_) in units.items():
             if key in m.values:
-                b.add(name, type_, help_, m.values[key], {"memdev": m.memdev})
+                v = m.values[key]
+                ratio = v / 100 if key == "life_used_percent" else v  # base units: a ratio, as node_exporter's
+                b.add(name, type_, help_, ratio, {"memdev": m.memdev})
 
 
 # ------------------------------------------------------------------------ outputs
@@ -895,7 +879,7 @@ def _telemetry(b: Builder, t: Telemetry) -> None:
 def _telemetry_nodes(b: Builder, t: Telemetry) -> None:
     """Per node: its vmstat counters, memory failures and memory by type."""
     for n in t.sample.nodes:
-        lab = {"node": str(n.id), "kind": n.kind, "tier": _tier(n.tier)}
+        lab = {"node": str(n.id), "kind": n.kind}
         for name, v in n.vmstat.values.items():
             if v is not None:
                 b.add(

@@ -46,7 +46,8 @@ def metrics_view(host: Host, cfg: Config, with_health: bool = True) -> View:
     measured = measured_of(rec.host, inv)
     rec.inventory = inv
     cap = rec.capacity_report()
-    return View(inv, target.name if target.ref else None, state, rec.drift, h, stats, False, tel, damon, measured, cap)
+    profile = target.name if target.ref else None
+    return View(inv, profile, state, rec.drift, h, stats, False, tel, damon, measured, cap, running=False)
 
 
 def labels(host: Host, cfg: Config) -> Dict[str, str]:

@@ -253,6 +253,7 @@ def gather(
     mods_text = r.text(paths.PROC_MODULES)
     wanted = {m for m, _ in MODULES}
     sys_mods = tuple(r.listdir(paths.MODULE_DIR, lambda n: n in wanted))
+    drivers = tuple(m for m, _ in MODULES if r.isdir(paths.MODULE_DRIVERS[m]))
     acpi: Optional[Tuple[str, ...]] = None
     if r.isdir(paths.ACPI_TABLES):
         acpi = tuple(r.listdir(paths.ACPI_TABLES, lambda n: n.rstrip("0123456789") in ACPI_NAMES))
@@ -278,6 +279,7 @@ def gather(
         config_note=cfg_note,
         modules=parse_modules(mods_text) if mods_text is not None else None,
         sys_modules=sys_mods,
+        drivers=drivers,
         cmdline=r.text(paths.PROC_CMDLINE),
         iomem=r.text(paths.PROC_IOMEM),
         acpi_tables=acpi,

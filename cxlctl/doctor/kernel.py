@@ -153,8 +153,41 @@ def check_config(f: Facts) -> List[Check]:
     return out
 
 
+def _made_by(f: Facts, name: str) -> Optional[Evidence]:
+    """What sysfs shows the driver made, which it makes only when it is loaded or built in and
+    bound: the driver's directory, or the objects its probe adds (drivers/cxl/acpi.c
+    ``cxl_acpi_probe`` adds the root port; drivers/cxl/pci.c ``cxl_pci_probe`` the memdev
+    (``devm_cxl_add_memdev``); drivers/cxl/mem.c ``cxl_mem_probe`` the endpoint port
+    (``devm_cxl_add_endpoint``); drivers/cxl/port.c ``cxl_port_probe`` the decoders of host
+    bridge, switch and endpoint ports (``devm_cxl_enumerate_decoders``, or a passthrough decoder);
+    drivers/dax/cxl.c ``cxl_dax_region_probe`` a region's DAX device (``devm_create_dev_dax``);
+    drivers/dax/kmem.c ``dev_dax_kmem_probe`` and drivers/dax/device.c ``dev_dax_probe`` bind DAX
+    devices in system-ram and devdax mode)."""
+    if name in f.drivers:
+        return Evidence(paths.MODULE_DRIVERS[name], "exists")
+    inv = f.inv
+    made: List[str] = []
+    if name == "cxl_acpi":
+        made = [p.name for p in inv.buses if p.kind == "root" and p.provider != "cxl_test"]
+    elif name == "cxl_pci":
+        made = [m.name for m in inv.memdevs]
+    elif name == "cxl_mem":
+        made = [p.name for p in inv.endpoints]
+    elif name == "cxl_port":
+        made = [d.name for d in inv.decoders if d.kind in ("switch", "endpoint")]
+    elif name == "dax_cxl":
+        made = [d.name for d in inv.dax_devices if d.provider == "cxl"]
+    elif name == "kmem":
+        made = [d.name for d in inv.dax_devices if d.driver == "kmem"]
+    elif name == "device_dax":
+        made = [d.name for d in inv.dax_devices if d.driver == "device_dax"]
+    if not made:
+        return None
+    return Evidence(paths.CXL_DEVICES if name.startswith("cxl_") else paths.DAX_DEVICES, " ".join(made[:4]))
+
+
 def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
-    """(state, what shows it): loaded | built-in | present | loadable | not-built | absent."""
+    """(state, what shows it): loaded | built-in | working | present | loadable | not-built | unknown."""
     cfg = (f.config or {}).get(sym)
     src = f.config_source or "config"
     if f.modules is not None and name in f.modules:
@@ -165,11 +198,14 @@ def _module_state(f: Facts, name: str, sym: str) -> Tuple[str, Evidence]:
         return "loadable", Evidence(src, f"{sym}=m; not in {paths.PROC_MODULES}")
     if cfg == "n":
         return "not-built", Evidence(src, f"{sym} is not set")
-    if name in f.sys_modules:  # no config to tell: built in, or loaded under another name
+    made = _made_by(f, name)  # no config to tell: what the driver made proves it works
+    if made is not None:
+        return "working", made
+    if name in f.sys_modules:  # built in with parameters, or loaded under another name
         return "present", Evidence(f"{paths.MODULE_DIR}/{name}", "exists")
     if f.modules is not None:
-        return "absent", Evidence(paths.PROC_MODULES, f"no {name}; no {paths.MODULE_DIR}/{name}")
-    return "absent", Evidence(paths.PROC_MODULES, "unreadable")
+        return "unknown", Evidence(paths.PROC_MODULES, f"no {name}; no {paths.MODULE_DIR}/{name}")
+    return "unknown", Evidence(paths.PROC_MODULES, "unreadable")
 
 
 def check_modules(f: Facts) -> List[Check]:
@@ -187,22 +223,27 @@ def check_modules(f: Facts) -> List[Check]:
     v = version(f)
     out: List[Check] = []
     fine: List[str] = []
+    unbuilt: List[str] = []
     ev: List[Evidence] = []
     for name, sym in MODULES:
         state, how = _module_state(f, name, sym)
-        if state in ("loaded", "built-in", "present"):
+        if state in ("loaded", "built-in", "working", "present"):
             fine.append(f"{name} ({state})")
             ev.append(how)
             continue
         if name == "dax_cxl" and v is not None and v < RAM_REGION_SINCE:
             continue  # no such module before 6.3
+        if state == "not-built":  # kernel.config.SYMBOL says it, with its fix: one answer, not two
+            unbuilt.append(name)
+            continue
         needed = cxl if name in CORE_MODULES else ram_regions
         res: Result
-        if state == "not-built":
+        if state == "unknown":
             res, msg, fix = (
-                FAIL if needed else NOTE,
-                f"{name} is not built for this kernel ({sym} is not set)",
-                f"a kernel with {sym}=m",
+                CANNOT,
+                f"cannot tell whether {name} is built in: it is not loaded, no kernel config says how it is "
+                "built, and sysfs shows nothing it made",
+                f"if {name} is a module: modprobe {name}; the kernel config tells (kernel.config)",
             )
         elif needed:
             what = "CXL devices and windows stay invisible" if name in CORE_MODULES else "regions get no usable memory"
@@ -216,12 +257,10 @@ def check_modules(f: Facts) -> List[Check]:
                 f"modprobe {name}",
             )
         out.append(Check(K, f"kernel.modules.{name}", res, msg, (how,), fix))
-    out.insert(
-        0,
-        Check(
-            K, "kernel.modules", OK if fine else NOTE, "loaded or built in: " + (", ".join(fine) or "none"), tuple(ev)
-        ),
-    )
+    summary = "loaded or built in: " + (", ".join(fine) or "none")
+    if unbuilt:
+        summary += "; not built (kernel.config): " + ", ".join(unbuilt)
+    out.insert(0, Check(K, "kernel.modules", OK if fine else NOTE, summary, tuple(ev)))
     return out
 
 
@@ -445,14 +484,20 @@ def check_iomem(f: Facts) -> List[Check]:
             )
         )
     elif cxl_platform(f):
+        state, _ = _module_state(f, "cxl_acpi", "CONFIG_CXL_ACPI")
+        why, fix = {  # one answer with kernel.modules: a driver not built is not modprobed
+            "not-built": ("cxl_acpi is not built for this kernel", "a kernel with CONFIG_CXL_ACPI=m (kernel.config)"),
+            "loaded": ("cxl_acpi found no CFMWS in the CEDT", "check dmesg for cxl_acpi's errors"),
+            "built-in": ("cxl_acpi found no CFMWS in the CEDT", "check dmesg for cxl_acpi's errors"),
+        }.get(state, ("cxl_acpi is not loaded or found no CFMWS", "modprobe cxl_acpi"))
         out.append(
             Check(
                 F,
                 "firmware.cxl-windows",
                 WARN,
-                f"no 'CXL Window' in {f.host.path(paths.PROC_IOMEM)} although the host has CXL: cxl_acpi is not loaded or found no CFMWS",
+                f"no 'CXL Window' in {f.host.path(paths.PROC_IOMEM)} although the host has CXL: {why}",
                 (Evidence(paths.PROC_IOMEM, "no CXL Window"),),
-                "modprobe cxl_acpi",
+                fix,
             )
         )
     for i, s, e in soft:

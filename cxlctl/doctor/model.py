@@ -91,6 +91,8 @@ class Facts(NamedTuple):
     probe: Optional[Stored] = None
     #: the daemon's configuration lends capacity ("FILE: [capacity] adopt = MODE"); None: no file, or adopt = none
     lending: Optional[str] = None
+    #: the modules whose driver directory exists (paths.MODULE_DRIVERS): registered, so loaded or built in
+    drivers: Tuple[str, ...] = ()
 
 
 def worst(checks: List[Check]) -> Result:

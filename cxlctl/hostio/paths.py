@@ -20,6 +20,17 @@ CXL_REGION_DRIVER = "/sys/bus/cxl/drivers/cxl_region"
 DAX_DEVICES = "/sys/bus/dax/devices"
 DAX_DRIVERS = "/sys/bus/dax/drivers"
 PCI_DEVICES = "/sys/bus/pci/devices"
+#: each CXL/DAX module's driver directory: there while the driver is registered (loaded or built
+#: in), whether or not the module has parameters (a built-in one without has no /sys/module/NAME)
+MODULE_DRIVERS = {
+    "cxl_acpi": "/sys/bus/platform/drivers/cxl_acpi",
+    "cxl_pci": "/sys/bus/pci/drivers/cxl_pci",
+    "cxl_mem": "/sys/bus/cxl/drivers/cxl_mem",
+    "cxl_port": "/sys/bus/cxl/drivers/cxl_port",
+    "dax_cxl": "/sys/bus/cxl/drivers/cxl_dax_region",
+    "device_dax": "/sys/bus/dax/drivers/device_dax",
+    "kmem": "/sys/bus/dax/drivers/kmem",
+}
 SYS_DEVICES = "/sys/devices"
 
 # -- sysfs: NUMA, memory hotplug, tiers ------------------------------------------------------

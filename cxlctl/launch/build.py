@@ -51,6 +51,7 @@ class Request(NamedTuple):
     cpu_nodes: Optional[str] = None
     mem_nodes: Optional[str] = None
     ratio: Optional[str] = None
+    set_weights: bool = False  # --set-weights: the launch may write the system-wide weights (--ratio implies it)
     gpus: Optional[str] = None
     kv_size: Optional[str] = None
     reserve: Optional[str] = None
@@ -283,8 +284,36 @@ def _engine_python(req: Request, cmd: List[str], environ: Dict[str, str]) -> Opt
     return shutil.which("python3", path=path)
 
 
+def _cxl_share(inv: Inventory, policy: Policy) -> float:
+    """The part of the engine's own memory (not the KV offload) its policy puts on CXL nodes: the CXL
+    nodes' weights over all (weighted interleave: ``weighted_interleave_nodes``, mm/mempolicy.c),
+    their count over all (interleave); 0 for the modes that fill DRAM first or bind elsewhere."""
+    cxl = {n.id for n in inv.nodes if n.kind == "cxl"}
+    nodes = list(policy.nodes)
+    if not nodes or not cxl & set(nodes) or policy.mode not in ("weighted-interleave", "interleave"):
+        return 0.0
+    w = dict(policy.weights) if policy.mode == "weighted-interleave" else {}
+    weights = {n: (w.get(n) or 1) for n in nodes}
+    return sum(weights[n] for n in nodes if n in cxl) / sum(weights.values())
+
+
+def _model_dir(req: Request) -> Optional[str]:
+    """A local model directory among the engine's arguments (or --model-config's), for its size."""
+    for cand in ([req.model_config] if req.model_config else []) + list(req.args):
+        d = cand if os.path.isdir(cand) else os.path.dirname(cand) if cand.endswith("config.json") else None
+        if d and os.path.isfile(os.path.join(d, "config.json")):
+            return d
+    return None
+
+
 def _kv_request(
-    host: Host, inv: Inventory, req: Request, ns: NodeSets, feats: Optional[eng.Features], notes: List[str]
+    host: Host,
+    inv: Inventory,
+    req: Request,
+    ns: NodeSets,
+    feats: Optional[eng.Features],
+    notes: List[str],
+    policy: Optional[Policy] = None,
 ) -> Optional[kvsize.KvRequest]:
     if req.devdax is not None:
         return None  # --kv-size sizes the device mapping (_devdax)
@@ -303,12 +332,32 @@ def _kv_request(
         return ckv
     # the CXL-bound /dev/shm puts the KV on the nearest CXL nodes even when the process' memory set has none
     kv_nodes = ns.cxl or (nearest_cxl(inv, ns.cpu_nodes) if req.kv_tmpfs is not False else ())
-    kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes)
+    auto = (req.kv_size or "").strip().lower() == "auto"
+    share = _cxl_share(inv, policy) if policy is not None and auto else 0.0
+    model_dir = _model_dir(req) if share else None
+    model_bytes = kvsize.model_files_bytes(model_dir) if model_dir else 0
+    others = int(model_bytes * share)
+    kv = kvsize.kv_request(inv, req.kv_size, req.reserve, kv_nodes, others)
     if kv is not None and kv.auto:
-        notes.append(
+        line = (
             f"--kv-size auto: {format_size(kv.free_cxl)} free on CXL node(s) {format_nodelist(kv_nodes)} "
-            f"minus reserve {format_size(kv.reserve)} = {format_size(kv.bytes)}"
+            f"minus reserve {format_size(kv.reserve)}"
         )
+        if share and policy is not None:
+            line += (
+                f" minus the engine's other memory there ({format_size(others)}: its {policy.mode} policy puts "
+                f"{share:.0%} of it on CXL, and its model files are {format_size(model_bytes)})"
+                if model_bytes
+                else ""
+            )
+        line += f" = {format_size(kv.bytes)}"
+        if share and policy is not None and not model_bytes:
+            line += (
+                f"; the engine's other memory (model weights, buffers) goes {share:.0%} to CXL under its "
+                f"{policy.mode} policy too, not counted: its size is unknown (no local model directory) -- "
+                "keep room for it with --reserve"
+            )
+        notes.append(line)
     return kv
 
 
@@ -450,11 +499,23 @@ def _system_weights(
     ratio: Optional[Tuple[int, int]],
     notes: List[str],
     warnings: List[str],
+    asked: bool = False,
 ) -> _Weights:
-    """The system-wide weighted-interleave weights this launch needs, and who else they affect."""
+    """The system-wide weighted-interleave weights this launch needs, and who else they affect.
+    A launch writes them only when ``asked`` (--set-weights, --ratio): else it uses the weights in
+    effect and says what --set-weights would change."""
     if not (mode == "weighted-interleave" and inv.weighted_interleave.supported and pnodes):
         return _Weights(plan=None, weights=(), users=())
     wp = sysweights.plan(host, inv, ns, pnodes, ratio)
+    if wp.writes and not asked:
+        cur = {n: wp.current[n] for n in wp.nodes}
+        would = ", ".join(f"{s.split('.')[-1]} {a}->{b}" for s, a, b in wp.changes)
+        notes.append(
+            "weights not changed (they are system-wide; a launch changes the host only when asked): using the "
+            "weights in effect (" + " ".join(f"node{n}={x}" for n, x in sorted(cur.items())) + "); "
+            f"--set-weights would set them from {wp.source} ({would}), journaled"
+        )
+        wp = wp._replace(source="current", weights=cur, changes=(), transaction=None, notes=(), warnings=())
     notes.extend(wp.notes)
     warnings.extend(wp.warnings)
     users: List[Tuple[int, str]] = []
@@ -635,13 +696,13 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
     ns = _resolve_nodes(host, inv, req)
     pnodes = _policy_nodes(req, mode, ns, notes)
     feats = _engine_features(req, cmd, environ)
-    kv = _kv_request(host, inv, req, ns, feats, notes)
+    w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings, req.set_weights or ratio is not None)
+    policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
+    kv = _kv_request(host, inv, req, ns, feats, notes, policy)
     dd = _devdax(inv, req)
     ea, mc_version = _engine_args(req, cmd, feats, kv, dd, environ, notes, warnings)
     model = _model_kv(req, ea, notes)
     toks = _kv_tokens(model, ea, notes)
-    w = _system_weights(host, inv, ns, mode, pnodes, ratio, notes, warnings)
-    policy = Policy(mode, pnodes, ns.cpu_nodes, cpus_of(inv, ns.cpu_nodes), w.weights)
     if feats is not None and feats.backend == "cpu":
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
     kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
@@ -833,6 +894,8 @@ def _kv_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "auto": bool(lp.kv and lp.kv.auto),
         "free_cxl": lp.kv.free_cxl if lp.kv else None,
         "reserve": lp.kv.reserve if lp.kv else None,
+        # auto on the CXL tier: the engine's other memory its policy puts there (kept free too)
+        "others_on_cxl": lp.kv.others_on_cxl if lp.kv else None,
         # auto on vLLM's CPU backend: the worker's node and what vLLM counts available there
         "worker_node": lp.kv.worker_node if lp.kv else None,
         "available": lp.kv.available if lp.kv else None,
@@ -855,6 +918,7 @@ def _kv_offload_json(lp: LaunchPlan) -> Optional[Dict[str, Any]]:
         "nodes": list(kp.nodes),
         "expected_bytes_per_node": {str(n): b for n, b in sorted(kp.expected.items())},
         "spill_bytes_per_node": {str(n): b for n, b in sorted(kp.spill.items())},
+        "over_share_bytes_per_node": {str(n): b for n, b in sorted(kp.over_share.items())},
         "unplaced_bytes": kp.unplaced,
         "on_cxl": kp.on_cxl,
         "why_not_on_cxl": kp.why_not,

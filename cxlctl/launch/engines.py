@@ -834,6 +834,21 @@ def _sglang_hicache(
     return kv_bytes
 
 
+#: LMCache 0.5.6 never sizes SGLang's cache from LMCACHE_MAX_LOCAL_CPU_SIZE (judged in the engines tier):
+#: SGLang 0.5.23's --enable-lmcache dials LMCache's multi-process server (UnifiedLMCacheMPConnector, which
+#: dies without mp_host), whose L1 holds the cache; LMCache's in-process SGLang adapter builds its
+#: configuration from defaults (5 GiB), not the environment.
+def _sglang_lmcache() -> UsageError:
+    """The refusal of ``--lmcache`` with SGLang (why above)."""
+    return UsageError(
+        "--lmcache with SGLang: SGLang's LMCache connector keeps no CPU cache of its own, so LMCACHE_* "
+        "cannot size it; the cache is the LMCache server's L1",
+        hint="size SGLang's host KV cache with --kv-size alone (--hicache-size), or run the server "
+        "(cxlctl launch lmcache --devdax DEV -- server ...) and pass --enable-lmcache "
+        "--lmcache-config-file FILE (mp_host, mp_port) to SGLang after --",
+    )
+
+
 def _sglang(
     cmd: Sequence[str], user: Sequence[str], feats: Features, kv: Optional[int], lmcache: bool, environ: Dict[str, str]
 ) -> EngineArgs:
@@ -843,17 +858,7 @@ def _sglang(
             "no SGLang arguments", hint="give them after --: cxlctl launch sglang [options] -- --model-path MODEL ..."
         )
     if lmcache:
-        # LMCache 0.5.6 never sizes SGLang's cache from LMCACHE_MAX_LOCAL_CPU_SIZE (judged in the engines
-        # tier): SGLang 0.5.23's --enable-lmcache dials LMCache's multi-process server
-        # (UnifiedLMCacheMPConnector, which dies without mp_host), whose L1 holds the cache; LMCache's
-        # in-process SGLang adapter builds its configuration from defaults (5 GiB), not the environment.
-        raise UsageError(
-            "--lmcache with SGLang: SGLang's LMCache connector keeps no CPU cache of its own, so LMCACHE_* "
-            "cannot size it; the cache is the LMCache server's L1",
-            hint="size SGLang's host KV cache with --kv-size alone (--hicache-size), or run the server "
-            "(cxlctl launch lmcache --devdax DEV -- server ...) and pass --enable-lmcache "
-            "--lmcache-config-file FILE (mp_host, mp_port) to SGLang after --",
-        )
+        raise _sglang_lmcache()
     notes, warnings = _source_note(feats)
     added: List[str] = []
     known = feats.source != "unavailable"

@@ -22,8 +22,9 @@ Expected bytes per node, as the kernel fills them: ``bind`` takes the nodes in t
 zonelist order (nearest first, ``build_zonelists``), each up to its free memory, and never
 leaves them; ``interleave`` and weighted interleave split by the weights, a full node's share
 falling back to the nearest node with room (``alloc_pages_mpol`` passes no nodemask for them);
-``preferred`` fills its node, then falls back the same way.  A size the chosen nodes cannot hold
-is refused unless ``--force``, which lets it spill (the tmpfs is then ``mpol=interleave``, which
+``preferred`` fills its node, then falls back the same way.  A share that falls back to another
+node of the policy's set stays where the plan says (it is reported per node, ``over_share``); a
+size the chosen nodes cannot hold is refused unless ``--force``, which lets it spill (the tmpfs is then ``mpol=interleave``, which
 may fall back) and shows the spill per node.
 
 A long-term pinned offload (vLLM on a GPU: ``cudaHostRegister``; ``exec --pinned``) is then moved
@@ -67,6 +68,9 @@ class KvPlacement(NamedTuple):
     before_pin: Dict[int, int] = {}
     #: bytes the pin migrates off each node (ZONE_MOVABLE memory: folio_is_longterm_pinnable())
     pin_moved: Dict[int, int] = {}
+    #: node of the policy's set -> bytes it takes beyond its weight share, because another node of
+    #: the set is full (weighted interleave falls back within the set): a placement, not a spill
+    over_share: Dict[int, int] = {}
 
 
 def _order(inv: Inventory, nodes: Sequence[int], near: Sequence[int]) -> List[int]:
@@ -82,12 +86,15 @@ def _free(inv: Inventory) -> Dict[int, int]:
 
 def _fill(
     inv: Inventory, size: int, shares: Dict[int, int], free: Dict[int, int], fallback: bool
-) -> Tuple[Dict[int, int], Dict[int, int], int]:
-    """(expected, spill, unplaced): each node takes its share up to its free memory; the rest falls
-    back to the nearest node with room when ``fallback``, else stays unplaced."""
+) -> Tuple[Dict[int, int], Dict[int, int], int, Dict[int, int]]:
+    """(expected, spill, unplaced, over_share): each node takes its share up to its free memory; the
+    rest falls back to the nearest node with room when ``fallback``, else stays unplaced.  Bytes a
+    node of the set takes beyond its share are ``over_share``; only those on a node outside the
+    set are ``spill``."""
     got = {n: min(s, free.get(n, 0)) for n, s in shares.items()}
     rest = size - sum(got.values())
     spill: Dict[int, int] = {}
+    over: Dict[int, int] = {}
     if rest > 0 and fallback:
         room = {n: f - got.get(n, 0) for n, f in free.items()}
         for n in _order(inv, [n for n in room if room[n] > 0], [s for s in shares if shares[s]]):
@@ -95,12 +102,12 @@ def _fill(
             if take <= 0:
                 continue
             got[n] = got.get(n, 0) + take
-            if n not in shares or got[n] > shares[n]:
-                spill[n] = spill.get(n, 0) + take
+            into = over if n in shares else spill
+            into[n] = into.get(n, 0) + take
             rest -= take
             if rest == 0:
                 break
-    return {n: b for n, b in sorted(got.items()) if b}, spill, max(rest, 0)
+    return {n: b for n, b in sorted(got.items()) if b}, spill, max(rest, 0), over
 
 
 def _shares(inv: Inventory, policy: Policy, size: int, free: Dict[int, int]) -> Tuple[Dict[int, int], bool]:
@@ -129,8 +136,9 @@ def _shares(inv: Inventory, policy: Policy, size: int, free: Dict[int, int]) -> 
 
 def expected(
     inv: Inventory, policy: Policy, size: int, cxl: Sequence[int]
-) -> Tuple[Dict[int, int], Dict[int, int], int]:
-    """(expected bytes per node, spill per node, bytes no node can take) of ``size`` under ``policy``."""
+) -> Tuple[Dict[int, int], Dict[int, int], int, Dict[int, int]]:
+    """(expected bytes per node, spill per node outside the policy's nodes, bytes no node can take,
+    bytes per node of the set beyond its share) of ``size`` under ``policy``."""
     free = _free(inv)
     shares, fallback = _shares(inv, policy, size, free)
     return _fill(inv, size, shares, free, fallback)
@@ -177,7 +185,7 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
         fix = "run the launch as root (sudo cxlctl launch ...: the engine still runs as you)"
     else:
         why, fix = c.why_anon, c.fix_anon
-    got, spill, unplaced = expected(inv, policy, size, cxl)
+    got, spill, unplaced, over = expected(inv, policy, size, cxl)
     _refuse(size, got, spill, unplaced, policy.nodes, c.force, f"the {policy.mode} policy")
     on_cxl = bool(got) and all(n in cxl for n in got)
     return KvPlacement(
@@ -190,6 +198,7 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
         None if on_cxl else why,
         None if on_cxl else fix,
         unplaced=unplaced,
+        over_share=over,
     )
 
 
@@ -197,11 +206,11 @@ def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force:
     """The CXL-bound /dev/shm: bind (nearest CXL node first), or interleave with --force (may spill)."""
     mode = "bind"
     pol = Policy("bind", cxl, ns.cpu_nodes, (), ())
-    got, spill, unplaced = expected(inv, pol, size, cxl)
+    got, spill, unplaced, over = expected(inv, pol, size, cxl)
     if unplaced and force:  # let it spill: prefer (one node) or interleave, which fall back when full
         mode = "prefer" if len(cxl) == 1 else "interleave"
         pol = Policy("interleave", cxl, ns.cpu_nodes, (), ())
-        got, spill, unplaced = expected(inv, pol, size, cxl)
+        got, spill, unplaced, over = expected(inv, pol, size, cxl)
     _refuse(size, got, spill, unplaced, cxl, force, "the CXL-bound /dev/shm (mpol=bind)", spillable=True)
     return KvPlacement(
         "tmpfs",
@@ -213,6 +222,7 @@ def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force:
         not spill and not unplaced,
         tmpfs_mpol=mode,
         unplaced=unplaced,
+        over_share=over,
     )
 
 

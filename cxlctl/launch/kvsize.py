@@ -50,6 +50,28 @@ class KvRequest(NamedTuple):
     #: auto on vLLM's CPU backend: the node its (first) worker puts the KV cache on, and what vLLM counts as available there
     worker_node: Optional[int] = None
     available: Optional[int] = None
+    #: auto on the CXL tier: bytes of the engine's other memory its policy puts on the CXL nodes, kept free too
+    others_on_cxl: int = 0
+
+
+#: the files of a model directory the engine reads into memory (page cache, then its own copy)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_files_bytes(directory: str) -> int:
+    """Bytes of a local model directory's weight files (what an engine reads into host memory)."""
+    total = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if name.endswith(WEIGHT_SUFFIXES):
+            try:
+                total += os.stat(os.path.join(directory, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 class ModelKv(NamedTuple):
@@ -77,9 +99,10 @@ def free_cxl(inv: Inventory, nodes: Sequence[int]) -> int:
 
 
 def kv_request(
-    inv: Inventory, spec: Optional[str], reserve: Optional[str], cxl_nodes: Sequence[int]
+    inv: Inventory, spec: Optional[str], reserve: Optional[str], cxl_nodes: Sequence[int], others_on_cxl: int = 0
 ) -> Optional[KvRequest]:
-    """``--kv-size SIZE|auto`` and ``--reserve SIZE`` → bytes (UsageError on bad input)."""
+    """``--kv-size SIZE|auto`` and ``--reserve SIZE`` → bytes (UsageError on bad input).  ``auto`` keeps
+    ``others_on_cxl`` free besides the reserve: the engine's other memory its policy puts on CXL."""
     if spec is None:
         if reserve is not None:
             raise UsageError("--reserve only applies with --kv-size auto", hint="add --kv-size auto")
@@ -99,13 +122,14 @@ def kv_request(
         )
     free = free_cxl(inv, cxl_nodes)
     res = parse_size_arg(reserve, "--reserve") if reserve is not None else free // 10
-    size = free - res
+    size = free - res - others_on_cxl
     if size <= 0:
         raise UsageError(
-            f"--kv-size auto: the CXL node(s) have {format_size(free)} free, not more than the reserve {format_size(res)}",
+            f"--kv-size auto: the CXL node(s) have {format_size(free)} free, not more than the reserve {format_size(res)}"
+            + (f" and the engine's other memory there ({format_size(others_on_cxl)})" if others_on_cxl else ""),
             hint="lower --reserve, free memory on the CXL tier, or give --kv-size",
         )
-    return KvRequest(size, True, free, res)
+    return KvRequest(size, True, free, res, others_on_cxl=others_on_cxl)
 
 
 def cpu_worker_kv_request(node: Optional[int], available: Optional[int], reserve: Optional[str]) -> KvRequest:

@@ -11,9 +11,9 @@ holding ``[…]`` prints as it is.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, Dict, List, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from cxlctl.term import fold_command, fold_lines, isatty, join, styled
+from cxlctl.term import Cell, fold_command, fold_lines, isatty, join, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
     """(label, text) lines describing a plan, shared by the dry run and the real launch."""
     from cxlctl.parse import format_nodelist, format_size
-
-    from .kvplace import per_node
 
     out: List[Tuple[str, str]] = []
     for line in lp.nodesets.how:
@@ -60,25 +58,8 @@ def _lines(lp: LaunchPlan) -> List[Tuple[str, str]]:
         out.append(("kv", line))
     who_decides, how = lp.engine.placement
     out.append(("placement", f"decided by {who_decides}: {how}"))
-    kp = lp.placement
-    if kp is not None:
-        per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
-        out.append(
-            (
-                "offload",
-                f"expected {per}"
-                + (f" (spill: {spill})" if spill else "")
-                + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
-                + (
-                    f" after the long-term pin (before it: {per_node(kp.before_pin)})"
-                    if kp.pinned and kp.pin_moved
-                    else " (long-term pinned: stays in the nodes' kernel zone)"
-                    if kp.pinned
-                    else ""
-                )
-                + f"; decided by {kp.decided_by}",
-            )
-        )
+    if lp.placement is not None:
+        out.append(("offload", _offload(lp.placement)))
     dd = lp.devdax
     if dd is not None:
         who = "LMCache L1" if lp.request.engine == "lmcache" else "Mooncake CXL transport"
@@ -175,11 +156,38 @@ def plan_text(lp: LaunchPlan, f: TextIO, dry_run: bool) -> None:
         w("cxlctl: exec " + " ".join(shlex.quote(a) for a in lp.argv) + "\n")
 
 
+def _offload(kp: Any) -> str:
+    """The ``offload`` line: the bytes expected per node, what spills or falls back, who decides."""
+    from cxlctl.parse import format_size
+
+    from .kvplace import per_node
+
+    per, spill = per_node(kp.expected) or "no NUMA node", per_node(kp.spill)
+    over = (
+        f" ({per_node(kp.over_share)} beyond the weight share: a full node's share falls back to another node of the set)"
+        if kp.over_share
+        else ""
+    )
+    return (
+        f"expected {per}"
+        + (f" (spill: {spill})" if spill else "")
+        + over
+        + (f"; {format_size(kp.unplaced)} fits on no node (free memory)" if kp.unplaced else "")
+        + (
+            f" after the long-term pin (before it: {per_node(kp.before_pin)})"
+            if kp.pinned and kp.pin_moved
+            else " (long-term pinned: stays in the nodes' kernel zone)"
+            if kp.pinned
+            else ""
+        )
+        + f"; decided by {kp.decided_by}"
+    )
+
+
 def proof(rep: Dict[str, Any], c: Console) -> None:
     """``policy show``: the process' policy, its pages per node, and each check against what was asked."""
-    from rich.table import Table
-
     from cxlctl.parse import PAGE_SIZE, format_nodelist, format_size
+    from cxlctl.term import grid, hang
 
     pol = rep["policy"]
     c.print(
@@ -193,22 +201,27 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     c.print(f"Mems_allowed {format_nodelist(rep['mems_allowed'])}, Cpus_allowed {format_nodelist(rep['cpus_allowed'])}")
     if len(rep["policies"]) > 1:
         c.print("mappings by policy: " + ", ".join(f"{p['policy']} x{p['mappings']}" for p in rep["policies"]))
-    t = Table(title="Pages per node", title_justify="left")
-    for col in ("node", "anonymous", "file", "total", "share of anonymous"):
-        t.add_column(col, justify="right", overflow="fold")
+    c.print(styled("Pages per node", "bold"))
     pages = rep["pages"]
     nodes = sorted({int(n) for k in ("anon", "file", "total") for n in pages[k]})
     anon_total = sum(pages["anon"].values()) or 1
+    rows: List[Tuple[Sequence[Cell], Optional[Cell]]] = []
     for n in nodes:
         a, f, tot = (pages[k].get(str(n), 0) for k in ("anon", "file", "total"))
-        t.add_row(
-            str(n),
-            f"{a} ({format_size(a * PAGE_SIZE)})",
-            f"{f} ({format_size(f * PAGE_SIZE)})",
-            f"{tot} ({format_size(tot * PAGE_SIZE)})",
-            f"{a / anon_total:.1%}",
+        rows.append(
+            (
+                [
+                    str(n),
+                    f"{a} ({format_size(a * PAGE_SIZE)})",
+                    f"{f} ({format_size(f * PAGE_SIZE)})",
+                    f"{tot} ({format_size(tot * PAGE_SIZE)})",
+                    f"{a / anon_total:.1%}",
+                ],
+                None,
+            )
         )
-    c.print(t)
+    cols = [("NODE", "right"), ("ANONYMOUS", "right"), ("FILE", "right"), ("TOTAL", "right"), ("ANON SHARE", "right")]
+    grid(c, cols, rows)
     if rep["asked"] is None:
         c.print(styled("not launched by cxlctl (no CXLCTL_POLICY in its environment): nothing to compare with", "dim"))
         return
@@ -217,7 +230,7 @@ def proof(rep: Dict[str, Any], c: Console) -> None:
     style = {"pass": "green", "fail": "bold red", "info": "dim"}
     for ch in rep["checks"]:
         st = style[ch["status"]]
-        c.print(join("  ", (f"{ch['status']:4}", st), f" {ch['check']}: {ch['detail']}"))
+        hang(c, join("  ", (f"{ch['status']:4}", st), " "), f"{ch['check']}: {ch['detail']}", 7)
     c.print(
         styled("matches what was asked", "green") if rep["match"] else styled("differs from what was asked", "bold red")
     )

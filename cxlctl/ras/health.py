@@ -415,8 +415,16 @@ def render_health(report: HealthReport) -> str:
     lines: List[str] = []
     if not report.memdevs:
         lines.append("no CXL memory devices")
+    # why there is no device data is the same for every memdev (no ndctl, a recorded tree): said once
+    missing: Dict[str, List[str]] = {}
     for md in report.memdevs:
-        lines += _memdev_lines(md)
+        if not (isinstance(md.health, dict) and md.health_status):
+            missing.setdefault(md.health_missing or HEALTH_SOURCE + " gave none", []).append(md.memdev)
+    shared = {why for why, names in missing.items() if len(names) > 1}
+    for md in report.memdevs:
+        lines += _memdev_lines(md, said_below=(md.health_missing or HEALTH_SOURCE + " gave none") in shared)
+    for why in sorted(shared):
+        lines.append(f"no device data for {', '.join(clean(m) for m in missing[why])}: {clean(why)}")
     for port, c in sorted(report.ports.items()):
         lines.append(f"port {clean(port)}: events " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     for n in report.notes:
@@ -426,7 +434,7 @@ def render_health(report: HealthReport) -> str:
     return "\n".join(_wrap(line) for line in lines) + "\n"
 
 
-def _memdev_lines(md: MemdevReport) -> List[str]:
+def _memdev_lines(md: MemdevReport, said_below: bool = False) -> List[str]:
     from cxlctl.parse import format_size
     from cxlctl.term import clean
 
@@ -442,6 +450,8 @@ def _memdev_lines(md: MemdevReport) -> List[str]:
             + (f"; life used {life}%" if life is not None else "")
             + (f"; {temp} C" if temp is not None else "")
         )
+    elif said_below:  # the reason, shared by several memdevs, follows them once
+        lines.append("  health: no device data (why: below)")
     else:
         lines.append(f"  health: no device data: {clean(md.health_missing or HEALTH_SOURCE + ' gave none')}")
     if md.poison is not None:

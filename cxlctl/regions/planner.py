@@ -54,6 +54,10 @@ RAM_REGION_SINCE = (6, 3)
 NEWER_KERNEL = "boot Linux 6.3 or newer (Debian 12: linux-image-6.12 from bookworm-security)"
 
 
+#: ``region plan`` without options: what else it takes
+ALL_HINT = "or --all: every memdev's unused RAM, the widest interleave each window allows"
+
+
 class PlanError(UsageError):
     """The request cannot be satisfied; the message says why, the hint what would work."""
 
@@ -764,7 +768,7 @@ def _plan(st: _State, req: Request) -> Plan:
             hint="choose memdevs one window can reach evenly (--ways N picks them automatically)",
         )
     if req.ways is None:
-        raise PlanError("say which memdevs to use (--memdevs mem0,mem1) or how many (--ways N)")
+        raise PlanError("say which memdevs to use (--memdevs mem0,mem1) or how many (--ways N)", hint=ALL_HINT)
     if req.ways not in VALID_WAYS:
         raise PlanError(f"--ways {req.ways} is invalid: the kernel supports 1, 2, 3, 4, 6, 8, 12 or 16 ways")
     if req.size:

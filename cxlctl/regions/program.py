@@ -38,7 +38,7 @@ from __future__ import annotations
 import errno as E
 import os
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cxlctl.errors import EXIT_USAGE, CxlctlError
 from cxlctl.hostio import paths
@@ -476,3 +476,22 @@ def destroy(host: Host, name: str, force: bool, log: Log, progress: Optional[Pro
     if reader.isdir(r):
         raise CxlctlError(f"{name} still exists after delete_region")
     return Destroyed(name, tuple(offlined), tuple(freed), tuple(steps))
+
+
+def destroy_plan(host: Host, name: str, force: bool) -> Dict[str, Any]:
+    """``region destroy --dry-run``: the same refusals as the destroy (online memory without
+    ``force``), then what it would do, in its order; nothing is written."""
+    st = check_destroy(host, name, force)
+    steps: List[str] = []
+    for dev in st.dax_devices:
+        online = daxmod.online_blocks(host, dev)
+        if online:
+            steps.append(f"offline {len(online)} memory block(s) of {dev}")
+    if st.bound:
+        steps.append(f"unbind {name} from cxl_region")
+    if st.committed:
+        steps.append(f"decommit {name}")
+    if st.targets:
+        steps.append("clear its targets and free their DPA: " + ", ".join(d for _, d in st.targets))
+    steps.append(f"delete {name} ({st.root_decoder}/delete_region)")
+    return {"region": name, "dry_run": True, "steps": steps}

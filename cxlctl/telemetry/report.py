@@ -249,6 +249,13 @@ def _other_demotions(vals: Dict[str, Optional[Any]]) -> Optional[float]:
     return demote_sum(rest)
 
 
+#: the node table's short headers, in the kernel's counter names (/proc/vmstat, nodeN/vmstat)
+LEGEND = (
+    "promoted: pgpromote_success; candid.: pgpromote_candidate (pages NUMA balancing picked to promote); "
+    "dem-ksw, dem-dir, dem-oth: pgdemote_kswapd, pgdemote_direct, the other pgdemote_* (khugepaged, proactive)"
+)
+
+
 def _wrap(text: str, width: int, indent: str) -> List[str]:
     from cxlctl.term import fold_lines
 
@@ -261,6 +268,7 @@ def render_text(s: Sample, r: Optional[Rates], verdicts: Sequence[Verdict], repo
     Reads the sample, the rates and the verdicts themselves, not :func:`to_dict`'s JSON: the
     text and the JSON are two views of the same objects."""
     lines = _node_lines(s, r, report)
+    lines += _wrap(LEGEND, width, "")
     lines += _system_lines(s, r, width)
     lines += _notes_lines(s, width)
     lines += _owner_lines(s, r, width)

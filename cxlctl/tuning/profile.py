@@ -128,8 +128,13 @@ def _resolve(
     for path, builtin in candidates(host, ref):
         if os.path.realpath(path) not in exclude:
             return path, builtin
-    known = ", ".join(n for n, _, _ in list_names(host)) or "none"
-    raise ProfileError(where, None, f"no profile named {ref!r}", hint=f"known profiles: {known}")
+    from cxlctl.suggest import did_you_mean
+
+    names = [n for n, _, _ in list_names(host)]
+    known = ", ".join(names) or "none"
+    near = did_you_mean(ref, names)
+    hint = (near[:-1] + f"; known profiles: {known}") if near.startswith("did you mean") else f"known profiles: {known}"
+    raise ProfileError(where, None, f"no profile named {ref!r}", hint=hint)
 
 
 def _read(path: str) -> Dict[str, Any]:

@@ -52,13 +52,19 @@ def _title(title: str, rest: str = "") -> Any:
     return join((title, "bold"), rest)
 
 
-def profiles(rows: Sequence[Dict[str, Any]], c: Console) -> None:
-    """``tune list``: name and origin whole, the summary (or why it is invalid) as the note."""
+def profiles(rows: Sequence[Dict[str, Any]], c: Console, root: str = "/") -> None:
+    """``tune list``: name and origin whole, the summary (or why it is invalid) as the note.  A
+    profile file is named as the host sees it (``/etc/cxlctl/profiles/x.toml``), not under a
+    ``--root`` tree (the JSON keeps the path it was read from)."""
     c.print(styled("Tuning profiles", "bold"))
     out: List[Tuple[Sequence[Cell], Optional[Cell]]] = []
+    base = root.rstrip("/")
     for r in rows:
         summary: Cell = (r["summary"] or "") if r["error"] is None else styled(f"invalid: {r['error']}", "red")
-        out.append(([r["name"], "built-in" if r["builtin"] else r["source"]], summary))
+        src = str(r["source"] or "")
+        if base and src.startswith(base + "/"):
+            src = src[len(base) :]
+        out.append(([r["name"], "built-in" if r["builtin"] else src], summary))
     grid(c, [("PROFILE", "left"), ("FROM", "left")], out, note="SUMMARY")
 
 
@@ -66,9 +72,9 @@ def profile(p: Profile, doc: Dict[str, Any], c: Console) -> None:
     """``tune show``: the profile's head, then each setting, its value and its reason."""
     c.print(_title(p.name, f"  ({'built-in' if p.builtin else p.source})"))
     if p.summary:
-        c.print(p.summary)
+        hang(c, "", p.summary, 0)
     if p.description.strip():
-        c.print(styled(p.description.strip(), "dim"))
+        hang(c, "", styled(" ".join(p.description.split()), "dim"), 0)
     if doc["includes"]:
         c.print("includes: " + " → ".join(doc["includes"]))
     if p.placement:

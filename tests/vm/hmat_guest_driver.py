@@ -66,7 +66,21 @@ def wait_ready(path: str, p: subprocess.Popen[bytes], seconds: float = 600) -> b
 
 def launched(label: str, nodes: str) -> None:
     ready = f"{OUT}/{label}.ready"
-    cmd = [PY, "-m", "cxlctl", "launch", "exec", "--allow-root", "--policy", "weighted-interleave", "--cpu-nodes", "0"]
+    # --set-weights: the launch sets the weights from bandwidth as it did before issue 44 (a launch
+    # now changes the system-wide weights only when asked)
+    cmd = [
+        PY,
+        "-m",
+        "cxlctl",
+        "launch",
+        "exec",
+        "--allow-root",
+        "--policy",
+        "weighted-interleave",
+        "--set-weights",
+        "--cpu-nodes",
+        "0",
+    ]
     cmd += ["--mem-nodes", nodes, "--", TOUCH, "16", ready]
     p = subprocess.Popen(cmd, stdout=open(f"{OUT}/{label}.out", "w"), stderr=open(f"{OUT}/{label}.err", "w"))
     if wait_ready(ready, p):

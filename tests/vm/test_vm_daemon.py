@@ -297,7 +297,7 @@ def check(res: GuestResult, capsys: Any) -> None:
     # 6. drift reported (value left), then re-applied after SIGHUP
     assert _read(out, "swappiness-after-report").strip() == "77"
     dr = parse_exposition(_read(out, "metrics-drift.txt"))
-    assert dr.get("cxlctl_knob_drift", setting="vm.swappiness", actual="77") == 1
+    assert dr.get("cxlctl_knob_drift", setting="vm.swappiness") == 1  # no value labels since issue 44
     assert _read(out, "reapply-wait").strip() != "timeout", ctx
     ra_ = parse_exposition(_read(out, "metrics-reapplied.txt"))
     assert ra_.get("cxlctl_knob_drift", setting="vm.swappiness") == 0
