@@ -190,7 +190,9 @@ cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-before.txt"
 cx capacity-2 capacity --json
 
 # 4. give it back
-cx release capacity release "$HOT" --no-sanitize --json
+# --timeout 600: each block's offline is bounded (120 s by default); under TCG a block with the
+# pattern's pages (served as MMIO) can take a good part of that on a slow machine
+cx release capacity release "$HOT" --no-sanitize --timeout 600 --json
 cp "/proc/$PID/numa_maps" "$OUT/numa-after.txt"
 cat "/sys/devices/system/node/node$NODE/meminfo" > "$OUT/node-after.txt" 2>&1
 touch "$OUT/pattern.check"
@@ -226,7 +228,7 @@ sleep 3  # the daemon's pass after the adoption: the profile for the new node
 cx capacity-4 capacity --json
 cx verify-2 tune verify --json
 for f in /sys/kernel/mm/mempolicy/weighted_interleave/node*; do echo "$(basename $f) $(cat $f)"; done > "$OUT/weights-2.txt"
-cx release-2 capacity release "$HOT" --no-sanitize --json
+cx release-2 capacity release "$HOT" --no-sanitize --timeout 600 --json
 touch "$OUT/ready-del2"; wait_host done-del2
 wait_memdev $HOT_SERIAL absent del-2
 sleep 3
