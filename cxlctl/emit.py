@@ -159,7 +159,9 @@ def report(err: CxlctlError, json_doc: bool, stdout: Optional[TextIO]) -> int:
 def root_first(argv: List[str]) -> List[str]:
     """``--root PATH`` is global (the app's option), but an operator writes it after the command
     too (``cxlctl status --root TREE``): moved in front, so it means the same wherever it stands.
-    Nothing after ``--`` is touched (a launched program's own arguments)."""
+    Nothing after ``--`` is touched (a launched program's own arguments).
+    Every ``--root`` moves, in the order given, so the last one still wins as click has it
+    (``--root A status --root B`` is B; moving only the later ones would have made it A)."""
     moved: List[str] = []
     out: List[str] = []
     i = 0
@@ -168,11 +170,11 @@ def root_first(argv: List[str]) -> List[str]:
         if a == "--":
             out += argv[i:]
             break
-        if a == "--root" and i + 1 < len(argv) and i > 0:
+        if a == "--root" and i + 1 < len(argv):
             moved += argv[i : i + 2]
             i += 2
             continue
-        if a.startswith("--root=") and i > 0:
+        if a.startswith("--root="):
             moved.append(a)
         else:
             out.append(a)

@@ -44,9 +44,10 @@ def test_record_refuses_non_empty_dest(tmp_path: object, live_record: str) -> No
 
 
 def test_record_of_a_record_is_identical(tmp_path: object, live_record: str) -> None:
-    """Recording from a recorded root reproduces the same tree (idempotent)."""
+    """Recording from a recorded root reproduces the same tree (idempotent), with the same options
+    (the live record holds process data: conftest.live_record)."""
     again = os.path.join(str(tmp_path), "again")
-    cli("--root", live_record, "record", again, check=True)
+    cli("--root", live_record, "record", "--include-process-data", again, check=True)
     assert status_json(again) == status_json(live_record)
 
     def files(root: str) -> set:  # type: ignore[type-arg]
