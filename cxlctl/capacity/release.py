@@ -371,13 +371,9 @@ def _running(host: Host, d: Dict[str, Any]) -> bool:
     pid = d.get("pid")
     if not host.live or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    from cxlctl.hostio.proc import alive
+
+    return alive(pid)
 
 
 def _describe(d: Dict[str, Any]) -> str:

@@ -91,3 +91,16 @@ def cgroup_v1(r: Reader) -> bool:
     if text is None:
         return r.isdir(paths.CGROUP_DIR + "/memory")
     return "memory" not in text.split()
+
+
+def alive(pid: int) -> bool:
+    """The process exists (a zombie or another user's process counts): ``kill(pid, 0)``."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

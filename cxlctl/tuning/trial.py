@@ -105,14 +105,10 @@ def expire(host: Host, wait: Optional[float] = None) -> Optional[UndoResult]:
 
 
 def alive(pid: int) -> bool:
-    """The process exists (a zombie or another user's process counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid > 0
+    """The process exists (a zombie or another user's process counts): :func:`cxlctl.hostio.proc.alive`."""
+    from cxlctl.hostio.proc import alive as exists
+
+    return exists(pid)
 
 
 def confirm(host: Host, wait: Optional[float] = None) -> Confirmed:
