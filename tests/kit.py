@@ -10,6 +10,7 @@ engine), and ``copy_fixture()`` makes the writable copy a test may change.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import io
 import json
@@ -141,7 +142,6 @@ def cli(
 
 #: run the rest of an argv as the unprivileged user the security tests act as (uid/gid 65534)
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-_NOBODY_PY: List[List[str]] = []
 
 
 def _world_readable(top: str) -> None:
@@ -154,7 +154,8 @@ def _world_readable(top: str) -> None:
                 os.chmod(fp, os.stat(fp).st_mode | 0o444)
 
 
-def nobody_python() -> List[str]:
+@functools.cache
+def nobody_python() -> Tuple[str, ...]:
     """An argv prefix that starts a Python as uid 65534 which imports this checkout's cxlctl and its
     dependencies (``[*nobody_python(), "-m", "cxlctl", ...]``; run it with ``cwd="/"``).
 
@@ -165,12 +166,9 @@ def nobody_python() -> List[str]:
     session.  ``-I`` would drop that ``PYTHONPATH``: a caller that wants isolation without cxlctl
     runs ``[*NOBODY, sys._base_executable, "-I", ...]``.
     """
-    if _NOBODY_PY:
-        return _NOBODY_PY[0]
     probe = subprocess.run([*NOBODY, sys.executable, "-c", "import cxlctl"], capture_output=True, cwd="/")
     if probe.returncode == 0:
-        _NOBODY_PY.append([*NOBODY, sys.executable])
-        return _NOBODY_PY[0]
+        return (*NOBODY, sys.executable)
     import atexit
     import sysconfig
     import tempfile
@@ -185,8 +183,7 @@ def nobody_python() -> List[str]:
     _world_readable(mirror)
     atexit.register(shutil.rmtree, mirror, True)
     base = getattr(sys, "_base_executable", sys.executable)
-    _NOBODY_PY.append([*NOBODY, "env", f"PYTHONPATH={mirror}/src:{mirror}/site", base])
-    return _NOBODY_PY[0]
+    return (*NOBODY, "env", f"PYTHONPATH={mirror}/src:{mirror}/site", base)
 
 
 def readable_copy(src: str) -> str:
