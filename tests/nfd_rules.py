@@ -20,7 +20,17 @@ Written from kubernetes-sigs/node-feature-discovery at commit
   (an unprefixed key is refused under the DisableAutoPrefix feature gate and auto-prefixed with
   ``feature.node.kubernetes.io/`` before it); ``kubernetes.io`` and ``*.kubernetes.io`` are denied
   except ``feature.node.kubernetes.io``, ``profile.node.kubernetes.io`` and their sub-namespaces;
-  the value is a valid label value.
+  the value is a valid label value;
+* ``source/local/local.go`` ``parseFeatureFile``: a feature file's ``key=value`` lines become both a
+  ``local.feature`` element and a label unless a directive line before it says ``# +no-label`` or
+  ``# +no-feature`` (for that one line); ``# +expiry-time=`` drops every line after it once past;
+* ``pkg/nfd-master/nfd-master.go`` ``processNodeFeatureRule`` / ``filterExtendedResource`` /
+  ``getDynamicValue``: a matching rule's ``extendedResources`` value ``@<domain>.<feature>.<element>``
+  is that attribute feature's element (an error when absent: the resource is left out); the name is
+  validated by ``validate.ExtendedResource`` (a qualified, prefixed name, no ``kubernetes.io``
+  namespace but ``feature.node.kubernetes.io``, a quantity as the value), and
+  ``createExtendedResourcePatches`` puts it in the node's ``status.capacity``;
+* ``expression.go`` ``Exists``: the element is there (``value`` must be empty).
 
 * ``deployment/base/nfd-crds/nfd-api-crds.yaml`` (last changed in
   4cf8032ac5735030f641b9483b007fe2d45c0385; controller-gen v0.16.3), the
@@ -189,6 +199,12 @@ def rule_labels(rule: Mapping[str, Any], features: Mapping[str, Sequence[Mapping
 
 def _all(exprs: Mapping[str, Mapping[str, Any]], attrs: Mapping[str, str]) -> bool:
     for name, e in exprs.items():
+        if e["op"] == "Exists":
+            if e.get("value"):
+                raise ValueError("invalid expression, 'value' field must be empty for Op Exists")
+            if name not in attrs:
+                return False
+            continue
         if e["op"] != "In":
             raise NotImplementedError(f"op {e['op']} is not modelled here (tests/nfd_rules.py)")
         if not e.get("value"):
@@ -211,4 +227,66 @@ def label_problem(key: str, value: str) -> str:
             return "namespace is not allowed"
     if len(value) > 63 or not _VALUE.match(value):
         return "invalid value"
+    return ""
+
+
+def local_feature_file(text: str) -> Dict[str, Dict[str, str]]:
+    """``{"local.feature": elements, "local.label": elements}`` of one feature file, as the local source
+    parses it (``parseFeatureFile``; expiry in the past not modelled: the agent writes none)."""
+    features: Dict[str, str] = {}
+    labels: Dict[str, str] = {}
+    skip_label = skip_feature = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            if line.startswith("# +"):
+                key = line[3:].split("=", 1)[0]
+                if key == "no-label":
+                    skip_label = True
+                elif key == "no-feature":
+                    skip_feature = True
+                elif key != "expiry-time":
+                    raise ValueError(f"unknown feature file directive {key!r}")
+            continue
+        k, sep, v = line.partition("=")
+        val = v if sep else "true"
+        if not skip_feature:
+            features[k] = val
+        if not skip_label:
+            labels[k] = val
+        skip_label = skip_feature = False
+    return {"local.feature": features, "local.label": labels}
+
+
+def rule_extended_resources(rule: Mapping[str, Any], attributes: Mapping[str, Mapping[str, str]]) -> Dict[str, str]:
+    """The extended resources (name -> quantity) one rule gives a node with these attribute features."""
+    for matcher in rule.get("matchFeatures") or []:
+        if not _all(matcher["matchExpressions"], attributes.get(matcher["feature"], {})):
+            return {}
+    out = {}
+    for name, value in (rule.get("extendedResources") or {}).items():
+        if value.startswith("@"):
+            parts = value[1:].split(".", 2)
+            if len(parts) != 3:
+                raise ValueError(f"value {value} is not in the form of '@domain.feature.element'")
+            elems = attributes.get(parts[0] + "." + parts[1])
+            if elems is None or parts[2] not in elems:
+                continue  # nfd-master logs the error and leaves the resource out
+            value = elems[parts[2]]
+        problem = extended_resource_problem(name, value)
+        if problem:
+            raise ValueError(f"{name}={value}: {problem}")
+        out[name] = value
+    return out
+
+
+def extended_resource_problem(key: str, value: str) -> str:
+    """Why nfd-master would refuse this extended resource ("" when it takes it; integer quantities only)."""
+    problem = label_problem(key, "x")
+    if problem:
+        return problem
+    if not re.fullmatch(r"[0-9]+", value):
+        return "not a quantity (integers only modelled)"
     return ""

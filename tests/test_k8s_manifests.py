@@ -39,9 +39,9 @@ from cxlctl.cli import run
 from cxlctl.config import ConfigError, load
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
-from cxlctl.k8s import nfd
+from cxlctl.k8s import kvpool, nfd
 from tests import nfd_rules
-from tests.kit import REPO, copy_fixture, fixture_roots
+from tests.kit import REPO, cli, copy_fixture, fixture_roots
 from tests.launch_support import Fakes, add_gpu, write_status
 
 DEPLOY = os.path.join(REPO, "deploy", "kubernetes")
@@ -137,7 +137,7 @@ def test_the_validator_catches_a_typo() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_VERSIONS[-1], strict=True)
     dep = copy.deepcopy(_find("Deployment", "vllm-cxl"))
-    dep["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] = {"x": 1}
+    dep["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"] = {"x": 1}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(dep, K8S_VERSIONS[-1], strict=True)
 
@@ -220,7 +220,7 @@ def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
     a node with a CXL memory device, by its own rules, and only there; nfd-master accepts it."""
     ds = _find("DaemonSet", "cxlctl")
     selector = ds["spec"]["template"]["spec"]["nodeSelector"]
-    (rule,) = _find("NodeFeatureRule", "cxlctl-cxl-memory-device")["spec"]["rules"]
+    rule, _pool_rule = _find("NodeFeatureRule", "cxlctl-cxl-memory-device")["spec"]["rules"]
     cxl_node = {"pci.device": [_pci(GPU_DEVICE), _pci(CXL_DEVICE)]}
     gpu_node = {"pci.device": [_pci(GPU_DEVICE)]}
     assert _pci(CXL_DEVICE)["class"] == "0502"
@@ -236,6 +236,97 @@ def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
         cxl_node["pci.device"], whitelist=["0502"]
     ), "even with 0502 whitelisted the default fields name it pci-0502_8086"
     assert not set(selector) & set(stock)
+
+
+def _pool(root: str) -> Dict[str, Any]:
+    """What the DaemonSet's kv-pool container would set up on this node (``--dry-run``: nothing mounted)."""
+    _, init = _kv_pool_init()
+    out: Dict[str, Any] = json.loads(
+        cli("--root", root, *init["command"][1:], "--dry-run", "--json", check=True).stdout
+    )
+    return out
+
+
+def _kv_pool_init() -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    spec = _daemon_pod()
+    (init,) = spec["initContainers"]
+    return spec, init
+
+
+def test_the_kv_pool_is_a_resource_the_scheduler_counts() -> None:
+    """Issue 42: the feature file the agent writes for a recorded node becomes, by NFD's rules, the
+    extended resource the Deployment asks for -- a capacity fixed by the pool, not a label changing
+    at every rescan -- and no label; Kubernetes counts the name as an extended resource."""
+    root = fixture_roots("linux-6.12/hmat2-region")[0]
+    pool = _pool(root)
+    assert pool["nodes"] == [2, 3] and pool["mpol"] == "bind:2-3"
+    feats = nfd_rules.local_feature_file(pool["feature_file"])
+    assert feats["local.label"] == {}, "a feature, not a label"
+    _, rule = _find("NodeFeatureRule", "cxlctl-cxl-memory-device")["spec"]["rules"]
+    got = nfd_rules.rule_extended_resources(rule, feats)
+    assert got == {kvpool.RESOURCE: str(pool["size"] >> 20)} and int(got[kvpool.RESOURCE]) == 504
+    assert nfd_rules.rule_extended_resources(rule, {"local.feature": {}}) == {}, "no pool, no resource"
+    # Kubernetes: an extended resource is a qualified name outside kubernetes.io (IsExtendedResourceName)
+    name = kvpool.RESOURCE
+    assert "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+    _, c = _vllm()
+    assert name in c["resources"]["limits"] and name not in c["resources"].get("requests", {})
+    # the same rule set the feature file of the agent's own code, whatever the node
+    assert kvpool.FEATURE_REF == rule["extendedResources"][name]
+
+
+def _entrypoint_dry_run(tree: str, fakes: Fakes) -> Dict[str, Any]:
+    """The pod's entrypoint with its manifest arguments (the size a thousand times smaller: 256G ->
+    256M) as ``--dry-run --json``, run as uid 65534 with no capability: what the pod's cxlctl plans."""
+    _, c = _vllm()
+    args = [re.sub(r"^--kv-size=(\d+)G$", r"--kv-size=\1M", a) for a in c["args"]]
+    assert "--kv-size=256M" in args
+    env = {**fakes.env(), "HOME": "/tmp"}
+    p = cli("--root", tree, *c["command"][1:], "--dry-run", "--json", *args, env=env, nobody=True, check=True)
+    plan: Dict[str, Any] = json.loads(p.stdout)
+    return plan
+
+
+def test_pod_entrypoint_places_the_offload_on_cxl_without_privileges(tmp_path: Any) -> None:
+    """Issue 42 item 4. On the recorded hmat2 node (CXL nodes 2 and 3, kernel zone), as uid 65534:
+    without the pool the plan says most of the 256 MiB lands on DRAM; with the node's KV pool at
+    /dev/shm (the mountinfo a 6.12 guest showed inside a mount namespace whose /dev/shm is a bind
+    of the pool's directory, after the agent mounted it: fixtures/kubernetes/) every byte is on
+    the pool's CXL nodes and nothing is mounted by the pod."""
+    import shutil
+
+    from tests.kit import readable_copy
+
+    tree = readable_copy(fixture_roots("linux-6.12/hmat2-region")[0])
+    add_gpu(tree, "0000:17:00.0", 0)
+    add_gpu(tree, "0000:18:00.0", 0)
+    write_status(tree, "0,2-3")
+    base = os.path.dirname(tree)
+    fakes = Fakes(os.path.join(base, "fakes"))
+    from tests.kit import _world_readable
+
+    _world_readable(base)
+    os.chmod(fakes.base, 0o777)  # the fake vLLM counts its --help calls there, as uid 65534
+    before = _entrypoint_dry_run(tree, fakes)["kv_offload"]
+    assert before["mechanism"] == "policy" and before["on_cxl"] is False
+    dram = int(before["expected_bytes_per_node"].get("0", 0))
+    assert dram > 0, before  # the interleave's DRAM share (the issue saw 63 % under other weights)
+    assert "CAP_SYS_ADMIN" in before["why_not_on_cxl"]
+    # the node's KV pool, as the agent plans it for this node, at the pod's /dev/shm
+    pool = _pool(tree)
+    shutil.copy(os.path.join(REPO, "fixtures", "kubernetes", "container-mountinfo.txt"), f"{tree}/proc/self/mountinfo")
+    os.chmod(f"{tree}/proc/self/mountinfo", 0o644)
+    with open(f"{tree}/proc/self/mountinfo") as f:
+        (shm,) = [ln for ln in f if " /dev/shm " in ln]
+    assert "mpol=" + pool["mpol"] in shm, (shm, pool["mpol"])
+    plan = _entrypoint_dry_run(tree, fakes)
+    kv = plan["kv_offload"]
+    assert kv["mechanism"] == "shm-mount" and kv["on_cxl"] is True, kv
+    assert kv["nodes"] == pool["nodes"] == [2, 3]
+    got = {int(n): int(b) for n, b in kv["expected_bytes_per_node"].items()}
+    assert set(got) <= {2, 3} and sum(got.values()) == 256 << 20, got
+    assert plan["tmpfs"] is None, "the pod mounts nothing"
+    assert kv["pinned"] is True and kv["pin_moved_bytes_per_node"] == {}, "kernel-zone CXL: the pin keeps it"
 
 
 # --------------------------------------------------------------------------- the DaemonSet and its ConfigMap
@@ -296,16 +387,33 @@ def _vllm() -> Tuple[Dict[str, Any], Dict[str, Any]]:
     return spec, spec["containers"][0]
 
 
-def test_deployment_is_unprivileged_with_a_memory_dev_shm() -> None:
+def test_deployment_is_unprivileged_with_the_kv_pool_as_dev_shm() -> None:
+    """Issue 42: the pod's /dev/shm is its own directory of the node's KV pool (the one host path), which
+    the DaemonSet's kv-pool init container mounts on the host, where the kubelet's bind mount finds it."""
+    from cxlctl.hostio.paths import KV_POOL_DIR, NFD_DIR
+
     spec, c = _vllm()
     sc = c["securityContext"]
     assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
     assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
-    assert not [v for v in spec["volumes"] if "hostPath" in v], "no host paths: /sys and /proc are the runtime's"
-    shm = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/dev/shm"]
-    (vol,) = [v for v in spec["volumes"] if v["name"] == shm]
-    assert vol["emptyDir"]["medium"] == "Memory" and vol["emptyDir"]["sizeLimit"]
+    (shm,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    assert shm["subPathExpr"] == "$(POD_UID)" and not shm.get("readOnly") and not shm.get("mountPropagation")
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    host = [v for v in spec["volumes"] if "hostPath" in v]
+    assert [v["name"] for v in host] == [shm["name"]], "/sys and /proc are the runtime's; the pool is the one host path"
+    assert host[0]["hostPath"] == {"path": KV_POOL_DIR, "type": "Directory"}
+    # the agent's side: the same host directory, mounted there by the init container and propagated to the host
+    ds = _daemon_pod()
+    (init,) = ds["initContainers"]
+    assert init["command"] == ["cxlctl", "k8s", "kv-pool"] and init["securityContext"]["privileged"] is True
+    vols = {v["name"]: v for v in ds["volumes"]}
+    (pool,) = [m for m in init["volumeMounts"] if m["mountPath"] == KV_POOL_DIR]
+    assert vols[pool["name"]]["hostPath"]["path"] == KV_POOL_DIR and pool["mountPropagation"] == "Bidirectional"
+    mounts = {m["mountPath"]: vols[m["name"]] for m in init["volumeMounts"]}
+    assert mounts["/var/lib/kubelet/pods"]["hostPath"]["path"] == kvpool.KUBELET_PODS
+    assert mounts[NFD_DIR]["hostPath"]["path"] == NFD_DIR
 
 
 def test_deployment_schedules_on_labels_the_daemon_writes() -> None:
@@ -368,16 +476,15 @@ def test_deployment_kv_size_fits_the_pods_own_limits() -> None:
     assert len(kv) == 1 and kv[0].lower() != "auto", "a size that cannot grow with the node"
     assert not [a for a in c["args"] if a.startswith("--reserve")], "--reserve applies to auto only"
     kv_bytes = parse_size_arg(kv[0], "--kv-size")
-    shm = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}["/dev/shm"]
-    (vol,) = [v for v in spec["volumes"] if v["name"] == shm]
-    shm_limit = _quantity(vol["emptyDir"]["sizeLimit"])
+    pool_share = int(c["resources"]["limits"][kvpool.RESOURCE]) << 20
     mem_limit = _quantity(c["resources"]["limits"]["memory"])
-    assert kv_bytes <= shm_limit <= mem_limit, (kv_bytes, shm_limit, mem_limit)
-    assert mem_limit - shm_limit >= 16 << 30, "room for the engine's own memory beside /dev/shm"
+    assert kv_bytes <= pool_share <= mem_limit, (kv_bytes, pool_share, mem_limit)
+    assert mem_limit - pool_share >= 16 << 30, "room for the engine's own memory beside /dev/shm"
     assert _quantity(c["resources"]["requests"]["memory"]) <= mem_limit
+    # issue 42: no free-memory label in the selector (it changed at every rescan and let two pods
+    # take one node's last GiB); the pool is a resource the scheduler counts
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    (free,) = [e for t in terms for e in t["matchExpressions"] if e["key"].endswith("/cxl.free-mib")]
-    assert free["operator"] == "Gt" and int(free["values"][0]) << 20 >= kv_bytes
+    assert not [e for t in terms for e in t["matchExpressions"] if "free-mib" in e["key"]]
 
 
 # --------------------------------------------------------------------------- the Containerfile

@@ -12,6 +12,8 @@ from typing import Optional
 
 import typer
 
+from cxlctl.hostio.paths import NFD_DIR
+
 from .common import JSON_OPT, emit_json, group, host, note
 
 k8s_app = group("k8s", "Generate configuration for Kubernetes components from this host (NRI memory-policy plugin).")
@@ -47,3 +49,26 @@ def nri_config_cmd(
     sys.stdout.write(nri.to_configmap(cfg, namespace) if configmap else nri.to_yaml(cfg))
     note(f"note: {n}" for n in cfg.notes)
     note(f"warning: {w}" for w in cfg.warnings)
+
+
+@k8s_app.command("kv-pool")
+def kv_pool_cmd(
+    size: Optional[str] = typer.Option(None, "--size", metavar="SIZE", help="Pool size (default: free pinnable CXL)."),
+    directory: str = typer.Option("/run/cxlctl/kv", "--dir", metavar="DIR", help="Host directory to mount it on."),
+    nfd_dir: str = typer.Option(NFD_DIR, "--nfd-dir", metavar="DIR", help="NFD's feature directory."),
+    remove: bool = typer.Option(False, "--remove", help="Withdraw the resource and unmount the pool."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the pool; mount nothing."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Mount the node's KV pool: a tmpfs bound to its pinnable CXL nodes, for unprivileged pods."""
+    from cxlctl.inventory import scan
+    from cxlctl.k8s import kvpool
+    from cxlctl.launch.kvsize import parse_size_arg
+
+    h = host()
+    if remove:
+        note(kvpool.remove(h, directory, nfd_dir))
+        return
+    pool = kvpool.plan(h, scan(h), parse_size_arg(size, "--size") if size else None, directory)
+    done = None if dry_run else kvpool.apply(h, pool, nfd_dir)
+    emit_json(kvpool.to_json(pool, done)) if json_out else sys.stdout.write(kvpool.render(pool, done))

@@ -101,6 +101,8 @@ SELF_FD = "/proc/self/fd"
 #: every file lock on the host, with its holder's pid and inode (who holds cxlctl's lock)
 PROC_LOCKS = "/proc/locks"
 SELF_CGROUP = "/proc/self/cgroup"
+#: the mounts this process sees, each with its file system's own options (a tmpfs's ``mpol=``)
+SELF_MOUNTINFO = "/proc/self/mountinfo"
 PROC_VMSTAT = "/proc/vmstat"
 #: reading it (root only) folds every CPU's pending counter deltas into the totals that
 #: /proc/vmstat and nodeN/vmstat show (Documentation/admin-guide/sysctl/vm.rst, stat_refresh)
@@ -205,6 +207,8 @@ TUNED_ACTIVE = "/etc/tuned/active_profile"
 TUNED_MAIN = "/etc/tuned/tuned-main.conf"
 TUNED_DIRS = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
 DEV_SHM = "/dev/shm"
+#: the host tmpfs bound to the node's pinnable CXL nodes that pods mount (``cxlctl k8s kv-pool``)
+KV_POOL_DIR = "/run/cxlctl/kv"
 
 # -- what `cxlctl doctor` reads besides the scan ------------------------------------------
 PROC_CMDLINE = "/proc/cmdline"

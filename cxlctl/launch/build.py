@@ -452,12 +452,23 @@ def _kv_placement(
         )
         fix = "upgrade vLLM to 0.28 or later (its offload is then a /dev/shm file cxlctl binds to CXL)"
     shm = not req.lmcache and (req.engine == "exec" or (req.engine == "vllm" and ea.shm_bytes is not None))
-    # mounting needs CAP_SYS_ADMIN on the machine cxlctl runs on; a recorded tree's dry run assumes root
-    can_mount = has_cap(preflight.CAP_SYS_ADMIN) if host.live else True
+    # mounting needs CAP_SYS_ADMIN on the machine cxlctl runs on; a recorded tree's dry run is the plan of
+    # its caller (root's, or an unprivileged entrypoint's: a pod's, which cannot mount)
+    can_mount = has_cap(preflight.CAP_SYS_ADMIN)
     # vLLM on a GPU registers its shared offload region with cudaHostRegister (vllm/v1/kv_offload/cpu/
     # host_register.py host_register()), a FOLL_LONGTERM pin in NVIDIA's driver; exec says so with --pinned
     pinned = req.pinned if req.engine == "exec" else (req.engine == "vllm" and shm and ea.pins)
-    choice = kvplace.Choice(shm, req.kv_tmpfs, can_mount, req.force, why, fix, pinned, req.allow_unpinnable)
+    choice = kvplace.Choice(
+        shm,
+        req.kv_tmpfs,
+        can_mount,
+        req.force,
+        why,
+        fix,
+        pinned,
+        req.allow_unpinnable,
+        _shm_mount(host) if shm else None,
+    )
     kp = kvplace.decide(inv, ns, policy, size, choice)
     if kp.mechanism == "policy" and ea.placement[0] == "engine":
         return kvplace.fixed(
@@ -468,6 +479,16 @@ def _kv_placement(
             f"{name} binds its memory itself; the offload follows that binding",
         )
     return kp
+
+
+def _shm_mount(host: Host) -> Optional[Tuple[str, Tuple[int, ...], Optional[int]]]:
+    """The /dev/shm this process has, when the kernel shows it as a tmpfs with an ``mpol=``
+    (/proc/self/mountinfo; in a pod, the node's KV pool): (mode, nodes, size)."""
+    from cxlctl.hostio import mounts, paths
+
+    m = mounts.mounted_at(host, paths.DEV_SHM)
+    tp = mounts.tmpfs_policy(m) if m is not None else None
+    return (tp.mode, tp.nodes, tp.size) if tp is not None else None
 
 
 def _kv_tokens(model: Optional[kvsize.ModelKv], ea: eng.EngineArgs, notes: List[str]) -> Optional[int]:

@@ -11,6 +11,11 @@ offload on DRAM).  So ``--kv-size`` picks, per engine, what places the offload b
   ``mm/shmem.c``).  cxlctl mounts a private ``/dev/shm`` with ``mpol=bind:<CXL nodes>`` for the
   engine (needs CAP_SYS_ADMIN).  ``exec`` gets the same ``/dev/shm``: a program that keeps its
   offload in ``/dev/shm`` files has it on CXL;
+* **shm-mount** -- the ``/dev/shm`` the process already has is a tmpfs with an ``mpol=`` (in a
+  Kubernetes pod: the node's KV pool, a host tmpfs bound to its pinnable CXL nodes that the pod
+  mounts, ``cxlctl k8s kv-pool``): its files' pages follow that policy with no mount by cxlctl
+  and no privilege (the super block's policy, mm/shmem.c ``__shmem_get_inode``), so it is used
+  as it is;
 * **devdax** -- LMCache's server and Mooncake map a devdax device (``--devdax``): device memory,
   on no NUMA node;
 * **engine** -- vLLM's CPU backend binds each worker's memory (KV cache included) to its CPU's node;
@@ -49,7 +54,7 @@ from .policy import Policy
 
 
 class KvPlacement(NamedTuple):
-    mechanism: str  # tmpfs | devdax | engine | policy
+    mechanism: str  # tmpfs | shm-mount | devdax | engine | policy
     decided_by: str  # what decides where the offload lands, in words
     nodes: Tuple[int, ...]  # the nodes meant to hold it
     expected: Dict[int, int]  # node -> bytes the offload is expected to take
@@ -155,6 +160,8 @@ class Choice(NamedTuple):
     fix_anon: str
     pinned: bool = False  # the engine long-term pins its /dev/shm offload (vLLM on a GPU, exec --pinned)
     allow_unpinnable: bool = False  # --allow-unpinnable: launch although the pin moves it off CXL
+    #: the /dev/shm this process has, when it is a tmpfs with a policy: (mode, nodes, size or None)
+    shm_mount: Optional[Tuple[str, Tuple[int, ...], Optional[int]]] = None
 
 
 def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -> KvPlacement:
@@ -167,6 +174,9 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
             "--kv-tmpfs: this engine's KV offload is not a /dev/shm file, so a CXL-bound /dev/shm does not hold it",
             hint="drop --kv-tmpfs; " + c.fix_anon,
         )
+    if c.shm_offload and c.tmpfs is not False and c.shm_mount is not None:
+        kp = _shm_mount(inv, ns, size, c.shm_mount, c.force)
+        return _pin(inv, kp, c) if c.pinned else kp
     if want_tmpfs and cxl:
         kp = _tmpfs(inv, ns, size, tuple(cxl), c.force)
         return _pin(inv, kp, c) if c.pinned else kp
@@ -220,6 +230,52 @@ def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force:
         got,
         spill,
         not spill and not unplaced,
+        tmpfs_mpol=mode,
+        unplaced=unplaced,
+        over_share=over,
+    )
+
+
+#: mm/mempolicy.c mpol_to_str's mode names (spaces as '-') -> the plan's policy modes
+_MPOL_MODES = {
+    "bind": "bind",
+    "prefer": "preferred",
+    "prefer-(many)": "preferred-many",
+    "interleave": "interleave",
+    "weighted-interleave": "weighted-interleave",
+    "local": "local",
+}
+
+
+def _shm_mount(
+    inv: Inventory, ns: NodeSets, size: int, mnt: Tuple[str, Tuple[int, ...], Optional[int]], force: bool
+) -> KvPlacement:
+    """The /dev/shm mounted for this process (the node's KV pool in a pod): its files' pages take the
+    mount's policy, whoever faults them; a size beyond the tmpfs's ``size=`` is refused (the fault past
+    it gets SIGBUS: shmem_alloc_and_add_folio's ENOSPC), unless --force."""
+    mode, nodes, limit = mnt
+    pol = Policy(_MPOL_MODES.get(mode, "bind"), nodes, ns.cpu_nodes, (), ())
+    if limit is not None and size > limit and not force:
+        raise UsageError(
+            f"a {format_size(size)} KV offload (--kv-size) does not fit the {format_size(limit)} /dev/shm tmpfs "
+            f"(mpol={mode}:{format_nodelist(nodes)}) this process has: the fault past its size gets SIGBUS",
+            hint="lower --kv-size, or ask the pod for a larger share of the node's KV pool",
+        )
+    got, spill, unplaced, over = expected(inv, pol, size, nodes)
+    _refuse(size, got, spill, unplaced, nodes, force, f"the /dev/shm tmpfs (mpol={mode})", spillable=True)
+    cxl = {n.id for n in inv.nodes if n.kind == "cxl"}
+    on_cxl = bool(got) and not unplaced and all(n in cxl for n in got)
+    where = format_nodelist(nodes)
+    return KvPlacement(
+        "shm-mount",
+        f"the /dev/shm this process has: a tmpfs with mpol={mode}:{where} (in a pod: the node's KV pool, "
+        "cxlctl k8s kv-pool); the offload file's pages follow it whoever faults them, nothing is mounted",
+        nodes,
+        got,
+        spill,
+        on_cxl,
+        None if on_cxl else f"the /dev/shm tmpfs is bound to node(s) {where}, not all of them CXL",
+        None if on_cxl else "mount the node's KV pool (cxlctl k8s kv-pool) at /dev/shm instead",
         tmpfs_mpol=mode,
         unplaced=unplaced,
         over_share=over,
