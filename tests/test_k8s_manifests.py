@@ -240,17 +240,46 @@ def test_daemonset_selects_on_the_label_the_rule_makes_nfd_write() -> None:
 
 def _pool(root: str) -> Dict[str, Any]:
     """What the DaemonSet's kv-pool container would set up on this node (``--dry-run``: nothing mounted)."""
-    _, init = _kv_pool_init()
-    out: Dict[str, Any] = json.loads(
-        cli("--root", root, *init["command"][1:], "--dry-run", "--json", check=True).stdout
-    )
+    init = {c["name"]: c for c in _daemon_pod()["initContainers"]}["kv-pool"]
+    argv = _cxlctl_argv(init)
+    out: Dict[str, Any] = json.loads(cli("--root", root, *argv[1:], "--dry-run", "--json", check=True).stdout)
     return out
 
 
-def _kv_pool_init() -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def _cxlctl_argv(container: Dict[str, Any]) -> List[str]:
+    """The cxlctl command an init container runs (``sh -c 'cxlctl ... || ...'``: a node without CXL
+    memory for it must not keep the daemon from starting), as words."""
+    import shlex
+
+    cmd = container["command"]
+    assert cmd[:2] == ["sh", "-c"] and len(cmd) == 3, cmd
+    words = shlex.split(cmd[2])
+    return words[: words.index("||")]
+
+
+def test_nri_config_is_resolved_on_each_node(tmp_path: Any) -> None:
+    """Issue 42: the agent's init container writes the plugin's classes on each node from that node's
+    topology; the same command on two recorded nodes whose CXL memory has other ids gives each its own."""
+    from cxlctl.k8s import nri
+
     spec = _daemon_pod()
-    (init,) = spec["initContainers"]
-    return spec, init
+    init = {c["name"]: c for c in spec["initContainers"]}["nri-config"]
+    argv = _cxlctl_argv(init)
+    assert argv[:3] == ["cxlctl", "k8s", "nri-config"] and argv[argv.index("--output") + 1] == nri.NODE_FILE
+    sc = init["securityContext"]
+    assert "privileged" not in sc and sc["capabilities"] == {"drop": ["ALL"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    (m,) = [m for m in init["volumeMounts"] if nri.NODE_FILE.startswith(m["mountPath"] + "/")]
+    assert vols[m["name"]]["hostPath"]["path"] == os.path.dirname(nri.NODE_FILE)
+    got = {}
+    for name in ("single-region", "hmat2-region"):
+        t = copy_fixture(fixture_roots(f"linux-6.12/{name}")[0], str(tmp_path / name))
+        cli("--root", t, *argv[1:], check=True)
+        with open(t + nri.NODE_FILE) as f:
+            doc = yaml.safe_load(f)
+        got[name] = {c["name"]: c["policy"]["nodes"] for c in doc["classes"]}
+    assert got["single-region"]["cxlctl-kv-cxl"] == "1" and got["hmat2-region"]["cxlctl-kv-cxl"] == "2-3"
+    assert set(got["single-region"]) == set(got["hmat2-region"]), "one class name, resolved per node"
 
 
 def test_the_kv_pool_is_a_resource_the_scheduler_counts() -> None:
@@ -406,8 +435,8 @@ def test_deployment_is_unprivileged_with_the_kv_pool_as_dev_shm() -> None:
     assert host[0]["hostPath"] == {"path": KV_POOL_DIR, "type": "Directory"}
     # the agent's side: the same host directory, mounted there by the init container and propagated to the host
     ds = _daemon_pod()
-    (init,) = ds["initContainers"]
-    assert init["command"] == ["cxlctl", "k8s", "kv-pool"] and init["securityContext"]["privileged"] is True
+    init = {c["name"]: c for c in ds["initContainers"]}["kv-pool"]
+    assert _cxlctl_argv(init) == ["cxlctl", "k8s", "kv-pool"] and init["securityContext"]["privileged"] is True
     vols = {v["name"]: v for v in ds["volumes"]}
     (pool,) = [m for m in init["volumeMounts"] if m["mountPath"] == KV_POOL_DIR]
     assert vols[pool["name"]]["hostPath"]["path"] == KV_POOL_DIR and pool["mountPropagation"] == "Bidirectional"

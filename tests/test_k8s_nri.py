@@ -54,7 +54,13 @@ def test_ratio_is_reported_not_written(capsys: Any) -> None:
 
 def test_configmap_wraps_the_same_file(capsys: Any) -> None:
     root = fixture_roots("linux-6.12/single-region")[0]
-    cm = yaml.safe_load(_run(["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "nri"]))
+    # issue 42: never one host's node ids in a cluster-wide ConfigMap: a ConfigMap is for a named node pool
+    err = _run(["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "nri"], rc=2)
+    assert "--pool NAME" in err and "--output FILE" in err and "Traceback" not in err
+    cm = yaml.safe_load(
+        _run(["--root", root, "k8s", "nri-config", "--configmap", "--pool", "gpu-a", "--namespace", "nri"])
+    )
+    assert cm["metadata"]["labels"]["cxlctl.io/node-pool"] == "gpu-a"
     assert (cm["kind"], cm["metadata"]["name"], cm["metadata"]["namespace"]) == (
         "ConfigMap",
         "nri-memory-policy-config.default",
@@ -88,7 +94,12 @@ def test_no_cxl_and_bad_options(capsys: Any) -> None:
     root = fixture_roots("linux-6.12/single-region")[0]
     assert "--ratio" in _run(["--root", root, "k8s", "nri-config", "--ratio", "3"], rc=2)
     assert "--prefix" in _run(["--root", root, "k8s", "nri-config", "--prefix", "Bad_"], rc=2)
-    assert "--namespace" in _run(["--root", root, "k8s", "nri-config", "--configmap", "--namespace", "NS"], rc=2)
+    assert "--namespace" in _run(
+        ["--root", root, "k8s", "nri-config", "--configmap", "--pool", "p", "--namespace", "NS"], rc=2
+    )
+    assert "--pool" in _run(["--root", root, "k8s", "nri-config", "--configmap", "--pool", "Bad_"], rc=2)
+    assert "add --configmap" in _run(["--root", root, "k8s", "nri-config", "--pool", "p"], rc=2)
+    assert "--output" in _run(["--root", root, "k8s", "nri-config", "--output", "rel/file"], rc=2)
 
 
 # --------------------------------------------------------------------------- the checker itself

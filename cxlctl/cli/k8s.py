@@ -1,8 +1,6 @@
-"""``cxlctl k8s …``: files for Kubernetes components, generated from this host's inventory.
+"""``cxlctl k8s …``: Kubernetes files from this host (:mod:`cxlctl.k8s.nri`) and its KV pool (``kvpool``).
 
-Thin: :mod:`cxlctl.k8s.nri` builds; this module parses options and prints.
-Nothing is written on the host; the output goes to stdout (redirect it, or
-pipe it to ``kubectl apply -f -`` with ``--configmap``).
+Thin: the modules build, write and mount; this module parses options and prints.
 """
 
 from __future__ import annotations
@@ -25,8 +23,10 @@ def nri_config_cmd(
         None, "--ratio", metavar="D:C", help="Weights DRAM:CXL the interleave class assumes (default: cxlctl's)."
     ),
     prefix: str = typer.Option("cxlctl-", "--prefix", metavar="TEXT", help="Class name prefix."),
-    configmap: bool = typer.Option(
-        False, "--configmap", help="Wrap it in the ConfigMap the plugin's Helm chart mounts (kubectl apply -f -)."
+    configmap: bool = typer.Option(False, "--configmap", help="As the ConfigMap of a node pool's plugin (--pool)."),
+    pool: Optional[str] = typer.Option(None, "--pool", metavar="NAME", help="The node pool it is for (--configmap)."),
+    output: Optional[str] = typer.Option(
+        None, "--output", metavar="FILE", help="Write the file (per node: the agent)."
     ),
     namespace: str = typer.Option(
         "kube-system", "--namespace", metavar="NS", help="With --configmap: the plugin's namespace."
@@ -42,11 +42,12 @@ def nri_config_cmd(
     r = _ratio(ratio)
     nri.check_prefix(prefix)
     nri.check_namespace(namespace)
+    nri.check_scope(configmap, pool, output)
     cfg = nri.build(h, scan(h), r, prefix)
     if json_out:
         emit_json(nri.to_json(cfg))
-        return
-    sys.stdout.write(nri.to_configmap(cfg, namespace) if configmap else nri.to_yaml(cfg))
+    else:
+        sys.stdout.write(nri.emit(h, cfg, namespace, pool, output))
     note(f"note: {n}" for n in cfg.notes)
     note(f"warning: {w}" for w in cfg.warnings)
 

@@ -18,6 +18,14 @@ One set per CPU socket (suffix ``-socketN``) when the host has several,
 because the classes name absolute node ids and interleaving across sockets
 makes the socket link the bottleneck.
 
+Absolute node ids are one host's: another node's CXL memory may have other
+ids (HMAT/CDAT, the order regions were built in), and a class naming node 1
+there binds to DRAM or fails.  So the configuration is never cluster-wide:
+``--output FILE`` writes it on each node, resolved from that node's own
+topology (the cxlctl DaemonSet's agent does, the plugin reads the file from a
+hostPath), and ``--configmap`` needs ``--pool NAME``, a node pool whose nodes
+share this topology (one plugin release per pool, docs/kubernetes.md).
+
 The plugin's schema, from its Go types (``Config``, ``MemoryPolicyClass``,
 ``MemoryPolicySpec``; commit in docs/kubernetes.md): ``injectMpolset`` (bool)
 and ``classes`` (``name``, ``policy: {mode, nodes, flags}``); modes are the
@@ -50,6 +58,10 @@ MAX_NODE_ID = 63
 CONFIGMAP_NAME = "nri-memory-policy-config.default"
 CONFIGMAP_KEY = "config.yaml"
 ANNOTATION = "class.memory-policy.nri.io"
+#: the label naming the node pool a --configmap was resolved for
+POOL_LABEL = "cxlctl.io/node-pool"
+#: where the DaemonSet's agent writes this node's configuration (the plugin mounts it as a hostPath)
+NODE_FILE = "/etc/cxlctl/nri/memory-policy.yaml"
 
 
 class NriClass(NamedTuple):
@@ -206,8 +218,9 @@ def to_yaml(cfg: NriConfig, indent: int = 0) -> str:
     return "\n".join(pad + x for x in lines + body) + "\n"
 
 
-def to_configmap(cfg: NriConfig, namespace: str) -> str:
-    """The ConfigMap the plugin's Helm chart mounts (``nri-memory-policy-config.default``, key config.yaml)."""
+def to_configmap(cfg: NriConfig, namespace: str, pool: str) -> str:
+    """The ConfigMap the plugin's Helm chart mounts (``nri-memory-policy-config.default``, key config.yaml),
+    for the plugin release of one node pool (label :data:`POOL_LABEL`)."""
     head = [
         "apiVersion: v1",
         "kind: ConfigMap",
@@ -216,10 +229,39 @@ def to_configmap(cfg: NriConfig, namespace: str) -> str:
         f"  namespace: {_q(namespace)}",
         "  labels:",
         "    app.kubernetes.io/managed-by: cxlctl",
+        f"    {POOL_LABEL}: {_q(pool)}",
         "data:",
         f"  {CONFIGMAP_KEY}: |",
     ]
     return "\n".join(head) + "\n" + to_yaml(cfg, indent=4)
+
+
+def check_scope(configmap: bool, pool: Optional[str], output: Optional[str]) -> None:
+    """Refuse a configuration that would reach nodes it was not resolved on (module docstring)."""
+    import re
+
+    if configmap and not pool:
+        raise UsageError(
+            "--configmap: the classes name this host's node ids, and a ConfigMap reaches every node its plugin runs on",
+            hint="give --pool NAME (a node pool with this node's topology; one plugin release per pool), or "
+            "write the file on each node with --output FILE (the DaemonSet's agent does)",
+        )
+    if pool is not None and not configmap:
+        raise UsageError("--pool names the node pool of a --configmap", hint="add --configmap")
+    if pool is not None and not re.match(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$", pool):
+        raise UsageError(f"--pool {pool!r} is not a label value", hint="e.g. --pool gpu-cxl-a")
+    if output is not None and (configmap or not output.startswith("/")):
+        raise UsageError(f"--output {output!r}: an absolute path of the node, without --configmap")
+
+
+def emit(host: Host, cfg: NriConfig, namespace: str, pool: Optional[str], output: Optional[str]) -> str:
+    """What to print: the file, the pool's ConfigMap, or (``output``) a line naming the file written."""
+    if output is None:
+        return to_configmap(cfg, namespace, pool) if pool else to_yaml(cfg)
+    from cxlctl.hostio.atomic import atomic_write
+
+    atomic_write(host.root, output, to_yaml(cfg), mode=0o644, sync_dir=False)
+    return f"wrote {output}: {len(cfg.classes)} classes resolved on this node\n"
 
 
 def to_json(cfg: NriConfig) -> Dict[str, Any]:
