@@ -14,6 +14,7 @@ So an unprivileged process can read where its ``/dev/shm`` files' pages go.
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Tuple
 
 from cxlctl.hostio import paths
@@ -59,6 +60,18 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def _options(field: str) -> Tuple[str, ...]:
+    """The super block's options: split at commas, but an ``mpol=`` node list keeps its own
+    (``mpol=bind:0,2-3``: ``%*pbl``); no other option is a bare number or range."""
+    out: List[str] = []
+    for tok in field.split(","):
+        if out and out[-1].startswith("mpol=") and re.fullmatch(r"[0-9]+(-[0-9]+)?", tok):
+            out[-1] += "," + tok
+        else:
+            out.append(tok)
+    return tuple(out)
+
+
 def parse(text: str) -> List[Mount]:
     """Every well-formed line of a mountinfo file (a malformed one is skipped)."""
     out = []
@@ -70,7 +83,7 @@ def parse(text: str) -> List[Mount]:
         if len(f) < sep + 3 or len(f) < 6:
             continue
         # the last field, joined back: mpol_to_str names some modes with a space ("weighted interleave")
-        opts = tuple(" ".join(f[sep + 3 :]).split(",")) if len(f) > sep + 3 else ()
+        opts = _options(" ".join(f[sep + 3 :])) if len(f) > sep + 3 else ()
         out.append(Mount(_unescape(f[4]), _unescape(f[3]), f[sep + 1], _unescape(f[sep + 2]), opts))
     return out
 

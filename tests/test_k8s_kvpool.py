@@ -1,0 +1,108 @@
+"""``cxlctl k8s kv-pool``: the node's KV pool planned on recorded trees, and the mountinfo reading launch uses.
+
+The pool is the tmpfs the DaemonSet's agent mounts for unprivileged pods (docs/kubernetes.md, "The KV
+pool"): bound to the CXL nodes whose memory is in a kernel zone (a long-term pin keeps it there), sized
+by the pinnable CXL memory free; ZONE_MOVABLE CXL nodes stay lendable and out of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict
+
+import pytest
+
+from cxlctl.hostio import mounts
+from cxlctl.k8s import kvpool
+from tests.kit import REPO, cli, copy_fixture, fixture_roots
+
+MIB = 1 << 20
+HMAT2 = "linux-6.12/hmat2-region"
+
+
+def _zone(tree: str, node: int, zone: str) -> None:
+    """Every online memory block of ``node`` in a copied tree shown in ``zone`` (as valid_zones reads)."""
+    nd = os.path.join(tree, f"sys/devices/system/node/node{node}")
+    for b in (b for b in os.listdir(nd) if b.startswith("memory") and b[6:].isdigit()):
+        with open(os.path.join(tree, "sys/devices/system/memory", b, "valid_zones"), "w") as f:
+            f.write(zone + "\n")
+
+
+def _plan(root: str, *extra: str, rc: int = 0) -> Dict[str, Any]:
+    p = cli("--root", root, "k8s", "kv-pool", "--dry-run", "--json", *extra, rc=rc)
+    return json.loads(p.stdout) if rc == 0 else {"err": p.stderr}
+
+
+def test_pool_is_the_pinnable_cxl_nodes() -> None:
+    pool = _plan(fixture_roots(HMAT2)[0])
+    assert pool["nodes"] == [2, 3] and pool["options"].endswith(",mpol=bind:2-3")
+    assert pool["size"] == pool["pinnable_free"] == 504 * MIB  # nodes 2 and 3: 248 + 256 MiB free
+    assert pool["resource"] == {
+        "name": kvpool.RESOURCE,
+        "quantity": 504,
+        "feature": kvpool.FEATURE,
+        "ref": kvpool.FEATURE_REF,
+    }
+    assert pool["feature_file"].splitlines()[1:] == ["# +no-label", f"{kvpool.FEATURE}=504"]
+    assert pool["action"] == "mount" and pool["done"] == []
+    fixed = _plan(fixture_roots(HMAT2)[0], "--size", "256M")
+    assert fixed["size"] == 256 * MIB and "size=268435456," in fixed["options"]
+
+
+def test_movable_cxl_stays_out_of_the_pool(tmp_path: Any) -> None:
+    """Issue 42: a long-term pin moves a ZONE_MOVABLE page to a kernel zone (mm/gup.c), so the pool
+    takes only kernel-zone CXL nodes; all-movable CXL is refused (exit 2) with the fix named."""
+    t = copy_fixture(fixture_roots(HMAT2)[0], str(tmp_path / "t"))
+    _zone(t, 3, "Movable")
+    pool = _plan(t)
+    assert pool["nodes"] == [2] and pool["zones"]["3"] == {"pinnable": 0, "lendable": 256 * MIB, "in_pool": False}
+    assert pool["size"] == 248 * MIB and any("node(s) 3 are all ZONE_MOVABLE" in n for n in pool["notes"])
+    _zone(t, 2, "Movable")
+    err = _plan(t, rc=2)["err"]
+    assert "no CXL memory in a kernel zone" in err and "--zone normal" in err and "Traceback" not in err
+
+
+def test_bad_sizes_and_directories() -> None:
+    root = fixture_roots(HMAT2)[0]
+    assert "has 504 MiB free" in _plan(root, "--size", "1G", rc=2)["err"]
+    assert "--dir" in _plan(root, "--dir", "/dev/shm", rc=2)["err"]
+    assert "--dir" in _plan(root, "--dir", "relative", rc=2)["err"]
+    assert "no CXL memory node online" in _plan(fixture_roots("linux-6.12/hmat2-noregion")[0], rc=2)["err"]
+    # mounting is for the live host: a tree is only ever planned
+    p = cli("--root", root, "k8s", "kv-pool", rc=2)
+    assert "live host only" in p.stderr and p.stdout == ""
+
+
+def test_the_guest_recorded_mountinfo_reads_as_the_pool() -> None:
+    """The mountinfo a 6.12 guest showed in a mount namespace whose /dev/shm is a bind of a pool
+    directory (fixtures/kubernetes/README.md): the bind keeps the super block's mpol."""
+    with open(os.path.join(REPO, "fixtures", "kubernetes", "container-mountinfo.txt")) as f:
+        ms = mounts.parse(f.read())
+    (shm,) = [m for m in ms if m.mount_point == "/dev/shm"]
+    assert shm.fstype == "tmpfs" and shm.root.startswith("/pod-uid-1")
+    tp = mounts.tmpfs_policy(shm)
+    assert tp is not None and (tp.mode, tp.nodes) == ("bind", (2, 3)) and tp.size == 400 * MIB
+
+
+@pytest.mark.parametrize(
+    "opts,want",
+    [
+        ("rw,size=1024k,mpol=bind:1", ("bind", (1,), 1024 << 10)),
+        ("rw,mpol=bind=static:2-3", ("bind", (2, 3), None)),
+        ("rw,mpol=bind:0,2-3,5,noswap", ("bind", (0, 2, 3, 5), None)),
+        ("rw,size=8k,mpol=weighted interleave:0,2", ("weighted-interleave", (0, 2), 8 << 10)),
+        ("rw,size=8k", None),
+        ("rw,mpol=local", None),
+    ],
+)
+def test_tmpfs_policy_forms(opts: str, want: Any) -> None:
+    """mm/mempolicy.c mpol_to_str's forms: MODE[=static|=relative][:NODES], a mode name with a space."""
+    (m,) = mounts.parse(f"300 25 0:45 / /dev/shm rw,relatime shared:7 - tmpfs tmpfs {opts}\n")
+    tp = mounts.tmpfs_policy(m)
+    assert (tp and (tp.mode, tp.nodes, tp.size)) == want if want else tp is None
+
+
+def test_mountinfo_escapes_and_bad_lines() -> None:
+    ms = mounts.parse("1 2 0:1 / /a\\040b rw - tmpfs none rw,mpol=bind:0\nnot a line\n3 4 0:2 / /c rw - ext4\n")
+    assert [m.mount_point for m in ms] == ["/a b"]
