@@ -106,3 +106,20 @@ def test_tmpfs_policy_forms(opts: str, want: Any) -> None:
 def test_mountinfo_escapes_and_bad_lines() -> None:
     ms = mounts.parse("1 2 0:1 / /a\\040b rw - tmpfs none rw,mpol=bind:0\nnot a line\n3 4 0:2 / /c rw - ext4\n")
     assert [m.mount_point for m in ms] == ["/a b"]
+
+
+def test_collect_removes_only_the_directories_of_pods_gone(tmp_path: Any) -> None:
+    """The agent's clean-up: a pool directory named by a pod UID the kubelet no longer has goes (its
+    files would keep CXL memory charged to the ended pod); a live pod's, a name that is no pod UID, and
+    everything when the kubelet's directory is empty (the wrong one: the agent's own pod is always there)
+    stay."""
+    live, gone = "0c7d3f0e-1111-4a2b-9c3d-000000000001", "0c7d3f0e-1111-4a2b-9c3d-000000000002"
+    pods, pool = tmp_path / "pods", tmp_path / "pool"
+    for d in (pods / live, pool / live, pool / gone, pool / "lost+found"):
+        d.mkdir(parents=True)
+    (pool / gone / "vllm_offload_0.mmap").write_bytes(b"x" * 4096)
+    (tmp_path / "empty").mkdir()
+    assert kvpool.collect(str(pool), str(tmp_path / "empty")) == []
+    assert kvpool.collect(str(pool), str(tmp_path / "missing")) == []
+    assert kvpool.collect(str(pool), str(pods)) == [f"removed {pool / gone} (pod {gone} is gone)"]
+    assert sorted(os.listdir(pool)) == sorted([live, "lost+found"])

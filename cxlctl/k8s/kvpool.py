@@ -97,12 +97,16 @@ def plan(host: Host, inv: Inventory, size: Optional[int], directory: str = paths
         )
     m = mounts.mounted_at(host, directory)
     cur = mounts.tmpfs_policy(m) if m is not None else None
-    if m is not None and (cur is None or cur.mode != "bind"):
+    # a bind of a directory (root not "/": the agent container's hostPath of this directory) is mounted
+    # over; a whole file system there that is not the pool is someone else's
+    if m is not None and m.root == "/" and (cur is None or cur.mode != "bind"):
         raise UsageError(
             f"{directory} is already a mount ({m.fstype}, {','.join(m.super_options)}) that is not a CXL-bound tmpfs",
             hint="unmount it, or give --dir another directory",
         )
     opts = tmpfs_options(want, nodes, "bind")
+    if cur is not None and cur.mode != "bind":
+        cur = None
     action = "mount" if cur is None else "none" if (cur.nodes, cur.size) == (nodes, want) else "remount"
     notes = []
     if len(nodes) < len(zones):
@@ -158,7 +162,10 @@ def apply(host: Host, pool: Pool, nfd_dir: str = paths.NFD_DIR, kubelet_pods: st
 def collect(directory: str, kubelet_pods: str = KUBELET_PODS) -> List[str]:
     """Remove the pool's per-pod directories (named by pod UID, ``subPathExpr: $(POD_UID)``) whose pod
     the kubelet no longer has: their files would hold CXL memory (charged to the ended pod's memory
-    cgroup) until removed.  Nothing is removed when the kubelet's pod directory cannot be read."""
+    cgroup) until removed.  Nothing is removed when the kubelet's pod directory cannot be read or is
+    empty (the agent's own pod is always there: an empty one is the wrong directory), and only
+    directories named like a pod UID are."""
+    import re
     import shutil
 
     try:
@@ -166,9 +173,13 @@ def collect(directory: str, kubelet_pods: str = KUBELET_PODS) -> List[str]:
         entries = os.listdir(directory)
     except OSError:
         return []
+    if not live:
+        return []
     out = []
     for name in entries:
         p = os.path.join(directory, name)
+        if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", name):
+            continue
         if name not in live and os.path.isdir(p) and not os.path.islink(p):
             shutil.rmtree(p, ignore_errors=True)
             out.append(f"removed {p} (pod {name} is gone)")
