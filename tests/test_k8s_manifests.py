@@ -587,6 +587,18 @@ def test_daemonset_is_not_privileged_and_has_the_units_capabilities() -> None:
         assert sorted(sc["capabilities"].get("add", [])) == want, c["name"]
     (proxy,) = [c for c in spec["containers"] if c["name"] == "kube-rbac-proxy"]
     assert proxy["securityContext"]["runAsNonRoot"] is True
+    # issue 42: the one privileged container is the one-shot kv-pool init container, and what it mounts
+    # is the pool's directory (propagated to the host), NFD's directory, the kubelet's pods read-only, /tmp
+    every = spec["initContainers"] + spec["containers"]
+    assert [c["name"] for c in every if c["securityContext"].get("privileged")] == ["kv-pool"]
+    (init,) = [c for c in spec["initContainers"] if c["name"] == "kv-pool"]
+    got = {m["mountPath"]: (m.get("readOnly", False), m.get("mountPropagation")) for m in init["volumeMounts"]}
+    assert got == {
+        "/run/cxlctl/kv": (False, "Bidirectional"),
+        "/etc/kubernetes/node-feature-discovery/features.d": (False, None),
+        "/var/lib/kubelet/pods": (True, None),
+        "/tmp": (False, None),
+    }
     assert not spec.get("hostPID") and not spec.get("hostIPC")
 
 
