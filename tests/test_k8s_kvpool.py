@@ -74,15 +74,50 @@ def test_bad_sizes_and_directories() -> None:
     assert "live host only" in p.stderr and p.stdout == ""
 
 
+def _recorded(name: str) -> str:
+    with open(os.path.join(REPO, "fixtures", "kubernetes", name)) as f:
+        return f.read()
+
+
 def test_the_guest_recorded_mountinfo_reads_as_the_pool() -> None:
     """The mountinfo a 6.12 guest showed in a mount namespace whose /dev/shm is a bind of a pool
-    directory (fixtures/kubernetes/README.md): the bind keeps the super block's mpol."""
-    with open(os.path.join(REPO, "fixtures", "kubernetes", "container-mountinfo.txt")) as f:
-        ms = mounts.parse(f.read())
-    (shm,) = [m for m in ms if m.mount_point == "/dev/shm"]
-    assert shm.fstype == "tmpfs" and shm.root.startswith("/pod-uid-1")
-    tp = mounts.tmpfs_policy(shm)
+    directory (fixtures/kubernetes/README.md): the bind keeps the super block's mpol, and it is the
+    last mount at /dev/shm (over the guest's own /dev/shm), the one a process sees."""
+    ms = mounts.parse(_recorded("container-mountinfo.txt"))
+    shm = [m for m in ms if m.mount_point == "/dev/shm"]
+    assert len(shm) == 2 and mounts.tmpfs_policy(shm[0]) is None
+    assert shm[-1].fstype == "tmpfs" and shm[-1].source == "cxlctl-kv" and shm[-1].root == "/pod-uid-1"
+    tp = mounts.tmpfs_policy(shm[-1])
     assert tp is not None and (tp.mode, tp.nodes) == ("bind", (2, 3)) and tp.size == 400 * MIB
+
+
+def test_the_guest_offload_landed_where_the_dry_run_said() -> None:
+    """In the guest, the unprivileged entrypoint's dry run (recorded) and the pages of the 192 MiB file
+    it then wrote (numa_maps, recorded) agree: every page on node 2, the file's policy the pool's."""
+    kv = json.loads(_recorded("entrypoint-dry-run.json"))["kv_offload"]
+    assert kv["mechanism"] == "shm-mount" and kv["on_cxl"] is True
+    (line,) = _recorded("offload-numa_maps.txt").splitlines()
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f and not f.startswith("file="))
+    assert line.split()[1] == "bind:2-3", "the file's shared policy, from the pool's super block"
+    pages = {int(k[1:]): int(v) for k, v in fields.items() if k[0] == "N" and k[1:].isdigit()}
+    page = int(fields["kernelpagesize_kB"]) << 10
+    assert {n: p * page for n, p in pages.items()} == {int(n): b for n, b in kv["expected_bytes_per_node"].items()}
+
+
+def test_an_agent_restart_keeps_the_mounted_pool(tmp_path: Any) -> None:
+    """With the pool the guest mounted (its recorded mountinfo as the tree's own), the agent's plan
+    for the same size does nothing, for another size remounts it in place; a bind of a plain
+    directory there (the agent container's hostPath before the pool exists) is mounted over."""
+    t = copy_fixture(fixture_roots(HMAT2)[0], str(tmp_path / "t"))
+    with open(os.path.join(t, "proc/self/mountinfo"), "w") as f:
+        f.write(_recorded("container-mountinfo.txt"))
+    assert _plan(t, "--size", "400M")["action"] == "none"
+    assert _plan(t)["action"] == "remount"
+    lines = [ln for ln in _recorded("container-mountinfo.txt").splitlines() if " /run/cxlctl/kv " not in ln]
+    run = next(ln for ln in lines if " /run " in ln)
+    with open(os.path.join(t, "proc/self/mountinfo"), "w") as f:
+        f.write("\n".join([*lines, run.replace(" / /run ", " /cxlctl/kv /run/cxlctl/kv ", 1)]) + "\n")
+    assert _plan(t)["action"] == "mount"
 
 
 @pytest.mark.parametrize(

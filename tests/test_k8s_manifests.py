@@ -320,8 +320,8 @@ def test_pod_entrypoint_places_the_offload_on_cxl_without_privileges(tmp_path: A
     """Issue 42 item 4. On the recorded hmat2 node (CXL nodes 2 and 3, kernel zone), as uid 65534:
     without the pool the plan says most of the 256 MiB lands on DRAM; with the node's KV pool at
     /dev/shm (the mountinfo a 6.12 guest showed inside a mount namespace whose /dev/shm is a bind
-    of the pool's directory, after the agent mounted it: fixtures/kubernetes/) every byte is on
-    the pool's CXL nodes and nothing is mounted by the pod."""
+    of the pool's directory, after the agent mounted it: fixtures/kubernetes/README.md) every byte
+    is on the pool's CXL nodes and nothing is mounted by the pod."""
     import shutil
 
     from tests.kit import readable_copy
@@ -346,7 +346,7 @@ def test_pod_entrypoint_places_the_offload_on_cxl_without_privileges(tmp_path: A
     shutil.copy(os.path.join(REPO, "fixtures", "kubernetes", "container-mountinfo.txt"), f"{tree}/proc/self/mountinfo")
     os.chmod(f"{tree}/proc/self/mountinfo", 0o644)
     with open(f"{tree}/proc/self/mountinfo") as f:
-        (shm,) = [ln for ln in f if " /dev/shm " in ln]
+        shm = [ln for ln in f if " /dev/shm " in ln][-1]  # over the guest's own /dev/shm
     assert "mpol=" + pool["mpol"] in shm, (shm, pool["mpol"])
     plan = _entrypoint_dry_run(tree, fakes)
     kv = plan["kv_offload"]

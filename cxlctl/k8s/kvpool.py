@@ -86,8 +86,10 @@ def plan(host: Host, inv: Inventory, size: Optional[int], directory: str = paths
             "(mm/gup.c migrate_longterm_unpinnable_folios), so the pool has no node",
             hint=pinnable.NORMAL_FIX,
         )
+    cur = _current(host, directory)
     by_id = {n.id: n for n in inv.nodes}
-    free = sum(pinnable.pinnable_free(inv, by_id[n]) for n in nodes)
+    # what a pool already mounted holds is its own room: an agent restart must not shrink it
+    free = sum(pinnable.pinnable_free(inv, by_id[n]) for n in nodes) + (_held(directory) if cur and host.live else 0)
     want = (free if size is None else size) // MIB * MIB
     if want <= 0 or want > free:
         raise UsageError(
@@ -95,24 +97,38 @@ def plan(host: Host, inv: Inventory, size: Optional[int], directory: str = paths
             f"{format_size(free)} free",
             hint="give a smaller --size (or leave it out: the free pinnable CXL memory)",
         )
-    m = mounts.mounted_at(host, directory)
-    cur = mounts.tmpfs_policy(m) if m is not None else None
-    # a bind of a directory (root not "/": the agent container's hostPath of this directory) is mounted
-    # over; a whole file system there that is not the pool is someone else's
-    if m is not None and m.root == "/" and (cur is None or cur.mode != "bind"):
-        raise UsageError(
-            f"{directory} is already a mount ({m.fstype}, {','.join(m.super_options)}) that is not a CXL-bound tmpfs",
-            hint="unmount it, or give --dir another directory",
-        )
     opts = tmpfs_options(want, nodes, "bind")
-    if cur is not None and cur.mode != "bind":
-        cur = None
     action = "mount" if cur is None else "none" if (cur.nodes, cur.size) == (nodes, want) else "remount"
     notes = []
     if len(nodes) < len(zones):
         lend = sorted(set(zones) - set(nodes))
         notes.append(f"node(s) {format_nodelist(lend)} are all ZONE_MOVABLE: lendable, kept out of the pool")
     return Pool(directory, nodes, want, opts, zones, free, cur, action, tuple(notes))
+
+
+def _current(host: Host, directory: str) -> Optional[mounts.TmpfsPolicy]:
+    """The pool mounted at ``directory`` now (None: none).  A bind of a directory there (root not
+    "/": the agent container's hostPath of it) is mounted over; a whole file system there that is
+    not a CXL-bound tmpfs is someone else's: refused."""
+    m = mounts.mounted_at(host, directory)
+    if m is None:
+        return None
+    cur = mounts.tmpfs_policy(m)
+    if m.root == "/" and (cur is None or cur.mode != "bind"):
+        raise UsageError(
+            f"{directory} is already a mount ({m.fstype}, {','.join(m.super_options)}) that is not a CXL-bound tmpfs",
+            hint="unmount it, or give --dir another directory",
+        )
+    return cur if cur is not None and cur.mode == "bind" else None
+
+
+def _held(directory: str) -> int:
+    """Bytes the mounted pool holds now (statvfs; 0 when it cannot be read, as for a recorded tree)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def feature_file(pool: Optional[Pool]) -> str:
