@@ -113,6 +113,10 @@ def test_an_agent_restart_keeps_the_mounted_pool(tmp_path: Any) -> None:
         f.write(_recorded("container-mountinfo.txt"))
     assert _plan(t, "--size", "400M")["action"] == "none"
     assert _plan(t)["action"] == "remount"
+    # the undo, planned: the feature file first (none in this tree), then the mount
+    steps = json.loads(cli("--root", t, "k8s", "kv-pool", "--remove", "--dry-run", "--json", check=True).stdout)
+    assert steps["steps"] == ["would unmount /run/cxlctl/kv"]
+    assert "live host only" in cli("--root", t, "k8s", "kv-pool", "--remove", rc=2).stderr
     lines = [ln for ln in _recorded("container-mountinfo.txt").splitlines() if " /run/cxlctl/kv " not in ln]
     run = next(ln for ln in lines if " /run " in ln)
     with open(os.path.join(t, "proc/self/mountinfo"), "w") as f:

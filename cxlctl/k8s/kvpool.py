@@ -202,17 +202,24 @@ def collect(directory: str, kubelet_pods: str = KUBELET_PODS) -> List[str]:
     return out
 
 
-def remove(host: Host, directory: str = paths.KV_POOL_DIR, nfd_dir: str = paths.NFD_DIR) -> List[str]:
-    """Undo :func:`apply`: the feature file first (no new pod is scheduled on the pool), then the mount."""
-    if not host.live:
+def remove(
+    host: Host, directory: str = paths.KV_POOL_DIR, nfd_dir: str = paths.NFD_DIR, dry_run: bool = False
+) -> List[str]:
+    """Undo :func:`apply`: the feature file first (no new pod is scheduled on the pool), then the mount;
+    ``dry_run`` says what it would do."""
+    if not host.live and not dry_run:
         raise UsageError("a KV pool is removed on the live host only", hint="run it on the node (the agent)")
     done = []
     f = os.path.join(nfd_dir, FEATURE_FILE)
-    if os.path.exists(f):
-        os.unlink(f)
-        done.append(f"removed {f}")
+    would = "would " if dry_run else ""
+    if host.reader.exists(f):
+        if not dry_run:
+            os.unlink(f)
+        done.append(f"{would}remove {f}")
     m = mounts.mounted_at(host, directory)
-    if m is not None and mounts.tmpfs_policy(m) is not None:
+    if m is not None and mounts.tmpfs_policy(m) is not None and dry_run:
+        done.append(f"would unmount {directory}")
+    elif m is not None and mounts.tmpfs_policy(m) is not None:
         err = _libc_call("umount2", directory.encode(), ctypes.c_int(0))
         if err:
             raise CxlctlError(
@@ -220,7 +227,7 @@ def remove(host: Host, directory: str = paths.KV_POOL_DIR, nfd_dir: str = paths.
                 hint="a pod still uses the pool: stop the pods that mount it (the resource is withdrawn already), "
                 "then run this again",
             )
-        done.append(f"unmounted {directory}")
+        done.append(f"unmount {directory}")
     return done
 
 
@@ -245,11 +252,21 @@ def to_json(pool: Pool, done: Optional[List[str]] = None) -> Dict[str, Any]:
 
 
 def render(pool: Pool, done: Optional[List[str]] = None) -> str:
-    lines = [
+    """The plan (and the steps done) at 80 columns."""
+    from cxlctl.term import fold_lines
+
+    out = fold_lines(
         f"KV pool {pool.directory}: {format_size(pool.size)} tmpfs bound to pinnable CXL node(s) "
         f"{format_nodelist(pool.nodes)} ({format_size(pool.free)} free there)",
-        f"  mount -t tmpfs -o {pool.options} cxlctl-kv {pool.directory}  ({pool.action})",
-        f"  scheduler: {RESOURCE}={pool.size // MIB} (NFD feature {FEATURE} in features.d/{FEATURE_FILE})",
+        78,
+    )
+    items = [
+        f"{pool.action}: mount -t tmpfs -o {pool.options} cxlctl-kv {pool.directory}",
+        f"scheduler: {RESOURCE}={pool.size // MIB} (NFD feature {FEATURE} in features.d/{FEATURE_FILE})",
+        *pool.notes,
+        *(done or []),
     ]
-    lines += [f"  {d}" for d in done or []]
-    return "\n".join(lines) + "\n"
+    for it in items:
+        w = fold_lines(it, 74)
+        out += ["  " + w[0]] + ["    " + x for x in w[1:]]
+    return "\n".join(out) + "\n"
