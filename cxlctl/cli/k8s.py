@@ -68,8 +68,8 @@ def kv_pool_cmd(
 
     h = host()
     if remove:
-        done = kvpool.remove(h, directory, nfd_dir, dry_run)
-        emit_json({"steps": done}) if json_out else note(done)
+        steps = kvpool.remove(h, directory, nfd_dir, dry_run)
+        emit_json({"steps": steps}) if json_out else note(steps)
         return
     pool = kvpool.plan(h, scan(h), parse_size_arg(size, "--size") if size else None, directory)
     done = None if dry_run else kvpool.apply(h, pool, nfd_dir)
