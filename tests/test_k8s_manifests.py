@@ -356,6 +356,19 @@ def test_pod_entrypoint_places_the_offload_on_cxl_without_privileges(tmp_path: A
     assert set(got) <= {2, 3} and sum(got.values()) == 256 << 20, got
     assert plan["tmpfs"] is None, "the pod mounts nothing"
     assert kv["pinned"] is True and kv["pin_moved_bytes_per_node"] == {}, "kernel-zone CXL: the pin keeps it"
+    checks = {c["name"]: c for c in plan["checks"]}
+    assert "kv-tmpfs-cpuset" not in checks and plan["ok"] is True, checks
+    # a pod whose cpuset.mems lacks the pool's nodes: mpol_shared_policy_init() would give the file no
+    # policy at all; the entrypoint's pre-flight says so and launches nothing
+    write_status(tree, "0")
+    _, c = _vllm()
+    args = [re.sub(r"^--kv-size=(\d+)G$", r"--kv-size=\1M", a) for a in c["args"]]
+    p = cli(
+        "--root", tree, "launch", "vllm", "--dry-run", "--json", *args, env={**fakes.env(), "HOME": "/tmp"}, nobody=True
+    )
+    assert p.returncode == 1, p.stderr
+    bad = {c["name"]: c for c in json.loads(p.stdout)["checks"] if c["status"] == "fail"}
+    assert "mpol_shared_policy_init()" in bad["kv-tmpfs-cpuset"]["message"], bad
 
 
 # --------------------------------------------------------------------------- the DaemonSet and its ConfigMap

@@ -174,7 +174,7 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
             "--kv-tmpfs: this engine's KV offload is not a /dev/shm file, so a CXL-bound /dev/shm does not hold it",
             hint="drop --kv-tmpfs; " + c.fix_anon,
         )
-    if c.shm_offload and c.tmpfs is not False and c.shm_mount is not None:
+    if c.shm_offload and c.tmpfs is None and c.shm_mount is not None:
         kp = _shm_mount(inv, ns, size, c.shm_mount, c.force)
         return _pin(inv, kp, c) if c.pinned else kp
     if want_tmpfs and cxl:

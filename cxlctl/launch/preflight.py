@@ -264,7 +264,18 @@ def _dev_shm(
             out.append(
                 Check("dev-shm", "ok", f"{shm} has {format_size(avail)} free for the {format_size(shm_bytes)} offload")
             )
+        out += _mounted_shm_context(host, shm_bytes)
     return out
+
+
+def _mounted_shm_context(host: Host, shm_bytes: int) -> List[Check]:
+    """A /dev/shm that already has an ``mpol=`` (in a pod, the node's KV pool: docs/kubernetes.md) meets
+    the same kernel rules as cxlctl's own tmpfs: the creating task's cpuset, its memory cgroup, SIGBUS."""
+    from cxlctl.hostio import mounts
+
+    m = mounts.mounted_at(host, paths.DEV_SHM)
+    tp = mounts.tmpfs_policy(m) if m is not None else None
+    return _tmpfs_context(host, shm_bytes, tp.nodes, tp.mode) if tp is not None else []
 
 
 def _tmpfs_context(host: Host, size: int, tnodes: Sequence[int], mpol: str) -> List[Check]:
