@@ -24,7 +24,8 @@ deploy/kubernetes/cxlctl-nodefeaturerule.yaml turns it into node capacity (nfd-m
 ``filterExtendedResource``: ``@local.feature.<name>``; ``createExtendedResourcePatches``).
 
 Undo: ``cxlctl k8s kv-pool --remove`` (the feature file first, so nothing new is scheduled, then
-``umount``; refused while a pod still has files open there).
+``umount`` of the host's mount; pods that still have their directory bind-mounted keep the super block
+alive until they end).
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def remove(
         if err:
             raise CxlctlError(
                 f"unmounting {directory} failed: {os.strerror(err)}",
-                hint="a pod still uses the pool: stop the pods that mount it (the resource is withdrawn already), "
+                hint="a process on the host has a file open there: stop it (the resource is withdrawn already), "
                 "then run this again",
             )
         done.append(f"unmount {directory}")
