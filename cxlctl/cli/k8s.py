@@ -14,7 +14,7 @@ from cxlctl.hostio.paths import NFD_DIR
 
 from .common import JSON_OPT, emit_json, group, host, note
 
-k8s_app = group("k8s", "Generate configuration for Kubernetes components from this host (NRI memory-policy plugin).")
+k8s_app = group("k8s", "Kubernetes from this host: the NRI memory-policy classes, the node's KV pool for pods.")
 
 
 @k8s_app.command("nri-config")
