@@ -1,4 +1,4 @@
-"""Capacity that comes and goes, on real 6.12 and 7.x kernels (issue 36): one boot of ``pool`` each.
+"""Capacity that comes and goes, on real 6.12 and 7.x kernels (issues 36, 41): one boot of ``pool`` each.
 
 The host plays the fabric manager over QMP (docs/capacity.md): ``object-add`` +
 ``device_add cxl-type3`` on the empty root port is the FM's bind, ``device_del``
@@ -19,6 +19,16 @@ In the guest:
 3. a program writes a 64 MiB pattern preferring that node (``mbind``
    MPOL_PREFERRED on its buffer only: its stack stays on DRAM, see
    docs/testing.md on TCG and CXL memory) and sums it;
+
+   before it, issue 41's held pages: a program vmsplices 4 MiB it placed on that
+   node (``mbind`` MPOL_PREFERRED, its stack on DRAM, polling files, no signal)
+   into pipes nobody reads, so their migration fails and ``offline_pages()``
+   retries until a signal.  ``capacity release --timeout 15``: exit 1 naming the
+   bound, the kernel log's pages and the processes on the node; rolled back.  Then
+   a release with SIGINT, one with SIGTERM, each sent once a block of the node
+   shows ``going-offline``: exit 130 / 143, rolled back.  After each, the journal
+   is ``rolled-back`` and ``capacity --json`` is as before (every block online,
+   the region as it was); the pattern's release below finds nothing to recover;
 4. ``capacity release MEMDEV --no-sanitize --json``: exit 0, "released, not sanitized
    (--no-sanitize): safe to unbind at the fabric manager; …"; the program re-reads its pattern: every word intact, none
    of its pages left on the node (the kernel moved them to the next node in
@@ -26,10 +36,16 @@ In the guest:
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
    ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``); the
    daemon logs a clean removal (no region: nothing lost) and stays up;
-6. hot-add again: the daemon adopts the memdev (within 30 s: region, node,
-   every block online in ZONE_MOVABLE, the new node's weight 2 and ``tune
-   verify`` passing), ``capacity release`` gives it back, ``device_del``;
-7. hot-add a third time: the daemon adopts it again;
+6. hot-add again: the daemon adopts the memdev (region, node, every block
+   online in ZONE_MOVABLE, the new node's weight 2 and ``tune verify``
+   passing); then a second device (serial 0x5003) on the bridge's third root
+   port, adopted after it: the bridge's next decoder (issue 41, decoder order).
+   ``capacity`` reports the first ``blocked`` (``decoder-order``, depending on the
+   second); ``capacity release FIRST`` exits 2 naming both and changes nothing;
+   ``capacity release FIRST SECOND`` tears the later region down first;
+   ``capacity --json`` shows no ``port_holes``; ``device_del`` of both;
+7. hot-add a third time: the daemon adopts it again, its region on the
+   bridge's decoder the release freed (the first device's);
 8. its DAX device switched to devdax and held open by a process: ``capacity
    release`` exits 2 naming ``devdax-open`` and the PID, nothing changed; the
    daemon stops cleanly (SIGTERM, exit 0) and never logged a surprise removal
