@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Sequence
 
 import pytest
 
@@ -65,13 +65,17 @@ def test_a_hung_offline_is_bounded_and_rolled_back(tmp_path: Path, monkeypatch: 
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are put back
 
 
-def _child(root: str, sig: int) -> subprocess.CompletedProcess[str]:
+RELEASE = ("capacity", "release", "mem0", "--no-sanitize")
+
+
+def _child(root: str, sig: int, args: Sequence[str] = RELEASE) -> subprocess.CompletedProcess[str]:
+    """``cxlctl --root ROOT ARGS`` with the offline of memory148 hanging, sent ``sig`` once it hangs."""
     env = dict(os.environ)
     env.pop("CXLCTL_ROOT", None)
     env.update({k: v for k, v in BASE_ENV.items() if v is not None})
     env["CXLCTL_TEST_HANG_WRITE"] = HANG
     p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", "--root", root, "capacity", "release", "mem0", "--no-sanitize"],
+        [sys.executable, "-m", "cxlctl", "--root", root, *args],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert p.stderr is not None
@@ -326,28 +330,10 @@ def test_every_offline_is_bounded(tmp_path: Path, monkeypatch: Any, how: str) ->
 def test_a_signal_mid_region_destroy_rolls_back(tmp_path: Path) -> None:
     """SIGTERM while `region destroy --force` offlines: exit 143, the blocks online again, the region whole."""
     root = _copy(tmp_path)
-    env = dict(os.environ)
-    env.pop("CXLCTL_ROOT", None)
-    env.update({k: v for k, v in BASE_ENV.items() if v is not None})
-    env["CXLCTL_TEST_HANG_WRITE"] = HANG
-    p = subprocess.Popen(
-        [sys.executable, "-m", "cxlctl", "--root", root, "region", "destroy", "region0", "--force"],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert p.stderr is not None
-    seen = []
-    while True:
-        line = p.stderr.readline()
-        seen.append(line)
-        if "cxlctl-test: write to" in line or not line:
-            break
-    assert "hangs" in seen[-1], "".join(seen)
-    time.sleep(0.3)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 128 + signal.SIGTERM, err
-    assert "stopped: SIGTERM received" in err and "back online, nothing changed" in err, err
-    assert "Traceback" not in err
+    p = _child(root, signal.SIGTERM, ("region", "destroy", "region0", "--force"))
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    assert "stopped: SIGTERM received" in p.stderr and "back online, nothing changed" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
     assert _all_online(root), _states(root)
     assert os.path.isdir(os.path.join(root, "sys/bus/cxl/devices/region0"))
 
