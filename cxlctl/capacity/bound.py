@@ -128,8 +128,9 @@ class Guard:
 @contextmanager
 def guarded(timeout: Optional[float] = OFFLINE_TIMEOUT) -> Iterator[Tuple[Guard, bool]]:
     """(the guard in force, False) inside a release; else (a new guard bounding each write by
-    ``timeout``, True): the caller owns it and says what an :class:`Interrupted` means."""
-    if Guard.current is not None:
+    ``timeout``, True): the caller owns it and says what an :class:`Interrupted` means.  Another
+    thread gets a guard of its own, inactive (signals reach the main thread only): unbounded."""
+    if Guard.current is not None and threading.current_thread() is threading.main_thread():
         yield Guard.current, False
         return
     with Guard(timeout) as g:
