@@ -138,4 +138,4 @@ def test_the_flag_cache_is_keyed_by_the_program_and_read_only_from_its_user(tmp_
     if os.geteuid() == 0:
         os.chmod(seeded, 0o600)
         os.chown(seeded, 65534, 65534)
-        assert cache.file_problem(seeded) == "is owned by uid 65534, not 0"
+        assert cache.file_problem(seeded) == "is owned by uid 65534, not root"

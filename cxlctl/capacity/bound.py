@@ -15,6 +15,11 @@ SIGTERM raise :class:`Interrupted` *while an offline write is in progress* (a
 handler that returns would have Python retry the interrupted write, PEP 475),
 and are held until the next step boundary otherwise, so a teardown step is
 never cut in half and the rollback itself runs to its end.
+
+Every offline goes through ``regions.dax.offline_blocks`` (``capacity release``, ``region
+destroy --force``, ``dax reconfigure --mode devdax --force``), which takes the guard in force
+(:func:`guarded`: a release's, with its ``--timeout``) or makes one with :data:`OFFLINE_TIMEOUT`
+for its own blocks, so no offline write is ever unbounded.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, ClassVar, Dict, Iterator, Optional, Tuple
 
 #: seconds one memory block's offline may take before it is interrupted and the release rolled back
 OFFLINE_TIMEOUT = 120.0
@@ -53,6 +58,8 @@ class Guard:
     """Install the handlers (restored on exit); :meth:`offlining` bounds one write."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    #: the guard whose handlers are installed now (one at a time: a nested one would lose a held signal)
+    current: ClassVar[Optional[Guard]] = None
 
     def __init__(self, timeout: Optional[float] = OFFLINE_TIMEOUT) -> None:
         self.timeout = timeout if timeout and timeout > 0 else None
@@ -61,12 +68,14 @@ class Guard:
         self._armed = False
         self._old: Dict[int, Any] = {}
         self.active = False
+        self._outer: Optional[Guard] = None
 
     def __enter__(self) -> Guard:
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
                 self._old[s] = signal.signal(s, self._handler)
             self.active = True
+            self._outer, Guard.current = Guard.current, self
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -75,6 +84,7 @@ class Guard:
             for s, h in self._old.items():
                 signal.signal(s, h)
             self.active = False
+            Guard.current = self._outer
 
     def _handler(self, signum: int, frame: Optional[FrameType]) -> None:
         if signum == signal.SIGALRM:
@@ -113,3 +123,15 @@ class Guard:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._raising = False
             self._armed = False
+
+
+@contextmanager
+def guarded(timeout: Optional[float] = OFFLINE_TIMEOUT) -> Iterator[Tuple[Guard, bool]]:
+    """(the guard in force, False) inside a release; else (a new guard bounding each write by
+    ``timeout``, True): the caller owns it and says what an :class:`Interrupted` means.  Another
+    thread gets a guard of its own, inactive (signals reach the main thread only): unbounded."""
+    if Guard.current is not None and threading.current_thread() is threading.main_thread():
+        yield Guard.current, False
+        return
+    with Guard(timeout) as g:
+        yield g, True

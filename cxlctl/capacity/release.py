@@ -47,7 +47,6 @@ from .bound import OFFLINE_TIMEOUT, Guard, Interrupted
 from .maygo import Blocker, teardown_order
 from .report import MemdevCapacity, Report
 from .sanitize import DONE, Sanitized
-from .zones import EBUSY_HINT
 
 Log = Callable[[str], None]
 JOURNAL = paths.RUN_DIR + "/capacity.json"
@@ -476,7 +475,7 @@ def _online_again(host: Host, r: RegionRecord, log: Log) -> List[str]:
         for bid in d.online:
             if daxmod.read_block(host, bid).state != "offline":
                 continue
-            err = daxmod._online_one(host, bid, d.zone)
+            err = daxmod.online_one(host, bid, d.zone)
             if err is None:
                 back.append(bid)
             else:
@@ -531,26 +530,12 @@ def _fail(host: Host, p: Plan, steps: List[str], e: CxlctlError, left: List[str]
     )
 
 
-def _offline_dax(
-    host: Host, r: RegionRecord, d: DaxState, log: Log, guard: Guard, progress: Optional[ProgressFn]
-) -> None:
-    """Offline the device's planned blocks, highest first, each write bounded by ``guard``."""
-    from cxlctl.progress import tick
+def _offline_dax(host: Host, r: RegionRecord, d: DaxState, log: Log, progress: Optional[ProgressFn]) -> None:
+    """Offline the device's planned blocks through the one offline loop, under the release's guard (the
+    loop puts its own blocks back on a failure; :func:`_online_again` the earlier devices')."""
     from cxlctl.regions import dax as daxmod
 
-    what = f"{r.name}/{d.name}"
-    todo = sorted(d.online, reverse=True)
-    for i, bid in enumerate(todo, 1):
-        with guard.offlining():
-            err = daxmod._offline_one(host, bid)
-        if err is not None:
-            raise daxmod.DaxError(
-                f"{what}: memory{bid} could not be offlined ({err}): it holds pages the kernel cannot migrate "
-                f"(zone {'Movable' if d.zone == 'movable' else 'Normal'})",
-                hint=EBUSY_HINT,
-            )
-        tick(progress, i, len(todo), f"{what}: offlining memory blocks")
-    log(f"{what}: offlined {len(todo)} memory block(s)")
+    daxmod.offline_blocks(host, [daxmod.read_block(host, b) for b in d.online], log, f"{r.name}/{d.name}", progress)
 
 
 def _stopped(host: Host, p: Plan, e: BaseException) -> Tuple[CxlctlError, int]:
@@ -602,7 +587,7 @@ def _execute(host: Host, p: Plan, log: Log, progress: Optional[ProgressFn], guar
         try:
             for d in r.dax:
                 if d.online:
-                    _offline_dax(host, r, d, log, guard, progress)
+                    _offline_dax(host, r, d, log, progress)
                     steps.append(f"offlined {len(d.online)} block(s) of {d.name}")
                     save(host, p, RELEASING, steps)
             guard.check()

@@ -21,7 +21,7 @@ report's ``hugetlb`` blocker (:func:`hugetlb_blockers`).  The kernel's rules:
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Sequence, Tuple
 
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -88,26 +88,37 @@ def hugetlb_blockers(r: Reader, nodes: Sequence[int]) -> List[Blocker]:
     return out
 
 
-def pinned(host: Host, nodes: Sequence[int]) -> List[str]:
-    """Processes with pages on ``nodes`` and pinned memory (``VmPin``): a hint at what holds the offline."""
+#: how many of the processes with pages on the nodes a hint names (the most pages first)
+HOLDERS_NAMED = 4
+
+
+def holders(host: Host, nodes: Sequence[int]) -> Tuple[List[str], List[str]]:
+    """(processes with pages on ``nodes`` and pinned memory (``VmPin``), the other processes with pages
+    there): a hint at what holds the offline.  An extra page reference (vmsplice, O_DIRECT in flight)
+    shows in no counter of the process; only its pages on the node point at it."""
     from cxlctl.hostio.proc import status_field
 
     from .procs import read_procs
 
-    out = []
-    want = set(nodes)
+    pins: List[Tuple[int, str]] = []
+    others: List[Tuple[int, str]] = []
+    where = f"on node {format_nodelist(sorted(set(nodes)))}"
     for p in read_procs(host.reread(), look_for_fds=False):
-        on = sum(b for n, b in p.on_node.items() if n in want)
+        on = sum(b for n, b in p.on_node.items() if n in set(nodes))
         if not on:
             continue
         status = host.reread().body(paths.proc_pid(p.pid, "status"))
         pin = (status_field(status, "VmPin") or "").split()
         if pin and is_decimal(pin[0]) and int(pin[0]):
-            out.append(
-                f"PID {p.pid} ({p.name}) has {format_size(on)} on node {format_nodelist(sorted(want))} "
-                f"and VmPin {format_size(int(pin[0]) * 1024)}"
+            pins.append(
+                (
+                    on,
+                    f"PID {p.pid} ({p.name}) has {format_size(on)} {where} and VmPin {format_size(int(pin[0]) * 1024)}",
+                )
             )
-    return out
+        else:
+            others.append((on, f"PID {p.pid} ({p.name}) {format_size(on)}"))
+    return [t for _, t in sorted(pins, reverse=True)], [t for _, t in sorted(others, reverse=True)]
 
 
 def kernel_log(host: Host, limit: int = 6) -> List[str]:
@@ -132,9 +143,16 @@ def explain(host: Host, nodes: Sequence[int]) -> List[str]:
     r = host.reread()
     for n in sorted(set(nodes)):
         out += [_pool_line(h) for h in hugetlb(r, n) if h.in_use]
-    pins = pinned(host, nodes)
+    pins, others = holders(host, nodes)
     if pins:
-        out.append("pinned memory (short-term pins block migration): " + "; ".join(pins[:4]))
+        out.append("pinned memory (short-term pins block migration): " + "; ".join(pins[:HOLDERS_NAMED]))
+    if others:
+        out.append(
+            f"processes with pages on node {format_nodelist(sorted(set(nodes)))} (a page one of them holds by an "
+            "extra reference, e.g. vmsplice or O_DIRECT in flight, cannot migrate): "
+            + "; ".join(others[:HOLDERS_NAMED])
+            + (f" and {len(others) - HOLDERS_NAMED} more" if len(others) > HOLDERS_NAMED else "")
+        )
     log = kernel_log(host)
     if log:
         out.append("kernel log: " + " | ".join(log))

@@ -24,7 +24,7 @@ import stat
 from typing import Mapping, Optional
 
 from . import paths
-from .trust import untrusted
+from .trust import stat_problem, untrusted
 
 
 def cache_dir(env: Mapping[str, str]) -> str:
@@ -76,18 +76,16 @@ def dir_problem(d: str) -> Optional[str]:
 def file_problem(path: str) -> Optional[str]:
     """Why this user must not use ``path`` from its cache (not its own, or writable by others); None when it may.
 
-    Group write is allowed for the user's own group (a user-private group with umask 002)."""
+    :func:`~.trust.stat_problem`, the trust check's rule for one file, with the user as the owner; group
+    write is allowed for the user's own group (a user-private group with umask 002); no link, and no
+    sticky directory writable by all (a cache is the user's alone)."""
     try:
         st = os.lstat(path)
     except OSError as e:
         return f"cannot be examined ({e.strerror or e})"
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link"
-    if st.st_uid != os.geteuid():
-        return f"is owned by uid {st.st_uid}, not {os.geteuid()}"
-    if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != os.getegid()):
-        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    return stat_problem(st, owner=os.geteuid(), group=os.getegid(), sticky=False)
 
 
 def fresh_private() -> str:

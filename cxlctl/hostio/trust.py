@@ -64,15 +64,27 @@ def _component_reason(comp: str, owner: int) -> Optional[str]:
         st = os.lstat(comp)
     except OSError as e:
         return f"{comp} cannot be examined: {e.strerror or e}"
+    why = stat_problem(st, owner=owner)
+    return f"{comp} {why}" if why else None
+
+
+def stat_problem(st: os.stat_result, *, owner: int, group: int = 0, sticky: bool = True) -> Optional[str]:
+    """The one per-file rule: why a file (``lstat``'s answer) is not safe to trust, completing a sentence
+    that starts with its name ("is owned by uid 1000, not root"); None when it is.
+
+    It must be ``owner``'s and writable by no one else: not by others, and by its group only when the
+    group is ``group``.  A directory with the sticky bit (``/tmp``) may be writable by all when ``sticky``
+    (only an entry's owner may rename it; the entry is checked in turn).  A link's own mode means
+    nothing (its owner and its directory are what count)."""
     if st.st_uid != owner:
-        return f"{comp} is owned by uid {st.st_uid}, not {'root' if owner == 0 else f'uid {owner}'}"
+        return f"is owned by uid {st.st_uid}, not {'root' if owner == 0 else f'uid {owner}'}"
     if stat.S_ISLNK(st.st_mode):
-        return None  # a link's own mode means nothing; its owner and its directory were checked
-    sticky_dir = stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_ISVTX)
+        return None
+    sticky_dir = sticky and stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_ISVTX)
     if st.st_mode & stat.S_IWOTH and not sticky_dir:
-        return f"{comp} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    if st.st_mode & stat.S_IWGRP and not sticky_dir and st.st_gid != 0:
-        return f"{comp} is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if st.st_mode & stat.S_IWGRP and not sticky_dir and st.st_gid != group:
+        return f"is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
 

@@ -265,7 +265,7 @@ def bind(host: Host, name: str, drv: str, log: Log) -> None:
     log(f"{name}: bound to {drv} ({MODES[drv]})")
 
 
-def _online_one(host: Host, bid: int, zone: str) -> Optional[str]:
+def online_one(host: Host, bid: int, zone: str) -> Optional[str]:
     """Online a block in ``zone``; None on success (or if someone else onlined it), else the error."""
     try:
         set_block_state(host.root, bid, ONLINE_STATE[zone])
@@ -286,39 +286,66 @@ def _offline_one(host: Host, bid: int) -> Optional[str]:
         return f"{e.errno_name or 'error'}: {os.strerror(e.errno) if e.errno else e}"
 
 
-def offline_blocks(
-    host: Host, blocks: List[MemoryBlock], log: Log, what: str, progress: Optional[ProgressFn] = None
-) -> List[int]:
-    """Offline every online block; all or nothing (``progress``: called after each block).
+def _put_back(host: Host, done: List[MemoryBlock]) -> str:
+    """Online again, each in its zone, the blocks an unfinished :func:`offline_blocks` offlined; says so."""
+    back = [d.id for d in done if online_one(host, d.id, "movable" if d.zone == "Movable" else "normal") is None]
+    lost = [d.id for d in done if d.id not in back]
+    if lost:
+        return f"blocks {', '.join(f'memory{x}' for x in lost)} stay offline (re-onlining failed)"
+    return f"the {len(back)} block(s) already offlined are back online, nothing changed"
 
-    On the first block that will not go offline (EBUSY: pages the kernel
-    cannot migrate), the blocks already offlined go back online in their
-    previous zone and :class:`DaxError` says which block refused.
+
+def offline_blocks(
+    host: Host,
+    blocks: List[MemoryBlock],
+    log: Log,
+    what: str,
+    progress: Optional[ProgressFn] = None,
+    timeout: Optional[float] = None,
+) -> List[int]:
+    """Offline every online block, highest first; all or nothing (``progress``: called after each block).
+
+    The one offline loop (``capacity release``, ``region destroy --force``, ``dax reconfigure
+    --mode devdax --force``).  Each write is bounded (:mod:`cxlctl.capacity.bound`): by the
+    release's guard inside a release, else by ``timeout`` seconds (None: the default bound,
+    ``capacity.bound.OFFLINE_TIMEOUT``), and SIGINT/SIGTERM end it
+    too (the kernel's ``offline_pages()`` retries pages it cannot migrate until a signal).  On
+    the first block that will not go offline (EBUSY: pages the kernel cannot migrate) or an
+    interruption, the blocks already offlined go back online in their previous zone; then
+    :class:`DaxError` says which block refused and why (exit 1, or 128+N for signal N), or,
+    inside a release, the :class:`~cxlctl.capacity.bound.Interrupted` goes on to it.
     """
+    from cxlctl.capacity import bound
+    from cxlctl.capacity.bound import Interrupted, guarded
+
     done: List[MemoryBlock] = []
     todo = [b for b in sorted(blocks, key=lambda b: -b.id) if (b.state or "").startswith("online")]
-    for b in todo:
-        err = _offline_one(host, b.id)
-        if err is None:
-            done.append(b)
-            tick(progress, len(done), len(todo), f"{what}: offlining memory blocks")
-            continue
-        back = []
-        for d in done:
-            z = "movable" if d.zone == "Movable" else "normal"
-            if _online_one(host, d.id, z) is None:
-                back.append(d.id)
-        lost = [d.id for d in done if d.id not in back]
-        raise DaxError(
-            f"{what}: memory{b.id} could not be offlined ({err}): it holds pages the kernel cannot migrate "
-            f"(zone {b.zone or 'unknown'}); "
-            + (
-                f"the {len(back)} block(s) already offlined are back online, nothing changed"
-                if not lost
-                else f"blocks {', '.join(f'memory{x}' for x in lost)} stay offline (re-onlining failed)"
-            ),
-            hint=EBUSY_HINT,
-        )
+    with guarded(bound.OFFLINE_TIMEOUT if timeout is None else timeout) as (guard, owned):
+        b = None
+        try:
+            for b in todo:
+                with guard.offlining():
+                    err = _offline_one(host, b.id)
+                if err is not None:
+                    raise DaxError(
+                        f"{what}: memory{b.id} could not be offlined ({err}): it holds pages the kernel cannot "
+                        f"migrate (zone {b.zone or 'unknown'}); " + _put_back(host, done),
+                        hint=EBUSY_HINT,
+                    )
+                done.append(b)
+                tick(progress, len(done), len(todo), f"{what}: offlining memory blocks")
+            if owned:
+                guard.check()  # a signal between the writes: this offlining did not finish either
+        except Interrupted as e:
+            undone = _put_back(host, done)
+            if not owned:
+                raise
+            raise DaxError(
+                f"{what}: offlining {f'memory{b.id}' if b is not None else 'its blocks'} stopped: {e.why}; " + undone,
+                code=e.exit_code,
+                hint="the kernel retries pages it cannot migrate (held by a pin or an extra reference) until "
+                "interrupted; `dmesg | grep -A3 'migration failure'` names them; " + EBUSY_HINT,
+            ) from None
     if done:
         log(f"{what}: offlined {len(done)} memory block(s)")
     return [d.id for d in done]
@@ -339,7 +366,7 @@ def online_in_zone(host: Host, name: str, zone: str, log: Log, progress: Optiona
     onlined = 0
     todo = [b for b in blocks if (b.state or "") == "offline"]
     for i, b in enumerate(todo, 1):
-        err = _online_one(host, b.id, zone)
+        err = online_one(host, b.id, zone)
         if err:
             errors.append(f"memory{b.id}: {err}")
         else:
@@ -357,9 +384,9 @@ def online_in_zone(host: Host, name: str, zone: str, log: Log, progress: Optiona
         if err is not None:
             stuck.append(f"memory{b.id} ({b.zone}: {err})")
             continue
-        err = _online_one(host, b.id, zone)
+        err = online_one(host, b.id, zone)
         if err is not None:  # put it back where it was rather than leave it offline
-            _online_one(host, b.id, "movable" if b.zone == "Movable" else "normal")
+            online_one(host, b.id, "movable" if b.zone == "Movable" else "normal")
             stuck.append(f"memory{b.id} ({err})")
         else:
             moved += 1

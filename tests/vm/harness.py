@@ -336,14 +336,17 @@ _add(
 _add(
     Topology(
         "pool",
-        "one host bridge with two root ports: a 256 MiB device on the first, the second left empty for "
-        "hot-add over QMP (a fabric manager's bind, tests/vm/test_vm_capacity.py); two 4 GiB windows on "
-        "the bridge, so each device's region is a node of its own",
+        "one host bridge (4 HDM decoders) with three root ports: a 256 MiB device on the first, the "
+        "others left empty for hot-add over QMP (a fabric manager's bind, tests/vm/test_vm_capacity.py: "
+        "two devices adopted through the one bridge); three 4 GiB windows on the bridge, so each device's "
+        "region is a node of its own",
         _vmem(0, "256M") + "-device pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1 "
         "-device cxl-rp,port=0,bus=cxl.1,id=rp0,chassis=0,slot=2 "
         "-device cxl-rp,port=1,bus=cxl.1,id=rp1,chassis=0,slot=3 "
+        "-device cxl-rp,port=2,bus=cxl.1,id=rp2,chassis=0,slot=4 "
         "-device cxl-type3,bus=rp0,volatile-memdev=vmem0,id=cxl-vmem0,sn=0x5001 "
-        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G,cxl-fmw.1.targets.0=cxl.1,cxl-fmw.1.size=4G",
+        "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G,cxl-fmw.1.targets.0=cxl.1,cxl-fmw.1.size=4G,"
+        "cxl-fmw.2.targets.0=cxl.1,cxl-fmw.2.size=4G",
         regions=(Region(0, 256, ("cxl-vmem0",)),),
     )
 )
