@@ -14,6 +14,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.capacity import pinnable
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -300,6 +301,7 @@ def gather(
         seccomp=status_field(self_status, "Seccomp"),
         probe=_probe(host, inv),
         lending=_lending(host),
+        share=pinnable.load_share(host, inv, strict=False),
     )
     if engine is not None:
         args = tuple(engine_args)

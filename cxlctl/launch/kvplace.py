@@ -160,7 +160,7 @@ class Choice(NamedTuple):
 def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -> KvPlacement:
     """The mechanism and the bytes per node of a ``size`` KV offload (module docstring); a size the
     chosen nodes cannot hold is a UsageError unless ``force``."""
-    cxl = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    cxl = offload_nodes(inv, ns, c.pinned)
     want_tmpfs = c.shm_offload and (c.tmpfs is True or (c.tmpfs is None and c.can_mount))
     if c.tmpfs is True and not c.shm_offload:
         raise UsageError(
@@ -200,6 +200,19 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
         unplaced=unplaced,
         over_share=over,
     )
+
+
+def offload_nodes(inv: Inventory, ns: NodeSets, pinned: bool) -> Tuple[int, ...]:
+    """The CXL nodes the offload's /dev/shm binds to: the CXL nodes of the launch (``--mem-nodes``), else the
+    nearest ones.  A long-term pinned offload takes the CXL nodes with kernel-zone memory (the host's pinnable
+    share, capacity/pinnable.py) among the launch's (or, without CXL ones there, among all), so the pin has
+    nothing to move and the lendable (movable) nodes stay free to give back; none: as unpinned (refused)."""
+    cxl = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    if not pinned:
+        return tuple(cxl)
+    base = ns.cxl or tuple(n.id for n in inv.nodes if n.kind == "cxl" and n.has_memory)
+    pin = pinnable.pinnable_nodes(inv, base)
+    return tuple(n for n in base if n in pin) if pin else tuple(cxl)
 
 
 def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force: bool) -> KvPlacement:
