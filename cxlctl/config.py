@@ -344,7 +344,8 @@ def _check(data: Dict[str, Any]) -> Tuple[Dict[str, Dict[str, Any]], List[Proble
                     "or authentication (set one, or metrics.allow_remote = true to expose it anyway)",
                 )
             )
-    given = data.get("capacity") if isinstance(data.get("capacity"), dict) else {}
+    cap_table = data.get("capacity")
+    given: Dict[str, Any] = cap_table if isinstance(cap_table, dict) else {}
     if values["capacity"]["pinnable"] != "" and "zone" in given and "capacity.pinnable" not in keys:
         bad.append(
             (

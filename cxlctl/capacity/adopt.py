@@ -51,7 +51,9 @@ class Adopted(NamedTuple):
     zone_why: Optional[str] = None  # the host's split decided it (no --zone): why (capacity/pinnable.py)
 
 
-def _zone(inv: Inventory, zone: Optional[str], cfg: Optional[Config], host: Host, added: int) -> Tuple[str, Optional[str]]:
+def _zone(
+    inv: Inventory, zone: Optional[str], cfg: Optional[Config], host: Host, added: int
+) -> Tuple[str, Optional[str]]:
     """``zone`` as asked, or the host's split's decision (capacity/pinnable.py ``zone_for``) with ``added``
     bytes of kernel-zone memory a dry run's earlier memdevs would have added."""
     if zone is not None:

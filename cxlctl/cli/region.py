@@ -137,9 +137,8 @@ def create_cmd(
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
     from cxlctl.regions.planner import NOTHING_TO_DO
-    from cxlctl.regions.request import MODES, choice, request
+    from cxlctl.regions.request import MODES, choice, request, zone_default
     from cxlctl.regions.request import plans as plans_for
-    from cxlctl.regions.request import zone_default
 
     online = choice(online, MODES, "--online")
     req = request(memdevs, ways, size, granularity, decoder, rtype)

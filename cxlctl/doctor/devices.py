@@ -308,7 +308,9 @@ def check_pinnable_share(f: Facts) -> List[Check]:
     if sh is None or sh.target is None:
         return []
     ev = (Evidence(sh.source or paths.CONFIG_PATH, f"[capacity] pinnable = {sh.target}"),)
-    have = f"{format_size(sh.pinnable)} of CXL memory online in a kernel zone, {format_size(sh.lendable)} in ZONE_MOVABLE"
+    have = (
+        f"{format_size(sh.pinnable)} of CXL memory online in a kernel zone, {format_size(sh.lendable)} in ZONE_MOVABLE"
+    )
     if sh.shortfall:
         return [
             Check(
