@@ -188,9 +188,7 @@ def _blocks_ev(d: DaxDevice) -> Evidence:
 def check_dax(f: Facts) -> List[Check]:
     out: List[Check] = []
     auto = f.inv.knob_value("auto_online_blocks")
-    for d in f.inv.dax_devices:
-        if d.provider != "cxl":
-            continue
+    for d in (d for d in f.inv.dax_devices if d.provider == "cxl"):
         what = f"{d.name}" + (f" ({d.region})" if d.region else "")
         if d.driver is None:
             out.append(
