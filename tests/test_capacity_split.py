@@ -19,6 +19,7 @@ import pytest
 
 from cxlctl import config
 from cxlctl.capacity import pinnable
+from cxlctl.hostio import toml
 from cxlctl.hostio.host import Host
 from cxlctl.inventory import scan
 from tests.kit import FIXTURES, cli, copy_fixture
@@ -57,7 +58,7 @@ def split(tmp_path: Path) -> str:
 def test_the_setting_is_a_size_and_excludes_zone(tmp_path: Path) -> None:
     cfg = config.validate("f", {"capacity": {"pinnable": "16G"}})
     assert cfg.pinnable_target == 16 << 30 and config.defaults().pinnable_target is None
-    again = config.validate("f", config.toml.loads(config.to_toml(cfg)))  # the effective file reads back
+    again = config.validate("f", toml.loads(config.to_toml(cfg)))  # the effective file reads back
     assert again.pinnable_target == 16 << 30
     root = _pool("linux-7.x", tmp_path)
     _conf(root, '[capacity]\nzone = "movable"\npinnable = "1G"\n')
