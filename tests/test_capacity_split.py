@@ -176,3 +176,16 @@ def test_one_decision(split: str) -> None:
     assert (sh.pinnable, sh.lendable, sh.shortfall) == (256 * MiB, 256 * MiB, 0)
     assert pinnable.zone_for(sh, pinnable.CREATE)[0] == pinnable.zone_for(sh, pinnable.ADOPT)[0] == "movable"
     assert pinnable.pinnable_nodes(inv, [2, 3]) == [3]
+
+
+def test_the_pin_moves_a_movable_page_along_the_source_nodes_zonelist(split: str) -> None:
+    """--mem-nodes 2 (Movable) asks for the lendable node; the pin migrates each page to a kernel zone on node 2's
+    zonelist (mm/page_alloc.c find_next_best_node(): all distances are 20 here, node 0 has CPUs, so CPU-less node 3
+    comes first): the offload ends on node 3, still CXL, not on DRAM (the guests measured it: pinkv_check step 4)."""
+    doc = dry(split, "exec", ["--pinned", "--kv-size", "64M", "--mem-nodes", "2", "--allow-root"], ["/bin/true"])
+    ko = doc["kv_offload"]
+    assert ko["before_pin_bytes_per_node"] == {"2": 64 * MiB} and ko["expected_bytes_per_node"] == {"3": 64 * MiB}, ko
+    assert ko["on_cxl"] is True and ko["pin_moved_bytes_per_node"] == {"2": 64 * MiB}
+    inv = scan(Host(split))
+    assert pinnable.zonelist_order(inv, 2, [0, 3], lambda i, a, b: 20) == [3, 0]
+    assert pinnable.zonelist_order(inv, 3, [0, 2], lambda i, a, b: 20) == [2, 0]  # below it: +1, CPUs: +1

@@ -10,7 +10,8 @@ io_uring's fixed buffers -- goes through ``check_and_migrate_movable_folios()`` 
 ``migrate_longterm_unpinnable_folios()`` migrates them with ``alloc_migration_target()`` (mm/migrate.c),
 ``nid = NUMA_NO_NODE`` (so the source folio's own node) and ``GFP_USER`` without ``__GFP_MOVABLE``: the new
 page comes from a kernel zone, on the source node's zonelist -- the CXL node's own ZONE_NORMAL first, then
-the nearest node with a kernel zone (``build_zonelists``).  The file's memory policy (a tmpfs ``mpol=``) is
+the next node of its zonelist with a kernel zone (``build_zonelists()``/``find_next_best_node()``: nearest
+first, and at equal distance a node without CPUs before one with them, :func:`zonelist_order`).  The file's memory policy (a tmpfs ``mpol=``) is
 not consulted.  So:
 
 * **pinnable**: bytes of a node's online memory blocks in a kernel zone (Normal, DMA32, DMA): a pinned
@@ -101,12 +102,26 @@ def all_movable(inv: Inventory, nodes: Iterable[int]) -> List[int]:
     return sorted(out)
 
 
+def zonelist_order(
+    inv: Inventory, src: int, nodes: Iterable[int], dist: Callable[[Inventory, int, int], int]
+) -> List[int]:
+    """``nodes`` in the order of ``src``'s zonelist, where an allocation for a page of node ``src`` falls back
+    (``alloc_migration_target()`` with ``NUMA_NO_NODE`` asks the source node's zonelist): mm/page_alloc.c
+    ``build_zonelists()`` takes the nodes by ``find_next_best_node()``, whose value is the SLIT distance, plus 1
+    for a node below ``src`` ("prefer the next node"), plus ``PENALTY_FOR_NODE_WITH_CPUS`` (1) for a node with
+    CPUs ("give preference to headless and unused nodes"); ties go by ``node_load`` (here: the id).  So at
+    equal distances a CPU-less CXL node's pages fall back to another CPU-less node before DRAM."""
+    cpus = {n.id for n in inv.nodes if n.has_cpu}
+    return sorted(nodes, key=lambda m: (dist(inv, src, m) + (m < src) + (m in cpus), m))
+
+
 def after_pin(
     inv: Inventory, placed: Dict[int, int], dist: Callable[[Inventory, int, int], int]
 ) -> Tuple[Dict[int, int], Dict[int, int], int]:
     """(bytes per node after a long-term pin, bytes moved off each node, bytes no kernel zone has room for)
     of an offload whose pages sit at ``placed`` before the pin (module docstring: each node keeps up to
-    its free pinnable memory, the rest goes to the nearest node with free kernel-zone memory)."""
+    its free pinnable memory, the rest goes to the first node of its zonelist with free kernel-zone memory,
+    :func:`zonelist_order`)."""
     by_id = {n.id: n for n in inv.nodes if n.has_memory}
     room = {nid: pinnable_free(inv, n) for nid, n in by_id.items()}
     after: Dict[int, int] = {}
@@ -120,7 +135,7 @@ def after_pin(
         rest = b - keep
         if rest:
             moved[nid] = rest
-        for m in sorted((m for m in room if m != nid and room[m] > 0), key=lambda m: (dist(inv, nid, m), m)):
+        for m in zonelist_order(inv, nid, [m for m in room if m != nid and room[m] > 0], dist):
             if not rest:
                 break
             take = min(rest, room[m])

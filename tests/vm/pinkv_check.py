@@ -23,7 +23,10 @@ pin.  Steps:
 3. **pinnable and lendable**: the same launch without ``--allow-unpinnable``: the private ``/dev/shm``
    binds to the pinnable node only; after the pin >= 95 % of the offload is there and the dry run's bytes
    per node match numa_maps within 5 %; while it runs, ``capacity --json`` shows region B's memdevs
-   still ``releasable``.
+   still ``releasable``;
+4. **the pin's own fallback**: the same launch bound to the movable node (``--mem-nodes``): the pin moves
+   each page to a kernel zone along that node's zonelist (mm/page_alloc.c ``find_next_best_node()``: at
+   equal distances the CPU-less pinnable node before DRAM), where the dry run says.
 
 Then the engine is stopped, region P destroyed (best effort: a ZONE_NORMAL block may keep an unmovable
 page) and the configuration removed.
@@ -146,6 +149,16 @@ waitfor "$OUT/pin.ready" $pid && cx pin.cap capacity --json
 kill $pid; wait $pid 2>/dev/null
 rm -f SHMFILE
 
+# 4. the pin's own fallback: the offload bound to the movable node (--mem-nodes), the pin moves each page to a
+#    kernel zone along that node's zonelist (find_next_best_node(): the CPU-less pinnable node before DRAM)
+NODEB=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["kv_offload"]["nodes"][0])' "$OUT/movf.dry.out")
+L4="launch exec --allow-root --pinned --allow-unpinnable --policy bind --cpu-nodes 0 --mem-nodes $NODEB --kv-size KVSIZE"
+cx zl.dry $L4 --dry-run --json -- "$PINKV" "$OUT/zl.ready" KVMIB
+"$PY" -m cxlctl $L4 -- "$PINKV" "$OUT/zl.ready" KVMIB > "$OUT/zl.out" 2> "$OUT/zl.err" &
+pid=$!
+waitfor "$OUT/zl.ready" $pid
+kill $pid; wait $pid 2>/dev/null
+
 # put the guest back: the region (best effort: ZONE_NORMAL), the configuration
 RP=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["regions"][0]["region"])' "$OUT/split.create.out" 2>/dev/null)
 [ -n "$RP" ] && cx destroy region destroy "$RP" --force
@@ -255,5 +268,16 @@ def check(res: GuestResult) -> List[str]:
         f"split {share['pinnable']} B pinnable / {share['lendable']} B lendable, target {share['target']} B; "
         f"region destroy after: rc {out_text(out, 'destroy.rc', missing_ok=True).strip()}"
     )
+    # 4. bound to the movable node: the pin moves the pages along its zonelist, to the pinnable node
+    dry = out_json(out, "zl.dry.out")
+    planned = _expected(dry, "expected_bytes_per_node")
+    _launched(out, "zl")
+    before, after = _offload_pages(out, "zl.ready.before"), _offload_pages(out, "zl.ready.after")
+    lines.append(
+        f"  bound to the movable node {dry['kv_offload']['nodes']}: before the pin {before}, after {after} pages "
+        f"(numa_maps); dry run {planned} bytes after the pin (the source node's zonelist)"
+    )
+    assert set(before) == set(dry["kv_offload"]["nodes"]), before
+    _match(after, planned, size)
     print("\n".join(lines))
     return lines
