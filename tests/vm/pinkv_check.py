@@ -95,11 +95,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s.after", argv[1]);
     if (copy("/proc/self/numa_maps", path)) { perror(path); return 1; }
     snprintf(path, sizeof path, "%s.tmp", argv[1]);
-    FILE *f = fopen(path, "w");
-    if (!f) { perror(path); return 1; }
-    fprintf(f, "%d %zu\n", (int)getpid(), len);
-    fclose(f);
-    rename(path, argv[1]);
+    int out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || dprintf(out, "%d %zu\n", (int)getpid(), len) < 0 || close(out) || rename(path, argv[1])) {
+        perror(path);
+        return 1;
+    }
     for (;;) pause();
 }
 """
@@ -109,16 +109,6 @@ cx() {  # $1 = name, rest = cxlctl's arguments: NAME.out, NAME.err, NAME.rc
   local n=$1; shift
   "$PY" -m cxlctl "$@" > "$OUT/$n.out" 2> "$OUT/$n.err"
   echo $? > "$OUT/$n.rc"
-}
-waitfor() {  # $1 = file, $2 = pid of the launch
-  local end=$((SECONDS + 180))
-  while [ $SECONDS -lt $end ]; do
-    [ -s "$1" ] && return 0
-    kill -0 $2 2>/dev/null || { echo "launch $2 died" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "timeout waiting for $1" >&2
-  return 1
 }
 L="launch exec --allow-root --pinned --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size KVSIZE"
 MEMP=$(memdev_by_serial 0x4004) || exit 10
@@ -130,7 +120,7 @@ cx mov.refused $L -- "$PINKV" "$OUT/never.ready" KVMIB
 cx movf.dry $L --allow-unpinnable --dry-run --json -- "$PINKV" "$OUT/movf.ready" KVMIB
 "$PY" -m cxlctl $L --allow-unpinnable -- "$PINKV" "$OUT/movf.ready" KVMIB > "$OUT/movf.out" 2> "$OUT/movf.err" &
 pid=$!
-waitfor "$OUT/movf.ready" $pid
+cxlvm_wait_ready "$OUT/movf.ready" $pid
 kill $pid; wait $pid 2>/dev/null
 rm -f SHMFILE
 
@@ -145,7 +135,7 @@ udevadm settle --timeout=30 || true
 cx pin.dry $L --dry-run --json -- "$PINKV" "$OUT/pin.ready" KVMIB
 "$PY" -m cxlctl $L -- "$PINKV" "$OUT/pin.ready" KVMIB > "$OUT/pin.out" 2> "$OUT/pin.err" &
 pid=$!
-waitfor "$OUT/pin.ready" $pid && cx pin.cap capacity --json
+cxlvm_wait_ready "$OUT/pin.ready" $pid && cx pin.cap capacity --json
 kill $pid; wait $pid 2>/dev/null
 rm -f SHMFILE
 
@@ -156,7 +146,7 @@ L4="launch exec --allow-root --pinned --allow-unpinnable --policy bind --cpu-nod
 cx zl.dry $L4 --dry-run --json -- "$PINKV" "$OUT/zl.ready" KVMIB
 "$PY" -m cxlctl $L4 -- "$PINKV" "$OUT/zl.ready" KVMIB > "$OUT/zl.out" 2> "$OUT/zl.err" &
 pid=$!
-waitfor "$OUT/zl.ready" $pid
+cxlvm_wait_ready "$OUT/zl.ready" $pid
 kill $pid; wait $pid 2>/dev/null
 
 # put the guest back: the region (best effort: ZONE_NORMAL), the configuration
