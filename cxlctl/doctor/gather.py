@@ -177,6 +177,8 @@ def _lending(host: Host) -> Optional[str]:
         return None
     if cfg.source is None or cfg.adopt == "none":
         return None
+    if cfg.pinnable_target is not None:  # the split decides the zone (capacity/pinnable.py)
+        return f"{cfg.source}: [capacity] adopt = {cfg.adopt!r}, pinnable = {cfg.pinnable_target}"
     return f"{cfg.source}: [capacity] adopt = {cfg.adopt!r}, zone = {cfg.adopt_zone!r}"
 
 
