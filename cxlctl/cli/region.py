@@ -66,19 +66,11 @@ ZONE_OPT = typer.Option(
     None,
     "--zone",
     metavar="ZONE",
-    help="Zone for system-ram memory (default: the host's split, the pinnable setting of the daemon's configuration; normal without it; not with devdax). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
+    help="Zone for system-ram memory (not with devdax; default normal, for region create the host's split: the pinnable setting of the daemon's configuration). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
     "which the kernel migrates out of ZONE_MOVABLE; but the memory can rarely be offlined again. movable: keeps "
     "hot-unplug and region destroy possible; long-term pins will not stay on it.",
 )
 
-DAX_ZONE_OPT = typer.Option(
-    None,
-    "--zone",
-    metavar="ZONE",
-    help="Zone for system-ram memory (default normal; not with devdax). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
-    "which the kernel migrates out of ZONE_MOVABLE; but the memory can rarely be offlined again. movable: keeps "
-    "hot-unplug and region destroy possible; long-term pins will not stay on it.",
-)
 
 # ------------------------------------------------------------------------------ rendering
 
@@ -165,11 +157,10 @@ def create_cmd(
             emit_json(dict(region_json.dry_run(plans, online, zone), zone_decided_by=why))
         else:
             from cxlctl.regions.render import would_online
-            from cxlctl.term import console
 
             for i, p in enumerate(plans):
                 _render_plan(p, f"would create {i + 1}/{len(plans)}" if len(plans) > 1 else "would create")
-            typer.echo("\n".join(would_online(online, zone, why, console().width)))
+            typer.echo(would_online(online, zone, why))
         return
     need_root("region create")
     if why:
@@ -248,7 +239,7 @@ def destroy_cmd(
 def reconfigure_cmd(
     device: str = argument(..., "DEVICE", "The DAX device (daxX.Y, as cxlctl status lists it)."),
     mode: str = typer.Option(..., "--mode", "-m", metavar="MODE", help="system-ram (online as a NUMA node) or devdax."),
-    zone: Optional[str] = DAX_ZONE_OPT,
+    zone: Optional[str] = ZONE_OPT,
     force: bool = typer.Option(False, "--force", "-f", help="To devdax: offline online memory first."),
     wait: Optional[float] = WAIT_OPT,
     verbose: bool = VERBOSE_OPT,

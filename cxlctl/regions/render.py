@@ -104,13 +104,15 @@ def reconfigured(r: Reconfigured, doc: Dict[str, Any]) -> str:
     return f"{r.name}: {r.before} → devdax" + ("" if r.changed else " (already so)")
 
 
-def would_online(online: str, zone: str, why: Optional[str], width: int) -> List[str]:
-    """A dry run's last line, folded at ``width``: what the DAX device would become, and why that zone
-    (the host's split, capacity/pinnable.py, when --zone was not given)."""
+def would_online(online: str, zone: str, why: Optional[str]) -> str:
+    """A dry run's last line, folded at the terminal's width: what the DAX device would become, and why
+    that zone (the host's split, capacity/pinnable.py, when --zone was not given)."""
+    from cxlctl.term import console
+
     text = (
         f"then: DAX device → {online}"
         + (f" in ZONE_{zone.upper()}" if online == "system-ram" else "")
         + (f" ({why})" if why else "")
         + "; dry run, nothing written"
     )
-    return fold_lines(text, width, indent="  ")
+    return "\n".join(fold_lines(text, console().width, indent="  "))
