@@ -447,10 +447,11 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config:
+def load(host: Host, path: Optional[str] = None, *, web: bool = False, profile: bool = True) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
-    A missing default file means defaults; a missing explicit ``path`` is an error.
+    A missing default file means defaults; a missing explicit ``path`` is an error.  ``profile`` False: a
+    ``profile =`` that does not load is not this reader's problem (a command that reads only ``[capacity]``).
     """
     explicit = path is not None
     file = path if path is not None else host.path(CONFIG_PATH)
@@ -461,7 +462,7 @@ def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config
         if e.missing and not explicit:
             return defaults()
         raise ConfigError(file, None, e.reason, line=e.line) from None
-    return validate(file, data, text=text, host=host, web=web)
+    return validate(file, data, text=text, host=host if profile else None, web=web)
 
 
 def profile_problem(host: Host, ref: str) -> Optional[str]:

@@ -197,7 +197,7 @@ def load_share(host: Host, inv: Inventory, *, strict: bool = True) -> Share:
     from cxlctl import config
 
     try:
-        cfg = config.load(host)
+        cfg = config.load(host, profile=False)  # only [capacity] is read here
     except config.ConfigError as e:
         if strict:
             raise
