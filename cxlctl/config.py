@@ -107,6 +107,9 @@ class Config(NamedTuple):
     #: the serials it may adopt (``[capacity] adopt_serials``); ``adopt_any``: the operator's explicit "any"
     adopt_serials: Tuple[int, ...] = ()
     adopt_any: bool = False
+    #: ``[capacity] pinnable``: bytes of CXL memory the host keeps in a kernel zone for long-term pinned KV
+    #: offloads (capacity/pinnable.py decides each new region's zone from it); None: not set
+    pinnable_target: Optional[int] = None
 
 
 # ------------------------------------------------------------------------ value checks
@@ -186,6 +189,22 @@ def _serials(v: Any) -> Any:
                 pass
         raise ValueError(f"a serial must be an integer or a string such as '0x5002', got {x!r}")
     return tuple(out)
+
+
+def _size(v: Any) -> Any:
+    """A size (``"16G"``, ``"512M"``, or bytes as an integer); ``""``: not set."""
+    from cxlctl.parse import parse_size
+
+    if v == "":
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if isinstance(v, str):
+        try:
+            return parse_size(v)
+        except ValueError:
+            pass
+    raise ValueError(f'must be a size such as "16G" or "512M" (or bytes), got {v!r}')
 
 
 def _cgroups(v: Any) -> Any:
@@ -278,6 +297,7 @@ SCHEMA: Dict[str, Dict[str, Tuple[Callable[[Any], Any], Any]]] = {
         "zone": (_choice("movable", "normal"), "movable"),
         "pool_member": (_bool, False),
         "adopt_serials": (_serials, ()),
+        "pinnable": (_size, ""),
     },
 }
 
@@ -324,6 +344,16 @@ def _check(data: Dict[str, Any]) -> Tuple[Dict[str, Dict[str, Any]], List[Proble
                     "or authentication (set one, or metrics.allow_remote = true to expose it anyway)",
                 )
             )
+    cap_table = data.get("capacity")
+    given: Dict[str, Any] = cap_table if isinstance(cap_table, dict) else {}
+    if values["capacity"]["pinnable"] != "" and "zone" in given and "capacity.pinnable" not in keys:
+        bad.append(
+            (
+                "capacity.zone",
+                "pinnable is set: the host's pinnable share decides each new region's zone (capacity/pinnable.py); "
+                "drop zone",
+            )
+        )
     n = values["nfd"]
     if "nfd.dir" not in keys and n["enabled"] and not n["dir"]:
         bad.append(("nfd.dir", "must be set when nfd.enabled is true"))
@@ -409,6 +439,7 @@ def validate(
         if values["capacity"]["adopt_serials"] == "any"
         else tuple(values["capacity"]["adopt_serials"]),
         adopt_any=values["capacity"]["adopt_serials"] == "any",
+        pinnable_target=None if values["capacity"]["pinnable"] == "" else int(values["capacity"]["pinnable"]),
     )
 
 
@@ -416,10 +447,11 @@ def defaults() -> Config:
     return validate("<defaults>", {})
 
 
-def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config:
+def load(host: Host, path: Optional[str] = None, *, web: bool = False, profile: bool = True) -> Config:
     """Read and validate the configuration; ``path`` (a real path) overrides ``<root>/etc/cxlctl/cxlctl.toml``.
 
-    A missing default file means defaults; a missing explicit ``path`` is an error.
+    A missing default file means defaults; a missing explicit ``path`` is an error.  ``profile`` False: a
+    ``profile =`` that does not load is not this reader's problem (a command that reads only ``[capacity]``).
     """
     explicit = path is not None
     file = path if path is not None else host.path(CONFIG_PATH)
@@ -430,7 +462,7 @@ def load(host: Host, path: Optional[str] = None, *, web: bool = False) -> Config
         if e.missing and not explicit:
             return defaults()
         raise ConfigError(file, None, e.reason, line=e.line) from None
-    return validate(file, data, text=text, host=host, web=web)
+    return validate(file, data, text=text, host=host if profile else None, web=web)
 
 
 def profile_problem(host: Host, ref: str) -> Optional[str]:
@@ -457,6 +489,15 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
     :func:`to_toml` of it reads back as the same :class:`Config`.
     """
     listen = "" if cfg.metrics_listen is None else _listen_text(cfg.metrics_listen)
+    capacity: Dict[str, Any] = {
+        "adopt": cfg.adopt,
+        "zone": cfg.adopt_zone,
+        "pool_member": cfg.adopt_pool_member,
+        "adopt_serials": "any" if cfg.adopt_any else [f"{x:#x}" for x in cfg.adopt_serials],
+        "pinnable": "" if cfg.pinnable_target is None else cfg.pinnable_target,
+    }
+    if cfg.pinnable_target is not None:  # the share decides the zone; both in one file is refused
+        del capacity["zone"]
     return {
         "": {"profile": cfg.profile or ""},
         "reconcile": {
@@ -487,12 +528,7 @@ def file_values(cfg: Config) -> Dict[str, Dict[str, Any]]:
         },
         "log": {"level": cfg.log_level},
         "ras": {"enabled": cfg.ras_enabled, "poison_action": cfg.ras_poison_action},
-        "capacity": {
-            "adopt": cfg.adopt,
-            "zone": cfg.adopt_zone,
-            "pool_member": cfg.adopt_pool_member,
-            "adopt_serials": "any" if cfg.adopt_any else [f"{x:#x}" for x in cfg.adopt_serials],
-        },
+        "capacity": capacity,
     }
 
 

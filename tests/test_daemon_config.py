@@ -124,7 +124,7 @@ BAD = [
     (
         "[capacity]\nonline = 'movable'\n",
         "capacity.online",
-        "unknown key (allowed: adopt, zone, pool_member, adopt_serials)",
+        "unknown key (allowed: adopt, zone, pool_member, adopt_serials, pinnable)",
     ),
     ("[capacity]\nadopt_serials = 'some'\n", "capacity.adopt_serials", 'must be "any" or a list of memdev serials'),
     ("[capacity]\nadopt_serials = ['x12']\n", "capacity.adopt_serials", "a serial must be an integer"),

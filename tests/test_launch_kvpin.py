@@ -29,7 +29,7 @@ MIB = 1 << 20
 def _zone(tree: str, node: int, zone: str, count: int = 99) -> None:
     """Set the first ``count`` online memory blocks of ``node`` in a copied tree to ``zone``."""
     nd = os.path.join(tree, f"sys/devices/system/node/node{node}")
-    blocks = sorted((b for b in os.listdir(nd) if b.startswith("memory")), key=lambda b: int(b[6:]))
+    blocks = sorted((b for b in os.listdir(nd) if b[6:].isdigit()), key=lambda b: int(b[6:]))
     for b in blocks[:count]:
         with open(os.path.join(tree, "sys/devices/system/memory", b, "valid_zones"), "w") as f:
             f.write(zone + "\n")

@@ -28,6 +28,7 @@ from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
 from cxlctl.parse import format_size
 
 if TYPE_CHECKING:
+    from cxlctl.config import Config
     from cxlctl.hostio.host import Host
     from cxlctl.model import Inventory
     from cxlctl.progress import ProgressFn
@@ -46,6 +47,21 @@ class Adopted(NamedTuple):
     serial: Optional[int]
     plan: Plan
     built: Optional[Built]  # None: a dry run
+    zone: str = "movable"  # the zone its system-ram memory is (to be) onlined in
+    zone_why: Optional[str] = None  # the host's split decided it (no --zone): why (capacity/pinnable.py)
+
+
+def _zone(
+    inv: Inventory, zone: Optional[str], cfg: Optional[Config], host: Host, added: int
+) -> Tuple[str, Optional[str]]:
+    """``zone`` as asked, or the host's split's decision (capacity/pinnable.py ``zone_for``) with ``added``
+    bytes of kernel-zone memory a dry run's earlier memdevs would have added."""
+    if zone is not None:
+        return zone, None
+    from . import pinnable
+
+    sh = pinnable.share(inv, cfg) if cfg is not None else pinnable.load_share(host, inv)
+    return pinnable.zone_for(sh._replace(pinnable=sh.pinnable + added), pinnable.ADOPT)
 
 
 def why_not(inv: Inventory, memdev: str) -> Optional[str]:
@@ -129,14 +145,16 @@ def adopt(
     host: Host,
     memdevs: Sequence[str],
     mode: str,
-    zone: str,
+    zone: Optional[str],
     log: Log,
     *,
     dry_run: bool = False,
     wait: Optional[float] = None,
     progress: Optional[ProgressFn] = None,
+    cfg: Optional[Config] = None,
 ) -> List[Adopted]:
-    """Build each memdev into a region of its own and online it as ``mode``/``zone``.
+    """Build each memdev into a region of its own and online it as ``mode``/``zone``; ``zone`` None: the
+    host's split decides for each memdev (capacity/pinnable.py, ``cfg`` or the configuration file).
 
     Each memdev is planned on a fresh scan (the region before it took a window and a name).
     A failure after some were adopted leaves those in place and raises: the message names them.
@@ -147,7 +165,7 @@ def adopt(
 
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r} is not one of {', '.join(MODES)}", hint="use --mode system-ram")
-    if zone not in ZONES:
+    if zone is not None and zone not in ZONES:
         raise UsageError(f"--zone {zone!r} is not one of {', '.join(ZONES)}", hint="use --zone movable")
     from . import surprise
 
@@ -172,15 +190,21 @@ def adopt(
             )
     serial = {m.name: m.serial for m in inv.memdevs}
     if dry_run:
-        return [Adopted(m, serial.get(m), p, None) for m, p in planned]
+        out, added = [], 0
+        for m, p in planned:
+            z, why = _zone(inv, zone, cfg, host, added)
+            added += p.size if z == "normal" and mode == "system-ram" else 0
+            out.append(Adopted(m, serial.get(m), p, None, z, why))
+        return out
     done: List[Adopted] = []
     for m, p in planned:
         if done:  # the previous region changed the windows and names: plan on what is there now
             inv = scan(host)
             p = check(inv, [m])[0][1]
+        z, why = _zone(inv, zone, cfg, host, 0)
         try:
             batch = create_regions(
-                host, [p], Request(memdevs=(m,)), use_all=False, online=mode, zone=zone, log=log, wait=wait,
+                host, [p], Request(memdevs=(m,)), use_all=False, online=mode, zone=z, log=log, wait=wait,
                 progress=progress,
             )  # fmt: skip
         except CxlctlError as e:
@@ -190,7 +214,7 @@ def adopt(
                     hint=e.hint,
                 ) from None
             raise
-        done.append(Adopted(m, serial.get(m), p, batch.built[0]))
+        done.append(Adopted(m, serial.get(m), p, batch.built[0], z, why))
     return done
 
 
@@ -204,6 +228,8 @@ def summary(a: Adopted, block_size: Optional[int]) -> Dict[str, Any]:
         "root_decoder": a.plan.root_decoder,
         "size": a.plan.size,
         "adopted": a.built is not None,
+        "zone": a.zone,
+        "zone_decided_by": a.zone_why,
     }
     if a.built is not None:
         made = region_json.created(a.built, block_size)
@@ -213,12 +239,13 @@ def summary(a: Adopted, block_size: Optional[int]) -> Dict[str, Any]:
     return doc
 
 
-def line(a: Adopted, mode: str, zone: str, block_size: Optional[int]) -> str:
+def line(a: Adopted, mode: str, block_size: Optional[int]) -> str:
     """``mem1 (serial 0x5002) adopted: region1 on decoder0.1, 256 MiB, dax1.0 system-ram on node 2 in ZONE_MOVABLE``."""
     serial = f"serial {a.serial:#x}" if a.serial is not None else "serial unknown"
     where = f"{format_size(a.plan.size)} on {a.plan.root_decoder}"
     if a.built is None:
-        how = f"system-ram in ZONE_{zone.upper()}" if mode == "system-ram" else "devdax"
+        how = f"system-ram in ZONE_{a.zone.upper()}" if mode == "system-ram" else "devdax"
+        how += f" ({a.zone_why})" if a.zone_why and mode == "system-ram" else ""
         return f"{a.memdev} ({serial}): would build a region of {where}, then {how}; dry run, nothing written"
     d = summary(a, block_size)
     daxs = ", ".join(

@@ -121,7 +121,7 @@ def adopt(
             f"--zone {zone} has no effect with --mode devdax: a devdax device is not onlined as memory",
             hint="drop --zone, or use --mode system-ram",
         )
-    zone = choice(zone or "movable", ad.ZONES, "--zone")
+    zone = choice(zone, ad.ZONES, "--zone") if zone is not None else None  # None: the host's split decides
     done = ad.adopt(host, memdevs, mode, zone, log, dry_run=True)
     if not dry_run:
         need_root("capacity adopt")
@@ -131,7 +131,7 @@ def adopt(
     doc = {
         "dry_run": dry_run,
         "mode": mode,
-        "zone": zone if mode == "system-ram" else None,
+        "zone": (zone or (done[0].zone if done else None)) if mode == "system-ram" else None,
         "memdevs": [ad.summary(a, bs) for a in done],
     }
-    _emit(json_out, lambda: doc, lambda: [ad.line(a, mode, zone, bs) for a in done])
+    _emit(json_out, lambda: doc, lambda: [ad.line(a, mode, bs) for a in done])

@@ -95,6 +95,7 @@ def render(rep: Report, c: Console) -> None:
                 for n in rep.nodes
             ],
         )
+    _share(rep, c)
     _blockers(rep, c)
     for note in rep.notes:
         c.print()
@@ -125,3 +126,22 @@ def _host(rep: Report, c: Console) -> None:
         c.print()
         for line in fold_lines(f"host: {rep.host_state}: {rep.host_reason or ''}", c.width, indent="  "):
             c.print(line, soft_wrap=True)
+
+
+def _share(rep: Report, c: Console) -> None:
+    """The host's split (capacity/pinnable.py): the pinnable share's target against its CXL memory."""
+    sh = rep.share
+    if sh is None or (sh.target is None and not sh.pinnable and not sh.lendable):
+        return
+    from cxlctl.capacity import pinnable
+
+    zone, _why = pinnable.zone_for(sh, pinnable.ADOPT)
+    text = (
+        f"split: {_sizes(sh.pinnable)} pinnable (kernel zone: pinned KV, not lendable), {_sizes(sh.lendable)} "
+        f"lendable (ZONE_MOVABLE); {sh.setting}"
+        + (f", short by {_sizes(sh.shortfall)}" if sh.shortfall else "")
+        + f"; next adopted capacity: ZONE_{zone.upper()}"
+    )
+    c.print()
+    for line in fold_lines(text, c.width, indent="  "):
+        c.print(line, soft_wrap=True)

@@ -95,6 +95,8 @@ class Report(NamedTuple):
     #: the host as a whole (.surprise): "ready", or "drain-and-reboot" after a surprise removal, with why
     host_state: str = "ready"
     host_reason: Optional[str] = None
+    #: the host's split (capacity/pinnable.py): [capacity] pinnable against its kernel-zone/movable CXL memory
+    share: Optional[pinnable.Share] = None
 
     def memdev(self, name: str) -> Optional[MemdevCapacity]:
         for m in self.memdevs:
@@ -427,7 +429,10 @@ def gather_for(host: Host, inv: Inventory) -> Report:
     notes = []
     if has_cxl and host.live and os.geteuid() != 0:
         notes.append("not root: other users' processes (their policies and open devdax devices) were not all read")
-    return assess(inv, procs, _removable(host, inv), notes)
+    share = pinnable.load_share(host, inv, strict=False)
+    if share.note:
+        notes.append(share.note)
+    return assess(inv, procs, _removable(host, inv), notes)._replace(share=share)
 
 
 # ------------------------------------------------------------------------------------ JSON
@@ -495,4 +500,26 @@ def to_json(rep: Report) -> Dict[str, Any]:
         ],
         "notes": list(rep.notes),
         "host_state": {"state": rep.host_state, "reason": rep.host_reason},
+        "pinnable_share": share_json(rep.share),
+    }
+
+
+def share_json(sh: Optional[pinnable.Share]) -> Optional[Dict[str, Any]]:
+    """The host's split: ``[capacity] pinnable`` (``target``, null when not set) against the CXL memory online in
+    a kernel zone (``pinnable``: a pinned KV offload stays there; never lendable) and in ZONE_MOVABLE
+    (``lendable``), and the zone the next region or adoption gets by default (``next_zone``, ``next_adopt_zone``)."""
+    if sh is None:
+        return None
+    create, why = pinnable.zone_for(sh, pinnable.CREATE)
+    adopt, why_adopt = pinnable.zone_for(sh, pinnable.ADOPT)
+    return {
+        "target": sh.target,
+        "source": sh.source,
+        "pinnable": sh.pinnable,
+        "lendable": sh.lendable,
+        "shortfall": sh.shortfall,
+        "next_zone": create,
+        "next_zone_why": why,
+        "next_adopt_zone": adopt,
+        "next_adopt_zone_why": why_adopt,
     }

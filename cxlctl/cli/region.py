@@ -66,7 +66,7 @@ ZONE_OPT = typer.Option(
     None,
     "--zone",
     metavar="ZONE",
-    help="Zone for system-ram memory (default normal; not with devdax). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
+    help="Zone for system-ram memory (not with devdax; default normal, for region create the host's split: the pinnable setting of the daemon's configuration). normal: suits pinned buffers (CUDA pinned host memory, RDMA, KV-offload), "
     "which the kernel migrates out of ZONE_MOVABLE; but the memory can rarely be offlined again. movable: keeps "
     "hot-unplug and region destroy possible; long-term pins will not stay on it.",
 )
@@ -137,15 +137,15 @@ def create_cmd(
     from cxlctl.regions import region_json
     from cxlctl.regions.batch import create_regions
     from cxlctl.regions.planner import NOTHING_TO_DO
-    from cxlctl.regions.request import MODES, choice, request
+    from cxlctl.regions.request import MODES, choice, request, zone_default
     from cxlctl.regions.request import plans as plans_for
-    from cxlctl.regions.request import zone as zone_for
 
     online = choice(online, MODES, "--online")
-    zone = zone_for(zone, online, "--online")
     req = request(memdevs, ways, size, granularity, decoder, rtype)
     root = host()
-    plans = plans_for(scan(host()), req, use_all)
+    inv = scan(root)
+    zone, why = zone_default(root, inv, zone, online, "--online")  # the host's split (capacity/pinnable.py)
+    plans = plans_for(inv, req, use_all)
     if not plans:  # --all with no unused capacity: idempotent, needs no root
         if json_out:
             emit_json(region_json.dry_run(plans, online, zone) if dry_run else region_json.created_all([], None, True))
@@ -154,17 +154,17 @@ def create_cmd(
         return
     if dry_run:
         if json_out:
-            emit_json(region_json.dry_run(plans, online, zone))
+            emit_json(dict(region_json.dry_run(plans, online, zone), zone_decided_by=why))
         else:
+            from cxlctl.regions.render import would_online
+
             for i, p in enumerate(plans):
                 _render_plan(p, f"would create {i + 1}/{len(plans)}" if len(plans) > 1 else "would create")
-            typer.echo(
-                f"then: DAX device → {online}"
-                + (f" in ZONE_{zone.upper()}" if online == "system-ram" else "")
-                + "; dry run, nothing written"
-            )
+            typer.echo(would_online(online, zone, why))
         return
     need_root("region create")
+    if why:
+        sys.stderr.write(f"cxlctl: ZONE_{zone.upper()}: {why} (--zone chooses)\n")
     with progress_bar(json_out) as progress:
         batch = create_regions(
             root,

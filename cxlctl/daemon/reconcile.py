@@ -644,8 +644,9 @@ class Reconciler:
                 continue
             t0 = time.monotonic()
             try:
+                # zone None: the host's split decides ([capacity] pinnable, capacity/pinnable.py zone_for)
                 (a,) = ad.adopt(
-                    self.host, [name], cfg.adopt, cfg.adopt_zone, lambda s: self.log.debug("%s", s), wait=cfg.lock_wait
+                    self.host, [name], cfg.adopt, None, lambda s: self.log.debug("%s", s), wait=cfg.lock_wait, cfg=cfg
                 )
             except Locked as e:
                 self.log.warning("adopting %s deferred: %s", name, e)
@@ -671,11 +672,12 @@ class Reconciler:
             done += 1
             self.stats.bump(self.stats.adoptions, "ok")
             self.log.info(
-                "%s in %.1f s ([capacity] adopt = %s, zone = %s)",
-                ad.line(a, cfg.adopt, cfg.adopt_zone, inv.memory_block_size),
+                "%s in %.1f s ([capacity] adopt = %s, zone = %s: %s)",
+                ad.line(a, cfg.adopt, inv.memory_block_size),
                 time.monotonic() - t0,
                 cfg.adopt,
-                cfg.adopt_zone,
+                a.zone,
+                a.zone_why,
             )
         return done
 

@@ -188,9 +188,7 @@ def _blocks_ev(d: DaxDevice) -> Evidence:
 def check_dax(f: Facts) -> List[Check]:
     out: List[Check] = []
     auto = f.inv.knob_value("auto_online_blocks")
-    for d in f.inv.dax_devices:
-        if d.provider != "cxl":
-            continue
+    for d in (d for d in f.inv.dax_devices if d.provider == "cxl"):
         what = f"{d.name}" + (f" ({d.region})" if d.region else "")
         if d.driver is None:
             out.append(
@@ -226,6 +224,8 @@ def check_dax(f: Facts) -> List[Check]:
                 msg += "; auto_online_blocks=offline left them so"
             fix = f"cxlctl dax reconfigure {d.name} --mode system-ram --zone normal (daxctl online-memory --no-movable {d.name})"
             out.append(Check(D, f"devices.dax.{d.name}", FAIL, msg, (_blocks_ev(d),), fix))
+        elif d.mode == "system-ram" and d.zones and _split_covers(f, d):
+            out.append(_in_share(f, d))
         elif d.mode == "system-ram" and f.lending and any(z != "Movable" for z in d.zones):
             out.append(_normal_on_lender(f, d))
         elif d.mode == "system-ram" and "Movable" in d.zones and f.lending:
@@ -264,6 +264,67 @@ def check_dax(f: Facts) -> List[Check]:
         if memmap is not None:
             out.append(memmap)
     return out
+
+
+def _split_covers(f: Facts, d: DaxDevice) -> bool:
+    """Whether the host's split (``[capacity] pinnable``, capacity/pinnable.py) accounts for ``d``'s zone: a
+    movable device is the lendable share, a kernel-zone one the pinnable share while the host's kernel-zone
+    CXL memory is within the target."""
+    sh = f.share
+    if sh is None or sh.target is None:
+        return False
+    return "Movable" in d.zones or sh.pinnable <= sh.target
+
+
+def _in_share(f: Facts, d: DaxDevice) -> Check:
+    """A device whose zone is what the host's split asks for: no lending or pinning warning (they agree)."""
+    sh = f.share
+    assert sh is not None
+    movable = "Movable" in d.zones
+    job = (
+        "the lendable share: `cxlctl capacity release` can give it back, a long-term pin would move its pages"
+        if movable
+        else "the pinnable share: a long-term pinned KV offload stays there (folio_is_longterm_pinnable()), "
+        "it is not lendable"
+    )
+    return Check(
+        D,
+        f"devices.dax.{d.name}.zone",
+        OK,
+        f"{d.name} (node {d.target_node}) is online in ZONE_{'/'.join(d.zones).upper()}, {job} ({sh.setting}; the "
+        f"host has {format_size(sh.pinnable)} pinnable, {format_size(sh.lendable)} lendable CXL memory)",
+        (_blocks_ev(d), Evidence(sh.source or paths.CONFIG_PATH, f"[capacity] pinnable = {sh.target}")),
+    )
+
+
+def check_pinnable_share(f: Facts) -> List[Check]:
+    """``[capacity] pinnable`` against the host: a shortfall means pinned KV offloads would be moved to DRAM
+    by their pin (mm/gup.c migrate_longterm_unpinnable_folios()) once they outgrow the kernel-zone CXL memory."""
+    from cxlctl.capacity import pinnable
+
+    sh = f.share
+    if sh is None or sh.target is None:
+        return []
+    ev = (Evidence(sh.source or paths.CONFIG_PATH, f"[capacity] pinnable = {sh.target}"),)
+    have = (
+        f"{format_size(sh.pinnable)} of CXL memory online in a kernel zone, {format_size(sh.lendable)} in ZONE_MOVABLE"
+    )
+    if sh.shortfall:
+        return [
+            Check(
+                D,
+                "devices.pinnable-share",
+                WARN,
+                f"the host has {have}: {format_size(sh.shortfall)} short of {sh.setting}; a pinned KV offload "
+                "beyond the kernel-zone memory is moved to DRAM by its pin (mm/gup.c "
+                "migrate_longterm_unpinnable_folios())",
+                ev,
+                "build the next region without --zone (`cxlctl region create`: the split picks ZONE_NORMAL while "
+                "short), or " + pinnable.NORMAL_FIX.split(" (", 1)[0] + " (`cxlctl dax reconfigure daxX.Y --mode "
+                "system-ram --zone normal`); or lower [capacity] pinnable",
+            )
+        ]
+    return [Check(D, "devices.pinnable-share", OK, f"the host has {have}: it meets {sh.setting}", ev)]
 
 
 def _normal_on_lender(f: Facts, d: DaxDevice) -> Check:
@@ -506,6 +567,7 @@ def checks(f: Facts) -> List[Check]:
         + check_regions(f)
         + check_port_holes(f)
         + check_dax(f)
+        + check_pinnable_share(f)
         + check_auto_online(f)
         + check_udev(f)
         + check_tiers(f)

@@ -14,6 +14,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
+from cxlctl.capacity import pinnable
 from cxlctl.errors import CxlctlError
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
@@ -176,6 +177,8 @@ def _lending(host: Host) -> Optional[str]:
         return None
     if cfg.source is None or cfg.adopt == "none":
         return None
+    if cfg.pinnable_target is not None:  # the split decides the zone (capacity/pinnable.py)
+        return f"{cfg.source}: [capacity] adopt = {cfg.adopt!r}, pinnable = {cfg.pinnable_target}"
     return f"{cfg.source}: [capacity] adopt = {cfg.adopt!r}, zone = {cfg.adopt_zone!r}"
 
 
@@ -300,6 +303,7 @@ def gather(
         seccomp=status_field(self_status, "Seccomp"),
         probe=_probe(host, inv),
         lending=_lending(host),
+        share=pinnable.load_share(host, inv, strict=False),
     )
     if engine is not None:
         args = tuple(engine_args)

@@ -10,6 +10,7 @@ from cxlctl.namedrecord import NamedTuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from cxlctl.capacity.pinnable import Share
     from cxlctl.probe.store import Stored
 
 #: a check's result; a tag, not free text: mypy rejects a compare with a word it never holds
@@ -91,6 +92,8 @@ class Facts(NamedTuple):
     probe: Optional[Stored] = None
     #: the daemon's configuration lends capacity ("FILE: [capacity] adopt = MODE"); None: no file, or adopt = none
     lending: Optional[str] = None
+    #: the host's split (cxlctl.capacity.pinnable.Share): [capacity] pinnable against its CXL zones
+    share: Optional[Share] = None
     #: the modules whose driver directory exists (paths.MODULE_DRIVERS): registered, so loaded or built in
     drivers: Tuple[str, ...] = ()
 

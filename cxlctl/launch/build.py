@@ -706,6 +706,23 @@ def _offload_mount(
     return tmpfs
 
 
+def _pinned_share(host: Host, inv: Inventory, kp: Optional[kvplace.KvPlacement], warnings: List[str]) -> None:
+    """A pinned offload larger than the host's pinnable share (``[capacity] pinnable``, capacity/pinnable.py):
+    the share is sized from what the engines pin, so this engine outgrows what the host keeps for them."""
+    if kp is None or not kp.pinned:
+        return
+    from cxlctl.capacity import pinnable
+
+    sh = pinnable.load_share(host, inv, strict=False)
+    size = sum(kp.before_pin.values())
+    if sh.target is not None and size > sh.target:
+        warnings.append(
+            f"this engine long-term pins a {format_size(size)} KV offload, more than {sh.setting}: size the "
+            "share from what the engines pin (docs/capacity.md, 'Splitting a host'), or the next regions are "
+            "onlined movable and the pinned offloads outgrow the kernel-zone memory"
+        )
+
+
 def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) -> LaunchPlan:
     """Every decision of a launch, no side effects on the host (see the module docstring)."""
     environ = dict(os.environ if environ is None else environ)
@@ -728,6 +745,7 @@ def build(host: Host, req: Request, environ: Optional[Dict[str, str]] = None) ->
         ea = ea._replace(placement=(ea.placement[0], ea.placement[1] + _cpu_worker_node(inv, policy)))
     kp = _kv_placement(host, inv, req, ns, policy, feats, ea, dd)
     tmpfs = _offload_mount(kp, ea, warnings)
+    _pinned_share(host, inv, kp, warnings)
     checks = preflight.run(
         host,
         inv,

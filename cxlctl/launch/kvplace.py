@@ -34,7 +34,7 @@ may fall back) and shows the spill per node.
 
 A long-term pinned offload (vLLM on a GPU: ``cudaHostRegister``; ``exec --pinned``) is then moved
 as mm/gup.c ``migrate_longterm_unpinnable_folios()`` moves it: what sits in ZONE_MOVABLE goes to a
-kernel zone, the node's own first, then the nearest node's (capacity/pinnable.py ``after_pin``);
+kernel zone, the node's own first, then the next on its zonelist (capacity/pinnable.py ``after_pin``);
 ``expected`` is where it ends, and an offload the pin moves off CXL is refused unless
 ``--allow-unpinnable`` (:func:`_pin`).
 """
@@ -167,7 +167,7 @@ class Choice(NamedTuple):
 def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -> KvPlacement:
     """The mechanism and the bytes per node of a ``size`` KV offload (module docstring); a size the
     chosen nodes cannot hold is a UsageError unless ``force``."""
-    cxl = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    cxl = offload_nodes(inv, ns, c.pinned)
     want_tmpfs = c.shm_offload and (c.tmpfs is True or (c.tmpfs is None and c.can_mount))
     if c.tmpfs is True and not c.shm_offload:
         raise UsageError(
@@ -210,6 +210,19 @@ def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -
         unplaced=unplaced,
         over_share=over,
     )
+
+
+def offload_nodes(inv: Inventory, ns: NodeSets, pinned: bool) -> Tuple[int, ...]:
+    """The CXL nodes the offload's /dev/shm binds to: the CXL nodes of the launch (``--mem-nodes``), else the
+    nearest ones.  A long-term pinned offload takes the CXL nodes with kernel-zone memory (the host's pinnable
+    share, capacity/pinnable.py) among the launch's (or, without CXL ones there, among all), so the pin has
+    nothing to move and the lendable (movable) nodes stay free to give back; none: as unpinned (refused)."""
+    cxl = ns.cxl or nearest_cxl(inv, ns.cpu_nodes)
+    if not pinned:
+        return tuple(cxl)
+    base = ns.cxl or tuple(n.id for n in inv.nodes if n.kind == "cxl" and n.has_memory)
+    pin = pinnable.pinnable_nodes(inv, base)
+    return tuple(n for n in base if n in pin) if pin else tuple(cxl)
 
 
 def _tmpfs(inv: Inventory, ns: NodeSets, size: int, cxl: Tuple[int, ...], force: bool) -> KvPlacement:
@@ -284,23 +297,25 @@ def _shm_mount(
 
 def _pin(inv: Inventory, kp: KvPlacement, c: Choice) -> KvPlacement:
     """Where a long-term pin leaves the tmpfs offload (capacity/pinnable.py: mm/gup.c migrates what sits in
-    ZONE_MOVABLE to a kernel zone, the source node's first, then the nearest node's); refused (exit 2) when
+    ZONE_MOVABLE to a kernel zone, the source node's first, then the next on its zonelist); refused (exit 2) when
     it moves any of it off CXL, unless --allow-unpinnable."""
     after, moved, lost = pinnable.after_pin(inv, kp.expected, distance)
-    cxl = set(kp.nodes)
+    # on CXL: any CXL node (the pin may move a page to another CXL node's kernel zone: its zonelist)
+    cxl = set(kp.nodes) | {n.id for n in inv.nodes if n.kind == "cxl"}
+    mine = sorted(kp.nodes)
     off = {n: b for n, b in after.items() if n not in cxl}
     # what the pin itself moves off the CXL nodes (a --force spill was off them before)
     pin_off = sum(off.values()) - sum(b for n, b in kp.expected.items() if n not in cxl) + lost
     on_cxl = kp.on_cxl and pin_off <= 0
     why = fix = None
     if pin_off > 0:
-        z = pinnable.zones(inv, sorted(cxl))
+        z = pinnable.zones(inv, mine)
         split = ", ".join(
             f"node {n}: {format_size(v.pinnable)} kernel zone (pinnable), {format_size(v.lendable)} ZONE_MOVABLE"
             for n, v in sorted(z.items())
         )
         why = (
-            f"the engine long-term pins its offload (FOLL_LONGTERM) and node(s) {format_nodelist(sorted(cxl))} "
+            f"the engine long-term pins its offload (FOLL_LONGTERM) and node(s) {format_nodelist(mine)} "
             f"lack the pinnable memory for it ({split}): mm/gup.c migrate_longterm_unpinnable_folios() moves "
             f"every ZONE_MOVABLE page to a kernel zone, {per_node(off) or 'nowhere'}"
             + (f", {format_size(lost)} with no kernel-zone room (the pin fails with ENOMEM)" if lost else "")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from cxlctl.term import Cell, fold_text, grid, join
+from cxlctl.term import Cell, fold_lines, fold_text, grid, join
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -102,3 +102,17 @@ def reconfigured(r: Reconfigured, doc: Dict[str, Any]) -> str:
             + ("" if r.changed else " (already so)")
         )
     return f"{r.name}: {r.before} → devdax" + ("" if r.changed else " (already so)")
+
+
+def would_online(online: str, zone: str, why: Optional[str]) -> str:
+    """A dry run's last line, folded at the terminal's width: what the DAX device would become, and why
+    that zone (the host's split, capacity/pinnable.py, when --zone was not given)."""
+    from cxlctl.term import console
+
+    text = (
+        f"then: DAX device → {online}"
+        + (f" in ZONE_{zone.upper()}" if online == "system-ram" else "")
+        + (f" ({why})" if why else "")
+        + "; dry run, nothing written"
+    )
+    return "\n".join(fold_lines(text, console().width, indent="  "))

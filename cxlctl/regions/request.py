@@ -46,6 +46,17 @@ def zone(value: Optional[str], mode: str, opt: str) -> str:
     return choice(value or ZONES[0], ZONES, "--zone")
 
 
+def zone_default(host: Host, inv: Inventory, value: Optional[str], mode: str, opt: str) -> Tuple[str, Optional[str]]:
+    """(zone, why): ``--zone`` as given; without it the host's split decides for system-ram
+    (capacity/pinnable.py ``zone_for``: the kernel zone while the host's pinnable CXL memory is below
+    ``[capacity] pinnable``, movable otherwise), the same decision the daemon's adoption takes."""
+    if value is not None or mode == "devdax":
+        return zone(value, mode, opt), None
+    from cxlctl.capacity import pinnable
+
+    return pinnable.zone_for(pinnable.load_share(host, inv), pinnable.CREATE)
+
+
 def _memdev_names(memdevs: str) -> Tuple[str, ...]:
     from cxlctl.parse import parse_name_list
 

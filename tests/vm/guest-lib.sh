@@ -12,6 +12,7 @@
 #   create_ram_region ROOTDEC GRAN MEMDEV...   create+commit+bind; print regionN
 #   destroy_region REGION            offline, unbind, delete (best effort, loud)
 #   cxlvm_peers DIR                  the peer tools' output every recorded fixture carries
+#   cxlvm_wait_ready FILE PID [S]    wait for a launched program's ready file
 
 CXL_DEV=/sys/bus/cxl/devices
 
@@ -281,6 +282,20 @@ destroy_region() {
     done
     _cxl_write "$r" "$CXL_DEV/$rd/delete_region" || rc=1
     return $rc
+}
+
+# cxlvm_wait_ready FILE PID [SECONDS]: wait (180 s of guest time by default, whatever each step costs
+# under TCG) until FILE is non-empty (a launched program's "ready" file); 1 when process PID died first
+# or the time ran out, said on stderr.
+cxlvm_wait_ready() {
+    local end=$((SECONDS + ${3:-180}))
+    while [ $SECONDS -lt $end ]; do
+        [ -s "$1" ] && return 0
+        kill -0 "$2" 2>/dev/null || { echo "launch $2 died" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "timeout waiting for $1" >&2
+    return 1
 }
 
 # --- one boot, several checks (harness.run_checks) ---------------------------

@@ -159,14 +159,9 @@ snap() {  # $1 = label, $2 = pid: what the kernel says about the process
   "$PY" -m cxlctl policy show $2 --json > "$OUT/$1.show.json" 2> "$OUT/$1.show.err"
   echo $? > "$OUT/$1.show.rc"
 }
-waitfor() {  # $1 = file, $2 = pid of the launch; 180 s of guest time, whatever each check costs
-  end=$((SECONDS + 180))
-  while [ $SECONDS -lt $end ]; do
-    [ -s "$1" ] && return 0
-    kill -0 $2 2>/dev/null || { echo "launch $2 died" >&2; return 1; }
-    sleep 0.1
-  done
-  echo "timeout waiting for $1" >&2
+waitfor() {  # $1 = file, $2 = pid of the launch (guest-lib.sh cxlvm_wait_ready: 180 s of guest time)
+  cxlvm_wait_ready "$1" $2 && return 0
+  kill -0 $2 2>/dev/null || return 1
   # what the kernel says the process is doing, for the failure message
   { for f in status wchan syscall stack; do echo "== /proc/$2/$f"; cat /proc/$2/$f 2>&1; done
     echo "== numa_maps"; cat /proc/$2/numa_maps 2>&1

@@ -18,7 +18,9 @@ placement (it enables the cpuset controller at the root), then the DAMON and HMA
 in tiering mode and the DRAM node filled).
 
 ``hb2x2``: daemon hot-plug (regions on windows 2 and 1), then the RAS session (its region on
-window 1 is the daemon's region B, handed over; QMP injects the errors).
+window 1 is the daemon's region B, handed over; QMP injects the errors), then the pinned KV offload
+(tests/vm/pinkv_check.py: region B is the lendable share, a region on the free ``cxl-vmem3`` the
+pinnable one).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.vm import (
+    pinkv_check,
     test_vm_daemon,
     test_vm_launch,
     test_vm_ras,
@@ -66,6 +69,8 @@ def hb2x2(tmp_path_factory: Any) -> Dict[str, GuestResult]:
     checks: List[SharedCheck] = [
         ("daemon", test_vm_daemon.guest_script(t)),
         ("ras", test_vm_ras.guest_script()),
+        # last: it leaves its region (ZONE_NORMAL) when the kernel will not offline it
+        ("pinkv", pinkv_check.guest_script(work / "pinkv-tools", t)),
     ]
     res = run_checks(t, checks, kernel=SERIES, timeout=3000, workdir=work / "vm", qmp=("ras", host_driver()))
     return report_shared(res, work)
@@ -99,3 +104,7 @@ def test_hb2x2_ras(hb2x2: Dict[str, GuestResult]) -> None:
     r = hb2x2["ras"]
     assert "qmp_error" not in r.extra, r.extra.get("qmp_error", "") + r.stderr[-3000:]
     test_vm_ras.check(r)
+
+
+def test_hb2x2_pinned_kv(hb2x2: Dict[str, GuestResult], tmp_path: Path) -> None:
+    (tmp_path / "measured.txt").write_text("\n".join(pinkv_check.check(hb2x2["pinkv"])) + "\n")
