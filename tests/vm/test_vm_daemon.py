@@ -324,7 +324,6 @@ def check(res: GuestResult, capsys: Any) -> None:
     cpu_ticks = (
         ps["idle-end"]["utime"] + ps["idle-end"]["stime"] - ps["idle-start"]["utime"] - ps["idle-start"]["stime"]
     )
-    assert idle <= idle_s / 5 * 2 + 4, f"{idle} wake-ups in {idle_s:.0f} s idle"
     subs = sorted(x["subsystem"] for x in mb.series("cxlctl_uevents_total"))
     watch = {ln.split()[0]: float(ln.split()[1]) for ln in _read(out, "b-watch").splitlines()}
     online_to_weight = watch["weight"] - watch["online"]
@@ -334,6 +333,11 @@ def check(res: GuestResult, capsys: Any) -> None:
     assert online_to_weight < 30, watch
     samples = [ps[f"idle-{i}"]["voluntary_ctxt_switches"] for i in range(1, 7)]
     per5 = [b2 - a2 for a2, b2 in zip([ps["idle-start"]["voluntary_ctxt_switches"]] + samples, samples)]
+    # the promise: nothing wakes an idle daemon periodically but its watchdog keep-alive (every
+    # WatchdogSec/2).  Asserted on the median 5-s window: the keep-alive's burst lands in one or two
+    # windows (seen: [0, 0, 3, 0, 0, 10]), and a loaded host made a total bound fail once (17 against
+    # 16.4, issue 44), while a poll every second (5 or more in every window) still fails it
+    assert sorted(per5)[len(per5) // 2] <= 3, f"{idle} wake-ups in {idle_s:.0f} s idle, per 5 s: {per5}"
     lines: List[str] = [
         f"boot {res.boot_seconds} s, wall {res.wall_seconds} s",
         f"READY after {_read(out, 'ready-seconds').strip()} s (start-up scan, onlining, apply)",
