@@ -196,7 +196,7 @@ sleep 0.5
 metrics reapplied
 
 # 7. idle, with the shipped intervals (drift 60 s, rescan 300 s, health 300 s): only the
-#    watchdog (every 5 s here, 15 s with the shipped WatchdogSec=30) should wake it
+#    watchdog (every 15 s: the shipped WatchdogSec=30, which the guest daemon runs with) should wake it
 config 60 report 300
 kill -HUP $DPID
 sleep 3
