@@ -13,11 +13,12 @@ from typing import Optional
 import typer
 
 from .common import JSON_OPT, emit_json, group, host, note
+from .params import Command
 
 k8s_app = group("k8s", "Generate configuration for Kubernetes components from this host (NRI memory-policy plugin).")
 
 
-@k8s_app.command("nri-config")
+@k8s_app.command("nri-config", cls=Command)
 def nri_config_cmd(
     ratio: Optional[str] = typer.Option(
         None, "--ratio", metavar="D:C", help="Weights DRAM:CXL the interleave class assumes (default: cxlctl's)."
