@@ -464,7 +464,7 @@ def test_no_help_text_loses_a_bracket_to_rich_markup() -> None:
     from rich.text import Text
 
     from cxlctl.cli.app import app
-    from cxlctl.manpage import unmarked
+    from cxlctl.term import unmarked
 
     texts: List[Tuple[str, str]] = []
 

@@ -17,7 +17,7 @@ maintainers ask users not to import; tests/test_core_cliargs.py checks it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Set
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -29,62 +29,12 @@ def _no_type_column(*args: Any, **kwargs: Any) -> str:
     return ""  # the metavar says it all
 
 
-#: below this many columns ``--help`` is stacked (:func:`narrow_help`): rich's option table cut
-#: names and values with an ellipsis at 60 columns (``--set-weigh…``, ``weighted-in…``)
-NARROW = 80
-
-
-def _entries(title: str, rows: List[Tuple[str, str]], width: int) -> List[str]:
-    """A section of stacked entries: the names on a line of their own, the help folded under them."""
-    from cxlctl.manpage import unmarked
-    from cxlctl.term import fold_lines
-
-    if not rows:
-        return []
-    out = ["", f"{title}:"]
-    for names, text in rows:
-        out += fold_lines(names, width, "  ", "    ")
-        out += fold_lines(" ".join(unmarked(text).split()), width, "      ", "      ")
-    return out
-
-
-def narrow_help(cmd: Any, ctx: Any) -> Optional[str]:
-    """``--help`` for a screen under :data:`NARROW` columns, every word whole: the usage and the
-    description folded on spaces, then each argument, option and command with its names on one
-    line and its help under them (None on a wider screen: typer's own panels).  ``cmd`` and
-    ``ctx`` are click's command and context, which typer vendors and asks not to import."""
-    import sys
-
-    from cxlctl.manpage import unmarked
-    from cxlctl.term import fold_lines, width
-
-    w = width(sys.stdout)
-    if w >= NARROW:
-        return None
-    usage = " ".join([ctx.command_path, *cmd.collect_usage_pieces(ctx)])
-    out = fold_lines(usage, w, "Usage: ", "         ")
-    for para in [p for p in unmarked(cmd.help or "").split("\n\n") if p.strip()]:
-        out += [""] + fold_lines(" ".join(para.replace("\b", "").split()), w, "  ", "  ")
-    args: List[Tuple[str, str]] = []
-    opts: List[Tuple[str, str]] = []
-    for param in cmd.get_params(ctx):
-        rec = param.get_help_record(ctx)
-        if rec is not None:
-            (args if param.param_type_name == "argument" else opts).append(rec)
-    out += _entries("Arguments", args, w) + _entries("Options", opts, w)
-    subs: List[Tuple[str, str]] = []
-    for name in getattr(cmd, "list_commands", lambda c: [])(ctx):
-        sub = cmd.get_command(ctx, name)
-        if sub is not None and not sub.hidden:
-            subs.append((name, (sub.short_help or sub.help or "").split("\n\n")[0]))
-    out += _entries("Commands", subs, w)
-    return "\n".join(out) + "\n"
-
-
 class _Stacked:
-    """``--help`` stacked on a narrow screen (:func:`narrow_help`), typer's panels otherwise."""
+    """``--help`` stacked on a narrow screen (:func:`cxlctl.helptext.narrow_help`), typer's panels otherwise."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
+        from cxlctl.helptext import narrow_help
+
         text = narrow_help(self, ctx)
         if text is None:
             super().format_help(ctx, formatter)  # type: ignore[misc]
@@ -99,7 +49,7 @@ class Group(_Stacked, TyperGroup):
 class Command(_Stacked, TyperCommand):
     """A command whose usage line names arguments ``DEST``, not ``{dest}``, and whose
     argument list has no ``<str>`` type column (for arguments declared with :func:`argument`);
-    its ``--help`` is stacked on a narrow screen (:func:`narrow_help`)."""
+    its ``--help`` is stacked on a narrow screen (:class:`_Stacked`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
