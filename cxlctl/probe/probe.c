@@ -105,33 +105,31 @@ static uint64_t read_chunk(const char *p, size_t len)
 	return a[0] ^ a[1] ^ a[2] ^ a[3];
 }
 
+/* Non-temporal stores of the widest vector the build has (x86), plain stores elsewhere. */
 #if defined(__AVX__)
 #define STORE_KIND "nt-avx"
-static void write_chunk(char *dst, size_t len, uint64_t v)
-{
-	__m256i x = _mm256_set1_epi64x((long long)v);
-	size_t i;
-	for (i = 0; i + 128 <= len; i += 128) {
-		_mm256_stream_si256((__m256i *)(dst + i), x);
-		_mm256_stream_si256((__m256i *)(dst + i + 32), x);
-		_mm256_stream_si256((__m256i *)(dst + i + 64), x);
-		_mm256_stream_si256((__m256i *)(dst + i + 96), x);
-	}
-	_mm_sfence();
-}
+typedef __m256i ntvec;
+#define NT_SET(v) _mm256_set1_epi64x((long long)(v))
+#define NT_STORE(p, x) _mm256_stream_si256((__m256i *)(p), (x))
 #elif defined(__SSE2__)
 #define STORE_KIND "nt-sse2"
+typedef __m128i ntvec;
+#define NT_SET(v) _mm_set1_epi64x((long long)(v))
+#define NT_STORE(p, x) _mm_stream_si128((__m128i *)(p), (x))
+#endif
+
+#ifdef NT_STORE
 static void write_chunk(char *dst, size_t len, uint64_t v)
 {
-	__m128i x = _mm_set1_epi64x((long long)v);
-	size_t i;
-	for (i = 0; i + 64 <= len; i += 64) {
-		_mm_stream_si128((__m128i *)(dst + i), x);
-		_mm_stream_si128((__m128i *)(dst + i + 16), x);
-		_mm_stream_si128((__m128i *)(dst + i + 32), x);
-		_mm_stream_si128((__m128i *)(dst + i + 48), x);
+	ntvec x = NT_SET(v);
+	size_t i, w = sizeof(ntvec);
+	for (i = 0; i + 4 * w <= len; i += 4 * w) {
+		NT_STORE(dst + i, x);
+		NT_STORE(dst + i + w, x);
+		NT_STORE(dst + i + 2 * w, x);
+		NT_STORE(dst + i + 3 * w, x);
 	}
-	_mm_sfence();
+	_mm_sfence(); /* the streaming stores reach memory before the window's end is taken */
 }
 #else
 #define STORE_KIND "plain"
