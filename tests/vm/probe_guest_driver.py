@@ -18,7 +18,7 @@ import json
 import os
 from typing import Dict
 
-from tests.vm.guest import OUT, cx, get, log
+from tests.vm.guest import OUT, cx, get, log, peers
 
 MEASURED = """
 summary = "VM test: weights from cxlctl probe's stored figures"
@@ -54,7 +54,9 @@ def main() -> None:
     cx("plan-bandwidth", "tune", "plan", "inference-bandwidth", "--json")
     cx("doctor", "doctor", "--json")
     if os.environ.get("RECORD"):
-        cx("record", "record", "--include-process-data", os.path.join(OUT, os.environ["RECORD"]))
+        tree = os.path.join(OUT, os.environ["RECORD"])
+        cx("record", "record", "--include-process-data", tree)
+        peers(os.path.join(tree, "peers"))  # the real tools' view, as every recorded tree carries
     os.remove("/var/lib/cxlctl/probe.json")  # docs/probe.md: removing the file forgets the figures
     cx("status-after", "status", "--json")
     log("done")
