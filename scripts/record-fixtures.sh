@@ -15,7 +15,7 @@
 #   doctor          single-*-doctor (the doctor VM test, recording on)
 #   hmat            linux-6.12/hmat2-* and linux-7.x/hmat2-* (HMAT + generic ports + CDAT; the HMAT VM test, recording on)
 #   capacity        linux-*/pool-hotadd and pool-hotremoved (QMP hot-add/remove; the capacity VM test, recording on)
-#   probe           linux-7.x/hmat2-2socket (two sockets, two L3s, a probe record; the probe VM test, recording on)
+#   probe           linux-7.x/hmat2-2socket (two sockets, two L3s; the probe VM test, recording on)
 #   all             every set above, in that order (no OPTIONS)
 # Only the status files, without booting anything: .venv/bin/python -m tests.fixture_status
 set -euo pipefail

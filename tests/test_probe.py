@@ -158,6 +158,46 @@ def test_a_live_measurement_is_stored_and_read_back(helper: str, tmp_path: Any) 
     assert "measured in another boot" in store.judge(doc, "another", inv).stale
 
 
+# -- buffer sizes: every last-level cache of the measuring CPUs ---------------------------
+
+#: a QEMU guest with two sockets, one L3 each, both CPUs on node 0, recorded after a probe ran
+#: in it (tests/vm/test_vm_probe.py, scripts/record-fixtures.sh probe)
+TWO_L3 = os.path.join(FIXTURES, "linux-7.x", "hmat2-2socket")
+
+
+def test_buffers_are_sized_past_the_sum_of_distinct_last_level_caches() -> None:
+    """Issue 44 item 6: cpu0's L3 alone sized the buffers, while the bandwidth run uses every CPU
+    of the node (AMD: one L3 per CCX, 12 x 96 MiB on a Genoa-X).  On the recorded two-socket guest
+    the two CPUs of node 0 have one L3 each: the bandwidth buffer is sized from both, the chase from
+    the chasing CPU's own (the probe that ran in that guest stored the same sum: tests/vm/test_vm_probe.py)."""
+    host = Host(TWO_L3)
+    cpus = scan(host).node(0).cpus  # type: ignore[union-attr]
+    assert tuple(cpus) == (0, 1)
+    l0, l1 = (measure.last_level(host.reader, c) for c in cpus)
+    assert l0 is not None and l1 is not None
+    assert l0[0] == l1[0] == 3 and l0[1] != l1[1], (l0, l1)  # two L3 instances
+    assert measure.llc_bytes(host.reader, cpus) == l0[2] + l1[2]
+    assert measure.llc_bytes(host.reader, cpus[:1]) == l0[2]
+    sz = measure.sizes_for(host.reader, cpus, quick=False, buffer_mib=None)
+    assert sz.llc == l0[2] + l1[2]
+    assert sz.bandwidth == max(8 * (l0[2] + l1[2]), 512 << 20) and sz.latency == max(4 * l0[2], 256 << 20)
+    quick = measure.sizes_for(host.reader, cpus, quick=True, buffer_mib=None)
+    assert quick.llc == l0[2] + l1[2] and quick.latency == max(2 * l0[2], 64 << 20)
+
+
+def test_cpus_sharing_one_last_level_cache_count_it_once(tmp_path: Any) -> None:
+    """The edge the recorded trees do not show: CPUs that list the same ``shared_cpu_list`` share
+    one instance (a tiny tree: two CPUs, one 32 MiB L3, L2s of their own)."""
+    for cpu in (0, 1):
+        for idx, (level, size, shared) in enumerate((("2", "1024K", str(cpu)), ("3", "32768K", "0-1"))):
+            d = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cache/index{idx}"
+            d.mkdir(parents=True)
+            for name, text in (("level", level), ("size", size), ("shared_cpu_list", shared)):
+                (d / name).write_text(text + "\n")
+    reader = Host(str(tmp_path)).reader
+    assert measure.llc_bytes(reader, (0, 1)) == 32 << 20
+
+
 # -- the command line ----------------------------------------------------------------------
 
 

@@ -8,8 +8,8 @@ none), and ``doctor --json``.  The helper is compiled in the guest (its CPU is n
 into ``$OUT/cache``.  Results go to ``$OUT`` as LABEL.json/.err/.rc, and the last-level caches the
 guest's CPUs see (``cpuN/cache/indexK``) to ``llc.json``, so the host checks the sizing rule against
 the guest's own tree.  With ``RECORD=NAME`` in the environment (``CXLCTL_RECORD_FIXTURES=1`` on the
-host: ``scripts/record-fixtures.sh probe``) the guest is recorded, probe record included, into
-``$OUT/NAME`` before the record is removed.
+host: ``scripts/record-fixtures.sh probe``) the guest is recorded into ``$OUT/NAME`` (its CPUs'
+caches, which the probe sizes by, included).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ and the formula are checked, not the ratio:
 * the stored record is current (same boot, kernel, memdevs), and gone once its file is removed;
 * 7.x boots its two vCPUs as two sockets (``-smp 2,sockets=2``): two L3 instances, and the
   bandwidth buffer is sized from their sum (issue 44 item 6), the chase from one.  With
-  ``CXLCTL_RECORD_FIXTURES=1`` (``scripts/record-fixtures.sh probe``) that guest is recorded,
-  probe record included, as ``fixtures/linux-7.x/hmat2-2socket`` (the multi-L3 tree the unit
+  ``CXLCTL_RECORD_FIXTURES=1`` (``scripts/record-fixtures.sh probe``) that guest is recorded
+  as ``fixtures/linux-7.x/hmat2-2socket`` (the multi-L3 tree the unit
   tests size buffers on).
 """
 
