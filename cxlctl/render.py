@@ -491,11 +491,9 @@ def _pair_spread(p: Dict[str, Any]) -> Optional[str]:
             f"{float(loaded.get('load_mbps') or 0):.0f} MB/s"
         )
     how = p.get("how")
-    runs = how.values() if isinstance(how, dict) else ()
-    huge = [float(v["huge_pct"]) for v in runs if isinstance(v, dict) and isinstance(v.get("huge_pct"), (int, float))]
-    if huge:
-        lo, hi = min(huge), max(huge)
-        parts.append(f"huge pages {lo:g}% of each buffer" if lo == hi else f"huge pages {lo:g}-{hi:g}% of the buffers")
+    chase = how.get("latency") if isinstance(how, dict) else None
+    if isinstance(chase, dict) and isinstance(chase.get("huge_pct"), (int, float)):
+        parts.append(f"chase on huge pages {chase['huge_pct']:g}%")
     if not parts:
         return None
     return f"node {p.get('mem_node')} from {p.get('cpu_node')}: " + ", ".join(parts)

@@ -222,12 +222,13 @@ def spread(samples: Sequence[float]) -> Dict[str, float]:
 
 
 def _how(got: Dict[str, str]) -> Dict[str, object]:
-    """How the helper ran one mode: the share of its buffer in huge pages, the store kind."""
-    out: Dict[str, object] = {}
+    """How the helper ran one mode: the pages it asked for (``huge`` for the chase, ``base`` for
+    the streams), whether the kernel took the advice, the share of the buffer that ended up in
+    huge pages, the store kind."""
+    out: Dict[str, object] = {"pages": got.get("advice"), "advised": got.get("advised") == "1"}
     kb, size = got.get("huge_kb", ""), got.get("bytes", "")
     if is_decimal(kb) and is_decimal(size) and int(size):
         out["huge_pct"] = round(min(100.0, 100.0 * int(kb) * 1024 / int(size)), 1)
-    out["huge_advised"] = got.get("madvised") == "1"
     if "store" in got:
         out["store"] = got["store"]
     return out

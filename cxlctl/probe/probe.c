@@ -6,9 +6,10 @@
  *   probe read|write|latency|loaded NODE BYTES SECONDS CPU[,CPU...]
  *
  * The buffer is an anonymous mapping aligned to 2 MiB, bound to NODE with
- * mbind(MPOL_BIND) and advised MADV_HUGEPAGE before any page is touched (so
- * the figures do not depend on the host's THP mode where THP is available:
- * the share of huge pages obtained is reported from /proc/self/smaps), first
+ * mbind(MPOL_BIND) and advised before any page is touched: MADV_HUGEPAGE for
+ * the chase, MADV_NOHUGEPAGE for the streams (so the figures do not depend on
+ * the host's THP mode where THP is available; the share of huge pages
+ * obtained is reported from /proc/self/smaps), first
  * touched by threads pinned to the CPUs (sched_setaffinity), checked page by
  * page with move_pages(2) (a sample of up to 4096 pages must all be on NODE),
  * measured, and unmapped.  It prints one line of key=value pairs; on failure a
@@ -264,6 +265,19 @@ static long huge_kb(const char *buf, size_t len)
 	return total;
 }
 
+/* madvise [p, p+len) to huge pages (huge) or away from them; 1 when the kernel took the advice. */
+static int advise(char *p, size_t len, int huge)
+{
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+	return madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
+#else
+	(void)p;
+	(void)len;
+	(void)huge;
+	return 0;
+#endif
+}
+
 static int parse_cpus(const char *s, int *cpus)
 {
 	int n = 0;
@@ -472,12 +486,18 @@ int main(int argc, char **argv)
 		fail("mmap failed");
 	char *buf = (char *)(((uintptr_t)map + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
 	bind_to(buf, len, node);
-#ifdef MADV_HUGEPAGE
-	/* refused where THP is not built in or disabled ("never"): the huge share then says 0 */
-	int advised = madvise(buf, len, MADV_HUGEPAGE) == 0;
-#else
-	int advised = 0;
-#endif
+	/* the chase on huge pages (no TLB misses in an idle latency, as Intel MLC measures it), the
+	 * streams on base pages (as STREAM, likwid-bench and ordinary allocations run); "loaded"
+	 * chases its first half and streams its second.  Advice refused (THP not built in) is said. */
+	size_t half = len / 2 / HUGE * HUGE;
+	int advised = 1;
+	const char *advice = mode == 2 ? "huge" : mode == 3 ? "huge+base" : "base";
+	if (mode == 2)
+		advised = advise(buf, len, 1);
+	else if (mode == 3)
+		advised = advise(buf, half, 1) & advise(buf + half, len - half, 0);
+	else
+		advised = advise(buf, len, 0);
 	printf("mode=%s node=%d bytes=%llu cpus=%d ", argv[1], node, bytes, ncpu);
 	if (mode == 2)
 		latency(buf, len, seconds, cpus[0]);
@@ -486,7 +506,8 @@ int main(int argc, char **argv)
 	else
 		bandwidth(mode, buf, len, seconds, cpus, ncpu);
 	placement(buf, len, node, &on, &checked);
-	printf(" pages_on_node=%d pages_checked=%d madvised=%d huge_kb=%ld\n", on, checked, advised, huge_kb(buf, len));
+	printf(" pages_on_node=%d pages_checked=%d advice=%s advised=%d huge_kb=%ld\n", on, checked, advice, advised,
+	       huge_kb(buf, len));
 	munmap(map, len + HUGE);
 	return 0;
 }
