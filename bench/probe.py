@@ -3,7 +3,8 @@
 On one CPU node and one memory node (default node 0, every CPU of it), ``--runs`` rounds (5),
 each running, interleaved so the machine's noise hits all alike:
 
-* the probe's helper (:mod:`cxlctl.probe.native`, the loops ``cxlctl probe`` runs): read,
+* the probe's helper (:mod:`cxlctl.probe.native`, the loops ``cxlctl probe`` runs, on the pages it
+  advises: base pages for the streams, huge pages for the chase): read,
   non-temporal write and latency, with the buffers a full probe of this node takes
   (:func:`cxlctl.probe.measure.sizes_for`: 8x the CPUs' distinct last-level caches summed, 4x
   the chasing CPU's own; ``--bw-mib``/``--lat-mib`` override) and ``--seconds`` per measurement;
@@ -21,7 +22,7 @@ Prints one JSON document: each figure's samples, median and coefficient of varia
 mean over the runs), the probe's ratio to each reference, whether each is within the goal
 (bandwidth ±20 %, latency ±25 % of the reference's median), and the probe's cost (wall and CPU
 seconds of a full and a ``--quick`` pair).  Nothing is stored: the helper runs directly.
-Run: .venv/bin/python bench/probe.py [--runs 5] [--node 0] [--multichase PATH]
+Run: .venv/bin/python bench/probe.py [--runs 5] [--node 0] [--cpus N] [--multichase PATH]
 """
 
 from __future__ import annotations
@@ -154,13 +155,14 @@ def main() -> int:
     ap.add_argument("--lat-mib", type=int, default=None, help="default: what a full probe takes here")
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--multichase", default=os.environ.get("MULTICHASE"))
+    ap.add_argument("--cpus", type=int, default=None, help="only the node's first N CPUs (default: all)")
     args = ap.parse_args()
     host = Host("/")
     inv = scan(host)
     node = inv.node(args.node)
     if node is None or not node.cpus:
         raise SystemExit(f"node {args.node} has no CPUs here")
-    cpus = sorted(set(node.cpus) & os.sched_getaffinity(0))
+    cpus = sorted(set(node.cpus) & os.sched_getaffinity(0))[: args.cpus]
     full = measure.sizes_for(host.reader, cpus, quick=False, buffer_mib=None)
     exe = native.helper_path()
     bw = args.bw_mib * MiB if args.bw_mib else full.bandwidth
@@ -172,7 +174,7 @@ def main() -> int:
         for mode, size, run_cpus in (("read", bw, cpus), ("write", bw, cpus), ("latency", lat, cpus[:1])):
             got = native.run(exe, mode, args.node, size, args.seconds, run_cpus)
             series[mode].append(float(got["median"]))
-            how[mode] = {k: got.get(k) for k in ("store", "huge_kb", "madvised") if k in got}
+            how[mode] = {k: got.get(k) for k in ("store", "advice", "advised", "huge_kb") if k in got}
         series["likwid_load"].append(likwid("load_avx", cpus, bw))
         series["likwid_store"].append(likwid("store_mem_avx", cpus, bw))
         if args.multichase:
