@@ -1,24 +1,28 @@
-"""``cxlctl probe``'s own repeatability and cost, and its figures beside reference tools' (issue 37).
+"""``cxlctl probe``'s figures beside reference tools', its repeatability and cost (issues 37, 44).
 
 On one CPU node and one memory node (default node 0, every CPU of it), ``--runs`` rounds (5),
 each running, interleaved so the machine's noise hits all alike:
 
-* the probe's helper (:mod:`cxlctl.probe.native`, the loops ``cxlctl probe`` runs): read, 2:1 mix
-  and latency, with the buffers of a full probe (``--bw-mib`` 1024, ``--lat-mib`` 256) and
-  ``--seconds`` per measurement;
-* ``likwid-bench -t load_avx -w M0:SIZE:THREADS`` (Debian's ``likwid``): streaming loads with the
-  same threads and buffer size, its memory on the domain of node 0 — the read-bandwidth reference;
-* ``multichase -s 64 -m SIZE -T SIZE -a -n 3`` (github.com/google/multichase, built from source: not
-  packaged by Debian) under ``numactl --membind --physcpubind``: a dependent chase over a random
-  permutation of every cache line of the buffer, the average — the latency reference.  Give its
-  path with ``--multichase`` (skipped without it);
+* the probe's helper (:mod:`cxlctl.probe.native`, the loops ``cxlctl probe`` runs, on the pages it
+  advises: base pages for the streams, huge pages for the chase): read,
+  non-temporal write and latency, with the buffers a full probe of this node takes
+  (:func:`cxlctl.probe.measure.sizes_for`: 8x the CPUs' distinct last-level caches summed, 4x
+  the chasing CPU's own; ``--bw-mib``/``--lat-mib`` override) and ``--seconds`` per measurement;
+* ``likwid-bench -t load_avx`` and ``-t store_mem_avx`` (Debian's ``likwid``) ``-w M0:SIZE:THREADS``:
+  streaming 256-bit loads, and 256-bit non-temporal stores, with the same threads and buffer
+  size, memory on the domain of node 0 — the read and write references;
+* ``multichase -s 64 -m SIZE -T SIZE -H -a -n 3`` (Google's multichase, built from its source:
+  not packaged by Debian) under ``numactl --membind --physcpubind``: a dependent chase over a random
+  permutation of every cache line of the buffer, on transparent huge pages as the probe's chase
+  is, the average — the latency reference.  Give its path with ``--multichase`` (skipped without it);
 * once per run, for the table of docs/probe.md: ``stress-ng --stream 1`` (triad MB/s),
   ``mbw -t0`` (memcpy MiB/s) and ``sysbench memory`` (MiB/s), each under ``numactl``, when installed.
 
 Prints one JSON document: each figure's samples, median and coefficient of variation (stdev /
-mean over the runs), the probe's ratio to each reference, and the probe's cost (wall and CPU
+mean over the runs), the probe's ratio to each reference, whether each is within the goal
+(bandwidth ±20 %, latency ±25 % of the reference's median), and the probe's cost (wall and CPU
 seconds of a full and a ``--quick`` pair).  Nothing is stored: the helper runs directly.
-Run: .venv/bin/python bench/probe.py [--runs 5] [--node 0] [--multichase PATH]
+Run: .venv/bin/python bench/probe.py [--runs 5] [--node 0] [--cpus N] [--multichase PATH]
 """
 
 from __future__ import annotations
@@ -51,10 +55,14 @@ def _run(argv: List[str], timeout: float = 600) -> str:
     return p.stdout + p.stderr
 
 
-def likwid(cpus: List[int], size: int) -> float:
-    """MB/s of likwid-bench's load_avx with ``len(cpus)`` threads over ``size`` bytes on domain M0."""
+#: the goals: the probe's median within this fraction of the reference's
+GOAL = {"read_vs_likwid_load": 0.20, "write_vs_likwid_store": 0.20, "latency_vs_multichase": 0.25}
+
+
+def likwid(kernel: str, cpus: List[int], size: int) -> float:
+    """MB/s of likwid-bench's ``kernel`` with ``len(cpus)`` threads over ``size`` bytes on domain M0."""
     # likwid's kB are 1000 bytes: the same buffer as the probe's to within a kB
-    out = _run(["likwid-bench", "-t", "load_avx", "-w", f"M0:{size // 1000}kB:{len(cpus)}"])
+    out = _run(["likwid-bench", "-t", kernel, "-w", f"M0:{size // 1000}kB:{len(cpus)}"])
     m = re.search(r"MByte/s:\s+([0-9.]+)", out)
     if not m:
         raise RuntimeError(f"likwid-bench printed no MByte/s: {out[-300:]}")
@@ -75,6 +83,7 @@ def multichase(exe: str, node: int, cpu: int, size: int) -> float:
         mib,
         "-T",
         mib,
+        "-H",
         "-a",
         "-n",
         "3",
@@ -114,11 +123,11 @@ def stats(xs: List[float]) -> Dict[str, Any]:
     }
 
 
-def cost(exe: str, pair: measure.Pair, sz: measure.Sizes) -> Dict[str, float]:
-    """Wall and CPU seconds (the helper's user + system) of one pair's three measurements."""
+def cost(exe: str, pair: measure.Pair) -> Dict[str, float]:
+    """Wall and CPU seconds (the helper's user + system) of one pair's measurements."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    measure.measure(exe, pair, sz, None, 0, 3)
+    measure.measure(exe, pair, None, 0, measure.steps(pair))
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -142,37 +151,47 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--node", type=int, default=0)
-    ap.add_argument("--bw-mib", type=int, default=1024)
-    ap.add_argument("--lat-mib", type=int, default=256)
+    ap.add_argument("--bw-mib", type=int, default=None, help="default: what a full probe takes here")
+    ap.add_argument("--lat-mib", type=int, default=None, help="default: what a full probe takes here")
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--multichase", default=os.environ.get("MULTICHASE"))
+    ap.add_argument("--cpus", type=int, default=None, help="only the node's first N CPUs (default: all)")
     args = ap.parse_args()
     host = Host("/")
     inv = scan(host)
     node = inv.node(args.node)
     if node is None or not node.cpus:
         raise SystemExit(f"node {args.node} has no CPUs here")
-    cpus = sorted(set(node.cpus) & os.sched_getaffinity(0))
+    cpus = sorted(set(node.cpus) & os.sched_getaffinity(0))[: args.cpus]
+    full = measure.sizes_for(host.reader, cpus, quick=False, buffer_mib=None)
     exe = native.helper_path()
-    bw, lat = args.bw_mib * MiB, args.lat_mib * MiB
-    series: Dict[str, List[float]] = {k: [] for k in ("read", "mix", "latency", "likwid_load", "multichase")}
+    bw = args.bw_mib * MiB if args.bw_mib else full.bandwidth
+    lat = args.lat_mib * MiB if args.lat_mib else full.latency
+    keys = ("read", "likwid_load", "write", "likwid_store", "latency", "multichase")
+    series: Dict[str, List[float]] = {k: [] for k in keys}
+    how: Dict[str, Any] = {}
     for i in range(args.runs):
-        series["read"].append(float(native.run(exe, "read", args.node, bw, args.seconds, cpus)["median"]))
-        series["likwid_load"].append(likwid(cpus, bw))
-        series["latency"].append(float(native.run(exe, "latency", args.node, lat, args.seconds, cpus[:1])["median"]))
+        for mode, size, run_cpus in (("read", bw, cpus), ("write", bw, cpus), ("latency", lat, cpus[:1])):
+            got = native.run(exe, mode, args.node, size, args.seconds, run_cpus)
+            series[mode].append(float(got["median"]))
+            how[mode] = {k: got.get(k) for k in ("store", "advice", "advised", "huge_kb") if k in got}
+        series["likwid_load"].append(likwid("load_avx", cpus, bw))
+        series["likwid_store"].append(likwid("store_mem_avx", cpus, bw))
         if args.multichase:
             series["multichase"].append(multichase(args.multichase, args.node, cpus[0], lat))
-        series["mix"].append(float(native.run(exe, "mix", args.node, bw, args.seconds, cpus)["median"]))
         sys.stderr.write(
             f"run {i + 1}/{args.runs}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in series.items() if v) + "\n"
         )
     doc: Dict[str, Any] = {
         "node": args.node,
         "cpus": cpus,
-        "bandwidth_buffer_mib": args.bw_mib,
-        "latency_buffer_mib": args.lat_mib,
+        "last_level_cache_bytes": full.llc,
+        "bandwidth_buffer_mib": bw // MiB,
+        "latency_buffer_mib": lat // MiB,
         "seconds_per_measurement": args.seconds,
         "load_average": os.getloadavg(),
+        "transparent_hugepage": measure.thp_mode(host.reader),
+        "how": how,
         "figures": {k: stats(v) for k, v in series.items() if v},
     }
     f = doc["figures"]
@@ -180,15 +199,14 @@ def main() -> int:
     # comparison least moved by the machine's load drifting between runs
     # and, on a shared machine, the best of each (other load only lowers a bandwidth and raises a
     # latency, so the highest bandwidth and the lowest latency are each tool's least disturbed run)
-    doc["read_vs_likwid"] = _versus(series, f, "read", "likwid_load", max)
+    doc["read_vs_likwid_load"] = _versus(series, f, "read", "likwid_load", max)
+    doc["write_vs_likwid_store"] = _versus(series, f, "write", "likwid_store", max)
     if "multichase" in f:
         doc["latency_vs_multichase"] = _versus(series, f, "latency", "multichase", min)
-    pair = measure.Pair(0, args.node, tuple(cpus))
-    llc = measure.llc_bytes(host, cpus[0])
-    doc["cost"] = {
-        "full_pair": cost(exe, pair, measure.sizes(llc, quick=False, buffer_mib=None)),
-        "quick_pair": cost(exe, pair, measure.sizes(llc, quick=True, buffer_mib=None)),
-    }
+    doc["within_goal"] = {k: abs(doc[k]["of_medians"] - 1) <= g for k, g in GOAL.items() if k in doc}
+    pair = measure.Pair(0, args.node, tuple(cpus), full)
+    quick = measure.sizes_for(host.reader, cpus, quick=True, buffer_mib=None)
+    doc["cost"] = {"full_pair": cost(exe, pair), "quick_pair": cost(exe, pair._replace(sizes=quick))}
     doc["others_once"] = others(args.node, cpus)
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")

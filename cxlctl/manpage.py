@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # no date in the footer, only the version: regeneration is byte-stable
 from . import __version__
+from .term import unmarked
 
 SECTION = "1"
 MANUAL = "cxlctl manual"
@@ -44,12 +45,6 @@ def roff_escape(text: str) -> str:
             line = "\\&" + line
         lines.append(line)
     return "\n".join(lines)
-
-
-def unmarked(text: str) -> str:
-    """Help text as ``--help`` prints it: typer reads rich markup in help, so a literal ``[`` is
-    written ``\\[`` (``\\[capacity]``); the page prints the bracket."""
-    return text.replace("\\[", "[")
 
 
 def _paragraphs(text: str) -> List[str]:

@@ -121,6 +121,13 @@ def parse_hex(text: str) -> int:
     return v
 
 
+def selected_word(text: str) -> str:
+    """The ``[bracketed]`` choice of a sysfs mode file (``always [madvise] never`` -> ``madvise``);
+    the text itself, stripped, when none is bracketed."""
+    a, b = text.find("["), text.find("]")
+    return text[a + 1 : b] if 0 <= a < b else text.strip()
+
+
 def parse_nodelist(text: str, limit: int = MAX_NODES) -> Tuple[int, ...]:
     """Parse ``0-3,5,7-8`` (the kernel's ``%*pbl`` and numactl's grammar) strictly.
 

@@ -271,6 +271,9 @@ def record(host: Host, dest: str, *, force: bool = False, include_process_data: 
 
     read_damon(reader)
     tools = _doctor_reads(host, reader, inv)
+    from .probe.measure import read_inputs
+
+    read_inputs(reader, inv)  # the probe's buffer sizing (CPU caches) and THP mode
     # a reader of its own: files both read (node meminfo) keep the bytes the scan parsed, so the
     # record's status document replays exactly
     tel = host.new_reader(log=True)

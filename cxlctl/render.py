@@ -36,7 +36,7 @@ from .term import markup_escape as _e  # kernel values inside this module's mark
 # typing costs ~5 ms of start-up (it imports re): only mypy needs it here
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
     from rich.console import Console
     from rich.table import Table
@@ -467,13 +467,45 @@ def _nodes(inv: Inventory, out: _Out) -> None:
         out.line("[dim]none (ONLINE BLOCKS): a block spanning two zones, which cannot be offlined[/dim]")
 
 
-_MEASURED = [("NODE", "right"), ("FROM", "right"), ("READ MB/s", "right"), ("MIX MB/s", "right")]
+_MEASURED = [("NODE", "right"), ("FROM", "right"), ("READ MB/s", "right"), ("WRITE MB/s", "right")]
 _MEASURED += [("LAT ns", "right"), ("FW BW MB/s R/W", "right"), ("FW LAT ns R/W", "right")]
+
+
+def _span(p: Dict[str, Any], key: str, unit: str) -> Optional[str]:
+    """``27787-28449 MB/s``: the lowest and highest window of one stored figure."""
+    s = (p.get("spread") or {}).get(key) if isinstance(p.get("spread"), dict) else None
+    if not isinstance(s, dict) or not all(isinstance(s.get(k), (int, float)) for k in ("min", "max")):
+        return None
+    fmt = "{:.1f}" if unit == "ns" else "{:.0f}"
+    return f"{fmt.format(s['min'])}-{fmt.format(s['max'])} {unit}"
+
+
+def _pair_spread(p: Dict[str, Any]) -> Optional[str]:
+    """One pair's windows (min-max of each figure), the loaded-latency point and its huge pages."""
+    parts = [f"{w} {x}" for w, k, u in _SPREAD for x in (_span(p, k, u),) if x]
+    loaded = p.get("loaded")
+    if isinstance(loaded, dict) and isinstance(loaded.get("latency_ns"), (int, float)):
+        cpus = int(loaded.get("load_cpus") or 0)
+        parts.append(
+            f"loaded latency {loaded['latency_ns']:g} ns while {cpus} CPU(s) read "
+            f"{float(loaded.get('load_mbps') or 0):.0f} MB/s"
+        )
+    how = p.get("how")
+    chase = how.get("latency") if isinstance(how, dict) else None
+    if isinstance(chase, dict) and isinstance(chase.get("huge_pct"), (int, float)):
+        parts.append(f"chase on huge pages {chase['huge_pct']:g}%")
+    if not parts:
+        return None
+    return f"node {p.get('mem_node')} from {p.get('cpu_node')}: " + ", ".join(parts)
+
+
+_SPREAD = (("read", "read_mbps", "MB/s"), ("write", "write_mbps", "MB/s"), ("latency", "latency_ns", "ns"))
 
 
 def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
     """``cxlctl probe``'s stored figures beside the firmware's (the CPU-class figures the kernel holds, as the NUMA table shows them),
-    one row per measured (CPU node, memory node) pair; marked stale, with why, when the host changed."""
+    one row per measured (CPU node, memory node) pair, then each pair's spread over its windows;
+    marked stale, with why, when the host changed."""
     doc = stored.record
     when = doc.get("measured_at")
     head = f"\n[bold]Measured[/bold] (cxlctl probe, {_e(str(when))})" if when else "\n[bold]Measured[/bold]"
@@ -482,19 +514,23 @@ def _measured(inv: Inventory, stored: Stored, out: _Out) -> None:
         why = "; ".join(stored.stale)
         out.line(f"[yellow]{_e(fold(f'stale, not used: {why}; run cxlctl probe again', out.width))}[/yellow]")
     rows = []
+    spreads: List[str] = []
     for p in doc.get("pairs") or []:
         if not isinstance(p, dict):
             continue
         m = p.get("mem_node")
         node = inv.node(m) if isinstance(m, int) else None
         c = node_figures(node, inv.regions, inv.nodes).cpu if node else None
-        vals = [p.get(k) for k in ("mem_node", "cpu_node", "read_mbps", "mix_mbps", "latency_ns")]
+        vals = [p.get(k) for k in ("mem_node", "cpu_node", "read_mbps", "write_mbps", "latency_ns")]
         rows.append([_e("-" if v is None else str(v)) for v in vals] + [_bw(c), _lat(c)])
+        spreads += [x for x in (_pair_spread(p),) if x]
     if rows:
         out.table(_MEASURED, rows)
-        _dim_note(out)(
-            "FROM: CPU node that ran it; MIX: 2 reads : 1 write; FW: the kernel's HMAT/CDAT figures, CPU class (access1)"
-        )
+        note = _dim_note(out)
+        note("FROM: CPU node that ran it; WRITE: non-temporal stores; each figure the median of its windows")
+        note("FW: the kernel's HMAT/CDAT figures, CPU class (access1)")
+        for text in spreads:
+            note(text)
     for sk in doc.get("skipped") or []:
         if isinstance(sk, dict):
             what = f"node {sk.get('mem_node')} from node {sk.get('cpu_node')}: {sk.get('reason')}"

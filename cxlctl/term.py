@@ -63,6 +63,12 @@ def clean(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
+def unmarked(text: str) -> str:
+    """Help text as ``--help`` prints it: typer reads rich markup in help, so a literal ``[`` is
+    written ``\\[`` (``\\[capacity]``); the man page and the narrow help print the bracket."""
+    return text.replace("\\[", "[")
+
+
 def markup_escape(value: object) -> str:
     """A value made safe inside one of cxlctl's markup templates (``[/]`` stays text): what
     :func:`rich.markup.escape` returns, without importing rich when there is nothing to escape."""

@@ -15,12 +15,13 @@
 #   doctor          single-*-doctor (the doctor VM test, recording on)
 #   hmat            linux-6.12/hmat2-* and linux-7.x/hmat2-* (HMAT + generic ports + CDAT; the HMAT VM test, recording on)
 #   capacity        linux-*/pool-hotadd and pool-hotremoved (QMP hot-add/remove; the capacity VM test, recording on)
+#   probe           linux-7.x/hmat2-2socket (two sockets, two L3s; the probe VM test, recording on)
 #   all             every set above, in that order (no OPTIONS)
 # Only the status files, without booting anything: .venv/bin/python -m tests.fixture_status
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-SETS="base telemetry ras fleet damon doctor hmat capacity"
+SETS="base telemetry ras fleet damon doctor hmat capacity probe"
 DRY=0
 
 command_of() {  # $1 = set: the command line it runs (OPTIONS appended by the caller)
@@ -33,6 +34,7 @@ command_of() {  # $1 = set: the command line it runs (OPTIONS appended by the ca
     doctor) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_doctor.py" ;;
     hmat) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_hmat.py" ;;
     capacity) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_capacity.py" ;;
+    probe) echo "env CXLCTL_RECORD_FIXTURES=1 $PY -m pytest -q -s -p no:cacheprovider tests/vm/test_vm_probe.py" ;;
     *) return 1 ;;
   esac
 }

@@ -72,7 +72,7 @@ def test_the_one_recording_route_runs_existing_recorders() -> None:
     script = os.path.join(REPO, "scripts", "record-fixtures.sh")
     listed = subprocess.run(["bash", script, "--list"], capture_output=True, text=True, check=True).stdout
     sets = dict(line.split(None, 1) for line in listed.splitlines())
-    assert set(sets) == {"base", "telemetry", "ras", "fleet", "damon", "doctor", "hmat", "capacity"}, listed
+    assert set(sets) == {"base", "telemetry", "ras", "fleet", "damon", "doctor", "hmat", "capacity", "probe"}, listed
     for name, command in sets.items():
         words = command.split()
         target = words[words.index("-m") + 1] if "tests.vm." in command else words[-1]

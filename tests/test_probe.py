@@ -37,7 +37,7 @@ def helper(tmp_path_factory: Any) -> str:
 def _tree(tmp_path: Any, name: str, pairs: Sequence[Result], skipped: Sequence[Skipped] = ()) -> str:
     root = copy_fixture(os.path.join(FIXTURES, name), tmp_path / "root")
     host = Host(root)
-    store.save(host, store.record(host, scan(host), [*pairs, *skipped], SIZES, "test"))
+    store.save(host, store.record(host, scan(host), [*pairs, *skipped], "test"))
     return root
 
 
@@ -65,6 +65,15 @@ def test_kernel_weights_follow_reduce_interleave_weights() -> None:
     assert kernel_weights({0: 1, 1: 31}) == {0: 1, 1: 31}
 
 
+def test_kernel_weights_sum_over_every_memory_node() -> None:
+    """reduce_interleave_weights sums over for_each_node_state(nid, N_MEMORY), not the nodes a
+    policy uses: a node without a figure still weighs 1 (and joins the gcd), one with a figure
+    enlarges the total."""
+    assert kernel_weights({0: 14000, 1: 3000}, memory_nodes=(0, 1, 2)) == {0: 26, 1: 5, 2: 1}
+    assert kernel_weights({0: 90000, 1: 30000}) == {0: 3, 1: 1}
+    assert kernel_weights({0: 90000, 1: 30000, 2: 40000}) == {0: 9, 1: 3, 2: 4}
+
+
 # -- the helper, on this machine -----------------------------------------------------------
 
 
@@ -75,7 +84,55 @@ def test_helper_measures_node0_and_checks_where_the_pages_are(helper: str) -> No
     assert got["pages_on_node"] == got["pages_checked"] and int(got["pages_checked"]) > 0
     lat = native.run(helper, "latency", 0, 32 << 20, 0.3, [min(cpus)])
     assert 1 < float(lat["median"]) < 10000  # ns
-    assert len(lat["samples"].split(",")) == 3
+    assert len(lat["samples"].split(",")) == measure.WINDOWS
+
+
+def test_the_chase_asks_for_huge_pages_the_streams_for_base_pages_and_each_says_what_it_got(helper: str) -> None:
+    """Issue 44 item 6: idle latency without TLB misses (as Intel MLC measures it): the chase buffer
+    is advised MADV_HUGEPAGE; the bandwidth buffers MADV_NOHUGEPAGE (as STREAM and likwid-bench run,
+    whatever the host's THP mode).  What the kernel gave is reported (AnonHugePages of the mapping
+    in /proc/self/smaps), beside the host's THP mode in the record."""
+    mode = measure.thp_mode(Host("/").reader)
+    cpu = min(os.sched_getaffinity(0))
+    chase = native.run(helper, "latency", 0, 64 << 20, 0.2, [cpu])
+    stream = native.run(helper, "read", 0, 64 << 20, 0.2, [cpu])
+    assert (chase["advice"], stream["advice"]) == ("huge", "base")
+    huge = int(chase["huge_kb"])
+    if chase["advised"] == "1" and mode["enabled"] in ("always", "madvise"):
+        assert huge > 0, chase  # 64 MiB aligned to 2 MiB: the kernel backs at least some with huge pages
+    if stream["advised"] == "1":
+        assert stream["huge_kb"] == "0", stream  # MADV_NOHUGEPAGE holds even under THP "always"
+    how = measure._how(chase)
+    assert how["pages"] == "huge" and how["huge_pct"] == round(100 * huge / (64 << 10), 1)
+
+
+def test_write_bandwidth_uses_non_temporal_stores(helper: str) -> None:
+    """The write figure is non-temporal stores (no read-for-ownership, as STREAM and MLC write), and
+    the helper says which stores it used (plain ones only where the CPU has no streaming store)."""
+    import platform
+
+    got = native.run(helper, "write", 0, 32 << 20, 0.2, sorted(os.sched_getaffinity(0)))
+    assert float(got["median"]) > 100
+    want = ("nt-avx", "nt-sse2") if platform.machine() in ("x86_64", "i686") else ("plain",)
+    assert got["store"] in want
+
+
+def test_each_figure_keeps_its_spread_and_the_loaded_point(helper: str) -> None:
+    """The record keeps min/median/max of every figure's windows, and with two CPUs a loaded-latency
+    point (the chase while the other CPUs read)."""
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    pair = measure.Pair(0, 0, cpus, Sizes(32 << 20, 32 << 20, 0.3, None))
+    res = measure.measure(helper, pair, None, 0, measure.steps(pair))
+    doc = store.pair_doc(res)
+    for key, mode in (("read_mbps", "read"), ("write_mbps", "write"), ("latency_ns", "latency")):
+        sp = doc["spread"][key]
+        assert sp["min"] <= sp["median"] <= sp["max"] and len(res.samples[mode]) == measure.WINDOWS
+    assert doc["spread"]["latency_ns"]["median"] == res.latency_ns
+    if len(cpus) > 1:
+        assert doc["loaded"]["latency_ns"] > 0 and doc["loaded"]["load_mbps"] > 0
+        assert doc["loaded"]["load_cpus"] == len(cpus) - 1
+    else:
+        assert doc["loaded"] is None
 
 
 def test_helper_refuses_a_node_it_cannot_bind(helper: str) -> None:
@@ -86,23 +143,63 @@ def test_helper_refuses_a_node_it_cannot_bind(helper: str) -> None:
 def test_pairs_skip_nodes_without_the_free_memory() -> None:
     inv = scan(Host(os.path.join(FIXTURES, "linux-6.12", "single-region")))
     big = Sizes(600 << 20, 600 << 20, 1.0, None)  # node 1 has 512 MiB
-    planned = measure.plan(inv, big, mem_nodes=None, mems_allowed=None, cpus_allowed=None)
+    planned = measure.plan(inv, {0: big}, mem_nodes=None, mems_allowed=None, cpus_allowed=None)
     assert [type(p).__name__ for p in planned] == ["Pair", "Skipped"]
     assert "node 1 has 512 MiB free; the measurement needs 664 MiB" in planned[1].reason  # type: ignore[union-attr]
-    planned = measure.plan(inv, SIZES, mem_nodes=None, mems_allowed=(0,), cpus_allowed=None)
+    planned = measure.plan(inv, {0: SIZES}, mem_nodes=None, mems_allowed=(0,), cpus_allowed=None)
     assert "Mems_allowed_list" in planned[1].reason  # type: ignore[union-attr]
 
 
 def test_a_live_measurement_is_stored_and_read_back(helper: str, tmp_path: Any) -> None:
     live = Host("/")
     inv = scan(live)
-    pair = measure.Pair(0, 0, tuple(sorted(os.sched_getaffinity(0))))
-    res = measure.measure(helper, pair, Sizes(32 << 20, 32 << 20, 0.3, None), None, 0, 3)
-    assert res.read_mbps > 0 and res.mix_mbps > 0 and res.latency_ns > 0
-    doc = store.record(live, inv, [res], SIZES, "test")
+    pair = measure.Pair(0, 0, tuple(sorted(os.sched_getaffinity(0))), Sizes(32 << 20, 32 << 20, 0.3, None))
+    res = measure.measure(helper, pair, None, 0, 3)
+    assert res.read_mbps > 0 and res.write_mbps > 0 and res.latency_ns > 0
+    doc = store.record(live, inv, [res], "test", measure.thp_mode(live.reader))
     st = store.judge(doc, live.boot_id, inv)
-    assert st.stale == () and st.usable[0].bandwidth == min(res.read_mbps, res.mix_mbps)
+    assert st.stale == () and st.usable[0].bandwidth == min(res.read_mbps, res.write_mbps)
     assert "measured in another boot" in store.judge(doc, "another", inv).stale
+
+
+# -- buffer sizes: every last-level cache of the measuring CPUs ---------------------------
+
+#: a QEMU guest with two sockets, one L3 each, both CPUs on node 0, recorded after a probe ran
+#: in it (tests/vm/test_vm_probe.py, scripts/record-fixtures.sh probe)
+TWO_L3 = os.path.join(FIXTURES, "linux-7.x", "hmat2-2socket")
+
+
+def test_buffers_are_sized_past_the_sum_of_distinct_last_level_caches() -> None:
+    """Issue 44 item 6: cpu0's L3 alone sized the buffers, while the bandwidth run uses every CPU
+    of the node (AMD: one L3 per CCX, 12 x 96 MiB on a Genoa-X).  On the recorded two-socket guest
+    the two CPUs of node 0 have one L3 each: the bandwidth buffer is sized from both, the chase from
+    the chasing CPU's own (the probe that ran in that guest stored the same sum: tests/vm/test_vm_probe.py)."""
+    host = Host(TWO_L3)
+    cpus = scan(host).node(0).cpus  # type: ignore[union-attr]
+    assert tuple(cpus) == (0, 1)
+    l0, l1 = (measure.last_level(host.reader, c) for c in cpus)
+    assert l0 is not None and l1 is not None
+    assert l0[0] == l1[0] == 3 and l0[1] != l1[1], (l0, l1)  # two L3 instances
+    assert measure.llc_bytes(host.reader, cpus) == l0[2] + l1[2]
+    assert measure.llc_bytes(host.reader, cpus[:1]) == l0[2]
+    sz = measure.sizes_for(host.reader, cpus, quick=False, buffer_mib=None)
+    assert sz.llc == l0[2] + l1[2]
+    assert sz.bandwidth == max(8 * (l0[2] + l1[2]), 512 << 20) and sz.latency == max(4 * l0[2], 256 << 20)
+    quick = measure.sizes_for(host.reader, cpus, quick=True, buffer_mib=None)
+    assert quick.llc == l0[2] + l1[2] and quick.latency == max(2 * l0[2], 64 << 20)
+
+
+def test_cpus_sharing_one_last_level_cache_count_it_once(tmp_path: Any) -> None:
+    """The edge the recorded trees do not show: CPUs that list the same ``shared_cpu_list`` share
+    one instance (a tiny tree: two CPUs, one 32 MiB L3, L2s of their own)."""
+    for cpu in (0, 1):
+        for idx, (level, size, shared) in enumerate((("2", "1024K", str(cpu)), ("3", "32768K", "0-1"))):
+            d = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cache/index{idx}"
+            d.mkdir(parents=True)
+            for name, text in (("level", level), ("size", size), ("shared_cpu_list", shared)):
+                (d / name).write_text(text + "\n")
+    reader = Host(str(tmp_path)).reader
+    assert measure.llc_bytes(reader, (0, 1)) == 32 << 20
 
 
 # -- the command line ----------------------------------------------------------------------
@@ -163,6 +260,25 @@ def test_bandwidth_uses_the_measurement_where_the_firmware_is_2x_off_and_firmwar
     assert {int(k.rsplit("node", 1)[1]): int(v["desired"]) for k, v in fw.items() if "node" in k} != want
 
 
+def test_measured_weights_count_every_memory_node_as_the_kernel_does(tmp_path: Any) -> None:
+    """Weights for the CXL nodes 2 and 3 only: the kernel's total still holds DRAM node 0's
+    bandwidth (reduce_interleave_weights runs over every N_MEMORY node), so 11000 and 2500 MB/s
+    of 25500 give 13 and 3, not the 26 and 5 of their own 13500."""
+    hm = [
+        Result(0, 0, (0, 1), 14000, 12000, 85.0, {}),
+        Result(0, 2, (0, 1), 12000, 11000, 200.0, {}),
+        Result(0, 3, (0, 1), 3000, 2500, 400.0, {}),
+    ]
+    root = _tree(tmp_path, "linux-6.12/hmat2-region", hm)
+    os.makedirs(f"{root}/etc/cxlctl/profiles", exist_ok=True)
+    with open(f"{root}/etc/cxlctl/profiles/cx.toml", "w") as f:
+        f.write('summary = "t"\n[knobs.weighted_interleave]\nweights = "measured"\nnodes = ["cxl"]\n')
+    steps = _wi_steps(root, "cx")
+    got = {int(k.rsplit("node", 1)[1]): int(v["desired"]) for k, v in steps.items() if "node" in k}
+    assert got == {2: 13, 3: 3} == {n: w for n, w in kernel_weights({0: 12000, 2: 11000, 3: 2500}).items() if n > 0}
+    assert "the kernel's total also counts node(s) 0" in steps["weighted_interleave.node2"]["note"]
+
+
 def test_stale_figures_are_shown_as_stale_and_never_used(tmp_path: Any) -> None:
     root = _tree(tmp_path, "linux-6.12/single-region", FIG)
     path = f"{root}/var/lib/cxlctl/probe.json"
@@ -181,19 +297,28 @@ def test_stale_figures_are_shown_as_stale_and_never_used(tmp_path: Any) -> None:
 
 
 def test_status_shows_measured_beside_firmware(tmp_path: Any) -> None:
-    hm = [Result(0, 0, (0, 1), 38000, 30000, 85.0, {}), Result(0, 2, (0, 1), 15000, 12000, 200.0, {})]
+    windows = {
+        "read": [14000.0, 15000.0, 16500.0],
+        "write": [12000.0, 11000.0, 12500.0],
+        "latency": [199.0, 200.0, 230.5],
+    }
+    hm = [Result(0, 0, (0, 1), 38000, 30000, 85.0, {}), Result(0, 2, (0, 1), 15000, 12000, 200.0, windows)]
     root = _tree(tmp_path, "linux-6.12/hmat2-region", hm, [Skipped(0, 3, "node 3 has 1 MiB free")])
     for args in (("status",), ("status", "--json")):
         assert cli("--root", root, *args, check=True).stdout == cli("--root", root, *args, inprocess=True).stdout
     out = cli("--root", root, "status").stdout
-    assert "   2     0      15000     12000   200.0     16000/16000        192/292" in out
+    assert "   2     0      15000       12000   200.0     16000/16000        192/292" in out
+    # the spread of each figure over its windows (issue 44 item 6: three samples and no spread shown)
+    assert "node 2 from 0: read 14000-16500 MB/s, write 11000-12500 MB/s, latency 199.0-230.5 ns" in out
+    spread = json.loads(cli("--root", root, "status", "--json").stdout)["measured"]["pairs"][1]["spread"]
+    assert spread["latency_ns"] == {"min": 199.0, "median": 200.0, "max": 230.5}
     assert "skipped node 3 from node 0: node 3 has 1 MiB free" in out
     js = json.loads(cli("--root", root, "status", "--json").stdout)["measured"]
     assert js["nodes"][1] == {
         "node": 2,
         "cpu_node": 0,
         "read_mbps": 15000,
-        "mix_mbps": 12000,
+        "write_mbps": 12000,
         "latency_ns": 200.0,
         "bandwidth_mbps": 12000,
     }

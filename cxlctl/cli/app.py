@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 import typer
-from typer.core import TyperGroup
 
 from cxlctl.errors import CxlctlError
 
@@ -21,7 +20,7 @@ from .daemon import daemon_app
 from .doctor import doctor
 from .k8s import k8s_app
 from .launch import launch_app, policy_app
-from .params import Command
+from .params import Command, Group
 from .probe import probe
 from .ras import events, health
 from .record import record
@@ -33,7 +32,7 @@ from .top import top
 from .tune import tune_app
 
 
-class _RootedHints(TyperGroup):
+class _RootedHints(Group):
     """The application's group: an error's hint naming a cxlctl command names ``--root TREE`` too
     when the command ran under one (``see `cxlctl --root TREE tune status```), so it runs as
     printed against the tree the command acted on."""
@@ -83,15 +82,15 @@ def make_app() -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     a.callback()(main)
-    a.command()(status)
+    a.command(cls=Command)(status)
     a.command("list", cls=Command)(list_cmd)
     a.command(cls=Command)(record)
     a.command(cls=Command)(stat)
     a.command(cls=Command)(top)
     a.command(cls=Command)(doctor)
     a.command(cls=Command)(probe)
-    a.command()(events)
-    a.command()(health)
+    a.command(cls=Command)(events)
+    a.command(cls=Command)(health)
     a.add_typer(tune_app, name="tune")
     a.add_typer(region_app, name="region")
     a.add_typer(capacity_app, name="capacity")

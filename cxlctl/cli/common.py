@@ -74,7 +74,11 @@ def enter(ctx: typer.Context, state: CliState) -> None:
 
 def group(name: str, help: str) -> typer.Typer:
     """A command group with the settings every group shares (no typer extras, no pretty tracebacks)."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    from .params import Group
+
+    return typer.Typer(
+        name=name, help=help, cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
+    )
 
 
 def host() -> Host:

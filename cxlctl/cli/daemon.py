@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from .common import JSON_OPT, emit_json, group, host
+from .params import Command
 
 daemon_app = group("daemon", "The cxlctl service: keep the tuning profile applied as CXL memory comes and goes.")
 
@@ -22,7 +23,7 @@ CONFIG_OPT = typer.Option(
 )
 
 
-@daemon_app.command("run")
+@daemon_app.command("run", cls=Command)
 def run_cmd(
     config: Optional[str] = CONFIG_OPT,
     once: bool = typer.Option(False, "--once", help="Scan, reconcile, publish metrics/labels once, then exit."),
@@ -47,7 +48,7 @@ def run_cmd(
         raise typer.Exit(rc)
 
 
-@daemon_app.command("config")
+@daemon_app.command("config", cls=Command)
 def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Validate the configuration and print the effective values as TOML (exit 2 on a bad file)."""
     import os
@@ -62,7 +63,7 @@ def config_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) ->
     sys.stdout.write(cfgmod.to_toml(cfg))
 
 
-@daemon_app.command("metrics")
+@daemon_app.command("metrics", cls=Command)
 def metrics_cmd(
     config: Optional[str] = CONFIG_OPT,
     no_health: bool = typer.Option(False, "--no-health", help="Skip `cxl list -H`."),
@@ -81,7 +82,7 @@ def metrics_cmd(
     sys.stdout.write(metrics.build(view))
 
 
-@daemon_app.command("labels")
+@daemon_app.command("labels", cls=Command)
 def labels_cmd(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """Print the Node Feature Discovery feature file the daemon would write now (writes nothing)."""
     from cxlctl import config as cfgmod

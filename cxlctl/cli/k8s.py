@@ -13,11 +13,12 @@ import typer
 from cxlctl.hostio.paths import NFD_DIR
 
 from .common import JSON_OPT, emit_json, group, host, note
+from .params import Command
 
 k8s_app = group("k8s", "Kubernetes from this host: the NRI memory-policy classes, the node's KV pool for pods.")
 
 
-@k8s_app.command("nri-config")
+@k8s_app.command("nri-config", cls=Command)
 def nri_config_cmd(
     ratio: Optional[str] = typer.Option(
         None, "--ratio", metavar="D:C", help="Weights DRAM:CXL the interleave class assumes (default: cxlctl's)."

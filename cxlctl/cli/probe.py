@@ -18,7 +18,7 @@ def probe(
         None, "--buffer-mib", metavar="N", parser=integer(4), help="MiB per buffer."
     ),
 ) -> None:
-    """Measure read bandwidth, a 2:1 read/write mix and idle latency of each memory node from each CPU node.
+    """Measure read and non-temporal write bandwidth, idle and loaded latency of each memory node from each CPU node.
 
     Stores them in /var/lib/cxlctl/probe.json (status, doctor and weights = "measured" use them); docs/probe.md.
     """

@@ -85,7 +85,7 @@ def _render_plan(p: Plan, title: str = "plan") -> None:
 # ------------------------------------------------------------------------------- commands
 
 
-@region_app.command("plan")
+@region_app.command("plan", cls=Command)
 def plan_cmd(
     memdevs: Optional[str] = MEMDEVS_OPT,
     ways: Optional[int] = WAYS_OPT,
@@ -113,7 +113,7 @@ def plan_cmd(
         _render_plan(p, f"plan {i + 1}/{len(plans)}" if len(plans) > 1 else "plan")
 
 
-@region_app.command("create")
+@region_app.command("create", cls=Command)
 def create_cmd(
     memdevs: Optional[str] = MEMDEVS_OPT,
     ways: Optional[int] = WAYS_OPT,

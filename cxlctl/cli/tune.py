@@ -57,7 +57,7 @@ def _before_any_command() -> None:
 # ---------------------------------------------------------------------------- list / show
 
 
-@tune_app.command("list")
+@tune_app.command("list", cls=Command)
 def list_cmd(json_out: bool = JSON_OPT) -> None:
     """List built-in and user profiles (/etc/cxlctl/profiles)."""
     from cxlctl.tuning.command import profile_rows
@@ -93,7 +93,7 @@ def show_cmd(
 # ---------------------------------------------------------------------------- recommend
 
 
-@tune_app.command("recommend")
+@tune_app.command("recommend", cls=Command)
 def recommend_cmd(json_out: bool = JSON_OPT) -> None:
     """Recommend a built-in profile for this host, with the reasons."""
     from cxlctl.inventory import scan
@@ -218,7 +218,7 @@ def verify_cmd(
     drifted(res)
 
 
-@tune_app.command("revert")
+@tune_app.command("revert", cls=Command)
 def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Restore every knob to its value before cxlctl (also after a crashed apply); remove persisted files."""
     from cxlctl.tuning import tune_json as view
@@ -237,7 +237,7 @@ def revert_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> N
     revert_incomplete(res)
 
 
-@tune_app.command("status")
+@tune_app.command("status", cls=Command)
 def status_cmd(json_out: bool = JSON_OPT) -> None:
     """Active profile, when it was applied, journal state, a pending try, drift summary, lock, persistence."""
     from cxlctl.tuning import tune_json as view
@@ -328,7 +328,7 @@ def _report_try(name: str, timeout: float, outcome: str, reverted: Optional[Undo
     try_ended(name, timeout, outcome, reverted)
 
 
-@tune_app.command("confirm")
+@tune_app.command("confirm", cls=Command)
 def confirm_cmd(wait: Optional[float] = WAIT_OPT, json_out: bool = JSON_OPT) -> None:
     """Keep the profile of a pending `tune try` (from any shell); error when no try is pending."""
     from cxlctl.tuning import tune_json as view

@@ -330,9 +330,9 @@ def _measured(b: Builder, st: Stored) -> None:
                 "Sequential read bandwidth measured by cxlctl probe",
             ),
             (
-                "mix_mbps",
-                "measured_mix_bandwidth_bytes_per_second",
-                "2:1 read/write bandwidth measured by cxlctl probe",
+                "write_mbps",
+                "measured_write_bandwidth_bytes_per_second",
+                "Non-temporal write bandwidth measured by cxlctl probe",
             ),
             ("latency_ns", "measured_latency_seconds", "Idle load-to-use latency measured by cxlctl probe"),
         ):

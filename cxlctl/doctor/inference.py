@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cxlctl.hostio import paths
-from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist
+from cxlctl.parse import format_nodelist, format_size, is_decimal, parse_nodelist, selected_word
 
 from .model import CANNOT, FAIL, NOTE, OK, WARN, Check, Evidence, Facts, Result
 from .probes import LOCALALLOC, key
@@ -223,7 +223,7 @@ def _thp(thp: Optional[str]) -> Check:
             "transparent hugepages setting unreadable",
             (Evidence(paths.THP_ENABLED, "unreadable"),),
         )
-    sel = thp[thp.find("[") + 1 : thp.find("]")] if "[" in thp and "]" in thp else thp
+    sel = selected_word(thp)
     if sel == "never":
         return Check(
             LAYER,

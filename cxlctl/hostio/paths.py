@@ -35,7 +35,8 @@ SYS_DEVICES = "/sys/devices"
 
 # -- sysfs: NUMA, memory hotplug, tiers ------------------------------------------------------
 NODE_DIR = "/sys/devices/system/node"
-#: CPU caches: cpuN/cache/indexM/{level,size} (the probe sizes its buffers past the last level)
+#: CPU caches: cpuN/cache/indexM/{level,size,shared_cpu_list} (the probe sizes its buffers past the
+#: last level of every CPU it measures with)
 CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu{cpu}/cache"
 MEMORY_DIR = "/sys/devices/system/memory"
 BLOCK_SIZE = MEMORY_DIR + "/block_size_bytes"
@@ -218,6 +219,8 @@ PROC_IOMEM = "/proc/iomem"
 SELF_LIMITS = "/proc/self/limits"
 ACPI_TABLES = "/sys/firmware/acpi/tables"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+#: when a fault may stall to make a huge page (the probe records it beside the mode)
+THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
 UDEV_RULES_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
 DAXCTL_CONF_DIR = "/etc/daxctl.conf.d"
 

@@ -40,22 +40,27 @@ def probe(
                 f"--nodes: no memory node {', '.join(map(str, unknown))} on this host",
                 hint=f"memory nodes here: {', '.join(map(str, sorted(known))) or 'none'} (see cxlctl status)",
             )
-    first_cpu = next((c for n in inv.nodes for c in n.cpus), 0)
-    sz = measure.sizes(measure.llc_bytes(host, first_cpu), quick=quick, buffer_mib=buffer_mib)
     mems, cpus = measure.allowed(host)
-    planned = measure.plan(inv, sz, mem_nodes=wanted, mems_allowed=mems, cpus_allowed=cpus)
+    sized = {
+        n.id: measure.sizes_for(host.reader, allowed, quick=quick, buffer_mib=buffer_mib)
+        for n in inv.nodes
+        for allowed in (measure.allowed_cpus(n.cpus, cpus),)
+        if allowed
+    }
+    planned = measure.plan(inv, sized, mem_nodes=wanted, mems_allowed=mems, cpus_allowed=cpus)
     pairs = [p for p in planned if isinstance(p, measure.Pair)]
     exe = native.helper_path(_note) if pairs else ""
-    total = 3 * len(pairs)
+    total = sum(measure.steps(p) for p in pairs)
     outcomes: List[measure.Outcome] = []
     done = 0
     for p in planned:
         if isinstance(p, measure.Pair):
-            outcomes.append(measure.measure(exe, p, sz, progress, done, total))
-            done += 3
+            outcomes.append(measure.measure(exe, p, progress, done, total))
+            done += measure.steps(p)
         else:
             outcomes.append(p)
-    doc = store.record(host, inv, outcomes, sz, f"cxlctl probe.c ({'quick' if quick else 'full'})")
+    tool = f"cxlctl probe.c ({'quick' if quick else 'full'})"
+    doc = store.record(host, inv, outcomes, tool, measure.thp_mode(host.reader))
     path = store.save(host, doc)
     stored = store.Stored(doc, ())
     if json_out:

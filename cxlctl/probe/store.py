@@ -21,7 +21,8 @@ from cxlctl.model import Inventory
 
 from .measure import Outcome, Result, Sizes, Skipped
 
-SCHEMA = 1
+#: 2: a non-temporal write bandwidth (``write_mbps``) replaced the 2:1 mix; spreads, huge pages, THP
+SCHEMA = 2
 
 
 class Figures(NamedTuple):
@@ -30,13 +31,14 @@ class Figures(NamedTuple):
     mem_node: int
     cpu_node: int
     read_mbps: int
-    mix_mbps: int
+    write_mbps: int
     latency_ns: float
 
     @property
     def bandwidth(self) -> int:
-        """MB/s the weights use: min(read, mix), as the kernel takes min(read, write) of firmware figures."""
-        return min(self.read_mbps, self.mix_mbps)
+        """MB/s the weights use: min(read, write), as the kernel takes of the firmware's figures
+        (mm/mempolicy.c ``mempolicy_set_node_perf``)."""
+        return min(self.read_mbps, self.write_mbps)
 
 
 class Stored(NamedTuple):
@@ -71,31 +73,49 @@ def identity(boot_id: Optional[str], inv: Inventory) -> Dict[str, Any]:
     return {"boot_id": boot_id, "kernel": inv.kernel, "nodes": nodes}
 
 
-def record(host: Host, inv: Inventory, outcomes: Sequence[Outcome], sz: Sizes, tool: str) -> Dict[str, Any]:
-    """The document ``probe`` stores and prints (``--json``)."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    doc: Dict[str, Any] = {"schema_version": SCHEMA, "measured_at": now.isoformat()}
-    doc.update(identity(host.boot_id, inv))
-    doc["settings"] = {
+def _sizes(sz: Optional[Sizes]) -> Dict[str, Any]:
+    if sz is None:
+        return {}
+    return {
         "bandwidth_buffer_bytes": sz.bandwidth,
         "latency_buffer_bytes": sz.latency,
         "seconds_per_measurement": sz.seconds,
         "last_level_cache_bytes": sz.llc,
-        "tool": tool,
     }
-    doc["pairs"] = [
-        {
-            "cpu_node": r.cpu_node,
-            "mem_node": r.mem_node,
-            "cpus": list(r.cpus),
-            "read_mbps": r.read_mbps,
-            "mix_mbps": r.mix_mbps,
-            "latency_ns": r.latency_ns,
-            "samples": r.samples,
-        }
-        for r in outcomes
-        if isinstance(r, Result)
-    ]
+
+
+def pair_doc(r: Result) -> Dict[str, Any]:
+    """One measured pair as stored: the medians, each figure's spread, the loaded point, how it ran."""
+    from .measure import spread
+
+    keys = {"read": "read_mbps", "write": "write_mbps", "latency": "latency_ns", "loaded": "loaded_latency_ns"}
+    out: Dict[str, Any] = {
+        "cpu_node": r.cpu_node,
+        "mem_node": r.mem_node,
+        "cpus": list(r.cpus),
+        "read_mbps": r.read_mbps,
+        "write_mbps": r.write_mbps,
+        "latency_ns": r.latency_ns,
+        "loaded": r.loaded,
+        "spread": {keys[m]: spread(v) for m, v in r.samples.items() if m in keys},
+        "samples": r.samples,
+        "how": r.how or {},
+    }
+    out.update(_sizes(r.sizes))
+    return out
+
+
+def record(
+    host: Host, inv: Inventory, outcomes: Sequence[Outcome], tool: str, thp: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """The document ``probe`` stores and prints (``--json``); ``thp``: the host's THP mode."""
+    from .measure import WINDOWS
+
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    doc: Dict[str, Any] = {"schema_version": SCHEMA, "measured_at": now.isoformat()}
+    doc.update(identity(host.boot_id, inv))
+    doc["settings"] = {"tool": tool, "windows": WINDOWS, "transparent_hugepage": thp or {}}
+    doc["pairs"] = [pair_doc(r) for r in outcomes if isinstance(r, Result)]
     doc["skipped"] = [
         {"cpu_node": s.cpu_node, "mem_node": s.mem_node, "reason": s.reason} for s in outcomes if isinstance(s, Skipped)
     ]
@@ -129,7 +149,7 @@ def node_figures(doc: Dict[str, Any]) -> Dict[int, Figures]:
         if not isinstance(p, dict):
             continue
         c, m = p.get("cpu_node"), p.get("mem_node")
-        r, x, lat = _int(p.get("read_mbps")), _int(p.get("mix_mbps")), _num(p.get("latency_ns"))
+        r, x, lat = _int(p.get("read_mbps")), _int(p.get("write_mbps")), _num(p.get("latency_ns"))
         if not isinstance(c, int) or not isinstance(m, int) or r is None or x is None or lat is None:
             continue
         f = Figures(m, c, r, x, lat)

@@ -9,7 +9,7 @@ from .store import Stored
 
 def measured_json(stored: Stored) -> Dict[str, Any]:
     """The stored record's figures, whether they are stale (and why), and per memory node the
-    figures cxlctl uses (its nearest CPU node's; ``bandwidth_mbps`` = min(read, mix))."""
+    figures cxlctl uses (its nearest CPU node's; ``bandwidth_mbps`` = min(read, write))."""
     doc = stored.record
     return {
         "measured_at": doc.get("measured_at"),
@@ -21,7 +21,7 @@ def measured_json(stored: Stored) -> Dict[str, Any]:
                 "node": f.mem_node,
                 "cpu_node": f.cpu_node,
                 "read_mbps": f.read_mbps,
-                "mix_mbps": f.mix_mbps,
+                "write_mbps": f.write_mbps,
                 "latency_ns": f.latency_ns,
                 "bandwidth_mbps": f.bandwidth,
             }

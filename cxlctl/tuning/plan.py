@@ -348,8 +348,13 @@ class _WIPlanner:
         bw = {n: figures[n].bandwidth for n in chosen}
         shown = ", ".join(f"node{n} {b} MB/s" for n, b in sorted(bw.items()))
         when = stored.record.get("measured_at") if stored is not None else None
-        note = f"{lead}: measured bandwidth (cxlctl probe {when}, min(read, 2:1 mix)) {shown}, kernel formula"
-        return self.manual(s, kernel_weights(bw), note)
+        # the kernel's sums run over every node with memory, chosen or not (reduce_interleave_weights)
+        every = {n.id: figures[n.id].bandwidth if n.id in figures else 0 for n in self.inv.nodes if n.has_memory}
+        others = sorted(set(every) - set(chosen))
+        shown += f"; the kernel's total also counts node(s) {', '.join(map(str, others))}" if others else ""
+        note = f"{lead}: measured bandwidth (cxlctl probe {when}, min(read, write)) {shown}, kernel formula"
+        weights = kernel_weights(every)
+        return self.manual(s, {n: weights[n] for n in chosen}, note)
 
     def manual(self, s: Setting, weights: Dict[int, int], note: str) -> List[Step]:
         """The weight files (restoring the previous profile's others), then ``auto`` off."""

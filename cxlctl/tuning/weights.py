@@ -107,14 +107,19 @@ def reduce_weights(bandwidth: Dict[int, int], cap: int = DEFAULT_MAX_WEIGHT, tol
 KERNEL_WEIGHTINESS = 32
 
 
-def kernel_weights(bandwidth: Dict[int, int]) -> Dict[int, int]:
+def kernel_weights(bandwidth: Dict[int, int], memory_nodes: Iterable[int] = ()) -> Dict[int, int]:
     """The weights the kernel's auto mode gives these bandwidths: mm/mempolicy.c
-    ``reduce_interleave_weights`` (fed by ``mempolicy_set_node_perf`` with min(read, write)):
-    ``32 * bw / total`` rounded down, 1 where that is below 1 or the node has no bandwidth,
-    then divided by the gcd.  For figures the kernel cannot see (``cxlctl probe``'s)."""
-    total = sum(bandwidth.values())
+    ``reduce_interleave_weights`` (fed by ``mempolicy_set_node_perf`` with min(read, write)).
+    Like the kernel it works over every node with memory (``for_each_node_state(nid, N_MEMORY)``:
+    ``bandwidth``'s nodes and ``memory_nodes``), not only the ones a policy will use: the total is
+    the sum over all of them, each gets ``32 * bw / total`` rounded down, 1 where that is below 1
+    or the node has no bandwidth (0 or absent), and the gcd taken over all of them divides every
+    weight.  For figures the kernel cannot see (``cxlctl probe``'s)."""
+    table = {n: 0 for n in memory_nodes}
+    table.update(bandwidth)
+    total = sum(table.values())
     out: Dict[int, int] = {}
-    for n, b in bandwidth.items():
+    for n, b in table.items():
         scaled = KERNEL_WEIGHTINESS * b
         out[n] = scaled // total if b and total < scaled else 1
     return divide_gcd(out)
