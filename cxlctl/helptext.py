@@ -14,6 +14,9 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional, Tuple
 
+import typer
+from typer.core import TyperGroup
+
 #: below this many columns ``--help`` is stacked (:func:`narrow_help`): rich's option table cut
 #: names and values with an ellipsis at 60 columns (``--set-weigh…``, ``weighted-in…``)
 NARROW = 80
@@ -60,3 +63,19 @@ def narrow_help(cmd: Any, ctx: Any) -> Optional[str]:
             subs.append((name, (sub.short_help or sub.help or "").split("\n\n")[0]))
     out += _entries("Commands", subs, w)
     return "\n".join(out) + "\n"
+
+
+class Stacked:
+    """Mixin of the CLI's commands and groups: ``--help`` stacked on a narrow screen
+    (:func:`narrow_help`), typer's panels otherwise."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        text = narrow_help(self, ctx)
+        if text is None:
+            super().format_help(ctx, formatter)  # type: ignore[misc]
+        else:
+            typer.echo(text, nl=False)
+
+
+class Group(Stacked, TyperGroup):
+    """Every command group of the app (:func:`cxlctl.cli.common.group`, the application's own)."""

@@ -36,6 +36,7 @@ from cxlctl.emit import emit_json as emit_json
 from cxlctl.emit import fold_for_terminal as fold_for_terminal
 from cxlctl.emit import guarded, root_first
 from cxlctl.errors import EXIT_USAGE, CxlctlError, UsageError
+from cxlctl.helptext import Group
 from cxlctl.hostio.host import Host
 from cxlctl.progress import ProgressFn
 from cxlctl.term import isatty as isatty
@@ -74,8 +75,6 @@ def enter(ctx: typer.Context, state: CliState) -> None:
 
 def group(name: str, help: str) -> typer.Typer:
     """A command group with the settings every group shares (no typer extras, no pretty tracebacks)."""
-    from .params import Group
-
     return typer.Typer(
         name=name, help=help, cls=Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False
     )

@@ -29,9 +29,7 @@ def nri_config_cmd(
     output: Optional[str] = typer.Option(
         None, "--output", metavar="FILE", help="Write the file (per node: the agent)."
     ),
-    namespace: str = typer.Option(
-        "kube-system", "--namespace", metavar="NS", help="With --configmap: the plugin's namespace."
-    ),
+    namespace: str = typer.Option("kube-system", "--namespace", metavar="NS", help="With --configmap: its namespace."),
     json_out: bool = JSON_OPT,
 ) -> None:
     """The memory-policy plugin's classes for this host: weighted interleave, KV on CXL, DRAM bind (YAML)."""
@@ -41,9 +39,7 @@ def nri_config_cmd(
 
     h = host()
     r = _ratio(ratio)
-    nri.check_prefix(prefix)
-    nri.check_namespace(namespace)
-    nri.check_scope(configmap, pool, output)
+    nri.check_options(prefix, namespace, configmap, pool, output)
     cfg = nri.build(h, scan(h), r, prefix)
     if json_out:
         emit_json(nri.to_json(cfg))
@@ -53,7 +49,7 @@ def nri_config_cmd(
     note(f"warning: {w}" for w in cfg.warnings)
 
 
-@k8s_app.command("kv-pool")
+@k8s_app.command("kv-pool", cls=Command)
 def kv_pool_cmd(
     size: Optional[str] = typer.Option(None, "--size", metavar="SIZE", help="Pool size (default: free pinnable CXL)."),
     directory: str = typer.Option("/run/cxlctl/kv", "--dir", metavar="DIR", help="Host directory to mount it on."),

@@ -20,8 +20,10 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Set
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 
+from cxlctl.helptext import Group as Group
+from cxlctl.helptext import Stacked
 from cxlctl.parse import is_decimal, parse_seconds
 
 
@@ -29,27 +31,9 @@ def _no_type_column(*args: Any, **kwargs: Any) -> str:
     return ""  # the metavar says it all
 
 
-class _Stacked:
-    """``--help`` stacked on a narrow screen (:func:`cxlctl.helptext.narrow_help`), typer's panels otherwise."""
-
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        from cxlctl.helptext import narrow_help
-
-        text = narrow_help(self, ctx)
-        if text is None:
-            super().format_help(ctx, formatter)  # type: ignore[misc]
-        else:
-            typer.echo(text, nl=False)
-
-
-class Group(_Stacked, TyperGroup):
-    """Every command group of the app (:func:`cxlctl.cli.common.group`, the application's own)."""
-
-
-class Command(_Stacked, TyperCommand):
-    """A command whose usage line names arguments ``DEST``, not ``{dest}``, and whose
-    argument list has no ``<str>`` type column (for arguments declared with :func:`argument`);
-    its ``--help`` is stacked on a narrow screen (:class:`_Stacked`)."""
+class Command(Stacked, TyperCommand):
+    """A command whose usage names arguments ``DEST`` (not ``{dest}``), whose arguments (:func:`argument`) have no
+    ``<str>`` type column, and whose ``--help`` is stacked on a narrow screen (:class:`cxlctl.helptext.Stacked`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

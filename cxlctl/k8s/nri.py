@@ -236,6 +236,13 @@ def to_configmap(cfg: NriConfig, namespace: str, pool: str) -> str:
     return "\n".join(head) + "\n" + to_yaml(cfg, indent=4)
 
 
+def check_options(prefix: str, namespace: str, configmap: bool, pool: Optional[str], output: Optional[str]) -> None:
+    """``k8s nri-config``'s options, each refused with exit 2 and the fix before anything is built."""
+    check_prefix(prefix)
+    check_namespace(namespace)
+    check_scope(configmap, pool, output)
+
+
 def check_scope(configmap: bool, pool: Optional[str], output: Optional[str]) -> None:
     """Refuse a configuration that would reach nodes it was not resolved on (module docstring)."""
     import re
