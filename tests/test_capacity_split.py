@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
@@ -138,6 +138,23 @@ def test_capacity_shows_the_target_against_the_host(split: str) -> None:
 def _doctor(root: str) -> Dict[str, Dict[str, Any]]:
     doc = json.loads(cli("--root", root, "doctor", "--json").stdout)
     return {c["id"]: c for c in doc["checks"]}
+
+
+def test_zone_normal_blocker_names_the_split_before_its_way_out(split: str) -> None:
+    """Node 3's ZONE_NORMAL memory is the pinned KV's share once the split is set: the blocker's fix says so
+    (and lowering the target comes first); without the setting the fix is the plain way out."""
+
+    def fixes() -> List[str]:
+        doc = json.loads(cli("--root", split, "capacity", "--json", inprocess=True).stdout)
+        return [b["fix"] for m in doc["memdevs"] for b in m["blockers"] if b["code"] == "zone-normal"]
+
+    plain = fixes()
+    assert plain and not any("pinnable" in f for f in plain), plain
+    _conf(split, '[capacity]\npinnable = "256M"\n')
+    split_fixes = fixes()
+    assert split_fixes and all(
+        f.startswith("[capacity] pinnable = 256 MiB") and "lower it first" in f for f in split_fixes
+    ), split_fixes
 
 
 def test_doctor_judges_each_device_by_the_split(split: str) -> None:

@@ -432,7 +432,24 @@ def gather_for(host: Host, inv: Inventory) -> Report:
     share = pinnable.load_share(host, inv, strict=False)
     if share.note:
         notes.append(share.note)
-    return assess(inv, procs, _removable(host, inv), notes)._replace(share=share)
+    return with_split(assess(inv, procs, _removable(host, inv), notes), share)
+
+
+def with_split(rep: Report, sh: pinnable.Share) -> Report:
+    """``rep`` under the host's split: with ``[capacity] pinnable`` set, kernel-zone CXL memory is the pinned KV's
+    share on purpose, so a ``zone-normal`` blocker says so before its way out (lower the target first)."""
+    if sh.target is None:
+        return rep._replace(share=sh)
+    first = f"{sh.setting} keeps kernel-zone CXL memory for pinned KV; to lend this instead, lower it first, then "
+
+    def fix(bs: Tuple[Blocker, ...]) -> Tuple[Blocker, ...]:
+        return tuple(b._replace(fix=first + b.fix) if b.code == "zone-normal" else b for b in bs)
+
+    return rep._replace(
+        memdevs=tuple(m._replace(blockers=fix(m.blockers)) for m in rep.memdevs),
+        nodes=tuple(n._replace(blockers=fix(n.blockers)) for n in rep.nodes),
+        share=sh,
+    )
 
 
 # ------------------------------------------------------------------------------------ JSON
