@@ -214,6 +214,23 @@ class Fakes:
         with open(self.help, "w") as f:
             f.write(HELP_SGLANG)
 
+    def for_anyone(self) -> None:
+        """Make the fakes runnable by uid 65534 (``cli(..., nobody=True)``): their interpreter the base Python, as
+        CI's clone, and the venv in it, may be private to root (``tests.kit.nobody_python``); they need only the
+        standard library."""
+        base = getattr(sys, "_base_executable", sys.executable)
+        for name in os.listdir(self.bin):
+            p = os.path.join(self.bin, name)
+            if os.path.islink(p):
+                os.unlink(p)
+                os.symlink(base, p)
+                continue
+            with open(p) as f:
+                text = f.read()
+            if text.startswith("#!"):
+                with open(p, "w") as f:
+                    f.write(f"#!{base}\n" + text.split("\n", 1)[1])
+
     def env(self, path_tail: Optional[str] = None, **extra: str) -> Dict[str, str]:
         tail = path_tail if path_tail is not None else os.environ.get("PATH", "/usr/bin:/bin")
         e = {

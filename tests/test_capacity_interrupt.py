@@ -50,6 +50,7 @@ def test_a_hung_offline_is_bounded_and_rolled_back(tmp_path: Path, monkeypatch: 
 
     root = _copy(tmp_path)
     monkeypatch.setenv("CXLCTL_TEST_HANG_WRITE", HANG)
+    handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     t0 = time.monotonic()
     with pytest.raises(CxlctlError) as e:
         rel.release(Host(root), ["mem0"], None, lambda m: None, wait=0, timeout=0.5)
@@ -62,7 +63,8 @@ def test_a_hung_offline_is_bounded_and_rolled_back(tmp_path: Path, monkeypatch: 
     j = rel.load(Host(root))
     assert j is not None and j["state"] == rel.ROLLED_BACK
     assert os.path.isdir(os.path.join(root, "sys/bus/cxl/devices/region0"))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are put back
+    # the handlers are put back as they were (SIG_IGN for SIGINT when CI runs the tier in the background)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
 
 
 RELEASE = ("capacity", "release", "mem0", "--no-sanitize")
@@ -354,3 +356,18 @@ def test_the_bound_names_the_processes_on_the_node(tmp_path: Path, monkeypatch: 
     assert "processes with pages on node 1 (a page one of them holds by an extra reference" in hint, hint
     assert f"PID {pid} (" in hint and "pinned memory" not in hint, hint
     assert _all_online(root)
+
+
+def test_a_signal_the_caller_ignores_stays_ignored() -> None:
+    """A release started with SIGINT ignored (nohup, a background job of a non-interactive shell) is not made
+    interruptible by it: the guard leaves an ignored signal alone, as Python does at start-up."""
+    from cxlctl.capacity.bound import Guard
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Guard(1.0):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # not ignored: handled
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -332,6 +332,7 @@ def test_pod_entrypoint_places_the_offload_on_cxl_without_privileges(tmp_path: A
     write_status(tree, "0,2-3")
     base = os.path.dirname(tree)
     fakes = Fakes(os.path.join(base, "fakes"))
+    fakes.for_anyone()
     from tests.kit import _world_readable
 
     _world_readable(base)

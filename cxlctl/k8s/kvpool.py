@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from cxlctl.capacity import pinnable
 from cxlctl.errors import CxlctlError, UsageError
@@ -56,6 +56,10 @@ MIB = 1 << 20
 MS_REMOUNT = 32
 
 
+#: what :func:`apply` does to the pool's mount point
+PoolAction = Literal["mount", "remount", "none"]
+
+
 class Pool(NamedTuple):
     directory: str  # host path of the tmpfs
     nodes: Tuple[int, ...]  # the pinnable CXL nodes it is bound to
@@ -64,7 +68,7 @@ class Pool(NamedTuple):
     zones: Dict[int, pinnable.NodeZones]  # every CXL node's pinnable / lendable split
     free: int  # pinnable CXL memory free now (an upper bound: capacity/pinnable.py)
     current: Optional[mounts.TmpfsPolicy]  # what is mounted at ``directory`` now
-    action: str  # mount | remount | none
+    action: PoolAction
     notes: Tuple[str, ...] = ()
 
 
@@ -99,7 +103,7 @@ def plan(host: Host, inv: Inventory, size: Optional[int], directory: str = paths
             hint="give a smaller --size (or leave it out: the free pinnable CXL memory)",
         )
     opts = tmpfs_options(want, nodes, "bind")
-    action = "mount" if cur is None else "none" if (cur.nodes, cur.size) == (nodes, want) else "remount"
+    action: PoolAction = "mount" if cur is None else "none" if (cur.nodes, cur.size) == (nodes, want) else "remount"
     notes = []
     if len(nodes) < len(zones):
         lend = sorted(set(zones) - set(nodes))
