@@ -22,7 +22,12 @@ cxlvm_log() { echo "cxlvm: $*" >&2; }
 # expected number of memdevs, each with its endpoint port, exists.  Endpoints
 # matter: a memdev without one cannot join a region yet.
 cxlvm_prelude() {
-    local m want=${CXLVM_MEMDEVS:-0} limit=${CXLVM_SETTLE_TIMEOUT:-60} n e i=0
+    local m want=${CXLVM_MEMDEVS:-0} limit=${CXLVM_SETTLE_TIMEOUT:-60} n e i=0 d
+    # the guest sees the host's root: the host's cxlctl state and configuration (a probe record a
+    # `cxlctl probe` left in /var/lib/cxlctl, a cxlctl.toml) are not the guest's; each check starts empty
+    for d in /var/lib/cxlctl /etc/cxlctl; do
+        if [ -d "$d" ]; then mount -t tmpfs -o mode=0755 cxlvm-empty "$d" || cxlvm_log "cannot hide the host's $d"; fi
+    done
     for m in cxl_acpi cxl_pci cxl_mem dax_cxl device_dax kmem; do
         modprobe "$m" || cxlvm_log "modprobe $m failed"
     done
