@@ -358,16 +358,16 @@ def test_the_bound_names_the_processes_on_the_node(tmp_path: Path, monkeypatch: 
     assert _all_online(root)
 
 
-def test_a_signal_the_caller_ignores_stays_ignored() -> None:
-    """A release started with SIGINT ignored (nohup, a background job of a non-interactive shell) is not made
-    interruptible by it: the guard leaves an ignored signal alone, as Python does at start-up."""
+def test_a_signal_the_caller_ignored_still_rolls_back() -> None:
+    """A release started with SIGINT ignored (a background job of a non-interactive shell: the guest test's
+    ``cxlctl capacity release … &``, CI's tier) still takes SIGINT while it runs: the guard handles it, then
+    puts the ignored disposition back."""
     from cxlctl.capacity.bound import Guard
 
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with Guard(1.0):
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # not ignored: handled
+            assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, old)

@@ -73,8 +73,8 @@ class Guard:
     def __enter__(self) -> Guard:
         if threading.current_thread() is threading.main_thread():
             for s in self.SIGNALS:
-                if s != signal.SIGALRM and signal.getsignal(s) is signal.SIG_IGN:
-                    continue  # ignored by who started us (nohup, a background job): as Python itself keeps it
+                # also when ignored by who started us (a background job of a script gets SIGINT ignored):
+                # a `kill -INT` of the release is a request to stop, and a rollback loses nothing
                 self._old[s] = signal.signal(s, self._handler)
             self.active = True
             self._outer, Guard.current = Guard.current, self
