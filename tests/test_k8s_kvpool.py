@@ -133,6 +133,7 @@ def test_an_agent_restart_keeps_the_mounted_pool(tmp_path: Any) -> None:
         ("rw,size=8k,mpol=weighted interleave:0,2", ("weighted-interleave", (0, 2), 8 << 10)),
         ("rw,size=8k", None),
         ("rw,mpol=local", None),
+        ("rw,size=\u0661\u0662k,mpol=bind:1", ("bind", (1,), None)),  # size digits are ASCII or not a size
     ],
 )
 def test_tmpfs_policy_forms(opts: str, want: Any) -> None:
@@ -145,6 +146,9 @@ def test_tmpfs_policy_forms(opts: str, want: Any) -> None:
 def test_mountinfo_escapes_and_bad_lines() -> None:
     ms = mounts.parse("1 2 0:1 / /a\\040b rw - tmpfs none rw,mpol=bind:0\nnot a line\n3 4 0:2 / /c rw - ext4\n")
     assert [m.mount_point for m in ms] == ["/a b"]
+    # a backslash before digits that are not octal is kept as it is (it was int(..., 8): ValueError)
+    (m,) = mounts.parse("1 2 0:1 / /a\\999b rw - tmpfs none rw\n")
+    assert m.mount_point == "/a\\999b"
 
 
 def test_collect_removes_only_the_directories_of_pods_gone(tmp_path: Any) -> None:

@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 from cxlctl.hostio import paths
 from cxlctl.hostio.host import Host
 from cxlctl.namedrecord import NamedTuple
-from cxlctl.parse import parse_nodelist
+from cxlctl.parse import is_decimal, parse_nodelist
 
 
 class Mount(NamedTuple):
@@ -51,7 +51,7 @@ def _unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as ``\\ooo`` (fs/proc_namespace.c ``mangle``)."""
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit() and len(field[i + 1 : i + 4]) == 3:
+        if field[i] == "\\" and re.fullmatch(r"[0-7]{3}", field[i + 1 : i + 4]):
             out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
@@ -80,7 +80,7 @@ def parse(text: str) -> List[Mount]:
         if "-" not in f[6:]:
             continue
         sep = f.index("-", 6)
-        if len(f) < sep + 3 or len(f) < 6:
+        if len(f) < sep + 3:
             continue
         # the last field, joined back: mpol_to_str names some modes with a space ("weighted interleave")
         opts = _options(" ".join(f[sep + 3 :])) if len(f) > sep + 3 else ()
@@ -113,6 +113,12 @@ def tmpfs_policy(m: Mount) -> Optional[TmpfsPolicy]:
         return None
     size = m.option("size")
     nbytes = None
-    if size and size.endswith("k") and size[:-1].isdigit():
+    if size and size.endswith("k") and is_decimal(size[:-1]):
         nbytes = int(size[:-1]) << 10  # shmem_show_options prints size=%luk
     return TmpfsPolicy(mode, nodes, nbytes) if nodes else None
+
+
+def policy_at(host: Host, target: str) -> Optional[TmpfsPolicy]:
+    """The memory policy of the tmpfs this process sees at ``target`` (None: no such tmpfs there)."""
+    m = mounted_at(host, target)
+    return tmpfs_policy(m) if m is not None else None
