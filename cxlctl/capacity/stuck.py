@@ -102,9 +102,10 @@ def holders(host: Host, nodes: Sequence[int]) -> Tuple[List[str], List[str]]:
 
     pins: List[Tuple[int, str]] = []
     others: List[Tuple[int, str]] = []
-    where = f"on node {format_nodelist(sorted(set(nodes)))}"
+    want = set(nodes)
+    where = f"on node {format_nodelist(sorted(want))}"
     for p in read_procs(host.reread(), look_for_fds=False):
-        on = sum(b for n, b in p.on_node.items() if n in set(nodes))
+        on = sum(b for n, b in p.on_node.items() if n in want)
         if not on:
             continue
         status = host.reread().body(paths.proc_pid(p.pid, "status"))

@@ -221,10 +221,10 @@ def remove(
         if not dry_run:
             os.unlink(f)
         done.append(f"{would}remove {f}")
-    m = mounts.mounted_at(host, directory)
-    if m is not None and mounts.tmpfs_policy(m) is not None and dry_run:
+    mounted = mounts.policy_at(host, directory) is not None
+    if mounted and dry_run:
         done.append(f"would unmount {directory}")
-    elif m is not None and mounts.tmpfs_policy(m) is not None:
+    elif mounted:
         err = _libc_call("umount2", directory.encode(), ctypes.c_int(0))
         if err:
             raise CxlctlError(

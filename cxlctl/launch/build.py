@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cxlctl.errors import CxlctlError, UsageError
 from cxlctl.hostio.host import Host
+from cxlctl.hostio.mounts import TmpfsPolicy
 from cxlctl.hostio.proc import has_cap
 from cxlctl.inventory import scan
 from cxlctl.model import Inventory
@@ -467,7 +468,7 @@ def _kv_placement(
         fix,
         pinned,
         req.allow_unpinnable,
-        _shm_mount(host) if shm else None,
+        _shm_policy(host) if shm else None,
     )
     kp = kvplace.decide(inv, ns, policy, size, choice)
     if kp.mechanism == "policy" and ea.placement[0] == "engine":
@@ -481,14 +482,12 @@ def _kv_placement(
     return kp
 
 
-def _shm_mount(host: Host) -> Optional[Tuple[str, Tuple[int, ...], Optional[int]]]:
+def _shm_policy(host: Host) -> Optional[TmpfsPolicy]:
     """The /dev/shm this process has, when the kernel shows it as a tmpfs with an ``mpol=``
-    (/proc/self/mountinfo; in a pod, the node's KV pool): (mode, nodes, size)."""
+    (/proc/self/mountinfo; in a pod, the node's KV pool)."""
     from cxlctl.hostio import mounts, paths
 
-    m = mounts.mounted_at(host, paths.DEV_SHM)
-    tp = mounts.tmpfs_policy(m) if m is not None else None
-    return (tp.mode, tp.nodes, tp.size) if tp is not None else None
+    return mounts.policy_at(host, paths.DEV_SHM)
 
 
 def _kv_tokens(model: Optional[kvsize.ModelKv], ea: eng.EngineArgs, notes: List[str]) -> Optional[int]:

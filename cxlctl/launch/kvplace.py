@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from cxlctl.capacity import pinnable
 from cxlctl.errors import UsageError
+from cxlctl.hostio.mounts import TmpfsPolicy
 from cxlctl.model import Inventory
 from cxlctl.namedrecord import NamedTuple
 from cxlctl.parse import format_nodelist, format_size
@@ -161,7 +162,7 @@ class Choice(NamedTuple):
     pinned: bool = False  # the engine long-term pins its /dev/shm offload (vLLM on a GPU, exec --pinned)
     allow_unpinnable: bool = False  # --allow-unpinnable: launch although the pin moves it off CXL
     #: the /dev/shm this process has, when it is a tmpfs with a policy: (mode, nodes, size or None)
-    shm_mount: Optional[Tuple[str, Tuple[int, ...], Optional[int]]] = None
+    shm_mount: Optional[TmpfsPolicy] = None
 
 
 def decide(inv: Inventory, ns: NodeSets, policy: Policy, size: int, c: Choice) -> KvPlacement:
@@ -260,13 +261,11 @@ _MPOL_MODES = {
 }
 
 
-def _shm_mount(
-    inv: Inventory, ns: NodeSets, size: int, mnt: Tuple[str, Tuple[int, ...], Optional[int]], force: bool
-) -> KvPlacement:
+def _shm_mount(inv: Inventory, ns: NodeSets, size: int, mnt: TmpfsPolicy, force: bool) -> KvPlacement:
     """The /dev/shm mounted for this process (the node's KV pool in a pod): its files' pages take the
     mount's policy, whoever faults them; a size beyond the tmpfs's ``size=`` is refused (the fault past
     it gets SIGBUS: shmem_alloc_and_add_folio's ENOSPC), unless --force."""
-    mode, nodes, limit = mnt
+    mode, nodes, limit = mnt.mode, mnt.nodes, mnt.size
     pol = Policy(_MPOL_MODES.get(mode, "bind"), nodes, ns.cpu_nodes, (), ())
     if limit is not None and size > limit and not force:
         raise UsageError(

@@ -273,8 +273,7 @@ def _mounted_shm_context(host: Host, shm_bytes: int) -> List[Check]:
     the same kernel rules as cxlctl's own tmpfs: the creating task's cpuset, its memory cgroup, SIGBUS."""
     from cxlctl.hostio import mounts
 
-    m = mounts.mounted_at(host, paths.DEV_SHM)
-    tp = mounts.tmpfs_policy(m) if m is not None else None
+    tp = mounts.policy_at(host, paths.DEV_SHM)
     return _tmpfs_context(host, shm_bytes, tp.nodes, tp.mode) if tp is not None else []
 
 
