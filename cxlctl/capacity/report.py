@@ -153,7 +153,9 @@ def _used(node: Optional[Node]) -> Optional[int]:
     return max(0, node.mem_total - node.mem_free)
 
 
-def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]], who: str) -> List[Blocker]:
+def _block_blockers(
+    dx: _Dax, bs: int, removable: Dict[int, Optional[str]], who: str, split: Optional[pinnable.Share]
+) -> List[Blocker]:
     """The blockers of a system-ram DAX device's memory blocks; ``who`` names the memdevs in the fix
     (the group's first: the members of an interleaved region share one paragraph, and release together)."""
     d = dx.dev
@@ -179,7 +181,7 @@ def _block_blockers(dx: _Dax, bs: int, removable: Dict[int, Optional[str]], who:
                 f"{d.name}: {len(normal)} block(s) ({format_size(len(normal) * bs)}) online in "
                 f"{'/'.join('ZONE_' + z.upper() for z in zones)} on node {d.target_node} ({ids}): the kernel puts "
                 "unmovable pages there (slab, page tables) and offline_pages() fails with EBUSY on one",
-                zone_normal_fix(who),
+                zone_normal_fix(who, split),
             )
         )
     if any(removable.get(b.id) == "0" for b in dx.blocks):
@@ -294,7 +296,11 @@ def _share(inv: Inventory, region: str, bs: int) -> Tuple[int, int, int]:
 
 
 def _memdev_report(
-    inv: Inventory, m: Memdev, procs: Sequence[Proc], removable: Dict[int, Optional[str]]
+    inv: Inventory,
+    m: Memdev,
+    procs: Sequence[Proc],
+    removable: Dict[int, Optional[str]],
+    split: Optional[pinnable.Share] = None,
 ) -> MemdevCapacity:
     bs = inv.memory_block_size or 0
     cap = (m.ram_size or 0) + (m.pmem_size or 0)
@@ -317,7 +323,7 @@ def _memdev_report(
             if dx.dev.target_node is not None:
                 nodes.add(dx.dev.target_node)
             online += len([b for b in dx.blocks or () if is_online(b)]) * bs
-            blockers += _block_blockers(dx, bs, removable, min(devs, key=natural_key))
+            blockers += _block_blockers(dx, bs, removable, min(devs, key=natural_key), split)
         elif dx.dev.mode == "devdax":
             devdax_names.add(dx.dev.name)
     for r in sorted(regions):
@@ -391,13 +397,19 @@ def _node_report(inv: Inventory, n: Node, mds: Sequence[MemdevCapacity]) -> Node
 
 
 def assess(
-    inv: Inventory, procs: Sequence[Proc], removable: Dict[int, Optional[str]], notes: Sequence[str] = ()
+    inv: Inventory,
+    procs: Sequence[Proc],
+    removable: Dict[int, Optional[str]],
+    notes: Sequence[str] = (),
+    split: Optional[pinnable.Share] = None,
 ) -> Report:
-    """The report for ``inv``: each memdev, then each CXL node (a node with CXL memory)."""
-    mds = tuple(_memdev_report(inv, m, procs, removable) for m in inv.memdevs)
+    """The report for ``inv``: each memdev, then each CXL node (a node with CXL memory), under the host's
+    ``split`` when given (its target changes a ``zone-normal`` blocker's fix: :func:`.zones.zone_normal_fix`)."""
+    mds = tuple(_memdev_report(inv, m, procs, removable, split) for m in inv.memdevs)
     nodes = tuple(_node_report(inv, n, mds) for n in inv.nodes if n.kind == "cxl")
     holes = tuple(port_holes(inv))
-    return Report(mds, nodes, inv.memory_block_size, tuple(hole_text(h) for h in holes) + tuple(notes), holes)
+    text = tuple(hole_text(h) for h in holes) + tuple(notes)
+    return Report(mds, nodes, inv.memory_block_size, text, holes, share=split)
 
 
 def _removable(host: Host, inv: Inventory) -> Dict[int, Optional[str]]:
@@ -432,27 +444,7 @@ def gather_for(host: Host, inv: Inventory) -> Report:
     share = pinnable.load_share(host, inv, strict=False)
     if share.note:
         notes.append(share.note)
-    return with_split(assess(inv, procs, _removable(host, inv), notes), share)
-
-
-def with_split(rep: Report, sh: pinnable.Share) -> Report:
-    """``rep`` under the host's split: with ``[capacity] pinnable`` set, kernel-zone CXL memory is the pinned KV's
-    share on purpose, so a ``zone-normal`` blocker says so before its way out (lower the target first)."""
-    if sh.target is None:
-        return rep._replace(share=sh)
-    first = f"{sh.setting} keeps kernel-zone CXL memory for pinned KV; to lend this instead, lower it first, then "
-
-    def fix(bs: Tuple[Blocker, ...]) -> Tuple[Blocker, ...]:
-        return tuple(b._replace(fix=first + b.fix) if b.code == "zone-normal" else b for b in bs)
-
-    return rep._replace(
-        memdevs=tuple(m._replace(blockers=fix(m.blockers)) for m in rep.memdevs),
-        nodes=tuple(n._replace(blockers=fix(n.blockers)) for n in rep.nodes),
-        share=sh,
-    )
-
-
-# ------------------------------------------------------------------------------------ JSON
+    return assess(inv, procs, _removable(host, inv), notes, share)
 
 
 def _blocker_json(b: Blocker) -> Dict[str, Any]:

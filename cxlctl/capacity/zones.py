@@ -35,7 +35,10 @@ give it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .pinnable import Share
 
 #: how to online new CXL memory movable, per device
 PER_DEVICE = (
@@ -66,10 +69,16 @@ def movable_fix() -> str:
     return f"online CXL memory movable: {PER_DEVICE}; for every boot: {BOOT}; or {AUTO_MOVABLE}"
 
 
-def zone_normal_fix(memdev: Optional[str] = None) -> str:
-    """What to do about a device online in ZONE_NORMAL (the report's ``zone-normal`` blocker)."""
+def zone_normal_fix(memdev: Optional[str] = None, split: Optional[Share] = None) -> str:
+    """What to do about a device online in ZONE_NORMAL (the report's ``zone-normal`` blocker); with the host's
+    split set (``[capacity] pinnable``), that memory is the pinned KV's share on purpose: lower the target first."""
     who = memdev or "MEMDEV"
-    return (
+    first = ""
+    if split is not None and split.target is not None:
+        first = (
+            f"{split.setting} keeps kernel-zone CXL memory for pinned KV; to lend this instead, lower it first, then "
+        )
+    return first + (
         f"try it: `cxlctl capacity release {who} --try-normal` offlines the ZONE_NORMAL blocks and rolls back "
         "on EBUSY (an unmovable kernel page); a reboot does not help, the firmware's memory comes back in "
         f"ZONE_NORMAL: {BOOT}, or build the region with `cxlctl region create --zone movable`"
