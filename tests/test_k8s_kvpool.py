@@ -166,3 +166,20 @@ def test_collect_removes_only_the_directories_of_pods_gone(tmp_path: Any) -> Non
     assert kvpool.collect(str(pool), str(tmp_path / "missing")) == []
     assert kvpool.collect(str(pool), str(pods)) == [f"removed {pool / gone} (pod {gone} is gone)"]
     assert sorted(os.listdir(pool)) == sorted([live, "lost+found"])
+
+
+def test_the_pool_is_not_mounted_where_another_user_can_change_the_path(tmp_path: Any) -> None:
+    """mount(2) follows links: a --dir under a directory uid 65534 owns (where it could plant a link to
+    another mount point) is refused before anything is mounted or written."""
+    from cxlctl.errors import CxlctlError
+    from cxlctl.hostio.host import Host
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    pool = kvpool.Pool(str(theirs / "kv"), (2,), 1 << 20, "size=1048576,mpol=bind:2", {}, 1 << 20, None, "mount")
+    nfd = tmp_path / "nfd"
+    with pytest.raises(CxlctlError, match="refusing the KV pool's mount point") as e:
+        kvpool.apply(Host("/"), pool, str(nfd))
+    assert "owned by uid 65534" in str(e.value) or "65534" in str(e.value), str(e.value)
+    assert not nfd.exists()

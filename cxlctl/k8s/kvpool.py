@@ -156,12 +156,19 @@ def apply(host: Host, pool: Pool, nfd_dir: str = paths.NFD_DIR, kubelet_pods: st
     """Mount (or resize) the pool, write the feature file, remove the directories of pods gone; the
     steps done, in words.  Live host only: a recorded tree has nothing to mount."""
     from cxlctl.hostio.atomic import atomic_write
+    from cxlctl.hostio.trust import require_trusted
 
     if not host.live:
         raise UsageError("a KV pool is mounted on the live host only", hint="add --dry-run to see the plan for a tree")
     done = []
     if pool.action != "none":
         os.makedirs(pool.directory, mode=0o755, exist_ok=True)
+        # mount(2) follows links: every component of the mount point root's own, writable by root only
+        require_trusted(
+            pool.directory,
+            "the KV pool's mount point",
+            hint="give --dir a directory that only root can change (the default /run/cxlctl/kv)",
+        )
         flags = MS_REMOUNT if pool.action == "remount" else 0
         flags |= 2 | 4 | 8  # nosuid, nodev, noexec: as the runtime's own /dev/shm
         err = _libc_call(
