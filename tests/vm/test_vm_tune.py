@@ -184,7 +184,7 @@ def _check_tries(out: str, boot: Dict[str, str], ratio: Dict[str, str]) -> None:
     # 1. no confirmation: the tried values while waiting, the boot values after the deadline
     assert _readback(out, "try-timeout-waiting") == ratio
     assert _rc(out, "try-timeout") == 1, _err(out, "try-timeout")
-    assert "no confirmation within 30 s: reverted vm-ratio to the previous values" in _err(out, "try-timeout")
+    assert "no confirmation within 15 s: reverted vm-ratio to the previous values" in _err(out, "try-timeout")
     doc = _json(out, "try-timeout")
     assert doc["outcome"] == "timeout" and doc["reverted"]["ok"]
     assert _readback(out, "try-timeout") == boot
