@@ -263,7 +263,11 @@ def check(res: GuestResult, series: str) -> None:
     assert [r["owner"] for r in rows] == ["cxlctl", "cxlctl"]
     cold_row = next(r for r in rows if r["action"] == "migrate_cold")
     if not free_goal:
-        assert cold_row["sz_applied"] >= 4 << 20 and cold_row["nr_applied"] > 0
+        # the kernel's own counter (sz_applied: what the scheme's action moved, damos_apply_scheme()) says the
+        # scheme moved them, by the same 90 % bar as the placement above, not the whole 4 MiB, which the
+        # kernel does not promise by any time (a 2x slower machine, 2026-12-07: 927 of 1,024 pages on the CXL
+        # node, 3,981,312 B applied)
+        assert cold_row["sz_applied"] >= 0.9 * (4 << 20) and cold_row["nr_applied"] > 0, report
 
     # -- drift, then revert
     assert out_text(out, "drift-verify.rc").strip() == "3"
