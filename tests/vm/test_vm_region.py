@@ -37,7 +37,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cxlctl.parse import parse_nodelist
-from tests.vm.harness import GuestResult, run_guest
+from tests.vm.harness import GuestResult, kernels_for, run_guest
 
 pytestmark = pytest.mark.vm
 
@@ -86,9 +86,12 @@ def switch2() -> Dict[str, Dict[str, Any]]:
     return index(boot("switch2", "switch2"))
 
 
-@pytest.fixture(scope="module")
-def hb2() -> Dict[str, Dict[str, Any]]:
-    return index(boot("hb2", "hb2"))
+# with CXLCTL_VM_KERNELS=all only (kernels_for): hb2 is hb2x2's root-level interleave across two host
+# bridges with one device each, and the hb2x2 boots check the same kernel rules there (the 2-way plan,
+# the position order the kernel refuses with ENXIO, destroy) on both kernels
+@pytest.fixture(scope="module", params=kernels_for("6.12", ci=[]))
+def hb2(request: Any) -> Dict[str, Dict[str, Any]]:
+    return index(boot("hb2", "hb2", request.param))
 
 
 def index(steps: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
