@@ -8,6 +8,9 @@
 #   scripts/ci-fresh.sh            # clone HEAD, run .ci/run, log to <dir>/ci.log
 #   scripts/ci-fresh.sh --cold     # also an empty VM cache: downloads QEMU's kernels again
 #   scripts/ci-fresh.sh -- -k vm   # extra arguments go to pytest (through .ci/run)
+#   scripts/ci-fresh.sh --cpus 1      # the whole run in a cgroup with 1 CPU of time in all (cpu.max, or
+#                                  # cpu.cfs_quota_us on cgroup v1): two cores at half speed, as on the
+#                                  # slowest CI machine seen; prints the CPU time the run used (root)
 #   scripts/ci-fresh.sh --path "$PATH" --env CXLCTL_PYTHON=python3
 #                                  # another PATH, and variables set in the empty environment: CI's own
 #                                  # log shows pyenv's python3 (3.11.7) where the minimal PATH finds
@@ -18,6 +21,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cold=0
+cpus=""
 ci_path=/usr/sbin:/usr/bin:/sbin:/bin
 extra_env=()
 while [ $# -gt 0 ]; do
@@ -25,8 +29,10 @@ while [ $# -gt 0 ]; do
     --cold) cold=1; shift ;;
     --path) ci_path=$2; shift 2 ;;
     --env) extra_env+=("$2"); shift 2 ;;
+    --cpus) cpus=$2; shift 2
+      case $cpus in ''|*[!0-9.]*) echo "ci-fresh: --cpus takes a number of CPUs, such as 1 or 1.5" >&2; exit 2 ;; esac ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "ci-fresh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +48,23 @@ if [ -d "$shared" ]; then
 fi
 if [ "$cold" = 1 ]; then extra_env+=("CXLCTL_VM_CACHE=$work/vm-cache"); fi
 echo "ci-fresh: $(git -C "$work/main" log --oneline -1) in $work/main; log: $work/ci.log" >&2
+# --cpus: this shell (and so the whole run) into a cgroup of its own with that much CPU time per period
+cg=""
+if [ -n "$cpus" ]; then
+  quota=$(awk -v c="$cpus" 'BEGIN { printf "%d", c * 100000 }')
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then  # cgroup v2
+    cg=/sys/fs/cgroup/cxlctl-ci-fresh.$$
+    echo +cpu > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    mkdir "$cg" && echo "$quota 100000" > "$cg/cpu.max" && echo $$ > "$cg/cgroup.procs"
+    used() { awk '/^usage_usec/ { printf "%d", $2 / 1000000 }' "$cg/cpu.stat"; }
+  else  # cgroup v1: the cpu and cpuacct hierarchies
+    cg=/sys/fs/cgroup/cpu/cxlctl-ci-fresh.$$; acct=/sys/fs/cgroup/cpuacct/cxlctl-ci-fresh.$$
+    mkdir "$cg" "$acct" && echo 100000 > "$cg/cpu.cfs_period_us" && echo "$quota" > "$cg/cpu.cfs_quota_us" &&
+      echo $$ > "$cg/cgroup.procs" && echo $$ > "$acct/cgroup.procs"
+    used() { awk '{ printf "%d", $1 / 1e9 }' "$acct/cpuacct.usage"; }
+  fi || { echo "ci-fresh: cannot make a cgroup with $cpus CPU(s) (root and a cpu controller are needed)" >&2; exit 2; }
+  echo "ci-fresh: the run gets $cpus CPU(s) of time in all (cgroup $cg)" >&2
+fi
 start=$(date +%s)
 set +e
 (cd "$work/main" && env -i PATH="$ci_path" CI=true "${extra_env[@]}" \
@@ -50,4 +73,10 @@ rc=$?
 set -e
 tail -n 5 "$work/ci.log" >&2
 echo "ci-fresh: exit $rc after $(( $(date +%s) - start )) s; log: $work/ci.log" >&2
+if [ -n "$cg" ]; then
+  echo "ci-fresh: CPU time used: $(used) s (at most $cpus CPU(s))" >&2
+  # out of the cgroup, then remove it (and v1's accounting group)
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo $$ > /sys/fs/cgroup/cgroup.procs; rmdir "$cg"
+  else echo $$ > /sys/fs/cgroup/cpu/cgroup.procs; echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs; rmdir "$cg" "$acct"; fi
+fi
 exit "$rc"
