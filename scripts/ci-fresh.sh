@@ -76,7 +76,12 @@ echo "ci-fresh: exit $rc after $(( $(date +%s) - start )) s; log: $work/ci.log" 
 if [ -n "$cg" ]; then
   echo "ci-fresh: CPU time used: $(used) s (at most $cpus CPU(s))" >&2
   # out of the cgroup, then remove it (and v1's accounting group)
-  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo $$ > /sys/fs/cgroup/cgroup.procs; rmdir "$cg"
-  else echo $$ > /sys/fs/cgroup/cpu/cgroup.procs; echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs; rmdir "$cg" "$acct"; fi
+  # (a process the run left behind keeps the cgroup: it is then left, and said)
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    { echo $$ > /sys/fs/cgroup/cgroup.procs && rmdir "$cg"; } 2>/dev/null || echo "ci-fresh: $cg left (processes in it)" >&2
+  else
+    { echo $$ > /sys/fs/cgroup/cpu/cgroup.procs && echo $$ > /sys/fs/cgroup/cpuacct/cgroup.procs && rmdir "$cg" "$acct"; } 2>/dev/null ||
+      echo "ci-fresh: $cg left (processes in it)" >&2
+  fi
 fi
 exit "$rc"
