@@ -606,7 +606,7 @@ def check_hold(out: Path, hot: str, node: int, series: str) -> List[str]:
     assert (m["state"], m["online"], m["movable"]) == ("releasable", 256 << 20, 256 << 20), m
     signals = {"INT": (128 + 2, "SIGINT received"), "TERM": (128 + 15, "SIGTERM received")}
     sig = HOLD_SIGNALS[series]
-    assert not os.path.exists(os.path.join(out, f"hold-{'TERM' if sig == 'INT' else 'INT'}.rc"))
+    assert not [s for s in signals if s != sig and os.path.exists(os.path.join(out, f"hold-{s}.rc"))]
     for label, code, why in (
         ("bound", 1, f"an offline took longer than {HOLD_TIMEOUT} s (the bound)"),
         (sig, *signals[sig]),
