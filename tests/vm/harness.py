@@ -524,6 +524,9 @@ export PYTHONPATH="$REPO${{PYTHONPATH:+:$PYTHONPATH}}"
 # it is for a program run under a policy over DRAM+CXL (docs/testing.md)
 export LD_BIND_NOW=1
 cat /proc/uptime > {hdir}/uptime-start
+# every sysrq function, so a run that times out can still say which tasks were blocked and where:
+# the harness presses alt-sysrq-w through the monitor and keeps what the console printed
+echo 1 > /proc/sys/kernel/sysrq 2>/dev/null || true
 # the checkout and the interpreter's standard library again, each from a 9p export of its own
 # mounted with cache=loose over the same path (cached_exports: the root's 9p has no cache, and
 # every stat of a Python import went to the host)
@@ -1236,6 +1239,31 @@ def hmp_command(sock: Path, command: str, timeout: float = 10.0) -> str:
     return text.removesuffix("(qemu) ").split("\n", 1)[-1].rstrip()  # the echoed command goes
 
 
+def blocked_tasks(hmp: Path, console: Path, settle: float = 10.0) -> str:
+    """The guest kernel's list of blocked tasks with their stacks, for a run that timed out.
+
+    A script that hangs while the guest runs on (the heartbeat fresh) leaves no other trace of
+    where it waits: the monitor presses alt-sysrq-w (the runner enables every sysrq function),
+    the kernel prints each task in uninterruptible sleep -- a 9p request never answered, a
+    lock -- on the console, and what it printed is returned (empty when the monitor or the
+    console gave nothing within ``settle`` seconds)."""
+    if not hmp.exists():
+        return ""
+    start = len(_read(console))
+    hmp_command(hmp, "sendkey alt-sysrq-w")
+    end = time.monotonic() + settle
+    seen = -1
+    while time.monotonic() < end:
+        time.sleep(1.0)
+        size = len(_read(console))
+        if size == seen and size > start:
+            break  # the dump has ended
+        seen = size
+    text = _read(console)[start:]
+    at = text.find("sysrq: Show Blocked State")
+    return text[at:].strip() if at >= 0 else ""
+
+
 def stall_report(sid: int, sample: float = 3.0, hmp: Optional[Path] = None) -> str:
     """What QEMU was doing when the guest stopped: each thread's CPU use over
     ``sample`` seconds (a vCPU thread at 100 % is spinning inside the
@@ -1330,12 +1358,14 @@ def _boot_and_collect(
         except _BootRetry:
             raise
         except BaseException as e:  # timeout, Ctrl-C, SIGTERM turned into an exception
+            blocked = blocked_tasks(hdir / "hmp.sock", console) if isinstance(e, subprocess.TimeoutExpired) else ""
             _kill_group(proc)
             if not isinstance(e, subprocess.TimeoutExpired):
                 raise
             raise GuestBootError(
                 f"guest ({topo.name}, {kern.release}) timed out after {timeout:.0f} s\n"
                 f"--- console tail ({console}) ---\n{_tail(_read(console))}"
+                + (f"\n--- blocked tasks (sysrq-w) ---\n{blocked}" if blocked else "")
             ) from None
     wall = time.monotonic() - t0
 

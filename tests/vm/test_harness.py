@@ -234,12 +234,24 @@ def test_a_guest_whose_heartbeat_stops_is_booted_again(
 def test_a_script_that_hangs_while_the_guest_runs_is_the_tests_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The heartbeat goes on while a check hangs: that is a timeout, never retried."""
+    """The heartbeat goes on while a check hangs: that is a timeout, never retried, and its
+    message carries the guest's blocked tasks (asked for before the guest is killed)."""
+    from tests.vm import harness
+
     monkeypatch.setenv("CXLCTL_VM_STALL", "2")
+    asked = []
+
+    def blocked(hmp: Path, console: Path) -> str:
+        asked.append(hmp.name)
+        return "sysrq: Show Blocked State\ntask:touch state:D"
+
+    monkeypatch.setattr(harness, "blocked_tasks", blocked)
     k, work = _fake_guest(tmp_path, monkeypatch, "slow,ok")
-    with pytest.raises(GuestBootError, match=r"timed out after 6 s"):
+    with pytest.raises(GuestBootError, match=r"timed out after 6 s") as e:
         run_guest("single", "true", kernel=k, workdir=work, timeout=6)
     assert (tmp_path / "boots").read_text() == "1"
+    assert asked == ["hmp.sock"]
+    assert "--- blocked tasks (sysrq-w) ---\nsysrq: Show Blocked State\ntask:touch state:D" in str(e.value)
 
 
 def test_a_runner_without_a_heartbeat_is_a_harness_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,10 +8,18 @@ docs/testing.md "Boot retries").  tests/vm/test_harness.py checks the logic with
 for vng; this boots a real guest and freezes it the way the emulator froze: QMP ``stop`` halts
 every vCPU, so the guest's own timers, script and heartbeat stop with it.  The first attempt is
 stopped once its script runs; the second runs to the end.
+
+The second attempt also checks what a run that times out reports: a script that hangs while the
+guest runs on (CI's 6.12 launch check on 2026-12-07) leaves no trace of where it waits, so the
+harness presses alt-sysrq-w through the monitor before it kills such a guest
+(:func:`tests.vm.harness.blocked_tasks`).  Here a writer sits in uninterruptible sleep on a frozen
+file system (``fsfreeze``: ``sb_start_write`` waits) while the host asks for the dump, then the
+file system thaws and the script ends.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +40,33 @@ def test_a_guest_stopped_dead_is_caught_reported_and_booted_again(
     stopped = tmp_path / "stopped-once"  # outside the work folder, which a retry tidies
     work = tmp_path / "work"
 
+    dumps = []
+
     def freeze_the_first_attempt(session: QmpSession) -> None:
-        if stopped.exists():
+        if stopped.exists():  # the second attempt: the blocked-task dump of a writer held by the kernel
+            session.wait_file("blocked", timeout=300)
+            dumps.append(harness.blocked_tasks(work / "harness" / "hmp.sock", work / "harness" / "console.log"))
+            (session.out / "dumped").write_text("1\n")
             return
         session.wait_file("running", timeout=300)
         session.execute("stop")  # every vCPU halts: the guest's clock, script and heartbeat with it
         stopped.write_text("1\n")
 
     script = f"""
-if [ -e {stopped} ]; then echo second > "$OUT/which"; exit 0; fi
+if [ -e {stopped} ]; then
+  echo second > "$OUT/which"
+  # a writer in uninterruptible sleep: a frozen file system holds it in sb_start_write
+  F=/run/cxlvm-frozen
+  modprobe -q loop; modprobe -q ext4
+  mkdir -p $F/mnt && truncate -s 8M $F/img && mkfs.ext4 -q $F/img && mount -o loop $F/img $F/mnt || exit 3
+  fsfreeze -f $F/mnt || exit 4
+  dd if=/dev/zero of=$F/mnt/held bs=4k count=1 2>/dev/null &
+  held=$!
+  sleep 1; touch "$OUT/blocked"
+  i=0; while [ ! -e "$OUT/dumped" ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
+  fsfreeze -u $F/mnt; wait $held; echo $? > "$OUT/held-rc"; umount $F/mnt
+  exit 0
+fi
 echo first > "$OUT/which"
 touch "$OUT/running"
 sleep 600
@@ -48,6 +74,11 @@ sleep 600
     res = run_guest("single", script, kernel="6.12", workdir=work, timeout=900, qmp=freeze_the_first_attempt)
     err = capsys.readouterr().err
     assert res.returncode == 0 and res.attempts == 2, err
+    # the dump names the held writer, in uninterruptible sleep, with its kernel stack
+    assert dumps and "sysrq: Show Blocked State" in dumps[0], dumps
+    assert re.search(r"task:dd\s+state:D", dumps[0]), dumps[0]
+    assert (work / "out" / "held-rc").read_text() == "0\n"  # and it went on once the file system thawed
+    print(f"\n[vm stall] blocked tasks:\n{dumps[0][:2000]}")
     assert (work / "out" / "which").read_text() == "second\n"
     assert (work / "attempt1" / "out" / "which").read_text() == "first\n"  # set aside, not mixed in
     assert "attempt 1/3: the guest stopped: no heartbeat for" in err, err
