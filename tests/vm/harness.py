@@ -725,6 +725,7 @@ def run_guest(
     extra_qemu_args: Sequence[str] = (),
     qmp: Optional[Callable[[QmpSession], None]] = None,
     cpus: Optional[int] = None,
+    overdue: Optional[Callable[[], Optional[str]]] = None,
 ) -> GuestResult:
     """Boot ``topology`` on ``kernel`` and run ``script`` (bash) as root in it.
 
@@ -759,6 +760,10 @@ def run_guest(
     ``cpus``: the guest's vCPUs, when a check needs more than the topology's
     (:func:`guest_cpus`); a guest with as many vCPUs as there are guest slots
     takes them all (:func:`_take_guest_slots`).
+
+    ``overdue``: asked every few seconds while the script runs; a message it
+    returns ends the run as a timeout does (the blocked tasks, then the kill):
+    :func:`run_checks` gives each check a deadline of its own with it.
     """
     topo = _lookup_topology(topology)
     _precompile()
@@ -784,7 +789,9 @@ def run_guest(
             t0 = time.monotonic()
             try:
                 try:
-                    res = _boot_and_collect(cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0)
+                    res = _boot_and_collect(
+                        cmd, env, hdir / "console.log", base, out, hdir, topo, kern, timeout, t0, overdue
+                    )
                 finally:
                     if driver is not None:
                         driver.finish()
@@ -879,6 +886,34 @@ def _take_guest_slots(cpus: int) -> List[IO[str]]:
 SharedCheck = Tuple[str, str]
 
 
+def check_deadline() -> float:
+    """Seconds of host time one check of a shared boot may take: ``CXLCTL_VM_CHECK_TIMEOUT``,
+    900 by default -- the slowest check took under 300 s on the half-speed machine (2026-12-07),
+    and a check that hangs then costs 15 minutes, not the rest of its boot's timeout."""
+    return _env_seconds("CXLCTL_VM_CHECK_TIMEOUT", 900.0)
+
+
+class _CheckClock:
+    """``run_guest``'s ``overdue`` for a shared boot: the check that started (its
+    ``uptime-start`` written by ``cxlvm_check``) and has not ended (no ``rc``) more than
+    ``limit`` seconds ago, by the host's clock from when it was first seen."""
+
+    def __init__(self, meta: Path, names: Sequence[str], limit: float) -> None:
+        self.meta, self.names, self.limit = meta, list(names), limit
+        self.seen: Dict[str, float] = {}
+
+    def __call__(self) -> Optional[str]:
+        now = time.monotonic()
+        for name in self.names:
+            m = self.meta / name
+            if (m / "rc").exists() or not (m / "uptime-start").exists():
+                continue
+            began = self.seen.setdefault(name, now)
+            if now - began > self.limit:
+                return f"check {name} still ran after {now - began:.0f} s, over its {self.limit:.0f} s (CXLCTL_VM_CHECK_TIMEOUT)"
+        return None
+
+
 def run_checks(
     topology: Union[str, Topology],
     checks: Sequence[SharedCheck],
@@ -888,6 +923,7 @@ def run_checks(
     memory: str = "2G",
     qmp: Optional[Tuple[str, Callable[[QmpSession], None]]] = None,
     cpus: Optional[int] = None,
+    check_timeout: Optional[float] = None,
 ) -> Dict[str, GuestResult]:
     """One boot, several checks: run each check's script in turn, as its own boot would.
 
@@ -904,6 +940,11 @@ def run_checks(
     ``qmp``: (check name, driver) -- the host-side driver of one check (as for
     :func:`run_guest`), started when that check's ``$OUT`` appears and given a
     session whose ``out`` is that folder.
+
+    ``check_timeout``: seconds of host time each check may take (default
+    :func:`check_deadline`); one that takes longer ends the boot as a timeout
+    does, with the guest's blocked tasks, instead of holding the whole boot's
+    ``timeout`` (CI's hung launch check waited out 3,300 s).
     """
     names = [n for n, _ in checks]
     if len(set(names)) != len(names) or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in names):
@@ -945,6 +986,7 @@ def run_checks(
         memory=memory,
         qmp=driver,
         cpus=cpus,
+        overdue=_CheckClock(meta, names, check_deadline() if check_timeout is None else check_timeout),
     )
     results: Dict[str, GuestResult] = {}
     for name in names:
@@ -1141,11 +1183,22 @@ def _wait_for_runner(proc: subprocess.Popen[bytes], started: Path, deadline: flo
     return None
 
 
-def _wait_watching_heartbeat(proc: subprocess.Popen[bytes], hdir: Path, console: Path, end: float) -> None:
+class _Overdue(Exception):
+    """A check ran past its own deadline (``run_guest``'s ``overdue``): the test's failure."""
+
+
+def _wait_watching_heartbeat(
+    proc: subprocess.Popen[bytes],
+    hdir: Path,
+    console: Path,
+    end: float,
+    overdue: Optional[Callable[[], Optional[str]]] = None,
+) -> None:
     """Wait for the guest to end by ``end`` (monotonic; then TimeoutExpired, the
-    test's failure).  A guest whose heartbeat goes silent for :func:`stall_after`
-    seconds before its runner has finished has stopped as a whole: it is
-    reported (:func:`stall_report`), killed, and raised as a retry."""
+    test's failure) or until ``overdue`` says a check ran too long (:class:`_Overdue`).
+    A guest whose heartbeat goes silent for :func:`stall_after` seconds before its
+    runner has finished has stopped as a whole: it is reported
+    (:func:`stall_report`), killed, and raised as a retry."""
     limit = stall_after()
     while True:
         try:
@@ -1154,6 +1207,9 @@ def _wait_watching_heartbeat(proc: subprocess.Popen[bytes], hdir: Path, console:
         except subprocess.TimeoutExpired:
             if time.monotonic() >= end:
                 raise
+        late = overdue() if overdue is not None else None
+        if late:
+            raise _Overdue(late)
         age = _heartbeat_age(hdir)
         if age is None or age < limit or (hdir / "uptime-end").exists():
             continue
@@ -1329,6 +1385,7 @@ def _boot_and_collect(
     kern: Kernel,
     timeout: float,
     t0: float,
+    overdue: Optional[Callable[[], Optional[str]]] = None,
 ) -> GuestResult:
     with open(console, "wb") as con:
         # own session so a timeout can kill vng *and* the qemu it started, and
@@ -1347,7 +1404,7 @@ def _boot_and_collect(
             if retry is not None:
                 _kill_group(proc)
                 raise _BootRetry(retry, _tail(_read(console)))
-            _wait_watching_heartbeat(proc, hdir, console, t0 + timeout)
+            _wait_watching_heartbeat(proc, hdir, console, t0 + timeout, overdue)
             crash = qemu_crash(hdir)
             if crash and not (hdir / "rc").exists():
                 raise _BootRetry(
@@ -1358,12 +1415,14 @@ def _boot_and_collect(
         except _BootRetry:
             raise
         except BaseException as e:  # timeout, Ctrl-C, SIGTERM turned into an exception
-            blocked = blocked_tasks(hdir / "hmp.sock", console) if isinstance(e, subprocess.TimeoutExpired) else ""
+            late = isinstance(e, (subprocess.TimeoutExpired, _Overdue))
+            blocked = blocked_tasks(hdir / "hmp.sock", console) if late else ""
             _kill_group(proc)
-            if not isinstance(e, subprocess.TimeoutExpired):
+            if not late:
                 raise
+            why = str(e) if isinstance(e, _Overdue) else f"timed out after {timeout:.0f} s"
             raise GuestBootError(
-                f"guest ({topo.name}, {kern.release}) timed out after {timeout:.0f} s\n"
+                f"guest ({topo.name}, {kern.release}) {why}\n"
                 f"--- console tail ({console}) ---\n{_tail(_read(console))}"
                 + (f"\n--- blocked tasks (sysrq-w) ---\n{blocked}" if blocked else "")
             ) from None

@@ -91,6 +91,17 @@ if what == "slow":
     while True:
         (hdir / "heartbeat").write_text("1\n")
         time.sleep(0.2)
+if what == "slowcheck":
+    # a shared boot: its first check ends, its second starts and never ends (the guest runs on)
+    (hdir / "uptime-start").write_text("1.0 1.0\n")
+    (hdir / "prelude-rc").write_text("0\n")
+    for name in ("first", "second"):
+        (hdir.parent / "checks" / name).mkdir(parents=True, exist_ok=True)
+        (hdir.parent / "checks" / name / "uptime-start").write_text("1.0 1.0\n")
+    (hdir.parent / "checks" / "first" / "rc").write_text("0\n")
+    while True:
+        (hdir / "heartbeat").write_text("1\n")
+        time.sleep(0.2)
 if what == "die":
     print("qemu: iotlb_to_section: Assertion failed")
     sys.exit(255)
@@ -252,6 +263,23 @@ def test_a_script_that_hangs_while_the_guest_runs_is_the_tests_failure(
     assert (tmp_path / "boots").read_text() == "1"
     assert asked == ["hmp.sock"]
     assert "--- blocked tasks (sysrq-w) ---\nsysrq: Show Blocked State\ntask:touch state:D" in str(e.value)
+
+
+def test_a_check_past_its_own_deadline_ends_the_shared_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung check of a shared boot fails after its own deadline, not the boot's whole timeout,
+    with the blocked tasks; the check that ended in time is not the one named."""
+    from tests.vm import harness
+
+    monkeypatch.setattr(harness, "blocked_tasks", lambda hmp, console: "sysrq: Show Blocked State\ntask:touch")
+    k, work = _fake_guest(tmp_path, monkeypatch, "slowcheck")
+    t0 = time.monotonic()
+    with pytest.raises(GuestBootError, match=r"check second still ran after \d+ s, over its 2 s") as e:
+        harness.run_checks(
+            "single", [("first", "true"), ("second", "true")], kernel=k, workdir=work, timeout=120, check_timeout=2
+        )
+    assert time.monotonic() - t0 < 60
+    assert "--- blocked tasks (sysrq-w) ---\nsysrq: Show Blocked State" in str(e.value)
+    assert (tmp_path / "boots").read_text() == "1"  # never retried
 
 
 def test_a_runner_without_a_heartbeat_is_a_harness_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
