@@ -140,6 +140,11 @@ vm_recap() {
   fi
   echo "== VM tier recap (file, seconds, exit, worker)"
   sed 's/^/   /' "$VM_LOGS/files" 2>/dev/null || true
+  # what the guests cost in CPU, which is what a machine short of CPU waits for (docs/testing.md)
+  echo "== guests' QEMU CPU seconds per file (boots, wall seconds, CPU seconds; tests/vm/harness.py _account)"
+  awk '{ n[$1]++; w[$1] += $5; c[$1] += $6; tn++; tw += $5; tc += $6 }
+    END { for (f in n) printf "   %-44s %3d %7.0f %7.0f\n", f, n[f], w[f], c[f]; printf "   %-44s %3d %7.0f %7.0f\n", "all", tn, tw, tc }' \
+    "$VM_LOGS/guests" 2>/dev/null | sort -k4 -n || true
   while read -r f secs rc _; do
     ok "$rc" && continue
     log="$VM_LOGS/$(basename "$f" .py).log"
@@ -156,6 +161,7 @@ else
   export CXLCTL_VM_SLOTS=2
   VM_QUEUE=$(mktemp "${TMPDIR:-/tmp}/cxlctl-vm-queue.XXXXXX")
   VM_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cxlctl-vm-logs.XXXXXX")
+  export CXLCTL_VM_CPU_LOG="$VM_LOGS/guests"
   vm_queue "$@" >"$VM_QUEUE" || { echo "== VM tier: collection failed"; exit 1; }
   echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
   ( rc=0; vm_worker vm-a "$@" || rc=$?; echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"; exit $rc ) &
@@ -170,5 +176,9 @@ else
   vm_recap
   rm -rf "$VM_LOGS"
   echo "== pytest: host tiers exit $host_rc, VM workers a $vm_a b $vm_b, $(($(date +%s) - vm_t0)) s for all"
+  # (the builtin in this shell, not in a pipe's subshell, which has no children of its own)
+  times >"$VM_QUEUE.times"
+  echo "== CPU time of every process this run waited for (user, system): $(tail -n 1 "$VM_QUEUE.times")"
+  rm -f "$VM_QUEUE.times"
   [ "$host_rc" = 0 ] && [ "$vm_a" = 0 ] && [ "$vm_b" = 0 ]
 fi

@@ -685,6 +685,7 @@ _QEMU_WRAPPER = r"""#!/bin/bash
 if [ "$1" = --version ]; then exec {qemu} "$@"; fi
 {qemu} "$@"
 echo $? > {status}
+times > {times}
 """
 
 
@@ -694,6 +695,40 @@ def _find_qemu(env: Dict[str, str]) -> Optional[str]:
     if forced:
         return forced
     return shutil.which("qemu-system-x86_64", path=env.get("PATH"))
+
+
+def qemu_cpu_seconds(hdir: Path) -> Optional[float]:
+    """CPU time (user + system, every thread) the last boot's QEMU used, from the wrapper's ``times``.
+
+    On a machine whose CPU is the limit (CI's slowest: the whole run is one CPU-bound stream,
+    docs/testing.md) this, not a guest's wall time, is what the boot costs the run."""
+    try:
+        line = (hdir / "qemu-times").read_text().splitlines()[1]
+    except (OSError, IndexError):
+        return None
+    total = 0.0
+    for field_ in line.split():
+        m = re.fullmatch(r"([0-9]+)m([0-9]+(?:\.[0-9]+)?)s", field_)
+        if m is None:
+            return None
+        total += int(m.group(1)) * 60 + float(m.group(2))
+    return round(total, 1)
+
+
+def _account(hdir: Path, topo: Topology, kern: Kernel, attempt: int, wall: float) -> Optional[float]:
+    """One line per boot attempt in ``$CXLCTL_VM_CPU_LOG`` (scripts/test.sh sums them per test
+    file in CI's recap): the test file, topology, kernel, attempt, wall seconds, QEMU's CPU seconds."""
+    cpu = qemu_cpu_seconds(hdir)
+    log = os.environ.get("CXLCTL_VM_CPU_LOG")
+    if log:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "-").split("::")[0] or "-"
+        cpu_text = "?" if cpu is None else f"{cpu:.1f}"
+        try:
+            with open(log, "a") as f:
+                f.write(f"{test} {topo.name} {kern.series} {attempt} {wall:.1f} {cpu_text}\n")
+        except OSError:
+            pass
+    return cpu
 
 
 def qemu_crash(hdir: Path) -> Optional[str]:
@@ -796,6 +831,7 @@ def run_guest(
                     if driver is not None:
                         driver.finish()
             except _BootRetry as r:
+                _account(hdir, topo, kern, attempt, time.monotonic() - t0)
                 # keep the dead boot's console for the post-mortem
                 kept = base / f"console-attempt{attempt}.log"
                 shutil.copyfile(hdir / "console.log", kept)
@@ -812,6 +848,9 @@ def run_guest(
                 print(f"vm-harness: {msg}; booting again", file=sys.stderr, flush=True)
                 continue
             res.attempts = attempt
+            cpu = _account(hdir, topo, kern, attempt, res.wall_seconds)
+            if cpu is not None:
+                res.extra["qemu_cpu_seconds"] = f"{cpu:.1f}"
             if driver is not None and driver.error and res.returncode != 0:
                 # the script failed first: that is the story (check() tells it); the
                 # driver only stopped waiting for it
@@ -1011,7 +1050,11 @@ def run_checks(
             kernel=whole.kernel,
             topology=topo,
             prelude_log=whole.prelude_log,
-            extra={"boot_wall": str(whole.wall_seconds), "between": _read(m / "between.log")}
+            extra={
+                "boot_wall": str(whole.wall_seconds),
+                "between": _read(m / "between.log"),
+                "qemu_cpu_seconds": whole.extra.get("qemu_cpu_seconds", "?"),
+            }
             | ({"qmp_error": qmp_errors[name]} if name in qmp_errors else {}),
             attempts=whole.attempts,
         )
@@ -1024,7 +1067,8 @@ def report_shared(res: Dict[str, GuestResult], work: Path) -> Dict[str, GuestRes
     first = next(iter(res.values()))
     lines = [
         f"{first.kernel.series} {first.topology.name} shared boot: {first.kernel.release}, "
-        f"boot {first.boot_seconds} s, wall {first.extra['boot_wall']} s"
+        f"boot {first.boot_seconds} s, wall {first.extra['boot_wall']} s, "
+        f"QEMU CPU {first.extra.get('qemu_cpu_seconds', '?')} s"
     ]
     lines += [f"  {name}: rc {r.returncode}, {r.wall_seconds} s in the guest" for name, r in res.items()]
     print("\n".join(lines))
@@ -1146,7 +1190,9 @@ def _prepare(
     # vng pastes --qemu into a shell command unquoted: wrap only plain paths
     if real and not re.search(r"\s", str(wrapper)):
         wrapper.parent.mkdir()
-        wrapper.write_text(_QEMU_WRAPPER.format(qemu=q(real), status=q(str(hdir / "qemu-status"))))
+        wrapper.write_text(
+            _QEMU_WRAPPER.format(qemu=q(real), status=q(str(hdir / "qemu-status")), times=q(str(hdir / "qemu-times")))
+        )
         wrapper.chmod(0o755)
         wrap = ["--qemu", str(wrapper)]
     return [

@@ -373,3 +373,25 @@ def test_guest_cpus_env_beats_the_check_and_the_topology(monkeypatch: pytest.Mon
     assert guest_cpus(TOPOLOGIES["single"], 2) == 2
     monkeypatch.setenv("CXLCTL_VM_CPUS", "3")
     assert guest_cpus(TOPOLOGIES["single"], 2) == 3
+
+
+def test_each_boot_is_accounted_with_qemus_cpu_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI's recap sums QEMU's CPU time per test file (what a machine short of CPU waits for):
+    one line per boot attempt, from the wrapper's ``times``."""
+    from tests.vm.harness import qemu_cpu_seconds
+
+    (tmp_path / "qemu-times").write_text("0m0.010s 0m0.020s\n1m2.345s 0m5.655s\n")
+    assert qemu_cpu_seconds(tmp_path) == 68.0
+    (tmp_path / "qemu-times").write_text("0m0.010s 0m0.020s\n1m2.3s oops\n")
+    assert qemu_cpu_seconds(tmp_path) is None
+    log = tmp_path / "cpu.log"
+    monkeypatch.setenv("CXLCTL_VM_CPU_LOG", str(log))
+    k, work = _fake_guest(tmp_path, monkeypatch, "die,ok")
+    run_guest("single", "true", kernel=k, workdir=work, timeout=60)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [(f[0], f[1], f[2], f[3], f[5]) for f in lines] == [
+        ("tests/vm/test_harness.py", "single", "6.12", "1", "?"),  # the fakes run no QEMU wrapper
+        ("tests/vm/test_harness.py", "single", "6.12", "2", "?"),
+    ]
+    wrapper = (work / "harness" / "bin" / "qemu-system-x86_64").read_text()
+    assert "times > " in wrapper and "qemu-times" in wrapper
