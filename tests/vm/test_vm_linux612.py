@@ -31,6 +31,7 @@ from typing import Any, Dict, List
 import pytest
 
 from tests.vm import (
+    dma9p_check,
     pinkv_check,
     test_vm_daemon,
     test_vm_launch,
@@ -58,6 +59,8 @@ def single(tmp_path_factory: Any) -> Dict[str, GuestResult]:
         ("telemetry", test_vm_telemetry.guest_script(work / "telemetry-tools", t)),
         ("launch", test_vm_launch.guest_script(work / "launch-tools", t)),
         ("telemetry_damon", test_vm_telemetry_damon.guest_script(work / "telemetry-damon-tools", t)),
+        # last: without the harness's fix it breaks the guest's 9p devices
+        ("dma9p", dma9p_check.guest_script()),
     ]
     return report_shared(run_checks(t, checks, kernel=SERIES, timeout=3300, workdir=work / "vm"), work)
 
@@ -94,6 +97,10 @@ def test_single_launch(single: Dict[str, GuestResult], tmp_path: Path) -> None:
 
 def test_single_stat_and_top_show_damon_and_hmat(single: Dict[str, GuestResult], tmp_path: Path) -> None:
     test_vm_telemetry_damon.check(single["telemetry_damon"], tmp_path)
+
+
+def test_single_guest_devices_reach_cxl_memory(single: Dict[str, GuestResult]) -> None:
+    dma9p_check.check(single["dma9p"])
 
 
 def test_hb2x2_daemon(hb2x2: Dict[str, GuestResult], capsys: Any) -> None:
