@@ -30,7 +30,11 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 echo "== test venv: $(.venv/bin/python -c 'import sys; print(sys.version.split()[0], sys._base_executable)')"
-.venv/bin/pip install -q -e '.[test]'
+# editable_mode=compat: a plain .pth line (the checkout on sys.path) instead of setuptools' import
+# hook, which imports pathlib, typing and importlib.util at every interpreter start: under TCG in
+# the guests that hook cost ~0.19 s of each `python -c pass` (0.41-0.46 s -> 0.22-0.26 s, measured
+# 2026-12-07 in a 6.12 `single` guest; docs/testing.md)
+.venv/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
 if [ "$SKIP_VM" != 1 ]; then
   bash scripts/install-vm-deps.sh "$PWD/.venv"
   # C compiler for the launcher's tiny guest-side test program
