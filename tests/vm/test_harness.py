@@ -386,8 +386,8 @@ def test_each_boot_is_accounted_with_qemus_cpu_time(tmp_path: Path, monkeypatch:
     (tmp_path / "qemu-times").write_text("0m0.010s 0m0.020s\n1m2.3s oops\n")
     assert qemu_cpu_seconds(tmp_path) is None
     log = tmp_path / "cpu.log"
-    monkeypatch.setenv("CXLCTL_VM_CPU_LOG", str(log))
     k, work = _fake_guest(tmp_path, monkeypatch, "die,ok")
+    monkeypatch.setenv("CXLCTL_VM_CPU_LOG", str(log))
     run_guest("single", "true", kernel=k, workdir=work, timeout=60)
     lines = [line.split() for line in log.read_text().splitlines()]
     assert [(f[0], f[1], f[2], f[3], f[5]) for f in lines] == [
