@@ -7,9 +7,9 @@ DMA with a 16 MiB bounce limit); without it QEMU's 4 KiB bounce buffer for the e
 refuses a 9p request whose buffer sits there, marks the device broken and every later request waits
 forever -- CI's 6.12 launch check hung so twice on 2026-12-07.  Here 24 readers at once, each
 bound to the CXL node (``numactl --membind``), read a 512 KiB file from ``$OUT`` (the ``--rwdir`` 9p
-device) in 256 KiB blocks (``dd``; the checksum is taken outside the binding).  The 9p client's
-request buffers come from a slab cache that grows under the calling task's policy, so some land on
-the CXL node: without the fix this broke the device in a 6.12 guest (and 24 such readers of 4 MiB did
+device) in 256 KiB blocks (``dd``; the checksum is taken outside the binding).  The 9p client
+``kmalloc``s each request's buffers in the calling task's context (net/9p/client.c ``p9_fcall_init()``),
+so a large one comes from the page allocator under the reader's binding, on the CXL node: without the fix this broke the device in a 6.12 guest (and 24 such readers of 4 MiB did
 in their first round), with it five rounds passed.  Each reader's checksum must match the host's view
 of the file, and QEMU must not have said ``bogus descriptor``.  One round: a read through the bounce
 buffer is slow under TCG (three rounds of 4 MiB took 343 s of guest time).

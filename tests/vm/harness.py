@@ -694,8 +694,9 @@ _EMULATOR_CRASH = {
 #: Every 9p device (vng's root and --rwdir, the cached exports) can reach guest memory on a CXL node.
 #: QEMU serves the CXL window as MMIO, so a device reaches it only through a bounce buffer, and the
 #: system address space's is 4 KiB in all (``address_space_map``; QEMU 9.1 made the limit per address
-#: space).  A 9p request whose buffer sits on the CXL node -- the client's 512,000-byte fcall buffers
-#: come from a slab cache that grows under the calling task's memory policy -- then fails to map:
+#: space).  A 9p request whose buffer sits on the CXL node -- net/9p/client.c ``p9_fcall_init()``
+#: ``kmalloc``s each request's buffers in the calling task's context, so a large one comes from the page
+#: allocator under that task's memory policy -- then fails to map:
 #: ``virtio: bogus descriptor or out of resources`` on QEMU's stderr, the device is marked broken and
 #: every later request on it waits forever (CI's 6.12 launch check hung so twice on 2026-12-07; 24
 #: parallel ``numactl --membind=CXL dd`` readers break it in the first round).  With the devices
