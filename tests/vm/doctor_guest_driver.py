@@ -5,9 +5,9 @@ Usage: python doctor_guest_driver.py SCENARIO OUTDIR, SCENARIO ``6.12``, ``6.1``
 Each step runs ``cxlctl doctor --json`` in-process (cold starts cost seconds
 under TCG) and writes ``OUTDIR/<step>.json`` ({"rc", "doc", "shell"}); the
 faults are made with the peer tools (daxctl, modprobe, sysfs writes), the way
-an operator's host gets into those states.  Records (``cxlctl record``) go to
-``OUTDIR/fixtures/<name>/`` with the peers' output in ``peers/``; the host test
-copies them to ``fixtures/linux-<series>/`` when asked (CXLCTL_RECORD_FIXTURES=1).
+an operator's host gets into those states.  With ``CXLCTL_RECORD_FIXTURES=1`` in
+its environment, records (``cxlctl record``) go to ``OUTDIR/fixtures/<name>/`` with the
+peers' output in ``peers/``, and the host test copies them to ``fixtures/linux-<series>/``.
 
 6.12: clean host with a region onlined (no failures), then in the same boot:
 region left unonlined, the fix applied, DAX device in devdax, kmem unloaded,
@@ -69,7 +69,10 @@ class Steps:
         self.shell = []
 
     def record(self, name: str) -> None:
-        """cxlctl record onto the guest's tmpfs, copied out once, with the peers beside it."""
+        """cxlctl record onto the guest's tmpfs, copied out once, with the peers beside it; only when
+        recording fixtures (``CXLCTL_RECORD_FIXTURES=1``, exported by test_vm_doctor.recording)."""
+        if os.environ.get("CXLCTL_RECORD_FIXTURES") != "1":
+            return
         tmp = tempfile.mkdtemp(prefix="doctor-rec-")
         shutil.rmtree(tmp)
         r = cxlctl(["record", "--include-process-data", tmp])

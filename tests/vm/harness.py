@@ -182,8 +182,8 @@ class Topology:
     cdat: Tuple[Tuple[str, Speed], ...] = ()
     #: guest CPUs.  One by default: under TCG a 2-vCPU guest is no faster alone (65 s against
     #: 69 s for the same boot and script) and two of them on two cores take 2.5x as long, while
-    #: two 1-vCPU guests side by side take what one takes alone (docs/testing.md).  hmat2 names
-    #: two CPUs on its DRAM node.
+    #: two 1-vCPU guests side by side take what one takes alone (docs/testing.md).  ``@CPUS@`` in
+    #: :attr:`args` becomes the guest's CPU list (``0``, ``0-1``: hmat2 puts them all on its DRAM node).
     cpus: int = 1
 
     @property
@@ -372,7 +372,7 @@ _add(
         "(nodes 1 and 2), one 256 MiB device per bridge with its own CDAT (a fast and a slow "
         "expander), one 4 GiB window per bridge",
         "-M hmat=on -m 2G,maxmem=12G,slots=8 "
-        "-object memory-backend-ram,id=ram0,size=2G -numa node,nodeid=0,cpus=0-1,memdev=ram0 "
+        "-object memory-backend-ram,id=ram0,size=2G -numa node,nodeid=0,cpus=@CPUS@,memdev=ram0 "
         "-numa node,nodeid=1 -numa node,nodeid=2 "
         "-object acpi-generic-port,id=gp0,pci-bus=cxl.1,node=1 "
         "-object acpi-generic-port,id=gp1,pci-bus=cxl.2,node=2 "
@@ -390,7 +390,6 @@ _add(
         "-M cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G,cxl-fmw.1.targets.0=cxl.2,cxl-fmw.1.size=4G",
         regions=(Region(0, 256, ("cxl-vmem0",)), Region(1, 256, ("cxl-vmem1",))),
         cdat=HMAT_DEVICES,
-        cpus=2,
     )
 )
 
@@ -546,6 +545,12 @@ heartbeat=$!
   cxlvm_prelude
 ) > {hdir}/prelude.log 2>&1
 echo $? > {hdir}/prelude-rc
+# $CXLCTL: cxlctl from a warm server (tests/vm/cxz.py; its client execs `$PY -m cxlctl` itself
+# while the server is not listening), started only for a script that uses it
+export CXLCTL={cxz} CXLVM_CXZ=/run/cxlvm-cxz.sock
+if [ "$(cat {hdir}/prelude-rc)" = 0 ] && [ {warm} = 1 ]; then
+  ( cd / && exec "$PY" "$REPO/tests/vm/cxz.py" "$CXLVM_CXZ" ) > {hdir}/cxz.log 2>&1 < /dev/null &
+fi
 if [ "$(cat {hdir}/prelude-rc)" = 0 ]; then
   ( cd "$REPO" && . {lib} && . {hdir}/script.sh ) > {hdir}/stdout.txt 2> {hdir}/stderr.txt < /dev/null
   echo $? > {hdir}/rc
@@ -597,6 +602,21 @@ def _precompile() -> None:
 
     for pkg in ("cxlctl", "tests"):
         compileall.compile_dir(str(REPO / pkg), quiet=1, force=False)
+
+
+CXZ_SOURCE = Path(__file__).with_name("cxz.c")
+
+
+def _cxz_client(hdir: Path) -> Path:
+    """The guest scripts' ``$CXLCTL``: the warm server's client (tests/vm/cxz.c, built here), or where no C
+    compiler is (a unit-tier machine), a script doing what the client does without a server."""
+    try:
+        return build_c(hdir, "cxz", CXZ_SOURCE.read_text())
+    except (OSError, subprocess.CalledProcessError):
+        cold = hdir / "cxz"
+        cold.write_text('#!/bin/sh\nexec "$PY" -m cxlctl "$@"\n')
+        cold.chmod(0o755)
+        return cold
 
 
 def build_c(tools: Path, name: str, source: str) -> Path:
@@ -1024,6 +1044,8 @@ def run_checks(
     meta = base / "checks"
     meta.mkdir(parents=True, exist_ok=True)
     lines = ["cxlvm_share_regions"]
+    if any("$CXLCTL" in script for _, script in checks):
+        lines.insert(0, "# its checks use $CXLCTL (the runner starts the warm server)")
     for name, script in checks:
         (meta / f"{name}.sh").write_text(script if script.endswith("\n") else script + "\n")
         q = shlex.quote
@@ -1194,6 +1216,8 @@ def _prepare(
             hdir=q(str(hdir)),
             lib=q(str(GUEST_LIB)),
             beat=HEARTBEAT_SECONDS,
+            cxz=q(str(_cxz_client(hdir))),
+            warm=1 if "$CXLCTL" in script else 0,
             cached_mounts="\n".join(
                 f"mount -t 9p -o trans=virtio,version=9p2000.L,cache=loose,msize=512000,access=any,ro "
                 f"{tag} {q(path)} 2>> {q(str(hdir / 'cached-mounts.log'))} || true"
@@ -1204,7 +1228,8 @@ def _prepare(
     qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8", *NINEP_DMA_TO_CXL]
     for tag, path in cached_exports():
         qemu += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on,multidevs=remap"]
-    qemu += topo.qemu_args_in(hdir) + list(extra_qemu_args)
+    cpu_list = "0" if cpus <= 1 else f"0-{cpus - 1}"
+    qemu += [a.replace("@CPUS@", cpu_list) for a in topo.qemu_args_in(hdir)] + list(extra_qemu_args)
     hmp = hdir / "hmp.sock"
     if len(str(hmp)) < 100:  # a unix socket's path has room for 107 bytes
         # a human monitor for the stall report (stall_report: the vCPU's registers), beside vng's own

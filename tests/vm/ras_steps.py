@@ -246,7 +246,7 @@ mkdir "$K" && echo 1 > "$K/events/cxl/enable" || exit 4
 mkdir -p "$OUT/kernel" "$OUT/t" "$OUT/formats"
 for f in "$K"/events/cxl/*/format; do e=${{f%/format}}; cp "$f" "$OUT/formats/${{e##*/}}.format"; done
 ls "$K/events/cxl" > "$OUT/kernel-events.txt"
-"$PY" -m cxlctl events --collect --json > "$OUT/collect-start.jsonl" 2> "$OUT/collect-start.err"
+"$CXLCTL" events --collect --json > "$OUT/collect-start.jsonl" 2> "$OUT/collect-start.err"
 "$PY" -m cxlctl events --follow --json 2> "$OUT/follow.err" > >(while IFS= read -r l; do
     echo "$(cut -d' ' -f1 /proc/uptime) $l"; done > "$OUT/follow.jsonl") &
 FPID=$!

@@ -83,7 +83,9 @@ SHM_MIB = 2
 RECLAIM = "12M"
 CGROUP = "/cxltel"
 SHM_FILE = "/dev/shm/vllm_offload_cxltel.mmap"
-PROMOTE_SECONDS = 30
+#: the promotion window (step F): the helper keeps touching its pages, so every second of it is guest CPU;
+#: ~90 pages/s are promoted under TCG (docs/telemetry.md), ~1,000 in 12 s (30 s until 2026-12-07)
+PROMOTE_SECONDS = 12
 
 GUEST = r"""
 # (no `set -u`: guest-lib.sh relies on unset variables)
@@ -99,7 +101,7 @@ kfiles() {  # $1 = label: the kernel's own files, right after a stat run
 }
 stat1() {  # $1 = label: one stat report (JSON) + the text form + the kernel's files
   ARGS="--cgroup @CGROUP@"; [ -n "$HP" ] && ARGS="$ARGS --pid $HP"
-  "$PY" -m cxlctl stat --json $ARGS > "$OUT/$1.json" 2> "$OUT/$1.err"; echo $? > "$OUT/$1.rc"
+  "$CXLCTL" stat --json $ARGS > "$OUT/$1.json" 2> "$OUT/$1.err"; echo $? > "$OUT/$1.rc"
   kfiles $1
 }
 if [ -n "$REGION" ]; then
@@ -123,7 +125,7 @@ echo false > /sys/kernel/mm/numa/demotion_enabled 2>/dev/null
 
 # A. tiering off, nothing on CXL
 stat1 A
-COLUMNS=80 "$PY" -m cxlctl stat > "$OUT/A.txt" 2>&1
+COLUMNS=80 "$CXLCTL" stat > "$OUT/A.txt" 2>&1
 
 # B. the helper in its cgroup, on DRAM; demotion on
 ( echo $BASHPID > $CG/cgroup.procs; exec "$HELPER" @ANON@ @SHM@ @SHMFILE@ "$OUT/helper.ready" ) 2> "$OUT/helper.err" &
@@ -135,7 +137,7 @@ cat /sys/kernel/mm/numa/demotion_enabled > "$OUT/demotion_enabled" 2>/dev/null
 stat1 B
 
 # C. demote through memory.reclaim while stat runs with an interval
-"$PY" -m cxlctl stat --json --interval 4 --count 2 --cgroup @CGROUP@ --pid $HP > "$OUT/C.json" 2> "$OUT/C.err" &
+"$CXLCTL" stat --json --interval 4 --count 2 --cgroup @CGROUP@ --pid $HP > "$OUT/C.json" 2> "$OUT/C.err" &
 SP=$!
 for i in $(seq 1 1200); do [ -s "$OUT/C.json" ] && break; sleep 0.1; done
 kfiles C0
@@ -143,7 +145,7 @@ echo @RECLAIM@ > $CG/memory.reclaim 2> "$OUT/reclaim.err"; echo $? > "$OUT/recla
 wait $SP; echo $? > "$OUT/C.rc"
 kfiles C1
 stat1 D
-COLUMNS=80 "$PY" -m cxlctl stat --cgroup @CGROUP@ --pid $HP > "$OUT/D.txt" 2>&1
+COLUMNS=80 "$CXLCTL" stat --cgroup @CGROUP@ --pid $HP > "$OUT/D.txt" 2>&1
 
 # top on a pseudo-terminal (script(1)), 80x30, three refreshes a second apart
 if [ -n "$PROMOTE" ]; then
@@ -153,7 +155,7 @@ fi
 
 # E. record the end state (onto the guest's tmpfs, then one copy out)
 rm -rf /tmp/telrec
-"$PY" -m cxlctl record --include-process-data /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"
+"$CXLCTL" record --include-process-data /tmp/telrec > "$OUT/record.log" 2>&1 && cp -a /tmp/telrec "$OUT/record"
 # the peers every recorded fixture carries (tests/test_inventory_fixtures.py compares with them)
 cxlvm_peers "$OUT/record/peers"
 numastat -m > "$OUT/record/peers/numastat-m.txt" 2>&1
@@ -161,7 +163,7 @@ numastat -m > "$OUT/record/peers/numastat-m.txt" 2>&1
 # F. promotion: NUMA balancing in tiering mode, the helper keeps touching its (partly demoted) pages
 if [ -n "$CXL" ] && [ -n "$PROMOTE" ]; then
   echo 2 > /proc/sys/kernel/numa_balancing 2> "$OUT/nb2.err"; cat /proc/sys/kernel/numa_balancing > "$OUT/nb2"
-  "$PY" -m cxlctl stat --json --interval @PROMOTE_S@ --count 2 --cgroup @CGROUP@ --pid $HP > "$OUT/F.json" 2> "$OUT/F.err" &
+  "$CXLCTL" stat --json --interval @PROMOTE_S@ --count 2 --cgroup @CGROUP@ --pid $HP > "$OUT/F.json" 2> "$OUT/F.err" &
   SP=$!
   for i in $(seq 1 1200); do [ -s "$OUT/F.json" ] && break; sleep 0.1; done
   kill -USR1 $HP

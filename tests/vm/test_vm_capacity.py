@@ -9,9 +9,9 @@ In the guest:
 1. the boot device's region is built into ZONE_NORMAL (the kernel's default):
    ``capacity release`` of it must exit 2 naming ``zone-normal`` and change
    nothing (status before and after equal);
-2. hot-add (host): the new memdev appears; ``cxlctl record`` keeps the tree
-   (with ``CXLCTL_RECORD_FIXTURES=1``, set by ``scripts/record-fixtures.sh
-   capacity``, it becomes ``fixtures/linux-*/pool-hotadd``); it is adopted by hand
+2. hot-add (host): the new memdev appears; with ``CXLCTL_RECORD_FIXTURES=1``
+   (set by ``scripts/record-fixtures.sh capacity``) ``cxlctl record`` keeps the
+   tree as ``fixtures/linux-*/pool-hotadd``; it is adopted by hand
    (``capacity adopt``: the second window, its own node, ZONE_MOVABLE); then the
    daemon starts (``[capacity] adopt = "system-ram"``, ``pool_member = true``,
    ``adopt_serials`` the hot device's serial, a persisted profile with
@@ -37,7 +37,7 @@ In the guest:
    of its pages left on the node (the kernel moved them to the next node in
    that node's fallback order); the memdev has no region and no DPA;
 5. hot-remove (host ``device_del``): the memdev goes; status is clean;
-   ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``); the
+   (recording) ``cxlctl record`` keeps the tree (``fixtures/linux-*/pool-hotremoved``); the
    daemon logs a clean removal (no region: nothing lost) and stays up;
 6. hot-add again: the daemon adopts the memdev (region, node, every block
    online in ZONE_MOVABLE, the new node's weight 2 and ``tune verify``
@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
 GUEST = r"""
 cx() {  # $1 = label, rest = cxlctl arguments: stdout, stderr, rc in $OUT
   local label=$1; shift
-  "$PY" -m cxlctl "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
+  "$CXLCTL" "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
   echo $? > "$OUT/$label.rc"
 }
 wait_host() {  # $1 = the host's file: wait for it (the host did its QMP step)
@@ -237,7 +237,8 @@ touch "$OUT/ready-add"; wait_host done-add
 wait_memdev $HOT_SERIAL present add-1
 HOT=$(memdev_named $HOT_SERIAL); echo "$HOT" > "$OUT/hot-name-1"
 udevadm settle --timeout=30 || true
-mkdir -p "$OUT/fixtures"; snap fixtures/pool-hotadd
+# the tree as a fixture only when recording (a record and its peers: ~10 s of guest CPU, checked by no test)
+[ -n "$RECORD_FIXTURES" ] && { mkdir -p "$OUT/fixtures"; snap fixtures/pool-hotadd; }
 cx adopt-1 capacity adopt "$HOT" --json
 NODE=$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["memdevs"][0]["nodes"][0])' "$OUT/adopt-1.out")
 echo "$NODE" > "$OUT/hot-node"
@@ -317,7 +318,7 @@ touch "$OUT/ready-del"; wait_host done-del
 wait_memdev $HOT_SERIAL absent del
 cx status-3 status --json
 cx capacity-3 capacity --json
-snap fixtures/pool-hotremoved
+[ -n "$RECORD_FIXTURES" ] && snap fixtures/pool-hotremoved
 dmesg | grep -iE 'pciehp|cxl|offline|memory' | tail -60 > "$OUT/dmesg.txt"
 
 kill -0 $DPID && echo alive > "$OUT/daemon-alive-1"
@@ -470,6 +471,7 @@ def test_capacity_cycle(series: str, tmp_path: Path) -> None:
         f"export PATTERN={pattern} PATTERN_MIB={PATTERN_MIB} BOOT_SERIAL={0x5001} HOT_SERIAL={HOT_SERIAL}\n"
         f"export HOLDER={holder} HOLD_MIB={HOLD_MIB} HOLD_TIMEOUT={HOLD_TIMEOUT} HOT2_SERIAL={HOT2_SERIAL}\n"
         f"export HOLD_SIGNALS={HOLD_SIGNALS[series]}\n"
+        f"export RECORD_FIXTURES={'1' if os.environ.get('CXLCTL_RECORD_FIXTURES') else ''}\n"
         + SNAP
         + GUEST.replace("PROFILE_TEXT", PROFILE.strip()).replace("CONFIG_TEXT", CONFIG.strip())
     )

@@ -112,7 +112,7 @@ blockstates "$NODEA" > "$OUT/blocks-a-before.txt"
 log "region A $RA $DAXA node $NODEA"
 
 # 2. persist the profile
-"$PY" -m cxlctl tune apply --persist vm-daemon --json > "$OUT/persist.json" 2> "$OUT/persist.err"
+"$CXLCTL" tune apply --persist vm-daemon --json > "$OUT/persist.json" 2> "$OUT/persist.err"
 echo $? > "$OUT/persist.rc"
 
 # 3. start the daemon under a fake service manager
@@ -203,7 +203,7 @@ sleep 3
 procstat idle-start
 for i in 1 2 3 4 5 6; do sleep 5; procstat "idle-$i"; done
 procstat idle-end
-"$PY" -m cxlctl tune status --json > "$OUT/tune-status.json" 2>&1
+"$CXLCTL" tune status --json > "$OUT/tune-status.json" 2>&1
 kill -TERM $DPID
 wait $DPID
 echo $? > "$OUT/daemon.rc"

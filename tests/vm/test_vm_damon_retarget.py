@@ -89,8 +89,8 @@ EOF
 # ENOMEM (seen on 6.12: its scheme builder returns NULL), so the plan refuses and the apply writes nothing
 cat /sys/fs/cgroup/cgroup.subtree_control > "$OUT/subtree-before"
 ls /sys/fs/cgroup/retarget > "$OUT/retarget-files-before"
-"$PY" -m cxlctl tune plan vm-damon2 --json > "$OUT/plan-nomemory.json" 2> "$OUT/plan-nomemory.err"
-"$PY" -m cxlctl tune apply vm-damon2 > "$OUT/apply-nomemory.out" 2> "$OUT/apply-nomemory.err"
+"$CXLCTL" tune plan vm-damon2 --json > "$OUT/plan-nomemory.json" 2> "$OUT/plan-nomemory.err"
+"$CXLCTL" tune apply vm-damon2 > "$OUT/apply-nomemory.out" 2> "$OUT/apply-nomemory.err"
 echo $? > "$OUT/apply-nomemory.rc"
 cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds > "$OUT/nr-kdamonds-after-refusal"
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control

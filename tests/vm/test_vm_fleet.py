@@ -104,7 +104,7 @@ exec "@DDMAP@" lmcache "$OUT/lmcache.report" "$@"
 GUEST = r"""
 cx() {  # $1 = label, rest = cxlctl arguments: stdout, stderr, rc in $OUT
   local label=$1; shift
-  "$PY" -m cxlctl "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
+  "$CXLCTL" "$@" > "$OUT/$label.out" 2> "$OUT/$label.err"
   echo $? > "$OUT/$label.rc"
 }
 

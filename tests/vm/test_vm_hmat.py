@@ -56,7 +56,7 @@ for r in /sys/bus/cxl/devices/region*; do echo "$(basename $r)=$(cat $r/dax_regi
 for t in /sys/devices/virtual/memory_tiering/memory_tier*; do echo "$(basename $t)=$(cat $t/nodelist)"; done > "$OUT/tiers.txt"
 for w in /sys/kernel/mm/mempolicy/weighted_interleave/*; do echo "$(basename $w)=$(cat $w)"; done > "$OUT/wi.txt"
 "$PY" "$REPO/tests/vm/status_guest_driver.py" hmat "$OUT" || exit 4
-"$PY" -m cxlctl tune plan inference-bandwidth --json > "$OUT/plan.json" 2> "$OUT/plan.err" || exit 5
+"$CXLCTL" tune plan inference-bandwidth --json > "$OUT/plan.json" 2> "$OUT/plan.err" || exit 5
 [ -z "{record}" ] || "$PY" -m cxlctl record --include-process-data "$OUT/hmat2-region" > "$OUT/record-region.log" 2>&1 || exit 6
 [ -z "{record}" ] || cxlvm_peers "$OUT/hmat2-region/peers"
 {extra}

@@ -156,7 +156,7 @@ snap() {  # $1 = label, $2 = pid: what the kernel says about the process
   cat /proc/$2/status > "$OUT/$1.status"
   tr '\0' ' ' < /proc/$2/cmdline > "$OUT/$1.cmdline"
   cat /proc/$2/mountinfo > "$OUT/$1.mountinfo"
-  "$PY" -m cxlctl policy show $2 --json > "$OUT/$1.show.json" 2> "$OUT/$1.show.err"
+  "$CXLCTL" policy show $2 --json > "$OUT/$1.show.json" 2> "$OUT/$1.show.err"
   echo $? > "$OUT/$1.show.rc"
 }
 waitfor() {  # $1 = file, $2 = pid of the launch (guest-lib.sh cxlvm_wait_ready: 180 s of guest time)
@@ -175,7 +175,7 @@ R=$(CREATE) || { echo "region creation failed" >&2; exit 10; }
 udevadm settle --timeout=30 || true
 echo "$R" > "$OUT/region"
 numactl -H > "$OUT/numactl.txt"
-"$PY" -m cxlctl status --json > "$OUT/status.json"
+"$CXLCTL" status --json > "$OUT/status.json"
 CXL=$("$PY" -c 'import json,sys; print([n["id"] for n in json.load(open(sys.argv[1]))["nodes"] if n["kind"]=="cxl"][0])' "$OUT/status.json")
 echo $CXL > "$OUT/cxl-node"
 weights > "$OUT/weights-boot.txt"
@@ -183,15 +183,15 @@ weights > "$OUT/weights-boot.txt"
 cat /sys/kernel/mm/mempolicy/weighted_interleave/auto > "$OUT/auto-boot.txt" 2>/dev/null || true
 
 # 1. weighted interleave 3:1 (weights through the tuning engine; cxlctl sets the policy itself)
-"$PY" -m cxlctl launch exec --allow-root --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
+"$CXLCTL" launch exec --allow-root --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL --dry-run --json > "$OUT/wi.dry.json" 2> "$OUT/wi.dry.err" -- "$TOUCH" 12 "$OUT/wi.ready"
 "$PY" -m cxlctl launch exec --allow-root --ratio 3:1 --cpu-nodes 0 --mem-nodes 0,$CXL -- "$TOUCH" 12 "$OUT/wi.ready" > "$OUT/wi.out" 2> "$OUT/wi.err" &
 pid=$!
 echo $pid > "$OUT/wi.launch-pid"
 waitfor "$OUT/wi.ready" $pid && snap wi $pid
 weights > "$OUT/weights-launched.txt"
-"$PY" -m cxlctl tune status --json > "$OUT/tune-status.json"
+"$CXLCTL" tune status --json > "$OUT/tune-status.json"
 kill $pid; wait $pid 2>/dev/null
-"$PY" -m cxlctl tune revert --json > "$OUT/revert.json" 2> "$OUT/revert.err"
+"$CXLCTL" tune revert --json > "$OUT/revert.json" 2> "$OUT/revert.err"
 echo $? > "$OUT/revert.rc"
 weights > "$OUT/weights-reverted.txt"
 
@@ -203,7 +203,7 @@ waitfor "$OUT/bind.ready" $pid && snap bind $pid
 kill $pid; wait $pid 2>/dev/null
 
 # 3. vLLM offload in a CXL-bound private /dev/shm while the engine is bound to DRAM
-"$PY" -m cxlctl launch vllm --allow-root --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size auto --reserve 384M --kv-tmpfs --dry-run --json \
+"$CXLCTL" launch vllm --allow-root --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size auto --reserve 384M --kv-tmpfs --dry-run --json \
   --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.dry.json" 2> "$OUT/tmpfs.dry.err"
 "$PY" -m cxlctl launch vllm --allow-root --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size 64M --kv-tmpfs \
   --engine-cmd "$FAKEVLLM" -- serve m > "$OUT/tmpfs.out" 2> "$OUT/tmpfs.err" &
@@ -220,13 +220,13 @@ kill $pid; wait $pid 2>/dev/null
 WI=/sys/kernel/mm/mempolicy/weighted_interleave
 echo 3 > $WI/node0 && echo 1 > $WI/node$CXL
 weights > "$OUT/kvdef.weights.txt"
-"$PY" -m cxlctl launch vllm --allow-root --kv-size 16M --dry-run --json --engine-cmd "$FAKEVLLM34" -- serve m \
+"$CXLCTL" launch vllm --allow-root --kv-size 16M --dry-run --json --engine-cmd "$FAKEVLLM34" -- serve m \
   > "$OUT/kvdef.dry.json" 2> "$OUT/kvdef.dry.err"
 "$PY" -m cxlctl launch vllm --allow-root --kv-size 16M --engine-cmd "$FAKEVLLM34" -- serve m > "$OUT/kvdef.out" 2> "$OUT/kvdef.err" &
 pid=$!
 echo $pid > "$OUT/kvdef.launch-pid"
 waitfor "$OUT/kvdef.ready" $pid && snap kvdef $pid
-"$PY" -m cxlctl stat --json --pid $pid > "$OUT/kvdef.stat.json" 2> "$OUT/kvdef.stat.err"
+"$CXLCTL" stat --json --pid $pid > "$OUT/kvdef.stat.json" 2> "$OUT/kvdef.stat.err"
 kill $pid; wait $pid 2>/dev/null
 while read -r n w; do echo "$w" > $WI/$n; done < "$OUT/weights-boot.txt"
 [ "$(cat "$OUT/auto-boot.txt")" = true ] && echo true > $WI/auto

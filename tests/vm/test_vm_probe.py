@@ -56,7 +56,8 @@ def boot(series: str) -> Dict[str, Any]:
     create = "\n".join(f"{t.regions[i].create_command(t)} || exit 2" for i in which)
     record = RECORDED if os.environ.get("CXLCTL_RECORD_FIXTURES") and qemu else ""
     script = SCRIPT.format(create=create, record=record)
-    res = run_guest(t, script, kernel=series, timeout=1200, extra_qemu_args=qemu)
+    # two sockets need two vCPUs (hmat2 itself has one: its other checks need no more)
+    res = run_guest(t, script, kernel=series, timeout=1200, extra_qemu_args=qemu, cpus=2 if qemu else None)
     sys.stderr.write(f"[probe/{series}] boot {res.boot_seconds:.0f} s, wall {res.wall_seconds:.0f} s\n")
     assert res.returncode == 0, res.stderr[-3000:] + out_text(res.outdir, "driver.out", missing_ok=True)[-3000:]
     out = res.outdir

@@ -137,21 +137,21 @@ DPID=$!
 for i in $(seq 600); do grep -q "CXL RAS events\\|RAS events not watched" "$OUT/daemon.log" && break; sleep 0.2; done
 """
     after = """
-"$PY" -m cxlctl events --json > "$OUT/collect.jsonl" 2> "$OUT/collect.err"
+"$CXLCTL" events --json > "$OUT/collect.jsonl" 2> "$OUT/collect.err"
 echo $? > "$OUT/collect.rc"
-"$PY" -m cxlctl events --json --since 1h > "$OUT/since.jsonl" 2> "$OUT/since.err"
-COLUMNS=80 "$PY" -m cxlctl events > "$OUT/events.txt" 2> "$OUT/events.err"
-"$PY" -m cxlctl health --json > "$OUT/health.json" 2> "$OUT/health.err"
+"$CXLCTL" events --json --since 1h > "$OUT/since.jsonl" 2> "$OUT/since.err"
+COLUMNS=80 "$CXLCTL" events > "$OUT/events.txt" 2> "$OUT/events.err"
+"$CXLCTL" health --json > "$OUT/health.json" 2> "$OUT/health.err"
 echo $? > "$OUT/health.rc"
-COLUMNS=80 "$PY" -m cxlctl health > "$OUT/health.txt" 2>&1
+COLUMNS=80 "$CXLCTL" health > "$OUT/health.txt" 2>&1
 "$PY" -c 'import sys, urllib.request as u; sys.stdout.write(u.urlopen("http://127.0.0.1:9860/metrics", timeout=10).read().decode())' \\
   > "$OUT/metrics.txt" 2> "$OUT/metrics.err"
 grep HardwareCorrupted /proc/meminfo > "$OUT/hwcorrupt-after.txt"
 "$PY" "$KPF" "$OUT/journal.jsonl" > "$OUT/kpageflags.txt" 2>&1
 kill -TERM "$DPID"; wait "$DPID"; echo $? > "$OUT/daemon.rc"
 kill "$TPID"
-"$PY" -m cxlctl events --stop > "$OUT/stop.txt" 2>&1
-"$PY" -m cxlctl events > "$OUT/after-stop.txt" 2>&1; echo $? >> "$OUT/after-stop.txt"
+"$CXLCTL" events --stop > "$OUT/stop.txt" 2>&1
+"$CXLCTL" events > "$OUT/after-stop.txt" 2>&1; echo $? >> "$OUT/after-stop.txt"
 ls /sys/kernel/tracing/instances/ > "$OUT/instances-after.txt"
 """
     return guest_session(before_steps=before, after_steps=after)

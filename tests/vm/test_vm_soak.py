@@ -113,7 +113,7 @@ EOF
 cat > /etc/cxlctl/cxlctl.toml <<'EOF'
 CONFIG_TEXT
 EOF
-"$PY" -m cxlctl tune apply vm-soak > "$OUT/apply.out" 2>&1; echo $? > "$OUT/apply.rc"
+"$CXLCTL" tune apply vm-soak > "$OUT/apply.out" 2>&1; echo $? > "$OUT/apply.rc"
 MEMP=$(memdev_by_serial POISON_SERIAL) || exit 5
 echo "$MEMP" > "$OUT/poison-memdev"
 ls /sys/kernel/debug/cxl/$MEMP > "$OUT/debugfs-memdev.txt" 2>&1

@@ -99,7 +99,7 @@ for r in /sys/bus/cxl/devices/region*; do
     [ -r $r/$a/$f ] && echo "${r##*/} $a $f $(cat $r/$a/$f)"
   done; done
 done > "$OUT/region-access.txt"
-"$PY" -m cxlctl stat --json > "$OUT/hmat-stat.json" 2> "$OUT/hmat-stat.err"; echo $? > "$OUT/hmat-stat.rc"
+"$CXLCTL" stat --json > "$OUT/hmat-stat.json" 2> "$OUT/hmat-stat.err"; echo $? > "$OUT/hmat-stat.rc"
 
 # 2. DAMON running for two helpers in /damon-test
 grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
@@ -117,25 +117,25 @@ mkdir -p /etc/cxlctl/profiles
 cat > /etc/cxlctl/profiles/vm-damon.toml <<'EOF'
 @PROFILE@
 EOF
-"$PY" -m cxlctl tune apply vm-damon --json > "$OUT/apply.json" 2> "$OUT/apply.err"; echo $? > "$OUT/apply.rc"
+"$CXLCTL" tune apply vm-damon --json > "$OUT/apply.json" 2> "$OUT/apply.err"; echo $? > "$OUT/apply.rc"
 sleep 20
 dump() { for s in $D/*/contexts/*/schemes/*/stats; do for f in @STATS@; do echo "$s/$f $(cat $s/$f)"; done; done; }
 for try in 1 2 3; do
   for k in $D/[0-9]*; do echo update_schemes_stats > $k/state; done
   dump > "$OUT/damon-before.txt"
-  "$PY" -m cxlctl stat --json > "$OUT/damon-stat.json" 2> "$OUT/damon-stat.err"; echo $? > "$OUT/damon-stat.rc"
+  "$CXLCTL" stat --json > "$OUT/damon-stat.json" 2> "$OUT/damon-stat.err"; echo $? > "$OUT/damon-stat.rc"
   dump > "$OUT/damon-after.txt"
   cmp -s "$OUT/damon-before.txt" "$OUT/damon-after.txt" && break
 done
 echo $try > "$OUT/damon-tries"
-COLUMNS=80 "$PY" -m cxlctl stat > "$OUT/damon-stat.txt" 2>&1
+COLUMNS=80 "$CXLCTL" stat > "$OUT/damon-stat.txt" 2>&1
 
 # 3. top on a pseudo-terminal
 script -qec "stty cols 80 rows 50; \"$PY\" -m cxlctl top --interval 1 --count 3 --rows 3" /dev/null > "$OUT/top.pty" 2> "$OUT/top.err"
 echo $? > "$OUT/top.rc"
 
 # 4. promotion under the rate limit
-"$PY" -m cxlctl tune revert --json > "$OUT/revert.json" 2> "$OUT/revert.err"; echo $? > "$OUT/revert.rc"
+"$CXLCTL" tune revert --json > "$OUT/revert.json" 2> "$OUT/revert.err"; echo $? > "$OUT/revert.rc"
 kill $COLD $HOT; wait $COLD $HOT 2>/dev/null
 echo true > /sys/kernel/mm/numa/demotion_enabled
 free_mb=$(( $(awk '/MemFree/ {print $4}' /sys/devices/system/node/node0/meminfo) / 1024 ))
@@ -156,12 +156,12 @@ cat /proc/sys/kernel/numa_balancing /proc/sys/kernel/numa_balancing_promote_rate
 $TOOLS/cxlhot 32 $CXL "$OUT/cxlhot.ready" 2> "$OUT/cxlhot.err" &
 for i in $(seq 1 1200); do [ -s "$OUT/cxlhot.ready" ] && break; sleep 0.1; done
 HOT=$(cut -d' ' -f1 "$OUT/cxlhot.ready")
-"$PY" -m cxlctl stat --json --interval @PROMOTE_S@ --count 2 --pid $HOT > "$OUT/P.json" 2> "$OUT/P.err"; echo $? > "$OUT/P.rc"
+"$CXLCTL" stat --json --interval @PROMOTE_S@ --count 2 --pid $HOT > "$OUT/P.json" 2> "$OUT/P.err"; echo $? > "$OUT/P.rc"
 cat /sys/devices/system/node/node0/vmstat > "$OUT/P.node0.vmstat"
 cat /sys/devices/system/node/node$CXL/vmstat > "$OUT/P.cxl.vmstat"
 cat /proc/vmstat > "$OUT/P.vmstat"
 cat /sys/devices/system/node/node0/meminfo > "$OUT/P.meminfo"
-COLUMNS=80 "$PY" -m cxlctl stat --interval 5 --count 2 > "$OUT/P.txt" 2>&1
+COLUMNS=80 "$CXLCTL" stat --interval 5 --count 2 > "$OUT/P.txt" 2>&1
 kill $HOT; wait $HOT 2>/dev/null
 exit 0
 """
