@@ -23,7 +23,7 @@ In the guest:
    before it, issue 41's held pages: a program vmsplices 4 MiB it placed on that
    node (``mbind`` MPOL_PREFERRED, its stack on DRAM, polling files, no signal)
    into pipes nobody reads, so their migration fails and ``offline_pages()``
-   retries until a signal.  ``capacity release --timeout 15``: exit 1 naming the
+   retries until a signal.  ``capacity release --timeout 8``: exit 1 naming the
    bound, the kernel log's pages and the processes on the node; rolled back.  Then
    a release with a signal sent once a block of the node shows ``going-offline``:
    SIGINT on 6.12 (exit 130), SIGTERM on 7.x (exit 143), rolled back.  One signal
@@ -84,9 +84,12 @@ PATTERN_MIB = 16
 HOT2_SERIAL = 0x5003
 HOT2_ID = "cxl-vmem2"
 HOT2_PORT = "rp2"
-#: the held pages (vmsplice) and the bound of the release they block
+#: the held pages (vmsplice) and the bound of the release they block: the kernel retries the offline
+#: (busy) until the bound, so every second of it is guest CPU (15 s until 2026-12-07); the kernel log lines
+#: the hint quotes come from the first failed pass (mm/memory_hotplug.c do_migrate_range(): a pr_warn
+#: "migrating pfn ... failed" for each page migrate_pages() left)
 HOLD_MIB = 4
-HOLD_TIMEOUT = 15
+HOLD_TIMEOUT = 8
 #: the signal each kernel's held-pages release gets (check_hold; the module docstring says why one each)
 HOLD_SIGNALS = {"6.12": "INT", "7.x": "TERM"}
 
