@@ -99,8 +99,9 @@ host_tiers() {
 # harness's CXLCTL_VM_SLOTS=2) share the two cores only then: a TCG guest keeps about one core
 # busy, and two 1-vCPU guests side by side each take what one takes alone (docs/testing.md).
 # Every line of a worker is prefixed "[vm-a] " or "[vm-b] " (-v: a line per test as it ends).
-# The files with 2-vCPU guests (hmat2; the DAMON guests, test_vm_damon.DAMON_CPUS) come first: such a
-# guest takes both guest slots, and worker a is alone while the host tiers run.
+# The file with a 2-vCPU guest (test_vm_linux7.py: the 7.x DAMON goal check, test_vm_damon.DAMON_CPUS) comes
+# early: such a guest takes both guest slots, and worker a is alone while the host tiers run (the probe's
+# two-socket boot, short, comes last).
 VM_ORDER="test_vm_hmat test_vm_linux7 test_vm_damon test_vm_linux612 test_vm_linux7_telemetry_launch test_vm_capacity
   test_vm_region test_vm_status test_vm_linux7_daemon_ras test_vm_doctor test_vm_systemd test_vm_linux61 test_vm_soak
   test_vm_fleet test_vm_damon_retarget test_vm_probe"
