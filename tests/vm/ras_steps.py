@@ -253,6 +253,9 @@ FPID=$!
 for i in $(seq 600); do grep -q following "$OUT/follow.err" 2>/dev/null && break; sleep 0.2; done
 for step in {steps}; do
   echo > "$K/trace"
+  # asked: before the host can inject (the lower bound of what this step caused); t/STEP: once the
+  # guest saw the host's answer, which a slow guest sees seconds after the event itself
+  cut -d' ' -f1 /proc/uptime > "$OUT/t/$step.asked"
   serials=$(ras_wait_host "$step") || exit 5
   cut -d' ' -f1 /proc/uptime > "$OUT/t/$step"
   for serial in $serials; do

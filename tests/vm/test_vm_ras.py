@@ -236,14 +236,16 @@ def check(r: GuestResult) -> None:
             assert not [e for e in fevents if e["event"] == st.event and e["memdev"] == want_md]
             continue
         assert not qmp_err.exists(), qmp_err.read_text()
-        t0 = float(r.file(f"t/{st.name}"))
+        # from the moment the guest asked for the injection (t/STEP, once it saw the host's answer, can come
+        # after the event itself on a slow machine: a 6.12 half-CPU run saw the daemon's entry 1.0 s before it)
+        t0 = float(r.file(f"t/{st.name}.asked"))
         ours = [
             e
             for e in fevents
             if e["event"] == st.event
             and e["memdev"] == want_md
             and (st.dpa is None or e["dpa"] == st.dpa)
-            and e["_arrived"] >= t0 - 1
+            and e["_arrived"] >= t0
         ]
         assert ours, f"{st.name}: kernel saw {kev}, cxlctl --follow printed nothing matching"
         e = ours[0]
@@ -252,7 +254,7 @@ def check(r: GuestResult) -> None:
         # the promise is a stream: printed while following, not flushed when --follow ends (the lag
         # itself is TCG's speed, reported above, not asserted: issue 44)
         stop = float(r.file("t/follow-stop"))
-        assert e["_arrived"] < stop, f"{st.name}: printed {lag:.1f} s after the injection, only as --follow ended"
+        assert e["_arrived"] < stop, f"{st.name}: printed {lag:.1f} s after the step began, only as --follow ended"
         kdpa = kev[0][2]
         if st.dpa is not None:
             assert kdpa == st.dpa == e["dpa"], (st.name, kev, e)
@@ -352,19 +354,22 @@ def _check_daemon(
     j = _journal(r)
     evj = [e for e in j if e.get("MESSAGE_ID") == MESSAGE_ID_EVENT]
     region, memdev = f["region"], f["memdev"]
+    stop = float(r.file("t/follow-stop"))  # the injections' end
     lags = []
     for st in STEPS:
         md = memdev[st.device]
         if not [e for e in fevents if e["event"] == st.event and e["memdev"] == md]:
             continue  # not delivered by the kernel (checked above)
-        t0 = float(r.file(f"t/{st.name}"))
-        mine = [e for e in evj if e["CXL_EVENT"] == st.event and e["CXL_MEMDEV"] == md and e["_up"] >= t0 - 1]
+        t0 = float(r.file(f"t/{st.name}.asked"))  # as in check(): before the host could inject
+        mine = [e for e in evj if e["CXL_EVENT"] == st.event and e["CXL_MEMDEV"] == md and e["_up"] >= t0]
         if st.dpa is not None:
             mine = [e for e in mine if e.get("CXL_DPA") == f"{st.dpa:#x}"]
         assert mine, f"daemon journaled nothing for {st.name}"
         e = mine[0]
         lags.append(e["_up"] - t0)
-        assert e["_up"] - t0 < 10, (st.name, e["_up"] - t0)
+        # the promise: journaled while the events came in, not at some later pass; how soon is TCG's speed
+        # (reported below, not asserted: issue 44)
+        assert e["_up"] < stop, (st.name, e["_up"] - t0)
         if st.dpa is not None and st.device in INSIDE:
             assert e["CXL_REGION"] == region and int(e["CXL_NODE"]) == f["node"]
             assert int(e["CXL_HPA"], 16) == poison_hpa[(md, st.dpa)]
