@@ -85,14 +85,13 @@ def _run(fds: List[int], fields: List[bytes]) -> None:
     import atexit
     import threading
 
-    import cxlctl.__main__
-    from cxlctl.__main__ import entry
+    import cxlctl.__main__ as console
 
-    sys.argv = [str(cxlctl.__main__.__file__), *args]  # what `python -m cxlctl` sets
+    sys.argv = [str(console.__file__), *args]  # what `python -m cxlctl` sets
 
     code = 0
     try:
-        entry()  # the fast path ends the process itself (os._exit)
+        console.entry()  # the fast path ends the process itself (os._exit)
     except SystemExit as e:
         if e.code is None:
             code = 0
@@ -123,7 +122,7 @@ def _serve_one(conn: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         fds, fields = _recv_request(conn)
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):
         os._exit(1)
     pid = os.fork()
     if pid == 0:
