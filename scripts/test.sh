@@ -99,12 +99,14 @@ host_tiers() {
 # harness's CXLCTL_VM_SLOTS=2) share the two cores only then: a TCG guest keeps about one core
 # busy, and two 1-vCPU guests side by side each take what one takes alone (docs/testing.md).
 # Every line of a worker is prefixed "[vm-a] " or "[vm-b] " (-v: a line per test as it ends).
-# The file with a 2-vCPU guest (test_vm_linux7.py: the 7.x DAMON goal check, test_vm_damon.DAMON_CPUS) comes
-# early: such a guest takes both guest slots, and worker a is alone while the host tiers run (the probe's
-# two-socket boot, short, comes last).
-VM_ORDER="test_vm_hmat test_vm_linux7 test_vm_damon test_vm_linux612 test_vm_linux7_telemetry_launch test_vm_capacity
+# The files with a 2-vCPU guest (test_vm_linux7.py: the 7.x DAMON goal check, test_vm_damon.DAMON_CPUS;
+# the probe's two-socket boot) come last: such a guest takes both guest slots, so it waits for the other
+# worker's guest and then runs with nothing beside it -- beside the unit tier the 7.x file's guest used
+# 365 s of QEMU CPU against 234 s alone (docs/testing.md), one vCPU spinning while the host runs
+# something else in place of the other.
+VM_ORDER="test_vm_hmat test_vm_damon test_vm_linux612 test_vm_linux7_telemetry_launch test_vm_capacity
   test_vm_region test_vm_status test_vm_linux7_daemon_ras test_vm_doctor test_vm_systemd test_vm_linux61 test_vm_soak
-  test_vm_fleet test_vm_damon_retarget test_vm_probe"
+  test_vm_fleet test_vm_damon_retarget test_vm_linux7 test_vm_probe"
 vm_queue() {
   # the files holding VM tests that the arguments select, heaviest first
   rc=0; listing=$(.venv/bin/python -m pytest --collect-only -q -p no:cacheprovider -m vm "$@" 2>&1) || rc=$?
@@ -159,24 +161,86 @@ vm_recap() {
     awk '/^___+ .* ___+$/ { n++ } n == 1' "$log" | tail -n 60
   done <"$VM_LOGS/files"
 }
+# The CPUs this run may use: the cores it may run on (nproc: affinity, cpuset) or, when lower, the CPU
+# time its cgroup allows per period (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us), on
+# its own cgroup and each ancestor -- a container started with --cpus 1, a CI runner's pod limit, or
+# scripts/ci-fresh.sh --cpus 1.  Prints "CPUS (WHY)", CPUS with two decimals.
+usable_cpus() {
+  local n best why path d q p rest
+  n=$(nproc); best=$n; why="$n core(s) (nproc)"
+  if [ -r /sys/fs/cgroup/cgroup.controllers ]; then  # v2: "0::/path"
+    path=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    d=/sys/fs/cgroup${path%/}
+    while :; do
+      if [ -r "$d/cpu.max" ] && read -r q p <"$d/cpu.max" && [ "$q" != max ]; then
+        best=$(awk -v b="$best" -v q="$q" -v p="$p" 'BEGIN { c = q / p; printf "%s", (c < b ? c : b) }')
+        why="$why, cgroup quota $q/$p us ($d/cpu.max)"
+      fi
+      [ "$d" = /sys/fs/cgroup ] || [ "$d" = / ] && break
+      d=$(dirname "$d")
+    done
+  else  # v1: "N:cpu,cpuacct:/path" (or "N:cpu:/path"), the hierarchy mounted with the cpu option
+    path=$(awk -F: '{ n = split($2, c, ","); for (i = 1; i <= n; i++) if (c[i] == "cpu") print $3 }' /proc/self/cgroup | head -n 1)
+    rest=$(awk '$9 == "cgroup" && $NF ~ /(^|,)cpu(,|$)/ { print $5; exit }' /proc/self/mountinfo)
+    if [ -n "$path" ] && [ -n "$rest" ]; then
+      d=$rest$path
+      while :; do
+        if [ -r "$d/cpu.cfs_quota_us" ] && read -r q <"$d/cpu.cfs_quota_us" && [ "$q" -gt 0 ] 2>/dev/null &&
+           read -r p <"$d/cpu.cfs_period_us" && [ "$p" -gt 0 ] 2>/dev/null; then
+          best=$(awk -v b="$best" -v q="$q" -v p="$p" 'BEGIN { c = q / p; printf "%s", (c < b ? c : b) }')
+          why="$why, cgroup quota $q/$p us ($d)"
+        fi
+        [ "$d" = "$rest" ] || [ "$d" = / ] && break
+        d=$(dirname "$d")
+      done
+    fi
+  fi
+  awk -v b="$best" -v w="$why" 'BEGIN { printf "%.2f (%s)\n", b, w }'
+}
+# Lanes of work at once: two (the VM tier's worker a beside the host tiers, two guests after them) where
+# two CPUs are usable, else one (everything in turn).  CXLCTL_TEST_LANES=1|2 chooses.  Why one on one
+# CPU: a TCG guest that is descheduled costs CPU for it (docs/testing.md "One lane": the 6.1 file used
+# 53.7 s of QEMU CPU alone, 61.1 s under a half-CPU quota, 73.3 s with that quota in 10 ms periods).
+run_lanes() {
+  [ -n "${CXLCTL_TEST_LANES:-}" ] && { echo "$CXLCTL_TEST_LANES"; return; }
+  usable_cpus | awk '{ print ($1 >= 1.95 ? 2 : 1) }'
+}
+case ${CXLCTL_TEST_LANES:-} in
+  ''|1|2) ;;
+  *) echo "test.sh: CXLCTL_TEST_LANES must be 1 or 2, not $CXLCTL_TEST_LANES" >&2; exit 2 ;;
+esac
 if [ "$SKIP_VM" = 1 ]; then
   host_tiers "$@"
 else
   vm_t0=$(date +%s)
-  export CXLCTL_VM_SLOTS=2
   VM_QUEUE=$(mktemp "${TMPDIR:-/tmp}/cxlctl-vm-queue.XXXXXX")
   VM_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cxlctl-vm-logs.XXXXXX")
   export CXLCTL_VM_CPU_LOG="$VM_LOGS/guests"
   vm_queue "$@" >"$VM_QUEUE" || { echo "== VM tier: collection failed"; exit 1; }
-  echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
-  ( rc=0; vm_worker vm-a "$@" || rc=$?; echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"; exit $rc ) &
-  VM_A=$!
-  # (through tee in a process substitution: host_tiers must run in this shell, which owns ENGINES_PID)
-  host_rc=0; host_tiers "$@" > >(tee "$VM_LOGS/host.log") 2>&1 || host_rc=$?
-  echo "== host tiers done after $(($(date +%s) - vm_t0)) s, exit $host_rc; VM worker b starts"
-  vm_b=0; vm_worker vm-b "$@" || vm_b=1
-  echo "[vm-b] == worker b done after $(($(date +%s) - vm_t0)) s"
-  vm_a=0; wait "$VM_A" || vm_a=1
+  lanes=$(run_lanes)
+  echo "== usable CPUs: $(usable_cpus); lanes of work: $lanes (CXLCTL_TEST_LANES sets it)"
+  if [ "$lanes" -ge 2 ]; then
+    export CXLCTL_VM_SLOTS=2
+    echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
+    ( rc=0; vm_worker vm-a "$@" || rc=$?; echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"; exit $rc ) &
+    VM_A=$!
+    # (through tee in a process substitution: host_tiers must run in this shell, which owns ENGINES_PID)
+    host_rc=0; host_tiers "$@" > >(tee "$VM_LOGS/host.log") 2>&1 || host_rc=$?
+    echo "== host tiers done after $(($(date +%s) - vm_t0)) s, exit $host_rc; VM worker b starts"
+    vm_b=0; vm_worker vm-b "$@" || vm_b=1
+    echo "[vm-b] == worker b done after $(($(date +%s) - vm_t0)) s"
+    vm_a=0; wait "$VM_A" || vm_a=1
+  else
+    # one lane: the host tiers, then the VM files one at a time, one guest at a time (nothing beside
+    # a guest to deschedule it; docs/testing.md "One lane")
+    export CXLCTL_VM_SLOTS=1
+    host_rc=0; host_tiers "$@" > >(tee "$VM_LOGS/host.log") 2>&1 || host_rc=$?
+    echo "== host tiers done after $(($(date +%s) - vm_t0)) s, exit $host_rc"
+    echo "== VM tier: $(wc -l <"$VM_QUEUE") files, one worker: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"
+    vm_a=0; vm_worker vm-a "$@" || vm_a=1
+    echo "[vm-a] == worker a done after $(($(date +%s) - vm_t0)) s"
+    vm_b=0
+  fi
   rm -f "$VM_QUEUE" "$VM_QUEUE.lock"
   vm_recap
   rm -rf "$VM_LOGS"
