@@ -26,8 +26,7 @@ READERS = 24
 
 SCRIPT = r"""
 R=$(create_ram_region decoder0.0 256 $(memdev_by_serial 0x1001)) || {{ echo "region creation failed" >&2; exit 10; }}
-CXL=$(for n in /sys/devices/system/node/node*; do [ -z "$(cat $n/cpulist)" ] && basename $n | tr -d node; done | head -n 1)
-[ -n "$CXL" ] || {{ echo "no CPU-less node" >&2; exit 11; }}
+CXL=$(cxlvm_cxl_node) || exit 11
 echo "$CXL" > "$OUT/cxl-node"
 head -c 512K /dev/urandom > "$OUT/big"
 for i in $(seq 1 {rounds}); do

@@ -289,6 +289,20 @@ destroy_region() {
     return $rc
 }
 
+# cxlvm_cxl_node: the number of the one CPU-less NUMA node that has memory (the node a one-region
+# guest's CXL memory came online as); 1, said on stderr, when there is none or more than one.
+cxlvm_cxl_node() {
+    local n found=""
+    for n in /sys/devices/system/node/node[0-9]*; do
+        [ -z "$(cat "$n/cpulist")" ] || continue
+        [ "$(awk '/MemTotal/ {print $4}' "$n/meminfo")" != 0 ] || continue
+        [ -z "$found" ] || { cxlvm_log "more than one CPU-less node with memory: node$found, ${n##*/}"; return 1; }
+        found=${n##*node}
+    done
+    [ -n "$found" ] || { cxlvm_log "no CPU-less node with memory"; return 1; }
+    echo "$found"
+}
+
 # cxlvm_wait_ready FILE PID [SECONDS]: wait (180 s of guest time by default, whatever each step costs
 # under TCG) until FILE is non-empty (a launched program's "ready" file); 1 when process PID died first
 # or the time ran out, said on stderr.

@@ -110,9 +110,7 @@ if [ -n "$REGION" ]; then
   echo "$R" > "$OUT/region"
 fi
 uname -r > "$OUT/uname"
-for n in /sys/devices/system/node/node*; do
-  [ -z "$(cat $n/cpulist)" ] && [ "$(awk '/MemTotal/ {print $4}' $n/meminfo)" != 0 ] && CXL=${n##*node}
-done
+CXL=$(cxlvm_cxl_node) || exit 11
 echo "$CXL" > "$OUT/cxl-node"
 grep -q " /sys/fs/cgroup cgroup2 " /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
 echo +memory > /sys/fs/cgroup/cgroup.subtree_control

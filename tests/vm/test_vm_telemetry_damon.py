@@ -80,9 +80,7 @@ PROMOTE_S = 15
 GUEST = r"""
 R=$(@CREATE@) || { echo "region creation failed" >&2; exit 10; }
 udevadm settle --timeout=30 || true
-for n in /sys/devices/system/node/node*; do
-  [ -z "$(cat $n/cpulist)" ] && [ "$(awk '/MemTotal/ {print $4}' $n/meminfo)" != 0 ] && CXL=${n##*node}
-done
+CXL=$(cxlvm_cxl_node) || exit 11
 echo "$CXL" > "$OUT/cxl-node"
 D=/sys/kernel/mm/damon/admin/kdamonds
 TOOLS=@TOOLS@
