@@ -209,10 +209,15 @@ case ${CXLCTL_TEST_LANES:-} in
   ''|1|2) ;;
   *) echo "test.sh: CXLCTL_TEST_LANES must be 1 or 2, not $CXLCTL_TEST_LANES" >&2; exit 2 ;;
 esac
+# steal_seconds BASE: the steal time of all CPUs (/proc/stat, in USER_HZ) in seconds, less BASE
+steal_seconds() {
+  awk -v base="$1" -v hz="$(getconf CLK_TCK)" '$1 == "cpu" { printf "%d", $9 / hz - base; exit }' /proc/stat
+}
 if [ "$SKIP_VM" = 1 ]; then
   host_tiers "$@"
 else
   vm_t0=$(date +%s)
+  steal0=$(steal_seconds 0)
   VM_QUEUE=$(mktemp "${TMPDIR:-/tmp}/cxlctl-vm-queue.XXXXXX")
   VM_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cxlctl-vm-logs.XXXXXX")
   export CXLCTL_VM_CPU_LOG="$VM_LOGS/guests"
@@ -248,6 +253,9 @@ else
   # (the builtin in this shell, not in a pipe's subshell, which has no children of its own)
   times >"$VM_QUEUE.times"
   echo "== CPU time of every process this run waited for (user, system): $(tail -n 1 "$VM_QUEUE.times")"
+  # steal: time this machine's vCPUs were runnable while its hypervisor ran something else -- a guest
+  # descheduled so pays CPU for it as under a quota (docs/testing.md "One lane")
+  echo "== CPU steal while the tiers ran: $(steal_seconds "$steal0") s of all CPUs ($(nproc) here)"
   rm -f "$VM_QUEUE.times"
   [ "$host_rc" = 0 ] && [ "$vm_a" = 0 ] && [ "$vm_b" = 0 ]
 fi
