@@ -4,7 +4,7 @@ Why this exists: cxlctl reads the kernel's CXL/DAX/NUMA sysfs, and the only way
 to get a *real* kernel-made tree on a machine without CXL hardware is QEMU's
 CXL emulation.  This module wraps the verified recipe in
 docs/testing.md (QEMU 10 + virtme-ng + Debian 6.12/6.1
-kernels, TCG, ``-cpu max,hypervisor=off``) so tests and the fixture recorder
+kernels, TCG, ``-cpu max,hypervisor=off`` less the features TCG runs slowly: :data:`GUEST_CPU`) so tests and the fixture recorder
 can say "boot topology X on kernel Y and run this script" in one call.
 
 Boots cost 25-60 s under TCG, so the intended use is *one boot, many checks*:
@@ -711,6 +711,21 @@ _EMULATOR_CRASH = {
     signal.SIGILL: "SIGILL",
 }
 
+#: The guests' CPU: QEMU's ``max`` with ``hypervisor=off`` (a kernel that sees a hypervisor cannot flush CPU
+#: caches for a new region and refuses to commit it: docs/testing.md) and without the features whose
+#: emulation under TCG is slower than the code the guest runs without them.  AVX/AVX2 make glibc pick its
+#: AVX2 string and memory functions, ERMS/FSRM make glibc and the kernel (clear_page_erms(), copy_user
+#: with FSRM) use ``rep movsb``/``stosb``, which TCG runs one byte per iteration.  Measured 2026-12-07 in
+#: a 6.12 ``single`` guest on a fixed workload (docs/testing.md "The guests' CPU"): Python string
+#: operations 1.16-1.18 -> 0.80-0.84 s, filling 2 GiB through a bytearray 15.3 -> 5.4 s, the boot 11.4-13.6
+#: -> 12.1 s, the workload's QEMU CPU 54.3-55.6 -> 43.7 s (most of it the fill); Python start-up and
+#: cxlctl commands unchanged.  No check needs
+#: those features (the probe's helper is built with ``-march=native`` in the guest and takes SSE2's
+#: non-temporal stores where AVX is absent).
+GUEST_CPU = "max,hypervisor=off," + ",".join(
+    f"{f}=off" for f in ("avx", "avx2", "fma", "f16c", "avx-vnni", "vaes", "erms", "fsrm")
+)
+
 #: Every 9p device (vng's root and --rwdir, the cached exports) can reach guest memory on a CXL node.
 #: QEMU serves the CXL window as MMIO, so a device reaches it only through a bounce buffer, and the
 #: system address space's is 4 KiB in all (``address_space_map``; QEMU 9.1 made the limit per address
@@ -1225,7 +1240,7 @@ def _prepare(
             ),
         )
     )
-    qemu = ["-cpu", "max,hypervisor=off", "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8", *NINEP_DMA_TO_CXL]
+    qemu = ["-cpu", GUEST_CPU, "-M", "cxl=on", "-m", f"{memory},maxmem=8G,slots=8", *NINEP_DMA_TO_CXL]
     for tag, path in cached_exports():
         qemu += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on,multidevs=remap"]
     cpu_list = "0" if cpus <= 1 else f"0-{cpus - 1}"

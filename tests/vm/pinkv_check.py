@@ -105,9 +105,10 @@ int main(int argc, char **argv) {
 """
 
 GUEST = r"""
-cx() {  # $1 = name, rest = cxlctl's arguments: NAME.out, NAME.err, NAME.rc
+cx() {  # $1 = name, rest = cxlctl's arguments: NAME.out, NAME.err, NAME.rc (the warm $CXLCTL: no exec here,
+  # only dry runs, a refusal, region and capacity commands; the launches that exec stay "$PY" -m cxlctl)
   local n=$1; shift
-  "$PY" -m cxlctl "$@" > "$OUT/$n.out" 2> "$OUT/$n.err"
+  "$CXLCTL" "$@" > "$OUT/$n.out" 2> "$OUT/$n.err"
   echo $? > "$OUT/$n.rc"
 }
 L="launch exec --allow-root --pinned --policy bind --cpu-nodes 0 --mem-nodes 0 --kv-size KVSIZE"
