@@ -94,10 +94,11 @@ host_tiers() {
   if [ "$ENGINES" = 1 ]; then engines_tier "$@"; fi
 }
 # The VM tier: one pytest per test file, taken from a queue by two workers, heaviest files first
-# (VM_ORDER; files not named there follow in collection order).  Worker a starts at once, beside the
-# host tiers; worker b starts when the host tiers are done, so two guests (one vCPU each, the
-# harness's CXLCTL_VM_SLOTS=2) share the two cores only then: a TCG guest keeps about one core
-# busy, and two 1-vCPU guests side by side each take what one takes alone (docs/testing.md).
+# (VM_ORDER; files not named there follow in collection order).  In two lanes (run_lanes below) worker a
+# starts at once, beside the host tiers; worker b starts when the host tiers are done, so two guests (one
+# vCPU each, the harness's CXLCTL_VM_SLOTS=2) share the two cores only then: a TCG guest keeps about one
+# core busy, and two 1-vCPU guests side by side each take what one takes alone (docs/testing.md).  In one
+# lane worker a alone takes the queue after the host tiers.
 # Every line of a worker is prefixed "[vm-a] " or "[vm-b] " (-v: a line per test as it ends).
 # The files with a 2-vCPU guest (test_vm_linux7.py: the 7.x DAMON goal check, test_vm_damon.DAMON_CPUS;
 # the probe's two-socket boot) come last: such a guest takes both guest slots, so it waits for the other
