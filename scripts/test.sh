@@ -202,9 +202,9 @@ usable_cpus() {
 # two CPUs are usable, else one (everything in turn).  CXLCTL_TEST_LANES=1|2 chooses.  Why one on one
 # CPU: a TCG guest that is descheduled costs CPU for it (docs/testing.md "One lane": the 6.1 file used
 # 53.7 s of QEMU CPU alone, 61.1 s under a half-CPU quota, 73.3 s with that quota in 10 ms periods).
-run_lanes() {
+run_lanes() {  # $1 = usable_cpus's answer
   [ -n "${CXLCTL_TEST_LANES:-}" ] && { echo "$CXLCTL_TEST_LANES"; return; }
-  usable_cpus | awk '{ print ($1 >= 1.95 ? 2 : 1) }'
+  echo "$1" | awk '{ print ($1 >= 1.95 ? 2 : 1) }'
 }
 case ${CXLCTL_TEST_LANES:-} in
   ''|1|2) ;;
@@ -223,8 +223,9 @@ else
   VM_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cxlctl-vm-logs.XXXXXX")
   export CXLCTL_VM_CPU_LOG="$VM_LOGS/guests"
   vm_queue "$@" >"$VM_QUEUE" || { echo "== VM tier: collection failed"; exit 1; }
-  lanes=$(run_lanes)
-  echo "== usable CPUs: $(usable_cpus); lanes of work: $lanes (CXLCTL_TEST_LANES sets it)"
+  usable=$(usable_cpus)
+  lanes=$(run_lanes "$usable")
+  echo "== usable CPUs: $usable; lanes of work: $lanes (CXLCTL_TEST_LANES sets it)"
   if [ "$lanes" -ge 2 ]; then
     export CXLCTL_VM_SLOTS=2
     echo "== VM tier: $(wc -l <"$VM_QUEUE") files, two workers: $(echo $(sed 's,.*/,,' "$VM_QUEUE"))"

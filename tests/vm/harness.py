@@ -719,8 +719,7 @@ _EMULATOR_CRASH = {
 #: a 6.12 ``single`` guest on a fixed workload (docs/testing.md "The guests' CPU"): Python string
 #: operations 1.16-1.18 -> 0.80-0.84 s, filling 2 GiB through a bytearray 15.3 -> 5.4 s, the boot 11.4-13.6
 #: -> 12.1 s, the workload's QEMU CPU 54.3-55.6 -> 43.7 s (most of it the fill); Python start-up and
-#: cxlctl commands unchanged.  No check needs
-#: those features (the probe's helper is built with ``-march=native`` in the guest and takes SSE2's
+#: cxlctl commands unchanged.  No check needs those features (the probe's helper is built with ``-march=native`` in the guest and takes SSE2's
 #: non-temporal stores where AVX is absent).
 GUEST_CPU = "max,hypervisor=off," + ",".join(
     f"{f}=off" for f in ("avx", "avx2", "fma", "f16c", "avx-vnni", "vaes", "erms", "fsrm")
